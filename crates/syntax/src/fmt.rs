@@ -1,0 +1,321 @@
+//! The canonical layout of a program, as printed by `flick fmt`.
+//!
+//! Two-space indentation, one blank line between declarations, rules
+//! without a leading `|`, signatures on the declaration's line. Parsing the
+//! output gives back the same tree (see the round-trip property test).
+
+use crate::ast::*;
+use std::fmt::Write;
+
+const INDENT: &str = "  ";
+/// Precedence of atoms and postfix expressions: never parenthesised.
+const ATOM: u8 = 10;
+
+pub fn format_program(p: &Program) -> String {
+    let mut out = String::new();
+    for (i, d) in p.decls.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        match d {
+            Decl::Grammar(g) => {
+                let _ = writeln!(out, "grammar {}", g.name.name);
+            }
+            Decl::Type(t) => type_decl(&mut out, t),
+            Decl::Proc(p) => proc_decl(&mut out, p),
+            Decl::Fun(f) => fun_decl(&mut out, f),
+        }
+    }
+    out
+}
+
+fn type_decl(out: &mut String, t: &TypeDecl) {
+    match &t.body {
+        TypeBody::Record(fields) => {
+            let _ = writeln!(out, "type {}: record", t.name.name);
+            for f in fields {
+                let name = f.name.as_ref().map_or("_", |n| n.name.as_str());
+                let _ = writeln!(out, "{INDENT}{name} : {}", type_expr(&f.ty));
+            }
+        }
+        TypeBody::Alias(ty) => {
+            let _ = writeln!(out, "type {}: {}", t.name.name, type_expr(ty));
+        }
+    }
+}
+
+fn params(ps: &[Param]) -> String {
+    let items: Vec<String> = ps
+        .iter()
+        .map(|p| match p.ty.kind {
+            TypeKind::Chan(_) | TypeKind::ChanArray(_) => {
+                format!("{} {}", type_expr(&p.ty), p.name.name)
+            }
+            _ => format!("{}: {}", p.name.name, type_expr(&p.ty)),
+        })
+        .collect();
+    format!("({})", items.join(", "))
+}
+
+fn proc_decl(out: &mut String, p: &ProcDecl) {
+    let _ = writeln!(out, "proc {}: {}", p.name.name, params(&p.params));
+    for item in &p.items {
+        match item {
+            ProcItem::State(s) => {
+                let scope = match s.scope {
+                    StateScope::Global => "global",
+                    StateScope::Local => "local",
+                };
+                let ty = s
+                    .ty
+                    .as_ref()
+                    .map_or(String::new(), |t| format!(": {}", type_expr(t)));
+                let _ = write!(out, "{INDENT}{scope} {}{ty} := ", s.name.name);
+                expr_line(out, &s.init, 1);
+            }
+            ProcItem::Rule(r) => {
+                let _ = write!(out, "{INDENT}{}", expr(&r.source, 0, 1));
+                for s in &r.steps {
+                    let _ = write!(out, " => {}", expr(s, 0, 1));
+                }
+                out.push('\n');
+            }
+            ProcItem::Guarded(g) => {
+                let _ = writeln!(out, "{INDENT}if {}:", expr(&g.cond, 0, 1));
+                block(out, &g.body, 2);
+            }
+            ProcItem::Handler(h) => {
+                let index = h
+                    .index
+                    .as_ref()
+                    .map_or(String::new(), |i| format!("[{}]", i.name));
+                let _ = writeln!(
+                    out,
+                    "{INDENT}on {}({}{index}):",
+                    h.event.name, h.channel.name
+                );
+                block(out, &h.body, 2);
+            }
+        }
+    }
+}
+
+fn fun_decl(out: &mut String, f: &FunDecl) {
+    let results: Vec<String> = f.results.iter().map(type_expr).collect();
+    let _ = writeln!(
+        out,
+        "fun {}: {} -> ({})",
+        f.name.name,
+        params(&f.params),
+        results.join(", ")
+    );
+    block(out, &f.body, 1);
+}
+
+fn block(out: &mut String, b: &Block, depth: usize) {
+    for s in &b.stmts {
+        stmt(out, s, depth);
+    }
+}
+
+fn indent(out: &mut String, depth: usize) {
+    for _ in 0..depth {
+        out.push_str(INDENT);
+    }
+}
+
+/// Writes an expression that ends a line; a `foldt` continues on the
+/// indented lines that follow.
+fn expr_line(out: &mut String, e: &Expr, depth: usize) {
+    if let ExprKind::Foldt(f) = &e.kind {
+        let _ = writeln!(out, "foldt on {}", expr(&f.channels, ATOM, depth));
+        indent(out, depth + 1);
+        let _ = writeln!(
+            out,
+            "ordering {} {}, {} by {}.{} as {}:",
+            f.elem.name, f.left.name, f.right.name, f.elem.name, f.order_field.name, f.key.name
+        );
+        block(out, &f.body, depth + 2);
+    } else {
+        out.push_str(&expr(e, 0, depth));
+        out.push('\n');
+    }
+}
+
+fn stmt(out: &mut String, s: &Stmt, depth: usize) {
+    indent(out, depth);
+    match &s.kind {
+        StmtKind::Let { name, ty, value } => {
+            let ty = ty
+                .as_ref()
+                .map_or(String::new(), |t| format!(": {}", type_expr(t)));
+            let _ = write!(out, "let {}{ty} = ", name.name);
+            expr_line(out, value, depth);
+        }
+        StmtKind::Assign { place, value } => {
+            let _ = write!(out, "{} := ", expr(place, 0, depth));
+            expr_line(out, value, depth);
+        }
+        StmtKind::Send { value, channel } => {
+            let _ = writeln!(out, "{} => {}", expr(value, 0, depth), expr(channel, 0, depth));
+        }
+        StmtKind::If {
+            cond,
+            then,
+            otherwise,
+        } => if_stmt(out, cond, then, otherwise.as_ref(), depth),
+        StmtKind::Expr(e) => expr_line(out, e, depth),
+    }
+}
+
+fn if_stmt(out: &mut String, cond: &Expr, then: &Block, otherwise: Option<&Block>, depth: usize) {
+    let _ = writeln!(out, "if {}:", expr(cond, 0, depth));
+    block(out, then, depth + 1);
+    let Some(other) = otherwise else { return };
+    indent(out, depth);
+    if let [Stmt {
+        kind:
+            StmtKind::If {
+                cond,
+                then,
+                otherwise,
+            },
+        ..
+    }] = other.stmts.as_slice()
+    {
+        out.push_str("else ");
+        if_stmt(out, cond, then, otherwise.as_ref(), depth);
+    } else {
+        out.push_str("else:\n");
+        block(out, other, depth + 1);
+    }
+}
+
+pub fn type_expr(t: &TypeExpr) -> String {
+    match &t.kind {
+        TypeKind::Chan(c) if t.annotations.is_empty() => chan(c),
+        _ => type_atom(t),
+    }
+}
+
+fn chan(c: &ChanType) -> String {
+    let side = |s: &Option<Box<TypeExpr>>| s.as_ref().map_or("-".to_string(), |t| type_atom(t));
+    format!("{}/{}", side(&c.input), side(&c.output))
+}
+
+fn type_atom(t: &TypeExpr) -> String {
+    let base = match &t.kind {
+        TypeKind::Integer => "integer".to_string(),
+        TypeKind::String => "string".to_string(),
+        TypeKind::Bytes => "bytes".to_string(),
+        TypeKind::Bool => "bool".to_string(),
+        TypeKind::Named(n) => n.name.clone(),
+        TypeKind::List(e) => format!("list<{}>", type_expr(e)),
+        TypeKind::Tuple(ts) => {
+            let items: Vec<String> = ts.iter().map(type_expr).collect();
+            format!("({})", items.join(", "))
+        }
+        TypeKind::Dict(k, v) => format!("dict<{}*{}>", type_expr(k), type_expr(v)),
+        TypeKind::Ref(inner) => format!("ref {}", type_atom(inner)),
+        TypeKind::Chan(c) => format!("({})", chan(c)),
+        TypeKind::ChanArray(c) => format!("[{}]", chan(c)),
+    };
+    if t.annotations.is_empty() {
+        return base;
+    }
+    // Annotations after `ref T` would attach to `T`: parenthesise.
+    let base = match t.kind {
+        TypeKind::Ref(_) => format!("({base})"),
+        _ => base,
+    };
+    let annots: Vec<String> = t
+        .annotations
+        .iter()
+        .map(|a| {
+            let value = match a.value.kind {
+                ExprKind::Bool(b) => b.to_string(),
+                _ => expr(&a.value, 0, 0),
+            };
+            format!("{}={}", a.name.name, value)
+        })
+        .collect();
+    format!("{base} {{{}}}", annots.join(", "))
+}
+
+fn precedence(e: &Expr) -> u8 {
+    match &e.kind {
+        ExprKind::Binary(op, ..) => op.precedence(),
+        ExprKind::Unary(UnOp::Not, _) => NOT_PRECEDENCE,
+        ExprKind::Unary(UnOp::Neg, _) => NEG_PRECEDENCE,
+        // A foldt body is a block: only a whole line can hold it.
+        ExprKind::Foldt(_) => 0,
+        _ => ATOM,
+    }
+}
+
+/// Prints `e`, parenthesised when its precedence is below `min`.
+pub fn expr(e: &Expr, min: u8, depth: usize) -> String {
+    let text = match &e.kind {
+        ExprKind::Int { value, hex: true } => format!("0x{value:02x}"),
+        ExprKind::Int { value, hex: false } => value.to_string(),
+        ExprKind::Str(s) => string_literal(s),
+        ExprKind::Bool(true) => "True".into(),
+        ExprKind::Bool(false) => "False".into(),
+        ExprKind::None => "None".into(),
+        ExprKind::Anonymous => "_".into(),
+        ExprKind::Var(v) => v.name.clone(),
+        ExprKind::Unary(UnOp::Not, x) => format!("not {}", expr(x, NOT_PRECEDENCE, depth)),
+        ExprKind::Unary(UnOp::Neg, x) => format!("-{}", expr(x, NEG_PRECEDENCE, depth)),
+        ExprKind::Binary(op, l, r) => {
+            let p = op.precedence();
+            format!(
+                "{} {} {}",
+                expr(l, p, depth),
+                op.symbol(),
+                expr(r, p + 1, depth)
+            )
+        }
+        ExprKind::Field(x, f) => format!("{}.{}", expr(x, ATOM, depth), f.name),
+        ExprKind::Index(x, i) => format!("{}[{}]", expr(x, ATOM, depth), expr(i, 0, depth)),
+        ExprKind::Call(f, args) => format!("{}({})", f.name, list(args, depth)),
+        ExprKind::Tuple(es) => format!("({})", list(es, depth)),
+        ExprKind::List(es) => format!("[{}]", list(es, depth)),
+        ExprKind::Foldt(_) => {
+            let mut s = String::new();
+            expr_line(&mut s, e, depth);
+            s.trim_end().to_string()
+        }
+    };
+    if precedence(e) < min {
+        format!("({text})")
+    } else {
+        text
+    }
+}
+
+fn list(es: &[Expr], depth: usize) -> String {
+    es.iter()
+        .map(|e| expr(e, 0, depth))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn string_literal(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\0' => out.push_str("\\0"),
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}

@@ -1,0 +1,935 @@
+//! A recursive-descent parser from tokens to the [`ast`](crate::ast).
+//!
+//! The parser never gives up on a file: an error inside a declaration is
+//! reported and parsing resumes at the next top-level declaration, so one
+//! run reports the problems of every declaration.
+
+use crate::ast::*;
+use crate::lexer::{lex, Tok, Token};
+use flick_span::{Diagnostic, Span};
+
+/// Parses a whole program. The tree holds every declaration that parsed;
+/// the diagnostics hold every lexical and syntax error found.
+pub fn parse(src: &str) -> (Program, Vec<Diagnostic>) {
+    let (toks, diags) = lex(src);
+    let mut p = Parser {
+        toks,
+        pos: 0,
+        diags,
+    };
+    let program = p.program();
+    (program, p.diags)
+}
+
+/// Marker for "an error was reported; unwind to a recovery point".
+struct Reported;
+
+type PResult<T> = Result<T, Reported>;
+
+struct Parser {
+    toks: Vec<Token>,
+    pos: usize,
+    diags: Vec<Diagnostic>,
+}
+
+impl Parser {
+    // ---- token plumbing ----
+
+    fn tok(&self) -> &Tok {
+        &self.toks[self.pos].tok
+    }
+
+    fn nth(&self, n: usize) -> &Tok {
+        &self.toks[(self.pos + n).min(self.toks.len() - 1)].tok
+    }
+
+    fn span(&self) -> Span {
+        self.toks[self.pos].span
+    }
+
+    fn prev_span(&self) -> Span {
+        self.toks[self.pos.saturating_sub(1)].span
+    }
+
+    /// Whether the last token consumed ended a line (a nested block does).
+    fn prev_ended_line(&self) -> bool {
+        self.pos > 0 && matches!(self.toks[self.pos - 1].tok, Tok::Dedent | Tok::Newline)
+    }
+
+    fn bump(&mut self) -> Token {
+        let t = self.toks[self.pos].clone();
+        if self.pos < self.toks.len() - 1 {
+            self.pos += 1;
+        }
+        t
+    }
+
+    fn at(&self, t: &Tok) -> bool {
+        self.tok() == t
+    }
+
+    fn eat(&mut self, t: &Tok) -> bool {
+        if self.at(t) {
+            self.bump();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn error(&mut self, d: Diagnostic) -> Reported {
+        self.diags.push(d);
+        Reported
+    }
+
+    fn unexpected(&mut self, wanted: &str) -> Reported {
+        let found = self.tok().clone();
+        let d = match &found {
+            Tok::Loop(word) => Diagnostic::error(
+                "E0010",
+                format!("`{word}` loops do not exist in Flick"),
+                self.span(),
+            )
+            .label("unbounded iteration")
+            .hint("every Flick program terminates: iterate with fold, map or filter over a bounded list, or foldt over channels"),
+            _ => Diagnostic::error(
+                "E0005",
+                format!("expected {wanted}, found {}", found.describe()),
+                self.span(),
+            )
+            .label(format!("expected {wanted}")),
+        };
+        self.error(d)
+    }
+
+    fn expect(&mut self, t: &Tok, wanted: &str) -> PResult<Span> {
+        if self.at(t) {
+            Ok(self.bump().span)
+        } else {
+            Err(self.unexpected(wanted))
+        }
+    }
+
+    fn ident(&mut self, wanted: &str) -> PResult<Ident> {
+        match self.tok().clone() {
+            Tok::Ident(name) => {
+                let span = self.bump().span;
+                Ok(Ident { name, span })
+            }
+            _ => Err(self.unexpected(wanted)),
+        }
+    }
+
+    fn newline(&mut self) -> PResult<()> {
+        if self.eat(&Tok::Newline) || self.at(&Tok::Eof) {
+            Ok(())
+        } else {
+            Err(self.unexpected("end of line"))
+        }
+    }
+
+    fn skip_newlines(&mut self) {
+        while self.eat(&Tok::Newline) {}
+    }
+
+    /// Skips to the next top-level declaration keyword.
+    fn recover_to_decl(&mut self) {
+        let mut depth: i32 = 0;
+        loop {
+            match self.tok() {
+                Tok::Eof => return,
+                Tok::Indent => depth += 1,
+                Tok::Dedent => depth -= 1,
+                Tok::Type | Tok::Proc | Tok::Fun | Tok::Grammar
+                    if depth <= 0 && self.line_start() =>
+                {
+                    return
+                }
+                _ => {}
+            }
+            self.bump();
+        }
+    }
+
+    fn line_start(&self) -> bool {
+        self.pos == 0
+            || matches!(
+                self.toks[self.pos - 1].tok,
+                Tok::Newline | Tok::Dedent | Tok::Indent
+            )
+    }
+
+    // ---- declarations ----
+
+    fn program(&mut self) -> Program {
+        let mut decls = Vec::new();
+        loop {
+            self.skip_newlines();
+            // Stray layout at top level (an indented first line, say).
+            while matches!(self.tok(), Tok::Indent | Tok::Dedent) {
+                if self.at(&Tok::Indent) {
+                    self.diags.push(
+                        Diagnostic::error("E0004", "unexpected indentation", self.span())
+                            .hint("top-level declarations start in the first column"),
+                    );
+                }
+                self.bump();
+                self.skip_newlines();
+            }
+            let result = match self.tok() {
+                Tok::Eof => break,
+                Tok::Type => self.type_decl().map(Decl::Type),
+                Tok::Proc => self.proc_decl().map(Decl::Proc),
+                Tok::Fun => self.fun_decl().map(Decl::Fun),
+                Tok::Grammar => self.grammar_decl().map(Decl::Grammar),
+                _ => Err(self.unexpected("a declaration (`type`, `proc`, `fun` or `grammar`)")),
+            };
+            match result {
+                Ok(d) => decls.push(d),
+                Err(Reported) => {
+                    self.bump();
+                    self.recover_to_decl();
+                }
+            }
+        }
+        Program { decls }
+    }
+
+    fn grammar_decl(&mut self) -> PResult<GrammarDecl> {
+        let start = self.bump().span;
+        let name = self.ident("a grammar name")?;
+        let span = start.to(name.span);
+        self.newline()?;
+        Ok(GrammarDecl { name, span })
+    }
+
+    fn type_decl(&mut self) -> PResult<TypeDecl> {
+        let start = self.bump().span;
+        let name = self.ident("a type name")?;
+        self.expect(&Tok::Colon, "`:`")?;
+        if matches!(self.tok(), Tok::Ident(s) if s == "record") {
+            self.bump();
+            self.newline()?;
+            if !self.eat(&Tok::Indent) {
+                return Err(self.error(
+                    Diagnostic::error("E0006", "a record needs at least one field", name.span)
+                        .hint("list the fields on indented lines below `record`, as `name : type`"),
+                ));
+            }
+            let mut fields = Vec::new();
+            while !self.eat(&Tok::Dedent) {
+                if self.at(&Tok::Eof) {
+                    break;
+                }
+                fields.push(self.field()?);
+            }
+            let span = start.to(self.prev_span());
+            Ok(TypeDecl {
+                name,
+                body: TypeBody::Record(fields),
+                span,
+            })
+        } else {
+            let ty = self.type_expr()?;
+            let span = start.to(ty.span);
+            self.newline()?;
+            Ok(TypeDecl {
+                name,
+                body: TypeBody::Alias(ty),
+                span,
+            })
+        }
+    }
+
+    fn field(&mut self) -> PResult<Field> {
+        let start = self.span();
+        let name = if self.eat(&Tok::Underscore) {
+            None
+        } else {
+            Some(self.ident("a field name or `_`")?)
+        };
+        self.expect(&Tok::Colon, "`:` after the field name")?;
+        let ty = self.type_expr()?;
+        let span = start.to(ty.span);
+        self.newline()?;
+        Ok(Field { name, ty, span })
+    }
+
+    fn proc_decl(&mut self) -> PResult<ProcDecl> {
+        let start = self.bump().span;
+        let name = self.ident("a process name")?;
+        self.eat(&Tok::Colon);
+        let mut params = None;
+        if self.at(&Tok::LParen) {
+            params = Some(self.params()?);
+            self.eat(&Tok::Colon);
+        }
+        self.newline()?;
+        if !self.eat(&Tok::Indent) {
+            return Err(self.error(
+                Diagnostic::error("E0006", format!("process `{}` has no body", name.name), name.span)
+                    .hint("write the process's rules on indented lines below its signature"),
+            ));
+        }
+        let params = match params {
+            Some(p) => p,
+            None => {
+                let p = self.params()?;
+                self.eat(&Tok::Colon);
+                self.newline()?;
+                p
+            }
+        };
+        let mut items = Vec::new();
+        while !self.eat(&Tok::Dedent) {
+            if self.at(&Tok::Eof) {
+                break;
+            }
+            items.push(self.proc_item()?);
+        }
+        Ok(ProcDecl {
+            name,
+            params,
+            items,
+            span: start.to(self.prev_span()),
+        })
+    }
+
+    fn params(&mut self) -> PResult<Vec<Param>> {
+        self.expect(&Tok::LParen, "`(` to start the parameters")?;
+        let mut params = Vec::new();
+        while !self.at(&Tok::RParen) {
+            params.push(self.param()?);
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+        }
+        self.expect(&Tok::RParen, "`,` or `)`")?;
+        Ok(params)
+    }
+
+    /// `name: type`, or a channel written type-first: `cmd/cmd client`,
+    /// `[-/cmd] backends`.
+    fn param(&mut self) -> PResult<Param> {
+        let start = self.span();
+        if matches!(self.tok(), Tok::Ident(_)) && self.nth(1) == &Tok::Colon {
+            let name = self.ident("a parameter name")?;
+            self.bump();
+            let ty = self.type_expr()?;
+            let span = start.to(ty.span);
+            return Ok(Param { name, ty, span });
+        }
+        let ty = self.type_expr()?;
+        if !matches!(ty.kind, TypeKind::Chan(_) | TypeKind::ChanArray(_)) {
+            return Err(self.error(
+                Diagnostic::error("E0005", "expected a parameter", ty.span)
+                    .label("a value parameter is written `name: type`")
+                    .hint("only channels are written type first, as in `cmd/cmd client`"),
+            ));
+        }
+        let name = self.ident("the channel's name")?;
+        let span = start.to(name.span);
+        Ok(Param { name, ty, span })
+    }
+
+    fn proc_item(&mut self) -> PResult<ProcItem> {
+        let start = self.span();
+        match self.tok() {
+            Tok::Global | Tok::Local => {
+                let scope = if self.bump().tok == Tok::Global {
+                    StateScope::Global
+                } else {
+                    StateScope::Local
+                };
+                let name = self.ident("a state variable name")?;
+                let ty = if self.eat(&Tok::Colon) {
+                    Some(self.type_expr()?)
+                } else {
+                    None
+                };
+                self.expect(&Tok::Assign, "`:=` and the initial value")?;
+                let init = self.expr()?;
+                let span = start.to(init.span);
+                self.newline()?;
+                Ok(ProcItem::State(StateDecl {
+                    scope,
+                    name,
+                    ty,
+                    init,
+                    span,
+                }))
+            }
+            Tok::If => {
+                self.bump();
+                let cond = self.expr()?;
+                self.expect(&Tok::Colon, "`:` after the condition")?;
+                let body = self.block()?;
+                Ok(ProcItem::Guarded(Guarded {
+                    cond,
+                    span: start.to(body.span),
+                    body,
+                }))
+            }
+            Tok::On => {
+                self.bump();
+                let event = self.ident("an event name such as `disconnect`")?;
+                self.expect(&Tok::LParen, "`(` and a channel")?;
+                let channel = self.ident("a channel name")?;
+                let index = if self.eat(&Tok::LBracket) {
+                    let i = self.ident("a name for the channel's index")?;
+                    self.expect(&Tok::RBracket, "`]`")?;
+                    Some(i)
+                } else {
+                    None
+                };
+                self.expect(&Tok::RParen, "`)`")?;
+                self.expect(&Tok::Colon, "`:`")?;
+                let body = self.block()?;
+                Ok(ProcItem::Handler(Handler {
+                    event,
+                    channel,
+                    index,
+                    span: start.to(body.span),
+                    body,
+                }))
+            }
+            _ => {
+                self.eat(&Tok::Bar);
+                let source = self.expr()?;
+                let mut steps = Vec::new();
+                while self.eat(&Tok::Arrow) {
+                    steps.push(self.expr()?);
+                }
+                if steps.is_empty() {
+                    return Err(self.unexpected("`=>` (a rule reads `channel => destination`)"));
+                }
+                let span = start.to(self.prev_span());
+                self.newline()?;
+                Ok(ProcItem::Rule(Rule {
+                    source,
+                    steps,
+                    span,
+                }))
+            }
+        }
+    }
+
+    fn fun_decl(&mut self) -> PResult<FunDecl> {
+        let start = self.bump().span;
+        let name = self.ident("a function name")?;
+        self.eat(&Tok::Colon);
+        let mut header = None;
+        if self.at(&Tok::LParen) {
+            let params = self.params()?;
+            self.skip_newlines();
+            self.expect(&Tok::RArrow, "`->` and the result types")?;
+            let results = self.results()?;
+            self.eat(&Tok::Colon);
+            header = Some((params, results));
+        }
+        if self.at(&Tok::Ellipsis) {
+            return Err(self.error(
+                Diagnostic::error("E0006", format!("function `{}` has no body", name.name), self.span())
+                    .label("`...` is not a body")
+                    .hint("write the function's statements on indented lines below its signature"),
+            ));
+        }
+        self.newline()?;
+        if !self.eat(&Tok::Indent) {
+            return Err(self.error(
+                Diagnostic::error("E0006", format!("function `{}` has no body", name.name), name.span)
+                    .hint("write the function's statements on indented lines below its signature"),
+            ));
+        }
+        let (params, results) = match header {
+            Some(h) => h,
+            None => {
+                let params = self.params()?;
+                self.skip_newlines();
+                self.expect(&Tok::RArrow, "`->` and the result types")?;
+                let results = self.results()?;
+                self.eat(&Tok::Colon);
+                self.newline()?;
+                (params, results)
+            }
+        };
+        let body = self.block_body(self.span())?;
+        Ok(FunDecl {
+            name,
+            params,
+            results,
+            span: start.to(body.span),
+            body,
+        })
+    }
+
+    fn results(&mut self) -> PResult<Vec<TypeExpr>> {
+        if self.eat(&Tok::LParen) {
+            let mut tys = Vec::new();
+            while !self.at(&Tok::RParen) {
+                tys.push(self.type_expr()?);
+                if !self.eat(&Tok::Comma) {
+                    break;
+                }
+            }
+            self.expect(&Tok::RParen, "`,` or `)`")?;
+            Ok(tys)
+        } else {
+            Ok(vec![self.type_expr()?])
+        }
+    }
+
+    // ---- types ----
+
+    fn type_expr(&mut self) -> PResult<TypeExpr> {
+        let start = self.span();
+        if self.at(&Tok::Minus) && self.nth(1) == &Tok::Slash {
+            self.bump();
+            self.bump();
+            let output = self.chan_side()?;
+            return Ok(TypeExpr {
+                kind: TypeKind::Chan(ChanType {
+                    input: None,
+                    output,
+                }),
+                annotations: Vec::new(),
+                span: start.to(self.prev_span()),
+            });
+        }
+        let mut ty = self.type_atom()?;
+        if self.eat(&Tok::Slash) {
+            let output = self.chan_side()?;
+            ty = TypeExpr {
+                span: start.to(self.prev_span()),
+                kind: TypeKind::Chan(ChanType {
+                    input: Some(Box::new(ty)),
+                    output,
+                }),
+                annotations: Vec::new(),
+            };
+        }
+        Ok(ty)
+    }
+
+    fn chan_side(&mut self) -> PResult<Option<Box<TypeExpr>>> {
+        if self.eat(&Tok::Minus) {
+            Ok(None)
+        } else {
+            Ok(Some(Box::new(self.type_atom()?)))
+        }
+    }
+
+    fn type_atom(&mut self) -> PResult<TypeExpr> {
+        let start = self.span();
+        let kind = match self.tok().clone() {
+            Tok::LBracket => {
+                self.bump();
+                let inner = self.type_expr()?;
+                self.expect(&Tok::RBracket, "`]`")?;
+                match inner.kind {
+                    TypeKind::Chan(c) if inner.annotations.is_empty() => TypeKind::ChanArray(c),
+                    _ => {
+                        return Err(self.error(
+                            Diagnostic::error(
+                                "E0007",
+                                "`[...]` in a type is an array of channels",
+                                inner.span,
+                            )
+                            .label("expected a channel type such as `cmd/cmd`")
+                            .hint("a list of values is written `list<T>`"),
+                        ))
+                    }
+                }
+            }
+            Tok::LParen => {
+                self.bump();
+                let mut tys = Vec::new();
+                while !self.at(&Tok::RParen) {
+                    tys.push(self.type_expr()?);
+                    if !self.eat(&Tok::Comma) {
+                        break;
+                    }
+                }
+                self.expect(&Tok::RParen, "`,` or `)`")?;
+                if tys.len() == 1 {
+                    let mut t = tys.pop().unwrap();
+                    t.span = start.to(self.prev_span());
+                    return self.annotations(t);
+                }
+                TypeKind::Tuple(tys)
+            }
+            Tok::Ident(name) => {
+                let id = self.ident("a type")?;
+                match name.as_str() {
+                    "integer" => TypeKind::Integer,
+                    "string" => TypeKind::String,
+                    "bytes" => TypeKind::Bytes,
+                    "bool" => TypeKind::Bool,
+                    "ref" => TypeKind::Ref(Box::new(self.type_atom()?)),
+                    "list" => {
+                        self.expect(&Tok::Lt, "`<` after `list`")?;
+                        let t = self.type_expr()?;
+                        self.expect(&Tok::Gt, "`>`")?;
+                        TypeKind::List(Box::new(t))
+                    }
+                    "dict" => {
+                        self.expect(&Tok::Lt, "`<` after `dict`")?;
+                        let k = self.type_expr()?;
+                        self.expect(&Tok::Star, "`*` between key and value types")?;
+                        let v = self.type_expr()?;
+                        self.expect(&Tok::Gt, "`>`")?;
+                        TypeKind::Dict(Box::new(k), Box::new(v))
+                    }
+                    _ => TypeKind::Named(id),
+                }
+            }
+            _ => return Err(self.unexpected("a type")),
+        };
+        let ty = TypeExpr {
+            kind,
+            annotations: Vec::new(),
+            span: start.to(self.prev_span()),
+        };
+        self.annotations(ty)
+    }
+
+    fn annotations(&mut self, mut ty: TypeExpr) -> PResult<TypeExpr> {
+        if !self.eat(&Tok::LBrace) {
+            return Ok(ty);
+        }
+        while !self.at(&Tok::RBrace) {
+            let name = self.ident("an annotation name such as `size`")?;
+            self.expect(&Tok::Eq, "`=` and the annotation's value")?;
+            let value = self.expr()?;
+            let span = name.span.to(value.span);
+            ty.annotations.push(Annotation { name, value, span });
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+        }
+        self.expect(&Tok::RBrace, "`,` or `}`")?;
+        ty.span = ty.span.to(self.prev_span());
+        Ok(ty)
+    }
+
+    // ---- statements ----
+
+    /// After a `:`: an indented block, or one statement on the same line.
+    fn block(&mut self) -> PResult<Block> {
+        if self.eat(&Tok::Newline) {
+            if !self.eat(&Tok::Indent) {
+                return Err(self.unexpected("an indented block"));
+            }
+            self.block_body(self.prev_span())
+        } else {
+            let stmt = self.stmt()?;
+            Ok(Block {
+                span: stmt.span,
+                stmts: vec![stmt],
+            })
+        }
+    }
+
+    /// Statements up to the `Dedent` closing the current block.
+    fn block_body(&mut self, start: Span) -> PResult<Block> {
+        let mut stmts = Vec::new();
+        let mut end = start;
+        while !self.eat(&Tok::Dedent) {
+            if self.at(&Tok::Eof) {
+                break;
+            }
+            let s = self.stmt()?;
+            end = s.span;
+            stmts.push(s);
+        }
+        let start = stmts.first().map_or(start, |s| s.span);
+        Ok(Block {
+            stmts,
+            span: start.to(end),
+        })
+    }
+
+    fn stmt(&mut self) -> PResult<Stmt> {
+        let start = self.span();
+        let kind = match self.tok() {
+            Tok::Let => {
+                self.bump();
+                let name = self.ident("a name to bind")?;
+                let ty = if self.eat(&Tok::Colon) {
+                    Some(self.type_expr()?)
+                } else {
+                    None
+                };
+                self.expect(&Tok::Eq, "`=` and a value")?;
+                let value = self.expr()?;
+                StmtKind::Let { name, ty, value }
+            }
+            Tok::If => {
+                self.bump();
+                let cond = self.expr()?;
+                self.expect(&Tok::Colon, "`:` after the condition")?;
+                let then = self.block()?;
+                let otherwise = if self.at(&Tok::Else) {
+                    self.bump();
+                    if self.at(&Tok::If) {
+                        let nested = self.stmt()?;
+                        Some(Block {
+                            span: nested.span,
+                            stmts: vec![nested],
+                        })
+                    } else {
+                        self.expect(&Tok::Colon, "`:` after `else`")?;
+                        Some(self.block()?)
+                    }
+                } else {
+                    None
+                };
+                let end = otherwise.as_ref().unwrap_or(&then).span;
+                return Ok(Stmt {
+                    kind: StmtKind::If {
+                        cond,
+                        then,
+                        otherwise,
+                    },
+                    span: start.to(end),
+                });
+            }
+            _ => {
+                let e = self.expr()?;
+                if self.eat(&Tok::Assign) {
+                    let value = self.expr()?;
+                    StmtKind::Assign { place: e, value }
+                } else if self.eat(&Tok::Arrow) {
+                    let channel = self.expr()?;
+                    if self.at(&Tok::Arrow) {
+                        return Err(self.error(
+                            Diagnostic::error(
+                                "E0005",
+                                "a statement sends to one channel",
+                                self.span(),
+                            )
+                            .hint("chains such as `c => f() => d` are process rules; in a function, call `f` and send its result"),
+                        ));
+                    }
+                    StmtKind::Send { value: e, channel }
+                } else {
+                    StmtKind::Expr(e)
+                }
+            }
+        };
+        let span = start.to(self.prev_span());
+        // A statement that ended with a nested block (a `foldt` body)
+        // has already consumed its line end.
+        if !self.prev_ended_line() {
+            self.newline()?;
+        }
+        Ok(Stmt { kind, span })
+    }
+
+    // ---- expressions ----
+
+    fn expr(&mut self) -> PResult<Expr> {
+        self.expr_bp(0)
+    }
+
+    fn binop(&self) -> Option<BinOp> {
+        Some(match self.tok() {
+            Tok::Or => BinOp::Or,
+            Tok::And => BinOp::And,
+            Tok::Eq => BinOp::Eq,
+            Tok::Ne => BinOp::Ne,
+            Tok::Lt => BinOp::Lt,
+            Tok::Le => BinOp::Le,
+            Tok::Gt => BinOp::Gt,
+            Tok::Ge => BinOp::Ge,
+            Tok::Plus => BinOp::Add,
+            Tok::Minus => BinOp::Sub,
+            Tok::Star => BinOp::Mul,
+            Tok::Slash => BinOp::Div,
+            Tok::Mod => BinOp::Mod,
+            _ => return None,
+        })
+    }
+
+    /// Precedence climbing; every binary operator is left-associative.
+    fn expr_bp(&mut self, min: u8) -> PResult<Expr> {
+        let mut lhs = self.prefix()?;
+        while let Some(op) = self.binop() {
+            let prec = op.precedence();
+            if prec <= min {
+                break;
+            }
+            self.bump();
+            let rhs = self.expr_bp(prec)?;
+            lhs = Expr {
+                span: lhs.span.to(rhs.span),
+                kind: ExprKind::Binary(op, Box::new(lhs), Box::new(rhs)),
+            };
+        }
+        Ok(lhs)
+    }
+
+    fn prefix(&mut self) -> PResult<Expr> {
+        let start = self.span();
+        let (op, prec) = match self.tok() {
+            Tok::Not => (UnOp::Not, NOT_PRECEDENCE),
+            Tok::Minus => (UnOp::Neg, NEG_PRECEDENCE),
+            _ => return self.postfix(),
+        };
+        self.bump();
+        let e = self.expr_bp(prec - 1)?;
+        Ok(Expr {
+            span: start.to(e.span),
+            kind: ExprKind::Unary(op, Box::new(e)),
+        })
+    }
+
+    fn postfix(&mut self) -> PResult<Expr> {
+        let mut e = self.primary()?;
+        loop {
+            if self.eat(&Tok::Dot) {
+                let field = if self.at(&Tok::Underscore) {
+                    Ident::new("_", self.bump().span)
+                } else {
+                    self.ident("a field name")?
+                };
+                e = Expr {
+                    span: e.span.to(field.span),
+                    kind: ExprKind::Field(Box::new(e), field),
+                };
+            } else if self.eat(&Tok::LBracket) {
+                let index = self.expr()?;
+                self.expect(&Tok::RBracket, "`]`")?;
+                e = Expr {
+                    span: e.span.to(self.prev_span()),
+                    kind: ExprKind::Index(Box::new(e), Box::new(index)),
+                };
+            } else {
+                return Ok(e);
+            }
+        }
+    }
+
+    fn args(&mut self, close: Tok, wanted: &str) -> PResult<Vec<Expr>> {
+        let mut args = Vec::new();
+        while !self.at(&close) {
+            args.push(self.expr()?);
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+        }
+        self.expect(&close, wanted)?;
+        Ok(args)
+    }
+
+    fn primary(&mut self) -> PResult<Expr> {
+        let start = self.span();
+        let kind = match self.tok().clone() {
+            Tok::Int { value, hex } => {
+                self.bump();
+                ExprKind::Int { value, hex }
+            }
+            Tok::Str(s) => {
+                self.bump();
+                ExprKind::Str(s)
+            }
+            Tok::True => {
+                self.bump();
+                ExprKind::Bool(true)
+            }
+            Tok::False => {
+                self.bump();
+                ExprKind::Bool(false)
+            }
+            Tok::None => {
+                self.bump();
+                ExprKind::None
+            }
+            Tok::Underscore => {
+                self.bump();
+                ExprKind::Anonymous
+            }
+            Tok::Ident(_) => {
+                let id = self.ident("a name")?;
+                if self.eat(&Tok::LParen) {
+                    let args = self.args(Tok::RParen, "`,` or `)`")?;
+                    ExprKind::Call(id, args)
+                } else {
+                    ExprKind::Var(id)
+                }
+            }
+            Tok::LParen => {
+                self.bump();
+                let mut es = self.args(Tok::RParen, "`,` or `)`")?;
+                if es.len() == 1 {
+                    let mut e = es.pop().unwrap();
+                    e.span = start.to(self.prev_span());
+                    return Ok(e);
+                }
+                ExprKind::Tuple(es)
+            }
+            Tok::LBracket => {
+                self.bump();
+                ExprKind::List(self.args(Tok::RBracket, "`,` or `]`")?)
+            }
+            Tok::Foldt => return self.foldt(),
+            _ => return Err(self.unexpected("an expression")),
+        };
+        Ok(Expr {
+            kind,
+            span: start.to(self.prev_span()),
+        })
+    }
+
+    fn foldt(&mut self) -> PResult<Expr> {
+        let start = self.bump().span;
+        self.expect(&Tok::On, "`on` and the channels to merge")?;
+        let channels = self.postfix()?;
+        // `ordering` may continue on an indented line of its own.
+        let continued = self.at(&Tok::Newline)
+            && self.nth(1) == &Tok::Indent
+            && self.nth(2) == &Tok::Ordering;
+        if continued {
+            self.bump();
+            self.bump();
+        }
+        self.expect(&Tok::Ordering, "`ordering`")?;
+        let elem = self.ident("the element's name")?;
+        let left = self.ident("a name for the left value")?;
+        self.expect(&Tok::Comma, "`,`")?;
+        let right = self.ident("a name for the right value")?;
+        self.expect(&Tok::By, "`by`")?;
+        let by = self.ident("the element's name")?;
+        if by.name != elem.name {
+            return Err(self.error(
+                Diagnostic::error(
+                    "E0005",
+                    format!("`foldt` orders by a field of `{}`", elem.name),
+                    by.span,
+                )
+                .label(format!("expected `{}`", elem.name)),
+            ));
+        }
+        self.expect(&Tok::Dot, "`.` and the ordering field")?;
+        let order_field = self.ident("the ordering field")?;
+        self.expect(&Tok::As, "`as` and a name for the key")?;
+        let key = self.ident("a name for the key")?;
+        self.expect(&Tok::Colon, "`:`")?;
+        let body = self.block()?;
+        if continued && !self.eat(&Tok::Dedent) {
+            return Err(self.unexpected("the end of `foldt`"));
+        }
+        Ok(Expr {
+            span: start.to(body.span),
+            kind: ExprKind::Foldt(Box::new(Foldt {
+                channels,
+                elem,
+                left,
+                right,
+                order_field,
+                key,
+                body,
+            })),
+        })
+    }
+}
