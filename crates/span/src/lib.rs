@@ -85,7 +85,10 @@ impl SourceFile {
         };
         let start = self.line_starts[line] as usize;
         let end = (offset as usize).min(self.text.len());
-        let col = self.text.get(start..end).map_or(end - start, |s| s.chars().count());
+        let col = self
+            .text
+            .get(start..end)
+            .map_or(end - start, |s| s.chars().count());
         LineCol {
             line: line + 1,
             col: col + 1,

@@ -204,9 +204,15 @@ pub enum StmtKind {
         value: Expr,
     },
     /// `place := value`, where place is a state variable or `dict[key]`.
-    Assign { place: Expr, value: Expr },
+    Assign {
+        place: Expr,
+        value: Expr,
+    },
     /// `value => channel`.
-    Send { value: Expr, channel: Expr },
+    Send {
+        value: Expr,
+        channel: Expr,
+    },
     If {
         cond: Expr,
         then: Block,
@@ -224,7 +230,10 @@ pub struct Expr {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ExprKind {
     /// An integer literal; `hex` records how it was written, for `fmt`.
-    Int { value: u64, hex: bool },
+    Int {
+        value: u64,
+        hex: bool,
+    },
     Str(String),
     Bool(bool),
     None,
@@ -438,7 +447,11 @@ impl Block {
                     }
                     value.erase_spans();
                 }
-                StmtKind::Assign { place: a, value: b } | StmtKind::Send { value: a, channel: b } => {
+                StmtKind::Assign { place: a, value: b }
+                | StmtKind::Send {
+                    value: a,
+                    channel: b,
+                } => {
                     a.erase_spans();
                     b.erase_spans();
                 }

@@ -66,10 +66,9 @@ fn proc_decl(out: &mut String, p: &ProcDecl) {
                     StateScope::Global => "global",
                     StateScope::Local => "local",
                 };
-                let ty = s
-                    .ty
-                    .as_ref()
-                    .map_or(String::new(), |t| format!(": {}", type_expr(t)));
+                let ty =
+                    s.ty.as_ref()
+                        .map_or(String::new(), |t| format!(": {}", type_expr(t)));
                 let _ = write!(out, "{INDENT}{scope} {}{ty} := ", s.name.name);
                 expr_line(out, &s.init, 1);
             }
@@ -157,7 +156,12 @@ fn stmt(out: &mut String, s: &Stmt, depth: usize) {
             expr_line(out, value, depth);
         }
         StmtKind::Send { value, channel } => {
-            let _ = writeln!(out, "{} => {}", expr(value, 0, depth), expr(channel, 0, depth));
+            let _ = writeln!(
+                out,
+                "{} => {}",
+                expr(value, 0, depth),
+                expr(channel, 0, depth)
+            );
         }
         StmtKind::If {
             cond,
@@ -174,12 +178,11 @@ fn if_stmt(out: &mut String, cond: &Expr, then: &Block, otherwise: Option<&Block
     let Some(other) = otherwise else { return };
     indent(out, depth);
     if let [Stmt {
-        kind:
-            StmtKind::If {
-                cond,
-                then,
-                otherwise,
-            },
+        kind: StmtKind::If {
+            cond,
+            then,
+            otherwise,
+        },
         ..
     }] = other.stmts.as_slice()
     {
@@ -203,6 +206,15 @@ fn chan(c: &ChanType) -> String {
     format!("{}/{}", side(&c.input), side(&c.output))
 }
 
+/// A type just before a closing `>`: `a/-` is parenthesised, as `->` would
+/// lex as an arrow.
+fn type_arg(t: &TypeExpr) -> String {
+    match &t.kind {
+        TypeKind::Chan(ChanType { output: None, .. }) => type_atom(t),
+        _ => type_expr(t),
+    }
+}
+
 fn type_atom(t: &TypeExpr) -> String {
     let base = match &t.kind {
         TypeKind::Integer => "integer".to_string(),
@@ -210,12 +222,12 @@ fn type_atom(t: &TypeExpr) -> String {
         TypeKind::Bytes => "bytes".to_string(),
         TypeKind::Bool => "bool".to_string(),
         TypeKind::Named(n) => n.name.clone(),
-        TypeKind::List(e) => format!("list<{}>", type_expr(e)),
+        TypeKind::List(e) => format!("list<{}>", type_arg(e)),
         TypeKind::Tuple(ts) => {
             let items: Vec<String> = ts.iter().map(type_expr).collect();
             format!("({})", items.join(", "))
         }
-        TypeKind::Dict(k, v) => format!("dict<{}*{}>", type_expr(k), type_expr(v)),
+        TypeKind::Dict(k, v) => format!("dict<{}*{}>", type_expr(k), type_arg(v)),
         TypeKind::Ref(inner) => format!("ref {}", type_atom(inner)),
         TypeKind::Chan(c) => format!("({})", chan(c)),
         TypeKind::ChanArray(c) => format!("[{}]", chan(c)),

@@ -10,7 +10,10 @@ use flick_span::{Diagnostic, Span};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Tok {
     Ident(String),
-    Int { value: u64, hex: bool },
+    Int {
+        value: u64,
+        hex: bool,
+    },
     Str(String),
     // Keywords.
     Type,
@@ -48,11 +51,11 @@ pub enum Tok {
     Dot,
     Underscore,
     Bar,
-    Assign,   // :=
-    Arrow,    // =>
-    RArrow,   // ->
-    Eq,       // =
-    Ne,       // <>
+    Assign, // :=
+    Arrow,  // =>
+    RArrow, // ->
+    Eq,     // =
+    Ne,     // <>
     Lt,
     Le,
     Gt,
@@ -242,10 +245,7 @@ impl Lexer<'_> {
             }
         }
         let end = self.bytes.len();
-        if !matches!(
-            self.toks.last().map(|t| &t.tok),
-            None | Some(Tok::Newline)
-        ) {
+        if !matches!(self.toks.last().map(|t| &t.tok), None | Some(Tok::Newline)) {
             self.toks.push(Token {
                 tok: Tok::Newline,
                 span: Span::new(end, end),
@@ -386,8 +386,12 @@ impl Lexer<'_> {
                 }
                 0 | b'\n' if self.pos >= self.bytes.len() || self.peek(0) == b'\n' => {
                     self.diags.push(
-                        Diagnostic::error("E0001", "unterminated string", Span::new(start, self.pos))
-                            .hint("close the string with `\"` on the same line"),
+                        Diagnostic::error(
+                            "E0001",
+                            "unterminated string",
+                            Span::new(start, self.pos),
+                        )
+                        .hint("close the string with `\"` on the same line"),
                     );
                     break;
                 }

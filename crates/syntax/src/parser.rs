@@ -267,8 +267,12 @@ impl Parser {
         self.newline()?;
         if !self.eat(&Tok::Indent) {
             return Err(self.error(
-                Diagnostic::error("E0006", format!("process `{}` has no body", name.name), name.span)
-                    .hint("write the process's rules on indented lines below its signature"),
+                Diagnostic::error(
+                    "E0006",
+                    format!("process `{}` has no body", name.name),
+                    name.span,
+                )
+                .hint("write the process's rules on indented lines below its signature"),
             ));
         }
         let params = match params {
@@ -429,16 +433,24 @@ impl Parser {
         }
         if self.at(&Tok::Ellipsis) {
             return Err(self.error(
-                Diagnostic::error("E0006", format!("function `{}` has no body", name.name), self.span())
-                    .label("`...` is not a body")
-                    .hint("write the function's statements on indented lines below its signature"),
+                Diagnostic::error(
+                    "E0006",
+                    format!("function `{}` has no body", name.name),
+                    self.span(),
+                )
+                .label("`...` is not a body")
+                .hint("write the function's statements on indented lines below its signature"),
             ));
         }
         self.newline()?;
         if !self.eat(&Tok::Indent) {
             return Err(self.error(
-                Diagnostic::error("E0006", format!("function `{}` has no body", name.name), name.span)
-                    .hint("write the function's statements on indented lines below its signature"),
+                Diagnostic::error(
+                    "E0006",
+                    format!("function `{}` has no body", name.name),
+                    name.span,
+                )
+                .hint("write the function's statements on indented lines below its signature"),
             ));
         }
         let (params, results) = match header {
@@ -756,7 +768,9 @@ impl Parser {
         let mut lhs = self.prefix()?;
         while let Some(op) = self.binop() {
             let prec = op.precedence();
-            if prec <= min {
+            // After a `foldt`, whose block ended the line, a `-` starts
+            // the next statement.
+            if prec <= min || self.prev_ended_line() {
                 break;
             }
             self.bump();
@@ -787,6 +801,11 @@ impl Parser {
     fn postfix(&mut self) -> PResult<Expr> {
         let mut e = self.primary()?;
         loop {
+            // After a `foldt`, whose block ended the line, a `[` starts the
+            // next statement.
+            if self.prev_ended_line() {
+                return Ok(e);
+            }
             if self.eat(&Tok::Dot) {
                 let field = if self.at(&Tok::Underscore) {
                     Ident::new("_", self.bump().span)
@@ -886,9 +905,8 @@ impl Parser {
         self.expect(&Tok::On, "`on` and the channels to merge")?;
         let channels = self.postfix()?;
         // `ordering` may continue on an indented line of its own.
-        let continued = self.at(&Tok::Newline)
-            && self.nth(1) == &Tok::Indent
-            && self.nth(2) == &Tok::Ordering;
+        let continued =
+            self.at(&Tok::Newline) && self.nth(1) == &Tok::Indent && self.nth(2) == &Tok::Ordering;
         if continued {
             self.bump();
             self.bump();

@@ -1,0 +1,227 @@
+//! Static resource bounds: the memory one process instance can hold and the
+//! operations one input message can cost.
+//!
+//! The cost model counts one operation per expression node, statement and
+//! rule step; a call costs its body; `fold`, `map` and `filter` cost their
+//! function once per element of the list's maximum length; `foldt` costs its
+//! body once per channel of the array. Memory counts, per instance, one
+//! message in flight in each direction of each channel, the `local` state,
+//! and every value a handler binds with `let` (in the functions it calls
+//! too). Programs are checked free of recursion before bounds are computed,
+//! so every walk here ends.
+
+use crate::checker::Checker;
+use crate::program::{Process, ProcessBounds};
+use crate::types::Ty;
+use flick_syntax::ast::*;
+use flick_syntax::format_expr;
+use std::collections::HashMap;
+
+/// Cost and working memory of a piece of code.
+#[derive(Clone, Copy, Default)]
+struct Cost {
+    ops: u64,
+    bytes: u64,
+}
+
+impl Cost {
+    fn add(self, o: Cost) -> Cost {
+        Cost {
+            ops: self.ops.saturating_add(o.ops),
+            bytes: self.bytes.saturating_add(o.bytes),
+        }
+    }
+
+    fn op(self) -> Cost {
+        Cost {
+            ops: self.ops.saturating_add(1),
+            bytes: self.bytes,
+        }
+    }
+}
+
+impl Checker<'_> {
+    pub(crate) fn bounds(&mut self, p: &ProcDecl, info: &Process) -> ProcessBounds {
+        let mut b = ProcessBounds::default();
+        for (name, ty) in &info.channels {
+            let (c, count) = match ty {
+                Ty::Chan(c) => (c, 1),
+                Ty::ChanArray(c, n) => (c, *n),
+                _ => continue,
+            };
+            let inb = c.input.as_ref().map_or(0, |t| self.value_bytes(t));
+            let outb = c.output.as_ref().map_or(0, |t| self.value_bytes(t));
+            let bytes = inb.saturating_add(outb).saturating_mul(count);
+            let what = if count > 1 {
+                format!("channels {name} ({count} x one message each way)")
+            } else {
+                format!("channel {name} (one message each way)")
+            };
+            b.instance_parts.push((what, bytes));
+        }
+        for s in &info.state {
+            let bytes = self.value_bytes(&s.ty);
+            match s.scope {
+                StateScope::Global => b.global_bytes = b.global_bytes.saturating_add(bytes),
+                StateScope::Local => b.instance_parts.push((format!("local {}", s.name), bytes)),
+            }
+        }
+        let mut memo = HashMap::new();
+        let mut working = 0u64;
+        for item in &p.items {
+            let (label, cost) = match item {
+                ProcItem::State(_) => continue,
+                ProcItem::Rule(r) => {
+                    let mut label = format_expr(&r.source, 0, 0);
+                    let mut c = self.cost_expr(&r.source, &mut memo);
+                    for step in &r.steps {
+                        label.push_str(" => ");
+                        label.push_str(&format_expr(step, 0, 0));
+                        c = c.add(match &step.kind {
+                            ExprKind::Call(f, args) => self.call_cost(f, args, &mut memo),
+                            _ => self.cost_expr(step, &mut memo).op(),
+                        });
+                    }
+                    (label, c)
+                }
+                ProcItem::Guarded(g) => (
+                    format!("if {}", format_expr(&g.cond, 0, 0)),
+                    self.cost_expr(&g.cond, &mut memo)
+                        .add(self.cost_block(&g.body, &mut memo)),
+                ),
+                ProcItem::Handler(h) => {
+                    let index = h
+                        .index
+                        .as_ref()
+                        .map_or(String::new(), |i| format!("[{}]", i.name));
+                    (
+                        format!("on {}({}{index})", h.event.name, h.channel.name),
+                        self.cost_block(&h.body, &mut memo),
+                    )
+                }
+            };
+            working = working.max(cost.bytes);
+            b.rule_ops.push((label, cost.ops));
+        }
+        b.instance_parts
+            .push(("values bound while handling a message".into(), working));
+        b.instance_bytes = b
+            .instance_parts
+            .iter()
+            .fold(0u64, |acc, (_, n)| acc.saturating_add(*n));
+        b
+    }
+
+    fn fun_cost(&mut self, id: usize, memo: &mut HashMap<usize, Cost>) -> Cost {
+        if let Some(c) = memo.get(&id) {
+            return *c;
+        }
+        let body = &self.fun_decls[id].body;
+        let c = self.cost_block(body, memo);
+        memo.insert(id, c);
+        c
+    }
+
+    fn cost_block(&mut self, b: &Block, memo: &mut HashMap<usize, Cost>) -> Cost {
+        let mut total = Cost::default();
+        for s in &b.stmts {
+            let c = match &s.kind {
+                StmtKind::Let { value, .. } => {
+                    let ty = self
+                        .out
+                        .expr_types
+                        .get(&value.span)
+                        .cloned()
+                        .unwrap_or(Ty::Error);
+                    let bound = Cost {
+                        ops: 1,
+                        bytes: self.value_bytes(&ty),
+                    };
+                    self.cost_expr(value, memo).add(bound)
+                }
+                StmtKind::Assign { place: a, value: b }
+                | StmtKind::Send {
+                    value: a,
+                    channel: b,
+                } => self.cost_expr(a, memo).add(self.cost_expr(b, memo)).op(),
+                StmtKind::If {
+                    cond,
+                    then,
+                    otherwise,
+                } => {
+                    let t = self.cost_block(then, memo);
+                    let o = otherwise
+                        .as_ref()
+                        .map_or(Cost::default(), |o| self.cost_block(o, memo));
+                    let branch = Cost {
+                        ops: t.ops.max(o.ops),
+                        bytes: t.bytes.max(o.bytes),
+                    };
+                    self.cost_expr(cond, memo).add(branch)
+                }
+                StmtKind::Expr(e) => self.cost_expr(e, memo),
+            };
+            total = total.add(c);
+        }
+        total
+    }
+
+    fn call_cost(&mut self, f: &Ident, args: &[Expr], memo: &mut HashMap<usize, Cost>) -> Cost {
+        let mut c = Cost { ops: 1, bytes: 0 };
+        for a in args {
+            c = c.add(self.cost_expr(a, memo));
+        }
+        if let Some(&id) = self.fun_ids.get(&f.name) {
+            return c.add(self.fun_cost(id, memo));
+        }
+        if matches!(f.name.as_str(), "fold" | "map" | "filter") {
+            let list = args.last().expect("checked arity");
+            let n = match self.out.expr_types.get(&list.span) {
+                Some(Ty::List(_, n)) => *n,
+                _ => 0,
+            };
+            if let Some(&id) = args.first().and_then(|a| match &a.kind {
+                ExprKind::Var(v) => self.fun_ids.get(&v.name),
+                _ => None,
+            }) {
+                let body = self.fun_cost(id, memo);
+                c = c.add(Cost {
+                    ops: n.saturating_mul(body.ops.saturating_add(1)),
+                    bytes: body.bytes,
+                });
+            }
+        }
+        c
+    }
+
+    fn cost_expr(&mut self, e: &Expr, memo: &mut HashMap<usize, Cost>) -> Cost {
+        let one = Cost { ops: 1, bytes: 0 };
+        match &e.kind {
+            ExprKind::Int { .. }
+            | ExprKind::Str(_)
+            | ExprKind::Bool(_)
+            | ExprKind::None
+            | ExprKind::Var(_)
+            | ExprKind::Anonymous => one,
+            ExprKind::Unary(_, x) | ExprKind::Field(x, _) => self.cost_expr(x, memo).op(),
+            ExprKind::Binary(_, a, b) | ExprKind::Index(a, b) => {
+                self.cost_expr(a, memo).add(self.cost_expr(b, memo)).op()
+            }
+            ExprKind::Call(f, args) => self.call_cost(f, args, memo),
+            ExprKind::Tuple(es) | ExprKind::List(es) => es
+                .iter()
+                .fold(one, |acc, x| acc.add(self.cost_expr(x, memo))),
+            ExprKind::Foldt(f) => {
+                let n = match self.out.expr_types.get(&f.channels.span) {
+                    Some(Ty::ChanArray(_, n)) => *n,
+                    _ => 0,
+                };
+                let body = self.cost_block(&f.body, memo);
+                self.cost_expr(&f.channels, memo).op().add(Cost {
+                    ops: n.saturating_mul(body.ops.saturating_add(1)),
+                    bytes: body.bytes,
+                })
+            }
+        }
+    }
+}
