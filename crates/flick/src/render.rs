@@ -72,7 +72,7 @@ pub fn render(file: &SourceFile, diags: &[Diagnostic], color: bool) -> String {
     };
     let theme = GraphicalTheme { characters, styles };
     let handler = GraphicalReportHandler::new_themed(theme)
-        .with_width(100)
+        .with_width(160)
         .with_links(false);
     let mut out = String::new();
     for d in diags {

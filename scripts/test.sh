@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what the tests need and runs all of them. `.ci/run` calls this,
+# on a clean clone with CI=true and no input.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# --- what the tests need -------------------------------------------------
+if command -v rustup >/dev/null; then
+    rustup component add rustfmt clippy >/dev/null 2>&1 || true
+fi
+
+# --- the tests -------------------------------------------------------------
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+echo "== cargo test"
+cargo test --workspace --quiet
+
+echo "== the examples check and are canonically formatted"
+cargo build --release --quiet
+for program in examples/*.flick; do
+    target/release/flick check "$program"
+done
+if target/release/flick check examples/errors/*.flick 2>/dev/null; then
+    echo "examples/errors/ should be rejected" >&2
+    exit 1
+fi
+
+echo "all tests passed"
