@@ -31,9 +31,30 @@ pub fn check(program: &Program) -> (CheckedProgram, Vec<Diagnostic>) {
 }
 
 /// Parses and checks a source text: the whole front end in one call.
+/// Syntax errors, when there are any, are the only ones reported.
 pub fn check_source(src: &str) -> (CheckedProgram, Vec<Diagnostic>) {
-    let (program, mut diags) = flick_syntax::parse(src);
+    let (program, diags) = flick_syntax::parse(src);
     let (checked, more) = check(&program);
-    diags.extend(more);
-    (checked, diags)
+    // The checker still runs on what parsed, but after a syntax error its
+    // findings are mostly echoes of it (a name whose `let` did not parse).
+    if diags.is_empty() {
+        (checked, more)
+    } else {
+        (checked, diags)
+    }
+}
+
+/// A program that did not pass the front end, with every reason.
+#[derive(Debug, thiserror::Error)]
+#[error("the program has {} error(s)", .diagnostics.len())]
+pub struct Rejected {
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// The front end as a `Result`: the checked program, or why it was rejected.
+pub fn front_end(src: &str) -> Result<CheckedProgram, Rejected> {
+    match check_source(src) {
+        (checked, diagnostics) if diagnostics.is_empty() => Ok(checked),
+        (_, diagnostics) => Err(Rejected { diagnostics }),
+    }
 }

@@ -84,12 +84,12 @@ fn main() -> ExitCode {
                 Ok(f) => f,
                 Err(code) => return code,
             };
-            let (program, diags) = flick_syntax::parse(&file.text);
+            let (program, comments, diags) = flick_syntax::parse_with_comments(&file.text);
             if !diags.is_empty() {
                 eprint!("{}", render(&file, &diags, color));
                 return ExitCode::FAILURE;
             }
-            let text = flick_syntax::format_program(&program);
+            let text = flick_syntax::format_with_comments(&program, &comments);
             if check {
                 if text != file.text {
                     eprintln!("{path}: not in canonical layout (run `flick fmt {path}`)");

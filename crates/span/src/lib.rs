@@ -6,8 +6,6 @@
 //! It must not render diagnostics for a terminal or read files: rendering is
 //! the CLI's job, so that libraries stay pure and errors stay data.
 
-use std::fmt;
-
 /// A half-open byte range `start..end` in one source text.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Span {
@@ -110,7 +108,8 @@ pub struct Label {
 }
 
 /// One problem found in a source text: what, where, and how to fix it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
 pub struct Diagnostic {
     pub severity: Severity,
     /// A stable code such as `E0301`, documented in `docs/language.md`.
@@ -157,12 +156,6 @@ impl Diagnostic {
 
     pub fn span(&self) -> Span {
         self.labels[0].span
-    }
-}
-
-impl fmt::Display for Diagnostic {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
     }
 }
 

@@ -22,6 +22,15 @@ impl Ident {
     }
 }
 
+/// A `#` comment, kept out of the tree so that trees compare by meaning;
+/// `flick fmt` puts comments back before the node that followed them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Comment {
+    pub span: Span,
+    /// The comment's text from `#` to the end of its line.
+    pub text: String,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Program {
     pub decls: Vec<Decl>,

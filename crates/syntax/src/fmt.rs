@@ -5,35 +5,97 @@
 //! output gives back the same tree (see the round-trip property test).
 
 use crate::ast::*;
+use flick_span::Span;
 use std::fmt::Write;
 
 const INDENT: &str = "  ";
 /// Precedence of atoms and postfix expressions: never parenthesised.
 const ATOM: u8 = 10;
 
+/// The text being written, and the source's comments still to be placed.
+struct Out<'c> {
+    text: String,
+    comments: &'c [Comment],
+    next: usize,
+}
+
+impl Out<'_> {
+    fn push(&mut self, c: char) {
+        self.text.push(c);
+    }
+
+    fn push_str(&mut self, s: &str) {
+        self.text.push_str(s);
+    }
+
+    /// Writes, each on its own line, the comments that came before `at`.
+    fn comments_before(&mut self, at: Span, depth: usize) {
+        while let Some(c) = self.comments.get(self.next) {
+            if c.span.start >= at.start {
+                return;
+            }
+            indent(self, depth);
+            self.text.push_str(&c.text);
+            self.text.push('\n');
+            self.next += 1;
+        }
+    }
+}
+
+impl Write for Out<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.text.push_str(s);
+        Ok(())
+    }
+}
+
 pub fn format_program(p: &Program) -> String {
-    let mut out = String::new();
+    format_with_comments(p, &[])
+}
+
+/// Formats `p`, putting each comment (from [`parse_with_comments`]) on a
+/// line of its own before the declaration, field, rule or statement that
+/// followed it in the source.
+///
+/// [`parse_with_comments`]: crate::parse_with_comments
+pub fn format_with_comments(p: &Program, comments: &[Comment]) -> String {
+    let mut out = Out {
+        text: String::new(),
+        comments,
+        next: 0,
+    };
+    let out = &mut out;
     for (i, d) in p.decls.iter().enumerate() {
         if i > 0 {
             out.push('\n');
         }
+        let span = match d {
+            Decl::Grammar(g) => g.span,
+            Decl::Type(t) => t.span,
+            Decl::Proc(p) => p.span,
+            Decl::Fun(f) => f.span,
+        };
+        out.comments_before(span, 0);
         match d {
             Decl::Grammar(g) => {
                 let _ = writeln!(out, "grammar {}", g.name.name);
             }
-            Decl::Type(t) => type_decl(&mut out, t),
-            Decl::Proc(p) => proc_decl(&mut out, p),
-            Decl::Fun(f) => fun_decl(&mut out, f),
+            Decl::Type(t) => type_decl(out, t),
+            Decl::Proc(p) => proc_decl(out, p),
+            Decl::Fun(f) => fun_decl(out, f),
         }
     }
-    out
+    // Comments after the last declaration close the file.
+    out.comments_before(Span { start: u32::MAX, end: u32::MAX }, 0);
+    out.text.clone()
 }
 
-fn type_decl(out: &mut String, t: &TypeDecl) {
+fn type_decl(out: &mut Out, t: &TypeDecl) {
     match &t.body {
         TypeBody::Record(fields) => {
             let _ = writeln!(out, "type {}: record", t.name.name);
             for f in fields {
+                out.comments_before(f.span, 1);
                 let name = f.name.as_ref().map_or("_", |n| n.name.as_str());
                 let _ = writeln!(out, "{INDENT}{name} : {}", type_expr(&f.ty));
             }
@@ -57,9 +119,17 @@ fn params(ps: &[Param]) -> String {
     format!("({})", items.join(", "))
 }
 
-fn proc_decl(out: &mut String, p: &ProcDecl) {
-    let _ = writeln!(out, "proc {}: {}", p.name.name, params(&p.params));
+fn proc_decl(out: &mut Out, p: &ProcDecl) {
+    let sep = signature_separator(p.items.is_empty());
+    let _ = writeln!(out, "proc {}:{sep}{}", p.name.name, params(&p.params));
     for item in &p.items {
+        let span = match item {
+            ProcItem::State(s) => s.span,
+            ProcItem::Rule(r) => r.span,
+            ProcItem::Guarded(g) => g.span,
+            ProcItem::Handler(h) => h.span,
+        };
+        out.comments_before(span, 1);
         match item {
             ProcItem::State(s) => {
                 let scope = match s.scope {
@@ -99,11 +169,12 @@ fn proc_decl(out: &mut String, p: &ProcDecl) {
     }
 }
 
-fn fun_decl(out: &mut String, f: &FunDecl) {
+fn fun_decl(out: &mut Out, f: &FunDecl) {
     let results: Vec<String> = f.results.iter().map(type_expr).collect();
+    let sep = signature_separator(f.body.stmts.is_empty());
     let _ = writeln!(
         out,
-        "fun {}: {} -> ({})",
+        "fun {}:{sep}{} -> ({})",
         f.name.name,
         params(&f.params),
         results.join(", ")
@@ -111,13 +182,24 @@ fn fun_decl(out: &mut String, f: &FunDecl) {
     block(out, &f.body, 1);
 }
 
-fn block(out: &mut String, b: &Block, depth: usize) {
+/// What separates a declaration's name from its signature. With an empty
+/// body, the signature goes on an indented line of its own: a declaration
+/// with nothing indented below it has no body and does not parse.
+fn signature_separator(empty_body: bool) -> String {
+    if empty_body {
+        format!("\n{INDENT}")
+    } else {
+        " ".to_string()
+    }
+}
+
+fn block(out: &mut Out, b: &Block, depth: usize) {
     for s in &b.stmts {
         stmt(out, s, depth);
     }
 }
 
-fn indent(out: &mut String, depth: usize) {
+fn indent(out: &mut Out, depth: usize) {
     for _ in 0..depth {
         out.push_str(INDENT);
     }
@@ -125,7 +207,7 @@ fn indent(out: &mut String, depth: usize) {
 
 /// Writes an expression that ends a line; a `foldt` continues on the
 /// indented lines that follow.
-fn expr_line(out: &mut String, e: &Expr, depth: usize) {
+fn expr_line(out: &mut Out, e: &Expr, depth: usize) {
     if let ExprKind::Foldt(f) = &e.kind {
         let _ = writeln!(out, "foldt on {}", expr(&f.channels, ATOM, depth));
         indent(out, depth + 1);
@@ -141,7 +223,8 @@ fn expr_line(out: &mut String, e: &Expr, depth: usize) {
     }
 }
 
-fn stmt(out: &mut String, s: &Stmt, depth: usize) {
+fn stmt(out: &mut Out, s: &Stmt, depth: usize) {
+    out.comments_before(s.span, depth);
     indent(out, depth);
     match &s.kind {
         StmtKind::Let { name, ty, value } => {
@@ -172,7 +255,7 @@ fn stmt(out: &mut String, s: &Stmt, depth: usize) {
     }
 }
 
-fn if_stmt(out: &mut String, cond: &Expr, then: &Block, otherwise: Option<&Block>, depth: usize) {
+fn if_stmt(out: &mut Out, cond: &Expr, then: &Block, otherwise: Option<&Block>, depth: usize) {
     let _ = writeln!(out, "if {}:", expr(cond, 0, depth));
     block(out, then, depth + 1);
     let Some(other) = otherwise else { return };
@@ -293,9 +376,13 @@ pub fn expr(e: &Expr, min: u8, depth: usize) -> String {
         ExprKind::Tuple(es) => format!("({})", list(es, depth)),
         ExprKind::List(es) => format!("[{}]", list(es, depth)),
         ExprKind::Foldt(_) => {
-            let mut s = String::new();
+            let mut s = Out {
+                text: String::new(),
+                comments: &[],
+                next: 0,
+            };
             expr_line(&mut s, e, depth);
-            s.trim_end().to_string()
+            s.text.trim_end().to_string()
         }
     };
     if precedence(e) < min {

@@ -5,6 +5,7 @@
 //! and every logical line ends with `Newline`. Inside brackets line breaks
 //! and indentation are ignored, so long signatures may wrap freely.
 
+use crate::ast::Comment;
 use flick_span::{Diagnostic, Span};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -179,18 +180,19 @@ fn keyword(word: &str) -> Option<Tok> {
 
 /// Splits `src` into tokens. Lexical errors are reported and skipped, so
 /// the parser always receives a well-formed layout (balanced indents).
-pub fn lex(src: &str) -> (Vec<Token>, Vec<Diagnostic>) {
+pub fn lex(src: &str) -> (Vec<Token>, Vec<Comment>, Vec<Diagnostic>) {
     let mut lx = Lexer {
         src,
         bytes: src.as_bytes(),
         pos: 0,
         toks: Vec::new(),
+        comments: Vec::new(),
         diags: Vec::new(),
         indents: vec![0],
         depth: 0,
     };
     lx.run();
-    (lx.toks, lx.diags)
+    (lx.toks, lx.comments, lx.diags)
 }
 
 struct Lexer<'a> {
@@ -198,6 +200,7 @@ struct Lexer<'a> {
     bytes: &'a [u8],
     pos: usize,
     toks: Vec<Token>,
+    comments: Vec<Comment>,
     diags: Vec<Diagnostic>,
     indents: Vec<usize>,
     /// Bracket nesting; layout is suspended while it is non-zero.
@@ -333,9 +336,14 @@ impl Lexer<'_> {
     }
 
     fn skip_comment(&mut self) {
+        let start = self.pos;
         while self.pos < self.bytes.len() && self.peek(0) != b'\n' {
             self.pos += 1;
         }
+        self.comments.push(Comment {
+            span: Span::new(start, self.pos),
+            text: self.src[start..self.pos].trim_end().to_string(),
+        });
     }
 
     fn number(&mut self) {

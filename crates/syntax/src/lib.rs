@@ -10,5 +10,5 @@ mod fmt;
 mod lexer;
 mod parser;
 
-pub use fmt::{expr as format_expr, format_program, type_expr as format_type};
-pub use parser::parse;
+pub use fmt::{expr as format_expr, format_program, format_with_comments, type_expr as format_type};
+pub use parser::{parse, parse_with_comments};

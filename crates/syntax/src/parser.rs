@@ -11,14 +11,20 @@ use flick_span::{Diagnostic, Span};
 /// Parses a whole program. The tree holds every declaration that parsed;
 /// the diagnostics hold every lexical and syntax error found.
 pub fn parse(src: &str) -> (Program, Vec<Diagnostic>) {
-    let (toks, diags) = lex(src);
+    let (program, _, diags) = parse_with_comments(src);
+    (program, diags)
+}
+
+/// Parses a whole program, also returning its comments in source order.
+pub fn parse_with_comments(src: &str) -> (Program, Vec<Comment>, Vec<Diagnostic>) {
+    let (toks, comments, diags) = lex(src);
     let mut p = Parser {
         toks,
         pos: 0,
         diags,
     };
     let program = p.program();
-    (program, p.diags)
+    (program, comments, p.diags)
 }
 
 /// Marker for "an error was reported; unwind to a recovery point".
@@ -151,6 +157,36 @@ impl Parser {
         }
     }
 
+    /// Skips the rest of a broken line, and any block nested under it, so
+    /// that the enclosing block goes on with its next line.
+    fn recover_line(&mut self) {
+        let mut depth = 0usize;
+        loop {
+            match self.tok() {
+                Tok::Eof => return,
+                Tok::Newline if depth == 0 => {
+                    self.bump();
+                    // A broken header's block goes with it.
+                    if !self.at(&Tok::Indent) {
+                        return;
+                    }
+                    continue;
+                }
+                Tok::Indent => depth += 1,
+                Tok::Dedent if depth == 0 => return,
+                Tok::Dedent => {
+                    depth -= 1;
+                    if depth == 0 {
+                        self.bump();
+                        return;
+                    }
+                }
+                _ => {}
+            }
+            self.bump();
+        }
+    }
+
     fn line_start(&self) -> bool {
         self.pos == 0
             || matches!(
@@ -221,7 +257,10 @@ impl Parser {
                 if self.at(&Tok::Eof) {
                     break;
                 }
-                fields.push(self.field()?);
+                match self.field() {
+                    Ok(f) => fields.push(f),
+                    Err(Reported) => self.recover_line(),
+                }
             }
             let span = start.to(self.prev_span());
             Ok(TypeDecl {
@@ -289,7 +328,10 @@ impl Parser {
             if self.at(&Tok::Eof) {
                 break;
             }
-            items.push(self.proc_item()?);
+            match self.proc_item() {
+                Ok(item) => items.push(item),
+                Err(Reported) => self.recover_line(),
+            }
         }
         Ok(ProcDecl {
             name,
@@ -650,9 +692,13 @@ impl Parser {
             if self.at(&Tok::Eof) {
                 break;
             }
-            let s = self.stmt()?;
-            end = s.span;
-            stmts.push(s);
+            match self.stmt() {
+                Ok(s) => {
+                    end = s.span;
+                    stmts.push(s);
+                }
+                Err(Reported) => self.recover_line(),
+            }
         }
         let start = stmts.first().map_or(start, |s| s.span);
         Ok(Block {

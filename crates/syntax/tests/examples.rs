@@ -26,3 +26,22 @@ fn examples_parse_and_format_stably() {
         assert_eq!(p, q, "{name}: fmt changed the tree:\n{text}");
     }
 }
+
+#[test]
+fn fmt_keeps_every_comment_and_is_idempotent() {
+    let src = "# leading\ntype kv: record\n  # about key\n  key : string # trailing\n  value : integer\n\n\
+               proc p: ([kv/-] ms, -/kv r)\n  # rule\n  ms => r\n  on disconnect(r):\n    # inside a handler\n    None\n\n\
+               fun f: (x: integer) -> (integer)\n  # first\n  let y = x\n  y\n# at the end\n";
+    let (p, comments, diags) = flick_syntax::parse_with_comments(src);
+    assert!(diags.is_empty(), "{diags:#?}");
+    let text = flick_syntax::format_with_comments(&p, &comments);
+    for c in &comments {
+        assert!(text.contains(&c.text), "lost {:?} in:\n{text}", c.text);
+    }
+    assert!(text.contains("  # about key\n  key : string\n  # trailing\n  value"), "{text}");
+    assert!(text.contains("    # inside a handler\n    None\n"), "{text}");
+    assert!(text.ends_with("  y\n# at the end\n"), "{text}");
+    let (q, comments2, diags) = flick_syntax::parse_with_comments(&text);
+    assert!(diags.is_empty());
+    assert_eq!(flick_syntax::format_with_comments(&q, &comments2), text);
+}

@@ -249,19 +249,11 @@ fn stmt() -> BoxedStrategy<Stmt> {
         )
             .prop_map(|(c, e, l, r, f, k, b)| foldt(c, e, l, r, f, k, b));
         prop_oneof![
-            (expr(), body.clone(), option::of(body.clone()))
-                .prop_map(|(c, t, o)| if_stmt(c, t, o)),
+            (expr(), body.clone(), option::of(body.clone())).prop_map(|(c, t, o)| if_stmt(c, t, o)),
             // `else if`: the else branch is a single nested `if`.
-            (
-                expr(),
-                body.clone(),
-                expr(),
-                body.clone(),
-                option::of(body)
-            )
-                .prop_map(|(c, t, c2, t2, o)| {
-                    if_stmt(c, t, Some(block(vec![if_stmt(c2, t2, o)])))
-                }),
+            (expr(), body.clone(), expr(), body.clone(), option::of(body)).prop_map(
+                |(c, t, c2, t2, o)| { if_stmt(c, t, Some(block(vec![if_stmt(c2, t2, o)]))) }
+            ),
             (ident(), option::of(type_expr()), foldt.clone())
                 .prop_map(|(n, t, v)| let_stmt(n, t, v)),
             foldt.prop_map(|f| st(StmtKind::Expr(f))),
@@ -272,6 +264,12 @@ fn stmt() -> BoxedStrategy<Stmt> {
 
 fn body() -> impl Strategy<Value = Block> + Clone {
     vec(stmt(), 1..4).prop_map(block)
+}
+
+/// A function's body may be empty when its signature is on an indented
+/// line of its own; every other block holds a statement.
+fn fun_body() -> impl Strategy<Value = Block> + Clone {
+    prop_oneof![1 => Just(block(Vec::new())), 6 => body()]
 }
 
 fn param() -> impl Strategy<Value = Param> + Clone {
@@ -320,11 +318,8 @@ fn proc_item() -> impl Strategy<Value = ProcItem> + Clone {
 }
 
 fn decl() -> impl Strategy<Value = Decl> {
-    let field = (option::of(ident()), type_expr()).prop_map(|(name, ty)| Field {
-        name,
-        ty,
-        span: D,
-    });
+    let field =
+        (option::of(ident()), type_expr()).prop_map(|(name, ty)| Field { name, ty, span: D });
     let type_body = prop_oneof![
         vec(field, 1..4).prop_map(TypeBody::Record),
         type_expr().prop_map(TypeBody::Alias),
@@ -336,7 +331,7 @@ fn decl() -> impl Strategy<Value = Decl> {
             body,
             span: D,
         })),
-        2 => (ident(), vec(param(), 0..3), vec(proc_item(), 1..4)).prop_map(
+        2 => (ident(), vec(param(), 0..3), vec(proc_item(), 0..4)).prop_map(
             |(name, params, items)| Decl::Proc(ProcDecl {
                 name,
                 params,
@@ -344,7 +339,7 @@ fn decl() -> impl Strategy<Value = Decl> {
                 span: D,
             })
         ),
-        2 => (ident(), vec(param(), 0..3), vec(type_expr(), 0..=2), body()).prop_map(
+        2 => (ident(), vec(param(), 0..3), vec(type_expr(), 0..=2), fun_body()).prop_map(
             |(name, params, results, body)| Decl::Fun(FunDecl {
                 name,
                 params,
@@ -443,6 +438,29 @@ fn chan_with_unused_output_before_closing_angle() {
             vec![dict],
             vec![st(StmtKind::Expr(var("x")))],
         )],
+    };
+    check_round_trip(p);
+}
+
+/// A process without rules and a function without statements parse only
+/// with the signature on an indented line.
+#[test]
+fn empty_proc_and_fun() {
+    let x = Param {
+        name: id("x"),
+        ty: ty(TypeKind::Integer, vec![]),
+        span: D,
+    };
+    let p = Program {
+        decls: vec![
+            Decl::Proc(ProcDecl {
+                name: id("p"),
+                params: vec![x.clone()],
+                items: vec![],
+                span: D,
+            }),
+            fun("f", vec![x], vec![ty(TypeKind::Bool, vec![])], vec![]),
+        ],
     };
     check_round_trip(p);
 }

@@ -1,0 +1,99 @@
+//! The `flick` binary as a user runs it: exit codes, outputs, `--bounds`.
+
+use std::process::{Command, Output};
+
+fn flick(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flick"))
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .expect("flick runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn check_accepts_the_paper_examples() {
+    let o = flick(&[
+        "check",
+        "examples/memcached_proxy.flick",
+        "examples/memcached_cache_router.flick",
+        "examples/hadoop_wordcount.flick",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).matches(": ok").count(), 3);
+}
+
+#[test]
+fn check_fails_if_any_file_fails_and_reports_all_errors() {
+    let o = flick(&[
+        "check",
+        "examples/memcached_proxy.flick",
+        "examples/errors/recursion_and_directions.flick",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    for code in ["E0301", "E0302", "E0401"] {
+        assert!(err.contains(code), "missing {code} in:\n{err}");
+    }
+    assert!(err.contains("examples/errors/recursion_and_directions.flick:21:5"));
+    assert!(err.contains("3 errors"));
+}
+
+#[test]
+fn unreadable_file_exits_2() {
+    let o = flick(&["check", "examples/does_not_exist.flick"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot read"));
+}
+
+#[test]
+fn bounds_of_the_memcached_proxy() {
+    let o = flick(&["check", "--bounds", "examples/memcached_proxy.flick"]);
+    assert!(o.status.success());
+    insta::assert_snapshot!(stdout(&o));
+}
+
+#[test]
+fn bounds_follow_annotations() {
+    // Overriding the defaults shrinks the bound: 8 backends, 250-byte keys.
+    let dir = std::env::temp_dir().join(format!("flick-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("small.flick");
+    std::fs::write(
+        &path,
+        "type cmd: record\n  key : string {max=250}\n\n\
+         proc P: (cmd/cmd client, [cmd/cmd] {max=8} backends)\n  backends => client\n",
+    )
+    .unwrap();
+    let o = flick(&["check", "--bounds", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    // client: 250 in + 250 out; backends: 8 x (250 + 250).
+    assert!(out.contains("memory per instance: 4500 B"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn fmt_prints_canonical_layout_and_check_mode_detects_drift() {
+    let o = flick(&["fmt", "examples/memcached_cache_router.flick"]);
+    assert!(o.status.success());
+    let text = stdout(&o);
+    assert!(text.contains("proc memcached: (cmd/cmd client, [cmd/cmd] backends)\n"));
+    let o = flick(&["fmt", "--check", "examples/memcached_cache_router.flick"]);
+    assert_eq!(o.status.code(), Some(1), "the listing's layout is not canonical");
+}
+
+#[test]
+fn help_lists_the_commands() {
+    let o = flick(&["--help"]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    assert!(out.contains("check") && out.contains("fmt"));
+}
