@@ -1,0 +1,730 @@
+//! From a grammar's tree to its [`Grammar`](crate::Grammar): slot layouts,
+//! resolved field references, limits, and the operations of each unit.
+
+use crate::grammar::ast::*;
+use crate::program::*;
+use flick_span::{Diagnostic, Span};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Maximum bytes of a `bytes`/`string` field without `&max`.
+pub const DEFAULT_BYTES_MAX: u32 = 1 << 20;
+/// Maximum elements of a list without `&max`.
+pub const DEFAULT_LIST_MAX: u32 = 64;
+
+pub(crate) struct Compiled {
+    pub units: Vec<UnitInfo>,
+    pub blocks: Vec<Vec<Op>>,
+}
+
+/// A name visible to `self.` in the unit being compiled.
+#[derive(Clone)]
+struct Visible {
+    slot: u16,
+    kind: FieldKind,
+    /// For lists: slots per element.
+    elem_slots: u16,
+}
+
+struct Compiler<'a> {
+    file: &'a GrammarFile,
+    unit_ids: HashMap<&'a str, UnitId>,
+    units: Vec<Option<UnitInfo>>,
+    /// Visible names per compiled unit, for `self.a.b` paths into units.
+    scopes: Vec<HashMap<String, Visible>>,
+    blocks: Vec<Vec<Op>>,
+    diags: Vec<Diagnostic>,
+    /// Units being compiled, to reject a unit that contains itself.
+    active: Vec<UnitId>,
+}
+
+pub(crate) fn compile(file: &GrammarFile) -> (Compiled, Vec<Diagnostic>) {
+    let mut c = Compiler {
+        file,
+        unit_ids: HashMap::new(),
+        units: vec![None; file.units.len()],
+        scopes: vec![HashMap::new(); file.units.len()],
+        blocks: Vec::new(),
+        diags: Vec::new(),
+        active: Vec::new(),
+    };
+    for (i, u) in file.units.iter().enumerate() {
+        if c.unit_ids.insert(&u.name, i).is_some() {
+            c.diags.push(Diagnostic::error(
+                "W0101",
+                format!("unit `{}` is defined twice", u.name),
+                u.span,
+            ));
+        }
+    }
+    for i in 0..file.units.len() {
+        c.unit(i);
+    }
+    let units = c
+        .units
+        .into_iter()
+        .enumerate()
+        .map(|(i, u)| {
+            u.unwrap_or_else(|| UnitInfo {
+                name: file.units[i].name.clone(),
+                block: 0,
+                slots: 0,
+                fields: Vec::new(),
+            })
+        })
+        .collect();
+    (
+        Compiled {
+            units,
+            blocks: c.blocks,
+        },
+        c.diags,
+    )
+}
+
+/// Per-unit compilation state.
+struct UnitCx {
+    /// Inside how many switch cases the current item is.
+    case_depth: u32,
+    /// Names declared inside switch cases, which other cases may share.
+    case_names: Vec<String>,
+    order: ByteOrder,
+    next_slot: u32,
+    visible: HashMap<String, Visible>,
+    fields: Vec<FieldInfo>,
+}
+
+impl<'a> Compiler<'a> {
+    fn unit(&mut self, id: UnitId) -> Option<&UnitInfo> {
+        if self.units[id].is_some() {
+            return self.units[id].as_ref();
+        }
+        let decl = &self.file.units[id];
+        if self.active.contains(&id) {
+            self.diags.push(
+                Diagnostic::error("W0102", format!("unit `{}` contains itself", decl.name), decl.span)
+                    .hint("a message must have a bounded size; use a list with `&max` for repetition"),
+            );
+            return None;
+        }
+        self.active.push(id);
+        let mut cx = UnitCx {
+            case_depth: 0,
+            case_names: Vec::new(),
+            order: decl.byte_order.unwrap_or(self.file.byte_order),
+            next_slot: 0,
+            visible: HashMap::new(),
+            fields: Vec::new(),
+        };
+        let block = self.block(&decl.items, &mut cx);
+        self.active.pop();
+        if cx.next_slot > u16::MAX as u32 {
+            self.diags.push(Diagnostic::error(
+                "W0103",
+                format!("unit `{}` needs {} value slots; the limit is 65535", decl.name, cx.next_slot),
+                decl.span,
+            ).hint("lower the `&max` of its lists"));
+        }
+        self.scopes[id] = cx.visible;
+        self.units[id] = Some(UnitInfo {
+            name: decl.name.clone(),
+            block,
+            slots: cx.next_slot.min(u16::MAX as u32) as u16,
+            fields: cx.fields,
+        });
+        self.units[id].as_ref()
+    }
+
+    fn alloc(&mut self, cx: &mut UnitCx, n: u32) -> u16 {
+        let s = cx.next_slot;
+        cx.next_slot += n;
+        s.min(u16::MAX as u32) as u16
+    }
+
+    fn block(&mut self, items: &[Item], cx: &mut UnitCx) -> BlockId {
+        let id = self.blocks.len() as BlockId;
+        self.blocks.push(Vec::new());
+        let mut ops = Vec::new();
+        for item in items {
+            if let Some(op) = self.item(item, cx, &mut ops) {
+                ops.push(op);
+            }
+        }
+        self.blocks[id as usize] = ops;
+        id
+    }
+
+    /// Compiles one item; a variable with `&serialize` also pushes its
+    /// parse operation to `ops` before returning the serialise one.
+    fn item(&mut self, item: &Item, cx: &mut UnitCx, ops: &mut Vec<Op>) -> Option<Op> {
+        match item {
+            Item::Field(f) => self.field(f, cx),
+            Item::Var(v) => {
+                let expr = self.expr(&v.parse, cx, false);
+                let slot = self.alloc(cx, 1);
+                let kind = match v.ty {
+                    FieldType::Bytes | FieldType::String => FieldKind::Bytes,
+                    _ => FieldKind::Int,
+                };
+                self.declare(cx, &v.name, slot, kind, v.span);
+                let mut op = Op {
+                    kind: OpKind::Var(expr?),
+                    field: Arc::from(v.name.as_str()),
+                    slot: Some(slot),
+                    requires: None,
+                    status: None,
+                };
+                if let Some((target, e)) = &v.serialize {
+                    let Some(t) = cx.visible.get(target).map(|t| t.slot) else {
+                        self.diags.push(Diagnostic::error(
+                            "W0104",
+                            format!("`&serialize` sets `{target}`, which is not an earlier field"),
+                            e.span,
+                        ));
+                        return Some(op);
+                    };
+                    if let Some(expr) = self.expr(e, cx, true) {
+                        // Parsing runs the `Var`; serialising runs this one.
+                        ops.push(op.clone());
+                        op = Op {
+                            kind: OpKind::SerializeVar {
+                                var: slot,
+                                target: t,
+                                expr,
+                            },
+                            field: op.field.clone(),
+                            slot: None,
+                            requires: None,
+                            status: None,
+                        };
+                    }
+                }
+                Some(op)
+            }
+            Item::Switch(s) => {
+                let on = self.expr(&s.on, cx, false);
+                let mut cases = Vec::new();
+                let mut default = None;
+                for case in &s.cases {
+                    cx.case_depth += 1;
+                    let block = self.block(&case.items, cx);
+                    cx.case_depth -= 1;
+                    if case.values.is_empty() {
+                        default = Some(block);
+                    }
+                    for v in &case.values {
+                        if let Some(e) = self.expr(v, cx, false) {
+                            cases.push((e, block));
+                        }
+                    }
+                }
+                Some(Op {
+                    kind: OpKind::Switch {
+                        on: on?,
+                        cases,
+                        default,
+                    },
+                    field: Arc::from("switch"),
+                    slot: None,
+                    requires: None,
+                    status: None,
+                })
+            }
+        }
+    }
+
+    fn declare(&mut self, cx: &mut UnitCx, name: &str, slot: u16, kind: FieldKind, span: Span) {
+        self.declare_list(cx, name, slot, kind, span, 0);
+    }
+
+    fn declare_list(&mut self, cx: &mut UnitCx, name: &str, slot: u16, kind: FieldKind, span: Span, elem_slots: u16) {
+        if cx.fields.iter().any(|f| f.name == name) {
+            self.diags.push(Diagnostic::error(
+                "W0101",
+                format!("`{name}` is declared twice in this unit"),
+                span,
+            ));
+        }
+        cx.visible.insert(
+            name.to_string(),
+            Visible {
+                slot,
+                kind: kind.clone(),
+                elem_slots,
+            },
+        );
+        cx.fields.push(FieldInfo {
+            name: name.to_string(),
+            slot,
+            kind,
+        });
+    }
+
+    fn attr<'f>(&mut self, f: &'f Field, name: &str) -> Option<&'f Attr> {
+        f.attrs.iter().find(|a| a.name == name)
+    }
+
+    fn const_attr(&mut self, f: &Field, name: &str) -> Option<u64> {
+        let a = self.attr(f, name)?;
+        match a.value.as_ref().map(|v| &v.kind) {
+            Some(ExprKind::Int(n)) => Some(*n),
+            _ => {
+                self.diags.push(Diagnostic::error(
+                    "W0105",
+                    format!("`&{name}` takes a number"),
+                    a.span,
+                ));
+                None
+            }
+        }
+    }
+
+    fn bytes_attr(&mut self, f: &Field, name: &str) -> Option<Arc<[u8]>> {
+        let a = self.attr(f, name)?;
+        match a.value.as_ref().map(|v| &v.kind) {
+            Some(ExprKind::Str(s)) if !s.is_empty() => Some(Arc::from(s.as_slice())),
+            _ => {
+                self.diags.push(Diagnostic::error(
+                    "W0105",
+                    format!("`&{name}` takes a non-empty string"),
+                    a.span,
+                ));
+                None
+            }
+        }
+    }
+
+    fn check_attrs(&mut self, f: &Field, allowed: &[&str]) {
+        for a in &f.attrs {
+            if !allowed.contains(&a.name.as_str()) {
+                let what = field_type_name(&f.ty);
+                self.diags.push(
+                    Diagnostic::error(
+                        "W0106",
+                        format!("`&{}` is not an attribute of {what}", a.name),
+                        a.span,
+                    )
+                    .hint(if allowed.is_empty() {
+                        format!("{what} takes no attributes")
+                    } else {
+                        format!("{what} takes &{}", allowed.join(", &"))
+                    }),
+                );
+            }
+        }
+    }
+
+    fn field(&mut self, f: &Field, cx: &mut UnitCx) -> Option<Op> {
+        let name: Arc<str> = Arc::from(f.name.as_deref().unwrap_or("_"));
+        let status = self.const_attr(f, "error").map(|s| s as u16);
+        let order = match self.attr(f, "byteorder").and_then(|a| a.value.clone()) {
+            Some(Expr { kind: ExprKind::Str(s), .. }) if s == b"little" => ByteOrder::Little,
+            Some(Expr { kind: ExprKind::Str(s), .. }) if s == b"big" => ByteOrder::Big,
+            _ => cx.order,
+        };
+        let (kind, fkind, nslots, elem) = match &f.ty {
+            FieldType::List(elem) => {
+                self.check_attrs(f, &["count", "until", "until_elem", "sep", "max", "error", "length", "ascii", "hex"]);
+                let max = self.const_attr(f, "max").map_or(DEFAULT_LIST_MAX, |m| m as u32);
+                let (elem, elem_slots, elem_unit) = match elem.as_ref() {
+                    FieldType::Named(n) => match self.unit_by_name(n, f.span) {
+                        Some(u) => {
+                            let info = self.units[u].as_ref().unwrap();
+                            (Elem::Unit { block: info.block, slots: info.slots }, info.slots, Some(u))
+                        }
+                        None => return None,
+                    },
+                    other => {
+                        let s = self.scalar(other, f, cx, order, true)?;
+                        (Elem::Scalar(Box::new(s)), 1, None)
+                    }
+                };
+                let stop = if let Some(a) = self.attr(f, "count") {
+                    let e = a.value.clone()?;
+                    Stop::Count(self.expr(&e, cx, false)?)
+                } else if self.attr(f, "until").is_some() {
+                    Stop::Until(self.bytes_attr(f, "until")?)
+                } else if let Some(a) = self.attr(f, "until_elem") {
+                    let e = a.value.clone()?;
+                    let mut elem_cx = UnitCx {
+                        case_depth: 0,
+                        case_names: Vec::new(),
+                        order,
+                        next_slot: 0,
+                        visible: elem_unit.map(|u| self.scopes[u].clone()).unwrap_or_default(),
+                        fields: Vec::new(),
+                    };
+                    Stop::UntilElem(self.expr(&e, &mut elem_cx, true)?)
+                } else {
+                    self.diags.push(
+                        Diagnostic::error("W0107", format!("list `{name}` has no end"), f.span)
+                            .hint("end a list with &count = EXPR, &until = \"TERMINATOR\" or &until_elem = EXPR"),
+                    );
+                    return None;
+                };
+                let sep = if self.attr(f, "sep").is_some() {
+                    self.bytes_attr(f, "sep")
+                } else {
+                    None
+                };
+                let total = 1 + max as u64 * elem_slots as u64;
+                let total = total.min(u32::MAX as u64) as u32;
+                (
+                    OpKind::List { elem, stop, sep, max },
+                    FieldKind::List { elem_unit, elem_slots },
+                    total,
+                    (elem_slots, elem_unit),
+                )
+            }
+            FieldType::Named(n) => {
+                self.check_attrs(f, &["error"]);
+                let u = self.unit_by_name(n, f.span)?;
+                let info = self.units[u].as_ref().unwrap().clone();
+                (OpKind::Unit { block: info.block }, FieldKind::Unit(u), info.slots as u32, (0, None))
+            }
+            other => {
+                let s = self.scalar(other, f, cx, order, false)?;
+                let fk = match s {
+                    Scalar::Int { .. } | Scalar::AsciiInt { .. } | Scalar::VInt => FieldKind::Int,
+                    _ => FieldKind::Bytes,
+                };
+                (OpKind::Scalar(s), fk, 1, (0, None))
+            }
+        };
+        // Alternatives of a switch may each declare the same scalar field
+        // (`flags` for several opcodes): they share its slot.
+        let shared = f.name.as_ref().filter(|n| cx.case_depth > 0 && cx.case_names.contains(n));
+        let shared = shared.and_then(|n| cx.visible.get(n)).filter(|v| v.kind == fkind && nslots == 1).map(|v| v.slot);
+        let slot = match shared {
+            Some(s) => s,
+            None => self.alloc(cx, nslots),
+        };
+        let requires = match self.attr(f, "requires").and_then(|a| a.value.clone()) {
+            Some(e) => Some(self.expr(&e, cx, true)?),
+            None => None,
+        };
+        if let (Some(n), None) = (&f.name, shared) {
+            self.declare_list(cx, n, slot, fkind, f.span, elem.0);
+            if cx.case_depth > 0 {
+                cx.case_names.push(n.clone());
+            }
+        }
+        Some(Op {
+            kind,
+            field: name,
+            slot: Some(slot),
+            requires,
+            status,
+        })
+    }
+
+    fn unit_by_name(&mut self, n: &str, span: Span) -> Option<UnitId> {
+        match self.unit_ids.get(n).copied() {
+            Some(u) => {
+                self.unit(u)?;
+                Some(u)
+            }
+            None => {
+                let d = if self.file.enums.iter().any(|e| e.name == n) {
+                    Diagnostic::error("W0108", format!("`{n}` is an enumeration, not a unit"), span)
+                        .hint("read the value as an integer (`uint8`) and compare it with `Enum::Variant`")
+                } else {
+                    Diagnostic::error("W0108", format!("unknown type `{n}`"), span)
+                        .hint("types are uint8..uint64, int8..int64, bytes, string, vint, ws, a literal string, or a unit of this grammar")
+                };
+                self.diags.push(d);
+                None
+            }
+        }
+    }
+
+    fn scalar(
+        &mut self,
+        ty: &FieldType,
+        f: &Field,
+        cx: &mut UnitCx,
+        order: ByteOrder,
+        in_list: bool,
+    ) -> Option<Scalar> {
+        let list_attrs: &[&str] = if in_list {
+            &["count", "until", "until_elem", "sep", "max", "error"]
+        } else {
+            &[]
+        };
+        let with = |own: &[&'static str]| -> Vec<&'static str> {
+            own.iter().copied().chain(list_attrs.iter().copied()).chain(["requires", "error"]).collect()
+        };
+        match ty {
+            FieldType::Int { bytes, signed } => {
+                let ascii = self.attr(f, "ascii").is_some() || self.attr(f, "hex").is_some();
+                if ascii {
+                    self.check_attrs(f, &with(&["ascii", "hex", "until"]));
+                    let until = if in_list {
+                        self.bytes_attr(f, "sep")?
+                    } else {
+                        match self.attr(f, "until") {
+                            Some(_) => self.bytes_attr(f, "until")?,
+                            None => {
+                                self.diags.push(
+                                    Diagnostic::error("W0107", "an ASCII integer needs `&until`", f.span)
+                                        .hint("say what ends the digits, e.g. &until = \"\\r\\n\""),
+                                );
+                                return None;
+                            }
+                        }
+                    };
+                    let _ = bytes;
+                    return Some(Scalar::AsciiInt {
+                        until,
+                        hex: self.attr(f, "hex").is_some(),
+                    });
+                }
+                self.check_attrs(f, &with(&["byteorder"]));
+                Some(Scalar::Int {
+                    bytes: *bytes,
+                    signed: *signed,
+                    order,
+                })
+            }
+            FieldType::Bytes | FieldType::String => {
+                self.check_attrs(f, &with(&["length", "until", "max"]));
+                let max = if in_list {
+                    DEFAULT_BYTES_MAX
+                } else {
+                    self.const_attr(f, "max").map_or(DEFAULT_BYTES_MAX, |m| m.min(u32::MAX as u64) as u32)
+                };
+                let len = if let Some(a) = self.attr(f, "length") {
+                    let e = a.value.clone()?;
+                    Len::Expr(self.expr(&e, cx, false)?)
+                } else if in_list && self.attr(f, "sep").is_some() {
+                    Len::Until(self.bytes_attr(f, "sep")?)
+                } else if !in_list && self.attr(f, "until").is_some() {
+                    Len::Until(self.bytes_attr(f, "until")?)
+                } else {
+                    self.diags.push(
+                        Diagnostic::error("W0107", format!("`{}` has no length", f.name.as_deref().unwrap_or("_")), f.span)
+                            .hint("give it &length = EXPR or &until = \"DELIMITER\""),
+                    );
+                    return None;
+                };
+                Some(Scalar::Bytes { len, max })
+            }
+            FieldType::VInt => {
+                self.check_attrs(f, &with(&[]));
+                Some(Scalar::VInt)
+            }
+            FieldType::Literal(s) => {
+                self.check_attrs(f, &with(&["nocase"]));
+                if s.is_empty() {
+                    self.diags.push(Diagnostic::error("W0105", "an empty literal matches nothing", f.span));
+                    return None;
+                }
+                Some(Scalar::Literal {
+                    bytes: Arc::from(s.as_slice()),
+                    nocase: self.attr(f, "nocase").is_some(),
+                })
+            }
+            FieldType::Ws => {
+                self.check_attrs(f, &with(&[]));
+                Some(Scalar::Ws)
+            }
+            FieldType::Named(_) | FieldType::List(_) => {
+                self.diags.push(Diagnostic::error("W0108", "lists of lists are not supported", f.span));
+                None
+            }
+        }
+    }
+
+    /// Compiles an expression. `dollar` allows `$$`.
+    fn expr(&mut self, e: &Expr, cx: &mut UnitCx, dollar: bool) -> Option<CExpr> {
+        Some(match &e.kind {
+            ExprKind::Int(v) => CExpr::Int(*v as i128),
+            ExprKind::Str(s) => CExpr::Str(Arc::from(s.as_slice())),
+            ExprKind::SelfField(path) => self.path(path, &cx.visible, e.span)?,
+            ExprKind::Dollar(path) => {
+                if !dollar {
+                    self.diags.push(Diagnostic::error(
+                        "W0109",
+                        "`$$` means the value being checked; it is not defined here",
+                        e.span,
+                    ));
+                    return None;
+                }
+                match path.as_slice() {
+                    [] => CExpr::Dollar,
+                    [field] => match cx.visible.get(field) {
+                        Some(v) => CExpr::DollarField(v.slot),
+                        None => {
+                            self.diags.push(Diagnostic::error(
+                                "W0110",
+                                format!("the list element has no field `{field}`"),
+                                e.span,
+                            ));
+                            return None;
+                        }
+                    },
+                    _ => {
+                        self.diags.push(Diagnostic::error("W0110", "`$$` paths have one field", e.span));
+                        return None;
+                    }
+                }
+            }
+            ExprKind::EnumConst(en, v) => {
+                let value = self
+                    .file
+                    .enums
+                    .iter()
+                    .find(|x| &x.name == en)
+                    .and_then(|x| x.variants.iter().find(|(n, _)| n == v))
+                    .map(|(_, n)| *n);
+                match value {
+                    Some(n) => CExpr::Int(n as i128),
+                    None => {
+                        self.diags.push(Diagnostic::error(
+                            "W0111",
+                            format!("unknown enumeration value `{en}::{v}`"),
+                            e.span,
+                        ));
+                        return None;
+                    }
+                }
+            }
+            ExprKind::Unary(op, x) => CExpr::Unary(*op, Box::new(self.expr(x, cx, dollar)?)),
+            ExprKind::Binary(op, a, b) => {
+                let a = self.expr(a, cx, dollar);
+                let b = self.expr(b, cx, dollar);
+                CExpr::Binary(*op, Box::new(a?), Box::new(b?))
+            }
+            ExprKind::Call(name, args) => self.call(name, args, cx, dollar, e.span)?,
+        })
+    }
+
+    fn call(&mut self, name: &str, args: &[Expr], cx: &mut UnitCx, dollar: bool, span: Span) -> Option<CExpr> {
+        let (b, arity) = match name {
+            "len" => (Builtin::Len, 1),
+            "to_int" => (Builtin::ToInt, 1),
+            "hex_to_int" => (Builtin::HexToInt, 1),
+            "eq_nocase" => (Builtin::EqNocase, 2),
+            "last_token_nocase" => (Builtin::LastTokenNocase, 2),
+            "lookup" => (Builtin::Lookup, 4),
+            "count" => (Builtin::Count, 3),
+            "all_same" => (Builtin::AllSame, 4),
+            "ends_with_ws" => (Builtin::EndsWithWs, 1),
+            "starts_with_ws" => (Builtin::StartsWithWs, 1),
+            "is_dec" => (Builtin::IsDec, 1),
+            "is_hex" => (Builtin::IsHex, 1),
+            "present" => (Builtin::Present, 1),
+            _ => {
+                self.diags.push(Diagnostic::error("W0112", format!("unknown function `{name}`"), span).hint(
+                    "the functions are len, to_int, hex_to_int, eq_nocase, last_token_nocase, lookup, count, all_same, ends_with_ws, starts_with_ws, is_dec, is_hex, present",
+                ));
+                return None;
+            }
+        };
+        if args.len() != arity {
+            self.diags.push(Diagnostic::error(
+                "W0112",
+                format!("`{name}` takes {arity} arguments, not {}", args.len()),
+                span,
+            ));
+            return None;
+        }
+        let mut out = Vec::new();
+        // `lookup`, `count` and `all_same` name element fields by string.
+        let elem_scope = match b {
+            Builtin::Lookup | Builtin::Count | Builtin::AllSame => {
+                let list = match &args[0].kind {
+                    ExprKind::SelfField(p) if p.len() == 1 => cx.visible.get(&p[0]).cloned(),
+                    _ => None,
+                };
+                match list {
+                    Some(Visible { kind: FieldKind::List { elem_unit: Some(u), .. }, .. }) => Some(self.scopes[u].clone()),
+                    _ => {
+                        self.diags.push(Diagnostic::error(
+                            "W0112",
+                            format!("`{name}` searches a list of units, named `self.LIST`"),
+                            args[0].span,
+                        ));
+                        return None;
+                    }
+                }
+            }
+            _ => None,
+        };
+        for (i, a) in args.iter().enumerate() {
+            let field_arg = matches!((b, i), (Builtin::Lookup, 1 | 3) | (Builtin::Count, 1) | (Builtin::AllSame, 1 | 3));
+            if field_arg {
+                let scope = elem_scope.as_ref().unwrap();
+                match &a.kind {
+                    ExprKind::Str(s) => match scope.get(std::str::from_utf8(s).unwrap_or("")) {
+                        Some(v) => out.push(CExpr::ElemField(v.slot)),
+                        None => {
+                            self.diags.push(Diagnostic::error(
+                                "W0110",
+                                format!("the list's elements have no field `{}`", String::from_utf8_lossy(s)),
+                                a.span,
+                            ));
+                            return None;
+                        }
+                    },
+                    _ => {
+                        self.diags.push(Diagnostic::error("W0112", "name the element field as a string", a.span));
+                        return None;
+                    }
+                }
+            } else {
+                out.push(self.expr(a, cx, dollar)?);
+            }
+        }
+        Some(CExpr::Call(b, out))
+    }
+
+    fn path(&mut self, path: &[String], scope: &HashMap<String, Visible>, span: Span) -> Option<CExpr> {
+        let Some(v) = scope.get(&path[0]) else {
+            self.diags.push(
+                Diagnostic::error("W0110", format!("`self.{}` is not an earlier field", path[0]), span)
+                    .hint("an expression may use only fields declared before it: parsing reads them first"),
+            );
+            return None;
+        };
+        match (&v.kind, &path[1..]) {
+            (FieldKind::List { .. }, []) => Some(CExpr::List(ListRef {
+                slot: v.slot,
+                elem_slots: v.elem_slots,
+            })),
+            (_, []) => Some(CExpr::Slot(v.slot)),
+            (FieldKind::Unit(u), rest) => {
+                let inner = self.scopes[*u].clone();
+                match self.path(rest, &inner, span)? {
+                    CExpr::Slot(s) => Some(CExpr::Slot(v.slot + s)),
+                    CExpr::List(l) => Some(CExpr::List(ListRef {
+                        slot: v.slot + l.slot,
+                        elem_slots: l.elem_slots,
+                    })),
+                    _ => None,
+                }
+            }
+            _ => {
+                self.diags.push(Diagnostic::error(
+                    "W0110",
+                    format!("`{}` has no fields", path[0]),
+                    span,
+                ));
+                None
+            }
+        }
+    }
+}
+
+fn field_type_name(t: &FieldType) -> &'static str {
+    match t {
+        FieldType::Int { .. } => "an integer",
+        FieldType::Bytes => "`bytes`",
+        FieldType::String => "`string`",
+        FieldType::VInt => "`vint`",
+        FieldType::Literal(_) => "a literal",
+        FieldType::Ws => "`ws`",
+        FieldType::Named(_) => "a unit field",
+        FieldType::List(_) => "a list",
+    }
+}

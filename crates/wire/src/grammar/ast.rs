@@ -1,0 +1,140 @@
+//! The tree of a grammar file, as written.
+
+use flick_span::Span;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ByteOrder {
+    Big,
+    Little,
+}
+
+#[derive(Clone, Debug)]
+pub struct GrammarFile {
+    pub name: Option<String>,
+    pub byte_order: ByteOrder,
+    pub enums: Vec<EnumDecl>,
+    pub units: Vec<UnitDecl>,
+}
+
+#[derive(Clone, Debug)]
+pub struct EnumDecl {
+    pub name: String,
+    pub variants: Vec<(String, u64)>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub struct UnitDecl {
+    pub name: String,
+    pub byte_order: Option<ByteOrder>,
+    pub items: Vec<Item>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub enum Item {
+    Field(Field),
+    Var(VarDecl),
+    Switch(Switch),
+}
+
+#[derive(Clone, Debug)]
+pub struct Field {
+    /// `None` for an anonymous field (`: uint8;`).
+    pub name: Option<String>,
+    pub ty: FieldType,
+    pub attrs: Vec<Attr>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FieldType {
+    /// An unsigned or signed integer of 1, 2, 4 or 8 bytes.
+    Int { bytes: u8, signed: bool },
+    Bytes,
+    String,
+    /// Hadoop's variable-length integer encoding (`WritableUtils.writeVLong`).
+    VInt,
+    /// A literal token that must appear.
+    Literal(Vec<u8>),
+    /// Optional spaces and tabs.
+    Ws,
+    /// A unit or an enumeration, by name.
+    Named(String),
+    List(Box<FieldType>),
+}
+
+#[derive(Clone, Debug)]
+pub struct Attr {
+    pub name: String,
+    pub value: Option<Expr>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub struct VarDecl {
+    pub name: String,
+    pub ty: FieldType,
+    pub parse: Expr,
+    /// `&serialize = self.target = EXPR`, where `$$` is the variable.
+    pub serialize: Option<(String, Expr)>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub struct Switch {
+    pub on: Expr,
+    pub cases: Vec<Case>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub struct Case {
+    /// Empty for the default case `*`.
+    pub values: Vec<Expr>,
+    pub items: Vec<Item>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub enum ExprKind {
+    Int(u64),
+    Str(Vec<u8>),
+    /// `self.a.b`: a path of field names.
+    SelfField(Vec<String>),
+    /// `$$`, optionally followed by `.field` for a list element.
+    Dollar(Vec<String>),
+    /// `Enum::Variant`.
+    EnumConst(String, String),
+    Unary(UnOp, Box<Expr>),
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    Call(String, Vec<Expr>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnOp {
+    Not,
+    Neg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+}

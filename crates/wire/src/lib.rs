@@ -1,0 +1,198 @@
+//! Message grammars: Spicy-like units compiled, at run time, into
+//! incremental, allocation-free parsers and serialisers.
+//!
+//! This crate owns the bytes-to-values step of the paper's section 4.2: the
+//! grammar language ([`grammar`]), its compiled form ([`program`]), the
+//! parser ([`Parser`]), serialisation ([`Grammar::serialize`], [`Builder`])
+//! and the stock grammars shipped in `grammars/`. It must not touch
+//! sockets, threads or the scheduler: callers hand it bytes and take back
+//! values or bytes.
+
+mod compile;
+mod error;
+mod eval;
+pub mod grammar;
+mod message;
+mod parse;
+pub mod program;
+mod serialize;
+pub mod stock;
+
+pub use compile::{DEFAULT_BYTES_MAX, DEFAULT_LIST_MAX};
+pub use error::{GrammarError, WireError, WireErrorKind};
+pub use message::{List, Message, Value};
+pub use parse::{Parser, Progress};
+pub use program::{FieldInfo, FieldKind, Slot, UnitId, UnitInfo};
+pub use serialize::{write_vlong, Builder};
+
+use program::{CExpr, Elem, Len, Op, OpKind, Scalar, Stop};
+use std::sync::Arc;
+
+/// A loaded grammar: every unit compiled, ready to parse and serialise.
+#[derive(Debug)]
+pub struct Grammar {
+    pub name: String,
+    pub(crate) units: Vec<UnitInfo>,
+    pub(crate) blocks: Vec<Vec<Op>>,
+}
+
+impl Grammar {
+    /// Loads grammar source. `name` is used when the source has no
+    /// `grammar NAME;` line.
+    pub fn from_source(name: &str, src: &str) -> Result<Grammar, GrammarError> {
+        let (file, mut diagnostics) = grammar::parse_grammar(src);
+        let name = file.name.clone().unwrap_or_else(|| name.to_string());
+        let (compiled, more) = compile::compile(&file);
+        diagnostics.extend(more);
+        if !diagnostics.is_empty() {
+            diagnostics.sort_by_key(|d| d.span().start);
+            return Err(GrammarError { name, diagnostics });
+        }
+        Ok(Grammar {
+            name,
+            units: compiled.units,
+            blocks: compiled.blocks,
+        })
+    }
+
+    /// One of the grammars shipped with Flick, by name (see [`stock::NAMES`]).
+    pub fn stock(name: &str) -> Option<Arc<Grammar>> {
+        let src = stock::source(name)?;
+        Some(Arc::new(
+            Grammar::from_source(name, src).expect("stock grammars load"),
+        ))
+    }
+
+    pub fn unit_id(&self, name: &str) -> Option<UnitId> {
+        self.units.iter().position(|u| u.name == name)
+    }
+
+    pub fn unit(&self, id: UnitId) -> &UnitInfo {
+        &self.units[id]
+    }
+
+    pub fn units(&self) -> &[UnitInfo] {
+        &self.units
+    }
+
+    /// A parser for messages of `unit`, decoding every field.
+    pub fn parser(self: &Arc<Self>, unit: UnitId) -> Parser {
+        Parser::new(self.clone(), unit)
+    }
+
+    /// Which slots a view of `unit` that reads only `fields` must decode:
+    /// those fields, and every field an expression of the unit reads
+    /// (lengths, switches, checks). Other top-level fields are skipped and
+    /// only stepped over. Fails with the first name that is not a field.
+    pub fn view(&self, unit: UnitId, fields: &[&str]) -> Result<Arc<[bool]>, String> {
+        let info = &self.units[unit];
+        let mut keep = vec![false; info.slots as usize];
+        for name in fields {
+            let f = info
+                .fields
+                .iter()
+                .find(|f| f.name == *name)
+                .ok_or_else(|| name.to_string())?;
+            let n = self.field_width(f);
+            keep[f.slot as usize..f.slot as usize + n].fill(true);
+        }
+        // Nested units and lists are kept whole; expressions see their own.
+        for f in &info.fields {
+            if !matches!(f.kind, FieldKind::Int | FieldKind::Bytes) {
+                let n = self.field_width(f);
+                keep[f.slot as usize..f.slot as usize + n].fill(true);
+            }
+        }
+        let mut seen = Vec::new();
+        self.mark_used(info.block, &mut keep, &mut seen);
+        Ok(keep.into())
+    }
+
+    fn field_width(&self, f: &FieldInfo) -> usize {
+        match &f.kind {
+            FieldKind::Int | FieldKind::Bytes => 1,
+            FieldKind::Unit(u) => self.units[*u].slots as usize,
+            FieldKind::List { elem_slots, .. } => {
+                // The count slot and the largest number of elements.
+                let max = self
+                    .blocks
+                    .iter()
+                    .flatten()
+                    .find_map(|op| match (&op.kind, op.slot) {
+                        (OpKind::List { max, .. }, Some(s)) if s == f.slot => Some(*max as usize),
+                        _ => None,
+                    })
+                    .unwrap_or(0);
+                1 + max * *elem_slots as usize
+            }
+        }
+    }
+
+    /// Marks slots read by expressions of a block and of its switch cases
+    /// (which share the unit's slots), but not of nested units.
+    fn mark_used(&self, block: program::BlockId, keep: &mut [bool], seen: &mut Vec<program::BlockId>) {
+        if seen.contains(&block) {
+            return;
+        }
+        seen.push(block);
+        for op in &self.blocks[block as usize] {
+            let mut exprs: Vec<&CExpr> = Vec::new();
+            if let Some(r) = &op.requires {
+                exprs.push(r);
+                if let Some(s) = op.slot {
+                    mark(keep, s);
+                }
+            }
+            match &op.kind {
+                OpKind::Scalar(Scalar::Bytes { len: Len::Expr(e), .. }) => exprs.push(e),
+                OpKind::Var(e) => {
+                    exprs.push(e);
+                    if let Some(s) = op.slot {
+                        mark(keep, s);
+                    }
+                }
+                OpKind::SerializeVar { var, target, expr } => {
+                    exprs.push(expr);
+                    mark(keep, *var);
+                    mark(keep, *target);
+                }
+                OpKind::Switch { on, cases, default } => {
+                    exprs.push(on);
+                    for (c, b) in cases {
+                        exprs.push(c);
+                        self.mark_used(*b, keep, seen);
+                    }
+                    if let Some(b) = default {
+                        self.mark_used(*b, keep, seen);
+                    }
+                }
+                OpKind::List { stop: Stop::Count(e), .. } => exprs.push(e),
+                OpKind::List { elem: Elem::Scalar(_), .. } | OpKind::List { .. } => {}
+                _ => {}
+            }
+            for e in exprs {
+                mark_expr(e, keep);
+            }
+        }
+    }
+}
+
+fn mark(keep: &mut [bool], s: u16) {
+    if let Some(k) = keep.get_mut(s as usize) {
+        *k = true;
+    }
+}
+
+fn mark_expr(e: &CExpr, keep: &mut [bool]) {
+    match e {
+        CExpr::Slot(s) => mark(keep, *s),
+        CExpr::List(l) => mark(keep, l.slot),
+        CExpr::Unary(_, x) => mark_expr(x, keep),
+        CExpr::Binary(_, a, b) => {
+            mark_expr(a, keep);
+            mark_expr(b, keep);
+        }
+        CExpr::Call(_, args) => args.iter().for_each(|a| mark_expr(a, keep)),
+        _ => {}
+    }
+}

@@ -1,0 +1,578 @@
+//! The incremental parser: interprets a unit's operations over the bytes of
+//! one message, resuming where it stopped when the bytes run out.
+//!
+//! The caller keeps the message's bytes contiguous from its first byte and
+//! calls [`Parser::parse`] again with the same prefix and more bytes after
+//! [`Progress::NeedMore`]. Nothing is allocated per message: slots and the
+//! frame stack are sized once, when the parser is made.
+
+use crate::error::{WireError, WireErrorKind};
+use crate::eval::{slot_val, Env, Val};
+use crate::program::*;
+use crate::{Grammar, Message};
+use memchr::memmem;
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// A whole message of this many bytes is parsed.
+    Done(usize),
+    /// The bytes end inside a message; call again with more.
+    NeedMore,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Frame {
+    Seq {
+        block: BlockId,
+        pc: u32,
+        base: u32,
+    },
+    List {
+        block: BlockId,
+        op: u32,
+        /// The count slot; elements follow.
+        base: u32,
+        index: u32,
+        /// The element count of a `&count` list, once evaluated.
+        target: Option<u32>,
+        after_elem: bool,
+    },
+}
+
+/// Deepest nesting of units, switches and lists a grammar may use.
+const MAX_DEPTH: usize = 64;
+
+/// Parses messages of one unit of a grammar, one after another.
+pub struct Parser {
+    grammar: Arc<Grammar>,
+    unit: UnitId,
+    slots: Vec<Slot>,
+    stack: Vec<Frame>,
+    pos: usize,
+    /// Where a delimiter search resumes, so rescans are not quadratic.
+    scan: usize,
+    /// Slots a view needs; `None` stores every field.
+    keep: Option<Arc<[bool]>>,
+}
+
+impl Parser {
+    pub fn new(grammar: Arc<Grammar>, unit: UnitId) -> Parser {
+        let n = grammar.units[unit].slots as usize;
+        let mut p = Parser {
+            grammar,
+            unit,
+            slots: vec![Slot::Unset; n],
+            stack: Vec::with_capacity(MAX_DEPTH),
+            pos: 0,
+            scan: 0,
+            keep: None,
+        };
+        p.reset();
+        p
+    }
+
+    /// A parser that decodes only the slots in `keep` (see [`Grammar::view`]).
+    pub fn with_view(grammar: Arc<Grammar>, unit: UnitId, keep: Arc<[bool]>) -> Parser {
+        let mut p = Parser::new(grammar, unit);
+        p.keep = Some(keep);
+        p
+    }
+
+    pub fn grammar(&self) -> &Arc<Grammar> {
+        &self.grammar
+    }
+
+    pub fn unit(&self) -> UnitId {
+        self.unit
+    }
+
+    /// Starts over, for the next message.
+    pub fn reset(&mut self) {
+        self.slots.fill(Slot::Unset);
+        self.stack.clear();
+        self.stack.push(Frame::Seq {
+            block: self.grammar.units[self.unit].block,
+            pc: 0,
+            base: 0,
+        });
+        self.pos = 0;
+        self.scan = 0;
+    }
+
+    /// The parsed message; valid after [`Progress::Done`], over the same bytes.
+    pub fn message<'a>(&'a self, buf: &'a [u8]) -> Message<'a> {
+        Message::new(&self.grammar, self.unit, &self.slots, 0, buf)
+    }
+
+    /// The value slots, for serialising a parsed message.
+    pub fn slots(&self) -> &[Slot] {
+        &self.slots
+    }
+
+    /// Parses from the start of `buf`, which begins with the current
+    /// message (and may hold more after it).
+    pub fn parse(&mut self, buf: &[u8]) -> Result<Progress, WireError> {
+        let g = self.grammar.clone();
+        loop {
+            let Some(&frame) = self.stack.last() else {
+                return Ok(Progress::Done(self.pos));
+            };
+            match frame {
+                Frame::Seq { block, pc, base } => {
+                    let ops = &g.blocks[block as usize];
+                    let Some(op) = ops.get(pc as usize) else {
+                        self.stack.pop();
+                        continue;
+                    };
+                    let next = Frame::Seq {
+                        block,
+                        pc: pc + 1,
+                        base,
+                    };
+                    match &op.kind {
+                        OpKind::Scalar(s) => {
+                            let at = op.slot.map(|s| base as usize + s as usize);
+                            if !self.scalar(s, op, at, base, buf)? {
+                                return Ok(Progress::NeedMore);
+                            }
+                            self.check(op, at, base, buf)?;
+                            *self.stack.last_mut().unwrap() = next;
+                        }
+                        OpKind::Var(e) => {
+                            let env = self.env(base, buf);
+                            let v = env.eval(e).map_err(|_| self.error(op, WireErrorKind::Invalid))?;
+                            let slot = match v {
+                                Val::Int(i) => Slot::Int(i as u64),
+                                Val::Bytes(b) => Slot::Bytes {
+                                    start: (b.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize) as u32,
+                                    len: b.len() as u32,
+                                },
+                                _ => Slot::Unset,
+                            };
+                            if let Some(s) = op.slot {
+                                self.slots[base as usize + s as usize] = slot;
+                            }
+                            *self.stack.last_mut().unwrap() = next;
+                        }
+                        OpKind::SerializeVar { .. } => *self.stack.last_mut().unwrap() = next,
+                        OpKind::Switch { on, cases, default } => {
+                            let env = self.env(base, buf);
+                            let v = env.eval(on).map_err(|_| self.error(op, WireErrorKind::Invalid))?;
+                            let mut chosen = *default;
+                            for (c, b) in cases {
+                                if let Ok(cv) = env.eval(c) {
+                                    if same(v, cv) {
+                                        chosen = Some(*b);
+                                        break;
+                                    }
+                                }
+                            }
+                            let Some(b) = chosen else {
+                                return Err(self.error(op, WireErrorKind::NoCase));
+                            };
+                            *self.stack.last_mut().unwrap() = next;
+                            self.push(Frame::Seq { block: b, pc: 0, base }, op)?;
+                        }
+                        OpKind::Unit { block: b } => {
+                            *self.stack.last_mut().unwrap() = next;
+                            let base = base + op.slot.unwrap_or(0) as u32;
+                            self.push(Frame::Seq { block: *b, pc: 0, base }, op)?;
+                        }
+                        OpKind::List { .. } => {
+                            *self.stack.last_mut().unwrap() = next;
+                            let lbase = base + op.slot.unwrap_or(0) as u32;
+                            self.slots[lbase as usize] = Slot::Count(0);
+                            self.push(
+                                Frame::List {
+                                    block,
+                                    op: pc,
+                                    base: lbase,
+                                    index: 0,
+                                    target: None,
+                                    after_elem: false,
+                                },
+                                op,
+                            )?;
+                        }
+                    }
+                }
+                Frame::List { block, op, base, index, target, after_elem } => {
+                    let lop = &g.blocks[block as usize][op as usize];
+                    let OpKind::List { elem, stop, sep, max } = &lop.kind else {
+                        unreachable!("list frames point at list operations")
+                    };
+                    let elem_slots = match elem {
+                        Elem::Unit { slots, .. } => *slots as u32,
+                        Elem::Scalar(_) => 1,
+                    };
+                    let unit_base = self.unit_base_of_list(base, lop);
+                    let mut target = target;
+                    match stop {
+                        Stop::UntilElem(e) if after_elem => {
+                            let env = Env {
+                                dollar_base: (base + 1 + (index - 1) * elem_slots) as usize,
+                                ..self.env(unit_base, buf)
+                            };
+                            if env.truthy(e).map_err(|_| self.error(lop, WireErrorKind::Invalid))? {
+                                self.stack.pop();
+                                continue;
+                            }
+                        }
+                        Stop::Count(e) => {
+                            let n = match target {
+                                Some(n) => n,
+                                None => {
+                                    let env = self.env(unit_base, buf);
+                                    let n = env.int(e).map_err(|_| self.error(lop, WireErrorKind::Invalid))?;
+                                    if n < 0 || n > *max as i128 {
+                                        return Err(self.error(lop, WireErrorKind::TooMany { max: *max }));
+                                    }
+                                    target = Some(n as u32);
+                                    n as u32
+                                }
+                            };
+                            if index == n {
+                                self.stack.pop();
+                                continue;
+                            }
+                        }
+                        Stop::Until(t) => match starts(buf, self.pos, t) {
+                            Some(true) => {
+                                self.pos += t.len();
+                                self.stack.pop();
+                                continue;
+                            }
+                            Some(false) => {}
+                            None => return Ok(Progress::NeedMore),
+                        },
+                        Stop::UntilElem(_) => {}
+                    }
+                    if index >= *max {
+                        return Err(self.error(lop, WireErrorKind::TooMany { max: *max }));
+                    }
+                    let at = (base + 1 + index * elem_slots) as usize;
+                    match elem {
+                        Elem::Unit { block: b, .. } => {
+                            if let (Some(s), true) = (sep, index > 0) {
+                                match starts(buf, self.pos, s) {
+                                    Some(true) => self.pos += s.len(),
+                                    Some(false) => return Err(self.error(lop, WireErrorKind::Mismatch)),
+                                    None => return Ok(Progress::NeedMore),
+                                }
+                            }
+                            *self.stack.last_mut().unwrap() = Frame::List {
+                                block,
+                                op,
+                                base,
+                                index: index + 1,
+                                target,
+                                after_elem: true,
+                            };
+                            self.slots[base as usize] = Slot::Count(index + 1);
+                            self.push(
+                                Frame::Seq {
+                                    block: *b,
+                                    pc: 0,
+                                    base: at as u32,
+                                },
+                                lop,
+                            )?;
+                        }
+                        Elem::Scalar(s) => {
+                            let done = match (&**s, sep, stop) {
+                                // Tokens separated by `sep`, the last ended by the terminator.
+                                (Scalar::Bytes { len: Len::Until(_), max: m }, Some(sp), Stop::Until(t)) => {
+                                    self.token(buf, at, sp, t, *m as usize, lop)?
+                                }
+                                _ => self.scalar(s, lop, Some(at), unit_base, buf)?,
+                            };
+                            if !done {
+                                *self.stack.last_mut().unwrap() = Frame::List {
+                                    block,
+                                    op,
+                                    base,
+                                    index,
+                                    target,
+                                    after_elem,
+                                };
+                                return Ok(Progress::NeedMore);
+                            }
+                            self.slots[base as usize] = Slot::Count(index + 1);
+                            *self.stack.last_mut().unwrap() = Frame::List {
+                                block,
+                                op,
+                                base,
+                                index: index + 1,
+                                target,
+                                after_elem: true,
+                            };
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The base of the unit a list belongs to, for its `&count` expression.
+    fn unit_base_of_list(&self, list_base: u32, lop: &Op) -> u32 {
+        list_base - lop.slot.unwrap_or(0) as u32
+    }
+
+    fn push(&mut self, f: Frame, op: &Op) -> Result<(), WireError> {
+        if self.stack.len() >= MAX_DEPTH {
+            return Err(self.error(op, WireErrorKind::TooDeep));
+        }
+        self.stack.push(f);
+        Ok(())
+    }
+
+    fn env<'a>(&'a self, base: u32, buf: &'a [u8]) -> Env<'a> {
+        Env {
+            slots: &self.slots,
+            base: base as usize,
+            data: buf,
+            dollar: Val::Unset,
+            dollar_base: 0,
+        }
+    }
+
+    fn error(&self, op: &Op, kind: WireErrorKind) -> WireError {
+        WireError {
+            kind,
+            field: op.field.clone(),
+            offset: self.pos,
+            status: op.status,
+        }
+    }
+
+    fn keep(&self, at: usize) -> bool {
+        self.keep.as_ref().is_none_or(|k| k.get(at).copied().unwrap_or(true))
+    }
+
+    fn store(&mut self, at: Option<usize>, v: Slot) {
+        if let Some(at) = at {
+            if self.keep(at) {
+                self.slots[at] = v;
+            }
+        }
+    }
+
+    /// `&requires` of the field just parsed.
+    fn check(&self, op: &Op, at: Option<usize>, base: u32, buf: &[u8]) -> Result<(), WireError> {
+        let Some(req) = &op.requires else {
+            return Ok(());
+        };
+        let env = Env {
+            dollar: at.map_or(Val::Unset, |a| slot_val(&self.slots, buf, a)),
+            ..self.env(base, buf)
+        };
+        match env.truthy(req) {
+            Ok(true) => Ok(()),
+            _ => Err(WireError {
+                offset: self.pos,
+                ..self.error(op, WireErrorKind::Invalid)
+            }),
+        }
+    }
+
+    /// Reads one scalar; `false` when the bytes run out first.
+    fn scalar(
+        &mut self,
+        s: &Scalar,
+        op: &Op,
+        at: Option<usize>,
+        base: u32,
+        buf: &[u8],
+    ) -> Result<bool, WireError> {
+        let avail = buf.len().saturating_sub(self.pos);
+        match s {
+            Scalar::Int { bytes, signed, order } => {
+                let n = *bytes as usize;
+                if avail < n {
+                    return Ok(false);
+                }
+                if self.keep_or_needed(at) {
+                    let raw = &buf[self.pos..self.pos + n];
+                    let mut v: u64 = 0;
+                    match order {
+                        crate::grammar::ast::ByteOrder::Big => raw.iter().for_each(|b| v = v << 8 | *b as u64),
+                        crate::grammar::ast::ByteOrder::Little => raw.iter().rev().for_each(|b| v = v << 8 | *b as u64),
+                    }
+                    if *signed && n < 8 {
+                        let shift = 64 - 8 * n as u32;
+                        v = (((v << shift) as i64) >> shift) as u64;
+                    }
+                    self.store(at, Slot::Int(v));
+                }
+                self.pos += n;
+            }
+            Scalar::Bytes { len: Len::Expr(e), max } => {
+                let n = self
+                    .env(base, buf)
+                    .int(e)
+                    .map_err(|_| self.error(op, WireErrorKind::Invalid))?;
+                if n < 0 {
+                    return Err(self.error(op, WireErrorKind::BadLength));
+                }
+                if n > *max as i128 {
+                    return Err(self.error(op, WireErrorKind::TooLong { max: *max as u64 }));
+                }
+                let n = n as usize;
+                if avail < n {
+                    return Ok(false);
+                }
+                self.store(at, Slot::Bytes { start: self.pos as u32, len: n as u32 });
+                self.pos += n;
+            }
+            Scalar::Bytes { len: Len::Until(d), max } => {
+                let Some(end) = self.find(buf, d, *max as usize, op)? else {
+                    return Ok(false);
+                };
+                self.store(at, Slot::Bytes { start: self.pos as u32, len: (end - self.pos) as u32 });
+                self.pos = end + d.len();
+            }
+            Scalar::AsciiInt { until, hex } => {
+                let Some(end) = self.find(buf, until, 20, op)? else {
+                    return Ok(false);
+                };
+                let digits = &buf[self.pos..end];
+                let v = crate::eval::parse_int(digits, if *hex { 16 } else { 10 })
+                    .map_err(|_| self.error(op, WireErrorKind::BadNumber))?;
+                self.store(at, Slot::Int(v as u64));
+                self.pos = end + until.len();
+            }
+            Scalar::VInt => {
+                // Hadoop's WritableUtils.readVLong.
+                if avail < 1 {
+                    return Ok(false);
+                }
+                let first = buf[self.pos] as i8;
+                let size = if first >= -112 {
+                    1
+                } else if first < -120 {
+                    (-119 - first as i32) as usize
+                } else {
+                    (-111 - first as i32) as usize
+                };
+                if avail < size {
+                    return Ok(false);
+                }
+                let v = if size == 1 {
+                    first as i64
+                } else {
+                    let mut v: i64 = 0;
+                    for b in &buf[self.pos + 1..self.pos + size] {
+                        v = (v << 8) | *b as i64;
+                    }
+                    if first < -120 {
+                        !v
+                    } else {
+                        v
+                    }
+                };
+                self.store(at, Slot::Int(v as u64));
+                self.pos += size;
+            }
+            Scalar::Literal { bytes, nocase } => {
+                let n = bytes.len().min(avail);
+                let got = &buf[self.pos..self.pos + n];
+                let ok = if *nocase {
+                    got.eq_ignore_ascii_case(&bytes[..n])
+                } else {
+                    got == &bytes[..n]
+                };
+                if !ok {
+                    return Err(self.error(op, WireErrorKind::Mismatch));
+                }
+                if n < bytes.len() {
+                    return Ok(false);
+                }
+                self.store(at, Slot::Bytes { start: self.pos as u32, len: n as u32 });
+                self.pos += n;
+            }
+            Scalar::Ws => {
+                let rest = &buf[self.pos..];
+                let n = rest.iter().take_while(|c| matches!(c, b' ' | b'\t')).count();
+                if n == rest.len() {
+                    return Ok(false);
+                }
+                self.store(at, Slot::Bytes { start: self.pos as u32, len: n as u32 });
+                self.pos += n;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Integers are decoded when a view keeps them or an expression needs
+    /// them; a view marks the latter as kept too.
+    fn keep_or_needed(&self, at: Option<usize>) -> bool {
+        at.is_some_and(|a| self.keep(a))
+    }
+
+    /// Finds `d` after the current position within `max` bytes. `None`
+    /// when more bytes are needed.
+    fn find(&mut self, buf: &[u8], d: &[u8], max: usize, op: &Op) -> Result<Option<usize>, WireError> {
+        let from = self.scan.max(self.pos);
+        let limit = (self.pos + max + d.len()).min(buf.len());
+        if from < limit {
+            if let Some(i) = memmem::find(&buf[from..limit], d) {
+                self.scan = 0;
+                return Ok(Some(from + i));
+            }
+        }
+        if buf.len() >= self.pos + max + d.len() {
+            return Err(self.error(op, WireErrorKind::TooLong { max: max as u64 }));
+        }
+        // The delimiter may straddle the end: rescan its length less one.
+        self.scan = buf.len().saturating_sub(d.len() - 1).max(self.pos);
+        Ok(None)
+    }
+
+    /// One token of a separated list: ends at `sep` (consumed) or before
+    /// `term` (left for the list).
+    fn token(&mut self, buf: &[u8], at: usize, sep: &[u8], term: &[u8], max: usize, op: &Op) -> Result<bool, WireError> {
+        let rest = &buf[self.pos..buf.len().min(self.pos + max + term.len().max(sep.len()))];
+        let s = memmem::find(rest, sep);
+        let t = memmem::find(rest, term);
+        let (end, consume) = match (s, t) {
+            (Some(s), Some(t)) if t <= s => (t, 0),
+            (Some(s), _) => (s, sep.len()),
+            (None, Some(t)) => (t, 0),
+            (None, None) => {
+                if rest.len() >= max + term.len().max(sep.len()) {
+                    return Err(self.error(op, WireErrorKind::TooLong { max: max as u64 }));
+                }
+                return Ok(false);
+            }
+        };
+        if end == 0 {
+            return Err(self.error(op, WireErrorKind::Mismatch));
+        }
+        self.store(Some(at), Slot::Bytes { start: self.pos as u32, len: end as u32 });
+        self.pos += end + consume;
+        Ok(true)
+    }
+}
+
+/// Whether `buf[pos..]` starts with `t`; `None` if too short to tell.
+fn starts(buf: &[u8], pos: usize, t: &[u8]) -> Option<bool> {
+    let rest = &buf[pos.min(buf.len())..];
+    let n = rest.len().min(t.len());
+    if rest[..n] != t[..n] {
+        return Some(false);
+    }
+    if n < t.len() {
+        None
+    } else {
+        Some(true)
+    }
+}
+
+fn same(a: Val, b: Val) -> bool {
+    match (a, b) {
+        (Val::Int(x), Val::Int(y)) => x == y,
+        (Val::Bytes(x), Val::Bytes(y)) => x == y,
+        _ => false,
+    }
+}

@@ -1,0 +1,193 @@
+//! The compiled form of a grammar: per unit, a block of operations over a
+//! fixed array of value slots. Parsing and serialising interpret it.
+
+use crate::grammar::ast::{BinOp, ByteOrder, UnOp};
+use std::sync::Arc;
+
+pub type BlockId = u32;
+pub type UnitId = usize;
+
+/// A value slot. Byte ranges index the buffer the message was parsed from
+/// (or a builder's data), so slots hold no heap data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Slot {
+    #[default]
+    Unset,
+    Int(u64),
+    Bytes {
+        start: u32,
+        len: u32,
+    },
+    /// The number of elements of a list.
+    Count(u32),
+}
+
+/// A built-in function of grammar expressions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Builtin {
+    /// Length of bytes, or element count of a list.
+    Len,
+    /// ASCII decimal digits to an integer.
+    ToInt,
+    /// Case-insensitive equality of bytes.
+    EqNocase,
+    /// Case-insensitive: does a comma-separated list of tokens end with
+    /// the token (as `Transfer-Encoding: gzip, chunked`)?
+    LastTokenNocase,
+    /// `lookup(list, "field", KEY, "value")`: the `value` field of the last
+    /// element whose `field` equals KEY case-insensitively.
+    Lookup,
+    /// `count(list, "field", KEY)`: elements whose `field` matches KEY.
+    Count,
+    /// `all_same(list, "field", KEY, "value")`: whether every matching
+    /// element carries the same value.
+    AllSame,
+    /// Does bytes end with a space or tab?
+    EndsWithWs,
+    /// Does bytes start with a space or tab?
+    StartsWithWs,
+    /// Is bytes a valid ASCII decimal or hexadecimal number?
+    IsDec,
+    IsHex,
+    /// ASCII hexadecimal digits to an integer.
+    HexToInt,
+    /// Is the slot set (an optional field present)?
+    Present,
+}
+
+#[derive(Clone, Debug)]
+pub enum CExpr {
+    Int(i128),
+    Str(Arc<[u8]>),
+    /// A slot, relative to the current unit's base.
+    Slot(u16),
+    /// A list: its count slot, element layout and field name table.
+    List(ListRef),
+    /// `$$`: the value being checked or serialised.
+    Dollar,
+    /// `$$.field`: a field of the list element just parsed.
+    DollarField(u16),
+    Unary(UnOp, Box<CExpr>),
+    Binary(BinOp, Box<CExpr>, Box<CExpr>),
+    Call(Builtin, Vec<CExpr>),
+    /// A field name argument of `lookup`/`count`, resolved in the element.
+    ElemField(u16),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct ListRef {
+    /// Count slot, relative to the current base; elements follow it.
+    pub slot: u16,
+    pub elem_slots: u16,
+}
+
+/// How long a bytes field is.
+#[derive(Clone, Debug)]
+pub enum Len {
+    Expr(CExpr),
+    /// Up to (not including) a delimiter, which is consumed.
+    Until(Arc<[u8]>),
+}
+
+/// When a list ends.
+#[derive(Clone, Debug)]
+pub enum Stop {
+    Count(CExpr),
+    /// Before a terminator, which is consumed.
+    Until(Arc<[u8]>),
+    /// After the element for which the expression (over `$$`) holds.
+    UntilElem(CExpr),
+}
+
+#[derive(Clone, Debug)]
+pub enum Elem {
+    Unit { block: BlockId, slots: u16 },
+    Scalar(Box<Scalar>),
+}
+
+/// A field read in one step: enough bytes or none consumed.
+#[derive(Clone, Debug)]
+pub enum Scalar {
+    Int {
+        bytes: u8,
+        signed: bool,
+        order: ByteOrder,
+    },
+    Bytes {
+        len: Len,
+        max: u32,
+    },
+    AsciiInt {
+        until: Arc<[u8]>,
+        hex: bool,
+    },
+    VInt,
+    Literal {
+        bytes: Arc<[u8]>,
+        nocase: bool,
+    },
+    Ws,
+}
+
+#[derive(Clone, Debug)]
+pub struct Op {
+    pub kind: OpKind,
+    /// The grammar field this operation reads, for errors.
+    pub field: Arc<str>,
+    /// Where the value goes, relative to the unit's base; `None` skips it.
+    pub slot: Option<u16>,
+    /// `&requires`: a condition over `$$` and earlier fields.
+    pub requires: Option<CExpr>,
+    /// The protocol status a proxy answers when this field is bad (`&error`).
+    pub status: Option<u16>,
+}
+
+#[derive(Clone, Debug)]
+pub enum OpKind {
+    Scalar(Scalar),
+    Var(CExpr),
+    Switch {
+        on: CExpr,
+        cases: Vec<(CExpr, BlockId)>,
+        default: Option<BlockId>,
+    },
+    Unit {
+        block: BlockId,
+    },
+    List {
+        elem: Elem,
+        stop: Stop,
+        sep: Option<Arc<[u8]>>,
+        max: u32,
+    },
+    /// `&serialize` of a variable: after lengths are known, set `target`.
+    SerializeVar { var: u16, target: u16, expr: CExpr },
+}
+
+/// What `flick` knows of a unit: its layout and its named fields.
+#[derive(Clone, Debug)]
+pub struct UnitInfo {
+    pub name: String,
+    pub block: BlockId,
+    pub slots: u16,
+    /// Named fields and variables, with their slots (relative to the unit).
+    pub fields: Vec<FieldInfo>,
+}
+
+#[derive(Clone, Debug)]
+pub struct FieldInfo {
+    pub name: String,
+    pub slot: u16,
+    pub kind: FieldKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FieldKind {
+    Int,
+    Bytes,
+    List {
+        elem_unit: Option<UnitId>,
+        elem_slots: u16,
+    },
+    Unit(UnitId),
+}

@@ -1,0 +1,349 @@
+//! Serialisation: values back to bytes, recomputing dependent fields.
+//!
+//! Three passes over a unit's operations. First, every field whose length
+//! or count is given by a plain field (`&length = self.key_len`) sets that
+//! field from the value's actual size. Second, variables with `&serialize`
+//! set their target (Listing 2's `total_len`). Third, the bytes are
+//! written. A field that was parsed keeps its original bytes where the
+//! grammar allows several spellings (whitespace, case-insensitive tokens).
+
+use crate::error::{WireError, WireErrorKind};
+use crate::eval::{Env, Val};
+use crate::grammar::ast::ByteOrder;
+use crate::program::*;
+use crate::Grammar;
+use std::sync::Arc;
+
+impl Grammar {
+    /// Writes the message in `slots` (byte values in `data`) to `out`,
+    /// after updating the fields that depend on others.
+    pub fn serialize(&self, unit: UnitId, slots: &mut [Slot], data: &[u8], out: &mut Vec<u8>) -> Result<(), WireError> {
+        let block = self.units[unit].block;
+        self.lengths(block, slots, 0, data)?;
+        self.variables(block, slots, 0, data)?;
+        self.emit(block, slots, 0, data, out)
+    }
+
+    fn err(op: &Op, kind: WireErrorKind, offset: usize) -> WireError {
+        WireError {
+            kind,
+            field: op.field.clone(),
+            offset,
+            status: op.status,
+        }
+    }
+
+    /// The block a switch takes for the current values.
+    fn chosen(&self, op: &Op, on: &CExpr, cases: &[(CExpr, BlockId)], default: Option<BlockId>, slots: &[Slot], base: usize, data: &[u8]) -> Result<BlockId, WireError> {
+        let env = Env { slots, base, data, dollar: Val::Unset, dollar_base: 0 };
+        let v = env.eval(on).map_err(|_| Self::err(op, WireErrorKind::Invalid, 0))?;
+        for (c, b) in cases {
+            let hit = match (v, env.eval(c)) {
+                (Val::Int(x), Ok(Val::Int(y))) => x == y,
+                (Val::Bytes(x), Ok(Val::Bytes(y))) => x == y,
+                _ => false,
+            };
+            if hit {
+                return Ok(*b);
+            }
+        }
+        default.ok_or_else(|| Self::err(op, WireErrorKind::NoCase, 0))
+    }
+
+    /// The sub-blocks of an operation, at their bases, without allocating.
+    fn nested(&self, op: &Op, slots: &[Slot], base: usize, data: &[u8]) -> Result<Nested, WireError> {
+        Ok(match &op.kind {
+            OpKind::Switch { on, cases, default } => Nested {
+                block: self.chosen(op, on, cases, *default, slots, base, data)?,
+                first: base,
+                stride: 0,
+                count: 1,
+            },
+            OpKind::Unit { block } => Nested {
+                block: *block,
+                first: base + op.slot.unwrap_or(0) as usize,
+                stride: 0,
+                count: 1,
+            },
+            OpKind::List { elem: Elem::Unit { block, slots: n }, .. } => {
+                let at = base + op.slot.unwrap_or(0) as usize;
+                let count = match slots.get(at) {
+                    Some(Slot::Count(c)) => *c as usize,
+                    _ => 0,
+                };
+                Nested {
+                    block: *block,
+                    first: at + 1,
+                    stride: *n as usize,
+                    count,
+                }
+            }
+            _ => Nested {
+                block: 0,
+                first: 0,
+                stride: 0,
+                count: 0,
+            },
+        })
+    }
+
+    fn lengths(&self, block: BlockId, slots: &mut [Slot], base: usize, data: &[u8]) -> Result<(), WireError> {
+        for op in &self.blocks[block as usize] {
+            let at = op.slot.map(|s| base + s as usize);
+            match (&op.kind, at) {
+                // An integer never set is written, and computed with, as 0.
+                (OpKind::Scalar(Scalar::Int { .. } | Scalar::AsciiInt { .. } | Scalar::VInt), Some(at))
+                    if slots[at] == Slot::Unset =>
+                {
+                    slots[at] = Slot::Int(0);
+                }
+                (OpKind::Scalar(Scalar::Bytes { len: Len::Expr(CExpr::Slot(t)), .. }), Some(at)) => {
+                    let n = match slots[at] {
+                        Slot::Bytes { len, .. } => len as u64,
+                        _ => 0,
+                    };
+                    slots[base + *t as usize] = Slot::Int(n);
+                }
+                (OpKind::List { stop: Stop::Count(CExpr::Slot(t)), .. }, Some(at)) => {
+                    let n = match slots[at] {
+                        Slot::Count(c) => c as u64,
+                        _ => 0,
+                    };
+                    slots[base + *t as usize] = Slot::Int(n);
+                }
+                _ => {}
+            }
+            let n = self.nested(op, slots, base, data)?;
+            for at in n.bases() {
+                self.lengths(n.block, slots, at, data)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn variables(&self, block: BlockId, slots: &mut [Slot], base: usize, data: &[u8]) -> Result<(), WireError> {
+        for op in &self.blocks[block as usize] {
+            if let OpKind::SerializeVar { var, target, expr } = &op.kind {
+                let dollar = crate::eval::slot_val(slots, data, base + *var as usize);
+                let env = Env { slots, base, data, dollar, dollar_base: 0 };
+                let v = env.int(expr).map_err(|_| Self::err(op, WireErrorKind::Invalid, 0))?;
+                slots[base + *target as usize] = Slot::Int(v as u64);
+            }
+            let n = self.nested(op, slots, base, data)?;
+            for at in n.bases() {
+                self.variables(n.block, slots, at, data)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn emit(&self, block: BlockId, slots: &[Slot], base: usize, data: &[u8], out: &mut Vec<u8>) -> Result<(), WireError> {
+        for op in &self.blocks[block as usize] {
+            let at = op.slot.map(|s| base + s as usize);
+            match &op.kind {
+                OpKind::Scalar(s) => emit_scalar(op, s, at.map_or(Slot::Unset, |a| slots[a]), data, out)?,
+                OpKind::Var(_) | OpKind::SerializeVar { .. } => {}
+                OpKind::Switch { .. } | OpKind::Unit { .. } => {
+                    let n = self.nested(op, slots, base, data)?;
+                    for at in n.bases() {
+                        self.emit(n.block, slots, at, data, out)?;
+                    }
+                }
+                OpKind::List { elem, stop, sep, .. } => {
+                    let at = at.unwrap_or(base);
+                    let count = match slots.get(at) {
+                        Some(Slot::Count(c)) => *c as usize,
+                        _ => 0,
+                    };
+                    for i in 0..count {
+                        if i > 0 {
+                            if let Some(s) = sep {
+                                out.extend_from_slice(s);
+                            }
+                        }
+                        match elem {
+                            Elem::Unit { block, slots: n } => {
+                                self.emit(*block, slots, at + 1 + i * *n as usize, data, out)?
+                            }
+                            Elem::Scalar(s) => {
+                                let v = slots[at + 1 + i];
+                                match (&**s, sep) {
+                                    // Separated tokens: the separator, not the delimiter, follows.
+                                    (Scalar::Bytes { len: Len::Until(_), .. }, Some(_)) => out.extend_from_slice(bytes_of(v, data)),
+                                    _ => emit_scalar(op, s, v, data, out)?,
+                                }
+                            }
+                        }
+                    }
+                    if let Stop::Until(t) = stop {
+                        out.extend_from_slice(t);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `count` instances of `block`, the first at `first`, `stride` apart.
+#[derive(Clone, Copy)]
+struct Nested {
+    block: BlockId,
+    first: usize,
+    stride: usize,
+    count: usize,
+}
+
+impl Nested {
+    fn bases(self) -> impl Iterator<Item = usize> {
+        (0..self.count).map(move |i| self.first + i * self.stride)
+    }
+}
+
+fn bytes_of(v: Slot, data: &[u8]) -> &[u8] {
+    match v {
+        Slot::Bytes { start, len } => data.get(start as usize..(start + len) as usize).unwrap_or(&[]),
+        _ => &[],
+    }
+}
+
+fn emit_scalar(op: &Op, s: &Scalar, v: Slot, data: &[u8], out: &mut Vec<u8>) -> Result<(), WireError> {
+    match s {
+        Scalar::Int { bytes, order, .. } => {
+            let x = match v {
+                Slot::Int(x) => x,
+                _ => 0,
+            };
+            let be = x.to_be_bytes();
+            let n = *bytes as usize;
+            match order {
+                ByteOrder::Big => out.extend_from_slice(&be[8 - n..]),
+                ByteOrder::Little => out.extend(be[8 - n..].iter().rev()),
+            }
+        }
+        Scalar::Bytes { len, max } => {
+            let b = bytes_of(v, data);
+            if b.len() > *max as usize {
+                return Err(Grammar::err(op, WireErrorKind::TooLong { max: *max as u64 }, out.len()));
+            }
+            out.extend_from_slice(b);
+            if let Len::Until(d) = len {
+                out.extend_from_slice(d);
+            }
+        }
+        Scalar::AsciiInt { until, hex } => {
+            let x = match v {
+                Slot::Int(x) => x,
+                _ => 0,
+            };
+            write_int(out, x, *hex);
+            out.extend_from_slice(until);
+        }
+        Scalar::VInt => write_vlong(out, match v {
+            Slot::Int(x) => x as i64,
+            _ => 0,
+        }),
+        Scalar::Literal { bytes, .. } => match v {
+            Slot::Bytes { .. } => out.extend_from_slice(bytes_of(v, data)),
+            _ => out.extend_from_slice(bytes),
+        },
+        Scalar::Ws => out.extend_from_slice(bytes_of(v, data)),
+    }
+    Ok(())
+}
+
+fn write_int(out: &mut Vec<u8>, mut x: u64, hex: bool) {
+    let radix = if hex { 16 } else { 10 };
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b"0123456789abcdef"[(x % radix) as usize];
+        x /= radix;
+        if x == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// Hadoop's `WritableUtils.writeVLong`.
+pub fn write_vlong(out: &mut Vec<u8>, v: i64) {
+    if (-112..=127).contains(&v) {
+        out.push(v as u8);
+        return;
+    }
+    let mut len: i32 = -112;
+    let mut i = v;
+    if i < 0 {
+        i = !i;
+        len = -120;
+    }
+    let mut tmp = i;
+    while tmp != 0 {
+        tmp >>= 8;
+        len -= 1;
+    }
+    out.push(len as i8 as u8);
+    let n = if len < -120 { -(len + 120) } else { -(len + 112) };
+    for idx in (0..n).rev() {
+        out.push((i >> (8 * idx)) as u8);
+    }
+}
+
+/// A message being built by a program, with its own byte store. Reusable:
+/// [`Builder::clear`] keeps the allocations.
+pub struct Builder {
+    pub(crate) grammar: Arc<Grammar>,
+    pub(crate) unit: UnitId,
+    pub slots: Vec<Slot>,
+    pub data: Vec<u8>,
+}
+
+impl Builder {
+    pub fn new(grammar: Arc<Grammar>, unit: UnitId) -> Builder {
+        let n = grammar.units[unit].slots as usize;
+        Builder {
+            grammar,
+            unit,
+            slots: vec![Slot::Unset; n],
+            data: Vec::new(),
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.slots.fill(Slot::Unset);
+        self.data.clear();
+    }
+
+    fn slot(&self, name: &str) -> Option<usize> {
+        self.grammar.units[self.unit].fields.iter().find(|f| f.name == name).map(|f| f.slot as usize)
+    }
+
+    /// Sets a top-level integer field; `false` if there is no such field.
+    pub fn set_int(&mut self, name: &str, v: u64) -> bool {
+        let Some(at) = self.slot(name) else { return false };
+        self.slots[at] = Slot::Int(v);
+        true
+    }
+
+    /// Sets a top-level bytes field; `false` if there is no such field.
+    pub fn set_bytes(&mut self, name: &str, v: &[u8]) -> bool {
+        let Some(at) = self.slot(name) else { return false };
+        self.slots[at] = Slot::Bytes { start: self.data.len() as u32, len: v.len() as u32 };
+        self.data.extend_from_slice(v);
+        true
+    }
+
+    /// Copies every slot of a parsed message, whose bytes are `buf`.
+    pub fn copy_from(&mut self, parsed: &[Slot], buf: &[u8]) {
+        self.clear();
+        self.data.extend_from_slice(buf);
+        self.slots.copy_from_slice(parsed);
+    }
+
+    pub fn serialize(&mut self, out: &mut Vec<u8>) -> Result<(), WireError> {
+        let g = self.grammar.clone();
+        g.serialize(self.unit, &mut self.slots, &self.data, out)
+    }
+}
