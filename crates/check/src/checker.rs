@@ -34,6 +34,9 @@ pub(crate) struct Checker<'p> {
     pub aliases: HashMap<String, &'p TypeExpr>,
     /// Aliases being resolved, to catch cycles.
     pub resolving: Vec<String>,
+    /// Aliases already resolved, so that errors in an alias's body are
+    /// reported once, however often it is used.
+    pub alias_types: HashMap<String, Ty>,
     pub fun_ids: HashMap<String, usize>,
     pub fun_decls: Vec<&'p FunDecl>,
     pub proc_decls: Vec<&'p ProcDecl>,
@@ -57,6 +60,7 @@ impl<'p> Checker<'p> {
             record_sizes: HashMap::new(),
             aliases: HashMap::new(),
             resolving: Vec::new(),
+            alias_types: HashMap::new(),
             fun_ids: HashMap::new(),
             fun_decls: Vec::new(),
             proc_decls: Vec::new(),
@@ -68,6 +72,7 @@ impl<'p> Checker<'p> {
 
     pub(crate) fn run(mut self) -> (CheckedProgram, Vec<Diagnostic>) {
         self.collect();
+        self.resolve_aliases();
         self.resolve_records();
         self.function_signatures();
         for (i, f) in self.fun_decls.clone().into_iter().enumerate() {

@@ -97,6 +97,30 @@ impl<'p> Checker<'p> {
         }
     }
 
+    /// Resolves every type alias once, in declaration order, so that an
+    /// alias's errors are reported even when nothing uses it.
+    pub(crate) fn resolve_aliases(&mut self) {
+        for decl in &self.program.decls {
+            if let Decl::Type(TypeDecl {
+                name,
+                body: TypeBody::Alias(_),
+                ..
+            }) = decl
+            {
+                // Duplicates and built-in names were reported, not registered.
+                if !self.aliases.contains_key(&name.name) {
+                    continue;
+                }
+                let named = TypeExpr {
+                    kind: TypeKind::Named(name.clone()),
+                    annotations: Vec::new(),
+                    span: name.span,
+                };
+                self.resolve_type(&named, &SizeScope::Constant);
+            }
+        }
+    }
+
     /// Resolves every record's fields, in declaration order.
     pub(crate) fn resolve_records(&mut self) {
         for (id, decl) in self.record_decls.clone().into_iter().enumerate() {
@@ -243,7 +267,10 @@ impl<'p> Checker<'p> {
             TypeKind::ChanArray(_) => &["max"],
             _ => &[],
         };
-        for a in &te.annotations {
+        // An unknown type's annotations are reported with the type.
+        let unknown = matches!(&te.kind, TypeKind::Named(n)
+            if !self.record_ids.contains_key(&n.name) && !self.aliases.contains_key(&n.name));
+        for a in te.annotations.iter().filter(|_| !unknown) {
             if !allowed.contains(&a.name.name.as_str()) {
                 let kind = describe_kind(&te.kind);
                 let d = Diagnostic::error(
@@ -304,6 +331,9 @@ impl<'p> Checker<'p> {
                 if let Some(id) = self.record_ids.get(&name.name) {
                     return Ty::Record(*id, name.name.clone());
                 }
+                if let Some(t) = self.alias_types.get(&name.name) {
+                    return t.clone();
+                }
                 if let Some(alias) = self.aliases.get(&name.name).copied() {
                     if self.resolving.contains(&name.name) {
                         self.diags.push(
@@ -319,6 +349,7 @@ impl<'p> Checker<'p> {
                     self.resolving.push(name.name.clone());
                     let t = self.resolve_type(alias, &SizeScope::Constant);
                     self.resolving.pop();
+                    self.alias_types.insert(name.name.clone(), t.clone());
                     return t;
                 }
                 let mut d =
@@ -463,7 +494,7 @@ impl<'p> Checker<'p> {
                                     format!("size refers to `{}`, which is not an integer", v.name),
                                     v.span,
                                 )
-                                .label(format!("`{}` is {other}", v.name))
+                                .label(format!("`{}` is `{other}`", v.name))
                                 .hint("sizes are computed from earlier integer fields"),
                             );
                             None

@@ -37,8 +37,11 @@ impl Checker<'_> {
                     UnOp::Not => (Ty::Bool, "`not`"),
                     UnOp::Neg => (Ty::int(), "`-`"),
                 };
-                self.operand(&t, &want, x.span, name);
-                want
+                if self.operand(&t, &want, x.span, name) {
+                    want
+                } else {
+                    Ty::Error
+                }
             }
             ExprKind::Binary(op, a, b) => self.binary(*op, a, b),
             ExprKind::Field(x, f) => self.field(x, f),
@@ -93,8 +96,9 @@ impl Checker<'_> {
         Ty::Dict(Box::new(k), Box::new(v), DEFAULT_DICT_CAPACITY)
     }
 
-    /// Checks an operand against `want`, as an operator error.
-    fn operand(&mut self, t: &Ty, want: &Ty, span: Span, op: &str) {
+    /// Checks an operand against `want`, as an operator error; returns
+    /// whether it matched.
+    fn operand(&mut self, t: &Ty, want: &Ty, span: Span, op: &str) -> bool {
         if self.uni.unify(t, want).is_err() {
             let found = self.uni.resolve(t);
             self.diags.push(
@@ -105,7 +109,9 @@ impl Checker<'_> {
                 )
                 .label(format!("this is `{found}`")),
             );
+            return false;
         }
+        true
     }
 
     fn binary(&mut self, op: BinOp, a: &Expr, b: &Expr) -> Ty {
@@ -114,8 +120,12 @@ impl Checker<'_> {
         let name = format!("`{}`", op.symbol());
         match op {
             BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod => {
-                self.operand(&ta, &Ty::int(), a.span, &name);
-                self.operand(&tb, &Ty::int(), b.span, &name);
+                let ok_a = self.operand(&ta, &Ty::int(), a.span, &name);
+                let ok_b = self.operand(&tb, &Ty::int(), b.span, &name);
+                // The operator's error stands for its result's, too.
+                if !(ok_a && ok_b) {
+                    return Ty::Error;
+                }
                 match self.uni.resolve(&ta).behind_refs() {
                     t @ Ty::Int { .. } => t.clone(),
                     _ => Ty::int(),
@@ -305,11 +315,12 @@ impl Checker<'_> {
             return true;
         }
         let s = if expected == 1 { "" } else { "s" };
+        let were = if found == 1 { "was" } else { "were" };
         self.diags.push(
             Diagnostic::error(
                 "E0202",
                 format!(
-                    "`{}` takes {expected} argument{s}{note}, but {found} were given",
+                    "`{}` takes {expected} argument{s}{note}, but {found} {were} given",
                     f.name
                 ),
                 span,
@@ -396,6 +407,11 @@ impl Checker<'_> {
     }
 
     fn chan_arg(&mut self, a: &Expr, p: &ChanTy, c: &ChanTy, pname: &str, fname: &str, pty: &Ty) {
+        // `c` is one channel's type; the argument may be an array of them.
+        let (actual, these) = match pty {
+            Ty::ChanArray(..) => (format!("[{c}]"), "these channels cannot be"),
+            _ => (format!("{c}"), "this channel cannot be"),
+        };
         let sides = [
             (&p.input, &c.input, "read from"),
             (&p.output, &c.output, "written to"),
@@ -408,8 +424,7 @@ impl Checker<'_> {
                             Diagnostic::error(
                                 "E0201",
                                 format!(
-                                    "argument `{pname}` of `{fname}`: expected `{pty}`, found `{}`",
-                                    self.uni.resolve(&Ty::Chan(c.clone()))
+                                    "argument `{pname}` of `{fname}`: expected `{pty}`, found `{actual}`"
                                 ),
                                 a.span,
                             )
@@ -427,10 +442,10 @@ impl Checker<'_> {
                     self.diags.push(
                         Diagnostic::error(
                             code,
-                            format!("`{fname}` needs `{pname}` to be {verb}, but this channel cannot be"),
+                            format!("`{fname}` needs `{pname}` to be {verb}, but {these}"),
                             a.span,
                         )
-                        .label(format!("this is `{c}`"))
+                        .label(format!("this is `{actual}`"))
                         .hint(format!("`{pname}` is declared `{pty}`")),
                     );
                     return;
@@ -569,14 +584,19 @@ impl Checker<'_> {
         };
         let (elem, max) = match self.uni.resolve(&lt).behind_refs() {
             Ty::List(e, max) => ((**e).clone(), *max),
-            Ty::Chan(_) | Ty::ChanArray(..) => {
+            t @ (Ty::Chan(_) | Ty::ChanArray(..)) => {
+                let (what, why) = if matches!(t, Ty::Chan(_)) {
+                    ("a channel", "a channel is an unbounded stream")
+                } else {
+                    ("channels", "channels are unbounded streams")
+                };
                 self.diags.push(
                     Diagnostic::error(
                         "E0403",
-                        format!("`{}` over a channel would never end", f.name),
+                        format!("`{}` over {what} would never end", f.name),
                         list.span,
                     )
-                    .label("a channel is an unbounded stream")
+                    .label(why)
                     .hint("iterate over bounded lists only; a process rule handles each value a channel delivers, and foldt merges channel arrays"),
                 );
                 (Ty::Error, 0)
@@ -600,9 +620,10 @@ impl Checker<'_> {
             self.diags.push(
                 Diagnostic::error(
                     "E0404",
-                    format!("the first argument of `{}` names a function", f.name),
+                    format!("the first argument of `{}` must name a function", f.name),
                     fun.span,
                 )
+                .label("not a function's name")
                 .hint("Flick functions are first-order: define the function with `fun` and pass its name"),
             );
             return Ty::Error;

@@ -87,7 +87,11 @@ fn fmt_prints_canonical_layout_and_check_mode_detects_drift() {
     let text = stdout(&o);
     assert!(text.contains("proc memcached: (cmd/cmd client, [cmd/cmd] backends)\n"));
     let o = flick(&["fmt", "--check", "examples/memcached_cache_router.flick"]);
-    assert_eq!(o.status.code(), Some(1), "the listing's layout is not canonical");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "the listing's layout is not canonical"
+    );
 }
 
 #[test]

@@ -86,7 +86,13 @@ pub fn format_with_comments(p: &Program, comments: &[Comment]) -> String {
         }
     }
     // Comments after the last declaration close the file.
-    out.comments_before(Span { start: u32::MAX, end: u32::MAX }, 0);
+    out.comments_before(
+        Span {
+            start: u32::MAX,
+            end: u32::MAX,
+        },
+        0,
+    );
     out.text.clone()
 }
 

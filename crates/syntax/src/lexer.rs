@@ -302,7 +302,9 @@ impl Lexer<'_> {
                 }
                 return false;
             }
-            0 => return false,
+            // The end of the text; a NUL byte in it is an unexpected
+            // character, lexed like any other.
+            0 if self.pos >= self.bytes.len() => return false,
             _ => {}
         }
         let here = Span::new(start, self.pos);
@@ -401,6 +403,9 @@ impl Lexer<'_> {
                         )
                         .hint("close the string with `\"` on the same line"),
                     );
+                    // The rest of the line is lost: close the brackets it
+                    // left open, so that the next lines are laid out again.
+                    self.depth = 0;
                     break;
                 }
                 b'\\' => {

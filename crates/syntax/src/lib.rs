@@ -10,5 +10,7 @@ mod fmt;
 mod lexer;
 mod parser;
 
-pub use fmt::{expr as format_expr, format_program, format_with_comments, type_expr as format_type};
+pub use fmt::{
+    expr as format_expr, format_program, format_with_comments, type_expr as format_type,
+};
 pub use parser::{parse, parse_with_comments};

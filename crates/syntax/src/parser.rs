@@ -8,6 +8,12 @@ use crate::ast::*;
 use crate::lexer::{lex, Tok, Token};
 use flick_span::{Diagnostic, Span};
 
+/// How deeply expressions, types and blocks may nest. Checking and
+/// formatting recurse over the tree, so a limit keeps a pathological input
+/// (two thousand `(`, say) from overflowing the stack; real programs stay
+/// far below it.
+pub const MAX_NESTING: usize = 128;
+
 /// Parses a whole program. The tree holds every declaration that parsed;
 /// the diagnostics hold every lexical and syntax error found.
 pub fn parse(src: &str) -> (Program, Vec<Diagnostic>) {
@@ -21,7 +27,9 @@ pub fn parse_with_comments(src: &str) -> (Program, Vec<Comment>, Vec<Diagnostic>
     let mut p = Parser {
         toks,
         pos: 0,
+        lex_errors: diags.len(),
         diags,
+        depth: 0,
     };
     let program = p.program();
     (program, comments, p.diags)
@@ -35,7 +43,11 @@ type PResult<T> = Result<T, Reported>;
 struct Parser {
     toks: Vec<Token>,
     pos: usize,
+    /// How many of `diags`, at the front, the lexer reported.
+    lex_errors: usize,
     diags: Vec<Diagnostic>,
+    /// How deeply the tree being parsed nests here (see [`MAX_NESTING`]).
+    depth: usize,
 }
 
 impl Parser {
@@ -84,8 +96,48 @@ impl Parser {
     }
 
     fn error(&mut self, d: Diagnostic) -> Reported {
-        self.diags.push(d);
+        if !self.echoes_lex_error(d.span()) {
+            self.diags.push(d);
+        }
         Reported
+    }
+
+    /// Whether a syntax error at `at` is on the line of a lexical error,
+    /// and so most likely its echo (an unterminated string swallows the
+    /// `)` after it, say).
+    fn echoes_lex_error(&self, at: Span) -> bool {
+        self.diags[..self.lex_errors].iter().any(|l| {
+            let l = l.span();
+            l.start <= at.start
+                && !self.toks.iter().any(|t| {
+                    t.tok == Tok::Newline && t.span.start >= l.end && t.span.start < at.start
+                })
+        })
+    }
+
+    /// Goes one level deeper into the tree, reporting a nesting too deep.
+    fn deeper(&mut self) -> PResult<()> {
+        self.depth += 1;
+        if self.depth <= MAX_NESTING {
+            return Ok(());
+        }
+        Err(self.error(
+            Diagnostic::error(
+                "E0011",
+                format!("nested more than {MAX_NESTING} levels deep"),
+                self.span(),
+            )
+            .label("too deeply nested")
+            .hint("split the expression with `let`, or the type with `type` aliases"),
+        ))
+    }
+
+    /// Parses with `parse` one level deeper into the tree.
+    fn nested<T>(&mut self, parse: impl FnOnce(&mut Parser) -> PResult<T>) -> PResult<T> {
+        let outer = self.depth;
+        let result = self.deeper().and_then(|()| parse(self));
+        self.depth = outer;
+        result
     }
 
     fn unexpected(&mut self, wanted: &str) -> Reported {
@@ -166,8 +218,9 @@ impl Parser {
                 Tok::Eof => return,
                 Tok::Newline if depth == 0 => {
                     self.bump();
-                    // A broken header's block goes with it.
-                    if !self.at(&Tok::Indent) {
+                    // A broken header's block goes with it, and so does
+                    // the `else` of a broken `if`.
+                    if !self.at(&Tok::Indent) && !self.at(&Tok::Else) {
                         return;
                     }
                     continue;
@@ -178,7 +231,10 @@ impl Parser {
                     depth -= 1;
                     if depth == 0 {
                         self.bump();
-                        return;
+                        if !self.at(&Tok::Else) {
+                            return;
+                        }
+                        continue;
                     }
                 }
                 _ => {}
@@ -578,7 +634,7 @@ impl Parser {
         let kind = match self.tok().clone() {
             Tok::LBracket => {
                 self.bump();
-                let inner = self.type_expr()?;
+                let inner = self.nested(Self::type_expr)?;
                 self.expect(&Tok::RBracket, "`]`")?;
                 match inner.kind {
                     TypeKind::Chan(c) if inner.annotations.is_empty() => TypeKind::ChanArray(c),
@@ -599,7 +655,7 @@ impl Parser {
                 self.bump();
                 let mut tys = Vec::new();
                 while !self.at(&Tok::RParen) {
-                    tys.push(self.type_expr()?);
+                    tys.push(self.nested(Self::type_expr)?);
                     if !self.eat(&Tok::Comma) {
                         break;
                     }
@@ -619,18 +675,18 @@ impl Parser {
                     "string" => TypeKind::String,
                     "bytes" => TypeKind::Bytes,
                     "bool" => TypeKind::Bool,
-                    "ref" => TypeKind::Ref(Box::new(self.type_atom()?)),
+                    "ref" => TypeKind::Ref(Box::new(self.nested(Self::type_atom)?)),
                     "list" => {
                         self.expect(&Tok::Lt, "`<` after `list`")?;
-                        let t = self.type_expr()?;
+                        let t = self.nested(Self::type_expr)?;
                         self.expect(&Tok::Gt, "`>`")?;
                         TypeKind::List(Box::new(t))
                     }
                     "dict" => {
                         self.expect(&Tok::Lt, "`<` after `dict`")?;
-                        let k = self.type_expr()?;
+                        let k = self.nested(Self::type_expr)?;
                         self.expect(&Tok::Star, "`*` between key and value types")?;
-                        let v = self.type_expr()?;
+                        let v = self.nested(Self::type_expr)?;
                         self.expect(&Tok::Gt, "`>`")?;
                         TypeKind::Dict(Box::new(k), Box::new(v))
                     }
@@ -674,9 +730,10 @@ impl Parser {
             if !self.eat(&Tok::Indent) {
                 return Err(self.unexpected("an indented block"));
             }
-            self.block_body(self.prev_span())
+            let start = self.prev_span();
+            self.nested(|p| p.block_body(start))
         } else {
-            let stmt = self.stmt()?;
+            let stmt = self.nested(Self::stmt)?;
             Ok(Block {
                 span: stmt.span,
                 stmts: vec![stmt],
@@ -719,7 +776,7 @@ impl Parser {
                     None
                 };
                 self.expect(&Tok::Eq, "`=` and a value")?;
-                let value = self.expr()?;
+                let value = self.line_expr()?;
                 StmtKind::Let { name, ty, value }
             }
             Tok::If => {
@@ -752,10 +809,11 @@ impl Parser {
                     span: start.to(end),
                 });
             }
+            Tok::Foldt => StmtKind::Expr(self.foldt()?),
             _ => {
                 let e = self.expr()?;
                 if self.eat(&Tok::Assign) {
-                    let value = self.expr()?;
+                    let value = self.line_expr()?;
                     StmtKind::Assign { place: e, value }
                 } else if self.eat(&Tok::Arrow) {
                     let channel = self.expr()?;
@@ -790,6 +848,16 @@ impl Parser {
         self.expr_bp(0)
     }
 
+    /// The value that ends a statement: an expression, or a `foldt`,
+    /// whose body is a block that only a whole line can hold.
+    fn line_expr(&mut self) -> PResult<Expr> {
+        if self.at(&Tok::Foldt) {
+            self.foldt()
+        } else {
+            self.expr()
+        }
+    }
+
     fn binop(&self) -> Option<BinOp> {
         Some(match self.tok() {
             Tok::Or => BinOp::Or,
@@ -809,8 +877,12 @@ impl Parser {
         })
     }
 
-    /// Precedence climbing; every binary operator is left-associative.
     fn expr_bp(&mut self, min: u8) -> PResult<Expr> {
+        self.nested(|p| p.climb(min))
+    }
+
+    /// Precedence climbing; every binary operator is left-associative.
+    fn climb(&mut self, min: u8) -> PResult<Expr> {
         let mut lhs = self.prefix()?;
         while let Some(op) = self.binop() {
             let prec = op.precedence();
@@ -819,6 +891,8 @@ impl Parser {
             if prec <= min || self.prev_ended_line() {
                 break;
             }
+            // A left-associative chain nests as deeply as it is long.
+            self.deeper()?;
             self.bump();
             let rhs = self.expr_bp(prec)?;
             lhs = Expr {
@@ -851,6 +925,10 @@ impl Parser {
             // next statement.
             if self.prev_ended_line() {
                 return Ok(e);
+            }
+            if matches!(self.tok(), Tok::Dot | Tok::LBracket) {
+                // So does a chain of fields and indexes.
+                self.deeper()?;
             }
             if self.eat(&Tok::Dot) {
                 let field = if self.at(&Tok::Underscore) {
@@ -937,7 +1015,17 @@ impl Parser {
                 self.bump();
                 ExprKind::List(self.args(Tok::RBracket, "`,` or `]`")?)
             }
-            Tok::Foldt => return self.foldt(),
+            Tok::Foldt => {
+                return Err(self.error(
+                    Diagnostic::error(
+                        "E0005",
+                        "`foldt` must be the whole value of a statement",
+                        self.span(),
+                    )
+                    .label("inside a larger expression")
+                    .hint("bind it first, as in `let merged = foldt on ...`, then use `merged`"),
+                ))
+            }
             _ => return Err(self.unexpected("an expression")),
         };
         Ok(Expr {
@@ -949,7 +1037,7 @@ impl Parser {
     fn foldt(&mut self) -> PResult<Expr> {
         let start = self.bump().span;
         self.expect(&Tok::On, "`on` and the channels to merge")?;
-        let channels = self.postfix()?;
+        let channels = self.nested(Self::postfix)?;
         // `ordering` may continue on an indented line of its own.
         let continued =
             self.at(&Tok::Newline) && self.nth(1) == &Tok::Indent && self.nth(2) == &Tok::Ordering;

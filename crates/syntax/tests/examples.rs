@@ -38,8 +38,14 @@ fn fmt_keeps_every_comment_and_is_idempotent() {
     for c in &comments {
         assert!(text.contains(&c.text), "lost {:?} in:\n{text}", c.text);
     }
-    assert!(text.contains("  # about key\n  key : string\n  # trailing\n  value"), "{text}");
-    assert!(text.contains("    # inside a handler\n    None\n"), "{text}");
+    assert!(
+        text.contains("  # about key\n  key : string\n  # trailing\n  value"),
+        "{text}"
+    );
+    assert!(
+        text.contains("    # inside a handler\n    None\n"),
+        "{text}"
+    );
     assert!(text.ends_with("  y\n# at the end\n"), "{text}");
     let (q, comments2, diags) = flick_syntax::parse_with_comments(&text);
     assert!(diags.is_empty());
