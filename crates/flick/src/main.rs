@@ -29,6 +29,9 @@ enum Command {
         #[arg(required = true)]
         files: Vec<String>,
     },
+    /// Check message grammars, or parse bytes with one.
+    #[command(subcommand)]
+    Grammar(GrammarCommand),
     /// Print a program in canonical layout.
     Fmt {
         /// Exit non-zero, printing nothing, if the file is not already canonical.
@@ -37,6 +40,110 @@ enum Command {
         /// The program to format.
         file: String,
     },
+}
+
+#[derive(Subcommand)]
+enum GrammarCommand {
+    /// Check grammar files: syntax, field references, limits.
+    Check {
+        #[arg(required = true)]
+        files: Vec<String>,
+    },
+    /// Parse messages from a file (or standard input) and print them.
+    Parse {
+        /// A stock grammar's name or a grammar file.
+        grammar: String,
+        /// The unit to parse.
+        unit: String,
+        /// The bytes; standard input when absent.
+        input: Option<String>,
+    },
+}
+
+/// Loads a grammar by stock name or path, printing diagnostics on failure.
+fn load_grammar(name: &str, color: bool) -> Result<std::sync::Arc<flick_wire::Grammar>, ExitCode> {
+    if let Some(g) = flick_wire::Grammar::stock(name) {
+        return Ok(g);
+    }
+    let file = read(name)?;
+    let stem = std::path::Path::new(name)
+        .file_stem()
+        .map_or(name.to_string(), |s| s.to_string_lossy().into_owned());
+    match flick_wire::Grammar::from_source(&stem, &file.text) {
+        Ok(g) => Ok(std::sync::Arc::new(g)),
+        Err(e) => {
+            eprint!("{}", render(&file, &e.diagnostics, color));
+            eprintln!("{name}: {} error(s)", e.diagnostics.len());
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn grammar_command(cmd: GrammarCommand, color: bool) -> ExitCode {
+    match cmd {
+        GrammarCommand::Check { files } => {
+            let mut failed = false;
+            for f in &files {
+                match load_grammar(f, color) {
+                    Ok(g) => println!("{f}: ok ({} units)", g.units().len()),
+                    Err(_) => failed = true,
+                }
+            }
+            if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        GrammarCommand::Parse {
+            grammar,
+            unit,
+            input,
+        } => {
+            let g = match load_grammar(&grammar, color) {
+                Ok(g) => g,
+                Err(code) => return code,
+            };
+            let Some(u) = g.unit_id(&unit) else {
+                eprintln!("error: grammar `{}` has no unit `{unit}`", g.name);
+                return ExitCode::FAILURE;
+            };
+            let bytes = match input {
+                Some(path) => std::fs::read(&path),
+                None => {
+                    let mut v = Vec::new();
+                    std::io::Read::read_to_end(&mut std::io::stdin(), &mut v).map(|_| v)
+                }
+            };
+            let bytes = match bytes {
+                Ok(b) => b,
+                Err(e) => {
+                    eprintln!("error: cannot read input: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let mut p = g.parser(u);
+            let mut at = 0;
+            while at < bytes.len() {
+                match p.parse(&bytes[at..]) {
+                    Ok(flick_wire::Progress::Done(n)) => {
+                        println!("{:?}", p.message(&bytes[at..]));
+                        at += n;
+                        p.reset();
+                    }
+                    Ok(flick_wire::Progress::NeedMore) => {
+                        eprintln!("error: the input ends inside a message at byte {at}");
+                        return ExitCode::FAILURE;
+                    }
+                    Err(e) => {
+                        eprintln!("error: message at byte {at}: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            ExitCode::SUCCESS
+        }
+    }
 }
 
 fn read(path: &str) -> Result<SourceFile, ExitCode> {
@@ -53,6 +160,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let color = std::io::stderr().is_terminal();
     match cli.command {
+        Command::Grammar(cmd) => grammar_command(cmd, color),
         Command::Check { bounds, files } => {
             let mut failed = false;
             for path in &files {

@@ -102,8 +102,12 @@ impl<'a> Compiler<'a> {
         let decl = &self.file.units[id];
         if self.active.contains(&id) {
             self.diags.push(
-                Diagnostic::error("W0102", format!("unit `{}` contains itself", decl.name), decl.span)
-                    .hint("a message must have a bounded size; use a list with `&max` for repetition"),
+                Diagnostic::error(
+                    "W0102",
+                    format!("unit `{}` contains itself", decl.name),
+                    decl.span,
+                )
+                .hint("a message must have a bounded size; use a list with `&max` for repetition"),
             );
             return None;
         }
@@ -119,11 +123,17 @@ impl<'a> Compiler<'a> {
         let block = self.block(&decl.items, &mut cx);
         self.active.pop();
         if cx.next_slot > u16::MAX as u32 {
-            self.diags.push(Diagnostic::error(
-                "W0103",
-                format!("unit `{}` needs {} value slots; the limit is 65535", decl.name, cx.next_slot),
-                decl.span,
-            ).hint("lower the `&max` of its lists"));
+            self.diags.push(
+                Diagnostic::error(
+                    "W0103",
+                    format!(
+                        "unit `{}` needs {} value slots; the limit is 65535",
+                        decl.name, cx.next_slot
+                    ),
+                    decl.span,
+                )
+                .hint("lower the `&max` of its lists"),
+            );
         }
         self.scopes[id] = cx.visible;
         self.units[id] = Some(UnitInfo {
@@ -237,7 +247,15 @@ impl<'a> Compiler<'a> {
         self.declare_list(cx, name, slot, kind, span, 0);
     }
 
-    fn declare_list(&mut self, cx: &mut UnitCx, name: &str, slot: u16, kind: FieldKind, span: Span, elem_slots: u16) {
+    fn declare_list(
+        &mut self,
+        cx: &mut UnitCx,
+        name: &str,
+        slot: u16,
+        kind: FieldKind,
+        span: Span,
+        elem_slots: u16,
+    ) {
         if cx.fields.iter().any(|f| f.name == name) {
             self.diags.push(Diagnostic::error(
                 "W0101",
@@ -318,19 +336,47 @@ impl<'a> Compiler<'a> {
         let name: Arc<str> = Arc::from(f.name.as_deref().unwrap_or("_"));
         let status = self.const_attr(f, "error").map(|s| s as u16);
         let order = match self.attr(f, "byteorder").and_then(|a| a.value.clone()) {
-            Some(Expr { kind: ExprKind::Str(s), .. }) if s == b"little" => ByteOrder::Little,
-            Some(Expr { kind: ExprKind::Str(s), .. }) if s == b"big" => ByteOrder::Big,
+            Some(Expr {
+                kind: ExprKind::Str(s),
+                ..
+            }) if s == b"little" => ByteOrder::Little,
+            Some(Expr {
+                kind: ExprKind::Str(s),
+                ..
+            }) if s == b"big" => ByteOrder::Big,
             _ => cx.order,
         };
         let (kind, fkind, nslots, elem) = match &f.ty {
             FieldType::List(elem) => {
-                self.check_attrs(f, &["count", "until", "until_elem", "sep", "max", "error", "length", "ascii", "hex"]);
-                let max = self.const_attr(f, "max").map_or(DEFAULT_LIST_MAX, |m| m as u32);
+                self.check_attrs(
+                    f,
+                    &[
+                        "count",
+                        "until",
+                        "until_elem",
+                        "sep",
+                        "max",
+                        "error",
+                        "length",
+                        "ascii",
+                        "hex",
+                    ],
+                );
+                let max = self
+                    .const_attr(f, "max")
+                    .map_or(DEFAULT_LIST_MAX, |m| m as u32);
                 let (elem, elem_slots, elem_unit) = match elem.as_ref() {
                     FieldType::Named(n) => match self.unit_by_name(n, f.span) {
                         Some(u) => {
                             let info = self.units[u].as_ref().unwrap();
-                            (Elem::Unit { block: info.block, slots: info.slots }, info.slots, Some(u))
+                            (
+                                Elem::Unit {
+                                    block: info.block,
+                                    slots: info.slots,
+                                },
+                                info.slots,
+                                Some(u),
+                            )
                         }
                         None => return None,
                     },
@@ -351,7 +397,9 @@ impl<'a> Compiler<'a> {
                         case_names: Vec::new(),
                         order,
                         next_slot: 0,
-                        visible: elem_unit.map(|u| self.scopes[u].clone()).unwrap_or_default(),
+                        visible: elem_unit
+                            .map(|u| self.scopes[u].clone())
+                            .unwrap_or_default(),
                         fields: Vec::new(),
                     };
                     Stop::UntilElem(self.expr(&e, &mut elem_cx, true)?)
@@ -370,8 +418,16 @@ impl<'a> Compiler<'a> {
                 let total = 1 + max as u64 * elem_slots as u64;
                 let total = total.min(u32::MAX as u64) as u32;
                 (
-                    OpKind::List { elem, stop, sep, max },
-                    FieldKind::List { elem_unit, elem_slots },
+                    OpKind::List {
+                        elem,
+                        stop,
+                        sep,
+                        max,
+                    },
+                    FieldKind::List {
+                        elem_unit,
+                        elem_slots,
+                    },
                     total,
                     (elem_slots, elem_unit),
                 )
@@ -380,7 +436,12 @@ impl<'a> Compiler<'a> {
                 self.check_attrs(f, &["error"]);
                 let u = self.unit_by_name(n, f.span)?;
                 let info = self.units[u].as_ref().unwrap().clone();
-                (OpKind::Unit { block: info.block }, FieldKind::Unit(u), info.slots as u32, (0, None))
+                (
+                    OpKind::Unit { block: info.block },
+                    FieldKind::Unit(u),
+                    info.slots as u32,
+                    (0, None),
+                )
             }
             other => {
                 let s = self.scalar(other, f, cx, order, false)?;
@@ -393,8 +454,14 @@ impl<'a> Compiler<'a> {
         };
         // Alternatives of a switch may each declare the same scalar field
         // (`flags` for several opcodes): they share its slot.
-        let shared = f.name.as_ref().filter(|n| cx.case_depth > 0 && cx.case_names.contains(n));
-        let shared = shared.and_then(|n| cx.visible.get(n)).filter(|v| v.kind == fkind && nslots == 1).map(|v| v.slot);
+        let shared = f
+            .name
+            .as_ref()
+            .filter(|n| cx.case_depth > 0 && cx.case_names.contains(n));
+        let shared = shared
+            .and_then(|n| cx.visible.get(n))
+            .filter(|v| v.kind == fkind && nslots == 1)
+            .map(|v| v.slot);
         let slot = match shared {
             Some(s) => s,
             None => self.alloc(cx, nslots),
@@ -452,7 +519,11 @@ impl<'a> Compiler<'a> {
             &[]
         };
         let with = |own: &[&'static str]| -> Vec<&'static str> {
-            own.iter().copied().chain(list_attrs.iter().copied()).chain(["requires", "error"]).collect()
+            own.iter()
+                .copied()
+                .chain(list_attrs.iter().copied())
+                .chain(["requires", "error"])
+                .collect()
         };
         match ty {
             FieldType::Int { bytes, signed } => {
@@ -466,8 +537,12 @@ impl<'a> Compiler<'a> {
                             Some(_) => self.bytes_attr(f, "until")?,
                             None => {
                                 self.diags.push(
-                                    Diagnostic::error("W0107", "an ASCII integer needs `&until`", f.span)
-                                        .hint("say what ends the digits, e.g. &until = \"\\r\\n\""),
+                                    Diagnostic::error(
+                                        "W0107",
+                                        "an ASCII integer needs `&until`",
+                                        f.span,
+                                    )
+                                    .hint("say what ends the digits, e.g. &until = \"\\r\\n\""),
                                 );
                                 return None;
                             }
@@ -491,7 +566,8 @@ impl<'a> Compiler<'a> {
                 let max = if in_list {
                     DEFAULT_BYTES_MAX
                 } else {
-                    self.const_attr(f, "max").map_or(DEFAULT_BYTES_MAX, |m| m.min(u32::MAX as u64) as u32)
+                    self.const_attr(f, "max")
+                        .map_or(DEFAULT_BYTES_MAX, |m| m.min(u32::MAX as u64) as u32)
                 };
                 let len = if let Some(a) = self.attr(f, "length") {
                     let e = a.value.clone()?;
@@ -502,8 +578,12 @@ impl<'a> Compiler<'a> {
                     Len::Until(self.bytes_attr(f, "until")?)
                 } else {
                     self.diags.push(
-                        Diagnostic::error("W0107", format!("`{}` has no length", f.name.as_deref().unwrap_or("_")), f.span)
-                            .hint("give it &length = EXPR or &until = \"DELIMITER\""),
+                        Diagnostic::error(
+                            "W0107",
+                            format!("`{}` has no length", f.name.as_deref().unwrap_or("_")),
+                            f.span,
+                        )
+                        .hint("give it &length = EXPR or &until = \"DELIMITER\""),
                     );
                     return None;
                 };
@@ -516,7 +596,11 @@ impl<'a> Compiler<'a> {
             FieldType::Literal(s) => {
                 self.check_attrs(f, &with(&["nocase"]));
                 if s.is_empty() {
-                    self.diags.push(Diagnostic::error("W0105", "an empty literal matches nothing", f.span));
+                    self.diags.push(Diagnostic::error(
+                        "W0105",
+                        "an empty literal matches nothing",
+                        f.span,
+                    ));
                     return None;
                 }
                 Some(Scalar::Literal {
@@ -529,7 +613,11 @@ impl<'a> Compiler<'a> {
                 Some(Scalar::Ws)
             }
             FieldType::Named(_) | FieldType::List(_) => {
-                self.diags.push(Diagnostic::error("W0108", "lists of lists are not supported", f.span));
+                self.diags.push(Diagnostic::error(
+                    "W0108",
+                    "lists of lists are not supported",
+                    f.span,
+                ));
                 None
             }
         }
@@ -564,7 +652,11 @@ impl<'a> Compiler<'a> {
                         }
                     },
                     _ => {
-                        self.diags.push(Diagnostic::error("W0110", "`$$` paths have one field", e.span));
+                        self.diags.push(Diagnostic::error(
+                            "W0110",
+                            "`$$` paths have one field",
+                            e.span,
+                        ));
                         return None;
                     }
                 }
@@ -599,7 +691,14 @@ impl<'a> Compiler<'a> {
         })
     }
 
-    fn call(&mut self, name: &str, args: &[Expr], cx: &mut UnitCx, dollar: bool, span: Span) -> Option<CExpr> {
+    fn call(
+        &mut self,
+        name: &str,
+        args: &[Expr],
+        cx: &mut UnitCx,
+        dollar: bool,
+        span: Span,
+    ) -> Option<CExpr> {
         let (b, arity) = match name {
             "len" => (Builtin::Len, 1),
             "to_int" => (Builtin::ToInt, 1),
@@ -638,7 +737,13 @@ impl<'a> Compiler<'a> {
                     _ => None,
                 };
                 match list {
-                    Some(Visible { kind: FieldKind::List { elem_unit: Some(u), .. }, .. }) => Some(self.scopes[u].clone()),
+                    Some(Visible {
+                        kind:
+                            FieldKind::List {
+                                elem_unit: Some(u), ..
+                            },
+                        ..
+                    }) => Some(self.scopes[u].clone()),
                     _ => {
                         self.diags.push(Diagnostic::error(
                             "W0112",
@@ -652,7 +757,10 @@ impl<'a> Compiler<'a> {
             _ => None,
         };
         for (i, a) in args.iter().enumerate() {
-            let field_arg = matches!((b, i), (Builtin::Lookup, 1 | 3) | (Builtin::Count, 1) | (Builtin::AllSame, 1 | 3));
+            let field_arg = matches!(
+                (b, i),
+                (Builtin::Lookup, 1 | 3) | (Builtin::Count, 1) | (Builtin::AllSame, 1 | 3)
+            );
             if field_arg {
                 let scope = elem_scope.as_ref().unwrap();
                 match &a.kind {
@@ -661,14 +769,21 @@ impl<'a> Compiler<'a> {
                         None => {
                             self.diags.push(Diagnostic::error(
                                 "W0110",
-                                format!("the list's elements have no field `{}`", String::from_utf8_lossy(s)),
+                                format!(
+                                    "the list's elements have no field `{}`",
+                                    String::from_utf8_lossy(s)
+                                ),
                                 a.span,
                             ));
                             return None;
                         }
                     },
                     _ => {
-                        self.diags.push(Diagnostic::error("W0112", "name the element field as a string", a.span));
+                        self.diags.push(Diagnostic::error(
+                            "W0112",
+                            "name the element field as a string",
+                            a.span,
+                        ));
                         return None;
                     }
                 }
@@ -679,7 +794,12 @@ impl<'a> Compiler<'a> {
         Some(CExpr::Call(b, out))
     }
 
-    fn path(&mut self, path: &[String], scope: &HashMap<String, Visible>, span: Span) -> Option<CExpr> {
+    fn path(
+        &mut self,
+        path: &[String],
+        scope: &HashMap<String, Visible>,
+        span: Span,
+    ) -> Option<CExpr> {
         let Some(v) = scope.get(&path[0]) else {
             self.diags.push(
                 Diagnostic::error("W0110", format!("`self.{}` is not an earlier field", path[0]), span)

@@ -8,7 +8,11 @@ use crate::program::{Builtin, CExpr, Slot};
 pub(crate) enum Val<'a> {
     Int(i128),
     Bytes(&'a [u8]),
-    List { count: u32, base: usize, elem_slots: u16 },
+    List {
+        count: u32,
+        base: usize,
+        elem_slots: u16,
+    },
     /// An unset slot (a field of a switch case not taken).
     Unset,
 }
@@ -29,6 +33,7 @@ pub(crate) struct Env<'a> {
 pub(crate) fn slot_val<'a>(slots: &[Slot], data: &'a [u8], at: usize) -> Val<'a> {
     match slots.get(at) {
         Some(Slot::Int(v)) => Val::Int(*v as i128),
+        Some(Slot::SInt(v)) => Val::Int(*v as i128),
         Some(Slot::Bytes { start, len }) => {
             let s = *start as usize;
             Val::Bytes(data.get(s..s + *len as usize).unwrap_or(&[]))
@@ -57,7 +62,9 @@ impl<'a> Env<'a> {
                 }
             }
             CExpr::Dollar => self.dollar,
-            CExpr::DollarField(s) => slot_val(self.slots, self.data, self.dollar_base + *s as usize),
+            CExpr::DollarField(s) => {
+                slot_val(self.slots, self.data, self.dollar_base + *s as usize)
+            }
             CExpr::ElemField(_) => return Err(EvalFail),
             CExpr::Unary(op, x) => {
                 let v = self.int(x)?;
@@ -156,7 +163,10 @@ impl<'a> Env<'a> {
             Builtin::HexToInt => parse_int(self.bytes(&args[0])?, 16).map(Val::Int),
             Builtin::IsDec => bool(parse_int(self.bytes(&args[0])?, 10).is_ok()),
             Builtin::IsHex => bool(parse_int(self.bytes(&args[0])?, 16).is_ok()),
-            Builtin::EqNocase => bool(self.bytes(&args[0])?.eq_ignore_ascii_case(self.bytes(&args[1])?)),
+            Builtin::EqNocase => bool(
+                self.bytes(&args[0])?
+                    .eq_ignore_ascii_case(self.bytes(&args[1])?),
+            ),
             Builtin::LastTokenNocase => {
                 let v = self.bytes(&args[0])?;
                 let t = self.bytes(&args[1])?;
@@ -164,9 +174,16 @@ impl<'a> Env<'a> {
                 bool(trim(last).eq_ignore_ascii_case(t))
             }
             Builtin::EndsWithWs => bool(matches!(self.bytes(&args[0])?.last(), Some(b' ' | b'\t'))),
-            Builtin::StartsWithWs => bool(matches!(self.bytes(&args[0])?.first(), Some(b' ' | b'\t'))),
-            Builtin::Present => Ok(Val::Int(i128::from(!matches!(self.eval(&args[0])?, Val::Unset)))),
-            Builtin::Count => Ok(Val::Int(self.matches(&args[0], &args[1], &args[2])?.count() as i128)),
+            Builtin::StartsWithWs => {
+                bool(matches!(self.bytes(&args[0])?.first(), Some(b' ' | b'\t')))
+            }
+            Builtin::Present => Ok(Val::Int(i128::from(!matches!(
+                self.eval(&args[0])?,
+                Val::Unset
+            )))),
+            Builtin::Count => Ok(Val::Int(
+                self.matches(&args[0], &args[1], &args[2])?.count() as i128,
+            )),
             Builtin::Lookup => {
                 let CExpr::ElemField(v) = &args[3] else {
                     return Err(EvalFail);
@@ -209,8 +226,14 @@ fn equal(a: Val, b: Val) -> Result<bool, EvalFail> {
 }
 
 pub(crate) fn trim(b: &[u8]) -> &[u8] {
-    let start = b.iter().position(|c| !matches!(c, b' ' | b'\t')).unwrap_or(b.len());
-    let end = b.iter().rposition(|c| !matches!(c, b' ' | b'\t')).map_or(start, |e| e + 1);
+    let start = b
+        .iter()
+        .position(|c| !matches!(c, b' ' | b'\t'))
+        .unwrap_or(b.len());
+    let end = b
+        .iter()
+        .rposition(|c| !matches!(c, b' ' | b'\t'))
+        .map_or(start, |e| e + 1);
     &b[start..end.max(start)]
 }
 

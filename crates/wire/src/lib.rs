@@ -130,7 +130,12 @@ impl Grammar {
 
     /// Marks slots read by expressions of a block and of its switch cases
     /// (which share the unit's slots), but not of nested units.
-    fn mark_used(&self, block: program::BlockId, keep: &mut [bool], seen: &mut Vec<program::BlockId>) {
+    fn mark_used(
+        &self,
+        block: program::BlockId,
+        keep: &mut [bool],
+        seen: &mut Vec<program::BlockId>,
+    ) {
         if seen.contains(&block) {
             return;
         }
@@ -144,7 +149,9 @@ impl Grammar {
                 }
             }
             match &op.kind {
-                OpKind::Scalar(Scalar::Bytes { len: Len::Expr(e), .. }) => exprs.push(e),
+                OpKind::Scalar(Scalar::Bytes {
+                    len: Len::Expr(e), ..
+                }) => exprs.push(e),
                 OpKind::Var(e) => {
                     exprs.push(e);
                     if let Some(s) = op.slot {
@@ -166,8 +173,15 @@ impl Grammar {
                         self.mark_used(*b, keep, seen);
                     }
                 }
-                OpKind::List { stop: Stop::Count(e), .. } => exprs.push(e),
-                OpKind::List { elem: Elem::Scalar(_), .. } | OpKind::List { .. } => {}
+                OpKind::List {
+                    stop: Stop::Count(e),
+                    ..
+                } => exprs.push(e),
+                OpKind::List {
+                    elem: Elem::Scalar(_),
+                    ..
+                }
+                | OpKind::List { .. } => {}
                 _ => {}
             }
             for e in exprs {

@@ -18,7 +18,7 @@ pub struct Message<'a> {
 /// A field's value.
 #[derive(Clone, Copy)]
 pub enum Value<'a> {
-    Int(u64),
+    Int(i128),
     Bytes(&'a [u8]),
     List(List<'a>),
     Unit(Message<'a>),
@@ -31,7 +31,10 @@ impl std::fmt::Debug for Value<'_> {
         match self {
             Value::Int(v) => write!(f, "{v}"),
             Value::Bytes(b) => write!(f, "{:?}", String::from_utf8_lossy(b)),
-            Value::List(l) => f.debug_list().entries((0..l.len()).map(|i| l.get(i))).finish(),
+            Value::List(l) => f
+                .debug_list()
+                .entries((0..l.len()).map(|i| l.get(i)))
+                .finish(),
             Value::Unit(m) => write!(f, "{m:?}"),
             Value::Absent => f.write_str("-"),
         }
@@ -76,14 +79,20 @@ impl<'a> List<'a> {
 
 fn value(v: Val<'_>) -> Value<'_> {
     match v {
-        Val::Int(i) => Value::Int(i as u64),
+        Val::Int(i) => Value::Int(i),
         Val::Bytes(b) => Value::Bytes(b),
         _ => Value::Absent,
     }
 }
 
 impl<'a> Message<'a> {
-    pub(crate) fn new(grammar: &'a Grammar, unit: UnitId, slots: &'a [Slot], base: usize, data: &'a [u8]) -> Message<'a> {
+    pub(crate) fn new(
+        grammar: &'a Grammar,
+        unit: UnitId,
+        slots: &'a [Slot],
+        base: usize,
+        data: &'a [u8],
+    ) -> Message<'a> {
         Message {
             grammar,
             unit,
@@ -98,7 +107,13 @@ impl<'a> Message<'a> {
     }
 
     pub fn get(&self, name: &str) -> Value<'a> {
-        let Some(f) = self.grammar.unit(self.unit).fields.iter().find(|f| f.name == name) else {
+        let Some(f) = self
+            .grammar
+            .unit(self.unit)
+            .fields
+            .iter()
+            .find(|f| f.name == name)
+        else {
             return Value::Absent;
         };
         let at = self.base + f.slot as usize;
@@ -118,11 +133,13 @@ impl<'a> Message<'a> {
                 }),
                 _ => Value::Absent,
             },
-            FieldKind::Unit(u) => Value::Unit(Message::new(self.grammar, *u, self.slots, at, self.data)),
+            FieldKind::Unit(u) => {
+                Value::Unit(Message::new(self.grammar, *u, self.slots, at, self.data))
+            }
         }
     }
 
-    pub fn int(&self, name: &str) -> Option<u64> {
+    pub fn int(&self, name: &str) -> Option<i128> {
         match self.get(name) {
             Value::Int(v) => Some(v),
             _ => None,

@@ -141,11 +141,15 @@ impl Parser {
                         }
                         OpKind::Var(e) => {
                             let env = self.env(base, buf);
-                            let v = env.eval(e).map_err(|_| self.error(op, WireErrorKind::Invalid))?;
+                            let v = env
+                                .eval(e)
+                                .map_err(|_| self.error(op, WireErrorKind::Invalid))?;
                             let slot = match v {
+                                Val::Int(i) if i < 0 => Slot::SInt(i as i64),
                                 Val::Int(i) => Slot::Int(i as u64),
                                 Val::Bytes(b) => Slot::Bytes {
-                                    start: (b.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize) as u32,
+                                    start: (b.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize)
+                                        as u32,
                                     len: b.len() as u32,
                                 },
                                 _ => Slot::Unset,
@@ -158,7 +162,9 @@ impl Parser {
                         OpKind::SerializeVar { .. } => *self.stack.last_mut().unwrap() = next,
                         OpKind::Switch { on, cases, default } => {
                             let env = self.env(base, buf);
-                            let v = env.eval(on).map_err(|_| self.error(op, WireErrorKind::Invalid))?;
+                            let v = env
+                                .eval(on)
+                                .map_err(|_| self.error(op, WireErrorKind::Invalid))?;
                             let mut chosen = *default;
                             for (c, b) in cases {
                                 if let Ok(cv) = env.eval(c) {
@@ -172,12 +178,26 @@ impl Parser {
                                 return Err(self.error(op, WireErrorKind::NoCase));
                             };
                             *self.stack.last_mut().unwrap() = next;
-                            self.push(Frame::Seq { block: b, pc: 0, base }, op)?;
+                            self.push(
+                                Frame::Seq {
+                                    block: b,
+                                    pc: 0,
+                                    base,
+                                },
+                                op,
+                            )?;
                         }
                         OpKind::Unit { block: b } => {
                             *self.stack.last_mut().unwrap() = next;
                             let base = base + op.slot.unwrap_or(0) as u32;
-                            self.push(Frame::Seq { block: *b, pc: 0, base }, op)?;
+                            self.push(
+                                Frame::Seq {
+                                    block: *b,
+                                    pc: 0,
+                                    base,
+                                },
+                                op,
+                            )?;
                         }
                         OpKind::List { .. } => {
                             *self.stack.last_mut().unwrap() = next;
@@ -197,9 +217,22 @@ impl Parser {
                         }
                     }
                 }
-                Frame::List { block, op, base, index, target, after_elem } => {
+                Frame::List {
+                    block,
+                    op,
+                    base,
+                    index,
+                    target,
+                    after_elem,
+                } => {
                     let lop = &g.blocks[block as usize][op as usize];
-                    let OpKind::List { elem, stop, sep, max } = &lop.kind else {
+                    let OpKind::List {
+                        elem,
+                        stop,
+                        sep,
+                        max,
+                    } = &lop.kind
+                    else {
                         unreachable!("list frames point at list operations")
                     };
                     let elem_slots = match elem {
@@ -214,7 +247,10 @@ impl Parser {
                                 dollar_base: (base + 1 + (index - 1) * elem_slots) as usize,
                                 ..self.env(unit_base, buf)
                             };
-                            if env.truthy(e).map_err(|_| self.error(lop, WireErrorKind::Invalid))? {
+                            if env
+                                .truthy(e)
+                                .map_err(|_| self.error(lop, WireErrorKind::Invalid))?
+                            {
                                 self.stack.pop();
                                 continue;
                             }
@@ -224,9 +260,13 @@ impl Parser {
                                 Some(n) => n,
                                 None => {
                                     let env = self.env(unit_base, buf);
-                                    let n = env.int(e).map_err(|_| self.error(lop, WireErrorKind::Invalid))?;
+                                    let n = env
+                                        .int(e)
+                                        .map_err(|_| self.error(lop, WireErrorKind::Invalid))?;
                                     if n < 0 || n > *max as i128 {
-                                        return Err(self.error(lop, WireErrorKind::TooMany { max: *max }));
+                                        return Err(
+                                            self.error(lop, WireErrorKind::TooMany { max: *max })
+                                        );
                                     }
                                     target = Some(n as u32);
                                     n as u32
@@ -257,7 +297,9 @@ impl Parser {
                             if let (Some(s), true) = (sep, index > 0) {
                                 match starts(buf, self.pos, s) {
                                     Some(true) => self.pos += s.len(),
-                                    Some(false) => return Err(self.error(lop, WireErrorKind::Mismatch)),
+                                    Some(false) => {
+                                        return Err(self.error(lop, WireErrorKind::Mismatch))
+                                    }
                                     None => return Ok(Progress::NeedMore),
                                 }
                             }
@@ -282,9 +324,14 @@ impl Parser {
                         Elem::Scalar(s) => {
                             let done = match (&**s, sep, stop) {
                                 // Tokens separated by `sep`, the last ended by the terminator.
-                                (Scalar::Bytes { len: Len::Until(_), max: m }, Some(sp), Stop::Until(t)) => {
-                                    self.token(buf, at, sp, t, *m as usize, lop)?
-                                }
+                                (
+                                    Scalar::Bytes {
+                                        len: Len::Until(_),
+                                        max: m,
+                                    },
+                                    Some(sp),
+                                    Stop::Until(t),
+                                ) => self.token(buf, at, sp, t, *m as usize, lop)?,
                                 _ => self.scalar(s, lop, Some(at), unit_base, buf)?,
                             };
                             if !done {
@@ -347,7 +394,9 @@ impl Parser {
     }
 
     fn keep(&self, at: usize) -> bool {
-        self.keep.as_ref().is_none_or(|k| k.get(at).copied().unwrap_or(true))
+        self.keep
+            .as_ref()
+            .is_none_or(|k| k.get(at).copied().unwrap_or(true))
     }
 
     fn store(&mut self, at: Option<usize>, v: Slot) {
@@ -387,7 +436,11 @@ impl Parser {
     ) -> Result<bool, WireError> {
         let avail = buf.len().saturating_sub(self.pos);
         match s {
-            Scalar::Int { bytes, signed, order } => {
+            Scalar::Int {
+                bytes,
+                signed,
+                order,
+            } => {
                 let n = *bytes as usize;
                 if avail < n {
                     return Ok(false);
@@ -396,18 +449,27 @@ impl Parser {
                     let raw = &buf[self.pos..self.pos + n];
                     let mut v: u64 = 0;
                     match order {
-                        crate::grammar::ast::ByteOrder::Big => raw.iter().for_each(|b| v = v << 8 | *b as u64),
-                        crate::grammar::ast::ByteOrder::Little => raw.iter().rev().for_each(|b| v = v << 8 | *b as u64),
+                        crate::grammar::ast::ByteOrder::Big => {
+                            raw.iter().for_each(|b| v = v << 8 | *b as u64)
+                        }
+                        crate::grammar::ast::ByteOrder::Little => {
+                            raw.iter().rev().for_each(|b| v = v << 8 | *b as u64)
+                        }
                     }
-                    if *signed && n < 8 {
+                    let slot = if *signed {
                         let shift = 64 - 8 * n as u32;
-                        v = (((v << shift) as i64) >> shift) as u64;
-                    }
-                    self.store(at, Slot::Int(v));
+                        Slot::SInt(((v << shift) as i64) >> shift)
+                    } else {
+                        Slot::Int(v)
+                    };
+                    self.store(at, slot);
                 }
                 self.pos += n;
             }
-            Scalar::Bytes { len: Len::Expr(e), max } => {
+            Scalar::Bytes {
+                len: Len::Expr(e),
+                max,
+            } => {
                 let n = self
                     .env(base, buf)
                     .int(e)
@@ -422,14 +484,29 @@ impl Parser {
                 if avail < n {
                     return Ok(false);
                 }
-                self.store(at, Slot::Bytes { start: self.pos as u32, len: n as u32 });
+                self.store(
+                    at,
+                    Slot::Bytes {
+                        start: self.pos as u32,
+                        len: n as u32,
+                    },
+                );
                 self.pos += n;
             }
-            Scalar::Bytes { len: Len::Until(d), max } => {
+            Scalar::Bytes {
+                len: Len::Until(d),
+                max,
+            } => {
                 let Some(end) = self.find(buf, d, *max as usize, op)? else {
                     return Ok(false);
                 };
-                self.store(at, Slot::Bytes { start: self.pos as u32, len: (end - self.pos) as u32 });
+                self.store(
+                    at,
+                    Slot::Bytes {
+                        start: self.pos as u32,
+                        len: (end - self.pos) as u32,
+                    },
+                );
                 self.pos = end + d.len();
             }
             Scalar::AsciiInt { until, hex } => {
@@ -471,7 +548,7 @@ impl Parser {
                         v
                     }
                 };
-                self.store(at, Slot::Int(v as u64));
+                self.store(at, Slot::SInt(v));
                 self.pos += size;
             }
             Scalar::Literal { bytes, nocase } => {
@@ -488,16 +565,31 @@ impl Parser {
                 if n < bytes.len() {
                     return Ok(false);
                 }
-                self.store(at, Slot::Bytes { start: self.pos as u32, len: n as u32 });
+                self.store(
+                    at,
+                    Slot::Bytes {
+                        start: self.pos as u32,
+                        len: n as u32,
+                    },
+                );
                 self.pos += n;
             }
             Scalar::Ws => {
                 let rest = &buf[self.pos..];
-                let n = rest.iter().take_while(|c| matches!(c, b' ' | b'\t')).count();
+                let n = rest
+                    .iter()
+                    .take_while(|c| matches!(c, b' ' | b'\t'))
+                    .count();
                 if n == rest.len() {
                     return Ok(false);
                 }
-                self.store(at, Slot::Bytes { start: self.pos as u32, len: n as u32 });
+                self.store(
+                    at,
+                    Slot::Bytes {
+                        start: self.pos as u32,
+                        len: n as u32,
+                    },
+                );
                 self.pos += n;
             }
         }
@@ -512,7 +604,13 @@ impl Parser {
 
     /// Finds `d` after the current position within `max` bytes. `None`
     /// when more bytes are needed.
-    fn find(&mut self, buf: &[u8], d: &[u8], max: usize, op: &Op) -> Result<Option<usize>, WireError> {
+    fn find(
+        &mut self,
+        buf: &[u8],
+        d: &[u8],
+        max: usize,
+        op: &Op,
+    ) -> Result<Option<usize>, WireError> {
         let from = self.scan.max(self.pos);
         let limit = (self.pos + max + d.len()).min(buf.len());
         if from < limit {
@@ -531,7 +629,15 @@ impl Parser {
 
     /// One token of a separated list: ends at `sep` (consumed) or before
     /// `term` (left for the list).
-    fn token(&mut self, buf: &[u8], at: usize, sep: &[u8], term: &[u8], max: usize, op: &Op) -> Result<bool, WireError> {
+    fn token(
+        &mut self,
+        buf: &[u8],
+        at: usize,
+        sep: &[u8],
+        term: &[u8],
+        max: usize,
+        op: &Op,
+    ) -> Result<bool, WireError> {
         let rest = &buf[self.pos..buf.len().min(self.pos + max + term.len().max(sep.len()))];
         let s = memmem::find(rest, sep);
         let t = memmem::find(rest, term);
@@ -549,7 +655,13 @@ impl Parser {
         if end == 0 {
             return Err(self.error(op, WireErrorKind::Mismatch));
         }
-        self.store(Some(at), Slot::Bytes { start: self.pos as u32, len: end as u32 });
+        self.store(
+            Some(at),
+            Slot::Bytes {
+                start: self.pos as u32,
+                len: end as u32,
+            },
+        );
         self.pos += end + consume;
         Ok(true)
     }

@@ -14,6 +14,8 @@ pub enum Slot {
     #[default]
     Unset,
     Int(u64),
+    /// A signed integer (`int8`..`int64`, `vint`).
+    SInt(i64),
     Bytes {
         start: u32,
         len: u32,
@@ -161,7 +163,11 @@ pub enum OpKind {
         max: u32,
     },
     /// `&serialize` of a variable: after lengths are known, set `target`.
-    SerializeVar { var: u16, target: u16, expr: CExpr },
+    SerializeVar {
+        var: u16,
+        target: u16,
+        expr: CExpr,
+    },
 }
 
 /// What `flick` knows of a unit: its layout and its named fields.

@@ -17,7 +17,13 @@ use std::sync::Arc;
 impl Grammar {
     /// Writes the message in `slots` (byte values in `data`) to `out`,
     /// after updating the fields that depend on others.
-    pub fn serialize(&self, unit: UnitId, slots: &mut [Slot], data: &[u8], out: &mut Vec<u8>) -> Result<(), WireError> {
+    pub fn serialize(
+        &self,
+        unit: UnitId,
+        slots: &mut [Slot],
+        data: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
         let block = self.units[unit].block;
         self.lengths(block, slots, 0, data)?;
         self.variables(block, slots, 0, data)?;
@@ -34,9 +40,26 @@ impl Grammar {
     }
 
     /// The block a switch takes for the current values.
-    fn chosen(&self, op: &Op, on: &CExpr, cases: &[(CExpr, BlockId)], default: Option<BlockId>, slots: &[Slot], base: usize, data: &[u8]) -> Result<BlockId, WireError> {
-        let env = Env { slots, base, data, dollar: Val::Unset, dollar_base: 0 };
-        let v = env.eval(on).map_err(|_| Self::err(op, WireErrorKind::Invalid, 0))?;
+    fn chosen(
+        &self,
+        op: &Op,
+        on: &CExpr,
+        cases: &[(CExpr, BlockId)],
+        default: Option<BlockId>,
+        slots: &[Slot],
+        base: usize,
+        data: &[u8],
+    ) -> Result<BlockId, WireError> {
+        let env = Env {
+            slots,
+            base,
+            data,
+            dollar: Val::Unset,
+            dollar_base: 0,
+        };
+        let v = env
+            .eval(on)
+            .map_err(|_| Self::err(op, WireErrorKind::Invalid, 0))?;
         for (c, b) in cases {
             let hit = match (v, env.eval(c)) {
                 (Val::Int(x), Ok(Val::Int(y))) => x == y,
@@ -51,7 +74,13 @@ impl Grammar {
     }
 
     /// The sub-blocks of an operation, at their bases, without allocating.
-    fn nested(&self, op: &Op, slots: &[Slot], base: usize, data: &[u8]) -> Result<Nested, WireError> {
+    fn nested(
+        &self,
+        op: &Op,
+        slots: &[Slot],
+        base: usize,
+        data: &[u8],
+    ) -> Result<Nested, WireError> {
         Ok(match &op.kind {
             OpKind::Switch { on, cases, default } => Nested {
                 block: self.chosen(op, on, cases, *default, slots, base, data)?,
@@ -65,7 +94,10 @@ impl Grammar {
                 stride: 0,
                 count: 1,
             },
-            OpKind::List { elem: Elem::Unit { block, slots: n }, .. } => {
+            OpKind::List {
+                elem: Elem::Unit { block, slots: n },
+                ..
+            } => {
                 let at = base + op.slot.unwrap_or(0) as usize;
                 let count = match slots.get(at) {
                     Some(Slot::Count(c)) => *c as usize,
@@ -87,24 +119,43 @@ impl Grammar {
         })
     }
 
-    fn lengths(&self, block: BlockId, slots: &mut [Slot], base: usize, data: &[u8]) -> Result<(), WireError> {
+    fn lengths(
+        &self,
+        block: BlockId,
+        slots: &mut [Slot],
+        base: usize,
+        data: &[u8],
+    ) -> Result<(), WireError> {
         for op in &self.blocks[block as usize] {
             let at = op.slot.map(|s| base + s as usize);
             match (&op.kind, at) {
                 // An integer never set is written, and computed with, as 0.
-                (OpKind::Scalar(Scalar::Int { .. } | Scalar::AsciiInt { .. } | Scalar::VInt), Some(at))
-                    if slots[at] == Slot::Unset =>
-                {
+                (
+                    OpKind::Scalar(Scalar::Int { .. } | Scalar::AsciiInt { .. } | Scalar::VInt),
+                    Some(at),
+                ) if slots[at] == Slot::Unset => {
                     slots[at] = Slot::Int(0);
                 }
-                (OpKind::Scalar(Scalar::Bytes { len: Len::Expr(CExpr::Slot(t)), .. }), Some(at)) => {
+                (
+                    OpKind::Scalar(Scalar::Bytes {
+                        len: Len::Expr(CExpr::Slot(t)),
+                        ..
+                    }),
+                    Some(at),
+                ) => {
                     let n = match slots[at] {
                         Slot::Bytes { len, .. } => len as u64,
                         _ => 0,
                     };
                     slots[base + *t as usize] = Slot::Int(n);
                 }
-                (OpKind::List { stop: Stop::Count(CExpr::Slot(t)), .. }, Some(at)) => {
+                (
+                    OpKind::List {
+                        stop: Stop::Count(CExpr::Slot(t)),
+                        ..
+                    },
+                    Some(at),
+                ) => {
                     let n = match slots[at] {
                         Slot::Count(c) => c as u64,
                         _ => 0,
@@ -121,12 +172,26 @@ impl Grammar {
         Ok(())
     }
 
-    fn variables(&self, block: BlockId, slots: &mut [Slot], base: usize, data: &[u8]) -> Result<(), WireError> {
+    fn variables(
+        &self,
+        block: BlockId,
+        slots: &mut [Slot],
+        base: usize,
+        data: &[u8],
+    ) -> Result<(), WireError> {
         for op in &self.blocks[block as usize] {
             if let OpKind::SerializeVar { var, target, expr } = &op.kind {
                 let dollar = crate::eval::slot_val(slots, data, base + *var as usize);
-                let env = Env { slots, base, data, dollar, dollar_base: 0 };
-                let v = env.int(expr).map_err(|_| Self::err(op, WireErrorKind::Invalid, 0))?;
+                let env = Env {
+                    slots,
+                    base,
+                    data,
+                    dollar,
+                    dollar_base: 0,
+                };
+                let v = env
+                    .int(expr)
+                    .map_err(|_| Self::err(op, WireErrorKind::Invalid, 0))?;
                 slots[base + *target as usize] = Slot::Int(v as u64);
             }
             let n = self.nested(op, slots, base, data)?;
@@ -137,11 +202,20 @@ impl Grammar {
         Ok(())
     }
 
-    fn emit(&self, block: BlockId, slots: &[Slot], base: usize, data: &[u8], out: &mut Vec<u8>) -> Result<(), WireError> {
+    fn emit(
+        &self,
+        block: BlockId,
+        slots: &[Slot],
+        base: usize,
+        data: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
         for op in &self.blocks[block as usize] {
             let at = op.slot.map(|s| base + s as usize);
             match &op.kind {
-                OpKind::Scalar(s) => emit_scalar(op, s, at.map_or(Slot::Unset, |a| slots[a]), data, out)?,
+                OpKind::Scalar(s) => {
+                    emit_scalar(op, s, at.map_or(Slot::Unset, |a| slots[a]), data, out)?
+                }
                 OpKind::Var(_) | OpKind::SerializeVar { .. } => {}
                 OpKind::Switch { .. } | OpKind::Unit { .. } => {
                     let n = self.nested(op, slots, base, data)?;
@@ -149,7 +223,9 @@ impl Grammar {
                         self.emit(n.block, slots, at, data, out)?;
                     }
                 }
-                OpKind::List { elem, stop, sep, .. } => {
+                OpKind::List {
+                    elem, stop, sep, ..
+                } => {
                     let at = at.unwrap_or(base);
                     let count = match slots.get(at) {
                         Some(Slot::Count(c)) => *c as usize,
@@ -169,7 +245,12 @@ impl Grammar {
                                 let v = slots[at + 1 + i];
                                 match (&**s, sep) {
                                     // Separated tokens: the separator, not the delimiter, follows.
-                                    (Scalar::Bytes { len: Len::Until(_), .. }, Some(_)) => out.extend_from_slice(bytes_of(v, data)),
+                                    (
+                                        Scalar::Bytes {
+                                            len: Len::Until(_), ..
+                                        },
+                                        Some(_),
+                                    ) => out.extend_from_slice(bytes_of(v, data)),
                                     _ => emit_scalar(op, s, v, data, out)?,
                                 }
                             }
@@ -200,20 +281,35 @@ impl Nested {
     }
 }
 
+/// An integer slot as a signed value (unsigned ones above `i64::MAX`
+/// wrap, and are written back bit for bit).
+fn int_of(v: Slot) -> i64 {
+    match v {
+        Slot::Int(x) => x as i64,
+        Slot::SInt(x) => x,
+        _ => 0,
+    }
+}
+
 fn bytes_of(v: Slot, data: &[u8]) -> &[u8] {
     match v {
-        Slot::Bytes { start, len } => data.get(start as usize..(start + len) as usize).unwrap_or(&[]),
+        Slot::Bytes { start, len } => data
+            .get(start as usize..(start + len) as usize)
+            .unwrap_or(&[]),
         _ => &[],
     }
 }
 
-fn emit_scalar(op: &Op, s: &Scalar, v: Slot, data: &[u8], out: &mut Vec<u8>) -> Result<(), WireError> {
+fn emit_scalar(
+    op: &Op,
+    s: &Scalar,
+    v: Slot,
+    data: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
     match s {
         Scalar::Int { bytes, order, .. } => {
-            let x = match v {
-                Slot::Int(x) => x,
-                _ => 0,
-            };
+            let x = int_of(v) as u64;
             let be = x.to_be_bytes();
             let n = *bytes as usize;
             match order {
@@ -224,7 +320,11 @@ fn emit_scalar(op: &Op, s: &Scalar, v: Slot, data: &[u8], out: &mut Vec<u8>) -> 
         Scalar::Bytes { len, max } => {
             let b = bytes_of(v, data);
             if b.len() > *max as usize {
-                return Err(Grammar::err(op, WireErrorKind::TooLong { max: *max as u64 }, out.len()));
+                return Err(Grammar::err(
+                    op,
+                    WireErrorKind::TooLong { max: *max as u64 },
+                    out.len(),
+                ));
             }
             out.extend_from_slice(b);
             if let Len::Until(d) = len {
@@ -232,17 +332,10 @@ fn emit_scalar(op: &Op, s: &Scalar, v: Slot, data: &[u8], out: &mut Vec<u8>) -> 
             }
         }
         Scalar::AsciiInt { until, hex } => {
-            let x = match v {
-                Slot::Int(x) => x,
-                _ => 0,
-            };
-            write_int(out, x, *hex);
+            write_int(out, int_of(v) as u64, *hex);
             out.extend_from_slice(until);
         }
-        Scalar::VInt => write_vlong(out, match v {
-            Slot::Int(x) => x as i64,
-            _ => 0,
-        }),
+        Scalar::VInt => write_vlong(out, int_of(v)),
         Scalar::Literal { bytes, .. } => match v {
             Slot::Bytes { .. } => out.extend_from_slice(bytes_of(v, data)),
             _ => out.extend_from_slice(bytes),
@@ -285,7 +378,11 @@ pub fn write_vlong(out: &mut Vec<u8>, v: i64) {
         len -= 1;
     }
     out.push(len as i8 as u8);
-    let n = if len < -120 { -(len + 120) } else { -(len + 112) };
+    let n = if len < -120 {
+        -(len + 120)
+    } else {
+        -(len + 112)
+    };
     for idx in (0..n).rev() {
         out.push((i >> (8 * idx)) as u8);
     }
@@ -317,20 +414,35 @@ impl Builder {
     }
 
     fn slot(&self, name: &str) -> Option<usize> {
-        self.grammar.units[self.unit].fields.iter().find(|f| f.name == name).map(|f| f.slot as usize)
+        self.grammar.units[self.unit]
+            .fields
+            .iter()
+            .find(|f| f.name == name)
+            .map(|f| f.slot as usize)
     }
 
     /// Sets a top-level integer field; `false` if there is no such field.
-    pub fn set_int(&mut self, name: &str, v: u64) -> bool {
-        let Some(at) = self.slot(name) else { return false };
-        self.slots[at] = Slot::Int(v);
+    pub fn set_int(&mut self, name: &str, v: i128) -> bool {
+        let Some(at) = self.slot(name) else {
+            return false;
+        };
+        self.slots[at] = if v < 0 {
+            Slot::SInt(v as i64)
+        } else {
+            Slot::Int(v as u64)
+        };
         true
     }
 
     /// Sets a top-level bytes field; `false` if there is no such field.
     pub fn set_bytes(&mut self, name: &str, v: &[u8]) -> bool {
-        let Some(at) = self.slot(name) else { return false };
-        self.slots[at] = Slot::Bytes { start: self.data.len() as u32, len: v.len() as u32 };
+        let Some(at) = self.slot(name) else {
+            return false;
+        };
+        self.slots[at] = Slot::Bytes {
+            start: self.data.len() as u32,
+            len: v.len() as u32,
+        };
         self.data.extend_from_slice(v);
         true
     }

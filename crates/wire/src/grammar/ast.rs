@@ -50,7 +50,10 @@ pub struct Field {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FieldType {
     /// An unsigned or signed integer of 1, 2, 4 or 8 bytes.
-    Int { bytes: u8, signed: bool },
+    Int {
+        bytes: u8,
+        signed: bool,
+    },
     Bytes,
     String,
     /// Hadoop's variable-length integer encoding (`WritableUtils.writeVLong`).

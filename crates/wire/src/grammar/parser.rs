@@ -92,7 +92,10 @@ fn lex(src: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
                             b'0' => s.push(0),
                             b'\\' => s.push(b'\\'),
                             b'"' => s.push(b'"'),
-                            b'x' => match src.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                            b'x' => match src
+                                .get(i..i + 2)
+                                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                            {
                                 Some(v) => {
                                     s.push(v);
                                     i += 2;
@@ -217,8 +220,12 @@ impl Parser {
             Tok::Eof => "end of file".into(),
         };
         self.diags.push(
-            Diagnostic::error("W0002", format!("expected {wanted}, found {found}"), self.span())
-                .label(format!("expected {wanted}")),
+            Diagnostic::error(
+                "W0002",
+                format!("expected {wanted}, found {found}"),
+                self.span(),
+            )
+            .label(format!("expected {wanted}")),
         );
         Reported
     }
@@ -369,11 +376,14 @@ impl Parser {
             "big" | "network" => ByteOrder::Big,
             "little" => ByteOrder::Little,
             _ => {
-                self.diags.push(Diagnostic::error(
-                    "W0003",
-                    format!("`{v}` is not a byte order"),
-                    self.prev_span(),
-                ).hint("write `big` or `little`"));
+                self.diags.push(
+                    Diagnostic::error(
+                        "W0003",
+                        format!("`{v}` is not a byte order"),
+                        self.prev_span(),
+                    )
+                    .hint("write `big` or `little`"),
+                );
                 return Err(Reported);
             }
         };
@@ -422,11 +432,14 @@ impl Parser {
                         serialize = Some((target, self.expr()?));
                     }
                     _ => {
-                        self.diags.push(Diagnostic::error(
-                            "W0004",
-                            format!("`&{a}` is not an attribute of a variable"),
-                            self.prev_span(),
-                        ).hint("variables take &parse and &serialize"));
+                        self.diags.push(
+                            Diagnostic::error(
+                                "W0004",
+                                format!("`&{a}` is not an attribute of a variable"),
+                                self.prev_span(),
+                            )
+                            .hint("variables take &parse and &serialize"),
+                        );
                         return Err(Reported);
                     }
                 }
