@@ -124,17 +124,29 @@ fn grammar_command(cmd: GrammarCommand, color: bool) -> ExitCode {
             };
             let mut p = g.parser(u);
             let mut at = 0;
-            while at < bytes.len() {
-                match p.parse(&bytes[at..]) {
+            let mut streamed = 0;
+            let mut in_message = false;
+            while at < bytes.len() || in_message {
+                let rest = &bytes[at..];
+                in_message = true;
+                match p.finish(rest) {
                     Ok(flick_wire::Progress::Done(n)) => {
-                        println!("{:?}", p.message(&bytes[at..]));
+                        if streamed == 0 {
+                            println!("{:?}", p.message(rest));
+                        } else {
+                            println!("  ... {} more bytes; message ends", streamed + n);
+                        }
                         at += n;
+                        streamed = 0;
+                        in_message = false;
                         p.reset();
                     }
-                    Ok(flick_wire::Progress::NeedMore) => {
-                        eprintln!("error: the input ends inside a message at byte {at}");
-                        return ExitCode::FAILURE;
+                    Ok(flick_wire::Progress::Head(_)) => println!("{:?}", p.message(rest)),
+                    Ok(flick_wire::Progress::Stream(n)) => {
+                        streamed += n;
+                        at += n;
                     }
+                    Ok(flick_wire::Progress::NeedMore) => unreachable!("finish never needs more"),
                     Err(e) => {
                         eprintln!("error: message at byte {at}: {e}");
                         return ExitCode::FAILURE;

@@ -122,6 +122,9 @@ impl<'a> Compiler<'a> {
         };
         let block = self.block(&decl.items, &mut cx);
         self.active.pop();
+        if let Some(status) = decl.error {
+            self.default_status(block, status);
+        }
         if cx.next_slot > u16::MAX as u32 {
             self.diags.push(
                 Diagnostic::error(
@@ -143,6 +146,25 @@ impl<'a> Compiler<'a> {
             fields: cx.fields,
         });
         self.units[id].as_ref()
+    }
+
+    /// Gives `status` to the operations of a unit's blocks (not of nested
+    /// units, which have their own) that name none.
+    fn default_status(&mut self, block: BlockId, status: u16) {
+        let mut cases = Vec::new();
+        for op in &mut self.blocks[block as usize] {
+            op.status.get_or_insert(status);
+            if let OpKind::Switch {
+                cases: c, default, ..
+            } = &op.kind
+            {
+                cases.extend(c.iter().map(|(_, b)| *b));
+                cases.extend(*default);
+            }
+        }
+        for b in cases {
+            self.default_status(b, status);
+        }
     }
 
     fn alloc(&mut self, cx: &mut UnitCx, n: u32) -> u16 {
@@ -177,12 +199,18 @@ impl<'a> Compiler<'a> {
                     _ => FieldKind::Int,
                 };
                 self.declare(cx, &v.name, slot, kind, v.span);
+                let requires = match &v.requires {
+                    Some(r) => Some(self.expr(r, cx, true)?),
+                    None => None,
+                };
                 let mut op = Op {
                     kind: OpKind::Var(expr?),
                     field: Arc::from(v.name.as_str()),
                     slot: Some(slot),
-                    requires: None,
+                    requires,
                     status: None,
+                    stream: false,
+                    forbid: None,
                 };
                 if let Some((target, e)) = &v.serialize {
                     let Some(t) = cx.visible.get(target).map(|t| t.slot) else {
@@ -206,6 +234,8 @@ impl<'a> Compiler<'a> {
                             slot: None,
                             requires: None,
                             status: None,
+                            stream: false,
+                            forbid: None,
                         };
                     }
                 }
@@ -238,6 +268,8 @@ impl<'a> Compiler<'a> {
                     slot: None,
                     requires: None,
                     status: None,
+                    stream: false,
+                    forbid: None,
                 })
             }
         }
@@ -356,15 +388,26 @@ impl<'a> Compiler<'a> {
                         "until_elem",
                         "sep",
                         "max",
+                        "max_bytes",
                         "error",
                         "length",
                         "ascii",
                         "hex",
+                        "stream",
                     ],
                 );
                 let max = self
                     .const_attr(f, "max")
                     .map_or(DEFAULT_LIST_MAX, |m| m as u32);
+                let max_bytes = self
+                    .const_attr(f, "max_bytes")
+                    .map(|m| m.min(u32::MAX as u64) as u32);
+                // A streamed list keeps one element's values at a time.
+                let stored = if self.attr(f, "stream").is_some() {
+                    1
+                } else {
+                    max
+                };
                 let (elem, elem_slots, elem_unit) = match elem.as_ref() {
                     FieldType::Named(n) => match self.unit_by_name(n, f.span) {
                         Some(u) => {
@@ -415,7 +458,7 @@ impl<'a> Compiler<'a> {
                 } else {
                     None
                 };
-                let total = 1 + max as u64 * elem_slots as u64;
+                let total = 1 + stored as u64 * elem_slots as u64;
                 let total = total.min(u32::MAX as u64) as u32;
                 (
                     OpKind::List {
@@ -423,6 +466,7 @@ impl<'a> Compiler<'a> {
                         stop,
                         sep,
                         max,
+                        max_bytes,
                     },
                     FieldKind::List {
                         elem_unit,
@@ -482,6 +526,12 @@ impl<'a> Compiler<'a> {
             slot: Some(slot),
             requires,
             status,
+            stream: self.attr(f, "stream").is_some(),
+            forbid: if self.attr(f, "forbid").is_some() {
+                self.bytes_attr(f, "forbid")
+            } else {
+                None
+            },
         })
     }
 
@@ -562,7 +612,10 @@ impl<'a> Compiler<'a> {
                 })
             }
             FieldType::Bytes | FieldType::String => {
-                self.check_attrs(f, &with(&["length", "until", "max"]));
+                self.check_attrs(
+                    f,
+                    &with(&["length", "until", "max", "stream", "eof", "forbid"]),
+                );
                 let max = if in_list {
                     DEFAULT_BYTES_MAX
                 } else {
@@ -576,6 +629,21 @@ impl<'a> Compiler<'a> {
                     Len::Until(self.bytes_attr(f, "sep")?)
                 } else if !in_list && self.attr(f, "until").is_some() {
                     Len::Until(self.bytes_attr(f, "until")?)
+                } else if !in_list && self.attr(f, "eof").is_some() {
+                    if self.attr(f, "stream").is_none() {
+                        self.diags.push(
+                            Diagnostic::error(
+                                "W0107",
+                                "a field to the end of the stream must be `&stream`",
+                                f.span,
+                            )
+                            .hint(
+                                "its length is unbounded: add &stream so it is passed on in pieces",
+                            ),
+                        );
+                        return None;
+                    }
+                    Len::Eof
                 } else {
                     self.diags.push(
                         Diagnostic::error(
@@ -713,9 +781,12 @@ impl<'a> Compiler<'a> {
             "is_dec" => (Builtin::IsDec, 1),
             "is_hex" => (Builtin::IsHex, 1),
             "present" => (Builtin::Present, 1),
+            "is_token" => (Builtin::IsToken, 1),
+            "has_token_nocase" => (Builtin::HasTokenNocase, 2),
+            "before" => (Builtin::Before, 2),
             _ => {
                 self.diags.push(Diagnostic::error("W0112", format!("unknown function `{name}`"), span).hint(
-                    "the functions are len, to_int, hex_to_int, eq_nocase, last_token_nocase, lookup, count, all_same, ends_with_ws, starts_with_ws, is_dec, is_hex, present",
+                    "the functions are len, to_int, hex_to_int, eq_nocase, last_token_nocase, has_token_nocase, before, lookup, count, all_same, ends_with_ws, starts_with_ws, is_dec, is_hex, is_token, present",
                 ));
                 return None;
             }

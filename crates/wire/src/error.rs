@@ -34,6 +34,8 @@ pub enum WireErrorKind {
     NoCase,
     #[error("nesting deeper than the parser allows")]
     TooDeep,
+    #[error("the stream ended inside a message")]
+    Truncated,
 }
 
 /// A grammar that does not load, with every reason.

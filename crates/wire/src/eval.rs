@@ -90,9 +90,11 @@ impl<'a> Env<'a> {
         Ok(self.int(e)? != 0)
     }
 
+    /// Bytes of a value; an absent value (a header not sent) is empty.
     fn bytes(&self, e: &'a CExpr) -> Result<&'a [u8], EvalFail> {
         match self.eval(e)? {
             Val::Bytes(b) => Ok(b),
+            Val::Unset => Ok(&[]),
             _ => Err(EvalFail),
         }
     }
@@ -159,7 +161,11 @@ impl<'a> Env<'a> {
                 Val::List { count, .. } => Ok(Val::Int(count as i128)),
                 _ => Err(EvalFail),
             },
-            Builtin::ToInt => parse_int(self.bytes(&args[0])?, 10).map(Val::Int),
+            // An absent or empty value counts as 0; `is_dec` tells them apart.
+            Builtin::ToInt => match self.bytes(&args[0])? {
+                b if trim(b).is_empty() => Ok(Val::Int(0)),
+                b => parse_int(b, 10).map(Val::Int),
+            },
             Builtin::HexToInt => parse_int(self.bytes(&args[0])?, 16).map(Val::Int),
             Builtin::IsDec => bool(parse_int(self.bytes(&args[0])?, 10).is_ok()),
             Builtin::IsHex => bool(parse_int(self.bytes(&args[0])?, 16).is_ok()),
@@ -176,6 +182,24 @@ impl<'a> Env<'a> {
             Builtin::EndsWithWs => bool(matches!(self.bytes(&args[0])?.last(), Some(b' ' | b'\t'))),
             Builtin::StartsWithWs => {
                 bool(matches!(self.bytes(&args[0])?.first(), Some(b' ' | b'\t')))
+            }
+            Builtin::IsToken => {
+                let b = self.bytes(&args[0])?;
+                bool(!b.is_empty() && b.iter().all(|c| is_tchar(*c)))
+            }
+            Builtin::HasTokenNocase => {
+                let v = self.bytes(&args[0])?;
+                let t = self.bytes(&args[1])?;
+                bool(
+                    v.split(|c| *c == b',')
+                        .any(|x| trim(x).eq_ignore_ascii_case(t)),
+                )
+            }
+            Builtin::Before => {
+                let v = self.bytes(&args[0])?;
+                let sep = self.bytes(&args[1])?;
+                let end = memchr::memmem::find(v, sep).unwrap_or(v.len());
+                Ok(Val::Bytes(&v[..end]))
             }
             Builtin::Present => Ok(Val::Int(i128::from(!matches!(
                 self.eval(&args[0])?,
@@ -223,6 +247,11 @@ fn equal(a: Val, b: Val) -> Result<bool, EvalFail> {
         (Val::Unset, _) | (_, Val::Unset) => Ok(false),
         _ => Err(EvalFail),
     }
+}
+
+/// RFC 9110 `tchar`: the characters of a method or header name.
+fn is_tchar(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
 }
 
 pub(crate) fn trim(b: &[u8]) -> &[u8] {

@@ -15,10 +15,20 @@ use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Progress {
-    /// A whole message of this many bytes is parsed.
+    /// The message ends after this many bytes (counted from the start of
+    /// the buffer passed in, which after [`Progress::Stream`] is the first
+    /// byte not yet handed over).
     Done(usize),
     /// The bytes end inside a message; call again with more.
     NeedMore,
+    /// Everything before the message's first `&stream` field is parsed,
+    /// in this many bytes: the head's values can be read now. The head's
+    /// bytes stay in the buffer; call again to go on.
+    Head(usize),
+    /// This many bytes from the start of the buffer belong to the message
+    /// and are finished with: pass them on, drop them from the buffer, and
+    /// call again with what follows. Values of the head are gone from then on.
+    Stream(usize),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -37,6 +47,8 @@ enum Frame {
         /// The element count of a `&count` list, once evaluated.
         target: Option<u32>,
         after_elem: bool,
+        /// Where the list began, for `&max_bytes`.
+        start: u32,
     },
 }
 
@@ -54,6 +66,12 @@ pub struct Parser {
     scan: usize,
     /// Slots a view needs; `None` stores every field.
     keep: Option<Arc<[bool]>>,
+    /// Whether [`Progress::Head`] was reported for this message.
+    head_done: bool,
+    /// Bytes still to come of the `&stream` field being passed on.
+    remaining: Option<u64>,
+    /// Set by [`Parser::finish`]: no bytes follow the buffer.
+    eof: bool,
 }
 
 impl Parser {
@@ -67,6 +85,9 @@ impl Parser {
             pos: 0,
             scan: 0,
             keep: None,
+            head_done: false,
+            remaining: None,
+            eof: false,
         };
         p.reset();
         p
@@ -98,6 +119,39 @@ impl Parser {
         });
         self.pos = 0;
         self.scan = 0;
+        self.head_done = false;
+        self.remaining = None;
+        self.eof = false;
+    }
+
+    /// Like [`Parser::parse`], when the stream has ended after `buf`: a
+    /// field that runs to the end of the stream (`&eof`) ends here, and a
+    /// message cut short is an error.
+    pub fn finish(&mut self, buf: &[u8]) -> Result<Progress, WireError> {
+        self.eof = true;
+        match self.parse(buf)? {
+            Progress::NeedMore => Err(WireError {
+                kind: WireErrorKind::Truncated,
+                field: Arc::from("end of stream"),
+                offset: buf.len(),
+                status: None,
+            }),
+            p => Ok(p),
+        }
+    }
+
+    /// Hands the bytes parsed so far over to the caller (see
+    /// [`Progress::Stream`]): positions restart from zero.
+    fn stream_out(&mut self) -> Progress {
+        let n = self.pos;
+        self.pos = 0;
+        self.scan = 0;
+        for f in &mut self.stack {
+            if let Frame::List { start, .. } = f {
+                *start = 0;
+            }
+        }
+        Progress::Stream(n)
     }
 
     /// The parsed message; valid after [`Progress::Done`], over the same bytes.
@@ -131,6 +185,32 @@ impl Parser {
                         base,
                     };
                     match &op.kind {
+                        // An empty body is no stream: the message is all head.
+                        OpKind::Scalar(Scalar::Bytes {
+                            len: Len::Expr(e), ..
+                        }) if op.stream
+                            && self.remaining.is_none()
+                            && matches!(self.env(base, buf).int(e), Ok(0)) =>
+                        {
+                            *self.stack.last_mut().unwrap() = next;
+                        }
+                        OpKind::Scalar(_) | OpKind::List { .. } if op.stream && !self.head_done => {
+                            self.head_done = true;
+                            return Ok(Progress::Head(self.pos));
+                        }
+                        OpKind::Scalar(Scalar::Bytes { len, max }) if op.stream => {
+                            if !self.stream_bytes(len, *max, op, base, buf)? {
+                                return Ok(if self.pos > 0 {
+                                    self.stream_out()
+                                } else {
+                                    Progress::NeedMore
+                                });
+                            }
+                            *self.stack.last_mut().unwrap() = next;
+                            if self.pos > 0 {
+                                return Ok(self.stream_out());
+                            }
+                        }
                         OpKind::Scalar(s) => {
                             let at = op.slot.map(|s| base as usize + s as usize);
                             if !self.scalar(s, op, at, base, buf)? {
@@ -147,16 +227,27 @@ impl Parser {
                             let slot = match v {
                                 Val::Int(i) if i < 0 => Slot::SInt(i as i64),
                                 Val::Int(i) => Slot::Int(i as u64),
-                                Val::Bytes(b) => Slot::Bytes {
-                                    start: (b.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize)
-                                        as u32,
-                                    len: b.len() as u32,
-                                },
+                                // Only bytes of the message can be kept in a slot.
+                                Val::Bytes(b) => {
+                                    let off =
+                                        (b.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
+                                    if off.checked_add(b.len()).is_some_and(|end| end <= buf.len())
+                                    {
+                                        Slot::Bytes {
+                                            start: off as u32,
+                                            len: b.len() as u32,
+                                        }
+                                    } else {
+                                        Slot::Unset
+                                    }
+                                }
                                 _ => Slot::Unset,
                             };
-                            if let Some(s) = op.slot {
-                                self.slots[base as usize + s as usize] = slot;
+                            let at = op.slot.map(|s| base as usize + s as usize);
+                            if let Some(at) = at {
+                                self.slots[at] = slot;
                             }
+                            self.check(op, at, base, buf)?;
                             *self.stack.last_mut().unwrap() = next;
                         }
                         OpKind::SerializeVar { .. } => *self.stack.last_mut().unwrap() = next,
@@ -211,6 +302,7 @@ impl Parser {
                                     index: 0,
                                     target: None,
                                     after_elem: false,
+                                    start: self.pos as u32,
                                 },
                                 op,
                             )?;
@@ -224,6 +316,7 @@ impl Parser {
                     index,
                     target,
                     after_elem,
+                    start,
                 } => {
                     let lop = &g.blocks[block as usize][op as usize];
                     let OpKind::List {
@@ -231,10 +324,22 @@ impl Parser {
                         stop,
                         sep,
                         max,
+                        max_bytes,
                     } = &lop.kind
                     else {
                         unreachable!("list frames point at list operations")
                     };
+                    if let Some(mb) = max_bytes {
+                        if self.pos - start as usize > *mb as usize {
+                            return Err(self.error(lop, WireErrorKind::TooLong { max: *mb as u64 }));
+                        }
+                    }
+                    // A streamed list hands each finished element over.
+                    if lop.stream && after_elem && self.pos > 0 {
+                        return Ok(self.stream_out());
+                    }
+                    // A streamed list keeps one element's values at a time.
+                    let slot_index = |i: u32| if lop.stream { 0 } else { i };
                     let elem_slots = match elem {
                         Elem::Unit { slots, .. } => *slots as u32,
                         Elem::Scalar(_) => 1,
@@ -244,7 +349,8 @@ impl Parser {
                     match stop {
                         Stop::UntilElem(e) if after_elem => {
                             let env = Env {
-                                dollar_base: (base + 1 + (index - 1) * elem_slots) as usize,
+                                dollar_base: (base + 1 + slot_index(index - 1) * elem_slots)
+                                    as usize,
                                 ..self.env(unit_base, buf)
                             };
                             if env
@@ -288,10 +394,10 @@ impl Parser {
                         },
                         Stop::UntilElem(_) => {}
                     }
-                    if index >= *max {
+                    if index >= *max && !lop.stream {
                         return Err(self.error(lop, WireErrorKind::TooMany { max: *max }));
                     }
-                    let at = (base + 1 + index * elem_slots) as usize;
+                    let at = (base + 1 + slot_index(index) * elem_slots) as usize;
                     match elem {
                         Elem::Unit { block: b, .. } => {
                             if let (Some(s), true) = (sep, index > 0) {
@@ -310,8 +416,9 @@ impl Parser {
                                 index: index + 1,
                                 target,
                                 after_elem: true,
+                                start,
                             };
-                            self.slots[base as usize] = Slot::Count(index + 1);
+                            self.slots[base as usize] = Slot::Count(slot_index(index) + 1);
                             self.push(
                                 Frame::Seq {
                                     block: *b,
@@ -342,10 +449,11 @@ impl Parser {
                                     index,
                                     target,
                                     after_elem,
+                                    start,
                                 };
                                 return Ok(Progress::NeedMore);
                             }
-                            self.slots[base as usize] = Slot::Count(index + 1);
+                            self.slots[base as usize] = Slot::Count(slot_index(index) + 1);
                             *self.stack.last_mut().unwrap() = Frame::List {
                                 block,
                                 op,
@@ -353,12 +461,56 @@ impl Parser {
                                 index: index + 1,
                                 target,
                                 after_elem: true,
+                                start,
                             };
                         }
                     }
                 }
             }
         }
+    }
+
+    /// Passes on the bytes of a `&stream` field as they arrive; `true`
+    /// once the whole field went by.
+    fn stream_bytes(
+        &mut self,
+        len: &Len,
+        max: u32,
+        op: &Op,
+        base: u32,
+        buf: &[u8],
+    ) -> Result<bool, WireError> {
+        let remaining = match self.remaining {
+            Some(r) => r,
+            None => {
+                let n = match len {
+                    Len::Expr(e) => {
+                        let n = self
+                            .env(base, buf)
+                            .int(e)
+                            .map_err(|_| self.error(op, WireErrorKind::Invalid))?;
+                        if n < 0 {
+                            return Err(self.error(op, WireErrorKind::BadLength));
+                        }
+                        if n > max as i128 {
+                            return Err(self.error(op, WireErrorKind::TooLong { max: max as u64 }));
+                        }
+                        n as u64
+                    }
+                    Len::Eof => u64::MAX,
+                    Len::Until(_) => return Err(self.error(op, WireErrorKind::Invalid)),
+                };
+                self.remaining = Some(n);
+                n
+            }
+        };
+        let avail = buf.len().saturating_sub(self.pos) as u64;
+        let k = avail.min(remaining);
+        self.pos += k as usize;
+        let left = remaining - k;
+        let done = left == 0 || (matches!(len, Len::Eof) && self.eof);
+        self.remaining = if done { None } else { Some(left) };
+        Ok(done)
     }
 
     /// The base of the unit a list belongs to, for its `&count` expression.
@@ -493,6 +645,10 @@ impl Parser {
                 );
                 self.pos += n;
             }
+            // Only a `&stream` field may run to the end of the stream.
+            Scalar::Bytes { len: Len::Eof, .. } => {
+                return Err(self.error(op, WireErrorKind::Invalid));
+            }
             Scalar::Bytes {
                 len: Len::Until(d),
                 max,
@@ -613,11 +769,20 @@ impl Parser {
     ) -> Result<Option<usize>, WireError> {
         let from = self.scan.max(self.pos);
         let limit = (self.pos + max + d.len()).min(buf.len());
-        if from < limit {
-            if let Some(i) = memmem::find(&buf[from..limit], d) {
-                self.scan = 0;
-                return Ok(Some(from + i));
+        let found = if from < limit {
+            memmem::find(&buf[from..limit], d).map(|i| from + i)
+        } else {
+            None
+        };
+        if let Some(f) = &op.forbid {
+            let end = found.unwrap_or(limit);
+            if end > self.pos && memmem::find(&buf[self.pos..end], f).is_some() {
+                return Err(self.error(op, WireErrorKind::Mismatch));
             }
+        }
+        if let Some(i) = found {
+            self.scan = 0;
+            return Ok(Some(i));
         }
         if buf.len() >= self.pos + max + d.len() {
             return Err(self.error(op, WireErrorKind::TooLong { max: max as u64 }));

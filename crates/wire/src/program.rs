@@ -55,6 +55,12 @@ pub enum Builtin {
     HexToInt,
     /// Is the slot set (an optional field present)?
     Present,
+    /// Is bytes a non-empty HTTP token (RFC 9110 `tchar`s)?
+    IsToken,
+    /// Does a comma-separated list contain the token, case-insensitively?
+    HasTokenNocase,
+    /// The bytes before the first occurrence of a separator (or all).
+    Before,
 }
 
 #[derive(Clone, Debug)]
@@ -89,6 +95,8 @@ pub enum Len {
     Expr(CExpr),
     /// Up to (not including) a delimiter, which is consumed.
     Until(Arc<[u8]>),
+    /// To the end of the stream (`&eof`; see [`Parser::finish`](crate::Parser::finish)).
+    Eof,
 }
 
 /// When a list ends.
@@ -142,6 +150,11 @@ pub struct Op {
     pub requires: Option<CExpr>,
     /// The protocol status a proxy answers when this field is bad (`&error`).
     pub status: Option<u16>,
+    /// `&stream`: delivered in pieces as it arrives, never held whole.
+    pub stream: bool,
+    /// `&forbid`: bytes that must not occur before an `&until` delimiter
+    /// (a header name may not run past its line).
+    pub forbid: Option<Arc<[u8]>>,
 }
 
 #[derive(Clone, Debug)]
@@ -161,6 +174,8 @@ pub enum OpKind {
         stop: Stop,
         sep: Option<Arc<[u8]>>,
         max: u32,
+        /// `&max_bytes`: the most bytes the whole list may take.
+        max_bytes: Option<u32>,
     },
     /// `&serialize` of a variable: after lengths are known, set `target`.
     SerializeVar {

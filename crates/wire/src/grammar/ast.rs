@@ -27,6 +27,8 @@ pub struct EnumDecl {
 pub struct UnitDecl {
     pub name: String,
     pub byte_order: Option<ByteOrder>,
+    /// `%error = STATUS;`, the default status of the unit's failures.
+    pub error: Option<u16>,
     pub items: Vec<Item>,
     pub span: Span,
 }
@@ -81,6 +83,8 @@ pub struct VarDecl {
     pub parse: Expr,
     /// `&serialize = self.target = EXPR`, where `$$` is the variable.
     pub serialize: Option<(String, Expr)>,
+    /// `&requires = EXPR`: a condition on the computed value (`$$`).
+    pub requires: Option<Expr>,
     pub span: Span,
 }
 

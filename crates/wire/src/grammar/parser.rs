@@ -335,8 +335,28 @@ impl Parser {
         self.bump();
         self.expect("{")?;
         let mut byte_order = None;
+        let mut error = None;
         let mut items = Vec::new();
         while !self.is("}") && self.tok() != &Tok::Eof {
+            // `%error = STATUS;`: the status of this unit's failures that
+            // name none of their own.
+            if self.is("%") && matches!(&self.toks[self.pos + 1].tok, Tok::Ident(w) if w == "error")
+            {
+                self.bump();
+                self.bump();
+                let status = self.expect("=").and_then(|_| match self.tok().clone() {
+                    Tok::Int(n) if n <= u16::MAX as u64 => {
+                        self.bump();
+                        Ok(n as u16)
+                    }
+                    _ => Err(self.fail("a status number")),
+                });
+                match status.and_then(|n| self.expect(";").map(|_| n)) {
+                    Ok(n) => error = Some(n),
+                    Err(_) => self.recover(),
+                }
+                continue;
+            }
             if self.eat("%") {
                 match self.byte_order_property() {
                     Ok(b) => byte_order = Some(b),
@@ -354,6 +374,7 @@ impl Parser {
         f.units.push(UnitDecl {
             name,
             byte_order,
+            error,
             items,
             span: start.to(self.prev_span()),
         });
@@ -416,11 +437,13 @@ impl Parser {
             let ty = self.field_type()?;
             let mut parse = None;
             let mut serialize = None;
+            let mut requires = None;
             while self.eat("&") {
                 let a = self.ident("`parse` or `serialize`")?;
                 self.expect("=")?;
                 match a.as_str() {
                     "parse" => parse = Some(self.expr()?),
+                    "requires" => requires = Some(self.expr()?),
                     "serialize" => {
                         if !self.is_word("self") {
                             return Err(self.fail("`self.FIELD = EXPR`"));
@@ -458,6 +481,7 @@ impl Parser {
                 ty,
                 parse,
                 serialize,
+                requires,
                 span,
             }));
         }

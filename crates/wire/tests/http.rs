@@ -1,0 +1,231 @@
+//! The HTTP/1.1 grammar: heads, bodies streamed in pieces, limits with the
+//! statuses a proxy answers, and the inputs that enable request smuggling.
+
+use flick_wire::{Grammar, Parser, Progress, WireError};
+use std::sync::Arc;
+
+fn grammar() -> Arc<Grammar> {
+    Grammar::stock("http").unwrap()
+}
+
+/// What a proxy sees of a stream of messages fed in `pieces`: each message's
+/// head (as text), and every byte handed over, in order.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    heads: Vec<String>,
+    passed: Vec<u8>,
+}
+
+fn feed(unit: &str, pieces: &[&[u8]], eof: bool) -> Result<Seen, WireError> {
+    let g = grammar();
+    let mut p = Parser::new(g.clone(), g.unit_id(unit).unwrap());
+    let mut buf: Vec<u8> = Vec::new();
+    let mut seen = Seen {
+        heads: Vec::new(),
+        passed: Vec::new(),
+    };
+    let mut streaming = false;
+    let last = pieces.len();
+    for (i, piece) in pieces.iter().enumerate() {
+        buf.extend_from_slice(piece);
+        loop {
+            let at_end = eof && i + 1 == last;
+            let r = if at_end {
+                p.finish(&buf)?
+            } else {
+                p.parse(&buf)?
+            };
+            match r {
+                Progress::NeedMore => break,
+                Progress::Head(_) => {
+                    seen.heads.push(format!("{:?}", p.message(&buf)));
+                    streaming = true;
+                }
+                Progress::Stream(n) => {
+                    seen.passed.extend(buf.drain(..n));
+                }
+                Progress::Done(n) => {
+                    if !streaming {
+                        seen.heads.push(format!("{:?}", p.message(&buf)));
+                    }
+                    seen.passed.extend(buf.drain(..n));
+                    streaming = false;
+                    p.reset();
+                    if buf.is_empty() && !at_end {
+                        break;
+                    }
+                    if buf.is_empty() {
+                        return Ok(seen);
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        buf.is_empty(),
+        "bytes left over: {:?}",
+        String::from_utf8_lossy(&buf)
+    );
+    Ok(seen)
+}
+
+fn whole(unit: &str, bytes: &[u8]) -> Result<Seen, WireError> {
+    feed(unit, &[bytes], false)
+}
+
+const PIPELINE: &[u8] = b"GET /index.html HTTP/1.1\r\nHost: example.com\r\nConnection: keep-alive\r\n\r\n\
+POST /up HTTP/1.1\r\nHost: a\r\ncontent-length: 5\r\n\r\nhello\
+PUT /c HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5;x=1\r\nhello\r\n10\r\n0123456789abcdef\r\n0\r\nTrailer: t\r\n\r\n\
+GET /old HTTP/1.0\r\n\r\n";
+
+#[test]
+fn pipelined_requests_parse_with_their_framing() {
+    let seen = whole("request", PIPELINE).unwrap();
+    assert_eq!(seen.passed, PIPELINE, "every byte is handed over, in order");
+    assert_eq!(seen.heads.len(), 4);
+    assert!(seen.heads[0].contains(r#"method: "GET""#) && seen.heads[0].contains("keep_alive: 1"));
+    assert!(seen.heads[1].contains("content_length: 5"));
+    assert!(seen.heads[2].contains("chunked: 1"));
+    assert!(seen.heads[3].contains(r#"minor: "0""#) && seen.heads[3].contains("keep_alive: 0"));
+}
+
+#[test]
+fn every_split_point_gives_the_same_messages() {
+    let expected = whole("request", PIPELINE).unwrap();
+    for cut in 0..=PIPELINE.len() {
+        let (a, b) = PIPELINE.split_at(cut);
+        assert_eq!(
+            feed("request", &[a, b], false).unwrap(),
+            expected,
+            "split at {cut}"
+        );
+    }
+    let bytes: Vec<&[u8]> = PIPELINE.chunks(1).collect();
+    assert_eq!(
+        feed("request", &bytes, false).unwrap(),
+        expected,
+        "byte by byte"
+    );
+}
+
+#[test]
+fn a_large_body_streams_through_a_small_buffer() {
+    let body = vec![b'x'; 1 << 20];
+    let mut msg = b"POST /big HTTP/1.1\r\nContent-Length: 1048576\r\n\r\n".to_vec();
+    msg.extend_from_slice(&body);
+    let pieces: Vec<&[u8]> = msg.chunks(4096).collect();
+    let g = grammar();
+    let mut p = Parser::new(g.clone(), g.unit_id("request").unwrap());
+    let mut buf = Vec::new();
+    let mut largest = 0;
+    let mut passed = 0;
+    for piece in pieces {
+        buf.extend_from_slice(piece);
+        largest = largest.max(buf.len());
+        loop {
+            match p.parse(&buf).unwrap() {
+                Progress::NeedMore | Progress::Head(_) if buf.is_empty() => break,
+                Progress::NeedMore => break,
+                Progress::Head(_) => {}
+                Progress::Stream(n) | Progress::Done(n) => {
+                    passed += n;
+                    buf.drain(..n);
+                    if buf.is_empty() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(passed, msg.len());
+    assert!(largest <= 8192, "the buffer held {largest} bytes at once");
+}
+
+#[test]
+fn responses_by_framing() {
+    let stream = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc\
+HTTP/1.1 204 No Content\r\nContent-Length: 10\r\n\r\n\
+HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n\
+HTTP/1.0 200 OK\r\n\r\nuntil the connection closes";
+    let seen = feed("response", &[stream], true).unwrap();
+    assert_eq!(seen.passed, stream);
+    assert_eq!(seen.heads.len(), 4);
+    assert!(seen.heads[1].contains("status: 204") && seen.heads[1].contains("framing: 0"));
+    assert!(seen.heads[3].contains("framing: 3"));
+}
+
+fn status_of(unit: &str, bytes: &[u8]) -> Option<u16> {
+    match whole(unit, bytes) {
+        Ok(s) => panic!("accepted: {s:?}"),
+        Err(e) => e.status,
+    }
+}
+
+#[test]
+fn limits_answer_with_their_status() {
+    let long_target = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(9000));
+    assert_eq!(status_of("request", long_target.as_bytes()), Some(414));
+    let many = format!("GET / HTTP/1.1\r\n{}\r\n", "X-A: b\r\n".repeat(101));
+    assert_eq!(status_of("request", many.as_bytes()), Some(431));
+    let big = format!(
+        "GET / HTTP/1.1\r\n{}\r\n",
+        format!("X-{}: {}\r\n", "a", "b".repeat(8000)).repeat(9)
+    );
+    assert_eq!(status_of("request", big.as_bytes()), Some(431));
+    let huge_body = b"POST / HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n";
+    assert_eq!(status_of("request", huge_body), Some(413));
+}
+
+#[test]
+fn smuggling_vectors_are_rejected() {
+    for (what, bytes) in [
+        (
+            "CL with TE",
+            &b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+                [..],
+        ),
+        (
+            "differing CLs",
+            b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+        ),
+        (
+            "obsolete line folding",
+            b"GET / HTTP/1.1\r\nX-A: b\r\n  folded\r\n\r\n",
+        ),
+        ("space before colon", b"GET / HTTP/1.1\r\nHost : a\r\n\r\n"),
+        (
+            "bad chunk size",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        ),
+        (
+            "TE without chunked last",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+        ),
+        (
+            "CL not a number",
+            b"POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n",
+        ),
+        ("bad version", b"GET / HTTP/2.0\r\n\r\n"),
+    ] {
+        assert_eq!(status_of("request", bytes), Some(400), "{what}");
+    }
+    // Repeating the same Content-Length is allowed.
+    assert!(whole(
+        "request",
+        b"POST / HTTP/1.1\r\nContent-Length: 1\r\ncontent-length: 1\r\n\r\nx"
+    )
+    .is_ok());
+}
+
+#[test]
+fn serialising_a_head_reproduces_it() {
+    let g = grammar();
+    let unit = g.unit_id("request").unwrap();
+    let head = b"GET /a?b=c HTTP/1.1\r\nHost:example.com\r\nAccept:  */*\r\n\r\n";
+    let mut p = Parser::new(g.clone(), unit);
+    assert_eq!(p.parse(head).unwrap(), Progress::Done(head.len()));
+    let mut slots = p.slots().to_vec();
+    let mut out = Vec::new();
+    g.serialize(unit, &mut slots, head, &mut out).unwrap();
+    assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(head));
+}
