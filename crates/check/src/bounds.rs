@@ -49,8 +49,8 @@ impl Checker<'_> {
                 Ty::ChanArray(c, n) => (c, *n),
                 _ => continue,
             };
-            let inb = c.input.as_ref().map_or(0, |t| self.value_bytes(t));
-            let outb = c.output.as_ref().map_or(0, |t| self.value_bytes(t));
+            let inb = c.input.as_ref().map_or(0, |t| self.message_bytes(t));
+            let outb = c.output.as_ref().map_or(0, |t| self.message_bytes(t));
             let bytes = inb.saturating_add(outb).saturating_mul(count);
             let what = if count > 1 {
                 format!("channels {name} ({count} x one message each way)")
@@ -110,6 +110,17 @@ impl Checker<'_> {
             .iter()
             .fold(0u64, |acc, (_, n)| acc.saturating_add(*n));
         b
+    }
+
+    /// Bytes of a message on a channel: a view of a wire unit carries the
+    /// whole message, including the fields the program does not read.
+    fn message_bytes(&mut self, t: &Ty) -> u64 {
+        match t {
+            Ty::Record(_, name) if self.wire_messages.contains_key(name) => {
+                self.wire_messages[name]
+            }
+            _ => self.value_bytes(t),
+        }
     }
 
     fn fun_cost(&mut self, id: usize, memo: &mut HashMap<usize, Cost>) -> Cost {

@@ -46,6 +46,13 @@ pub(crate) struct Checker<'p> {
     pub current_fun: Option<usize>,
     /// Call graph edges: caller, callee, call site.
     pub calls: Vec<(usize, usize, Span)>,
+    /// Maximum sizes that a wire grammar gives record fields, by record
+    /// and field name: the default for fields that state none.
+    pub wire_limits: HashMap<(String, String), u64>,
+    /// The wire limit of the record field being resolved.
+    pub wire_max: Option<u64>,
+    /// Whole-message sizes of records that view wire-grammar units.
+    pub wire_messages: HashMap<String, u64>,
 }
 
 impl<'p> Checker<'p> {
@@ -67,6 +74,9 @@ impl<'p> Checker<'p> {
             scopes: Vec::new(),
             current_fun: None,
             calls: Vec::new(),
+            wire_limits: HashMap::new(),
+            wire_max: None,
+            wire_messages: HashMap::new(),
         }
     }
 

@@ -44,6 +44,7 @@ impl<'p> Checker<'p> {
                         );
                     } else {
                         self.out.grammar = Some(g.name.name.clone());
+                        self.out.grammar_span = g.name.span;
                     }
                     continue;
                 }
@@ -156,7 +157,13 @@ impl<'p> Checker<'p> {
                     earlier: &earlier,
                     later,
                 };
+                self.wire_max = f.name.as_ref().and_then(|n| {
+                    self.wire_limits
+                        .get(&(decl.name.name.clone(), n.name.clone()))
+                        .copied()
+                });
                 let ty = self.resolve_type(&f.ty, &scope);
+                self.wire_max = None;
                 let size =
                     f.ty.annotations
                         .iter()
@@ -319,7 +326,8 @@ impl<'p> Checker<'p> {
                 Ty::Int { signed, bytes }
             }
             TypeKind::String | TypeKind::Bytes => {
-                let max = self.byte_limit(te, scope, DEFAULT_BYTES_MAX);
+                let default = self.wire_max.take().unwrap_or(DEFAULT_BYTES_MAX);
+                let max = self.byte_limit(te, scope, default);
                 if matches!(te.kind, TypeKind::String) {
                     Ty::Str { max }
                 } else {

@@ -30,6 +30,39 @@ pub fn check(program: &Program) -> (CheckedProgram, Vec<Diagnostic>) {
     checker::Checker::new(program).run()
 }
 
+/// What a wire grammar says of the records that view its units.
+pub trait WireLimits {
+    /// The grammar's maximum size of a field, which bounds a string or
+    /// bytes field that states no size of its own.
+    fn field_max(&self, record: &str, field: &str) -> Option<u64>;
+    /// The most bytes a whole message takes (a view's unread fields are
+    /// carried along), which bounds messages on channels.
+    fn message_max(&self, record: &str) -> Option<u64>;
+}
+
+/// Checks `program` whose records view units of a wire grammar.
+pub fn check_with(program: &Program, wire: &dyn WireLimits) -> (CheckedProgram, Vec<Diagnostic>) {
+    let mut c = checker::Checker::new(program);
+    for decl in &program.decls {
+        let flick_syntax::ast::Decl::Type(t) = decl else {
+            continue;
+        };
+        let flick_syntax::ast::TypeBody::Record(fields) = &t.body else {
+            continue;
+        };
+        if let Some(max) = wire.message_max(&t.name.name) {
+            c.wire_messages.insert(t.name.name.clone(), max);
+        }
+        for f in fields.iter().filter_map(|f| f.name.as_ref()) {
+            if let Some(max) = wire.field_max(&t.name.name, &f.name) {
+                c.wire_limits
+                    .insert((t.name.name.clone(), f.name.clone()), max);
+            }
+        }
+    }
+    c.run()
+}
+
 /// Parses and checks a source text: the whole front end in one call.
 /// Syntax errors, when there are any, are the only ones reported.
 pub fn check_source(src: &str) -> (CheckedProgram, Vec<Diagnostic>) {

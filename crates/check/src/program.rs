@@ -8,8 +8,9 @@ use std::collections::HashMap;
 
 #[derive(Debug, Default)]
 pub struct CheckedProgram {
-    /// The wire grammar named by a `grammar` declaration.
+    /// The wire grammar named by a `grammar` declaration, and where.
     pub grammar: Option<String>,
+    pub grammar_span: Span,
     pub records: Vec<Record>,
     pub functions: Vec<Function>,
     pub processes: Vec<Process>,

@@ -8,3 +8,4 @@
 
 pub mod bounds_report;
 pub mod render;
+pub mod views;

@@ -180,7 +180,8 @@ fn main() -> ExitCode {
                     Ok(f) => f,
                     Err(code) => return code,
                 };
-                let (checked, diags) = flick_check::check_source(&file.text);
+                let (checked, diags) =
+                    flick::views::check_program(std::path::Path::new(path), &file.text);
                 if diags.is_empty() {
                     println!("{path}: ok");
                     if bounds {

@@ -101,3 +101,35 @@ fn help_lists_the_commands() {
     let out = stdout(&o);
     assert!(out.contains("check") && out.contains("fmt"));
 }
+
+#[test]
+fn records_are_checked_against_the_grammar_they_view() {
+    let dir = std::env::temp_dir().join(format!("flick-view-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("view.flick");
+    std::fs::write(
+        &path,
+        "grammar memcached_binary\n\ntype cmd: record\n  key : string\n  opcod : integer\n  value : integer\n\n\
+         proc P: (cmd/cmd c)\n  c => c\n",
+    )
+    .unwrap();
+    let o = flick(&["check", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("E0701") && err.contains("no field `opcod`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("E0702") && err.contains("field `value` is `integer`"),
+        "{err}"
+    );
+    std::fs::write(
+        &path,
+        "grammar no_such_grammar\n\ntype cmd: record\n  key : string\n",
+    )
+    .unwrap();
+    let o = flick(&["check", path.to_str().unwrap()]);
+    assert!(stderr(&o).contains("E0700"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -307,6 +307,7 @@ impl<'a> Compiler<'a> {
             name: name.to_string(),
             slot,
             kind,
+            max_bytes: None,
         });
     }
 
@@ -516,6 +517,12 @@ impl<'a> Compiler<'a> {
         };
         if let (Some(n), None) = (&f.name, shared) {
             self.declare_list(cx, n, slot, fkind, f.span, elem.0);
+            cx.fields.last_mut().expect("just declared").max_bytes = match &kind {
+                OpKind::Scalar(Scalar::Int { bytes, .. }) => Some(*bytes as u64),
+                OpKind::Scalar(Scalar::Bytes { max, .. }) => Some(*max as u64),
+                OpKind::Scalar(Scalar::AsciiInt { .. } | Scalar::VInt) => Some(8),
+                _ => None,
+            };
             if cx.case_depth > 0 {
                 cx.case_names.push(n.clone());
             }
@@ -654,6 +661,13 @@ impl<'a> Compiler<'a> {
                         .hint("give it &length = EXPR or &until = \"DELIMITER\""),
                     );
                     return None;
+                };
+                // A constant length is its own maximum.
+                let max = match &len {
+                    Len::Expr(CExpr::Int(n)) if *n >= 0 => {
+                        max.min((*n).min(u32::MAX as i128) as u32)
+                    }
+                    _ => max,
                 };
                 Some(Scalar::Bytes { len, max })
             }

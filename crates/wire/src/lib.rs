@@ -108,6 +108,55 @@ impl Grammar {
         Ok(keep.into())
     }
 
+    /// The most bytes a message of `unit` can take in a buffer at once:
+    /// `&stream` fields count for nothing, since they pass through in
+    /// pieces.
+    pub fn max_bytes(&self, unit: UnitId) -> u64 {
+        self.block_max(self.units[unit].block, 0)
+    }
+
+    fn block_max(&self, block: program::BlockId, depth: usize) -> u64 {
+        if depth > 64 {
+            return 0;
+        }
+        let mut total: u64 = 0;
+        for op in &self.blocks[block as usize] {
+            let n = match &op.kind {
+                _ if op.stream => 0,
+                OpKind::Scalar(s) => scalar_max(s),
+                OpKind::Var(_) | OpKind::SerializeVar { .. } => 0,
+                OpKind::Switch { cases, default, .. } => cases
+                    .iter()
+                    .map(|(_, b)| *b)
+                    .chain(*default)
+                    .map(|b| self.block_max(b, depth + 1))
+                    .max()
+                    .unwrap_or(0),
+                OpKind::Unit { block } => self.block_max(*block, depth + 1),
+                OpKind::List {
+                    elem,
+                    stop,
+                    sep,
+                    max,
+                    max_bytes,
+                } => {
+                    let each = match elem {
+                        Elem::Unit { block, .. } => self.block_max(*block, depth + 1),
+                        Elem::Scalar(s) => scalar_max(s),
+                    } + sep.as_ref().map_or(0, |s| s.len() as u64);
+                    let end = match stop {
+                        Stop::Until(t) => t.len() as u64,
+                        _ => 0,
+                    };
+                    let all = (*max as u64).saturating_mul(each).saturating_add(end);
+                    max_bytes.map_or(all, |m| all.min(m as u64 + end))
+                }
+            };
+            total = total.saturating_add(n);
+        }
+        total
+    }
+
     fn field_width(&self, f: &FieldInfo) -> usize {
         match &f.kind {
             FieldKind::Int | FieldKind::Bytes => 1,
@@ -188,6 +237,23 @@ impl Grammar {
                 mark_expr(e, keep);
             }
         }
+    }
+}
+
+fn scalar_max(s: &Scalar) -> u64 {
+    match s {
+        Scalar::Int { bytes, .. } => *bytes as u64,
+        Scalar::Bytes { len, max } => {
+            *max as u64
+                + match len {
+                    Len::Until(d) => d.len() as u64,
+                    _ => 0,
+                }
+        }
+        Scalar::AsciiInt { until, .. } => 20 + until.len() as u64,
+        Scalar::VInt => 9,
+        Scalar::Literal { bytes, .. } => bytes.len() as u64,
+        Scalar::Ws => parse::WS_MAX as u64,
     }
 }
 

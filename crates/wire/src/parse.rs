@@ -52,6 +52,9 @@ enum Frame {
     },
 }
 
+/// Most spaces and tabs a `ws` field takes.
+pub const WS_MAX: usize = 1024;
+
 /// Deepest nesting of units, switches and lists a grammar may use.
 const MAX_DEPTH: usize = 64;
 
@@ -736,6 +739,9 @@ impl Parser {
                     .iter()
                     .take_while(|c| matches!(c, b' ' | b'\t'))
                     .count();
+                if n > WS_MAX {
+                    return Err(self.error(op, WireErrorKind::TooLong { max: WS_MAX as u64 }));
+                }
                 if n == rest.len() {
                     return Ok(false);
                 }

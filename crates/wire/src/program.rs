@@ -200,6 +200,8 @@ pub struct FieldInfo {
     pub name: String,
     pub slot: u16,
     pub kind: FieldKind,
+    /// The most bytes the value can have, for scalar fields.
+    pub max_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

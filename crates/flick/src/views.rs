@@ -1,0 +1,154 @@
+//! Records as views of wire-grammar units: a program that names a grammar
+//! (`grammar memcached_binary`) may declare a record with a subset of a
+//! unit's fields (`type cmd: record` with only `key`); each field must be a
+//! field of the unit of the same name, of a matching kind.
+
+use flick_check::{CheckedProgram, Ty};
+use flick_span::Diagnostic;
+use flick_wire::{FieldKind, Grammar};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Finds the grammar a program names: a stock grammar, or a file
+/// `NAME.grammar` next to the program or in `grammars/`.
+pub fn find_grammar(name: &str, program_path: &Path) -> Result<Arc<Grammar>, String> {
+    if let Some(g) = Grammar::stock(name) {
+        return Ok(g);
+    }
+    let dir = program_path.parent().unwrap_or(Path::new("."));
+    for candidate in [
+        dir.join(format!("{name}.grammar")),
+        Path::new("grammars").join(format!("{name}.grammar")),
+    ] {
+        if let Ok(src) = std::fs::read_to_string(&candidate) {
+            return Grammar::from_source(name, &src).map(Arc::new).map_err(|e| {
+                format!(
+                    "{} does not load: {e} (run `flick grammar check {}`)",
+                    candidate.display(),
+                    candidate.display()
+                )
+            });
+        }
+    }
+    Err(format!(
+        "no stock grammar `{name}` and no file {name}.grammar; the stock grammars are {}",
+        flick_wire::stock::NAMES.join(", ")
+    ))
+}
+
+/// Checks every record whose name is a unit of `grammar` against it.
+pub fn check_views(program: &CheckedProgram, grammar: &Grammar) -> Vec<Diagnostic> {
+    let mut diags = Vec::new();
+    for record in &program.records {
+        let Some(unit) = grammar.unit_id(&record.name) else {
+            continue;
+        };
+        let info = grammar.unit(unit);
+        for field in &record.fields {
+            let Some(name) = &field.name else { continue };
+            let Some(wire) = info.fields.iter().find(|f| &f.name == name) else {
+                let names: Vec<&str> = info.fields.iter().map(|f| f.name.as_str()).collect();
+                diags.push(
+                    Diagnostic::error(
+                        "E0701",
+                        format!(
+                            "unit `{}` of grammar `{}` has no field `{name}`",
+                            record.name, grammar.name
+                        ),
+                        field.span,
+                    )
+                    .label("not in the grammar")
+                    .hint(format!("the unit's fields are {}", names.join(", "))),
+                );
+                continue;
+            };
+            let fits = matches!(
+                (&field.ty, &wire.kind),
+                (Ty::Int { .. } | Ty::Bool, FieldKind::Int)
+                    | (Ty::Str { .. } | Ty::Bytes { .. }, FieldKind::Bytes)
+                    | (Ty::List(..), FieldKind::List { .. })
+                    | (Ty::Record(..), FieldKind::Unit(_))
+            );
+            if !fits {
+                diags.push(
+                    Diagnostic::error(
+                        "E0702",
+                        format!(
+                            "field `{name}` is `{}` here but {} in the grammar",
+                            field.ty,
+                            kind_name(&wire.kind)
+                        ),
+                        field.span,
+                    )
+                    .label("kind differs from the grammar"),
+                );
+            }
+        }
+    }
+    diags
+}
+
+fn kind_name(k: &FieldKind) -> &'static str {
+    match k {
+        FieldKind::Int => "an integer",
+        FieldKind::Bytes => "bytes",
+        FieldKind::List { .. } => "a list",
+        FieldKind::Unit(_) => "a unit",
+    }
+}
+
+/// The front end for a program file: parse, load the grammar it names (if
+/// any), check with the grammar's field limits, and check its views.
+pub fn check_program(path: &Path, src: &str) -> (CheckedProgram, Vec<Diagnostic>) {
+    let (program, diags) = flick_syntax::parse(src);
+    if !diags.is_empty() {
+        return (flick_check::check(&program).0, diags);
+    }
+    let named = program.decls.iter().find_map(|d| match d {
+        flick_syntax::ast::Decl::Grammar(g) => Some(g),
+        _ => None,
+    });
+    let Some(decl) = named else {
+        return flick_check::check(&program);
+    };
+    match find_grammar(&decl.name.name, path) {
+        Err(why) => {
+            let (checked, mut diags) = flick_check::check(&program);
+            diags.push(
+                Diagnostic::error(
+                    "E0700",
+                    format!("cannot load grammar `{}`", decl.name.name),
+                    decl.name.span,
+                )
+                .hint(why),
+            );
+            (checked, diags)
+        }
+        Ok(grammar) => {
+            let (checked, mut diags) = flick_check::check_with(&program, &GrammarLimits(&grammar));
+            if diags.is_empty() {
+                diags.extend(check_views(&checked, &grammar));
+            }
+            (checked, diags)
+        }
+    }
+}
+
+/// A grammar's sizes, for the checker's bounds.
+struct GrammarLimits<'a>(&'a Grammar);
+
+impl flick_check::WireLimits for GrammarLimits<'_> {
+    fn field_max(&self, record: &str, field: &str) -> Option<u64> {
+        let unit = self.0.unit_id(record)?;
+        self.0
+            .unit(unit)
+            .fields
+            .iter()
+            .find(|f| f.name == field)?
+            .max_bytes
+    }
+
+    fn message_max(&self, record: &str) -> Option<u64> {
+        self.0.unit_id(record).map(|u| self.0.max_bytes(u))
+    }
+}
