@@ -193,12 +193,29 @@ impl<'a> Compiler<'a> {
             Item::Field(f) => self.field(f, cx),
             Item::Var(v) => {
                 let expr = self.expr(&v.parse, cx, false);
-                let slot = self.alloc(cx, 1);
                 let kind = match v.ty {
                     FieldType::Bytes | FieldType::String => FieldKind::Bytes,
                     _ => FieldKind::Int,
                 };
-                self.declare(cx, &v.name, slot, kind, v.span);
+                // Like fields, alternatives of a switch may each compute the
+                // same variable (`noreply` of several commands), or a
+                // variable standing for another case's field: one slot.
+                let shared = (cx.case_depth > 0 && cx.case_names.contains(&v.name))
+                    .then(|| cx.visible.get(&v.name))
+                    .flatten()
+                    .filter(|x| x.kind == kind)
+                    .map(|x| x.slot);
+                let slot = match shared {
+                    Some(s) => s,
+                    None => {
+                        let s = self.alloc(cx, 1);
+                        self.declare(cx, &v.name, s, kind, v.span);
+                        if cx.case_depth > 0 {
+                            cx.case_names.push(v.name.clone());
+                        }
+                        s
+                    }
+                };
                 let requires = match &v.requires {
                     Some(r) => Some(self.expr(r, cx, true)?),
                     None => None,
@@ -586,9 +603,12 @@ impl<'a> Compiler<'a> {
             FieldType::Int { bytes, signed } => {
                 let ascii = self.attr(f, "ascii").is_some() || self.attr(f, "hex").is_some();
                 if ascii {
-                    self.check_attrs(f, &with(&["ascii", "hex", "until"]));
+                    self.check_attrs(f, &with(&["ascii", "hex", "until", "before_any"]));
+                    let before = !in_list && self.attr(f, "before_any").is_some();
                     let until = if in_list {
                         self.bytes_attr(f, "sep")?
+                    } else if before {
+                        self.bytes_attr(f, "before_any")?
                     } else {
                         match self.attr(f, "until") {
                             Some(_) => self.bytes_attr(f, "until")?,
@@ -599,16 +619,18 @@ impl<'a> Compiler<'a> {
                                         "an ASCII integer needs `&until`",
                                         f.span,
                                     )
-                                    .hint("say what ends the digits, e.g. &until = \"\\r\\n\""),
+                                    .hint("say what ends the digits, e.g. &until = \"\\r\\n\" or &before_any = \" \\r\""),
                                 );
                                 return None;
                             }
                         }
                     };
-                    let _ = bytes;
                     return Some(Scalar::AsciiInt {
                         until,
                         hex: self.attr(f, "hex").is_some(),
+                        before,
+                        signed: *signed,
+                        bytes: *bytes,
                     });
                 }
                 self.check_attrs(f, &with(&["byteorder"]));
@@ -621,7 +643,15 @@ impl<'a> Compiler<'a> {
             FieldType::Bytes | FieldType::String => {
                 self.check_attrs(
                     f,
-                    &with(&["length", "until", "max", "stream", "eof", "forbid"]),
+                    &with(&[
+                        "length",
+                        "until",
+                        "before_any",
+                        "max",
+                        "stream",
+                        "eof",
+                        "forbid",
+                    ]),
                 );
                 let max = if in_list {
                     DEFAULT_BYTES_MAX
@@ -636,6 +666,8 @@ impl<'a> Compiler<'a> {
                     Len::Until(self.bytes_attr(f, "sep")?)
                 } else if !in_list && self.attr(f, "until").is_some() {
                     Len::Until(self.bytes_attr(f, "until")?)
+                } else if !in_list && self.attr(f, "before_any").is_some() {
+                    Len::BeforeAny(self.bytes_attr(f, "before_any")?)
                 } else if !in_list && self.attr(f, "eof").is_some() {
                     if self.attr(f, "stream").is_none() {
                         self.diags.push(
@@ -658,7 +690,7 @@ impl<'a> Compiler<'a> {
                             format!("`{}` has no length", f.name.as_deref().unwrap_or("_")),
                             f.span,
                         )
-                        .hint("give it &length = EXPR or &until = \"DELIMITER\""),
+                        .hint("give it &length = EXPR, &until = \"DELIMITER\" or &before_any = \"BYTES\""),
                     );
                     return None;
                 };
@@ -798,9 +830,10 @@ impl<'a> Compiler<'a> {
             "is_token" => (Builtin::IsToken, 1),
             "has_token_nocase" => (Builtin::HasTokenNocase, 2),
             "before" => (Builtin::Before, 2),
+            "elem" => (Builtin::Elem, 3),
             _ => {
                 self.diags.push(Diagnostic::error("W0112", format!("unknown function `{name}`"), span).hint(
-                    "the functions are len, to_int, hex_to_int, eq_nocase, last_token_nocase, has_token_nocase, before, lookup, count, all_same, ends_with_ws, starts_with_ws, is_dec, is_hex, is_token, present",
+                    "the functions are len, to_int, hex_to_int, eq_nocase, last_token_nocase, has_token_nocase, before, lookup, count, all_same, ends_with_ws, starts_with_ws, is_dec, is_hex, is_token, present, elem",
                 ));
                 return None;
             }
@@ -816,7 +849,7 @@ impl<'a> Compiler<'a> {
         let mut out = Vec::new();
         // `lookup`, `count` and `all_same` name element fields by string.
         let elem_scope = match b {
-            Builtin::Lookup | Builtin::Count | Builtin::AllSame => {
+            Builtin::Lookup | Builtin::Count | Builtin::AllSame | Builtin::Elem => {
                 let list = match &args[0].kind {
                     ExprKind::SelfField(p) if p.len() == 1 => cx.visible.get(&p[0]).cloned(),
                     _ => None,
@@ -844,7 +877,10 @@ impl<'a> Compiler<'a> {
         for (i, a) in args.iter().enumerate() {
             let field_arg = matches!(
                 (b, i),
-                (Builtin::Lookup, 1 | 3) | (Builtin::Count, 1) | (Builtin::AllSame, 1 | 3)
+                (Builtin::Lookup, 1 | 3)
+                    | (Builtin::Count, 1)
+                    | (Builtin::AllSame, 1 | 3)
+                    | (Builtin::Elem, 2)
             );
             if field_arg {
                 let scope = elem_scope.as_ref().unwrap();

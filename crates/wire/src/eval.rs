@@ -73,12 +73,31 @@ impl<'a> Env<'a> {
                     UnOp::Neg => Val::Int(-v),
                 }
             }
-            CExpr::Binary(op, a, b) => self.binary(*op, a, b)?,
+            CExpr::Binary(op, a, b) => Val::Int(self.binary(*op, a, b)?),
             CExpr::Call(f, args) => self.call(*f, args)?,
         })
     }
 
     pub fn int(&self, e: &'a CExpr) -> Result<i128, EvalFail> {
+        // Integer-only nodes skip building a `Val` (the hot path of lengths
+        // and `&requires` checks); the rest go through `eval`.
+        match e {
+            CExpr::Int(v) => return Ok(*v),
+            CExpr::Slot(s) => match self.slots.get(self.base + *s as usize) {
+                Some(Slot::Int(v)) => return Ok(*v as i128),
+                Some(Slot::SInt(v)) => return Ok(*v as i128),
+                _ => {}
+            },
+            CExpr::Dollar => {
+                if let Val::Int(v) = self.dollar {
+                    return Ok(v);
+                }
+            }
+            CExpr::Binary(op, a, b) => return self.binary(*op, a, b),
+            CExpr::Unary(UnOp::Not, x) => return Ok(i128::from(self.int(x)? == 0)),
+            CExpr::Unary(UnOp::Neg, x) => return Ok(-self.int(x)?),
+            _ => {}
+        }
         match self.eval(e)? {
             Val::Int(v) => Ok(v),
             Val::List { count, .. } => Ok(count as i128),
@@ -99,17 +118,18 @@ impl<'a> Env<'a> {
         }
     }
 
-    fn binary(&self, op: BinOp, a: &'a CExpr, b: &'a CExpr) -> Result<Val<'a>, EvalFail> {
+    /// A binary operation; every operator yields an integer.
+    fn binary(&self, op: BinOp, a: &'a CExpr, b: &'a CExpr) -> Result<i128, EvalFail> {
         if matches!(op, BinOp::And | BinOp::Or) {
             let x = self.truthy(a)?;
-            return Ok(Val::Int(i128::from(match op {
+            return Ok(i128::from(match op {
                 BinOp::And => x && self.truthy(b)?,
                 _ => x || self.truthy(b)?,
-            })));
+            }));
         }
         if matches!(op, BinOp::Eq | BinOp::Ne) {
             let eq = equal(self.eval(a)?, self.eval(b)?)?;
-            return Ok(Val::Int(i128::from(eq == (op == BinOp::Eq))));
+            return Ok(i128::from(eq == (op == BinOp::Eq)));
         }
         let x = self.int(a)?;
         let y = self.int(b)?;
@@ -125,7 +145,7 @@ impl<'a> Env<'a> {
             BinOp::Ge => Some(i128::from(x >= y)),
             _ => unreachable!("handled above"),
         };
-        v.map(Val::Int).ok_or(EvalFail)
+        v.ok_or(EvalFail)
     }
 
     /// Elements of a list whose `field` equals `key`, case-insensitively.
@@ -201,6 +221,25 @@ impl<'a> Env<'a> {
                 let end = memchr::memmem::find(v, sep).unwrap_or(v.len());
                 Ok(Val::Bytes(&v[..end]))
             }
+            Builtin::Elem => {
+                let Val::List {
+                    count,
+                    base,
+                    elem_slots,
+                } = self.eval(&args[0])?
+                else {
+                    return Err(EvalFail);
+                };
+                let CExpr::ElemField(f) = &args[2] else {
+                    return Err(EvalFail);
+                };
+                let i = self.int(&args[1])?;
+                if i < 0 || i >= count as i128 {
+                    return Ok(Val::Unset);
+                }
+                let at = base + i as usize * elem_slots as usize + *f as usize;
+                Ok(slot_val(self.slots, self.data, at))
+            }
             Builtin::Present => Ok(Val::Int(i128::from(!matches!(
                 self.eval(&args[0])?,
                 Val::Unset
@@ -251,8 +290,26 @@ fn equal(a: Val, b: Val) -> Result<bool, EvalFail> {
 
 /// RFC 9110 `tchar`: the characters of a method or header name.
 fn is_tchar(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
+    TCHAR[c as usize]
 }
+
+/// [`is_tchar`] as a table: header names are checked byte by byte.
+static TCHAR: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        t[c] = b.is_ascii_alphanumeric();
+        c += 1;
+    }
+    let extra = b"!#$%&'*+-.^_`|~";
+    let mut i = 0;
+    while i < extra.len() {
+        t[extra[i] as usize] = true;
+        i += 1;
+    }
+    t
+};
 
 pub(crate) fn trim(b: &[u8]) -> &[u8] {
     let start = b

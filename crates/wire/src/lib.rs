@@ -250,7 +250,13 @@ fn scalar_max(s: &Scalar) -> u64 {
                     _ => 0,
                 }
         }
-        Scalar::AsciiInt { until, .. } => 20 + until.len() as u64,
+        // Digits, a `-`, and an `&until` delimiter (`&before_any` is not read).
+        Scalar::AsciiInt {
+            until,
+            before,
+            signed,
+            ..
+        } => 20 + u64::from(*signed) + if *before { 0 } else { until.len() as u64 },
         Scalar::VInt => 9,
         Scalar::Literal { bytes, .. } => bytes.len() as u64,
         Scalar::Ws => parse::WS_MAX as u64,

@@ -501,7 +501,9 @@ impl Parser {
                         n as u64
                     }
                     Len::Eof => u64::MAX,
-                    Len::Until(_) => return Err(self.error(op, WireErrorKind::Invalid)),
+                    Len::Until(_) | Len::BeforeAny(_) => {
+                        return Err(self.error(op, WireErrorKind::Invalid))
+                    }
                 };
                 self.remaining = Some(n);
                 n
@@ -668,15 +670,64 @@ impl Parser {
                 );
                 self.pos = end + d.len();
             }
-            Scalar::AsciiInt { until, hex } => {
-                let Some(end) = self.find(buf, until, 20, op)? else {
+            Scalar::Bytes {
+                len: Len::BeforeAny(set),
+                max,
+            } => {
+                let Some(end) = self.find_any(buf, set, *max as usize, op)? else {
                     return Ok(false);
                 };
-                let digits = &buf[self.pos..end];
+                if end == self.pos {
+                    return Err(self.error(op, WireErrorKind::Mismatch));
+                }
+                self.store(
+                    at,
+                    Slot::Bytes {
+                        start: self.pos as u32,
+                        len: (end - self.pos) as u32,
+                    },
+                );
+                self.pos = end;
+            }
+            Scalar::AsciiInt {
+                until,
+                hex,
+                before,
+                signed,
+                bytes,
+            } => {
+                let digits = 20 + usize::from(*signed);
+                let end = if *before {
+                    self.find_any(buf, until, digits, op)?
+                } else {
+                    self.find(buf, until, digits, op)?
+                };
+                let Some(end) = end else {
+                    return Ok(false);
+                };
+                let (neg, digits) = match &buf[self.pos..end] {
+                    [b'-', rest @ ..] if *signed => (true, rest),
+                    d => (false, d),
+                };
                 let v = crate::eval::parse_int(digits, if *hex { 16 } else { 10 })
                     .map_err(|_| self.error(op, WireErrorKind::BadNumber))?;
-                self.store(at, Slot::Int(v as u64));
-                self.pos = end + until.len();
+                // The value must fit the declared type.
+                let bits = 8 * *bytes as u32;
+                let fits = match (*signed, neg) {
+                    (false, _) => v < 1i128 << bits,
+                    (true, false) => v < 1i128 << (bits - 1),
+                    (true, true) => v <= 1i128 << (bits - 1),
+                };
+                if !fits {
+                    return Err(self.error(op, WireErrorKind::BadNumber));
+                }
+                let slot = match (*signed, neg) {
+                    (true, true) => Slot::SInt((-v) as i64),
+                    (true, false) => Slot::SInt(v as i64),
+                    _ => Slot::Int(v as u64),
+                };
+                self.store(at, slot);
+                self.pos = if *before { end } else { end + until.len() };
             }
             Scalar::VInt => {
                 // Hadoop's WritableUtils.readVLong.
@@ -776,13 +827,13 @@ impl Parser {
         let from = self.scan.max(self.pos);
         let limit = (self.pos + max + d.len()).min(buf.len());
         let found = if from < limit {
-            memmem::find(&buf[from..limit], d).map(|i| from + i)
+            find_bytes(&buf[from..limit], d).map(|i| from + i)
         } else {
             None
         };
         if let Some(f) = &op.forbid {
             let end = found.unwrap_or(limit);
-            if end > self.pos && memmem::find(&buf[self.pos..end], f).is_some() {
+            if end > self.pos && find_bytes(&buf[self.pos..end], f).is_some() {
                 return Err(self.error(op, WireErrorKind::Mismatch));
             }
         }
@@ -798,6 +849,30 @@ impl Parser {
         Ok(None)
     }
 
+    /// Finds the first of the bytes `set` after the current position, within
+    /// `max` bytes (`&before_any`). `None` when more bytes are needed.
+    fn find_any(
+        &mut self,
+        buf: &[u8],
+        set: &[u8],
+        max: usize,
+        op: &Op,
+    ) -> Result<Option<usize>, WireError> {
+        let from = self.scan.max(self.pos);
+        let limit = (self.pos + max + 1).min(buf.len());
+        if from < limit {
+            if let Some(i) = buf[from..limit].iter().position(|c| set.contains(c)) {
+                self.scan = 0;
+                return Ok(Some(from + i));
+            }
+        }
+        if buf.len() > self.pos + max {
+            return Err(self.error(op, WireErrorKind::TooLong { max: max as u64 }));
+        }
+        self.scan = buf.len().max(self.pos);
+        Ok(None)
+    }
+
     /// One token of a separated list: ends at `sep` (consumed) or before
     /// `term` (left for the list).
     fn token(
@@ -810,8 +885,8 @@ impl Parser {
         op: &Op,
     ) -> Result<bool, WireError> {
         let rest = &buf[self.pos..buf.len().min(self.pos + max + term.len().max(sep.len()))];
-        let s = memmem::find(rest, sep);
-        let t = memmem::find(rest, term);
+        let s = find_bytes(rest, sep);
+        let t = find_bytes(rest, term);
         let (end, consume) = match (s, t) {
             (Some(s), Some(t)) if t <= s => (t, 0),
             (Some(s), _) => (s, sep.len()),
@@ -835,6 +910,29 @@ impl Parser {
         );
         self.pos += end + consume;
         Ok(true)
+    }
+}
+
+/// The first occurrence of `needle` in `hay`. Delimiters are mostly one or
+/// two bytes (" ", ":", "\r\n"): `memchr` finds those without building a
+/// `memmem` searcher on every call.
+fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    match needle {
+        [] => Some(0),
+        [a] => memchr::memchr(*a, hay),
+        [a, b] => {
+            let mut from = 0;
+            while let Some(i) = memchr::memchr(*a, &hay[from..]) {
+                let at = from + i;
+                match hay.get(at + 1) {
+                    Some(c) if c == b => return Some(at),
+                    Some(_) => from = at + 1,
+                    None => return None,
+                }
+            }
+            None
+        }
+        _ => memmem::find(hay, needle),
     }
 }
 

@@ -61,6 +61,9 @@ pub enum Builtin {
     HasTokenNocase,
     /// The bytes before the first occurrence of a separator (or all).
     Before,
+    /// `elem(list, INDEX, "field")`: a field of a list's element, unset
+    /// when there is no such element (an optional trailing argument).
+    Elem,
 }
 
 #[derive(Clone, Debug)]
@@ -97,6 +100,9 @@ pub enum Len {
     Until(Arc<[u8]>),
     /// To the end of the stream (`&eof`; see [`Parser::finish`](crate::Parser::finish)).
     Eof,
+    /// `&before_any`: up to (not including) the first of these bytes, which
+    /// is left for the next field; at least one byte (a token of a line).
+    BeforeAny(Arc<[u8]>),
 }
 
 /// When a list ends.
@@ -130,6 +136,11 @@ pub enum Scalar {
     AsciiInt {
         until: Arc<[u8]>,
         hex: bool,
+        /// `&before_any`: `until` is a set of bytes, and is not consumed.
+        before: bool,
+        /// `int8`..`int64` take a leading `-`; the value must fit the type.
+        signed: bool,
+        bytes: u8,
     },
     VInt,
     Literal {

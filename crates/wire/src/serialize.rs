@@ -40,6 +40,7 @@ impl Grammar {
     }
 
     /// The block a switch takes for the current values.
+    #[allow(clippy::too_many_arguments)]
     fn chosen(
         &self,
         op: &Op,
@@ -326,14 +327,35 @@ fn emit_scalar(
                     out.len(),
                 ));
             }
+            // A token must not end early when parsed back (a key with a space).
+            if let Len::BeforeAny(set) = len {
+                if b.is_empty() || b.iter().any(|c| set.contains(c)) {
+                    return Err(Grammar::err(op, WireErrorKind::Invalid, out.len()));
+                }
+            }
             out.extend_from_slice(b);
             if let Len::Until(d) = len {
                 out.extend_from_slice(d);
             }
         }
-        Scalar::AsciiInt { until, hex } => {
-            write_int(out, int_of(v) as u64, *hex);
-            out.extend_from_slice(until);
+        Scalar::AsciiInt {
+            until,
+            hex,
+            before,
+            signed,
+            ..
+        } => {
+            let x = int_of(v);
+            if *signed && x < 0 {
+                out.push(b'-');
+                write_int(out, x.unsigned_abs(), *hex);
+            } else {
+                write_int(out, x as u64, *hex);
+            }
+            // `&before_any` bytes belong to the next field.
+            if !before {
+                out.extend_from_slice(until);
+            }
         }
         Scalar::VInt => write_vlong(out, int_of(v)),
         Scalar::Literal { bytes, .. } => match v {

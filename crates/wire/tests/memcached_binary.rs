@@ -81,3 +81,133 @@ fn serialisation_recomputes_lengths() {
     assert_eq!(p.parse(&out).unwrap(), Progress::Done(out.len()));
     assert_eq!(p.message(&out).bytes("value"), Some(&b"World!"[..]));
 }
+
+/// Messages of `stream` as text, fed in `pieces` under the parser's
+/// contract: the current message's bytes stay contiguous from its start.
+fn messages(pieces: &[&[u8]]) -> Vec<String> {
+    let g = Grammar::stock("memcached_binary").unwrap();
+    let mut p = g.parser(g.unit_id("cmd").unwrap());
+    let mut buf: Vec<u8> = Vec::new();
+    let mut out = Vec::new();
+    for piece in pieces {
+        buf.extend_from_slice(piece);
+        while let Progress::Done(n) = p.parse(&buf).unwrap() {
+            out.push(format!("{:?}", p.message(&buf)));
+            buf.drain(..n);
+            p.reset();
+        }
+    }
+    assert!(buf.is_empty());
+    out
+}
+
+#[test]
+fn every_split_point_gives_the_same_messages() {
+    let stream: Vec<u8> = [GET_REQUEST, ADD_REQUEST, GET_RESPONSE, GET_REQUEST]
+        .iter()
+        .flat_map(|h| hex(h))
+        .collect();
+    let whole = messages(&[&stream]);
+    assert_eq!(whole.len(), 4);
+    for cut in 0..=stream.len() {
+        let (a, b) = stream.split_at(cut);
+        assert_eq!(messages(&[a, b]), whole, "split at {cut}");
+    }
+    for cut in 0..stream.len() {
+        for cut2 in cut..stream.len() {
+            let pieces = [&stream[..cut], &stream[cut..cut2], &stream[cut2..]];
+            assert_eq!(messages(&pieces), whole, "splits at {cut} and {cut2}");
+        }
+    }
+}
+
+#[test]
+fn a_view_decodes_only_what_it_needs() {
+    let g = Grammar::stock("memcached_binary").unwrap();
+    let unit = g.unit_id("cmd").unwrap();
+    let keep = g.view(unit, &["key"]).unwrap();
+    let mut p = flick_wire::Parser::with_view(g.clone(), unit, keep);
+    let bytes = hex(ADD_REQUEST);
+    assert_eq!(p.parse(&bytes).unwrap(), Progress::Done(bytes.len()));
+    let m = p.message(&bytes);
+    assert_eq!(m.bytes("key"), Some(&b"Hello"[..]));
+    // Lengths the key depends on are decoded; the value and cas are skipped.
+    assert_eq!(m.int("key_len"), Some(5));
+    assert!(matches!(m.get("value"), Value::Absent));
+    assert!(matches!(m.get("cas"), Value::Absent));
+    assert!(g.view(unit, &["nope"]).is_err());
+}
+
+#[test]
+fn bad_bytes_are_typed_errors() {
+    let g = Grammar::stock("memcached_binary").unwrap();
+    let mut p = g.parser(g.unit_id("cmd").unwrap());
+    // Bad magic.
+    let mut bytes = hex(GET_REQUEST);
+    bytes[0] = 0x42;
+    let e = p.parse(&bytes).unwrap_err();
+    assert_eq!((&*e.field, e.offset), ("magic", 1));
+    // A value length of 4 GB is rejected against the maximum, not obeyed.
+    p.reset();
+    let mut bytes = hex(GET_REQUEST);
+    bytes[8..12].copy_from_slice(&[0xff, 0xff, 0xff, 0xff]);
+    let e = p.parse(&bytes).unwrap_err();
+    assert_eq!(&*e.field, "value");
+    assert!(matches!(
+        e.kind,
+        flick_wire::WireErrorKind::TooLong { max: 1048576 }
+    ));
+    // A key longer than Memcached allows.
+    p.reset();
+    let mut bytes = hex(GET_REQUEST);
+    bytes[2..4].copy_from_slice(&[0x01, 0x00]);
+    assert_eq!(&*p.parse(&bytes).unwrap_err().field, "key_len");
+}
+
+mod roundtrip {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn build_serialise_parse(
+            opcode in prop::sample::select(vec![0x00u8, 0x01, 0x04, 0x0c, 0x1c]),
+            key in proptest::collection::vec(any::<u8>(), 0..250),
+            value in proptest::collection::vec(any::<u8>(), 0..2000),
+            flags in any::<u32>(),
+            opaque in any::<u32>(),
+            cas in any::<u64>(),
+        ) {
+            let g = Grammar::stock("memcached_binary").unwrap();
+            let unit = g.unit_id("cmd").unwrap();
+            let mut b = flick_wire::Builder::new(g.clone(), unit);
+            b.set_int("magic", 0x80);
+            b.set_int("opcode", opcode as i128);
+            let extras = match opcode { 0x01 => 8, 0x1c => 4, _ => 0 };
+            b.set_int("extras_len", extras);
+            b.set_int("flags", flags as i128);
+            b.set_int("expiration", 7);
+            b.set_int("opaque", opaque as i128);
+            b.set_int("cas", cas as i128);
+            b.set_bytes("key", &key);
+            b.set_bytes("value", &value);
+            let mut out = Vec::new();
+            b.serialize(&mut out).unwrap();
+            let mut p = g.parser(unit);
+            prop_assert_eq!(p.parse(&out).unwrap(), Progress::Done(out.len()));
+            let m = p.message(&out);
+            prop_assert_eq!(m.bytes("key"), Some(&key[..]));
+            prop_assert_eq!(m.bytes("value"), Some(&value[..]));
+            prop_assert_eq!(m.int("opaque"), Some(opaque as i128));
+            prop_assert_eq!(m.int("cas"), Some(cas as i128));
+            if opcode == 0x01 {
+                prop_assert_eq!(m.int("flags"), Some(flags as i128));
+            }
+            // And serialising the parse gives the same bytes back.
+            let mut slots = p.slots().to_vec();
+            let mut again = Vec::new();
+            g.serialize(unit, &mut slots, &out, &mut again).unwrap();
+            prop_assert_eq!(again, out);
+        }
+    }
+}
