@@ -15,5 +15,13 @@ for program in examples/*.flick; do
     echo
 done
 
+echo "== message grammars: the stock ones load, and parse real messages"
+"$flick" grammar check grammars/*.grammar
+printf 'GET /index.html HTTP/1.1\r\nHost: example.com\r\n\r\nPOST /form HTTP/1.1\r\nHost: example.com\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n' \
+    | "$flick" grammar parse http request
+printf '\x80\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00Hello' \
+    | "$flick" grammar parse memcached_binary cmd
+echo
+
 echo "== a program with mistakes, and what flick says about it:"
 "$flick" check examples/errors/recursion_and_directions.flick || echo "(flick check exited with status $?)"
