@@ -1,0 +1,15 @@
+//! The Flick platform's execution core: tasks, the cooperative scheduler
+//! and the bounded channels that join tasks into graphs (the paper's
+//! section 5).
+//!
+//! This crate owns who runs when: worker threads, per-worker queues,
+//! scavenging, the timeslice, and backpressure between tasks. It must not
+//! parse protocols (that is `flick-wire`) or know what a task computes.
+
+pub mod channel;
+mod scheduler;
+mod task;
+
+pub use channel::{channel, Receiver, Sender, TryRecvError, TrySendError};
+pub use scheduler::{Full, Scheduler, SchedulerConfig, Waker};
+pub use task::{Policy, Task, TaskId, TaskStatus, Timeslice};

@@ -1,0 +1,105 @@
+//! Tasks: the schedulable units of a task graph, and what a task may ask
+//! of the worker running it.
+
+use std::time::{Duration, Instant};
+
+/// A task's index in the scheduler's table; stable while the task lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(pub u32);
+
+/// What a task reports when it gives the worker back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskStatus {
+    /// Its input is drained: run it again when woken.
+    Idle,
+    /// It has more to do but its turn is over: back of its queue.
+    Yield,
+    /// It will never run again; its slot is freed.
+    Done,
+}
+
+/// A unit of computation that processes a stream of inputs cooperatively:
+/// it returns when its input is drained or [`Timeslice::expired`] says its
+/// turn is over, never blocking.
+pub trait Task: Send {
+    fn run(&mut self, slice: &mut Timeslice) -> TaskStatus;
+}
+
+impl<F: FnMut(&mut Timeslice) -> TaskStatus + Send> Task for F {
+    fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
+        self(slice)
+    }
+}
+
+/// How workers share time between tasks (the paper's section 6.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// A task runs until its input is drained or the timeslice is used up,
+    /// then goes to the back of its queue. Flick's policy.
+    Cooperative { timeslice: Duration },
+    /// A task runs until its input is drained.
+    RunToCompletion,
+    /// A task handles one input item per turn.
+    RoundRobin,
+}
+
+impl Policy {
+    /// The default timeslice: within the paper's 10-100 microseconds.
+    pub const DEFAULT_TIMESLICE: Duration = Duration::from_micros(50);
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy::Cooperative {
+            timeslice: Policy::DEFAULT_TIMESLICE,
+        }
+    }
+}
+
+/// One turn of a task on a worker. A task calls [`Timeslice::expired`]
+/// after each input item (and compiled code at loop back-edges).
+#[derive(Debug)]
+pub struct Timeslice {
+    deadline: Option<Instant>,
+    items_left: Option<u32>,
+}
+
+impl Timeslice {
+    pub(crate) fn start(policy: Policy) -> Timeslice {
+        match policy {
+            Policy::Cooperative { timeslice } => Timeslice {
+                deadline: Some(Instant::now() + timeslice),
+                items_left: None,
+            },
+            Policy::RunToCompletion => Timeslice {
+                deadline: None,
+                items_left: None,
+            },
+            Policy::RoundRobin => Timeslice {
+                deadline: None,
+                items_left: Some(1),
+            },
+        }
+    }
+
+    /// A turn without limits, for running a task outside a scheduler.
+    pub fn unlimited() -> Timeslice {
+        Timeslice {
+            deadline: None,
+            items_left: None,
+        }
+    }
+
+    /// Records one finished input item; `true` when the task should yield.
+    pub fn item_done(&mut self) -> bool {
+        if let Some(n) = &mut self.items_left {
+            *n = n.saturating_sub(1);
+        }
+        self.expired()
+    }
+
+    /// Whether the task's turn is over.
+    pub fn expired(&self) -> bool {
+        self.items_left == Some(0) || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}

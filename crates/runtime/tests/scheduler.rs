@@ -1,0 +1,183 @@
+//! The scheduler's contract: every task runs to its end, wake-ups are
+//! never lost, policies bound a task's turn, backpressure holds.
+
+use flick_runtime::{
+    channel, Policy, Scheduler, SchedulerConfig, TaskStatus, Timeslice, TryRecvError, TrySendError,
+};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn scheduler(workers: usize, policy: Policy) -> Scheduler {
+    Scheduler::start(SchedulerConfig {
+        workers,
+        policy,
+        capacity: 1024,
+        pin: false,
+    })
+}
+
+/// A task with `items` items that counts its turns.
+fn counter(
+    items: u32,
+    turns: Arc<AtomicUsize>,
+    done: Arc<AtomicUsize>,
+) -> Box<dyn flick_runtime::Task> {
+    let mut left = items;
+    Box::new(move |slice: &mut Timeslice| {
+        turns.fetch_add(1, Ordering::Relaxed);
+        while left > 0 {
+            left -= 1;
+            std::hint::black_box(left);
+            if left > 0 && slice.item_done() {
+                return TaskStatus::Yield;
+            }
+        }
+        done.fetch_add(1, Ordering::Relaxed);
+        TaskStatus::Done
+    })
+}
+
+#[test]
+fn every_task_runs_to_its_end() {
+    for workers in [1, 2, 4] {
+        let s = scheduler(workers, Policy::default());
+        let turns = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(AtomicUsize::new(0));
+        for _ in 0..500 {
+            s.spawn(counter(100, turns.clone(), done.clone())).unwrap();
+        }
+        assert!(s.wait_all_done(Duration::from_secs(20)));
+        assert_eq!(done.load(Ordering::Relaxed), 500);
+        assert_eq!(s.live(), 0);
+    }
+}
+
+#[test]
+fn round_robin_gives_one_item_per_turn() {
+    let s = scheduler(2, Policy::RoundRobin);
+    let turns = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    s.spawn(counter(10, turns.clone(), done.clone())).unwrap();
+    assert!(s.wait_all_done(Duration::from_secs(5)));
+    assert_eq!(turns.load(Ordering::Relaxed), 10);
+}
+
+#[test]
+fn run_to_completion_takes_one_turn() {
+    let s = scheduler(2, Policy::RunToCompletion);
+    let turns = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    s.spawn(counter(100_000, turns.clone(), done.clone()))
+        .unwrap();
+    assert!(s.wait_all_done(Duration::from_secs(5)));
+    assert_eq!(turns.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_long_task_yields_at_the_timeslice() {
+    let s = scheduler(
+        1,
+        Policy::Cooperative {
+            timeslice: Duration::from_micros(20),
+        },
+    );
+    let turns = Arc::new(AtomicUsize::new(0));
+    let mut left = 2_000u32;
+    let t = turns.clone();
+    s.spawn(Box::new(move |slice: &mut Timeslice| {
+        t.fetch_add(1, Ordering::Relaxed);
+        while left > 0 {
+            left -= 1;
+            std::thread::sleep(Duration::from_micros(1));
+            if slice.item_done() {
+                return TaskStatus::Yield;
+            }
+        }
+        TaskStatus::Done
+    }))
+    .unwrap();
+    assert!(s.wait_all_done(Duration::from_secs(20)));
+    assert!(turns.load(Ordering::Relaxed) > 10, "it never yielded");
+}
+
+#[test]
+fn the_task_table_has_a_capacity() {
+    let s = Scheduler::start(SchedulerConfig {
+        workers: 1,
+        policy: Policy::default(),
+        capacity: 2,
+        pin: false,
+    });
+    let block =
+        || -> Box<dyn flick_runtime::Task> { Box::new(|_: &mut Timeslice| TaskStatus::Idle) };
+    s.spawn(block()).unwrap();
+    s.spawn(block()).unwrap();
+    assert!(s.spawn(block()).is_err());
+}
+
+#[test]
+fn channels_apply_backpressure_and_lose_no_wakeups() {
+    const N: u64 = 20_000;
+    for workers in [1, 2] {
+        let s = scheduler(workers, Policy::default());
+        let (tx, rx) = channel::<u64>(4, s.waker());
+        let consumer = s.reserve().unwrap();
+        let producer = s.reserve().unwrap();
+        rx.bind(consumer);
+        tx.bind(producer);
+        let sum = Arc::new(AtomicU64::new(0));
+        let max_queued = Arc::new(AtomicUsize::new(0));
+        let (sum2, maxq) = (sum.clone(), max_queued.clone());
+        s.start_task(
+            consumer,
+            Box::new(move |slice: &mut Timeslice| loop {
+                maxq.fetch_max(rx.len(), Ordering::Relaxed);
+                match rx.try_recv() {
+                    Ok(v) => {
+                        sum2.fetch_add(v, Ordering::Relaxed);
+                        if slice.item_done() {
+                            return TaskStatus::Yield;
+                        }
+                    }
+                    Err(TryRecvError::Empty) => return TaskStatus::Idle,
+                    Err(TryRecvError::Closed) => return TaskStatus::Done,
+                }
+            }),
+        );
+        let mut next = 1u64;
+        let mut pending: Option<u64> = None;
+        let mut tx = Some(tx);
+        s.start_task(
+            producer,
+            Box::new(move |slice: &mut Timeslice| loop {
+                let v = pending.take().unwrap_or_else(|| {
+                    next += 1;
+                    next - 1
+                });
+                if v > N {
+                    tx = None; // dropping the sender closes the channel
+                    return TaskStatus::Done;
+                }
+                match tx.as_ref().unwrap().try_send(v) {
+                    Ok(()) => {
+                        if slice.item_done() {
+                            return TaskStatus::Yield;
+                        }
+                    }
+                    Err(TrySendError::Full(v)) => {
+                        pending = Some(v);
+                        return TaskStatus::Idle;
+                    }
+                    Err(TrySendError::Closed(_)) => return TaskStatus::Done,
+                }
+            }),
+        );
+        assert!(
+            s.wait_all_done(Duration::from_secs(30)),
+            "a wake-up was lost ({workers} workers)"
+        );
+        assert_eq!(sum.load(Ordering::Relaxed), N * (N + 1) / 2);
+        assert!(max_queued.load(Ordering::Relaxed) <= 4);
+    }
+}
