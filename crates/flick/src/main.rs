@@ -29,6 +29,14 @@ enum Command {
         #[arg(required = true)]
         files: Vec<String>,
     },
+    /// Print a program's task graphs as Graphviz DOT, or render them.
+    Graph {
+        /// The program.
+        file: String,
+        /// Render an SVG to this path with Graphviz's `dot`.
+        #[arg(long, value_name = "OUT")]
+        svg: Option<String>,
+    },
     /// Check message grammars, or parse bytes with one.
     #[command(subcommand)]
     Grammar(GrammarCommand),
@@ -158,6 +166,26 @@ fn grammar_command(cmd: GrammarCommand, color: bool) -> ExitCode {
     }
 }
 
+/// Renders DOT to SVG with Graphviz (Debian package `graphviz`).
+fn render_svg(dot: &str, out: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("dot")
+        .args(["-Tsvg", "-o", out])
+        .stdin(std::process::Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(dot.as_bytes())?;
+    let status = child.wait()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!("dot exited with {status}")))
+    }
+}
+
 fn read(path: &str) -> Result<SourceFile, ExitCode> {
     match std::fs::read_to_string(path) {
         Ok(text) => Ok(SourceFile::new(path, text)),
@@ -173,6 +201,33 @@ fn main() -> ExitCode {
     let color = std::io::stderr().is_terminal();
     match cli.command {
         Command::Grammar(cmd) => grammar_command(cmd, color),
+        Command::Graph { file: path, svg } => {
+            let file = match read(&path) {
+                Ok(f) => f,
+                Err(code) => return code,
+            };
+            let (program, _) = flick_syntax::parse(&file.text);
+            let (checked, diags) =
+                flick::views::check_program(std::path::Path::new(&path), &file.text);
+            if !diags.is_empty() {
+                eprint!("{}", render(&file, &diags, color));
+                return ExitCode::FAILURE;
+            }
+            let dot = flick_compile::to_dot(&flick_compile::task_graphs(&program, &checked));
+            match svg {
+                None => {
+                    print!("{dot}");
+                    ExitCode::SUCCESS
+                }
+                Some(out) => match render_svg(&dot, &out) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("error: cannot render {out} with Graphviz `dot`: {e}");
+                        ExitCode::FAILURE
+                    }
+                },
+            }
+        }
         Command::Check { bounds, files } => {
             let mut failed = false;
             for path in &files {
