@@ -90,6 +90,14 @@ impl Timeslice {
         }
     }
 
+    /// A turn that is already over, for testing code that yields.
+    pub fn expired_now() -> Timeslice {
+        Timeslice {
+            deadline: None,
+            items_left: Some(0),
+        }
+    }
+
     /// Records one finished input item; `true` when the task should yield.
     pub fn item_done(&mut self) -> bool {
         if let Some(n) = &mut self.items_left {

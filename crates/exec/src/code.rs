@@ -1,0 +1,191 @@
+//! Compiled compute code: functions of register-machine operations.
+//!
+//! The form is flat and explicit so that an interpreter can stop at any
+//! operation and resume there later (a full output channel, an expired
+//! timeslice at a loop's back-edge), and so that it can later be turned
+//! into native code one operation at a time.
+
+use flick_syntax::ast::{BinOp, StateScope, UnOp};
+
+/// A register of the current frame.
+pub type Reg = u16;
+pub type FuncId = u16;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Const {
+    Unit,
+    Bool(bool),
+    Int(i64),
+    Str(Box<[u8]>),
+    None,
+}
+
+/// Which built-in an operation runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Builtin {
+    Hash,
+    Len,
+    EmptyDict,
+    AllReady,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    Const {
+        dst: Reg,
+        value: Const,
+    },
+    Move {
+        dst: Reg,
+        src: Reg,
+    },
+    /// A process channel (or channel array) by its index.
+    Chan {
+        dst: Reg,
+        chan: u16,
+    },
+    /// A process state variable.
+    LoadState {
+        dst: Reg,
+        state: u16,
+    },
+    StoreState {
+        state: u16,
+        src: Reg,
+    },
+    /// `src.field` of a record value.
+    Field {
+        dst: Reg,
+        src: Reg,
+        record: u16,
+        field: u16,
+    },
+    /// `base[index]`: a channel of an array, a dictionary entry, a list
+    /// element or a byte.
+    Index {
+        dst: Reg,
+        base: Reg,
+        index: Reg,
+    },
+    /// `dict[key] := value`.
+    IndexSet {
+        base: Reg,
+        index: Reg,
+        src: Reg,
+    },
+    Unary {
+        op: UnOp,
+        dst: Reg,
+        src: Reg,
+    },
+    Binary {
+        op: BinOp,
+        dst: Reg,
+        a: Reg,
+        b: Reg,
+    },
+    Builtin {
+        f: Builtin,
+        dst: Reg,
+        args: Box<[Reg]>,
+    },
+    /// A record built from its named fields, in order.
+    Record {
+        dst: Reg,
+        record: u16,
+        args: Box<[Reg]>,
+    },
+    List {
+        dst: Reg,
+        items: Box<[Reg]>,
+    },
+    /// Appends to a list built by `map` or `filter`.
+    Push {
+        list: Reg,
+        src: Reg,
+    },
+    Tuple {
+        dst: Reg,
+        items: Box<[Reg]>,
+    },
+    Call {
+        dst: Reg,
+        func: FuncId,
+        args: Box<[Reg]>,
+    },
+    /// `value => channel`; the interpreter suspends here while the channel
+    /// is full and retries when woken.
+    Send {
+        src: Reg,
+        chan: Reg,
+    },
+    Jump {
+        to: u32,
+    },
+    JumpIfFalse {
+        cond: Reg,
+        to: u32,
+    },
+    /// A loop's back-edge: yield here if the timeslice is used up.
+    CheckSlice,
+    Return {
+        src: Reg,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Function {
+    pub name: String,
+    pub params: u16,
+    /// Registers a frame of this function needs.
+    pub regs: u16,
+    pub code: Vec<Op>,
+}
+
+/// One process, compiled: what each rule runs on a message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessCode {
+    pub name: String,
+    pub channels: Vec<String>,
+    pub state: Vec<(String, StateScope)>,
+    /// Run once per instance (locals) or per process (globals) to set state.
+    pub init: FuncId,
+    /// Per process item: the function it runs (rules take the message read
+    /// from their source channel as parameter 0), with its source channel.
+    pub items: Vec<ItemCode>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ItemCode {
+    pub func: FuncId,
+    /// The channel whose messages start it (rules and handlers).
+    pub source: Option<u16>,
+    pub label: String,
+}
+
+/// Every function of a program and what each process runs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Module {
+    pub functions: Vec<Function>,
+    pub processes: Vec<ProcessCode>,
+    /// Record names by index, with their named fields in order.
+    pub records: Vec<(String, Vec<String>)>,
+}
+
+impl Module {
+    /// The deepest chain of calls from `f`, in frames, and the registers
+    /// such a chain uses: what an interpreter preallocates.
+    pub fn frame_needs(&self, f: FuncId) -> (usize, usize) {
+        let func = &self.functions[f as usize];
+        let mut depth = 1;
+        let mut regs = func.regs as usize;
+        for op in &func.code {
+            if let Op::Call { func: g, .. } = op {
+                let (d, r) = self.frame_needs(*g);
+                depth = depth.max(1 + d);
+                regs = regs.max(func.regs as usize + r);
+            }
+        }
+        (depth, regs)
+    }
+}

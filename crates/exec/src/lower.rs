@@ -1,0 +1,664 @@
+//! Lowering checked programs to [`Module`]s of register-machine code.
+
+use crate::code::*;
+use flick_check::{CheckedProgram, Ty};
+use flick_span::Span;
+use flick_syntax::ast::*;
+use flick_syntax::format_expr;
+use std::collections::HashMap;
+
+/// A construct the interpreter does not run yet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} cannot be compiled yet")]
+pub struct Unsupported {
+    pub what: String,
+    pub span: Span,
+}
+
+#[derive(Clone, Copy)]
+enum Name {
+    Reg(Reg),
+    State(u16),
+    Chan(u16),
+}
+
+struct FnBuilder {
+    code: Vec<Op>,
+    next: u16,
+    scopes: Vec<Vec<(String, Name)>>,
+}
+
+impl FnBuilder {
+    fn new(params: &[String]) -> FnBuilder {
+        let mut b = FnBuilder {
+            code: Vec::new(),
+            next: 0,
+            scopes: vec![Vec::new()],
+        };
+        for p in params {
+            let r = b.reg();
+            b.scopes[0].push((p.clone(), Name::Reg(r)));
+        }
+        b
+    }
+
+    fn reg(&mut self) -> Reg {
+        self.next += 1;
+        self.next - 1
+    }
+
+    fn lookup(&self, name: &str) -> Option<Name> {
+        self.scopes
+            .iter()
+            .rev()
+            .flat_map(|s| s.iter().rev())
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| *b)
+    }
+
+    fn here(&self) -> u32 {
+        self.code.len() as u32
+    }
+
+    fn finish(self, name: &str, params: u16) -> Function {
+        Function {
+            name: name.to_string(),
+            params,
+            regs: self.next.max(1),
+            code: self.code,
+        }
+    }
+}
+
+struct Lowerer<'a> {
+    checked: &'a CheckedProgram,
+    funcs: HashMap<&'a str, FuncId>,
+    records: HashMap<&'a str, u16>,
+    module: Module,
+}
+
+/// Compiles every function and process of a checked program.
+pub fn lower(program: &Program, checked: &CheckedProgram) -> Result<Module, Unsupported> {
+    let mut l = Lowerer {
+        checked,
+        funcs: HashMap::new(),
+        records: HashMap::new(),
+        module: Module::default(),
+    };
+    for (i, r) in checked.records.iter().enumerate() {
+        l.records.insert(&r.name, i as u16);
+        l.module.records.push((
+            r.name.clone(),
+            r.fields.iter().filter_map(|f| f.name.clone()).collect(),
+        ));
+    }
+    let funs: Vec<&FunDecl> = program
+        .decls
+        .iter()
+        .filter_map(|d| match d {
+            Decl::Fun(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    for (i, f) in funs.iter().enumerate() {
+        l.funcs.insert(&f.name.name, i as FuncId);
+        l.module.functions.push(Function {
+            name: f.name.name.clone(),
+            params: f.params.len() as u16,
+            regs: 0,
+            code: Vec::new(),
+        });
+    }
+    for (i, f) in funs.iter().enumerate() {
+        let params: Vec<String> = f.params.iter().map(|p| p.name.name.clone()).collect();
+        let mut b = FnBuilder::new(&params);
+        let v = l.block(&mut b, &f.body)?;
+        b.code.push(Op::Return { src: v });
+        l.module.functions[i] = b.finish(&f.name.name, params.len() as u16);
+    }
+    for d in &program.decls {
+        if let Decl::Proc(p) = d {
+            let code = l.process(p)?;
+            l.module.processes.push(code);
+        }
+    }
+    Ok(l.module)
+}
+
+impl<'a> Lowerer<'a> {
+    fn add_function(&mut self, f: Function) -> FuncId {
+        self.module.functions.push(f);
+        self.module.functions.len() as FuncId - 1
+    }
+
+    fn process(&mut self, p: &ProcDecl) -> Result<ProcessCode, Unsupported> {
+        let channels: Vec<String> = p.params.iter().map(|c| c.name.name.clone()).collect();
+        let state: Vec<(String, StateScope)> = p
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                ProcItem::State(s) => Some((s.name.name.clone(), s.scope)),
+                _ => None,
+            })
+            .collect();
+        let scope = |b: &mut FnBuilder| {
+            for (i, c) in channels.iter().enumerate() {
+                b.scopes[0].push((c.clone(), Name::Chan(i as u16)));
+            }
+            for (i, (s, _)) in state.iter().enumerate() {
+                b.scopes[0].push((s.clone(), Name::State(i as u16)));
+            }
+        };
+        // State initialisation, in declaration order.
+        let mut b = FnBuilder::new(&[]);
+        scope(&mut b);
+        let mut n = 0;
+        for item in &p.items {
+            if let ProcItem::State(s) = item {
+                let v = self.expr(&mut b, &s.init)?;
+                b.code.push(Op::StoreState { state: n, src: v });
+                n += 1;
+            }
+        }
+        let unit = b.reg();
+        b.code.push(Op::Const {
+            dst: unit,
+            value: Const::Unit,
+        });
+        b.code.push(Op::Return { src: unit });
+        let init = self.add_function(b.finish(&format!("{}.init", p.name.name), 0));
+        let mut items = Vec::new();
+        for item in &p.items {
+            let (name, params, source, label): (String, Vec<String>, Option<u16>, String) =
+                match item {
+                    ProcItem::State(_) => continue,
+                    ProcItem::Rule(r) => (
+                        "rule".into(),
+                        vec!["$msg".into()],
+                        channel_index(&r.source, &channels),
+                        rule_label(r),
+                    ),
+                    ProcItem::Guarded(g) => (
+                        "guard".into(),
+                        vec![],
+                        None,
+                        format!("if {}", format_expr(&g.cond, 0, 0)),
+                    ),
+                    ProcItem::Handler(h) => (
+                        "handler".into(),
+                        h.index.iter().map(|i| i.name.clone()).collect(),
+                        channels
+                            .iter()
+                            .position(|c| *c == h.channel.name)
+                            .map(|i| i as u16),
+                        format!("on {}({})", h.event.name, h.channel.name),
+                    ),
+                };
+            let mut b = FnBuilder::new(&params);
+            scope(&mut b);
+            let result = match item {
+                ProcItem::Rule(r) => self.rule(&mut b, r)?,
+                ProcItem::Guarded(g) => {
+                    let c = self.expr(&mut b, &g.cond)?;
+                    let out = b.reg();
+                    b.code.push(Op::Const {
+                        dst: out,
+                        value: Const::Unit,
+                    });
+                    let jump = b.code.len();
+                    b.code.push(Op::JumpIfFalse { cond: c, to: 0 });
+                    self.block(&mut b, &g.body)?;
+                    let end = b.here();
+                    b.code[jump] = Op::JumpIfFalse { cond: c, to: end };
+                    out
+                }
+                ProcItem::Handler(h) => self.block(&mut b, &h.body)?,
+                ProcItem::State(_) => unreachable!(),
+            };
+            b.code.push(Op::Return { src: result });
+            let func = self
+                .add_function(b.finish(&format!("{}.{name}", p.name.name), params.len() as u16));
+            items.push(ItemCode {
+                func,
+                source,
+                label,
+            });
+        }
+        Ok(ProcessCode {
+            name: p.name.name.clone(),
+            channels,
+            state,
+            init,
+            items,
+        })
+    }
+
+    /// `source => steps`: the message is in register 0.
+    fn rule(&mut self, b: &mut FnBuilder, r: &Rule) -> Result<Reg, Unsupported> {
+        let mut flowing: Reg = 0;
+        for step in &r.steps {
+            match &step.kind {
+                ExprKind::Call(f, args) if self.funcs.contains_key(f.name.as_str()) => {
+                    let mut regs = Vec::new();
+                    for a in args {
+                        regs.push(self.expr(b, a)?);
+                    }
+                    regs.push(flowing);
+                    let dst = b.reg();
+                    b.code.push(Op::Call {
+                        dst,
+                        func: self.funcs[f.name.as_str()],
+                        args: regs.into(),
+                    });
+                    flowing = dst;
+                }
+                _ => {
+                    let chan = self.expr(b, step)?;
+                    b.code.push(Op::Send { src: flowing, chan });
+                    let unit = b.reg();
+                    b.code.push(Op::Const {
+                        dst: unit,
+                        value: Const::Unit,
+                    });
+                    flowing = unit;
+                }
+            }
+        }
+        Ok(flowing)
+    }
+
+    fn block(&mut self, b: &mut FnBuilder, block: &Block) -> Result<Reg, Unsupported> {
+        b.scopes.push(Vec::new());
+        let mut last = None;
+        for s in &block.stmts {
+            last = self.stmt(b, s)?;
+        }
+        b.scopes.pop();
+        Ok(match last {
+            Some(r) => r,
+            None => {
+                let r = b.reg();
+                b.code.push(Op::Const {
+                    dst: r,
+                    value: Const::Unit,
+                });
+                r
+            }
+        })
+    }
+
+    /// Lowers a statement; returns its value's register if it has one.
+    fn stmt(&mut self, b: &mut FnBuilder, s: &Stmt) -> Result<Option<Reg>, Unsupported> {
+        match &s.kind {
+            StmtKind::Let { name, value, .. } => {
+                let v = self.expr(b, value)?;
+                // A fresh register, so later rebinding cannot clobber it.
+                let r = b.reg();
+                b.code.push(Op::Move { dst: r, src: v });
+                b.scopes
+                    .last_mut()
+                    .unwrap()
+                    .push((name.name.clone(), Name::Reg(r)));
+                Ok(None)
+            }
+            StmtKind::Assign { place, value } => {
+                let v = self.expr(b, value)?;
+                match &place.kind {
+                    ExprKind::Var(x) => match b.lookup(&x.name) {
+                        Some(Name::State(i)) => b.code.push(Op::StoreState { state: i, src: v }),
+                        Some(Name::Reg(r)) => b.code.push(Op::Move { dst: r, src: v }),
+                        _ => return Err(self.unsupported("this assignment", place.span)),
+                    },
+                    ExprKind::Index(base, index) => {
+                        let base = self.expr(b, base)?;
+                        let index = self.expr(b, index)?;
+                        b.code.push(Op::IndexSet {
+                            base,
+                            index,
+                            src: v,
+                        });
+                    }
+                    _ => return Err(self.unsupported("this assignment", place.span)),
+                }
+                Ok(None)
+            }
+            StmtKind::Send { value, channel } => {
+                let v = self.expr(b, value)?;
+                let c = self.expr(b, channel)?;
+                b.code.push(Op::Send { src: v, chan: c });
+                Ok(None)
+            }
+            StmtKind::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = self.expr(b, cond)?;
+                let out = b.reg();
+                let jump_else = b.code.len();
+                b.code.push(Op::JumpIfFalse { cond: c, to: 0 });
+                let t = self.block(b, then)?;
+                b.code.push(Op::Move { dst: out, src: t });
+                let jump_end = b.code.len();
+                b.code.push(Op::Jump { to: 0 });
+                let else_at = b.here();
+                b.code[jump_else] = Op::JumpIfFalse {
+                    cond: c,
+                    to: else_at,
+                };
+                match otherwise {
+                    Some(o) => {
+                        let e = self.block(b, o)?;
+                        b.code.push(Op::Move { dst: out, src: e });
+                    }
+                    None => b.code.push(Op::Const {
+                        dst: out,
+                        value: Const::Unit,
+                    }),
+                }
+                let end = b.here();
+                b.code[jump_end] = Op::Jump { to: end };
+                Ok(Some(out))
+            }
+            StmtKind::Expr(e) => Ok(Some(self.expr(b, e)?)),
+        }
+    }
+
+    fn unsupported(&self, what: &str, span: Span) -> Unsupported {
+        Unsupported {
+            what: what.to_string(),
+            span,
+        }
+    }
+
+    fn constant(b: &mut FnBuilder, value: Const) -> Reg {
+        let dst = b.reg();
+        b.code.push(Op::Const { dst, value });
+        dst
+    }
+
+    fn expr(&mut self, b: &mut FnBuilder, e: &Expr) -> Result<Reg, Unsupported> {
+        Ok(match &e.kind {
+            ExprKind::Int { value, .. } => Self::constant(b, Const::Int(*value as i64)),
+            ExprKind::Str(s) => Self::constant(b, Const::Str(s.as_bytes().into())),
+            ExprKind::Bool(v) => Self::constant(b, Const::Bool(*v)),
+            ExprKind::None => Self::constant(b, Const::None),
+            ExprKind::Anonymous => return Err(self.unsupported("`_`", e.span)),
+            ExprKind::Var(v) => match b.lookup(&v.name) {
+                Some(Name::Reg(r)) => r,
+                Some(Name::State(i)) => {
+                    let dst = b.reg();
+                    b.code.push(Op::LoadState { dst, state: i });
+                    dst
+                }
+                Some(Name::Chan(i)) => {
+                    let dst = b.reg();
+                    b.code.push(Op::Chan { dst, chan: i });
+                    dst
+                }
+                None if v.name == "empty_dict" => {
+                    let dst = b.reg();
+                    b.code.push(Op::Builtin {
+                        f: Builtin::EmptyDict,
+                        dst,
+                        args: Box::new([]),
+                    });
+                    dst
+                }
+                None => return Err(self.unsupported(&format!("`{}`", v.name), v.span)),
+            },
+            ExprKind::Unary(op, x) => {
+                let src = self.expr(b, x)?;
+                let dst = b.reg();
+                b.code.push(Op::Unary { op: *op, dst, src });
+                dst
+            }
+            ExprKind::Binary(op @ (BinOp::And | BinOp::Or), x, y) => {
+                // Short-circuit: the right side runs only when it decides.
+                let dst = b.reg();
+                let l = self.expr(b, x)?;
+                b.code.push(Op::Move { dst, src: l });
+                let skip = b.code.len();
+                let test = b.reg();
+                if *op == BinOp::Or {
+                    b.code.push(Op::Unary {
+                        op: UnOp::Not,
+                        dst: test,
+                        src: l,
+                    });
+                } else {
+                    b.code.push(Op::Move { dst: test, src: l });
+                }
+                b.code.push(Op::JumpIfFalse { cond: test, to: 0 });
+                let r = self.expr(b, y)?;
+                b.code.push(Op::Move { dst, src: r });
+                let end = b.here();
+                b.code[skip + 1] = Op::JumpIfFalse {
+                    cond: test,
+                    to: end,
+                };
+                dst
+            }
+            ExprKind::Binary(op, x, y) => {
+                let a = self.expr(b, x)?;
+                let c = self.expr(b, y)?;
+                let dst = b.reg();
+                b.code.push(Op::Binary {
+                    op: *op,
+                    dst,
+                    a,
+                    b: c,
+                });
+                dst
+            }
+            ExprKind::Field(x, f) => {
+                let src = self.expr(b, x)?;
+                let record = match self
+                    .checked
+                    .expr_types
+                    .get(&x.span)
+                    .map(|t| t.behind_refs())
+                {
+                    Some(Ty::Record(id, _)) => *id,
+                    _ => {
+                        return Err(
+                            self.unsupported("a field of a value that is not a record", e.span)
+                        )
+                    }
+                };
+                // Fields are numbered among the named ones, as in `Module::records`.
+                let field = self.checked.records[record]
+                    .fields
+                    .iter()
+                    .filter_map(|fl| fl.name.as_deref())
+                    .position(|n| n == f.name)
+                    .ok_or_else(|| self.unsupported("an unknown field", f.span))?;
+                let dst = b.reg();
+                b.code.push(Op::Field {
+                    dst,
+                    src,
+                    record: record as u16,
+                    field: field as u16,
+                });
+                dst
+            }
+            ExprKind::Index(x, i) => {
+                let base = self.expr(b, x)?;
+                let index = self.expr(b, i)?;
+                let dst = b.reg();
+                b.code.push(Op::Index { dst, base, index });
+                dst
+            }
+            ExprKind::Call(f, args) if matches!(f.name.as_str(), "fold" | "map" | "filter") => {
+                self.iteration(b, f, args)?
+            }
+            ExprKind::Call(f, args) => {
+                let mut regs = Vec::new();
+                for a in args {
+                    regs.push(self.expr(b, a)?);
+                }
+                let dst = b.reg();
+                let name = f.name.as_str();
+                if let Some(&func) = self.funcs.get(name) {
+                    b.code.push(Op::Call {
+                        dst,
+                        func,
+                        args: regs.into(),
+                    });
+                } else if let Some(&record) = self.records.get(name) {
+                    b.code.push(Op::Record {
+                        dst,
+                        record,
+                        args: regs.into(),
+                    });
+                } else {
+                    let f = match name {
+                        "hash" => Builtin::Hash,
+                        "len" => Builtin::Len,
+                        "empty_dict" => Builtin::EmptyDict,
+                        "all_ready" => Builtin::AllReady,
+                        _ => return Err(self.unsupported(&format!("`{name}`"), f.span)),
+                    };
+                    b.code.push(Op::Builtin {
+                        f,
+                        dst,
+                        args: regs.into(),
+                    });
+                }
+                dst
+            }
+            ExprKind::Tuple(es) => {
+                let mut items = Vec::new();
+                for x in es {
+                    items.push(self.expr(b, x)?);
+                }
+                let dst = b.reg();
+                b.code.push(Op::Tuple {
+                    dst,
+                    items: items.into(),
+                });
+                dst
+            }
+            ExprKind::List(es) => {
+                let mut items = Vec::new();
+                for x in es {
+                    items.push(self.expr(b, x)?);
+                }
+                let dst = b.reg();
+                b.code.push(Op::List {
+                    dst,
+                    items: items.into(),
+                });
+                dst
+            }
+            ExprKind::Foldt(_) => return Err(self.unsupported("`foldt`", e.span)),
+        })
+    }
+}
+
+impl Lowerer<'_> {
+    /// `fold(f, acc, xs)`, `map(f, xs)`, `filter(p, xs)` as a counted loop
+    /// whose back-edge checks the timeslice.
+    fn iteration(
+        &mut self,
+        b: &mut FnBuilder,
+        f: &Ident,
+        args: &[Expr],
+    ) -> Result<Reg, Unsupported> {
+        let ExprKind::Var(g) = &args[0].kind else {
+            return Err(self.unsupported("a function argument that is not a name", args[0].span));
+        };
+        let func = *self
+            .funcs
+            .get(g.name.as_str())
+            .ok_or_else(|| self.unsupported("an unknown function", g.span))?;
+        let xs = self.expr(b, args.last().expect("checked arity"))?;
+        let out = b.reg();
+        match f.name.as_str() {
+            "fold" => {
+                let acc = self.expr(b, &args[1])?;
+                b.code.push(Op::Move { dst: out, src: acc });
+            }
+            _ => b.code.push(Op::List {
+                dst: out,
+                items: Box::new([]),
+            }),
+        }
+        let n = b.reg();
+        b.code.push(Op::Builtin {
+            f: Builtin::Len,
+            dst: n,
+            args: Box::new([xs]),
+        });
+        let i = Self::constant(b, Const::Int(0));
+        let one = Self::constant(b, Const::Int(1));
+        let more = b.reg();
+        let head = b.here();
+        b.code.push(Op::Binary {
+            op: BinOp::Lt,
+            dst: more,
+            a: i,
+            b: n,
+        });
+        let exit = b.code.len();
+        b.code.push(Op::JumpIfFalse { cond: more, to: 0 });
+        let elem = b.reg();
+        b.code.push(Op::Index {
+            dst: elem,
+            base: xs,
+            index: i,
+        });
+        let r = b.reg();
+        let args: Box<[Reg]> = if f.name == "fold" {
+            Box::new([out, elem])
+        } else {
+            Box::new([elem])
+        };
+        b.code.push(Op::Call { dst: r, func, args });
+        match f.name.as_str() {
+            "fold" => b.code.push(Op::Move { dst: out, src: r }),
+            "map" => b.code.push(Op::Push { list: out, src: r }),
+            _ => {
+                let skip = b.code.len();
+                b.code.push(Op::JumpIfFalse { cond: r, to: 0 });
+                b.code.push(Op::Push {
+                    list: out,
+                    src: elem,
+                });
+                let after = b.here();
+                b.code[skip] = Op::JumpIfFalse { cond: r, to: after };
+            }
+        }
+        b.code.push(Op::Binary {
+            op: BinOp::Add,
+            dst: i,
+            a: i,
+            b: one,
+        });
+        b.code.push(Op::CheckSlice);
+        b.code.push(Op::Jump { to: head });
+        let end = b.here();
+        b.code[exit] = Op::JumpIfFalse {
+            cond: more,
+            to: end,
+        };
+        Ok(out)
+    }
+}
+
+fn channel_index(e: &Expr, channels: &[String]) -> Option<u16> {
+    match &e.kind {
+        ExprKind::Var(v) => channels.iter().position(|c| *c == v.name).map(|i| i as u16),
+        ExprKind::Index(b, _) => channel_index(b, channels),
+        _ => None,
+    }
+}
+
+fn rule_label(r: &Rule) -> String {
+    let mut label = format_expr(&r.source, 0, 0);
+    for s in &r.steps {
+        label.push_str(" => ");
+        label.push_str(&format_expr(s, 0, 0));
+    }
+    label
+}

@@ -1,0 +1,504 @@
+//! The interpreter of compiled code. Its state (frames and registers) lives
+//! in the [`Vm`], not on the Rust stack, so it can stop at a full channel or
+//! an expired timeslice and resume at the same operation later.
+
+use crate::code::*;
+use flick_runtime::Timeslice;
+use flick_syntax::ast::{BinOp, UnOp};
+use std::sync::Arc;
+
+/// A value of compute code. Bytes and records are handles that the
+/// [`Host`] resolves, so values stay small and copying them allocates
+/// nothing.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Unit,
+    None,
+    Bool(bool),
+    Int(i64),
+    /// Bytes in a message the host holds: `msg`'s bytes `start..start+len`.
+    MsgBytes {
+        msg: u32,
+        start: u32,
+        len: u32,
+    },
+    /// Bytes of a constant: operation `op` of function `func`.
+    ConstBytes {
+        func: FuncId,
+        op: u32,
+    },
+    /// Bytes the host owns for the value's lifetime (dictionary keys).
+    Bytes(Arc<[u8]>),
+    /// A record: a message the host holds.
+    Msg(u32),
+    /// A process channel, or one channel of a channel array.
+    Chan {
+        chan: u16,
+        elem: Option<u32>,
+    },
+    /// A dictionary held in state slot `state`.
+    Dict {
+        state: u16,
+    },
+    List(Arc<Vec<Value>>),
+    Tuple(Arc<[Value]>),
+}
+
+/// A run-time failure of compute code: the message being handled is
+/// dropped and the host decides what the connection sees.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Fault {
+    #[error("division by zero")]
+    DivideByZero,
+    #[error("index {index} is out of range (length {len})")]
+    OutOfRange { index: i64, len: i64 },
+    #[error("{0}")]
+    Host(String),
+    #[error("an operation got a value of the wrong kind: {0}")]
+    Kind(&'static str),
+}
+
+/// Whether a send went through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sent {
+    Done,
+    /// The channel is full: suspend, and retry when woken.
+    Full,
+}
+
+/// What compute code needs from the task running it: messages, channels,
+/// state. The runtime implements it; tests implement it with plain data.
+pub trait Host {
+    /// Bytes of a bytes value.
+    fn bytes<'a>(&'a self, v: &'a Value) -> Option<&'a [u8]>;
+    /// `msg.field`, for field `field` of record type `record`.
+    fn field(&mut self, msg: &Value, record: u16, field: u16) -> Result<Value, Fault>;
+    fn send(&mut self, chan: &Value, value: &Value) -> Result<Sent, Fault>;
+    /// Channels in a channel array.
+    fn channels(&self, chan: u16) -> i64;
+    fn all_ready(&mut self, chan: u16) -> bool;
+    fn load_state(&mut self, state: u16) -> Value;
+    fn store_state(&mut self, state: u16, v: Value) -> Result<(), Fault>;
+    fn dict_get(&mut self, state: u16, key: &Value) -> Result<Value, Fault>;
+    fn dict_set(&mut self, state: u16, key: &Value, value: &Value) -> Result<(), Fault>;
+    fn record(&mut self, record: u16, fields: &[Value]) -> Result<Value, Fault>;
+}
+
+/// How a run of the interpreter ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// The function returned this.
+    Done(Value),
+    /// A channel was full; resume when it has room.
+    Blocked,
+    /// The timeslice ran out at a loop's back-edge; resume later.
+    Yielded,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Frame {
+    func: FuncId,
+    pc: u32,
+    base: u32,
+    /// Where the caller wants the result (absolute register).
+    ret: u32,
+}
+
+/// The interpreter's state for one compute task.
+#[derive(Debug, Default)]
+pub struct Vm {
+    frames: Vec<Frame>,
+    regs: Vec<Value>,
+}
+
+/// 64-bit FNV-1a: the `hash` of the language, stable across runs and
+/// machines so that a key's backend can be computed outside Flick.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+impl Vm {
+    /// An interpreter that runs `func` without growing its stacks.
+    pub fn for_function(module: &Module, func: FuncId) -> Vm {
+        let (frames, regs) = module.frame_needs(func);
+        Vm {
+            frames: Vec::with_capacity(frames),
+            regs: Vec::with_capacity(regs),
+        }
+    }
+
+    /// Whether a run is in progress (blocked or yielded).
+    pub fn is_running(&self) -> bool {
+        !self.frames.is_empty()
+    }
+
+    /// Starts `func` with `args`; then call [`Vm::run`].
+    pub fn start(&mut self, module: &Module, func: FuncId, args: &[Value]) {
+        self.frames.clear();
+        self.regs.clear();
+        let f = &module.functions[func as usize];
+        self.regs.resize(f.regs as usize, Value::Unit);
+        for (i, a) in args.iter().enumerate() {
+            self.regs[i] = a.clone();
+        }
+        self.frames.push(Frame {
+            func,
+            pc: 0,
+            base: 0,
+            ret: 0,
+        });
+    }
+
+    fn reg(&self, base: u32, r: Reg) -> &Value {
+        &self.regs[base as usize + r as usize]
+    }
+
+    fn set(&mut self, base: u32, r: Reg, v: Value) {
+        self.regs[base as usize + r as usize] = v;
+    }
+
+    fn int(&self, base: u32, r: Reg) -> Result<i64, Fault> {
+        match self.reg(base, r) {
+            Value::Int(i) => Ok(*i),
+            Value::Bool(b) => Ok(*b as i64),
+            _ => Err(Fault::Kind("an integer")),
+        }
+    }
+
+    fn truthy(&self, base: u32, r: Reg) -> Result<bool, Fault> {
+        match self.reg(base, r) {
+            Value::Bool(b) => Ok(*b),
+            _ => Err(Fault::Kind("a boolean")),
+        }
+    }
+
+    /// Runs until the function returns, a send blocks, or the timeslice
+    /// expires at a back-edge.
+    pub fn run(
+        &mut self,
+        module: &Module,
+        host: &mut dyn Host,
+        slice: &mut Timeslice,
+    ) -> Result<Outcome, Fault> {
+        loop {
+            let Some(&frame) = self.frames.last() else {
+                return Ok(Outcome::Done(Value::Unit));
+            };
+            let func = &module.functions[frame.func as usize];
+            let base = frame.base;
+            let op = &func.code[frame.pc as usize];
+            let mut next = frame.pc + 1;
+            match op {
+                Op::Const { dst, value } => {
+                    let v = match value {
+                        Const::Unit => Value::Unit,
+                        Const::Bool(b) => Value::Bool(*b),
+                        Const::Int(i) => Value::Int(*i),
+                        Const::Str(_) => Value::ConstBytes {
+                            func: frame.func,
+                            op: frame.pc,
+                        },
+                        Const::None => Value::None,
+                    };
+                    self.set(base, *dst, v);
+                }
+                Op::Move { dst, src } => {
+                    let v = self.reg(base, *src).clone();
+                    self.set(base, *dst, v);
+                }
+                Op::Chan { dst, chan } => self.set(
+                    base,
+                    *dst,
+                    Value::Chan {
+                        chan: *chan,
+                        elem: None,
+                    },
+                ),
+                Op::LoadState { dst, state } => {
+                    let v = host.load_state(*state);
+                    self.set(base, *dst, v);
+                }
+                Op::StoreState { state, src } => {
+                    host.store_state(*state, self.reg(base, *src).clone())?
+                }
+                Op::Field {
+                    dst,
+                    src,
+                    record,
+                    field,
+                } => {
+                    let v = host.field(self.reg(base, *src), *record, *field)?;
+                    self.set(base, *dst, v);
+                }
+                Op::Index {
+                    dst,
+                    base: b,
+                    index,
+                } => {
+                    let v = self.index(module, host, base, *b, *index)?;
+                    self.set(base, *dst, v);
+                }
+                Op::IndexSet {
+                    base: b,
+                    index,
+                    src,
+                } => match self.reg(base, *b) {
+                    Value::Dict { state } => {
+                        host.dict_set(*state, self.reg(base, *index), self.reg(base, *src))?;
+                    }
+                    _ => return Err(Fault::Kind("a dictionary")),
+                },
+                Op::Unary { op, dst, src } => {
+                    let v = match op {
+                        UnOp::Not => Value::Bool(!self.truthy(base, *src)?),
+                        UnOp::Neg => Value::Int(self.int(base, *src)?.wrapping_neg()),
+                    };
+                    self.set(base, *dst, v);
+                }
+                Op::Binary { op, dst, a, b } => {
+                    let v = self.binary(module, host, base, *op, *a, *b)?;
+                    self.set(base, *dst, v);
+                }
+                Op::Builtin { f, dst, args } => {
+                    let v = match f {
+                        Builtin::Hash => {
+                            let v = self.reg(base, args[0]);
+                            let h = match v {
+                                Value::Int(i) => fnv1a(&i.to_le_bytes()),
+                                Value::Bool(b) => fnv1a(&[*b as u8]),
+                                other => fnv1a(
+                                    self.bytes_of(module, host, other)
+                                        .ok_or(Fault::Kind("hashable"))?,
+                                ),
+                            };
+                            // Non-negative, so `mod` picks a valid index.
+                            Value::Int((h >> 1) as i64)
+                        }
+                        Builtin::Len => Value::Int(match self.reg(base, args[0]) {
+                            Value::Chan { chan, elem: None } => host.channels(*chan),
+                            Value::List(l) => l.len() as i64,
+                            other => self
+                                .bytes_of(module, host, other)
+                                .ok_or(Fault::Kind("something with a length"))?
+                                .len() as i64,
+                        }),
+                        // A fresh dictionary; storing it in state gives it storage.
+                        Builtin::EmptyDict => Value::Dict { state: u16::MAX },
+                        Builtin::AllReady => match self.reg(base, args[0]) {
+                            Value::Chan { chan, .. } => Value::Bool(host.all_ready(*chan)),
+                            _ => return Err(Fault::Kind("a channel array")),
+                        },
+                    };
+                    self.set(base, *dst, v);
+                }
+                Op::Record { dst, record, args } => {
+                    let fields: Vec<Value> =
+                        args.iter().map(|r| self.reg(base, *r).clone()).collect();
+                    let v = host.record(*record, &fields)?;
+                    self.set(base, *dst, v);
+                }
+                Op::List { dst, items } => {
+                    let l: Vec<Value> = items.iter().map(|r| self.reg(base, *r).clone()).collect();
+                    self.set(base, *dst, Value::List(Arc::new(l)));
+                }
+                Op::Push { list, src } => {
+                    let v = self.reg(base, *src).clone();
+                    match &mut self.regs[base as usize + *list as usize] {
+                        Value::List(l) => Arc::make_mut(l).push(v),
+                        _ => return Err(Fault::Kind("a list")),
+                    }
+                }
+                Op::Tuple { dst, items } => {
+                    let t: Vec<Value> = items.iter().map(|r| self.reg(base, *r).clone()).collect();
+                    self.set(base, *dst, Value::Tuple(t.into()));
+                }
+                Op::Call { dst, func: g, args } => {
+                    let callee = &module.functions[*g as usize];
+                    let new_base = self.regs.len() as u32;
+                    self.regs
+                        .resize(new_base as usize + callee.regs as usize, Value::Unit);
+                    for (i, a) in args.iter().enumerate() {
+                        let v = self.reg(base, *a).clone();
+                        self.regs[new_base as usize + i] = v;
+                    }
+                    self.frames.last_mut().unwrap().pc = next;
+                    self.frames.push(Frame {
+                        func: *g,
+                        pc: 0,
+                        base: new_base,
+                        ret: base + *dst as u32,
+                    });
+                    continue;
+                }
+                Op::Send { src, chan } => {
+                    match host.send(self.reg(base, *chan), self.reg(base, *src))? {
+                        Sent::Done => {}
+                        // Stay on this operation: it runs again on resume.
+                        Sent::Full => return Ok(Outcome::Blocked),
+                    }
+                }
+                Op::Jump { to } => next = *to,
+                Op::JumpIfFalse { cond, to } => {
+                    if !self.truthy(base, *cond)? {
+                        next = *to;
+                    }
+                }
+                Op::CheckSlice => {
+                    if slice.expired() {
+                        self.frames.last_mut().unwrap().pc = next;
+                        return Ok(Outcome::Yielded);
+                    }
+                }
+                Op::Return { src } => {
+                    let v = self.reg(base, *src).clone();
+                    let done = self.frames.pop().unwrap();
+                    self.regs.truncate(done.base as usize);
+                    if self.frames.is_empty() {
+                        return Ok(Outcome::Done(v));
+                    }
+                    self.regs[done.ret as usize] = v;
+                    continue;
+                }
+            }
+            self.frames.last_mut().unwrap().pc = next;
+        }
+    }
+
+    fn bytes_of<'a>(
+        &self,
+        module: &'a Module,
+        host: &'a dyn Host,
+        v: &'a Value,
+    ) -> Option<&'a [u8]> {
+        match v {
+            Value::ConstBytes { func, op } => {
+                match &module.functions[*func as usize].code[*op as usize] {
+                    Op::Const {
+                        value: Const::Str(s),
+                        ..
+                    } => Some(s),
+                    _ => None,
+                }
+            }
+            _ => host.bytes(v),
+        }
+    }
+
+    fn index(
+        &mut self,
+        module: &Module,
+        host: &mut dyn Host,
+        base: u32,
+        b: Reg,
+        i: Reg,
+    ) -> Result<Value, Fault> {
+        match self.reg(base, b).clone() {
+            Value::Chan { chan, elem: None } => {
+                let n = host.channels(chan);
+                let i = self.int(base, i)?;
+                if i < 0 || i >= n {
+                    return Err(Fault::OutOfRange { index: i, len: n });
+                }
+                Ok(Value::Chan {
+                    chan,
+                    elem: Some(i as u32),
+                })
+            }
+            Value::Dict { state } => host.dict_get(state, self.reg(base, i)),
+            Value::List(l) => {
+                let i = self.int(base, i)?;
+                l.get(i as usize).cloned().ok_or(Fault::OutOfRange {
+                    index: i,
+                    len: l.len() as i64,
+                })
+            }
+            other => {
+                let idx = self.int(base, i)?;
+                let bytes = self
+                    .bytes_of(module, host, &other)
+                    .ok_or(Fault::Kind("indexable"))?;
+                bytes
+                    .get(idx as usize)
+                    .map(|b| Value::Int(*b as i64))
+                    .ok_or(Fault::OutOfRange {
+                        index: idx,
+                        len: bytes.len() as i64,
+                    })
+            }
+        }
+    }
+
+    fn binary(
+        &self,
+        module: &Module,
+        host: &mut dyn Host,
+        base: u32,
+        op: BinOp,
+        a: Reg,
+        b: Reg,
+    ) -> Result<Value, Fault> {
+        if matches!(op, BinOp::Eq | BinOp::Ne) {
+            let eq = self.equal(module, host, self.reg(base, a), self.reg(base, b))?;
+            return Ok(Value::Bool(eq == (op == BinOp::Eq)));
+        }
+        if matches!(op, BinOp::And | BinOp::Or) {
+            let (x, y) = (self.truthy(base, a)?, self.truthy(base, b)?);
+            return Ok(Value::Bool(if op == BinOp::And { x && y } else { x || y }));
+        }
+        if let (Some(x), Some(y)) = (
+            self.bytes_of(module, host, self.reg(base, a)),
+            self.bytes_of(module, host, self.reg(base, b)),
+        ) {
+            let c = x.cmp(y);
+            return Ok(Value::Bool(match op {
+                BinOp::Lt => c.is_lt(),
+                BinOp::Le => c.is_le(),
+                BinOp::Gt => c.is_gt(),
+                BinOp::Ge => c.is_ge(),
+                _ => return Err(Fault::Kind("integers")),
+            }));
+        }
+        let (x, y) = (self.int(base, a)?, self.int(base, b)?);
+        Ok(match op {
+            BinOp::Add => Value::Int(x.wrapping_add(y)),
+            BinOp::Sub => Value::Int(x.wrapping_sub(y)),
+            BinOp::Mul => Value::Int(x.wrapping_mul(y)),
+            BinOp::Div => Value::Int(x.checked_div(y).ok_or(Fault::DivideByZero)?),
+            BinOp::Mod => Value::Int(x.checked_rem_euclid(y).ok_or(Fault::DivideByZero)?),
+            BinOp::Lt => Value::Bool(x < y),
+            BinOp::Le => Value::Bool(x <= y),
+            BinOp::Gt => Value::Bool(x > y),
+            BinOp::Ge => Value::Bool(x >= y),
+            _ => unreachable!("handled above"),
+        })
+    }
+
+    fn equal(
+        &self,
+        module: &Module,
+        host: &mut dyn Host,
+        a: &Value,
+        b: &Value,
+    ) -> Result<bool, Fault> {
+        Ok(match (a, b) {
+            (Value::None, Value::None) => true,
+            (Value::None, _) | (_, Value::None) => false,
+            (Value::Int(x), Value::Int(y)) => x == y,
+            (Value::Bool(x), Value::Bool(y)) => x == y,
+            (Value::Unit, Value::Unit) => true,
+            (Value::Msg(x), Value::Msg(y)) => x == y,
+            _ => match (
+                self.bytes_of(module, host, a),
+                self.bytes_of(module, host, b),
+            ) {
+                (Some(x), Some(y)) => x == y,
+                _ => a == b,
+            },
+        })
+    }
+}

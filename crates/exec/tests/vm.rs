@@ -1,0 +1,253 @@
+//! The interpreter runs the paper's programs against a host of plain data.
+
+use flick_exec::{fnv1a, lower, Fault, Host, Module, Outcome, Sent, Value, Vm};
+use flick_runtime::Timeslice;
+use std::collections::HashMap;
+
+fn module(src: &str) -> Module {
+    let (program, diags) = flick_syntax::parse(src);
+    assert!(diags.is_empty(), "{diags:?}");
+    let (checked, diags) = flick_check::check(&program);
+    assert!(diags.is_empty(), "{diags:?}");
+    lower(&program, &checked).unwrap()
+}
+
+fn example(name: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/../../examples/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+/// Messages are records of named byte or integer fields; channels collect
+/// what is sent to them and can be made full.
+#[derive(Default)]
+struct TestHost {
+    msgs: Vec<HashMap<String, Value>>,
+    bytes: Vec<Vec<u8>>,
+    fields: Vec<Vec<String>>,
+    sent: Vec<(u16, Option<u32>, Value)>,
+    channels: HashMap<u16, i64>,
+    full: bool,
+    state: HashMap<u16, Value>,
+    dicts: HashMap<u16, Vec<(Vec<u8>, Value)>>,
+}
+
+impl TestHost {
+    fn msg(&mut self, fields: &[(&str, Value)]) -> Value {
+        self.msgs.push(
+            fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        );
+        Value::Msg(self.msgs.len() as u32 - 1)
+    }
+
+    fn text(&mut self, s: &str) -> Value {
+        self.bytes.push(s.as_bytes().to_vec());
+        Value::MsgBytes {
+            msg: u32::MAX - (self.bytes.len() as u32 - 1),
+            start: 0,
+            len: s.len() as u32,
+        }
+    }
+}
+
+impl Host for TestHost {
+    fn bytes<'a>(&'a self, v: &'a Value) -> Option<&'a [u8]> {
+        match v {
+            Value::MsgBytes { msg, .. } => self
+                .bytes
+                .get((u32::MAX - msg) as usize)
+                .map(|b| b.as_slice()),
+            Value::Bytes(b) => Some(b),
+            _ => None,
+        }
+    }
+    fn field(&mut self, msg: &Value, record: u16, field: u16) -> Result<Value, Fault> {
+        let Value::Msg(m) = msg else {
+            return Err(Fault::Kind("a record"));
+        };
+        let name = &self.fields[record as usize][field as usize];
+        self.msgs[*m as usize]
+            .get(name)
+            .cloned()
+            .ok_or(Fault::Host(format!("no {name}")))
+    }
+    fn send(&mut self, chan: &Value, value: &Value) -> Result<Sent, Fault> {
+        if self.full {
+            return Ok(Sent::Full);
+        }
+        let Value::Chan { chan, elem } = chan else {
+            return Err(Fault::Kind("a channel"));
+        };
+        self.sent.push((*chan, *elem, value.clone()));
+        Ok(Sent::Done)
+    }
+    fn channels(&self, chan: u16) -> i64 {
+        self.channels[&chan]
+    }
+    fn all_ready(&mut self, _chan: u16) -> bool {
+        true
+    }
+    fn load_state(&mut self, state: u16) -> Value {
+        if self.dicts.contains_key(&state) {
+            return Value::Dict { state };
+        }
+        self.state.get(&state).cloned().unwrap_or(Value::Unit)
+    }
+    fn store_state(&mut self, state: u16, v: Value) -> Result<(), Fault> {
+        if v == (Value::Dict { state: u16::MAX }) {
+            self.dicts.insert(state, Vec::new());
+        } else {
+            self.state.insert(state, v);
+        }
+        Ok(())
+    }
+    fn dict_get(&mut self, state: u16, key: &Value) -> Result<Value, Fault> {
+        let k = self.bytes(key).ok_or(Fault::Kind("bytes"))?.to_vec();
+        Ok(self.dicts[&state]
+            .iter()
+            .find(|(x, _)| *x == k)
+            .map_or(Value::None, |(_, v)| v.clone()))
+    }
+    fn dict_set(&mut self, state: u16, key: &Value, value: &Value) -> Result<(), Fault> {
+        let k = self.bytes(key).ok_or(Fault::Kind("bytes"))?.to_vec();
+        let d = self.dicts.get_mut(&state).unwrap();
+        d.retain(|(x, _)| *x != k);
+        d.push((k, value.clone()));
+        Ok(())
+    }
+    fn record(&mut self, _record: u16, _fields: &[Value]) -> Result<Value, Fault> {
+        Err(Fault::Host("no records here".into()))
+    }
+}
+
+fn run(m: &Module, vm: &mut Vm, host: &mut TestHost) -> Outcome {
+    vm.run(m, host, &mut Timeslice::unlimited()).unwrap()
+}
+
+#[test]
+fn the_proxy_sends_each_request_to_the_backend_its_key_hashes_to() {
+    let m = module(&example("memcached_proxy.flick"));
+    let p = &m.processes[0];
+    let rule = p
+        .items
+        .iter()
+        .find(|i| i.label.starts_with("client"))
+        .unwrap();
+    for key in ["a", "hello", "some:longer:key"] {
+        let mut h = TestHost {
+            fields: m.records.iter().map(|r| r.1.clone()).collect(),
+            ..Default::default()
+        };
+        h.channels.insert(1, 4);
+        let k = h.text(key);
+        let msg = h.msg(&[("key", k)]);
+        let mut vm = Vm::for_function(&m, rule.func);
+        vm.start(&m, rule.func, std::slice::from_ref(&msg));
+        assert_eq!(run(&m, &mut vm, &mut h), Outcome::Done(Value::Unit));
+        let expected = ((fnv1a(key.as_bytes()) >> 1) % 4) as u32;
+        assert_eq!(h.sent, vec![(1, Some(expected), msg)], "{key}");
+    }
+}
+
+#[test]
+fn a_full_channel_suspends_and_resumes_at_the_send() {
+    let m = module(&example("memcached_proxy.flick"));
+    let rule = m.processes[0]
+        .items
+        .iter()
+        .find(|i| i.label.starts_with("client"))
+        .unwrap();
+    let mut h = TestHost {
+        fields: m.records.iter().map(|r| r.1.clone()).collect(),
+        full: true,
+        ..Default::default()
+    };
+    h.channels.insert(1, 4);
+    let k = h.text("k");
+    let msg = h.msg(&[("key", k)]);
+    let mut vm = Vm::for_function(&m, rule.func);
+    vm.start(&m, rule.func, &[msg]);
+    assert_eq!(run(&m, &mut vm, &mut h), Outcome::Blocked);
+    assert!(vm.is_running() && h.sent.is_empty());
+    h.full = false;
+    assert_eq!(run(&m, &mut vm, &mut h), Outcome::Done(Value::Unit));
+    assert_eq!(h.sent.len(), 1, "sent exactly once");
+}
+
+#[test]
+fn the_cache_router_answers_a_cached_getk() {
+    let m = module(&example("memcached_cache_router.flick"));
+    let p = &m.processes[0];
+    let mut h = TestHost {
+        fields: m.records.iter().map(|r| r.1.clone()).collect(),
+        ..Default::default()
+    };
+    h.channels.insert(1, 2);
+    let mut vm = Vm::for_function(&m, p.init);
+    vm.start(&m, p.init, &[]);
+    run(&m, &mut vm, &mut h);
+    let from_backend = p
+        .items
+        .iter()
+        .find(|i| i.label.starts_with("backends"))
+        .unwrap();
+    let from_client = p
+        .items
+        .iter()
+        .find(|i| i.label.starts_with("client"))
+        .unwrap();
+    // A GETK reply (opcode 0x0c) from a backend is cached and passed on.
+    let k = h.text("k");
+    let reply = h.msg(&[("opcode", Value::Int(0x0c)), ("key", k)]);
+    vm.start(&m, from_backend.func, std::slice::from_ref(&reply));
+    run(&m, &mut vm, &mut h);
+    assert_eq!(h.sent, vec![(0, None, reply.clone())]);
+    // The same GETK from a client is answered from the cache.
+    h.sent.clear();
+    let k = h.text("k");
+    let request = h.msg(&[("opcode", Value::Int(0x0c)), ("key", k)]);
+    vm.start(&m, from_client.func, &[request]);
+    run(&m, &mut vm, &mut h);
+    assert_eq!(h.sent, vec![(0, None, reply)]);
+    // A miss goes to a backend.
+    h.sent.clear();
+    let k = h.text("other");
+    let request = h.msg(&[("opcode", Value::Int(0x0c)), ("key", k)]);
+    vm.start(&m, from_client.func, &[request]);
+    run(&m, &mut vm, &mut h);
+    assert!(matches!(h.sent[..], [(1, Some(_), _)]));
+}
+
+#[test]
+fn a_long_fold_yields_at_its_back_edge_and_resumes() {
+    let src = "fun add: (a: integer, b: integer) -> (integer)\n  a + b\n\n\
+               fun total: (x: integer) -> (integer)\n  fold(add, x, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10])\n";
+    let m = module(src);
+    let total = m.functions.iter().position(|f| f.name == "total").unwrap() as u16;
+    let mut h = TestHost::default();
+    let mut vm = Vm::for_function(&m, total);
+    vm.start(&m, total, &[Value::Int(100)]);
+    let mut yields = 0;
+    let result = loop {
+        // A timeslice that is always used up: every back-edge yields.
+        let mut slice = flick_runtime::Timeslice::unlimited();
+        slice_expire(&mut slice);
+        match vm.run(&m, &mut h, &mut slice).unwrap() {
+            Outcome::Yielded => yields += 1,
+            Outcome::Done(v) => break v,
+            Outcome::Blocked => unreachable!(),
+        }
+    };
+    assert_eq!(result, Value::Int(155));
+    assert_eq!(yields, 10);
+}
+
+/// Uses up a timeslice (one item left, then done).
+fn slice_expire(slice: &mut Timeslice) {
+    *slice = Timeslice::expired_now();
+}
