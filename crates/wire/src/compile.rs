@@ -606,6 +606,17 @@ impl<'a> Compiler<'a> {
                     self.check_attrs(f, &with(&["ascii", "hex", "until", "before_any"]));
                     let before = !in_list && self.attr(f, "before_any").is_some();
                     let until = if in_list {
+                        if self.attr(f, "sep").is_none() {
+                            self.diags.push(
+                                Diagnostic::error(
+                                    "W0107",
+                                    "a list of ASCII integers needs `&sep`",
+                                    f.span,
+                                )
+                                .hint("say what separates the numbers, e.g. &sep = \" \""),
+                            );
+                            return None;
+                        }
                         self.bytes_attr(f, "sep")?
                     } else if before {
                         self.bytes_attr(f, "before_any")?
@@ -694,6 +705,13 @@ impl<'a> Compiler<'a> {
                     );
                     return None;
                 };
+                if self.attr(f, "stream").is_some() && !matches!(len, Len::Expr(_) | Len::Eof) {
+                    self.diags.push(
+                        Diagnostic::error("W0107", "only a field of known length, or `&eof`, can be `&stream`", f.span)
+                            .hint("a delimited field must be whole before its end is known; give it &length"),
+                    );
+                    return None;
+                }
                 // A constant length is its own maximum.
                 let max = match &len {
                     Len::Expr(CExpr::Int(n)) if *n >= 0 => {

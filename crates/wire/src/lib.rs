@@ -93,13 +93,13 @@ impl Grammar {
                 .iter()
                 .find(|f| f.name == *name)
                 .ok_or_else(|| name.to_string())?;
-            let n = self.field_width(f);
+            let n = self.field_width(info.block, f);
             keep[f.slot as usize..f.slot as usize + n].fill(true);
         }
         // Nested units and lists are kept whole; expressions see their own.
         for f in &info.fields {
             if !matches!(f.kind, FieldKind::Int | FieldKind::Bytes) {
-                let n = self.field_width(f);
+                let n = self.field_width(info.block, f);
                 keep[f.slot as usize..f.slot as usize + n].fill(true);
             }
         }
@@ -157,24 +157,42 @@ impl Grammar {
         total
     }
 
-    fn field_width(&self, f: &FieldInfo) -> usize {
+    /// How many slots field `f` of the unit whose block is `block` takes.
+    fn field_width(&self, block: program::BlockId, f: &FieldInfo) -> usize {
         match &f.kind {
             FieldKind::Int | FieldKind::Bytes => 1,
             FieldKind::Unit(u) => self.units[*u].slots as usize,
             FieldKind::List { elem_slots, .. } => {
-                // The count slot and the largest number of elements.
-                let max = self
-                    .blocks
-                    .iter()
-                    .flatten()
-                    .find_map(|op| match (&op.kind, op.slot) {
-                        (OpKind::List { max, .. }, Some(s)) if s == f.slot => Some(*max as usize),
-                        _ => None,
-                    })
-                    .unwrap_or(0);
-                1 + max * *elem_slots as usize
+                // The count slot and the elements stored at once: as many
+                // as the list may have, or one for a streamed list. Only
+                // this unit's list has this slot (others number their own).
+                let stored = match self.list_op(block, f.slot) {
+                    Some(op) if op.stream => 1,
+                    Some(Op {
+                        kind: OpKind::List { max, .. },
+                        ..
+                    }) => *max as usize,
+                    _ => 0,
+                };
+                1 + stored * *elem_slots as usize
             }
         }
+    }
+
+    /// The list operation at `slot` of a block or of its switch cases
+    /// (which share the unit's slots), not of nested units.
+    fn list_op(&self, block: program::BlockId, slot: u16) -> Option<&Op> {
+        self.blocks[block as usize]
+            .iter()
+            .find_map(|op| match &op.kind {
+                OpKind::List { .. } if op.slot == Some(slot) => Some(op),
+                OpKind::Switch { cases, default, .. } => cases
+                    .iter()
+                    .map(|(_, b)| *b)
+                    .chain(*default)
+                    .find_map(|b| self.list_op(b, slot)),
+                _ => None,
+            })
     }
 
     /// Marks slots read by expressions of a block and of its switch cases

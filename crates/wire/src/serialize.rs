@@ -252,6 +252,15 @@ impl Grammar {
                                         },
                                         Some(_),
                                     ) => out.extend_from_slice(bytes_of(v, data)),
+                                    // Separated numbers: the separator follows, once.
+                                    (Scalar::AsciiInt { hex, signed, .. }, Some(_)) => {
+                                        let x = int_of(v);
+                                        if *signed && x < 0 {
+                                            out.push(b'-');
+                                        }
+                                        let x = if *signed { x.unsigned_abs() } else { x as u64 };
+                                        write_int(out, x, *hex)
+                                    }
                                     _ => emit_scalar(op, s, v, data, out)?,
                                 }
                             }

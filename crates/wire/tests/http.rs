@@ -229,3 +229,20 @@ fn serialising_a_head_reproduces_it() {
     g.serialize(unit, &mut slots, head, &mut out).unwrap();
     assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(head));
 }
+
+#[test]
+fn a_bad_response_is_the_backends_fault() {
+    for bytes in [
+        &b"HTTP/1.1 200 OK\r\nBad Header: x\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 2000 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+    ] {
+        assert_eq!(
+            status_of("response", bytes),
+            Some(502),
+            "{}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+}
