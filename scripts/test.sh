@@ -8,6 +8,17 @@ cd "$(dirname "$0")/.."
 if command -v rustup >/dev/null; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
+# Real peers: memcached servers and libmemcached's memccapable.
+missing=()
+command -v memcached >/dev/null || missing+=(memcached)
+command -v memccapable >/dev/null || missing+=(libmemcached-tools)
+if [ ${#missing[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "== installing ${missing[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
 
 # --- the tests -------------------------------------------------------------
 echo "== cargo fmt --check"

@@ -29,6 +29,8 @@ enum Command {
         #[arg(required = true)]
         files: Vec<String>,
     },
+    /// Run a program: listen for clients and connect to backends.
+    Run(RunArgs),
     /// Print a program's task graphs as Graphviz DOT, or render them.
     Graph {
         /// The program.
@@ -48,6 +50,27 @@ enum Command {
         /// The program to format.
         file: String,
     },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The program.
+    file: String,
+    /// Bind a channel to a listening address: each connection is an instance.
+    #[arg(long, value_name = "CHANNEL=ADDR")]
+    listen: Vec<String>,
+    /// Bind a channel (or channel array) to backend addresses.
+    #[arg(long, value_name = "CHANNEL=ADDR[,ADDR...]")]
+    connect: Vec<String>,
+    /// Worker threads (default: one per core).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// The cooperative scheduler's timeslice, in microseconds.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    timeslice_us: u64,
+    /// Validate the program and the configuration, then exit (like `nginx -t`).
+    #[arg(long)]
+    check: bool,
 }
 
 #[derive(Subcommand)]
@@ -166,6 +189,127 @@ fn grammar_command(cmd: GrammarCommand, color: bool) -> ExitCode {
     }
 }
 
+fn parse_binding(s: &str) -> Result<(String, Vec<std::net::SocketAddr>), String> {
+    let (chan, addrs) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not CHANNEL=ADDR"))?;
+    let addrs = addrs
+        .split(',')
+        .map(|a| {
+            std::net::ToSocketAddrs::to_socket_addrs(a)
+                .map_err(|e| format!("`{a}`: {e}"))?
+                .next()
+                .ok_or_else(|| format!("`{a}` resolves to nothing"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((chan.to_string(), addrs))
+}
+
+fn run_command(args: RunArgs, color: bool) -> ExitCode {
+    let file = match read(&args.file) {
+        Ok(f) => f,
+        Err(code) => return code,
+    };
+    let (program, _) = flick_syntax::parse(&file.text);
+    let (checked, diags) =
+        flick::views::check_program(std::path::Path::new(&args.file), &file.text);
+    if !diags.is_empty() {
+        eprint!("{}", render(&file, &diags, color));
+        return ExitCode::FAILURE;
+    }
+    let Some(gname) = &checked.grammar else {
+        eprintln!(
+            "error: {} names no wire grammar; add a `grammar NAME` line",
+            args.file
+        );
+        return ExitCode::FAILURE;
+    };
+    let grammar = match flick::views::find_grammar(gname, std::path::Path::new(&args.file)) {
+        Ok(g) => g,
+        Err(why) => {
+            eprintln!("error: {why}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let loaded = match flick_platform::Loaded::new(&program, &checked, grammar) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut config = flick_platform::ServiceConfig::default();
+    for b in &args.listen {
+        match parse_binding(b) {
+            Ok((c, a)) if a.len() == 1 => config.listen.push((c, a[0])),
+            Ok(_) => {
+                eprintln!("error: --listen {b}: one address per listening channel");
+                return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("error: --listen {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    for b in &args.connect {
+        match parse_binding(b) {
+            Ok(binding) => config.connect.push(binding),
+            Err(e) => {
+                eprintln!("error: --connect {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if let Some(w) = args.workers {
+        config.workers = w.max(1);
+    }
+    if !(1..=10_000).contains(&args.timeslice_us) {
+        eprintln!("error: --timeslice-us must be between 1 and 10000");
+        return ExitCode::FAILURE;
+    }
+    config.policy = flick_runtime::Policy::Cooperative {
+        timeslice: std::time::Duration::from_micros(args.timeslice_us),
+    };
+    if args.check {
+        if config.listen.is_empty() {
+            eprintln!("error: nothing listens: bind a channel with --listen");
+            return ExitCode::FAILURE;
+        }
+        println!("{}: program and configuration are valid", args.file);
+        return ExitCode::SUCCESS;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        let _ = signal_hook::flag::register(sig, stop.clone());
+    }
+    let service = match flick_platform::Service::start(loaded, config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("flick: {} listening on {}", args.file, service.local_addr());
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Stop accepting, let open connections finish their requests, then exit.
+    service.stop_accepting();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while service
+        .stats()
+        .graphs_live
+        .load(std::sync::atomic::Ordering::Relaxed)
+        > 0
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    println!("flick: stopped");
+    ExitCode::SUCCESS
+}
+
 /// Renders DOT to SVG with Graphviz (Debian package `graphviz`).
 fn render_svg(dot: &str, out: &str) -> std::io::Result<()> {
     use std::io::Write;
@@ -201,6 +345,7 @@ fn main() -> ExitCode {
     let color = std::io::stderr().is_terminal();
     match cli.command {
         Command::Grammar(cmd) => grammar_command(cmd, color),
+        Command::Run(args) => run_command(args, color),
         Command::Graph { file: path, svg } => {
             let file = match read(&path) {
                 Ok(f) => f,

@@ -3,10 +3,12 @@
 //! section 5).
 //!
 //! This crate owns who runs when: worker threads, per-worker queues,
-//! scavenging, the timeslice, and backpressure between tasks. It must not
-//! parse protocols (that is `flick-wire`) or know what a task computes.
+//! scavenging, the timeslice, backpressure between tasks, and readiness I/O
+//! (the reactor). It must not parse protocols (that is `flick-wire`) or
+//! know what a task computes.
 
 pub mod channel;
+pub mod io;
 mod scheduler;
 mod task;
 

@@ -1,0 +1,308 @@
+//! The compute task of a graph: runs the process's rules on the messages
+//! its input tasks deliver, through the interpreter, and hands what the
+//! rules send to the output tasks.
+
+use crate::msg::{Msg, MsgPool};
+use crate::state::SharedState;
+use flick_exec::code::ProcessCode;
+use flick_exec::{Fault, Host, Module, Outcome, Sent, Value, Vm};
+use flick_runtime::{Receiver, Sender, TaskStatus, Timeslice, TryRecvError, TrySendError};
+use flick_wire::{FieldKind, Slot};
+use std::sync::Arc;
+
+/// Where a wire field of a record lives in a message's slots.
+pub type FieldMap = Arc<Vec<Vec<Option<(u16, FieldKind)>>>>;
+
+/// One input of the compute task: a channel (and array index).
+pub struct Input {
+    pub rx: Receiver<Msg>,
+    pub chan: u16,
+    pub index: Option<u32>,
+    pub open: bool,
+}
+
+/// One output: where messages sent to `chan[index]` go.
+pub struct Output {
+    pub tx: Option<Sender<Msg>>,
+    pub chan: u16,
+    pub index: Option<u32>,
+}
+
+pub struct Compute {
+    pub module: Arc<Module>,
+    pub process: usize,
+    pub inputs: Vec<Input>,
+    pub host: GraphHost,
+    pub vm: Vm,
+    /// The next input to look at, so no input starves another.
+    pub next_input: usize,
+    /// The process's state was initialised.
+    pub started: bool,
+    /// The input whose close ends the instance (the client connection).
+    pub client: Option<usize>,
+}
+
+/// What compute code sees of its graph.
+pub struct GraphHost {
+    pub outputs: Vec<Output>,
+    /// Messages the running rule holds; index 0 is the one it started on.
+    pub msgs: Vec<Option<Msg>>,
+    pub pool: Arc<MsgPool>,
+    pub fields: FieldMap,
+    /// Channels per process channel (1, or the array's length).
+    pub widths: Vec<u32>,
+    /// `global` variables, shared by every instance, and `local` ones.
+    pub globals: Arc<SharedState>,
+    pub locals: Arc<SharedState>,
+    /// Which of the two each state variable lives in.
+    pub global: Arc<Vec<bool>>,
+    /// Running the process's state initialisation.
+    pub initialising: bool,
+}
+
+impl GraphHost {
+    fn state(&self, i: u16) -> &SharedState {
+        if self.global.get(i as usize).copied().unwrap_or(true) {
+            &self.globals
+        } else {
+            &self.locals
+        }
+    }
+
+    fn msg(&self, v: &Value) -> Result<&Msg, Fault> {
+        match v {
+            Value::Msg(h) => self
+                .msgs
+                .get(*h as usize)
+                .and_then(|m| m.as_ref())
+                .ok_or(Fault::Kind("a live record")),
+            _ => Err(Fault::Kind("a record")),
+        }
+    }
+
+    fn hold(&mut self, m: Msg) -> Value {
+        self.msgs.push(Some(m));
+        Value::Msg(self.msgs.len() as u32 - 1)
+    }
+
+    /// Gives the rule's messages back to the pool.
+    pub fn release(&mut self) {
+        for m in self.msgs.drain(..).flatten() {
+            self.pool.give(m);
+        }
+    }
+}
+
+impl Host for GraphHost {
+    fn bytes<'a>(&'a self, v: &'a Value) -> Option<&'a [u8]> {
+        match v {
+            Value::MsgBytes { msg, start, len } => {
+                let m = self.msgs.get(*msg as usize)?.as_ref()?;
+                m.bytes.get(*start as usize..(*start + *len) as usize)
+            }
+            Value::Bytes(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    fn field(&mut self, msg: &Value, record: u16, field: u16) -> Result<Value, Fault> {
+        let Value::Msg(h) = msg else {
+            return Err(Fault::Kind("a record"));
+        };
+        let m = self.msg(msg)?;
+        let Some((slot, _)) = self
+            .fields
+            .get(record as usize)
+            .and_then(|r| r.get(field as usize))
+            .and_then(|f| f.clone())
+        else {
+            return Err(Fault::Host(
+                "a field that the wire grammar does not have".into(),
+            ));
+        };
+        Ok(match m.slots.get(slot as usize) {
+            Some(Slot::Int(v)) => Value::Int(*v as i64),
+            Some(Slot::SInt(v)) => Value::Int(*v),
+            Some(Slot::Bytes { start, len }) => Value::MsgBytes {
+                msg: *h,
+                start: *start,
+                len: *len,
+            },
+            _ => Value::None,
+        })
+    }
+
+    fn send(&mut self, chan: &Value, value: &Value) -> Result<Sent, Fault> {
+        let Value::Chan { chan, elem } = chan else {
+            return Err(Fault::Kind("a channel"));
+        };
+        let Some(out) = self
+            .outputs
+            .iter()
+            .position(|o| o.chan == *chan && o.index == *elem)
+        else {
+            return Err(Fault::Host("a channel with no connection".into()));
+        };
+        let copy = self.pool.copy(self.msg(value)?);
+        let Some(tx) = &self.outputs[out].tx else {
+            self.pool.give(copy);
+            return Ok(Sent::Done);
+        };
+        match tx.try_send(copy) {
+            Ok(()) => Ok(Sent::Done),
+            Err(TrySendError::Full(m)) => {
+                self.pool.give(m);
+                Ok(Sent::Full)
+            }
+            // The connection is gone: what was sent to it is dropped.
+            Err(TrySendError::Closed(m)) => {
+                self.pool.give(m);
+                Ok(Sent::Done)
+            }
+        }
+    }
+
+    fn channels(&self, chan: u16) -> i64 {
+        self.widths.get(chan as usize).copied().unwrap_or(0) as i64
+    }
+
+    fn all_ready(&mut self, _chan: u16) -> bool {
+        true
+    }
+
+    fn load_state(&mut self, state: u16) -> Value {
+        self.state(state).load(state)
+    }
+
+    fn store_state(&mut self, state: u16, v: Value) -> Result<(), Fault> {
+        let global = self.global.get(state as usize).copied().unwrap_or(true);
+        if self.initialising && global {
+            self.globals.init_once(state, v);
+        } else {
+            self.state(state).store(state, v);
+        }
+        Ok(())
+    }
+
+    fn dict_get(&mut self, state: u16, key: &Value) -> Result<Value, Fault> {
+        let key = self.bytes(key).ok_or(Fault::Kind("bytes"))?;
+        match self.state(state).dict_get(state, key, &self.pool) {
+            Some(m) => Ok(self.hold(m)),
+            None => Ok(Value::None),
+        }
+    }
+
+    fn dict_set(&mut self, state: u16, key: &Value, value: &Value) -> Result<(), Fault> {
+        let key = self.bytes(key).ok_or(Fault::Kind("bytes"))?.to_vec();
+        let m = self.pool.copy(self.msg(value)?);
+        self.state(state).dict_set(state, key, m, &self.pool);
+        Ok(())
+    }
+
+    fn record(&mut self, _record: u16, _fields: &[Value]) -> Result<Value, Fault> {
+        Err(Fault::Host(
+            "building records on the platform is not supported yet".into(),
+        ))
+    }
+}
+
+impl Compute {
+    fn code(&self) -> &ProcessCode {
+        &self.module.processes[self.process]
+    }
+
+    /// Runs the rule started on the current message to its end; `None`
+    /// when it blocked or yielded.
+    fn step(&mut self, slice: &mut Timeslice) -> Option<TaskStatus> {
+        let module = self.module.clone();
+        match self.vm.run(&module, &mut self.host, slice) {
+            Ok(Outcome::Done(_)) => {
+                self.host.release();
+                None
+            }
+            Ok(Outcome::Blocked) => Some(TaskStatus::Idle),
+            Ok(Outcome::Yielded) => Some(TaskStatus::Yield),
+            Err(_fault) => {
+                // The message is dropped; its connection stays up.
+                self.host.release();
+                None
+            }
+        }
+    }
+
+    pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
+        if !self.started {
+            self.started = true;
+            let init = self.code().init;
+            self.host.initialising = true;
+            self.vm.start(&self.module, init, &[]);
+            let s = self.step(slice);
+            self.host.initialising = false;
+            if let Some(s) = s {
+                return s;
+            }
+        }
+        loop {
+            if self.vm.is_running() {
+                if let Some(s) = self.step(slice) {
+                    return s;
+                }
+                if slice.item_done() {
+                    return TaskStatus::Yield;
+                }
+            }
+            let n = self.inputs.len();
+            let mut got = None;
+            for k in 0..n {
+                let i = (self.next_input + k) % n;
+                let input = &mut self.inputs[i];
+                if !input.open {
+                    continue;
+                }
+                match input.rx.try_recv() {
+                    Ok(m) => {
+                        got = Some((i, m));
+                        break;
+                    }
+                    Err(TryRecvError::Empty) => {}
+                    Err(TryRecvError::Closed) => {
+                        input.open = false;
+                        if self.client == Some(i) {
+                            // The client is gone: let go of the backends too.
+                            for o in &mut self.host.outputs {
+                                o.tx = None;
+                            }
+                        }
+                    }
+                }
+            }
+            let Some((i, m)) = got else {
+                if self.inputs.iter().any(|i| i.open) {
+                    return TaskStatus::Idle;
+                }
+                // Every input is closed: close the outputs, which ends the graph.
+                for o in &mut self.host.outputs {
+                    o.tx = None;
+                }
+                return TaskStatus::Done;
+            };
+            self.next_input = (i + 1) % n;
+            let chan = self.inputs[i].chan;
+            let index = self.inputs[i].index;
+            let item = self
+                .code()
+                .items
+                .iter()
+                .find(|it| it.source == Some(chan) && !it.label.starts_with("on "))
+                .map(|it| it.func);
+            let Some(func) = item else {
+                self.host.pool.give(m);
+                continue;
+            };
+            let _ = index;
+            self.host.msgs.clear();
+            let v = self.host.hold(m);
+            self.vm.start(&self.module, func, &[v]);
+        }
+    }
+}

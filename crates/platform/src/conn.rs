@@ -1,0 +1,184 @@
+//! The input and output tasks of a connection: bytes to messages with the
+//! grammar's parser, messages to bytes on the socket. The socket is
+//! non-blocking; the reactor wakes these tasks when it may make progress.
+
+use crate::msg::{Msg, MsgPool};
+use crate::stats::Stats;
+use flick_runtime::io::{IoToken, Reactor};
+use flick_runtime::{Receiver, Sender, TaskStatus, Timeslice, TryRecvError, TrySendError};
+use flick_wire::{Parser, Progress};
+use mio::net::TcpStream;
+use std::io::{ErrorKind, Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A socket shared by its two tasks; dropping the last one closes it.
+pub struct Conn {
+    pub stream: TcpStream,
+    pub token: Option<IoToken>,
+    pub reactor: Arc<Reactor>,
+    pub stats: Arc<Stats>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(t) = self.token {
+            self.reactor.deregister_stream(&mut self.stream, t);
+        }
+        self.stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Reads a connection and parses its messages onto a task channel.
+pub struct Reader {
+    pub conn: Arc<Conn>,
+    pub parser: Parser,
+    pub buf: Vec<u8>,
+    pub start: usize,
+    pub end: usize,
+    /// The most bytes a message may need in the buffer at once.
+    pub max: usize,
+    pub out: Option<Sender<Msg>>,
+    pub pool: Arc<MsgPool>,
+    pub pending: Option<Msg>,
+    pub stats: Arc<Stats>,
+}
+
+impl Reader {
+    fn finish(&mut self) -> TaskStatus {
+        if let Some(m) = self.pending.take() {
+            self.pool.give(m);
+        }
+        // Closing the channel tells the compute task the peer is gone.
+        self.out = None;
+        let _ = self.conn.stream.shutdown(std::net::Shutdown::Read);
+        TaskStatus::Done
+    }
+
+    pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
+        loop {
+            let Some(out) = &self.out else {
+                return self.finish();
+            };
+            if let Some(m) = self.pending.take() {
+                match out.try_send(m) {
+                    Ok(()) => {
+                        self.stats.messages_in.fetch_add(1, Ordering::Relaxed);
+                        if slice.item_done() {
+                            return TaskStatus::Yield;
+                        }
+                    }
+                    // Backpressure: stop reading until the channel has room.
+                    Err(TrySendError::Full(m)) => {
+                        self.pending = Some(m);
+                        return TaskStatus::Idle;
+                    }
+                    Err(TrySendError::Closed(m)) => {
+                        self.pending = Some(m);
+                        return self.finish();
+                    }
+                }
+            }
+            if self.end > self.start {
+                match self.parser.parse(&self.buf[self.start..self.end]) {
+                    Ok(Progress::Done(n)) => {
+                        let mut m = self.pool.take();
+                        m.bytes
+                            .extend_from_slice(&self.buf[self.start..self.start + n]);
+                        m.slots.clear();
+                        m.slots.extend_from_slice(self.parser.slots());
+                        self.start += n;
+                        self.parser.reset();
+                        self.pending = Some(m);
+                        continue;
+                    }
+                    Ok(Progress::NeedMore) => {}
+                    Ok(Progress::Head(_) | Progress::Stream(_)) | Err(_) => {
+                        // Malformed (or streamed, not supported here yet):
+                        // this connection ends; others are not affected.
+                        self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                        return self.finish();
+                    }
+                }
+            }
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            if self.end == self.buf.len() {
+                if self.buf.len() >= self.max {
+                    self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    return self.finish();
+                }
+                let grown = (self.buf.len() * 2).clamp(4096, self.max);
+                self.buf.resize(grown, 0);
+            }
+            match (&self.conn.stream).read(&mut self.buf[self.end..]) {
+                Ok(0) => return self.finish(),
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return TaskStatus::Idle,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return self.finish(),
+            }
+        }
+    }
+}
+
+/// Writes the messages of a task channel to a connection.
+pub struct Writer {
+    pub conn: Arc<Conn>,
+    pub rx: Receiver<Msg>,
+    pub current: Option<Msg>,
+    pub written: usize,
+    pub pool: Arc<MsgPool>,
+    pub stats: Arc<Stats>,
+}
+
+impl Writer {
+    fn finish(&mut self) -> TaskStatus {
+        if let Some(m) = self.current.take() {
+            self.pool.give(m);
+        }
+        while let Ok(m) = self.rx.try_recv() {
+            self.pool.give(m);
+        }
+        let _ = self.conn.stream.shutdown(std::net::Shutdown::Write);
+        TaskStatus::Done
+    }
+
+    pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
+        loop {
+            if let Some(m) = &self.current {
+                match (&self.conn.stream).write(&m.bytes[self.written..]) {
+                    Ok(n) => {
+                        self.written += n;
+                        if self.written == m.bytes.len() {
+                            let m = self.current.take().expect("a message in flight");
+                            self.pool.give(m);
+                            self.written = 0;
+                            self.stats.messages_out.fetch_add(1, Ordering::Relaxed);
+                            if slice.item_done() {
+                                return TaskStatus::Yield;
+                            }
+                        }
+                    }
+                    Err(e)
+                        if e.kind() == ErrorKind::WouldBlock
+                            || e.kind() == ErrorKind::NotConnected =>
+                    {
+                        return TaskStatus::Idle
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => return self.finish(),
+                }
+                continue;
+            }
+            match self.rx.try_recv() {
+                Ok(m) => self.current = Some(m),
+                Err(TryRecvError::Empty) => return TaskStatus::Idle,
+                Err(TryRecvError::Closed) => return self.finish(),
+            }
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! The Flick platform (the paper's section 5): a program's processes
+//! instantiated as task graphs per client connection, on the scheduler and
+//! the reactor of `flick-runtime`.
+//!
+//! This crate joins the layers: it parses with `flick-wire` grammars in
+//! input tasks, runs `flick-exec` code in compute tasks, writes messages in
+//! output tasks, and keeps process state. It must not contain language or
+//! protocol rules of its own: those come from the program and its grammar.
+
+mod compute;
+mod conn;
+mod msg;
+mod service;
+mod state;
+mod stats;
+
+pub use msg::{Msg, MsgPool};
+pub use service::{LoadError, Loaded, Service, ServiceConfig, StartError};
+pub use stats::Stats;

@@ -1,0 +1,70 @@
+//! Messages as they travel between tasks, and the pool their storage
+//! comes from, so that steady-state traffic allocates nothing.
+
+use crossbeam_queue::ArrayQueue;
+use flick_wire::Slot;
+use std::sync::Arc;
+
+/// A parsed (or built) message: its wire bytes and its value slots. Moving
+/// one between tasks moves two pointers.
+#[derive(Debug, Default)]
+pub struct Msg {
+    pub bytes: Vec<u8>,
+    pub slots: Vec<Slot>,
+}
+
+/// Reusable message storage. Taking from an empty pool allocates; giving
+/// back to a full pool frees; in steady state neither happens.
+pub struct MsgPool {
+    free: ArrayQueue<Msg>,
+    slots: usize,
+}
+
+impl MsgPool {
+    /// A pool of up to `capacity` messages of `slots` value slots each,
+    /// `prefill` of them made now.
+    pub fn new(capacity: usize, slots: usize, prefill: usize, bytes: usize) -> Arc<MsgPool> {
+        let pool = MsgPool {
+            free: ArrayQueue::new(capacity.max(1)),
+            slots,
+        };
+        for _ in 0..prefill.min(capacity) {
+            let _ = pool.free.push(Msg {
+                bytes: Vec::with_capacity(bytes),
+                slots: vec![Slot::Unset; slots],
+            });
+        }
+        Arc::new(pool)
+    }
+
+    pub fn take(&self) -> Msg {
+        match self.free.pop() {
+            Some(mut m) => {
+                m.bytes.clear();
+                m
+            }
+            None => Msg {
+                bytes: Vec::new(),
+                slots: vec![Slot::Unset; self.slots],
+            },
+        }
+    }
+
+    pub fn give(&self, m: Msg) {
+        let _ = self.free.push(m);
+    }
+
+    /// A copy of `m` in pooled storage.
+    pub fn copy(&self, m: &Msg) -> Msg {
+        let mut c = self.take();
+        c.bytes.extend_from_slice(&m.bytes);
+        c.slots.clear();
+        c.slots.extend_from_slice(&m.slots);
+        c
+    }
+
+    /// Messages waiting in the pool.
+    pub fn available(&self) -> usize {
+        self.free.len()
+    }
+}

@@ -1,0 +1,433 @@
+//! A running program: listeners, the graph of tasks instantiated for each
+//! client connection (the paper's application and graph dispatchers), and
+//! the scheduler and reactor they run on.
+
+use crate::compute::{Compute, FieldMap, GraphHost, Input, Output};
+use crate::conn::{Conn, Reader, Writer};
+use crate::msg::MsgPool;
+use crate::state::SharedState;
+use crate::stats::Stats;
+use flick_exec::{Module, Vm};
+use flick_runtime::io::Reactor;
+use flick_runtime::{channel, Policy, Scheduler, SchedulerConfig, TaskId};
+use flick_syntax::ast::StateScope;
+use flick_wire::{Grammar, UnitId};
+use mio::net::{TcpListener, TcpStream};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// A program ready to run one of its processes.
+pub struct Loaded {
+    pub module: Arc<Module>,
+    pub process: usize,
+    pub grammar: Arc<Grammar>,
+    /// Per process channel: the grammar unit of its messages.
+    pub units: Vec<Option<UnitId>>,
+    pub fields: FieldMap,
+    pub global: Arc<Vec<bool>>,
+    /// Per process channel: whether it is a channel array.
+    pub arrays: Vec<bool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("the program has no process")]
+    NoProcess,
+    #[error("channel `{0}` carries `{1}`, which is not a unit of grammar `{2}`")]
+    NoUnit(String, String, String),
+    #[error(transparent)]
+    Code(#[from] flick_exec::Unsupported),
+}
+
+impl Loaded {
+    /// Prepares the first process of a checked program whose messages
+    /// follow `grammar`.
+    pub fn new(
+        program: &flick_syntax::ast::Program,
+        checked: &flick_check::CheckedProgram,
+        grammar: Arc<Grammar>,
+    ) -> Result<Loaded, LoadError> {
+        let module = flick_exec::lower(program, checked)?;
+        let process = 0;
+        let info = checked.processes.first().ok_or(LoadError::NoProcess)?;
+        let mut units = Vec::new();
+        let arrays = info
+            .channels
+            .iter()
+            .map(|(_, t)| matches!(t, flick_check::Ty::ChanArray(..)))
+            .collect();
+        for (name, ty) in &info.channels {
+            let carried = match ty {
+                flick_check::Ty::Chan(c) | flick_check::Ty::ChanArray(c, _) => c
+                    .input
+                    .as_ref()
+                    .or(c.output.as_ref())
+                    .map(|t| t.to_string()),
+                _ => None,
+            };
+            units.push(match carried {
+                Some(t) => Some(grammar.unit_id(&t).ok_or_else(|| {
+                    LoadError::NoUnit(name.clone(), t.clone(), grammar.name.clone())
+                })?),
+                None => None,
+            });
+        }
+        let fields: Vec<Vec<Option<(u16, flick_wire::FieldKind)>>> = module
+            .records
+            .iter()
+            .map(|(record, names)| {
+                let unit = grammar.unit_id(record);
+                names
+                    .iter()
+                    .map(|n| {
+                        let u = unit?;
+                        grammar
+                            .unit(u)
+                            .fields
+                            .iter()
+                            .find(|f| &f.name == n)
+                            .map(|f| (f.slot, f.kind.clone()))
+                    })
+                    .collect()
+            })
+            .collect();
+        let global = module.processes[process]
+            .state
+            .iter()
+            .map(|(_, scope)| *scope == StateScope::Global)
+            .collect();
+        Ok(Loaded {
+            module: Arc::new(module),
+            process,
+            grammar,
+            units,
+            fields: Arc::new(fields),
+            global: Arc::new(global),
+            arrays,
+        })
+    }
+
+    fn channel(&self, name: &str) -> Option<usize> {
+        self.module.processes[self.process]
+            .channels
+            .iter()
+            .position(|c| c == name)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ServiceConfig {
+    /// Channels bound to a listening address: each connection is an instance.
+    pub listen: Vec<(String, SocketAddr)>,
+    /// Channels (or channel arrays) bound to backend addresses.
+    pub connect: Vec<(String, Vec<SocketAddr>)>,
+    pub workers: usize,
+    pub policy: Policy,
+    /// The most instances (client connections) alive at once.
+    pub max_instances: usize,
+    /// Capacity of every task channel, in messages.
+    pub channel_capacity: usize,
+    /// Entries of each dictionary in process state.
+    pub dict_capacity: usize,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> ServiceConfig {
+        ServiceConfig {
+            listen: Vec::new(),
+            connect: Vec::new(),
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            policy: Policy::default(),
+            max_instances: 1024,
+            channel_capacity: 64,
+            dict_capacity: 1024,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("channel `{0}` is not a channel of the process")]
+    UnknownChannel(String),
+    #[error("nothing listens: bind a channel with --listen")]
+    NothingListens,
+    #[error("channel `{0}` has no binding: give it --listen or --connect")]
+    Unbound(String),
+    #[error("cannot listen on {0}: {1}")]
+    Listen(SocketAddr, std::io::Error),
+    #[error("cannot start the reactor: {0}")]
+    Reactor(std::io::Error),
+}
+
+struct Parts {
+    loaded: Loaded,
+    config: ServiceConfig,
+    scheduler: Arc<Scheduler>,
+    reactor: Arc<Reactor>,
+    pool: Arc<MsgPool>,
+    globals: Arc<SharedState>,
+    stats: Arc<Stats>,
+    /// The channel index of the listening channel.
+    client_chan: usize,
+    /// Per connect binding: (channel index, addresses).
+    backends: Vec<(usize, Vec<SocketAddr>)>,
+}
+
+pub struct Service {
+    parts: Arc<Parts>,
+    accepting: Arc<Mutex<Option<TcpListener>>>,
+    local: SocketAddr,
+}
+
+impl Service {
+    pub fn start(loaded: Loaded, config: ServiceConfig) -> Result<Service, StartError> {
+        let (lname, laddr) = config
+            .listen
+            .first()
+            .cloned()
+            .ok_or(StartError::NothingListens)?;
+        let client_chan = loaded
+            .channel(&lname)
+            .ok_or_else(|| StartError::UnknownChannel(lname.clone()))?;
+        let mut backends = Vec::new();
+        for (name, addrs) in &config.connect {
+            let c = loaded
+                .channel(name)
+                .ok_or_else(|| StartError::UnknownChannel(name.clone()))?;
+            backends.push((c, addrs.clone()));
+        }
+        for (i, name) in loaded.module.processes[loaded.process]
+            .channels
+            .iter()
+            .enumerate()
+        {
+            if i != client_chan && !backends.iter().any(|(c, _)| *c == i) {
+                return Err(StartError::Unbound(name.clone()));
+            }
+        }
+        let scheduler = Arc::new(Scheduler::start(SchedulerConfig {
+            workers: config.workers,
+            policy: config.policy,
+            capacity: config.max_instances
+                * (3 + 2 * (1 + backends.iter().map(|b| b.1.len()).sum::<usize>())),
+            pin: true,
+        }));
+        let reactor = Arc::new(Reactor::start(scheduler.waker()).map_err(StartError::Reactor)?);
+        let slots = loaded
+            .grammar
+            .units()
+            .iter()
+            .map(|u| u.slots as usize)
+            .max()
+            .unwrap_or(1);
+        let pool = MsgPool::new(config.max_instances * 8, slots, 256, 256);
+        let nstate = loaded.module.processes[loaded.process].state.len();
+        let globals = Arc::new(SharedState::new(nstate, config.dict_capacity));
+        let mut listener = TcpListener::bind(laddr).map_err(|e| StartError::Listen(laddr, e))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| StartError::Listen(laddr, e))?;
+        let parts = Arc::new(Parts {
+            loaded,
+            config,
+            scheduler,
+            reactor: reactor.clone(),
+            pool,
+            globals,
+            stats: Arc::new(Stats::default()),
+            client_chan,
+            backends,
+        });
+        // The reactor owns the registration; the callback accepts from
+        // the listener while the service still accepts.
+        let accepting = Arc::new(Mutex::new(None::<TcpListener>));
+        let (p, a) = (parts.clone(), accepting.clone());
+        reactor
+            .register_listener(
+                &mut listener,
+                Box::new(move || {
+                    let guard = a.lock().expect("listener lock");
+                    let Some(l) = guard.as_ref() else { return };
+                    while let Ok((stream, _)) = l.accept() {
+                        p.stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
+                        instantiate(&p, stream);
+                    }
+                }),
+            )
+            .map_err(|e| StartError::Listen(laddr, e))?;
+        *accepting.lock().expect("listener lock") = Some(listener);
+        Ok(Service {
+            parts,
+            accepting,
+            local,
+        })
+    }
+
+    /// The address the service listens on (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.parts.stats
+    }
+
+    /// Messages in the shared pool, to check that nothing leaks.
+    pub fn pooled_messages(&self) -> usize {
+        self.parts.pool.available()
+    }
+
+    /// Tasks alive in the scheduler.
+    pub fn live_tasks(&self) -> usize {
+        self.parts.scheduler.live()
+    }
+
+    /// Stops accepting; instances already running finish on their own.
+    pub fn stop_accepting(&self) {
+        *self.accepting.lock().expect("listener lock") = None;
+    }
+}
+
+/// A new instance of the process for one client connection.
+fn instantiate(p: &Arc<Parts>, client: TcpStream) {
+    let _ = client.set_nodelay(true);
+    let s = &p.scheduler;
+    let code = &p.loaded.module.processes[p.loaded.process];
+    let nchan = code.channels.len();
+    // Connections: the client, then every backend address.
+    let mut conns: Vec<(usize, Option<u32>, TcpStream)> = vec![(p.client_chan, None, client)];
+    for (chan, addrs) in &p.backends {
+        let array = p.loaded.arrays[*chan];
+        for (i, a) in addrs.iter().enumerate() {
+            match TcpStream::connect(*a) {
+                Ok(stream) => {
+                    let _ = stream.set_nodelay(true);
+                    conns.push((*chan, array.then_some(i as u32), stream));
+                }
+                Err(_) => {
+                    p.stats
+                        .backend_connect_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+    }
+    let Ok(compute_id) = s.reserve() else { return };
+    let mut ids: Vec<(TaskId, TaskId)> = Vec::new();
+    for _ in &conns {
+        match (s.reserve(), s.reserve()) {
+            (Ok(r), Ok(w)) => ids.push((r, w)),
+            _ => return,
+        }
+    }
+    let mut inputs = Vec::new();
+    let mut outputs = Vec::new();
+    let mut widths = vec![1u32; nchan];
+    for (chan, addrs) in &p.backends {
+        widths[*chan] = addrs.len() as u32;
+    }
+    let cap = p.config.channel_capacity;
+    let mut tasks: Vec<(TaskId, Box<dyn flick_runtime::Task>)> = Vec::new();
+    let mut client_input = None;
+    for ((chan, index, mut stream), (rid, wid)) in conns.into_iter().zip(ids) {
+        let token = p
+            .reactor
+            .register_stream(&mut stream, Some(rid), Some(wid))
+            .ok();
+        p.stats.connections_open.fetch_add(1, Ordering::Relaxed);
+        let conn = Arc::new(Conn {
+            stream,
+            token,
+            reactor: p.reactor.clone(),
+            stats: p.stats.clone(),
+        });
+        let unit = p.loaded.units[chan].expect("checked: channels carry grammar units");
+        let (in_tx, in_rx) = channel(cap, s.waker());
+        in_tx.bind(rid);
+        in_rx.bind(compute_id);
+        if chan == p.client_chan {
+            client_input = Some(inputs.len());
+        }
+        inputs.push(Input {
+            rx: in_rx,
+            chan: chan as u16,
+            index,
+            open: true,
+        });
+        let (out_tx, out_rx) = channel(cap, s.waker());
+        out_tx.bind(compute_id);
+        out_rx.bind(wid);
+        outputs.push(Output {
+            tx: Some(out_tx),
+            chan: chan as u16,
+            index,
+        });
+        let max = (p.loaded.grammar.max_bytes(unit) as usize).clamp(4096, 16 << 20);
+        let mut reader = Reader {
+            conn: conn.clone(),
+            parser: p.loaded.grammar.parser(unit),
+            buf: vec![0; 4096],
+            start: 0,
+            end: 0,
+            max,
+            out: Some(in_tx),
+            pool: p.pool.clone(),
+            pending: None,
+            stats: p.stats.clone(),
+        };
+        let mut writer = Writer {
+            conn,
+            rx: out_rx,
+            current: None,
+            written: 0,
+            pool: p.pool.clone(),
+            stats: p.stats.clone(),
+        };
+        tasks.push((
+            rid,
+            Box::new(move |sl: &mut flick_runtime::Timeslice| reader.run(sl)),
+        ));
+        tasks.push((
+            wid,
+            Box::new(move |sl: &mut flick_runtime::Timeslice| writer.run(sl)),
+        ));
+    }
+    let nstate = code.state.len();
+    let mut compute = Compute {
+        module: p.loaded.module.clone(),
+        process: p.loaded.process,
+        inputs,
+        host: GraphHost {
+            outputs,
+            msgs: Vec::with_capacity(8),
+            pool: p.pool.clone(),
+            fields: p.loaded.fields.clone(),
+            widths,
+            globals: p.globals.clone(),
+            locals: Arc::new(SharedState::new(nstate, p.config.dict_capacity)),
+            global: p.loaded.global.clone(),
+            initialising: false,
+        },
+        vm: Vm::default(),
+        next_input: 0,
+        started: false,
+        client: client_input,
+    };
+    let stats = p.stats.clone();
+    stats.graphs_live.fetch_add(1, Ordering::Relaxed);
+    tasks.push((
+        compute_id,
+        Box::new(move |sl: &mut flick_runtime::Timeslice| {
+            let r = compute.run(sl);
+            if r == flick_runtime::TaskStatus::Done {
+                stats.graphs_live.fetch_sub(1, Ordering::Relaxed);
+            }
+            r
+        }),
+    ));
+    for (id, t) in tasks {
+        s.start_task(id, t);
+    }
+}
