@@ -150,7 +150,7 @@ fn requests_allocate_nothing_once_warm_and_clients_leave_nothing_behind() {
     let mut req = Vec::with_capacity(256);
     let mut buf = vec![0u8; 4096];
     let keys: Vec<Vec<u8>> = (0..64).map(|i| format!("key:{i}").into_bytes()).collect();
-    let mut round = |c: &mut TcpStream, req: &mut Vec<u8>, buf: &mut Vec<u8>| {
+    let round = |c: &mut TcpStream, req: &mut Vec<u8>, buf: &mut Vec<u8>| {
         for k in &keys {
             request(0x01, k, b"some value", &[0; 8], req);
             c.write_all(req).unwrap();
