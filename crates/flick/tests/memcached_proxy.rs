@@ -259,3 +259,46 @@ fn memccapable_passes_through_the_proxy() {
         );
     }
 }
+
+/// libmemcached's `memcaslap`, binary protocol, 128 concurrent connections
+/// for 30 seconds through the proxy in front of four servers: no errors.
+#[test]
+fn memcaslap_load_runs_without_errors() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..4).map(|_| memcached(&mut procs)).collect();
+    let proxy = flick_proxy(&mut procs, &backends);
+    let out = Command::new("timeout")
+        .args([
+            "90",
+            "memcaslap",
+            "-B",
+            "-c",
+            "128",
+            "-T",
+            "2",
+            "-t",
+            "30s",
+            "-s",
+        ])
+        .arg(format!("127.0.0.1:{proxy}"))
+        .output()
+        .expect("memcaslap is installed (libmemcached-tools)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "memcaslap failed:\n{text}");
+    let ops: u64 = text
+        .lines()
+        .find_map(|l| l.split("Ops: ").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no summary:\n{text}"));
+    assert!(ops > 1000, "only {ops} operations:\n{text}");
+    let lower = text.to_lowercase();
+    assert!(
+        !lower.contains("error") && !lower.contains("fail"),
+        "memcaslap reported errors:\n{text}"
+    );
+}
