@@ -36,7 +36,10 @@ fn wait_for(port: u16) {
 }
 
 fn memcached(procs: &mut Procs) -> u16 {
-    let port = free_port();
+    memcached_on(procs, free_port())
+}
+
+fn memcached_on(procs: &mut Procs, port: u16) -> u16 {
     let child = Command::new("memcached")
         .args([
             "-l",
@@ -301,4 +304,50 @@ fn memcaslap_load_runs_without_errors() {
         !lower.contains("error") && !lower.contains("fail"),
         "memcaslap reported errors:\n{text}"
     );
+}
+
+/// A backend that dies: requests for its keys get the grammar's fault
+/// reply (status 0x86, SERVER_ERROR), the other backends' keys keep
+/// working, the proxy stays up, and once the backend is back new
+/// connections use it again.
+#[test]
+fn a_dead_backend_gives_error_replies_not_hangs() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..4).map(|_| memcached(&mut procs)).collect();
+    let proxy = flick_proxy(&mut procs, &backends);
+    let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("k{i}").into_bytes()).collect();
+    let home = |k: &[u8]| ((flick_exec::fnv1a(k) >> 1) % 4) as usize;
+    let mut c = connect(proxy);
+    for k in &keys {
+        assert_eq!(set(&mut c, k, b"v"), 0);
+    }
+    // Backend 2 dies.
+    procs.0[2].kill().unwrap();
+    procs.0[2].wait().unwrap();
+    let started = Instant::now();
+    for k in &keys {
+        let (status, value) = get(&mut c, k);
+        if home(k) == 2 {
+            assert_eq!(status, 0x86, "{:?}", String::from_utf8_lossy(k));
+            assert!(value.starts_with(b"SERVER_ERROR"));
+        } else {
+            assert_eq!((status, value), (0, b"v".to_vec()));
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "errors came promptly"
+    );
+    // A new client while the backend is down: the same.
+    let mut c2 = connect(proxy);
+    for k in keys.iter().filter(|k| home(k) == 2).take(3) {
+        assert_eq!(get(&mut c2, k).0, 0x86);
+    }
+    // The backend comes back (empty): new connections reach it again.
+    memcached_on(&mut procs, backends[2]);
+    let mut c3 = connect(proxy);
+    for k in keys.iter().filter(|k| home(k) == 2) {
+        assert_eq!(set(&mut c3, k, b"w"), 0);
+        assert_eq!(get(&mut c3, k), (0, b"w".to_vec()));
+    }
 }

@@ -58,7 +58,28 @@ pub struct GraphHost {
     pub global: Arc<Vec<bool>>,
     /// Running the process's state initialisation.
     pub initialising: bool,
+    /// Peers that answer requests (backends): per output, the requests
+    /// sent and not answered yet, oldest first, and whether the peer is gone.
+    pub peers: Vec<Peer>,
+    /// Replies made for requests no peer will answer, waiting to be handled
+    /// as if their peer had sent them.
+    pub faults: std::collections::VecDeque<(u16, Option<u32>, Msg)>,
+    pub grammar: Arc<flick_wire::Grammar>,
+    /// The grammar unit of each process channel.
+    pub units: Arc<Vec<Option<flick_wire::UnitId>>>,
 }
+
+/// A connection that answers what it is sent.
+#[derive(Default)]
+pub struct Peer {
+    pub answers: bool,
+    pub outstanding: std::collections::VecDeque<Msg>,
+    pub dead: bool,
+}
+
+/// Requests remembered per peer; beyond this (quiet requests that are never
+/// answered) the oldest are forgotten.
+const MAX_OUTSTANDING: usize = 256;
 
 impl GraphHost {
     fn state(&self, i: u16) -> &SharedState {
@@ -83,6 +104,58 @@ impl GraphHost {
     fn hold(&mut self, m: Msg) -> Value {
         self.msgs.push(Some(m));
         Value::Msg(self.msgs.len() as u32 - 1)
+    }
+
+    /// Queues the grammar's `%fault` reply to `request`, sent to output
+    /// `out`, as if the peer had answered it.
+    fn fault(&mut self, out: usize, request: Msg) {
+        let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
+        let Some(unit) = self.units.get(chan as usize).copied().flatten() else {
+            self.pool.give(request);
+            return;
+        };
+        let mut bytes = Vec::new();
+        let made = self
+            .grammar
+            .fault_reply(unit, &request.slots, &request.bytes, &mut bytes);
+        self.pool.give(request);
+        if !matches!(made, Ok(true)) {
+            return;
+        }
+        let mut parser = self.grammar.parser(unit);
+        if let Ok(flick_wire::Progress::Done(_)) = parser.parse(&bytes) {
+            let mut m = self.pool.take();
+            m.bytes.extend_from_slice(&bytes);
+            m.slots.clear();
+            m.slots.extend_from_slice(parser.slots());
+            self.faults.push_back((chan, index, m));
+        }
+    }
+
+    /// A peer's connection is gone: what it owed gets fault replies, and so
+    /// will what is sent to it from now on.
+    pub fn peer_gone(&mut self, out: usize) {
+        if self.peers[out].dead {
+            return;
+        }
+        self.peers[out].dead = true;
+        let owed: Vec<Msg> = self.peers[out].outstanding.drain(..).collect();
+        for r in owed {
+            self.fault(out, r);
+        }
+    }
+
+    /// A peer answered: its oldest request is settled.
+    pub fn answered(&mut self, chan: u16, index: Option<u32>) {
+        if let Some(out) = self
+            .outputs
+            .iter()
+            .position(|o| o.chan == chan && o.index == index)
+        {
+            if let Some(r) = self.peers[out].outstanding.pop_front() {
+                self.pool.give(r);
+            }
+        }
     }
 
     /// Gives the rule's messages back to the pool.
@@ -143,20 +216,47 @@ impl Host for GraphHost {
         else {
             return Err(Fault::Host("a channel with no connection".into()));
         };
+        if self.peers[out].answers && (self.peers[out].dead || self.outputs[out].tx.is_none()) {
+            let request = self.pool.copy(self.msg(value)?);
+            self.fault(out, request);
+            return Ok(Sent::Done);
+        }
         let copy = self.pool.copy(self.msg(value)?);
         let Some(tx) = &self.outputs[out].tx else {
             self.pool.give(copy);
             return Ok(Sent::Done);
         };
+        let remember = self.peers[out].answers.then(|| self.pool.copy(&copy));
         match tx.try_send(copy) {
-            Ok(()) => Ok(Sent::Done),
+            Ok(()) => {
+                if let Some(r) = remember {
+                    let peer = &mut self.peers[out];
+                    peer.outstanding.push_back(r);
+                    if peer.outstanding.len() > MAX_OUTSTANDING {
+                        let old = peer.outstanding.pop_front().expect("over the limit");
+                        self.pool.give(old);
+                    }
+                }
+                Ok(Sent::Done)
+            }
             Err(TrySendError::Full(m)) => {
                 self.pool.give(m);
+                if let Some(r) = remember {
+                    self.pool.give(r);
+                }
                 Ok(Sent::Full)
             }
-            // The connection is gone: what was sent to it is dropped.
+            // The connection is gone: a peer's requests get fault replies.
             Err(TrySendError::Closed(m)) => {
-                self.pool.give(m);
+                if let Some(r) = remember {
+                    self.pool.give(r);
+                }
+                if self.peers[out].answers {
+                    self.peer_gone(out);
+                    self.fault(out, m);
+                } else {
+                    self.pool.give(m);
+                }
                 Ok(Sent::Done)
             }
         }
@@ -230,6 +330,22 @@ impl Compute {
         }
     }
 
+    /// Starts the rule that reads `chan` on message `m`.
+    fn start_rule(&mut self, chan: u16, _index: Option<u32>, m: Msg) {
+        let item = self
+            .code()
+            .items
+            .iter()
+            .find(|it| it.source == Some(chan) && !it.label.starts_with("on "))
+            .map(|it| it.func);
+        let Some(func) = item else {
+            self.host.pool.give(m);
+            return;
+        };
+        let v = self.host.hold(m);
+        self.vm.start(&self.module, func, &[v]);
+    }
+
     pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
         if !self.started {
             self.started = true;
@@ -251,6 +367,10 @@ impl Compute {
                     return TaskStatus::Yield;
                 }
             }
+            if let Some((chan, index, m)) = self.host.faults.pop_front() {
+                self.start_rule(chan, index, m);
+                continue;
+            }
             let n = self.inputs.len();
             let mut got = None;
             for k in 0..n {
@@ -267,6 +387,18 @@ impl Compute {
                     Err(TryRecvError::Empty) => {}
                     Err(TryRecvError::Closed) => {
                         input.open = false;
+                        let (chan, index) = (input.chan, input.index);
+                        if self.client != Some(i) {
+                            // A peer hung up: what it owed gets fault replies.
+                            if let Some(out) = self
+                                .host
+                                .outputs
+                                .iter()
+                                .position(|o| o.chan == chan && o.index == index)
+                            {
+                                self.host.peer_gone(out);
+                            }
+                        }
                         if self.client == Some(i) {
                             // The client is gone: let go of the backends too.
                             for o in &mut self.host.outputs {
@@ -287,22 +419,11 @@ impl Compute {
                 return TaskStatus::Done;
             };
             self.next_input = (i + 1) % n;
-            let chan = self.inputs[i].chan;
-            let index = self.inputs[i].index;
-            let item = self
-                .code()
-                .items
-                .iter()
-                .find(|it| it.source == Some(chan) && !it.label.starts_with("on "))
-                .map(|it| it.func);
-            let Some(func) = item else {
-                self.host.pool.give(m);
-                continue;
-            };
-            let _ = index;
-            self.host.msgs.clear();
-            let v = self.host.hold(m);
-            self.vm.start(&self.module, func, &[v]);
+            let (chan, index) = (self.inputs[i].chan, self.inputs[i].index);
+            if self.client != Some(i) {
+                self.host.answered(chan, index);
+            }
+            self.start_rule(chan, index, m);
         }
     }
 }

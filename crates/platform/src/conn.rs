@@ -18,6 +18,8 @@ pub struct Conn {
     pub token: Option<IoToken>,
     pub reactor: Arc<Reactor>,
     pub stats: Arc<Stats>,
+    /// The process channel this connection serves, for per-channel counters.
+    pub chan: usize,
 }
 
 impl Drop for Conn {
@@ -63,7 +65,7 @@ impl Reader {
             if let Some(m) = self.pending.take() {
                 match out.try_send(m) {
                     Ok(()) => {
-                        self.stats.messages_in.fetch_add(1, Ordering::Relaxed);
+                        self.stats.message_in(self.conn.chan);
                         if slice.item_done() {
                             return TaskStatus::Yield;
                         }
@@ -157,7 +159,7 @@ impl Writer {
                             let m = self.current.take().expect("a message in flight");
                             self.pool.give(m);
                             self.written = 0;
-                            self.stats.messages_out.fetch_add(1, Ordering::Relaxed);
+                            self.stats.message_out(self.conn.chan);
                             if slice.item_done() {
                                 return TaskStatus::Yield;
                             }

@@ -16,4 +16,4 @@ mod stats;
 
 pub use msg::{Msg, MsgPool};
 pub use service::{LoadError, Loaded, Service, ServiceConfig, StartError};
-pub use stats::Stats;
+pub use stats::{ChannelStats, Stats};

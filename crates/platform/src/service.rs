@@ -23,7 +23,7 @@ pub struct Loaded {
     pub process: usize,
     pub grammar: Arc<Grammar>,
     /// Per process channel: the grammar unit of its messages.
-    pub units: Vec<Option<UnitId>>,
+    pub units: Arc<Vec<Option<UnitId>>>,
     pub fields: FieldMap,
     pub global: Arc<Vec<bool>>,
     /// Per process channel: whether it is a channel array.
@@ -101,7 +101,7 @@ impl Loaded {
             module: Arc::new(module),
             process,
             grammar,
-            units,
+            units: Arc::new(units),
             fields: Arc::new(fields),
             global: Arc::new(global),
             arrays,
@@ -228,6 +228,9 @@ impl Service {
         let local = listener
             .local_addr()
             .map_err(|e| StartError::Listen(laddr, e))?;
+        let stats = Arc::new(Stats::for_channels(
+            &loaded.module.processes[loaded.process].channels,
+        ));
         let parts = Arc::new(Parts {
             loaded,
             config,
@@ -235,7 +238,7 @@ impl Service {
             reactor: reactor.clone(),
             pool,
             globals,
-            stats: Arc::new(Stats::default()),
+            stats,
             client_chan,
             backends,
         });
@@ -283,6 +286,11 @@ impl Service {
         self.parts.scheduler.live()
     }
 
+    /// Tasks waiting in each worker's run queue now.
+    pub fn queue_lengths(&self) -> Vec<usize> {
+        self.parts.scheduler.queue_lengths()
+    }
+
     /// Stops accepting; instances already running finish on their own.
     pub fn stop_accepting(&self) {
         *self.accepting.lock().expect("listener lock") = None;
@@ -297,6 +305,7 @@ fn instantiate(p: &Arc<Parts>, client: TcpStream) {
     let nchan = code.channels.len();
     // Connections: the client, then every backend address.
     let mut conns: Vec<(usize, Option<u32>, TcpStream)> = vec![(p.client_chan, None, client)];
+    let mut unreachable = Vec::new();
     for (chan, addrs) in &p.backends {
         let array = p.loaded.arrays[*chan];
         for (i, a) in addrs.iter().enumerate() {
@@ -305,11 +314,12 @@ fn instantiate(p: &Arc<Parts>, client: TcpStream) {
                     let _ = stream.set_nodelay(true);
                     conns.push((*chan, array.then_some(i as u32), stream));
                 }
+                // An unreachable backend: its requests get fault replies.
                 Err(_) => {
                     p.stats
                         .backend_connect_errors
                         .fetch_add(1, Ordering::Relaxed);
-                    return;
+                    unreachable.push((*chan, array.then_some(i as u32)));
                 }
             }
         }
@@ -342,6 +352,7 @@ fn instantiate(p: &Arc<Parts>, client: TcpStream) {
             token,
             reactor: p.reactor.clone(),
             stats: p.stats.clone(),
+            chan,
         });
         let unit = p.loaded.units[chan].expect("checked: channels carry grammar units");
         let (in_tx, in_rx) = channel(cap, s.waker());
@@ -394,6 +405,22 @@ fn instantiate(p: &Arc<Parts>, client: TcpStream) {
             Box::new(move |sl: &mut flick_runtime::Timeslice| writer.run(sl)),
         ));
     }
+    for (chan, index) in unreachable {
+        outputs.push(Output {
+            tx: None,
+            chan: chan as u16,
+            index,
+        });
+    }
+    let client_chan = p.client_chan as u16;
+    let peers = outputs
+        .iter()
+        .map(|o| crate::compute::Peer {
+            answers: o.chan != client_chan,
+            dead: o.tx.is_none(),
+            outstanding: std::collections::VecDeque::new(),
+        })
+        .collect();
     let nstate = code.state.len();
     let mut compute = Compute {
         module: p.loaded.module.clone(),
@@ -409,6 +436,10 @@ fn instantiate(p: &Arc<Parts>, client: TcpStream) {
             locals: Arc::new(SharedState::new(nstate, p.config.dict_capacity)),
             global: p.loaded.global.clone(),
             initialising: false,
+            peers,
+            faults: std::collections::VecDeque::new(),
+            grammar: p.loaded.grammar.clone(),
+            units: p.loaded.units.clone(),
         },
         vm: Vm::default(),
         next_input: 0,

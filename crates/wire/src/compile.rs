@@ -70,6 +70,7 @@ pub(crate) fn compile(file: &GrammarFile) -> (Compiled, Vec<Diagnostic>) {
                 block: 0,
                 slots: 0,
                 fields: Vec::new(),
+                fault: Vec::new(),
             })
         })
         .collect();
@@ -138,12 +139,30 @@ impl<'a> Compiler<'a> {
                 .hint("lower the `&max` of its lists"),
             );
         }
+        let mut fault = Vec::new();
+        for (field, e) in &decl.fault {
+            let target = cx
+                .fields
+                .iter()
+                .find(|f| &f.name == field && matches!(f.kind, FieldKind::Int | FieldKind::Bytes));
+            let Some(target) = target.map(|f| f.slot) else {
+                self.diags.push(
+                    Diagnostic::error("W0113", format!("`%fault` sets `{field}`, which is not an integer or bytes field of `{}`", decl.name), e.span)
+                        .hint("a fault reply sets top-level fields of the unit"),
+                );
+                continue;
+            };
+            if let Some(c) = self.expr(e, &mut cx, false) {
+                fault.push((target, c));
+            }
+        }
         self.scopes[id] = cx.visible;
         self.units[id] = Some(UnitInfo {
             name: decl.name.clone(),
             block,
             slots: cx.next_slot.min(u16::MAX as u32) as u16,
             fields: cx.fields,
+            fault,
         });
         self.units[id].as_ref()
     }

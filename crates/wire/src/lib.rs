@@ -108,6 +108,54 @@ impl Grammar {
         Ok(keep.into())
     }
 
+    /// The reply to a request of `unit` that no peer will answer, from the
+    /// unit's `%fault` property: the request's values with the fault's
+    /// fields set, serialised to `out`. `false` if the unit has no `%fault`.
+    pub fn fault_reply(
+        &self,
+        unit: UnitId,
+        request: &[Slot],
+        bytes: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<bool, WireError> {
+        let info = &self.units[unit];
+        if info.fault.is_empty() {
+            return Ok(false);
+        }
+        let mut slots = request.to_vec();
+        let mut data = bytes.to_vec();
+        for (target, e) in &info.fault {
+            let env = eval::Env {
+                slots: request,
+                base: 0,
+                data: bytes,
+                dollar: eval::Val::Unset,
+                dollar_base: 0,
+            };
+            let v = env.eval(e).map_err(|_| WireError {
+                kind: WireErrorKind::Invalid,
+                field: std::sync::Arc::from("%fault"),
+                offset: 0,
+                status: None,
+            })?;
+            slots[*target as usize] = match v {
+                eval::Val::Int(i) if i < 0 => Slot::SInt(i as i64),
+                eval::Val::Int(i) => Slot::Int(i as u64),
+                eval::Val::Bytes(b) => {
+                    let start = data.len() as u32;
+                    data.extend_from_slice(b);
+                    Slot::Bytes {
+                        start,
+                        len: b.len() as u32,
+                    }
+                }
+                _ => Slot::Unset,
+            };
+        }
+        self.serialize(unit, &mut slots, &data, out)?;
+        Ok(true)
+    }
+
     /// The most bytes a message of `unit` can take in a buffer at once:
     /// `&stream` fields count for nothing, since they pass through in
     /// pieces.

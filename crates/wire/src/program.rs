@@ -204,6 +204,8 @@ pub struct UnitInfo {
     pub slots: u16,
     /// Named fields and variables, with their slots (relative to the unit).
     pub fields: Vec<FieldInfo>,
+    /// `%fault`: slots of a reply to set, and how, from the request's values.
+    pub fault: Vec<(u16, CExpr)>,
 }
 
 #[derive(Clone, Debug)]

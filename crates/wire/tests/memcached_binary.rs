@@ -211,3 +211,28 @@ mod roundtrip {
         }
     }
 }
+
+#[test]
+fn a_request_no_backend_answers_gets_the_fault_reply() {
+    let g = Grammar::stock("memcached_binary").unwrap();
+    let unit = g.unit_id("cmd").unwrap();
+    let mut p = g.parser(unit);
+    let request = hex(ADD_REQUEST);
+    assert_eq!(p.parse(&request).unwrap(), Progress::Done(request.len()));
+    let mut reply = Vec::new();
+    assert!(g
+        .fault_reply(unit, p.slots(), &request, &mut reply)
+        .unwrap());
+    let mut q = g.parser(unit);
+    assert_eq!(q.parse(&reply).unwrap(), Progress::Done(reply.len()));
+    let m = q.message(&reply);
+    assert_eq!(m.int("magic"), Some(0x81));
+    assert_eq!(m.int("opcode"), Some(0x02), "the request's opcode");
+    assert_eq!(m.int("status_or_vbucket"), Some(0x86));
+    assert_eq!(m.bytes("key"), Some(&b""[..]));
+    assert_eq!(
+        m.bytes("value"),
+        Some(&b"SERVER_ERROR backend unavailable"[..])
+    );
+    assert_eq!(reply.len(), 24 + 32, "no extras, no key");
+}

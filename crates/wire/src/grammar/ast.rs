@@ -29,6 +29,9 @@ pub struct UnitDecl {
     pub byte_order: Option<ByteOrder>,
     /// `%error = STATUS;`, the default status of the unit's failures.
     pub error: Option<u16>,
+    /// `%fault = FIELD = EXPR, ...;`: the reply to a request that no peer
+    /// will answer; `self` is the request.
+    pub fault: Vec<(String, Expr)>,
     pub items: Vec<Item>,
     pub span: Span,
 }

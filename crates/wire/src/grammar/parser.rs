@@ -336,6 +336,7 @@ impl Parser {
         self.expect("{")?;
         let mut byte_order = None;
         let mut error = None;
+        let mut fault = Vec::new();
         let mut items = Vec::new();
         while !self.is("}") && self.tok() != &Tok::Eof {
             // `%error = STATUS;`: the status of this unit's failures that
@@ -353,6 +354,18 @@ impl Parser {
                 });
                 match status.and_then(|n| self.expect(";").map(|_| n)) {
                     Ok(n) => error = Some(n),
+                    Err(_) => self.recover(),
+                }
+                continue;
+            }
+            // `%fault = FIELD = EXPR, ...;`: the reply to a request of this
+            // unit that no peer will answer (a dead backend).
+            if self.is("%") && matches!(&self.toks[self.pos + 1].tok, Tok::Ident(w) if w == "fault")
+            {
+                self.bump();
+                self.bump();
+                match self.fault_assignments() {
+                    Ok(f) => fault = f,
                     Err(_) => self.recover(),
                 }
                 continue;
@@ -375,10 +388,26 @@ impl Parser {
             name,
             byte_order,
             error,
+            fault,
             items,
             span: start.to(self.prev_span()),
         });
         Ok(())
+    }
+
+    fn fault_assignments(&mut self) -> PResult<Vec<(String, Expr)>> {
+        self.expect("=")?;
+        let mut out = Vec::new();
+        loop {
+            let field = self.ident("a field of the reply")?;
+            self.expect("=")?;
+            out.push((field, self.expr()?));
+            if !self.eat(",") {
+                break;
+            }
+        }
+        self.expect(";")?;
+        Ok(out)
     }
 
     fn byte_order_property(&mut self) -> PResult<ByteOrder> {
