@@ -36,6 +36,37 @@ pub fn find_grammar(name: &str, program_path: &Path) -> Result<Arc<Grammar>, Str
     ))
 }
 
+/// The grammar of a program without a `grammar` line: its records that
+/// describe their own wire layout (`size=` on every field), compiled to
+/// units by `flick_compile::record_grammar`. The grammar is named after the
+/// program file. `Err` says why no record could be compiled.
+pub fn record_grammar(
+    program_path: &Path,
+    program: &flick_syntax::ast::Program,
+    checked: &CheckedProgram,
+) -> Result<Arc<Grammar>, String> {
+    let name = program_path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "program".into());
+    let compiled = flick_compile::record_grammar(&name, program, checked);
+    if compiled.is_empty() {
+        let why: Vec<String> = compiled
+            .skipped
+            .iter()
+            .map(|(r, why)| format!("record `{r}`: {why}"))
+            .collect();
+        return Err(if why.is_empty() {
+            "the program has no records".into()
+        } else {
+            format!("no record has a complete wire layout ({})", why.join("; "))
+        });
+    }
+    Grammar::from_source(&name, &compiled.source)
+        .map(Arc::new)
+        .map_err(|e| format!("the grammar compiled from the records does not load: {e}"))
+}
+
 /// Checks every record whose name is a unit of `grammar` against it.
 pub fn check_views(program: &CheckedProgram, grammar: &Grammar) -> Vec<Diagnostic> {
     let mut diags = Vec::new();
