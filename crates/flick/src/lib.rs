@@ -2,10 +2,13 @@
 //! diagnostics and reports.
 //!
 //! This crate owns everything a user sees: argument parsing, file I/O,
-//! rendering [`flick_span::Diagnostic`]s with miette, and report layout. It
-//! must not contain language rules: those live in `flick-syntax` and
-//! `flick-check`, which it only calls.
+//! rendering [`flick_span::Diagnostic`]s with miette, and report layout;
+//! for `flick run`, the configuration file ([`config`]) and the Prometheus
+//! endpoint ([`metrics`]). It must not contain language rules: those live
+//! in `flick-syntax` and `flick-check`, which it only calls.
 
 pub mod bounds_report;
+pub mod config;
+pub mod metrics;
 pub mod render;
 pub mod views;

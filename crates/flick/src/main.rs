@@ -54,20 +54,35 @@ enum Command {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// The program.
-    file: String,
+    /// The program (optional with a configuration file that names it).
+    file: Option<String>,
+    /// Read the settings from a TOML file; flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<String>,
     /// Bind a channel to a listening address: each connection is an instance.
     #[arg(long, value_name = "CHANNEL=ADDR")]
     listen: Vec<String>,
     /// Bind a channel (or channel array) to backend addresses.
     #[arg(long, value_name = "CHANNEL=ADDR[,ADDR...]")]
     connect: Vec<String>,
-    /// Worker threads (default: one per core).
-    #[arg(long)]
+    /// Worker threads [default: one per core].
+    #[arg(long, value_name = "N")]
     workers: Option<usize>,
-    /// The cooperative scheduler's timeslice, in microseconds.
-    #[arg(long, value_name = "N", default_value_t = 50)]
-    timeslice_us: u64,
+    /// The cooperative scheduler's timeslice, in microseconds [default: 50].
+    #[arg(long, value_name = "N")]
+    timeslice_us: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+    /// The most instances (client connections) alive at once [default: 1024].
+    #[arg(long, value_name = "N")]
+    max_instances: Option<usize>,
+    /// Capacity of every task channel, in messages [default: 64].
+    #[arg(long, value_name = "N")]
+    channel_capacity: Option<usize>,
+    /// Entries of each dictionary in process state [default: 1024].
+    #[arg(long, value_name = "N")]
+    dict_capacity: Option<usize>,
     /// Validate the program and the configuration, then exit (like `nginx -t`).
     #[arg(long)]
     check: bool,
@@ -189,42 +204,72 @@ fn grammar_command(cmd: GrammarCommand, color: bool) -> ExitCode {
     }
 }
 
-fn parse_binding(s: &str) -> Result<(String, Vec<std::net::SocketAddr>), String> {
-    let (chan, addrs) = s
-        .split_once('=')
-        .ok_or_else(|| format!("`{s}` is not CHANNEL=ADDR"))?;
-    let addrs = addrs
-        .split(',')
-        .map(|a| {
-            std::net::ToSocketAddrs::to_socket_addrs(a)
-                .map_err(|e| format!("`{a}`: {e}"))?
-                .next()
-                .ok_or_else(|| format!("`{a}` resolves to nothing"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((chan.to_string(), addrs))
-}
-
 fn run_command(args: RunArgs, color: bool) -> ExitCode {
-    let file = match read(&args.file) {
+    use flick::config::{check_bindings, resolve, FileConfig, Overrides};
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    let file_config = match &args.config {
+        None => None,
+        Some(path) => {
+            let text = match std::fs::read_to_string(path) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("error: cannot read {path}: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match FileConfig::parse(&text) {
+                Ok(c) => Some((c, std::path::PathBuf::from(path))),
+                Err(e) => {
+                    eprintln!("error: {path}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
+    let flags = Overrides {
+        program: args.file.clone(),
+        listen: args.listen.clone(),
+        connect: args.connect.clone(),
+        workers: args.workers,
+        timeslice_us: args.timeslice_us,
+        metrics: args.metrics.clone(),
+        max_instances: args.max_instances,
+        channel_capacity: args.channel_capacity,
+        dict_capacity: args.dict_capacity,
+    };
+    let settings = match resolve(file_config.as_ref().map(|(c, p)| (c, p.as_path())), &flags) {
+        Ok(s) => s,
+        Err(errors) => {
+            for e in errors {
+                eprintln!("error: {e}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    let program_path = settings.program.to_string_lossy().into_owned();
+    let file = match read(&program_path) {
         Ok(f) => f,
         Err(code) => return code,
     };
     let (program, _) = flick_syntax::parse(&file.text);
-    let (checked, diags) =
-        flick::views::check_program(std::path::Path::new(&args.file), &file.text);
+    let (checked, diags) = flick::views::check_program(&settings.program, &file.text);
     if !diags.is_empty() {
         eprint!("{}", render(&file, &diags, color));
         return ExitCode::FAILURE;
     }
-    let Some(gname) = &checked.grammar else {
-        eprintln!(
-            "error: {} names no wire grammar; add a `grammar NAME` line",
-            args.file
-        );
-        return ExitCode::FAILURE;
+    let found = match &checked.grammar {
+        Some(gname) => flick::views::find_grammar(gname, &settings.program),
+        // Records that describe their own layout are the grammar.
+        None => {
+            flick::views::record_grammar(&settings.program, &program, &checked).map_err(|why| {
+                format!(
+                    "{program_path} names no wire grammar; add a `grammar NAME` line\nnote: {why}"
+                )
+            })
+        }
     };
-    let grammar = match flick::views::find_grammar(gname, std::path::Path::new(&args.file)) {
+    let grammar = match found {
         Ok(g) => g,
         Err(why) => {
             eprintln!("error: {why}");
@@ -238,70 +283,89 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut config = flick_platform::ServiceConfig::default();
-    for b in &args.listen {
-        match parse_binding(b) {
-            Ok((c, a)) if a.len() == 1 => config.listen.push((c, a[0])),
-            Ok(_) => {
-                eprintln!("error: --listen {b}: one address per listening channel");
-                return ExitCode::FAILURE;
-            }
-            Err(e) => {
-                eprintln!("error: --listen {e}");
-                return ExitCode::FAILURE;
-            }
+    let code = &loaded.module.processes[loaded.process];
+    let errors = check_bindings(&code.name, &code.channels, &loaded.arrays, &settings);
+    if !errors.is_empty() {
+        for e in errors {
+            eprintln!("error: {e}");
         }
-    }
-    for b in &args.connect {
-        match parse_binding(b) {
-            Ok(binding) => config.connect.push(binding),
-            Err(e) => {
-                eprintln!("error: --connect {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-    if let Some(w) = args.workers {
-        config.workers = w.max(1);
-    }
-    if !(1..=10_000).contains(&args.timeslice_us) {
-        eprintln!("error: --timeslice-us must be between 1 and 10000");
         return ExitCode::FAILURE;
     }
-    config.policy = flick_runtime::Policy::Cooperative {
-        timeslice: std::time::Duration::from_micros(args.timeslice_us),
+    let mut config = flick_platform::ServiceConfig {
+        listen: settings.listen.clone(),
+        connect: settings.connect.clone(),
+        policy: flick_runtime::Policy::Cooperative {
+            timeslice: std::time::Duration::from_micros(settings.timeslice_us),
+        },
+        max_instances: settings.max_instances,
+        channel_capacity: settings.channel_capacity,
+        dict_capacity: settings.dict_capacity,
+        ..flick_platform::ServiceConfig::default()
     };
+    if let Some(w) = settings.workers {
+        config.workers = w;
+    }
     if args.check {
-        if config.listen.is_empty() {
-            eprintln!("error: nothing listens: bind a channel with --listen");
-            return ExitCode::FAILURE;
+        match &args.config {
+            Some(c) => println!("{c}: program {program_path} and configuration are valid"),
+            None => println!("{program_path}: program and configuration are valid"),
         }
-        println!("{}: program and configuration are valid", args.file);
         return ExitCode::SUCCESS;
     }
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         let _ = signal_hook::flag::register(sig, stop.clone());
     }
+    // Bound before the service starts, so that a taken port fails early.
+    let metrics_listener = match settings.metrics {
+        None => None,
+        Some(addr) => match std::net::TcpListener::bind(addr) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!("error: cannot listen on {addr} for metrics: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
     let service = match flick_platform::Service::start(loaded, config) {
-        Ok(s) => s,
+        Ok(s) => Arc::new(s),
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
-    println!("flick: {} listening on {}", args.file, service.local_addr());
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+    println!(
+        "flick: {program_path} listening on {}",
+        service.local_addr()
+    );
+    let metrics = match metrics_listener {
+        None => None,
+        Some(l) => {
+            let s = service.clone();
+            let render: flick::metrics::Render =
+                Arc::new(move || flick::metrics::Sample::of(&s).render());
+            match flick::metrics::MetricsServer::start(l, render) {
+                Ok(m) => {
+                    println!("flick: metrics on http://{}/metrics", m.local_addr());
+                    Some(m)
+                }
+                Err(e) => {
+                    eprintln!("error: cannot serve metrics: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
+    while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    if let Some(m) = metrics {
+        m.stop();
     }
     // Stop accepting, let open connections finish their requests, then exit.
     service.stop_accepting();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while service
-        .stats()
-        .graphs_live
-        .load(std::sync::atomic::Ordering::Relaxed)
-        > 0
+    while service.stats().graphs_live.load(Ordering::Relaxed) > 0
         && std::time::Instant::now() < deadline
     {
         std::thread::sleep(std::time::Duration::from_millis(20));

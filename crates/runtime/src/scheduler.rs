@@ -307,6 +307,16 @@ impl Scheduler {
         self.shared.live.load(Ordering::Acquire)
     }
 
+    /// Tasks waiting in each worker's queue now, in worker order. Each
+    /// queue is locked only long enough to read its length.
+    pub fn queue_lengths(&self) -> Vec<usize> {
+        self.shared
+            .queues
+            .iter()
+            .map(|q| q.lock().map_or(0, |q| q.len()))
+            .collect()
+    }
+
     /// Blocks until every task spawned so far is done, or `timeout` passes;
     /// `true` if all are done.
     pub fn wait_all_done(&self, timeout: Duration) -> bool {

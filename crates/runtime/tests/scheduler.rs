@@ -181,3 +181,16 @@ fn channels_apply_backpressure_and_lose_no_wakeups() {
         assert!(max_queued.load(Ordering::Relaxed) <= 4);
     }
 }
+
+#[test]
+fn queue_lengths_are_per_worker_and_drain() {
+    let s = scheduler(3, Policy::default());
+    assert_eq!(s.queue_lengths().len(), 3);
+    let (turns, done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    for _ in 0..50 {
+        s.spawn(counter(100, turns.clone(), done.clone())).unwrap();
+    }
+    assert!(s.wait_all_done(Duration::from_secs(10)));
+    assert_eq!(done.load(Ordering::Relaxed), 50);
+    assert_eq!(s.queue_lengths(), vec![0, 0, 0], "nothing left queued");
+}

@@ -1,0 +1,500 @@
+//! `flick run`'s settings: a TOML file (`--config`), command-line flags
+//! that override it, and the checks that make `flick run --check` useful
+//! before a deployment (addresses, ranges, channel bindings against the
+//! program).
+//!
+//! ```toml
+//! program = "memcached_proxy.flick"   # relative to this file
+//! workers = 4
+//! timeslice_us = 50
+//! metrics = "127.0.0.1:9100"
+//! max_instances = 1024
+//! channel_capacity = 64
+//! dict_capacity = 1024
+//!
+//! [listen]
+//! client = "127.0.0.1:11311"
+//!
+//! [connect]
+//! backends = ["127.0.0.1:11212", "127.0.0.1:11213"]
+//! ```
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+
+/// Worker threads a service may have.
+pub const WORKERS: RangeInclusive<usize> = 1..=1024;
+/// The scheduler's timeslice, in microseconds.
+pub const TIMESLICE_US: RangeInclusive<u64> = 1..=10_000;
+/// Instances (client connections) alive at once. The scheduler's task
+/// table and the message pool are sized from it when the service starts.
+pub const MAX_INSTANCES: RangeInclusive<usize> = 1..=100_000;
+/// Messages a task channel holds.
+pub const CHANNEL_CAPACITY: RangeInclusive<usize> = 1..=65_536;
+/// Entries of each dictionary in process state.
+pub const DICT_CAPACITY: RangeInclusive<usize> = 1..=16_777_216;
+
+/// A configuration file as written. Every key is optional; unknown keys
+/// are errors.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// The program, relative to the configuration file's directory.
+    pub program: Option<String>,
+    /// Channel name to listening address.
+    #[serde(default)]
+    pub listen: BTreeMap<String, String>,
+    /// Channel (or channel array) name to backend addresses.
+    #[serde(default)]
+    pub connect: BTreeMap<String, Addrs>,
+    pub workers: Option<usize>,
+    pub timeslice_us: Option<u64>,
+    /// Address of the Prometheus `/metrics` endpoint.
+    pub metrics: Option<String>,
+    pub max_instances: Option<usize>,
+    pub channel_capacity: Option<usize>,
+    pub dict_capacity: Option<usize>,
+}
+
+/// One address (`"host:port"`) or a list of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Addrs(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for Addrs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Addrs, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Addrs;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an address \"host:port\" or a list of them")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Addrs, E> {
+                Ok(Addrs(vec![s.to_string()]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Addrs, A::Error> {
+                let mut v = Vec::new();
+                while let Some(s) = seq.next_element::<String>()? {
+                    v.push(s);
+                }
+                Ok(Addrs(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl FileConfig {
+    /// Parses a configuration file's text; the error names the line, the
+    /// column and, for an unknown key, the key.
+    pub fn parse(text: &str) -> Result<FileConfig, String> {
+        toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())
+    }
+}
+
+/// What the command line gives; each `Some` (and each binding) overrides
+/// the file.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub program: Option<String>,
+    /// `CHANNEL=ADDR`
+    pub listen: Vec<String>,
+    /// `CHANNEL=ADDR[,ADDR...]`
+    pub connect: Vec<String>,
+    pub workers: Option<usize>,
+    pub timeslice_us: Option<u64>,
+    pub metrics: Option<String>,
+    pub max_instances: Option<usize>,
+    pub channel_capacity: Option<usize>,
+    pub dict_capacity: Option<usize>,
+}
+
+/// The settings of one `flick run`, resolved and range-checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub program: PathBuf,
+    /// In channel-name order.
+    pub listen: Vec<(String, SocketAddr)>,
+    /// In channel-name order.
+    pub connect: Vec<(String, Vec<SocketAddr>)>,
+    /// `None`: one per core.
+    pub workers: Option<usize>,
+    pub timeslice_us: u64,
+    pub metrics: Option<SocketAddr>,
+    pub max_instances: usize,
+    pub channel_capacity: usize,
+    pub dict_capacity: usize,
+}
+
+/// Resolves `host:port` to its first address.
+pub fn parse_addr(a: &str) -> Result<SocketAddr, String> {
+    a.to_socket_addrs()
+        .map_err(|e| format!("`{a}`: {e}"))?
+        .next()
+        .ok_or_else(|| format!("`{a}` resolves to no address"))
+}
+
+/// Splits a `CHANNEL=ADDR[,ADDR...]` flag.
+fn split_binding(s: &str) -> Result<(String, Vec<String>), String> {
+    let (chan, addrs) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not CHANNEL=ADDR"))?;
+    if chan.is_empty() {
+        return Err(format!("`{s}` names no channel"));
+    }
+    Ok((
+        chan.to_string(),
+        addrs.split(',').map(str::to_string).collect(),
+    ))
+}
+
+/// A flag's value (with its origin `--flag-name`) if given, else the
+/// file's (with its origin `FILE: key`).
+fn setting<T>(
+    at: &dyn Fn(&str) -> String,
+    key: &str,
+    flag: Option<T>,
+    file: Option<T>,
+) -> Option<(String, T)> {
+    match (flag, file) {
+        (Some(v), _) => Some((format!("--{}", key.replace('_', "-")), v)),
+        (None, Some(v)) => Some((at(key), v)),
+        (None, None) => None,
+    }
+}
+
+fn ranged<T: PartialOrd + std::fmt::Display + Copy>(
+    errors: &mut Vec<String>,
+    origin: &str,
+    value: T,
+    range: &RangeInclusive<T>,
+) -> T {
+    if !range.contains(&value) {
+        errors.push(format!(
+            "{origin}: {value} is out of range: must be between {} and {}",
+            range.start(),
+            range.end()
+        ));
+    }
+    value
+}
+
+/// Joins a configuration file (if any, with its path: its program path is
+/// taken from its directory) and the command line. Returns every problem
+/// found, not only the first, each naming the flag or the file and key it
+/// comes from.
+pub fn resolve(
+    file: Option<(&FileConfig, &Path)>,
+    flags: &Overrides,
+) -> Result<Settings, Vec<String>> {
+    let empty = FileConfig::default();
+    let (cfg, path) = file.unwrap_or((&empty, Path::new("")));
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let at = |key: &str| format!("{}: {key}", path.display());
+    let mut errors = Vec::new();
+    let program = match (&flags.program, &cfg.program) {
+        (Some(p), _) => Some(PathBuf::from(p)),
+        (None, Some(p)) => Some(dir.join(p)),
+        (None, None) => {
+            errors.push(
+                "no program: give it on the command line or as `program` in the configuration file"
+                    .to_string(),
+            );
+            None
+        }
+    };
+
+    // Bindings: the file's, then the flags', each replacing a channel's.
+    let mut listen: BTreeMap<String, (String, Vec<String>)> = cfg
+        .listen
+        .iter()
+        .map(|(c, a)| (c.clone(), (at(&format!("listen.{c}")), vec![a.clone()])))
+        .collect();
+    for b in &flags.listen {
+        match split_binding(b) {
+            Ok((c, a)) => {
+                listen.insert(c, (format!("--listen {b}"), a));
+            }
+            Err(e) => errors.push(format!("--listen {e}")),
+        }
+    }
+    let mut connect: BTreeMap<String, (String, Vec<String>)> = cfg
+        .connect
+        .iter()
+        .map(|(c, a)| (c.clone(), (at(&format!("connect.{c}")), a.0.clone())))
+        .collect();
+    for b in &flags.connect {
+        match split_binding(b) {
+            Ok((c, a)) => {
+                connect.insert(c, (format!("--connect {b}"), a));
+            }
+            Err(e) => errors.push(format!("--connect {e}")),
+        }
+    }
+    fn resolve_all(errors: &mut Vec<String>, origin: &str, addrs: &[String]) -> Vec<SocketAddr> {
+        if addrs.is_empty() {
+            errors.push(format!("{origin}: no address"));
+        }
+        addrs
+            .iter()
+            .filter_map(|a| {
+                parse_addr(a)
+                    .map_err(|e| errors.push(format!("{origin}: {e}")))
+                    .ok()
+            })
+            .collect()
+    }
+    let mut listen_addrs = Vec::new();
+    for (chan, (origin, addrs)) in &listen {
+        if addrs.len() != 1 {
+            errors.push(format!("{origin}: one address per listening channel"));
+            continue;
+        }
+        if let Some(a) = resolve_all(&mut errors, origin, addrs).first() {
+            listen_addrs.push((chan.clone(), *a));
+        }
+    }
+    let mut connect_addrs = Vec::new();
+    for (chan, (origin, addrs)) in &connect {
+        let resolved = resolve_all(&mut errors, origin, addrs);
+        if resolved.len() == addrs.len() && !addrs.is_empty() {
+            connect_addrs.push((chan.clone(), resolved));
+        }
+    }
+    let metrics = match (&flags.metrics, &cfg.metrics) {
+        (Some(a), _) => parse_addr(a)
+            .map_err(|e| errors.push(format!("--metrics {e}")))
+            .ok(),
+        (None, Some(a)) => parse_addr(a)
+            .map_err(|e| errors.push(format!("{}: {e}", at("metrics"))))
+            .ok(),
+        (None, None) => None,
+    };
+
+    let defaults = flick_platform::ServiceConfig::default();
+    let workers = setting(&at, "workers", flags.workers, cfg.workers)
+        .map(|(o, w)| ranged(&mut errors, &o, w, &WORKERS));
+    let timeslice_us = setting(&at, "timeslice_us", flags.timeslice_us, cfg.timeslice_us)
+        .map_or(50, |(o, v)| ranged(&mut errors, &o, v, &TIMESLICE_US));
+    let max_instances = setting(&at, "max_instances", flags.max_instances, cfg.max_instances)
+        .map_or(defaults.max_instances, |(o, v)| {
+            ranged(&mut errors, &o, v, &MAX_INSTANCES)
+        });
+    let channel_capacity = setting(
+        &at,
+        "channel_capacity",
+        flags.channel_capacity,
+        cfg.channel_capacity,
+    )
+    .map_or(defaults.channel_capacity, |(o, v)| {
+        ranged(&mut errors, &o, v, &CHANNEL_CAPACITY)
+    });
+    let dict_capacity = setting(&at, "dict_capacity", flags.dict_capacity, cfg.dict_capacity)
+        .map_or(defaults.dict_capacity, |(o, v)| {
+            ranged(&mut errors, &o, v, &DICT_CAPACITY)
+        });
+    match program {
+        Some(program) if errors.is_empty() => Ok(Settings {
+            program,
+            listen: listen_addrs,
+            connect: connect_addrs,
+            workers,
+            timeslice_us,
+            metrics,
+            max_instances,
+            channel_capacity,
+            dict_capacity,
+        }),
+        _ => Err(errors),
+    }
+}
+
+/// Checks the bindings against the process's channels (`arrays[i]`: channel
+/// `i` is a channel array): every name is a channel, exactly one channel
+/// listens, every other channel connects, a plain channel connects to one
+/// address. Returns every problem.
+pub fn check_bindings(
+    process: &str,
+    channels: &[String],
+    arrays: &[bool],
+    settings: &Settings,
+) -> Vec<String> {
+    let mut errors = Vec::new();
+    let known = |c: &str| channels.iter().position(|n| n == c);
+    let list = channels.join(", ");
+    for (c, _) in &settings.listen {
+        match known(c) {
+            None => errors.push(format!(
+                "listen: `{c}` is not a channel of process `{process}` (its channels: {list})"
+            )),
+            Some(i) if arrays.get(i) == Some(&true) => errors.push(format!(
+                "listen: `{c}` is a channel array; only a single channel can listen"
+            )),
+            Some(_) => {}
+        }
+    }
+    for (c, addrs) in &settings.connect {
+        match known(c) {
+            None => errors.push(format!(
+                "connect: `{c}` is not a channel of process `{process}` (its channels: {list})"
+            )),
+            Some(i) if arrays.get(i) != Some(&true) && addrs.len() != 1 => errors.push(format!(
+                "connect: `{c}` is a single channel; bind it to one address, not {}",
+                addrs.len()
+            )),
+            Some(_) => {}
+        }
+        if settings.listen.iter().any(|(l, _)| l == c) {
+            errors.push(format!("channel `{c}` both listens and connects"));
+        }
+    }
+    match settings.listen.len() {
+        0 => errors
+            .push("nothing listens: bind a channel with --listen (or in [listen])".to_string()),
+        1 => {}
+        _ => errors.push(format!(
+            "only one channel can listen, but {} do",
+            settings
+                .listen
+                .iter()
+                .map(|(c, _)| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        )),
+    }
+    for c in channels {
+        let bound = settings.listen.iter().any(|(l, _)| l == c)
+            || settings.connect.iter().any(|(k, _)| k == c);
+        if !bound {
+            errors.push(format!(
+                "channel `{c}` has no binding: give it --listen or --connect (or bind it in [listen] or [connect])"
+            ));
+        }
+    }
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+program = "proxy.flick"
+workers = 2
+metrics = "127.0.0.1:9100"
+
+[listen]
+client = "127.0.0.1:11211"
+
+[connect]
+backends = ["127.0.0.1:1", "127.0.0.1:2"]
+one = "127.0.0.1:3"
+"#;
+
+    #[test]
+    fn a_file_resolves_with_its_program_beside_it() {
+        let cfg = FileConfig::parse(GOOD).unwrap();
+        let s = resolve(
+            Some((&cfg, Path::new("etc/flick.toml"))),
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(s.program, Path::new("etc/proxy.flick"));
+        assert_eq!(s.workers, Some(2));
+        assert_eq!(s.timeslice_us, 50);
+        assert_eq!(
+            s.listen,
+            vec![("client".into(), "127.0.0.1:11211".parse().unwrap())]
+        );
+        assert_eq!(s.connect[0].1.len(), 2);
+        assert_eq!(
+            s.connect[1],
+            ("one".into(), vec!["127.0.0.1:3".parse().unwrap()])
+        );
+        assert_eq!(s.metrics, Some("127.0.0.1:9100".parse().unwrap()));
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let cfg = FileConfig::parse(GOOD).unwrap();
+        let flags = Overrides {
+            program: Some("other.flick".into()),
+            listen: vec!["client=127.0.0.1:5".into()],
+            connect: vec!["backends=127.0.0.1:6".into()],
+            workers: Some(3),
+            timeslice_us: Some(7),
+            ..Overrides::default()
+        };
+        let s = resolve(Some((&cfg, Path::new("etc/flick.toml"))), &flags).unwrap();
+        assert_eq!(s.program, Path::new("other.flick"));
+        assert_eq!(s.workers, Some(3));
+        assert_eq!(s.timeslice_us, 7);
+        assert_eq!(s.listen[0].1.port(), 5);
+        assert_eq!(s.connect[0].1, vec!["127.0.0.1:6".parse().unwrap()]);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = FileConfig::parse("workers = 1\nwokers = 2\n").unwrap_err();
+        assert!(e.contains("wokers"), "{e}");
+        assert!(e.contains("line 2"), "{e}");
+        let e = FileConfig::parse("connect = { b = 3 }\n").unwrap_err();
+        assert!(e.contains("host:port"), "{e}");
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let cfg =
+            FileConfig::parse("workers = 0\nmax_instances = 0\n[listen]\nclient = \"127.0.0.1\"\n")
+                .unwrap();
+        let flags = Overrides {
+            max_instances: Some(1),
+            channel_capacity: Some(0),
+            ..Overrides::default()
+        };
+        let e = resolve(Some((&cfg, Path::new("f.toml"))), &flags).unwrap_err();
+        assert_eq!(e.len(), 4, "{e:?}");
+        assert!(e[0].starts_with("no program"), "{e:?}");
+        assert!(
+            e.contains(&"f.toml: listen.client: `127.0.0.1`: invalid socket address".into()),
+            "{e:?}"
+        );
+        assert!(
+            e.contains(&"f.toml: workers: 0 is out of range: must be between 1 and 1024".into()),
+            "{e:?}"
+        );
+        assert!(
+            e.contains(
+                &"--channel-capacity: 0 is out of range: must be between 1 and 65536".into()
+            ),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn bindings_are_checked_against_the_process() {
+        let chans = ["client".to_string(), "backends".to_string()];
+        let arrays = [false, true];
+        let cfg = FileConfig::parse(GOOD).unwrap();
+        let s = resolve(Some((&cfg, Path::new("f.toml"))), &Overrides::default()).unwrap();
+        let e = check_bindings("P", &chans, &arrays, &s);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains("`one` is not a channel of process `P`"),
+            "{e:?}"
+        );
+        let flags = Overrides {
+            program: Some("p".into()),
+            listen: vec!["backends=127.0.0.1:1".into()],
+            connect: vec!["client=127.0.0.1:1,127.0.0.1:2".into()],
+            ..Overrides::default()
+        };
+        let s = resolve(None, &flags).unwrap();
+        let e = check_bindings("P", &chans, &arrays, &s);
+        assert!(e.iter().any(|m| m.contains("channel array")), "{e:?}");
+        assert!(e.iter().any(|m| m.contains("single channel")), "{e:?}");
+    }
+}

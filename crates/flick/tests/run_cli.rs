@@ -1,0 +1,495 @@
+//! `flick run` as an operator uses it: `--config` files, `--check`,
+//! `--metrics` (Prometheus text format) and a clean stop on SIGTERM, with
+//! the Memcached proxy in front of real memcached servers (Debian package
+//! `memcached`). Every wait here is bounded in time and every loop in count.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// Child processes killed when the test ends, however it ends.
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A scratch directory removed when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("flick-run-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn file(&self, name: &str, text: &str) -> String {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn root() -> bool {
+    std::env::var("USER").map(|u| u == "root").unwrap_or(false)
+        || Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout.starts_with(b"0"))
+            .unwrap_or(false)
+}
+
+fn memcached(procs: &mut Procs) -> u16 {
+    let port = free_port();
+    let child = Command::new("memcached")
+        .args(["-l", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-U", "0", "-t", "1", "-m", "16"])
+        .args(if root() { &["-u", "root"][..] } else { &[][..] })
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("memcached is installed (scripts/test.sh installs it)");
+    procs.0.push(child);
+    wait_for(port);
+    port
+}
+
+fn program() -> String {
+    Path::new(ROOT)
+        .join("examples/memcached_proxy.flick")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A configuration for the proxy in front of `backends`, listening and
+/// serving metrics on free ports.
+fn proxy_config(backends: &[u16]) -> String {
+    let list: Vec<String> = backends
+        .iter()
+        .map(|p| format!("\"127.0.0.1:{p}\""))
+        .collect();
+    format!(
+        "program = {:?}\nworkers = 2\nmetrics = \"127.0.0.1:0\"\n\n[listen]\nclient = \"127.0.0.1:0\"\n\n[connect]\nbackends = [{}]\n",
+        program(),
+        list.join(", ")
+    )
+}
+
+fn flick(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flick"))
+        .args(args)
+        .current_dir(ROOT)
+        .output()
+        .expect("flick runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A running `flick run`: its pid, its stdout, and the ports it printed.
+struct Running {
+    pid: u32,
+    out: BufReader<ChildStdout>,
+    port: u16,
+    metrics: u16,
+}
+
+fn port_of(line: &str) -> u16 {
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| {
+            let w = w.trim_start_matches("http://").trim_end_matches("/metrics");
+            w.parse::<std::net::SocketAddr>().ok()
+        })
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    addr.port()
+}
+
+fn start(procs: &mut Procs, args: &[&str]) -> Running {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(ROOT)
+        .arg("run")
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    procs.0.push(child);
+    let mut listening = String::new();
+    out.read_line(&mut listening).unwrap();
+    assert!(listening.contains("listening on"), "{listening:?}");
+    let mut metrics = String::new();
+    out.read_line(&mut metrics).unwrap();
+    assert!(metrics.contains("/metrics"), "{metrics:?}");
+    Running {
+        pid,
+        out,
+        port: port_of(&listening),
+        metrics: port_of(&metrics),
+    }
+}
+
+fn request(op: u8, key: &[u8], value: &[u8], extras: &[u8]) -> Vec<u8> {
+    let body = extras.len() + key.len() + value.len();
+    let mut r = vec![0x80, op];
+    r.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    r.push(extras.len() as u8);
+    r.extend_from_slice(&[0, 0, 0]);
+    r.extend_from_slice(&(body as u32).to_be_bytes());
+    r.extend_from_slice(&[0; 12]);
+    r.extend_from_slice(extras);
+    r.extend_from_slice(key);
+    r.extend_from_slice(value);
+    r
+}
+
+/// (status, value) of one response.
+fn response(s: &mut TcpStream) -> (u16, Vec<u8>) {
+    let mut h = [0u8; 24];
+    s.read_exact(&mut h).unwrap();
+    let total = u32::from_be_bytes(h[8..12].try_into().unwrap()) as usize;
+    let (keylen, extras) = (u16::from_be_bytes([h[2], h[3]]) as usize, h[4] as usize);
+    let mut body = vec![0; total];
+    s.read_exact(&mut body).unwrap();
+    (
+        u16::from_be_bytes([h[6], h[7]]),
+        body[extras + keylen..].to_vec(),
+    )
+}
+
+fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// `n` sets and gets through the proxy, each answered.
+fn traffic(port: u16, n: usize) -> TcpStream {
+    let mut c = connect(port);
+    for i in 0..n {
+        let key = format!("key:{i}");
+        c.write_all(&request(0x01, key.as_bytes(), b"v", &[0; 8]))
+            .unwrap();
+        assert_eq!(response(&mut c).0, 0, "set {key}");
+        c.write_all(&request(0x00, key.as_bytes(), b"", b""))
+            .unwrap();
+        assert_eq!(response(&mut c), (0, b"v".to_vec()), "get {key}");
+    }
+    c
+}
+
+/// One HTTP request; (status line, headers and body).
+fn http_get(port: u16, path: &str) -> (String, String) {
+    let mut s = connect(port);
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.take(1 << 20).read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8(raw).expect("UTF-8 answer");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a complete answer");
+    let status = head.lines().next().unwrap_or("").to_string();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("Content-Length");
+    assert_eq!(length, body.len(), "Content-Length matches the body");
+    (format!("{status}\n{head}"), body.to_string())
+}
+
+/// Checks the Prometheus text format (0.0.4): `# HELP`/`# TYPE` comments,
+/// each family typed once before its samples, and every other line
+/// `name value` or `name{label="value",...} value`. Returns the samples.
+fn parse_exposition(text: &str) -> Vec<(String, f64)> {
+    fn is_name(s: &str, colon: bool) -> bool {
+        let mut cs = s.chars();
+        matches!(cs.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || (colon && c == ':'))
+            && cs.all(|c| c.is_ascii_alphanumeric() || c == '_' || (colon && c == ':'))
+    }
+    assert!(text.ends_with('\n'), "ends with a newline");
+    let mut typed = std::collections::HashSet::new();
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if let Some(c) = line.strip_prefix('#') {
+            let words: Vec<&str> = c.trim_start().splitn(3, ' ').collect();
+            match words.as_slice() {
+                ["HELP", name, help] => {
+                    assert!(is_name(name, true) && !help.is_empty(), "{line}")
+                }
+                ["TYPE", name, kind] => {
+                    assert!(is_name(name, true), "{line}");
+                    assert!(
+                        ["counter", "gauge", "histogram", "summary", "untyped"].contains(kind),
+                        "{line}"
+                    );
+                    if *kind == "counter" {
+                        assert!(name.ends_with("_total"), "counter named _total: {line}");
+                    }
+                    assert!(typed.insert(name.to_string()), "typed twice: {line}");
+                }
+                _ => {}
+            }
+            continue;
+        }
+        assert!(!line.is_empty(), "no blank lines");
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line}"));
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("value of {line}"));
+        let name = match series.split_once('{') {
+            None => series,
+            Some((name, labels)) => {
+                let labels = labels.strip_suffix('}').unwrap_or_else(|| panic!("{line}"));
+                // label="value" pairs, values with \\, \" and \n escapes.
+                let mut rest = labels;
+                while !rest.is_empty() {
+                    let (label, after) = rest.split_once("=\"").unwrap_or_else(|| panic!("{line}"));
+                    assert!(is_name(label, false), "label {label:?} in {line}");
+                    let mut chars = after.char_indices();
+                    let end = loop {
+                        match chars.next() {
+                            Some((_, '\\')) => {
+                                let e = chars.next().map(|(_, c)| c);
+                                assert!(matches!(e, Some('\\' | '"' | 'n')), "{line}");
+                            }
+                            Some((i, '"')) => break i,
+                            Some(_) => {}
+                            None => panic!("unterminated label value in {line}"),
+                        }
+                    };
+                    rest = &after[end + 1..];
+                    rest = rest.strip_prefix(',').unwrap_or(rest);
+                }
+                name
+            }
+        };
+        assert!(is_name(name, true), "{line}");
+        assert!(typed.contains(name), "sample before its TYPE: {line}");
+        samples.push((series.to_string(), value));
+    }
+    samples
+}
+
+fn value(samples: &[(String, f64)], series: &str) -> f64 {
+    samples
+        .iter()
+        .find(|(s, _)| s == series)
+        .map(|(_, v)| *v)
+        .unwrap_or_else(|| panic!("no {series} in {samples:?}"))
+}
+
+#[test]
+fn check_accepts_a_good_config_and_the_example() {
+    let dir = TempDir::new("good");
+    let cfg = dir.file("good.toml", &proxy_config(&[free_port(), free_port()]));
+    let o = flick(&["run", "--check", "--config", &cfg]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("valid"));
+    // The shipped example, its program named relative to the file.
+    let o = flick(&[
+        "run",
+        "--check",
+        "--config",
+        "examples/memcached_proxy.toml",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Flags override the file: a bad file value replaced by a good flag.
+    let bad_workers = dir.file(
+        "workers.toml",
+        &proxy_config(&[free_port()]).replace("workers = 2", "workers = 0"),
+    );
+    let o = flick(&["run", "--check", "--config", &bad_workers]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("workers: 0 is out of range"),
+        "{}",
+        stderr(&o)
+    );
+    let o = flick(&["run", "--check", "--config", &bad_workers, "--workers", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn check_rejects_bad_configs_naming_the_problem() {
+    let dir = TempDir::new("bad");
+    let good = proxy_config(&[free_port()]);
+    let cases = [
+        (
+            "unknown_key.toml",
+            good.replace("workers = 2", "wokers = 2"),
+            "unknown field `wokers`",
+        ),
+        (
+            "unknown_channel.toml",
+            good.replace("client = ", "clinet = "),
+            "`clinet` is not a channel of process `Memcached`",
+        ),
+        (
+            "bad_address.toml",
+            good.replace("client = \"127.0.0.1:0\"", "client = \"127.0.0.1\""),
+            "listen.client: `127.0.0.1`: invalid socket address",
+        ),
+        (
+            "bad_metrics.toml",
+            good.replace("metrics = \"127.0.0.1:0\"", "metrics = \"9100\""),
+            "metrics: `9100`: invalid socket address",
+        ),
+        (
+            "not_toml.toml",
+            "program = \n".to_string(),
+            "TOML parse error at line 1",
+        ),
+    ];
+    for (name, text, message) in cases {
+        let path = dir.file(name, &text);
+        let o = flick(&["run", "--check", "--config", &path]);
+        assert_ne!(o.status.code(), Some(0), "{name} accepted");
+        assert!(o.status.code().is_some(), "{name}: exited, not killed");
+        let err = stderr(&o);
+        assert!(err.contains(message), "{name}: {message:?} not in:\n{err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+    }
+    let o = flick(&["run", "--check", "--config", "/nonexistent/flick.toml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot read"));
+}
+
+#[test]
+fn metrics_count_connections_and_messages() {
+    let mut procs = Procs(Vec::new());
+    let backends = [memcached(&mut procs), memcached(&mut procs)];
+    let dir = TempDir::new("metrics");
+    let cfg = dir.file("proxy.toml", &proxy_config(&backends));
+    let run = start(&mut procs, &["--config", &cfg]);
+    let requests = 10;
+    let client = traffic(run.port, requests);
+    // The writer counts a message after its last byte is written, so the
+    // counters may trail the replies by a moment: poll, bounded.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let samples = loop {
+        let (head, body) = http_get(run.metrics, "/metrics");
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+        assert!(
+            head.contains("Content-Type: text/plain; version=0.0.4"),
+            "{head}"
+        );
+        let samples = parse_exposition(&body);
+        let out = value(&samples, "flick_messages_out_total{channel=\"client\"}");
+        if out >= (2 * requests) as f64 || Instant::now() > deadline {
+            break samples;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let v = |s: &str| value(&samples, s);
+    assert!(v("flick_connections_accepted_total") >= 1.0);
+    // The client and its two backend connections.
+    assert!(v("flick_connections_open") >= 3.0);
+    assert!(v("flick_instances_live") >= 1.0);
+    let n = (2 * requests) as f64;
+    assert!(v("flick_messages_in_total{channel=\"client\"}") >= n);
+    assert!(v("flick_messages_out_total{channel=\"client\"}") >= n);
+    assert!(v("flick_messages_in_total{channel=\"backends\"}") >= n);
+    assert!(v("flick_messages_out_total{channel=\"backends\"}") >= n);
+    assert_eq!(v("flick_malformed_messages_total"), 0.0);
+    assert_eq!(v("flick_backend_connect_errors_total"), 0.0);
+    assert!(v("flick_tasks_live") >= 1.0);
+    assert!(v("flick_pooled_messages") >= 0.0);
+    for w in 0..2 {
+        v(&format!("flick_scheduler_queue_length{{worker=\"{w}\"}}"));
+    }
+    // Other paths are not found; the endpoint still answers afterwards.
+    let (head, _) = http_get(run.metrics, "/");
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+    let (head, _) = http_get(run.metrics, "/metrics?again");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    drop(client);
+}
+
+#[test]
+fn sigterm_stops_the_service_cleanly() {
+    let mut procs = Procs(Vec::new());
+    let backends = [memcached(&mut procs)];
+    let dir = TempDir::new("sigterm");
+    let cfg = dir.file("proxy.toml", &proxy_config(&backends));
+    // The flag overrides the file's worker count.
+    let mut run = start(&mut procs, &["--config", &cfg, "--workers", "1"]);
+    drop(traffic(run.port, 3));
+    let killed = Command::new("kill")
+        .args(["-TERM", &run.pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let child = procs
+        .0
+        .iter_mut()
+        .find(|c| c.id() == run.pid)
+        .expect("flick is a child");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "flick still runs 10 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "exit status {status}");
+    let mut rest = String::new();
+    run.out.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("flick: stopped"), "{rest:?}");
+}
+
+#[test]
+fn help_lists_the_run_options() {
+    let o = flick(&["run", "--help"]);
+    assert!(o.status.success());
+    let help = String::from_utf8_lossy(&o.stdout);
+    for option in [
+        "--config",
+        "--listen",
+        "--connect",
+        "--workers",
+        "--timeslice-us",
+        "--metrics",
+        "--max-instances",
+        "--channel-capacity",
+        "--dict-capacity",
+        "--check",
+    ] {
+        assert!(help.contains(option), "{option} missing from:\n{help}");
+    }
+}
