@@ -401,8 +401,36 @@ impl Checker<'_> {
                 );
             }
             _ => {
-                self.expect_ty(t, pty, a.span, &format!("argument `{pname}` of `{fname}`"));
+                let what = format!("argument `{pname}` of `{fname}`");
+                if self.expect_ty(t, pty, a.span, &what) {
+                    self.fits(t, pty, a.span, &what);
+                }
             }
+        }
+    }
+
+    /// A value's size bound must fit the bound of where it goes: the
+    /// memory bound of a program relies on it.
+    pub(crate) fn fits(&mut self, value: &Ty, target: &Ty, span: Span, what: &str) {
+        let (v, t) = (self.uni.resolve(value), self.uni.resolve(target));
+        let (have, limit, unit) = match (v.behind_refs(), t.behind_refs()) {
+            (
+                Ty::Str { max: a } | Ty::Bytes { max: a },
+                Ty::Str { max: b } | Ty::Bytes { max: b },
+            ) => (*a, *b, "bytes"),
+            (Ty::List(_, a), Ty::List(_, b)) => (*a, *b, "elements"),
+            _ => return,
+        };
+        if have > limit {
+            self.diags.push(
+                Diagnostic::error(
+                    "E0508",
+                    format!("{what} holds at most {limit} {unit}, but this may have {have}"),
+                    span,
+                )
+                .label(format!("up to {have} {unit}"))
+                .hint("raise the `max` where it is declared, or bound the value more tightly"),
+            );
         }
     }
 
@@ -467,7 +495,10 @@ impl Checker<'_> {
             let t = self.expr(a);
             if ok {
                 let (n, ft) = &fields[i];
-                self.expect_ty(&t, ft, a.span, &format!("field `{n}` of `{}`", f.name));
+                let what = format!("field `{n}` of `{}`", f.name);
+                if self.expect_ty(&t, ft, a.span, &what) {
+                    self.fits(&t, ft, a.span, &what);
+                }
             }
         }
         Ty::Record(rid, f.name.clone())
@@ -750,7 +781,10 @@ impl Checker<'_> {
                 let t = match ty {
                     Some(te) => {
                         let declared = self.resolve_type(te, &crate::decls::SizeScope::Constant);
-                        self.expect_ty(&t, &declared, value.span, &format!("`{}`", name.name));
+                        let what = format!("`{}`", name.name);
+                        if self.expect_ty(&t, &declared, value.span, &what) {
+                            self.fits(&t, &declared, value.span, &what);
+                        }
                         declared
                     }
                     None => t,

@@ -162,11 +162,21 @@ impl Checker<'_> {
         let ty = match &s.ty {
             Some(te) => {
                 let declared = self.resolve_type(te, &SizeScope::Constant);
-                self.expect_ty(&t, &declared, s.init.span, &format!("`{}`", s.name.name));
+                let what = format!("`{}`", s.name.name);
+                if self.expect_ty(&t, &declared, s.init.span, &what) {
+                    self.fits(&t, &declared, s.init.span, &what);
+                }
                 declared
             }
             None => t,
         };
+        if matches!(self.uni.resolve(&ty), Ty::Chan(_) | Ty::ChanArray(..)) {
+            self.diags.push(
+                Diagnostic::error("E0303", format!("state variable `{}` cannot hold a channel", s.name.name), s.init.span)
+                    .label("a channel")
+                    .hint("channels belong to one instance's connections; use the process's channel parameters directly"),
+            );
+        }
         if self.lookup(&s.name.name).is_some() {
             self.diags.push(
                 Diagnostic::error(

@@ -52,7 +52,8 @@ pub struct SourceFile {
     line_starts: Vec<u32>,
 }
 
-/// A one-based line and column (columns count characters, not bytes).
+/// A one-based line and column. Columns count bytes from the line's start,
+/// as the diagnostic renderer's source excerpts do, so the two agree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LineCol {
     pub line: usize,
@@ -83,10 +84,7 @@ impl SourceFile {
         };
         let start = self.line_starts[line] as usize;
         let end = (offset as usize).min(self.text.len());
-        let col = self
-            .text
-            .get(start..end)
-            .map_or(end - start, |s| s.chars().count());
+        let col = end.saturating_sub(start);
         LineCol {
             line: line + 1,
             col: col + 1,
