@@ -17,25 +17,54 @@ use flick_syntax::ast::*;
 use flick_syntax::format_expr;
 use std::collections::HashMap;
 
-/// Cost and working memory of a piece of code.
+/// Cost and working memory of a piece of code. `live` is what its own
+/// `let`s still hold when it ends; `peak` is the most it holds at any one
+/// moment, including what the code it calls binds. Calls run one after
+/// another, so their working sets do not add up.
 #[derive(Clone, Copy, Default)]
 struct Cost {
     ops: u64,
-    bytes: u64,
+    live: u64,
+    peak: u64,
 }
 
 impl Cost {
+    fn ops(ops: u64) -> Cost {
+        Cost {
+            ops,
+            live: 0,
+            peak: 0,
+        }
+    }
+
+    /// `self`, then `o`: what `self` binds stays live while `o` runs.
     fn add(self, o: Cost) -> Cost {
         Cost {
             ops: self.ops.saturating_add(o.ops),
-            bytes: self.bytes.saturating_add(o.bytes),
+            live: self.live.saturating_add(o.live),
+            peak: self.peak.max(self.live.saturating_add(o.peak)),
         }
     }
 
     fn op(self) -> Cost {
         Cost {
             ops: self.ops.saturating_add(1),
-            bytes: self.bytes,
+            ..self
+        }
+    }
+
+    /// The most bytes held at once.
+    fn bytes(self) -> u64 {
+        self.peak.max(self.live)
+    }
+
+    /// Code whose bindings end with it (a call, a branch): its memory is
+    /// transient for whoever runs it.
+    fn scoped(self) -> Cost {
+        Cost {
+            ops: self.ops,
+            live: 0,
+            peak: self.bytes(),
         }
     }
 }
@@ -100,7 +129,7 @@ impl Checker<'_> {
                     )
                 }
             };
-            working = working.max(cost.bytes);
+            working = working.max(cost.bytes());
             b.rule_ops.push((label, cost.ops));
         }
         b.instance_parts
@@ -144,9 +173,11 @@ impl Checker<'_> {
                         .get(&value.span)
                         .cloned()
                         .unwrap_or(Ty::Error);
+                    let held = self.value_bytes(&ty);
                     let bound = Cost {
                         ops: 1,
-                        bytes: self.value_bytes(&ty),
+                        live: held,
+                        peak: held,
                     };
                     self.cost_expr(value, memo).add(bound)
                 }
@@ -160,13 +191,14 @@ impl Checker<'_> {
                     then,
                     otherwise,
                 } => {
-                    let t = self.cost_block(then, memo);
+                    let t = self.cost_block(then, memo).scoped();
                     let o = otherwise
                         .as_ref()
-                        .map_or(Cost::default(), |o| self.cost_block(o, memo));
+                        .map_or(Cost::default(), |o| self.cost_block(o, memo).scoped());
                     let branch = Cost {
                         ops: t.ops.max(o.ops),
-                        bytes: t.bytes.max(o.bytes),
+                        live: 0,
+                        peak: t.peak.max(o.peak),
                     };
                     self.cost_expr(cond, memo).add(branch)
                 }
@@ -178,12 +210,12 @@ impl Checker<'_> {
     }
 
     fn call_cost(&mut self, f: &Ident, args: &[Expr], memo: &mut HashMap<usize, Cost>) -> Cost {
-        let mut c = Cost { ops: 1, bytes: 0 };
+        let mut c = Cost::ops(1);
         for a in args {
             c = c.add(self.cost_expr(a, memo));
         }
         if let Some(&id) = self.fun_ids.get(&f.name) {
-            return c.add(self.fun_cost(id, memo));
+            return c.add(self.fun_cost(id, memo).scoped());
         }
         if matches!(f.name.as_str(), "fold" | "map" | "filter") {
             let list = args.last().expect("checked arity");
@@ -195,10 +227,11 @@ impl Checker<'_> {
                 ExprKind::Var(v) => self.fun_ids.get(&v.name),
                 _ => None,
             }) {
-                let body = self.fun_cost(id, memo);
+                let body = self.fun_cost(id, memo).scoped();
                 c = c.add(Cost {
                     ops: n.saturating_mul(body.ops.saturating_add(1)),
-                    bytes: body.bytes,
+                    live: 0,
+                    peak: body.peak,
                 });
             }
         }
@@ -206,7 +239,7 @@ impl Checker<'_> {
     }
 
     fn cost_expr(&mut self, e: &Expr, memo: &mut HashMap<usize, Cost>) -> Cost {
-        let one = Cost { ops: 1, bytes: 0 };
+        let one = Cost::ops(1);
         match &e.kind {
             ExprKind::Int { .. }
             | ExprKind::Str(_)
@@ -227,10 +260,11 @@ impl Checker<'_> {
                     Some(Ty::ChanArray(_, n)) => *n,
                     _ => 0,
                 };
-                let body = self.cost_block(&f.body, memo);
+                let body = self.cost_block(&f.body, memo).scoped();
                 self.cost_expr(&f.channels, memo).op().add(Cost {
                     ops: n.saturating_mul(body.ops.saturating_add(1)),
-                    bytes: body.bytes,
+                    live: 0,
+                    peak: body.peak,
                 })
             }
         }
