@@ -3,7 +3,7 @@
 //! unit, one message per record, against a hand-written reader of
 //! `WritableUtils.readVLong` lengths.
 //!
-//! `cargo bench -p flick-wire --bench hadoop_ifile`
+//! `cargo bench -p flick-wire --bench hadoop_ifile` (results: `docs/performance.md`)
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use flick_wire::{write_vlong, Grammar, Parser, Progress};

@@ -2,7 +2,7 @@
 //! `request` unit against `httparse` doing the same framing work
 //! (Content-Length, Transfer-Encoding, Connection).
 //!
-//! `cargo bench -p flick-wire --bench http_head`
+//! `cargo bench -p flick-wire --bench http_head` (results: `docs/performance.md`)
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use flick_wire::{Grammar, Parser, Progress};

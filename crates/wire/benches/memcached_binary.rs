@@ -2,7 +2,7 @@
 //! decoding every field or (as the paper's Memcached proxy) only `key`,
 //! against a hand-written parser of the 24-byte header.
 //!
-//! `cargo bench -p flick-wire --bench memcached_binary`
+//! `cargo bench -p flick-wire --bench memcached_binary` (results: `docs/performance.md`)
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use flick_wire::{Grammar, Parser, Progress};
