@@ -171,6 +171,7 @@ fn grammar_command(cmd: GrammarCommand, color: bool) -> ExitCode {
             let mut p = g.parser(u);
             let mut at = 0;
             let mut streamed = 0;
+            let mut head = 0;
             let mut in_message = false;
             while at < bytes.len() || in_message {
                 let rest = &bytes[at..];
@@ -180,14 +181,21 @@ fn grammar_command(cmd: GrammarCommand, color: bool) -> ExitCode {
                         if streamed == 0 {
                             println!("{:?}", p.message(rest));
                         } else {
-                            println!("  ... {} more bytes; message ends", streamed + n);
+                            let body = (streamed + n).saturating_sub(head);
+                            println!(
+                                "  ... a body of {body} bytes passed through; the message ends"
+                            );
                         }
                         at += n;
                         streamed = 0;
+                        head = 0;
                         in_message = false;
                         p.reset();
                     }
-                    Ok(flick_wire::Progress::Head(_)) => println!("{:?}", p.message(rest)),
+                    Ok(flick_wire::Progress::Head(n)) => {
+                        head = n;
+                        println!("{:?}", p.message(rest));
+                    }
                     Ok(flick_wire::Progress::Stream(n)) => {
                         streamed += n;
                         at += n;
