@@ -2,138 +2,17 @@
 //! memcached servers (Debian package `memcached`), spoken to in the binary
 //! protocol by a client here and by libmemcached's `memccapable`.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// Child processes killed when the test ends, however it ends.
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_for(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn memcached(procs: &mut Procs) -> u16 {
-    memcached_on(procs, free_port())
-}
-
-fn memcached_on(procs: &mut Procs, port: u16) -> u16 {
-    let child = Command::new("memcached")
-        .args([
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "0",
-            "-t",
-            "1",
-            "-m",
-            "16",
-        ])
-        .args(if nix_root() {
-            &["-u", "root"][..]
-        } else {
-            &[][..]
-        })
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("memcached is installed (scripts/test.sh installs it)");
-    procs.0.push(child);
-    wait_for(port);
-    port
-}
-
-fn nix_root() -> bool {
-    std::env::var("USER").map(|u| u == "root").unwrap_or(false)
-        || Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| o.stdout.starts_with(b"0"))
-            .unwrap_or(false)
-}
+use support::{connect, flick_run, memcached, memcached_on, request, response, Procs};
 
 /// Starts the proxy in front of `backends`; returns its port.
 fn flick_proxy(procs: &mut Procs, backends: &[u16]) -> u16 {
-    let list: Vec<String> = backends.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .args([
-            "run",
-            "examples/memcached_proxy.flick",
-            "--listen",
-            "client=127.0.0.1:0",
-        ])
-        .arg("--connect")
-        .arg(format!("backends={}", list.join(",")))
-        .args(["--workers", "2"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    procs.0.push(child);
-    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok());
-    port.unwrap_or_else(|| panic!("flick printed {line:?}"))
-}
-
-fn request(op: u8, key: &[u8], value: &[u8], extras: &[u8]) -> Vec<u8> {
-    let body = extras.len() + key.len() + value.len();
-    let mut r = vec![0x80, op];
-    r.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    r.push(extras.len() as u8);
-    r.extend_from_slice(&[0, 0, 0]);
-    r.extend_from_slice(&(body as u32).to_be_bytes());
-    r.extend_from_slice(&[0; 12]);
-    r.extend_from_slice(extras);
-    r.extend_from_slice(key);
-    r.extend_from_slice(value);
-    r
-}
-
-/// (status, value) of one response.
-fn response(s: &mut TcpStream) -> (u16, Vec<u8>) {
-    let mut h = [0u8; 24];
-    s.read_exact(&mut h).unwrap();
-    let total = u32::from_be_bytes(h[8..12].try_into().unwrap()) as usize;
-    let (keylen, extras) = (u16::from_be_bytes([h[2], h[3]]) as usize, h[4] as usize);
-    let mut body = vec![0; total];
-    s.read_exact(&mut body).unwrap();
-    (
-        u16::from_be_bytes([h[6], h[7]]),
-        body[extras + keylen..].to_vec(),
-    )
-}
-
-fn connect(port: u16) -> TcpStream {
-    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s
+    flick_run(procs, "examples/memcached_proxy.flick", backends)
 }
 
 fn set(s: &mut TcpStream, key: &[u8], value: &[u8]) -> u16 {

@@ -3,25 +3,14 @@
 //! the Memcached proxy in front of real memcached servers (Debian package
 //! `memcached`). Every wait here is bounded in time and every loop in count.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::process::{ChildStdout, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-
-/// Child processes killed when the test ends, however it ends.
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+use support::{connect, free_port, memcached, request, response, Procs, ROOT};
 
 /// A scratch directory removed when the test ends.
 struct TempDir(PathBuf);
@@ -45,46 +34,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_for(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn root() -> bool {
-    std::env::var("USER").map(|u| u == "root").unwrap_or(false)
-        || Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| o.stdout.starts_with(b"0"))
-            .unwrap_or(false)
-}
-
-fn memcached(procs: &mut Procs) -> u16 {
-    let port = free_port();
-    let child = Command::new("memcached")
-        .args(["-l", "127.0.0.1", "-p", &port.to_string()])
-        .args(["-U", "0", "-t", "1", "-m", "16"])
-        .args(if root() { &["-u", "root"][..] } else { &[][..] })
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("memcached is installed (scripts/test.sh installs it)");
-    procs.0.push(child);
-    wait_for(port);
-    port
 }
 
 fn program() -> String {
@@ -162,40 +111,6 @@ fn start(procs: &mut Procs, args: &[&str]) -> Running {
         port: port_of(&listening),
         metrics: port_of(&metrics),
     }
-}
-
-fn request(op: u8, key: &[u8], value: &[u8], extras: &[u8]) -> Vec<u8> {
-    let body = extras.len() + key.len() + value.len();
-    let mut r = vec![0x80, op];
-    r.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    r.push(extras.len() as u8);
-    r.extend_from_slice(&[0, 0, 0]);
-    r.extend_from_slice(&(body as u32).to_be_bytes());
-    r.extend_from_slice(&[0; 12]);
-    r.extend_from_slice(extras);
-    r.extend_from_slice(key);
-    r.extend_from_slice(value);
-    r
-}
-
-/// (status, value) of one response.
-fn response(s: &mut TcpStream) -> (u16, Vec<u8>) {
-    let mut h = [0u8; 24];
-    s.read_exact(&mut h).unwrap();
-    let total = u32::from_be_bytes(h[8..12].try_into().unwrap()) as usize;
-    let (keylen, extras) = (u16::from_be_bytes([h[2], h[3]]) as usize, h[4] as usize);
-    let mut body = vec![0; total];
-    s.read_exact(&mut body).unwrap();
-    (
-        u16::from_be_bytes([h[6], h[7]]),
-        body[extras + keylen..].to_vec(),
-    )
-}
-
-fn connect(port: u16) -> TcpStream {
-    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s
 }
 
 /// `n` sets and gets through the proxy, each answered.
