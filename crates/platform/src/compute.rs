@@ -6,7 +6,7 @@ use crate::msg::{Msg, MsgPool};
 use crate::state::SharedState;
 use flick_exec::code::ProcessCode;
 use flick_exec::{Fault, Host, Module, Outcome, Sent, Value, Vm};
-use flick_runtime::{Receiver, Sender, TaskStatus, Timeslice, TryRecvError, TrySendError};
+use flick_runtime::{Receiver, Sender, TaskStatus, Timeslice, TryRecvError};
 use flick_wire::{FieldKind, Slot};
 use std::sync::Arc;
 
@@ -61,25 +61,20 @@ pub struct GraphHost {
     /// Peers that answer requests (backends): per output, the requests
     /// sent and not answered yet, oldest first, and whether the peer is gone.
     pub peers: Vec<Peer>,
-    /// Replies made for requests no peer will answer, waiting to be handled
-    /// as if their peer had sent them.
-    pub faults: std::collections::VecDeque<(u16, Option<u32>, Msg)>,
+    /// Messages ready for their rule: replies settled by the peers' logic
+    /// (including fault replies for requests no peer will answer).
+    pub ready: std::collections::VecDeque<(u16, Option<u32>, Msg)>,
+    /// Broadcast requests waiting for their replies, by id.
+    pub groups: Vec<Option<Group>>,
+    /// The client asked to end the session (`%ends`): once its requests
+    /// are answered, the instance closes.
+    pub ending: bool,
     pub grammar: Arc<flick_wire::Grammar>,
     /// The grammar unit of each process channel.
     pub units: Arc<Vec<Option<flick_wire::UnitId>>>,
 }
 
-/// A connection that answers what it is sent.
-#[derive(Default)]
-pub struct Peer {
-    pub answers: bool,
-    pub outstanding: std::collections::VecDeque<Msg>,
-    pub dead: bool,
-}
-
-/// Requests remembered per peer; beyond this (quiet requests that are never
-/// answered) the oldest are forgotten.
-const MAX_OUTSTANDING: usize = 256;
+pub use crate::peers::{Group, Peer};
 
 impl GraphHost {
     fn state(&self, i: u16) -> &SharedState {
@@ -101,61 +96,9 @@ impl GraphHost {
         }
     }
 
-    fn hold(&mut self, m: Msg) -> Value {
+    pub(crate) fn hold(&mut self, m: Msg) -> Value {
         self.msgs.push(Some(m));
         Value::Msg(self.msgs.len() as u32 - 1)
-    }
-
-    /// Queues the grammar's `%fault` reply to `request`, sent to output
-    /// `out`, as if the peer had answered it.
-    fn fault(&mut self, out: usize, request: Msg) {
-        let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
-        let Some(unit) = self.units.get(chan as usize).copied().flatten() else {
-            self.pool.give(request);
-            return;
-        };
-        let mut bytes = Vec::new();
-        let made = self
-            .grammar
-            .fault_reply(unit, &request.slots, &request.bytes, &mut bytes);
-        self.pool.give(request);
-        if !matches!(made, Ok(true)) {
-            return;
-        }
-        let mut parser = self.grammar.parser(unit);
-        if let Ok(flick_wire::Progress::Done(_)) = parser.parse(&bytes) {
-            let mut m = self.pool.take();
-            m.bytes.extend_from_slice(&bytes);
-            m.slots.clear();
-            m.slots.extend_from_slice(parser.slots());
-            self.faults.push_back((chan, index, m));
-        }
-    }
-
-    /// A peer's connection is gone: what it owed gets fault replies, and so
-    /// will what is sent to it from now on.
-    pub fn peer_gone(&mut self, out: usize) {
-        if self.peers[out].dead {
-            return;
-        }
-        self.peers[out].dead = true;
-        let owed: Vec<Msg> = self.peers[out].outstanding.drain(..).collect();
-        for r in owed {
-            self.fault(out, r);
-        }
-    }
-
-    /// A peer answered: its oldest request is settled.
-    pub fn answered(&mut self, chan: u16, index: Option<u32>) {
-        if let Some(out) = self
-            .outputs
-            .iter()
-            .position(|o| o.chan == chan && o.index == index)
-        {
-            if let Some(r) = self.peers[out].outstanding.pop_front() {
-                self.pool.give(r);
-            }
-        }
     }
 
     /// Gives the rule's messages back to the pool.
@@ -216,50 +159,9 @@ impl Host for GraphHost {
         else {
             return Err(Fault::Host("a channel with no connection".into()));
         };
-        if self.peers[out].answers && (self.peers[out].dead || self.outputs[out].tx.is_none()) {
-            let request = self.pool.copy(self.msg(value)?);
-            self.fault(out, request);
-            return Ok(Sent::Done);
-        }
-        let copy = self.pool.copy(self.msg(value)?);
-        let Some(tx) = &self.outputs[out].tx else {
-            self.pool.give(copy);
-            return Ok(Sent::Done);
-        };
-        let remember = self.peers[out].answers.then(|| self.pool.copy(&copy));
-        match tx.try_send(copy) {
-            Ok(()) => {
-                if let Some(r) = remember {
-                    let peer = &mut self.peers[out];
-                    peer.outstanding.push_back(r);
-                    if peer.outstanding.len() > MAX_OUTSTANDING {
-                        let old = peer.outstanding.pop_front().expect("over the limit");
-                        self.pool.give(old);
-                    }
-                }
-                Ok(Sent::Done)
-            }
-            Err(TrySendError::Full(m)) => {
-                self.pool.give(m);
-                if let Some(r) = remember {
-                    self.pool.give(r);
-                }
-                Ok(Sent::Full)
-            }
-            // The connection is gone: a peer's requests get fault replies.
-            Err(TrySendError::Closed(m)) => {
-                if let Some(r) = remember {
-                    self.pool.give(r);
-                }
-                if self.peers[out].answers {
-                    self.peer_gone(out);
-                    self.fault(out, m);
-                } else {
-                    self.pool.give(m);
-                }
-                Ok(Sent::Done)
-            }
-        }
+        let request = self.msg(value)?;
+        let request = self.pool.copy(request);
+        Ok(self.route(out, request))
     }
 
     fn channels(&self, chan: u16) -> i64 {
@@ -367,7 +269,13 @@ impl Compute {
                     return TaskStatus::Yield;
                 }
             }
-            if let Some((chan, index, m)) = self.host.faults.pop_front() {
+            if self.host.ending && !self.vm.is_running() && self.host.settled() {
+                // Every reply is through: close the connections.
+                for o in &mut self.host.outputs {
+                    o.tx = None;
+                }
+            }
+            if let Some((chan, index, m)) = self.host.ready.pop_front() {
                 self.start_rule(chan, index, m);
                 continue;
             }
@@ -409,6 +317,16 @@ impl Compute {
                 }
             }
             let Some((i, m)) = got else {
+                if !self.host.ready.is_empty() {
+                    // A closed peer left replies to hand on.
+                    continue;
+                }
+                let closing = self.host.ending && self.host.settled();
+                if closing && self.host.outputs.iter().any(|o| o.tx.is_some()) {
+                    for o in &mut self.host.outputs {
+                        o.tx = None;
+                    }
+                }
                 if self.inputs.iter().any(|i| i.open) {
                     return TaskStatus::Idle;
                 }
@@ -420,10 +338,18 @@ impl Compute {
             };
             self.next_input = (i + 1) % n;
             let (chan, index) = (self.inputs[i].chan, self.inputs[i].index);
-            if self.client != Some(i) {
-                self.host.answered(chan, index);
+            if self.client == Some(i) {
+                if self.host.property(chan, "ends", &m).unwrap_or(0) != 0 {
+                    self.host.ending = true;
+                    // Nothing after the last request is read.
+                    self.inputs[i].open = false;
+                }
+                self.start_rule(chan, index, m);
+            } else {
+                // A peer's reply: matched to its request, merged if the
+                // request went to every peer, then queued for its rule.
+                self.host.on_reply(chan, index, m);
             }
-            self.start_rule(chan, index, m);
         }
     }
 }

@@ -10,6 +10,7 @@
 mod compute;
 mod conn;
 mod msg;
+mod peers;
 mod service;
 mod state;
 mod stats;

@@ -71,6 +71,7 @@ pub(crate) fn compile(file: &GrammarFile) -> (Compiled, Vec<Diagnostic>) {
                 slots: 0,
                 fields: Vec::new(),
                 fault: Vec::new(),
+                properties: Vec::new(),
             })
         })
         .collect();
@@ -156,6 +157,12 @@ impl<'a> Compiler<'a> {
                 fault.push((target, c));
             }
         }
+        let mut properties = Vec::new();
+        for (name, e) in &decl.properties {
+            if let Some(c) = self.expr(e, &mut cx, false) {
+                properties.push((name.clone(), c));
+            }
+        }
         self.scopes[id] = cx.visible;
         self.units[id] = Some(UnitInfo {
             name: decl.name.clone(),
@@ -163,6 +170,7 @@ impl<'a> Compiler<'a> {
             slots: cx.next_slot.min(u16::MAX as u32) as u16,
             fields: cx.fields,
             fault,
+            properties,
         });
         self.units[id].as_ref()
     }

@@ -156,6 +156,24 @@ impl Grammar {
         Ok(true)
     }
 
+    /// A routing property of a parsed message of `unit` (`%broadcast`,
+    /// `%more`, `%correlate`), or `None` if the unit does not declare it or
+    /// it has no value for this message.
+    pub fn property(&self, unit: UnitId, name: &str, slots: &[Slot], bytes: &[u8]) -> Option<i128> {
+        let (_, e) = self.units[unit]
+            .properties
+            .iter()
+            .find(|(n, _)| n == name)?;
+        let env = eval::Env {
+            slots,
+            base: 0,
+            data: bytes,
+            dollar: eval::Val::Unset,
+            dollar_base: 0,
+        };
+        env.int(e).ok()
+    }
+
     /// The most bytes a message of `unit` can take in a buffer at once:
     /// `&stream` fields count for nothing, since they pass through in
     /// pieces.

@@ -32,6 +32,8 @@ pub struct UnitDecl {
     /// `%fault = FIELD = EXPR, ...;`: the reply to a request that no peer
     /// will answer; `self` is the request.
     pub fault: Vec<(String, Expr)>,
+    /// `%broadcast`, `%more`, `%correlate` = EXPR, over `self`.
+    pub properties: Vec<(String, Expr)>,
     pub items: Vec<Item>,
     pub span: Span,
 }

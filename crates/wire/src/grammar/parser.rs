@@ -154,6 +154,9 @@ fn lex(src: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
 }
 
 struct Reported;
+
+/// Unit properties that tell a proxy how to route and match messages.
+pub const ROUTING: &[&str] = &["broadcast", "more", "correlate", "ends"];
 type PResult<T> = Result<T, Reported>;
 
 struct Parser {
@@ -337,6 +340,7 @@ impl Parser {
         let mut byte_order = None;
         let mut error = None;
         let mut fault = Vec::new();
+        let mut properties = Vec::new();
         let mut items = Vec::new();
         while !self.is("}") && self.tok() != &Tok::Eof {
             // `%error = STATUS;`: the status of this unit's failures that
@@ -370,6 +374,20 @@ impl Parser {
                 }
                 continue;
             }
+            // `%broadcast`, `%more`, `%correlate`, `%ends`: how a proxy routes and
+            // matches this unit's messages (see docs/grammars.md).
+            if self.is("%")
+                && matches!(&self.toks[self.pos + 1].tok, Tok::Ident(w) if ROUTING.contains(&w.as_str()))
+            {
+                self.bump();
+                let name = self.ident("a property")?;
+                let value = self.expect("=").and_then(|_| self.expr());
+                match value.and_then(|v| self.expect(";").map(|_| v)) {
+                    Ok(v) => properties.push((name, v)),
+                    Err(_) => self.recover(),
+                }
+                continue;
+            }
             if self.eat("%") {
                 match self.byte_order_property() {
                     Ok(b) => byte_order = Some(b),
@@ -389,6 +407,7 @@ impl Parser {
             byte_order,
             error,
             fault,
+            properties,
             items,
             span: start.to(self.prev_span()),
         });

@@ -1,0 +1,273 @@
+//! Peers that answer requests (backends): sending to them, matching their
+//! replies to requests, merging the replies of a request sent to every peer,
+//! and answering for a peer that is gone.
+//!
+//! What a reply is and which request it answers comes from the grammar's
+//! routing properties, not from here: `%correlate` (a value a reply echoes
+//! from its request), `%more` (a reply continues with further messages) and
+//! `%broadcast` (a request goes to every peer of a channel array),
+//! `%ends` (a request that ends the client's session) and `%fault` (the
+//! reply for a request no peer will answer).
+
+use crate::compute::GraphHost;
+use crate::msg::Msg;
+use flick_exec::Sent;
+use flick_runtime::TrySendError;
+use std::collections::VecDeque;
+
+/// A connection that answers what it is sent.
+#[derive(Default)]
+pub struct Peer {
+    pub answers: bool,
+    /// Requests sent and not answered yet, oldest first.
+    pub outstanding: VecDeque<Pending>,
+    pub dead: bool,
+}
+
+/// A request waiting for its reply.
+pub struct Pending {
+    pub request: Msg,
+    /// What its reply will echo (`%correlate`).
+    pub corr: Option<i128>,
+    /// The broadcast it is part of.
+    pub group: Option<u32>,
+}
+
+/// A request sent to every peer: its replies still to come, and the final
+/// reply kept until the last one.
+pub struct Group {
+    pub remaining: u32,
+    pub held: Option<(u16, Option<u32>, Msg)>,
+}
+
+/// Requests remembered per peer; beyond this (quiet requests that are never
+/// answered) the oldest are forgotten.
+const MAX_OUTSTANDING: usize = 256;
+
+impl GraphHost {
+    pub(crate) fn property(&self, chan: u16, name: &str, m: &Msg) -> Option<i128> {
+        let unit = self.units.get(chan as usize).copied().flatten()?;
+        self.grammar.property(unit, name, &m.slots, &m.bytes)
+    }
+
+    /// Sends `request` to output `out`, or to every peer of its channel
+    /// array if the grammar says it goes to all (`%broadcast`).
+    pub(crate) fn route(&mut self, out: usize, request: Msg) -> Sent {
+        let chan = self.outputs[out].chan;
+        let answers = self.peers[out].answers;
+        let broadcast = answers
+            && self.outputs[out].index.is_some()
+            && self.property(chan, "broadcast", &request).unwrap_or(0) != 0;
+        if !broadcast {
+            return self.send_one(out, request, None);
+        }
+        let targets: Vec<usize> = (0..self.outputs.len())
+            .filter(|o| self.outputs[*o].chan == chan)
+            .collect();
+        // All or none: a full peer holds the whole broadcast back.
+        if targets.iter().any(|o| {
+            self.outputs[*o].tx.as_ref().is_some_and(|t| t.is_full()) && !self.peers[*o].dead
+        }) {
+            self.pool.give(request);
+            return Sent::Full;
+        }
+        let group = self.new_group(targets.len() as u32);
+        for o in targets {
+            let copy = self.pool.copy(&request);
+            self.send_one(o, copy, Some(group));
+        }
+        self.pool.give(request);
+        Sent::Done
+    }
+
+    fn new_group(&mut self, remaining: u32) -> u32 {
+        let g = Group {
+            remaining,
+            held: None,
+        };
+        match self.groups.iter().position(|g| g.is_none()) {
+            Some(i) => {
+                self.groups[i] = Some(g);
+                i as u32
+            }
+            None => {
+                self.groups.push(Some(g));
+                self.groups.len() as u32 - 1
+            }
+        }
+    }
+
+    fn send_one(&mut self, out: usize, request: Msg, group: Option<u32>) -> Sent {
+        let answers = self.peers[out].answers;
+        if answers && (self.peers[out].dead || self.outputs[out].tx.is_none()) {
+            self.fault(out, request, group);
+            return Sent::Done;
+        }
+        let Some(tx) = &self.outputs[out].tx else {
+            self.pool.give(request);
+            return Sent::Done;
+        };
+        let remember = answers.then(|| self.pool.copy(&request));
+        match tx.try_send(request) {
+            Ok(()) => {
+                if let Some(r) = remember {
+                    let corr = self.property(self.outputs[out].chan, "correlate", &r);
+                    self.peers[out].outstanding.push_back(Pending {
+                        request: r,
+                        corr,
+                        group,
+                    });
+                    if self.peers[out].outstanding.len() > MAX_OUTSTANDING {
+                        let old = self.peers[out]
+                            .outstanding
+                            .pop_front()
+                            .expect("over the limit");
+                        self.forget(old);
+                    }
+                }
+                Sent::Done
+            }
+            Err(TrySendError::Full(m)) => {
+                self.pool.give(m);
+                if let Some(r) = remember {
+                    self.pool.give(r);
+                }
+                Sent::Full
+            }
+            // The connection is gone: a peer's requests get fault replies.
+            Err(TrySendError::Closed(m)) => {
+                if let Some(r) = remember {
+                    self.pool.give(r);
+                }
+                if answers {
+                    self.peer_gone(out);
+                    self.fault(out, m, group);
+                } else {
+                    self.pool.give(m);
+                }
+                Sent::Done
+            }
+        }
+    }
+
+    /// A request that will get no reply (a quiet request whose peer said
+    /// nothing): it counts as answered in its broadcast.
+    fn forget(&mut self, p: Pending) {
+        self.pool.give(p.request);
+        if let Some(g) = p.group {
+            self.settle_group(g, None);
+        }
+    }
+
+    /// A reply from peer `chan[index]`.
+    pub fn on_reply(&mut self, chan: u16, index: Option<u32>, reply: Msg) {
+        let Some(out) = self
+            .outputs
+            .iter()
+            .position(|o| o.chan == chan && o.index == index)
+        else {
+            self.ready.push_back((chan, index, reply));
+            return;
+        };
+        let corr = self.property(chan, "correlate", &reply);
+        let more = self.property(chan, "more", &reply).unwrap_or(0) != 0;
+        // Earlier requests whose replies never came were quiet ones.
+        while let Some(front) = self.peers[out].outstanding.front() {
+            match (front.corr, corr) {
+                (Some(a), Some(b)) if a != b => {
+                    let p = self.peers[out].outstanding.pop_front().expect("a front");
+                    self.forget(p);
+                }
+                _ => break,
+            }
+        }
+        let group = self.peers[out].outstanding.front().and_then(|p| p.group);
+        if !more {
+            if let Some(p) = self.peers[out].outstanding.pop_front() {
+                self.pool.give(p.request);
+            }
+        }
+        match group {
+            Some(g) if !more => self.settle_group(g, Some((chan, index, reply))),
+            _ => self.ready.push_back((chan, index, reply)),
+        }
+    }
+
+    /// One reply of broadcast `g` is in: the last one is passed on.
+    fn settle_group(&mut self, g: u32, reply: Option<(u16, Option<u32>, Msg)>) {
+        let Some(group) = self.groups.get_mut(g as usize).and_then(|x| x.as_mut()) else {
+            if let Some((_, _, m)) = reply {
+                self.pool.give(m);
+            }
+            return;
+        };
+        group.remaining = group.remaining.saturating_sub(1);
+        if let Some(r) = reply {
+            if let Some((_, _, old)) = group.held.replace(r) {
+                self.pool.give(old);
+            }
+        }
+        if group.remaining == 0 {
+            let done = self.groups[g as usize].take().expect("a group");
+            if let Some(r) = done.held {
+                self.ready.push_back(r);
+            }
+        }
+    }
+
+    /// The grammar's `%fault` reply to `request`, sent to output `out`,
+    /// handled as if the peer had answered it.
+    fn fault(&mut self, out: usize, request: Msg, group: Option<u32>) {
+        let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
+        let unit = self.units.get(chan as usize).copied().flatten();
+        let mut bytes = Vec::new();
+        let made = unit.map(|u| {
+            self.grammar
+                .fault_reply(u, &request.slots, &request.bytes, &mut bytes)
+        });
+        self.pool.give(request);
+        let reply = match (unit, made) {
+            (Some(u), Some(Ok(true))) => {
+                let mut parser = self.grammar.parser(u);
+                match parser.parse(&bytes) {
+                    Ok(flick_wire::Progress::Done(_)) => {
+                        let mut m = self.pool.take();
+                        m.bytes.extend_from_slice(&bytes);
+                        m.slots.clear();
+                        m.slots.extend_from_slice(parser.slots());
+                        Some((chan, index, m))
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        match (group, reply) {
+            (Some(g), r) => self.settle_group(g, r),
+            (None, Some(r)) => self.ready.push_back(r),
+            (None, None) => {}
+        }
+    }
+
+    /// A peer's connection is gone: what it owed gets fault replies, and so
+    /// will what is sent to it from now on.
+    pub fn peer_gone(&mut self, out: usize) {
+        if self.peers[out].dead {
+            return;
+        }
+        self.peers[out].dead = true;
+        while let Some(p) = self.peers[out].outstanding.pop_front() {
+            if self.ending {
+                // The session is ending: a peer closing is expected.
+                self.forget(p);
+            } else {
+                self.fault(out, p.request, p.group);
+            }
+        }
+    }
+
+    /// Whether every request sent to a peer has had its reply.
+    pub fn settled(&self) -> bool {
+        self.peers.iter().all(|p| p.outstanding.is_empty()) && self.ready.is_empty()
+    }
+}
