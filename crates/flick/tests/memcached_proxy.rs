@@ -221,11 +221,69 @@ fn a_dead_backend_gives_error_replies_not_hangs() {
     for k in keys.iter().filter(|k| home(k) == 2).take(3) {
         assert_eq!(get(&mut c2, k).0, 0x86);
     }
-    // The backend comes back (empty): new connections reach it again.
+    // The backend comes back (empty): new connections reach it again, and
+    // the old one reconnects once its backoff has passed.
     memcached_on(&mut procs, backends[2]);
     let mut c3 = connect(proxy);
     for k in keys.iter().filter(|k| home(k) == 2) {
         assert_eq!(set(&mut c3, k, b"w"), 0);
         assert_eq!(get(&mut c3, k), (0, b"w".to_vec()));
+    }
+    let k = keys.iter().find(|k| home(k) == 2).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while get(&mut c, k) != (0, b"w".to_vec()) {
+        assert!(
+            Instant::now() < deadline,
+            "the old connection never reconnected"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A backend that hangs (stopped, its socket open): after the response
+/// timeout its requests get the fault reply, the proxy stays up, and when
+/// it resumes it is used again.
+#[test]
+fn a_hung_backend_times_out() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
+    let proxy = flick_proxy(&mut procs, &backends);
+    let home = |k: &[u8]| ((flick_exec::fnv1a(k) >> 1) % 2) as usize;
+    let keys: Vec<Vec<u8>> = (0..20).map(|i| format!("h{i}").into_bytes()).collect();
+    let on0 = keys.iter().find(|k| home(k) == 0).unwrap();
+    let on1 = keys.iter().find(|k| home(k) == 1).unwrap();
+    let mut c = connect(proxy);
+    assert_eq!(set(&mut c, on0, b"a"), 0);
+    assert_eq!(set(&mut c, on1, b"b"), 0);
+    let stop = |sig: &str| {
+        let pid = procs.0[1].id().to_string();
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success());
+    };
+    stop("-STOP");
+    let started = Instant::now();
+    let (status, _) = get(&mut c, on1);
+    let waited = started.elapsed();
+    assert_eq!(status, 0x86, "a fault reply, not a hang");
+    assert!(
+        waited >= Duration::from_millis(1500) && waited < Duration::from_secs(6),
+        "after the 2 s timeout: {waited:?}"
+    );
+    assert_eq!(
+        get(&mut c, on0),
+        (0, b"a".to_vec()),
+        "the other backend still answers"
+    );
+    stop("-CONT");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while get(&mut c, on1) != (0, b"b".to_vec()) {
+        assert!(
+            Instant::now() < deadline,
+            "the backend was never used again"
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
 }

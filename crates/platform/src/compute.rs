@@ -26,7 +26,15 @@ pub struct Output {
     pub tx: Option<Sender<Msg>>,
     pub chan: u16,
     pub index: Option<u32>,
+    /// The connection and its reader task, to close it from here.
+    pub conn: Option<(Arc<crate::conn::Conn>, flick_runtime::TaskId)>,
 }
+
+/// Opens a new connection for `chan[index]`: its input and output, with
+/// their tasks already started.
+pub type Reconnect = Arc<dyn Fn(u16, Option<u32>) -> Option<(Input, Output)> + Send + Sync>;
+/// Wakes the compute task at a time.
+pub type WakeAt = Arc<dyn Fn(std::time::Instant) + Send + Sync>;
 
 pub struct Compute {
     pub module: Arc<Module>,
@@ -69,6 +77,13 @@ pub struct GraphHost {
     /// The client asked to end the session (`%ends`): once its requests
     /// are answered, the instance closes.
     pub ending: bool,
+    pub waker: flick_runtime::Waker,
+    /// How long a peer may take to answer.
+    pub timeout: std::time::Duration,
+    /// When the compute task is next woken to check on its peers.
+    pub timer: Option<std::time::Instant>,
+    pub reconnect: Reconnect,
+    pub wake_at: WakeAt,
     pub grammar: Arc<flick_wire::Grammar>,
     /// The grammar unit of each process channel.
     pub units: Arc<Vec<Option<flick_wire::UnitId>>>,
@@ -248,7 +263,76 @@ impl Compute {
         self.vm.start(&self.module, func, &[v]);
     }
 
+    /// Peers that took too long are given up on (their requests get fault
+    /// replies), dead peers are reconnected with backoff, and the task is
+    /// woken when the next of these falls due.
+    fn maintain(&mut self) {
+        let now = std::time::Instant::now();
+        if self.host.timer.is_some_and(|t| t <= now) {
+            self.host.timer = None;
+        }
+        for out in 0..self.host.peers.len() {
+            if !self.host.peers[out].answers {
+                continue;
+            }
+            let late = self.host.peers[out]
+                .outstanding
+                .front()
+                .is_some_and(|p| p.sent + self.host.timeout <= now);
+            if late && !self.host.peers[out].dead {
+                self.host.give_up(out);
+            }
+            let due = self.host.peers[out].retry_at.is_some_and(|t| t <= now);
+            // A session that is over reconnects nothing.
+            let live = !self.host.ending && self.client.is_some_and(|c| self.inputs[c].open);
+            if due && self.host.peers[out].dead && live {
+                let (chan, index) = (self.host.outputs[out].chan, self.host.outputs[out].index);
+                match (self.host.reconnect)(chan, index) {
+                    Some((input, output)) => {
+                        self.inputs.push(input);
+                        self.host.outputs[out] = output;
+                        let peer = &mut self.host.peers[out];
+                        peer.dead = false;
+                        peer.retry_at = None;
+                        peer.backoff = crate::peers::FIRST_BACKOFF;
+                    }
+                    None => {
+                        let peer = &mut self.host.peers[out];
+                        peer.backoff = (peer.backoff * 2).min(crate::peers::MAX_BACKOFF);
+                        peer.retry_at = Some(now + peer.backoff);
+                    }
+                }
+            }
+        }
+        let next = self
+            .host
+            .peers
+            .iter()
+            .filter(|p| p.answers && !self.host.ending)
+            .flat_map(|p| {
+                let late = p.outstanding.front().map(|q| q.sent + self.host.timeout);
+                let retry = p.retry_at.filter(|_| p.dead);
+                late.into_iter().chain(retry)
+            })
+            .min();
+        if let Some(at) = next {
+            if self.host.timer.is_none_or(|t| at < t) {
+                self.host.timer = Some(at);
+                (self.host.wake_at)(at);
+            }
+        }
+    }
+
     pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
+        self.maintain();
+        let status = self.run_inner(slice);
+        if status != TaskStatus::Done {
+            self.maintain();
+        }
+        status
+    }
+
+    fn run_inner(&mut self, slice: &mut Timeslice) -> TaskStatus {
         if !self.started {
             self.started = true;
             let init = self.code().init;

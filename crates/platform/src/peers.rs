@@ -14,15 +14,24 @@ use crate::msg::Msg;
 use flick_exec::Sent;
 use flick_runtime::TrySendError;
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 /// A connection that answers what it is sent.
-#[derive(Default)]
 pub struct Peer {
     pub answers: bool,
     /// Requests sent and not answered yet, oldest first.
     pub outstanding: VecDeque<Pending>,
     pub dead: bool,
+    /// When to try to reconnect a dead peer.
+    pub retry_at: Option<Instant>,
+    /// The wait before the next reconnection attempt.
+    pub backoff: Duration,
 }
+
+/// The first wait before reconnecting, doubled after each failure.
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest wait between reconnection attempts.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// A request waiting for its reply.
 pub struct Pending {
@@ -31,6 +40,8 @@ pub struct Pending {
     pub corr: Option<i128>,
     /// The broadcast it is part of.
     pub group: Option<u32>,
+    /// When it was sent, for the response timeout.
+    pub sent: Instant,
 }
 
 /// A request sent to every peer: its replies still to come, and the final
@@ -116,6 +127,7 @@ impl GraphHost {
                         request: r,
                         corr,
                         group,
+                        sent: Instant::now(),
                     });
                     if self.peers[out].outstanding.len() > MAX_OUTSTANDING {
                         let old = self.peers[out]
@@ -256,6 +268,8 @@ impl GraphHost {
             return;
         }
         self.peers[out].dead = true;
+        let backoff = self.peers[out].backoff;
+        self.peers[out].retry_at = Some(Instant::now() + backoff);
         while let Some(p) = self.peers[out].outstanding.pop_front() {
             if self.ending {
                 // The session is ending: a peer closing is expected.
@@ -264,6 +278,17 @@ impl GraphHost {
                 self.fault(out, p.request, p.group);
             }
         }
+    }
+
+    /// A peer that stopped answering: its connection is closed, and what it
+    /// owed gets fault replies.
+    pub fn give_up(&mut self, out: usize) {
+        self.outputs[out].tx = None;
+        if let Some((conn, reader)) = self.outputs[out].conn.take() {
+            let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+            self.waker.wake(reader);
+        }
+        self.peer_gone(out);
     }
 
     /// Whether every request sent to a peer has had its reply.

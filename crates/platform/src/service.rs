@@ -130,6 +130,9 @@ pub struct ServiceConfig {
     pub channel_capacity: usize,
     /// Entries of each dictionary in process state.
     pub dict_capacity: usize,
+    /// How long a backend may take to answer before its requests get fault
+    /// replies and it is reconnected.
+    pub response_timeout: std::time::Duration,
 }
 
 impl Default for ServiceConfig {
@@ -142,6 +145,7 @@ impl Default for ServiceConfig {
             max_instances: 1024,
             channel_capacity: 64,
             dict_capacity: 1024,
+            response_timeout: std::time::Duration::from_secs(2),
         }
     }
 }
@@ -297,130 +301,195 @@ impl Service {
     }
 }
 
+/// One connection's input and output, for the compute task, and the
+/// reader and writer tasks to start.
+struct Connection {
+    input: Input,
+    output: Output,
+    tasks: Vec<(TaskId, Box<dyn flick_runtime::Task>)>,
+}
+
+/// Sets up the reader and writer tasks of a connection of channel
+/// `chan[index]`, feeding (and fed by) compute task `compute`.
+fn connection(
+    p: &Arc<Parts>,
+    compute: TaskId,
+    chan: usize,
+    index: Option<u32>,
+    mut stream: TcpStream,
+) -> Option<Connection> {
+    let s = &p.scheduler;
+    let (rid, wid) = match (s.reserve(), s.reserve()) {
+        (Ok(r), Ok(w)) => (r, w),
+        (r, w) => {
+            // Out of task slots: give back what was taken.
+            for id in [r, w].into_iter().flatten() {
+                s.start_task(
+                    id,
+                    Box::new(|_: &mut flick_runtime::Timeslice| flick_runtime::TaskStatus::Done),
+                );
+            }
+            return None;
+        }
+    };
+    let token = p
+        .reactor
+        .register_stream(&mut stream, Some(rid), Some(wid))
+        .ok();
+    p.stats.connections_open.fetch_add(1, Ordering::Relaxed);
+    let conn = Arc::new(Conn {
+        stream,
+        token,
+        reactor: p.reactor.clone(),
+        stats: p.stats.clone(),
+        chan,
+    });
+    let unit = p.loaded.units[chan].expect("checked: channels carry grammar units");
+    let cap = p.config.channel_capacity;
+    let (in_tx, in_rx) = channel(cap, s.waker());
+    in_tx.bind(rid);
+    in_rx.bind(compute);
+    let (out_tx, out_rx) = channel(cap, s.waker());
+    out_tx.bind(compute);
+    out_rx.bind(wid);
+    let max = (p.loaded.grammar.max_bytes(unit) as usize).clamp(4096, 16 << 20);
+    let mut reader = Reader {
+        conn: conn.clone(),
+        parser: p.loaded.grammar.parser(unit),
+        buf: vec![0; 4096],
+        start: 0,
+        end: 0,
+        max,
+        out: Some(in_tx),
+        pool: p.pool.clone(),
+        pending: None,
+        stats: p.stats.clone(),
+    };
+    let mut writer = Writer {
+        conn: conn.clone(),
+        rx: out_rx,
+        current: None,
+        written: 0,
+        pool: p.pool.clone(),
+        stats: p.stats.clone(),
+    };
+    Some(Connection {
+        input: Input {
+            rx: in_rx,
+            chan: chan as u16,
+            index,
+            open: true,
+        },
+        output: Output {
+            tx: Some(out_tx),
+            chan: chan as u16,
+            index,
+            conn: Some((conn, rid)),
+        },
+        tasks: vec![
+            (
+                rid,
+                Box::new(move |sl: &mut flick_runtime::Timeslice| reader.run(sl)),
+            ),
+            (
+                wid,
+                Box::new(move |sl: &mut flick_runtime::Timeslice| writer.run(sl)),
+            ),
+        ],
+    })
+}
+
+/// Connects to a backend address, counting failures.
+fn dial(p: &Parts, addr: SocketAddr) -> Option<TcpStream> {
+    match TcpStream::connect(addr) {
+        Ok(stream) => {
+            let _ = stream.set_nodelay(true);
+            Some(stream)
+        }
+        Err(_) => {
+            p.stats
+                .backend_connect_errors
+                .fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
 /// A new instance of the process for one client connection.
 fn instantiate(p: &Arc<Parts>, client: TcpStream) {
     let _ = client.set_nodelay(true);
     let s = &p.scheduler;
     let code = &p.loaded.module.processes[p.loaded.process];
     let nchan = code.channels.len();
-    // Connections: the client, then every backend address.
-    let mut conns: Vec<(usize, Option<u32>, TcpStream)> = vec![(p.client_chan, None, client)];
-    let mut unreachable = Vec::new();
+    let Ok(compute_id) = s.reserve() else { return };
+    let mut inputs = Vec::new();
+    let mut outputs = Vec::new();
+    let mut tasks: Vec<(TaskId, Box<dyn flick_runtime::Task>)> = Vec::new();
+    let mut widths = vec![1u32; nchan];
+    let Some(c) = connection(p, compute_id, p.client_chan, None, client) else {
+        s.start_task(
+            compute_id,
+            Box::new(|_: &mut flick_runtime::Timeslice| flick_runtime::TaskStatus::Done),
+        );
+        return;
+    };
+    inputs.push(c.input);
+    outputs.push(c.output);
+    tasks.extend(c.tasks);
+    let mut addrs_of = Vec::new();
     for (chan, addrs) in &p.backends {
+        widths[*chan] = addrs.len() as u32;
         let array = p.loaded.arrays[*chan];
         for (i, a) in addrs.iter().enumerate() {
-            match TcpStream::connect(*a) {
-                Ok(stream) => {
-                    let _ = stream.set_nodelay(true);
-                    conns.push((*chan, array.then_some(i as u32), stream));
+            let index = array.then_some(i as u32);
+            addrs_of.push(((*chan as u16, index), *a));
+            match dial(p, *a).and_then(|stream| connection(p, compute_id, *chan, index, stream)) {
+                Some(c) => {
+                    inputs.push(c.input);
+                    outputs.push(c.output);
+                    tasks.extend(c.tasks);
                 }
-                // An unreachable backend: its requests get fault replies.
-                Err(_) => {
-                    p.stats
-                        .backend_connect_errors
-                        .fetch_add(1, Ordering::Relaxed);
-                    unreachable.push((*chan, array.then_some(i as u32)));
-                }
+                // An unreachable backend: its requests get fault replies
+                // until a reconnection succeeds.
+                None => outputs.push(Output {
+                    tx: None,
+                    chan: *chan as u16,
+                    index,
+                    conn: None,
+                }),
             }
         }
     }
-    let Ok(compute_id) = s.reserve() else { return };
-    let mut ids: Vec<(TaskId, TaskId)> = Vec::new();
-    for _ in &conns {
-        match (s.reserve(), s.reserve()) {
-            (Ok(r), Ok(w)) => ids.push((r, w)),
-            _ => return,
-        }
-    }
-    let mut inputs = Vec::new();
-    let mut outputs = Vec::new();
-    let mut widths = vec![1u32; nchan];
-    for (chan, addrs) in &p.backends {
-        widths[*chan] = addrs.len() as u32;
-    }
-    let cap = p.config.channel_capacity;
-    let mut tasks: Vec<(TaskId, Box<dyn flick_runtime::Task>)> = Vec::new();
-    let mut client_input = None;
-    for ((chan, index, mut stream), (rid, wid)) in conns.into_iter().zip(ids) {
-        let token = p
-            .reactor
-            .register_stream(&mut stream, Some(rid), Some(wid))
-            .ok();
-        p.stats.connections_open.fetch_add(1, Ordering::Relaxed);
-        let conn = Arc::new(Conn {
-            stream,
-            token,
-            reactor: p.reactor.clone(),
-            stats: p.stats.clone(),
-            chan,
-        });
-        let unit = p.loaded.units[chan].expect("checked: channels carry grammar units");
-        let (in_tx, in_rx) = channel(cap, s.waker());
-        in_tx.bind(rid);
-        in_rx.bind(compute_id);
-        if chan == p.client_chan {
-            client_input = Some(inputs.len());
-        }
-        inputs.push(Input {
-            rx: in_rx,
-            chan: chan as u16,
-            index,
-            open: true,
-        });
-        let (out_tx, out_rx) = channel(cap, s.waker());
-        out_tx.bind(compute_id);
-        out_rx.bind(wid);
-        outputs.push(Output {
-            tx: Some(out_tx),
-            chan: chan as u16,
-            index,
-        });
-        let max = (p.loaded.grammar.max_bytes(unit) as usize).clamp(4096, 16 << 20);
-        let mut reader = Reader {
-            conn: conn.clone(),
-            parser: p.loaded.grammar.parser(unit),
-            buf: vec![0; 4096],
-            start: 0,
-            end: 0,
-            max,
-            out: Some(in_tx),
-            pool: p.pool.clone(),
-            pending: None,
-            stats: p.stats.clone(),
-        };
-        let mut writer = Writer {
-            conn,
-            rx: out_rx,
-            current: None,
-            written: 0,
-            pool: p.pool.clone(),
-            stats: p.stats.clone(),
-        };
-        tasks.push((
-            rid,
-            Box::new(move |sl: &mut flick_runtime::Timeslice| reader.run(sl)),
-        ));
-        tasks.push((
-            wid,
-            Box::new(move |sl: &mut flick_runtime::Timeslice| writer.run(sl)),
-        ));
-    }
-    for (chan, index) in unreachable {
-        outputs.push(Output {
-            tx: None,
-            chan: chan as u16,
-            index,
-        });
-    }
     let client_chan = p.client_chan as u16;
+    let now = std::time::Instant::now();
     let peers = outputs
         .iter()
         .map(|o| crate::compute::Peer {
             answers: o.chan != client_chan,
             dead: o.tx.is_none(),
+            retry_at: o.tx.is_none().then_some(now + crate::peers::FIRST_BACKOFF),
+            backoff: crate::peers::FIRST_BACKOFF,
             outstanding: std::collections::VecDeque::new(),
         })
         .collect();
+    let reconnect: crate::compute::Reconnect = {
+        let p = p.clone();
+        Arc::new(move |chan: u16, index: Option<u32>| {
+            let addr = addrs_of
+                .iter()
+                .find(|(k, _)| *k == (chan, index))
+                .map(|(_, a)| *a)?;
+            let c = connection(&p, compute_id, chan as usize, index, dial(&p, addr)?)?;
+            for (id, t) in c.tasks {
+                p.scheduler.start_task(id, t);
+            }
+            Some((c.input, c.output))
+        })
+    };
+    let wake_at: crate::compute::WakeAt = {
+        let reactor = p.reactor.clone();
+        Arc::new(move |at| reactor.wake_at(compute_id, at))
+    };
     let nstate = code.state.len();
     let mut compute = Compute {
         module: p.loaded.module.clone(),
@@ -442,11 +511,16 @@ fn instantiate(p: &Arc<Parts>, client: TcpStream) {
             ending: false,
             grammar: p.loaded.grammar.clone(),
             units: p.loaded.units.clone(),
+            waker: s.waker(),
+            timeout: p.config.response_timeout,
+            timer: None,
+            reconnect,
+            wake_at,
         },
         vm: Vm::default(),
         next_input: 0,
         started: false,
-        client: client_input,
+        client: Some(0),
     };
     let stats = p.stats.clone();
     stats.graphs_live.fetch_add(1, Ordering::Relaxed);

@@ -10,12 +10,13 @@ use crate::scheduler::Waker;
 use crate::task::TaskId;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What a readiness event on a token does.
 enum Entry {
@@ -30,6 +31,8 @@ struct Shared {
     entries: Mutex<HashMap<usize, Entry>>,
     next: AtomicUsize,
     stop: AtomicBool,
+    /// Tasks to wake at a time, earliest first.
+    timers: Mutex<BinaryHeap<Reverse<(Instant, u32)>>>,
 }
 
 /// A registration's key, to update or drop it.
@@ -50,6 +53,7 @@ impl Reactor {
             entries: Mutex::new(HashMap::new()),
             next: AtomicUsize::new(1),
             stop: AtomicBool::new(false),
+            timers: Mutex::new(BinaryHeap::new()),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -121,6 +125,16 @@ impl Reactor {
             .remove(&token.0);
     }
 
+    /// Wakes `task` at `at` (within the reactor's tick, 10 ms). A task
+    /// woken early checks the time itself.
+    pub fn wake_at(&self, task: TaskId, at: Instant) {
+        self.shared
+            .timers
+            .lock()
+            .expect("timers lock")
+            .push(Reverse((at, task.0)));
+    }
+
     /// Registrations alive: streams and listeners.
     pub fn registrations(&self) -> usize {
         self.shared.entries.lock().expect("entries lock").len()
@@ -139,7 +153,18 @@ impl Drop for Reactor {
 fn run(mut poll: Poll, shared: Arc<Shared>, waker: Waker) {
     let mut events = Events::with_capacity(1024);
     while !shared.stop.load(Ordering::Acquire) {
-        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(50))) {
+        {
+            let now = Instant::now();
+            let mut timers = shared.timers.lock().expect("timers lock");
+            while let Some(Reverse((at, task))) = timers.peek().copied() {
+                if at > now {
+                    break;
+                }
+                timers.pop();
+                waker.wake(TaskId(task));
+            }
+        }
+        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(10))) {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
