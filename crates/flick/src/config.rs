@@ -11,6 +11,7 @@
 //! max_instances = 1024
 //! channel_capacity = 64
 //! dict_capacity = 1024
+//! response_timeout_ms = 2000
 //!
 //! [listen]
 //! client = "127.0.0.1:11311"
@@ -37,6 +38,7 @@ pub const MAX_INSTANCES: RangeInclusive<usize> = 1..=100_000;
 pub const CHANNEL_CAPACITY: RangeInclusive<usize> = 1..=65_536;
 /// Entries of each dictionary in process state.
 pub const DICT_CAPACITY: RangeInclusive<usize> = 1..=16_777_216;
+pub const RESPONSE_TIMEOUT_MS: RangeInclusive<u64> = 10..=600_000;
 
 /// A configuration file as written. Every key is optional; unknown keys
 /// are errors.
@@ -58,6 +60,8 @@ pub struct FileConfig {
     pub max_instances: Option<usize>,
     pub channel_capacity: Option<usize>,
     pub dict_capacity: Option<usize>,
+    /// How long a backend may take to answer, in milliseconds.
+    pub response_timeout_ms: Option<u64>,
 }
 
 /// One address (`"host:port"`) or a list of them.
@@ -110,6 +114,7 @@ pub struct Overrides {
     pub max_instances: Option<usize>,
     pub channel_capacity: Option<usize>,
     pub dict_capacity: Option<usize>,
+    pub response_timeout_ms: Option<u64>,
 }
 
 /// The settings of one `flick run`, resolved and range-checked.
@@ -127,6 +132,7 @@ pub struct Settings {
     pub max_instances: usize,
     pub channel_capacity: usize,
     pub dict_capacity: usize,
+    pub response_timeout_ms: u64,
 }
 
 /// Resolves `host:port` to its first address.
@@ -296,6 +302,15 @@ pub fn resolve(
         .map_or(defaults.dict_capacity, |(o, v)| {
             ranged(&mut errors, &o, v, &DICT_CAPACITY)
         });
+    let response_timeout_ms = setting(
+        &at,
+        "response_timeout_ms",
+        flags.response_timeout_ms,
+        cfg.response_timeout_ms,
+    )
+    .map_or(defaults.response_timeout.as_millis() as u64, |(o, v)| {
+        ranged(&mut errors, &o, v, &RESPONSE_TIMEOUT_MS)
+    });
     match program {
         Some(program) if errors.is_empty() => Ok(Settings {
             program,
@@ -307,6 +322,7 @@ pub fn resolve(
             max_instances,
             channel_capacity,
             dict_capacity,
+            response_timeout_ms,
         }),
         _ => Err(errors),
     }

@@ -83,6 +83,10 @@ struct RunArgs {
     /// Entries of each dictionary in process state [default: 1024].
     #[arg(long, value_name = "N")]
     dict_capacity: Option<usize>,
+    /// How long a backend may take to answer before its requests get the
+    /// grammar's fault reply and it is reconnected, in ms [default: 2000].
+    #[arg(long, value_name = "MS")]
+    response_timeout_ms: Option<u64>,
     /// Validate the program and the configuration, then exit (like `nginx -t`).
     #[arg(long)]
     check: bool,
@@ -245,6 +249,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         max_instances: args.max_instances,
         channel_capacity: args.channel_capacity,
         dict_capacity: args.dict_capacity,
+        response_timeout_ms: args.response_timeout_ms,
     };
     let settings = match resolve(file_config.as_ref().map(|(c, p)| (c, p.as_path())), &flags) {
         Ok(s) => s,
@@ -308,6 +313,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         max_instances: settings.max_instances,
         channel_capacity: settings.channel_capacity,
         dict_capacity: settings.dict_capacity,
+        response_timeout: std::time::Duration::from_millis(settings.response_timeout_ms),
         ..flick_platform::ServiceConfig::default()
     };
     if let Some(w) = settings.workers {
@@ -371,7 +377,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         m.stop();
     }
     // Stop accepting, let open connections finish their requests, then exit.
-    service.stop_accepting();
+    service.drain();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while service.stats().graphs_live.load(Ordering::Relaxed) > 0
         && std::time::Instant::now() < deadline

@@ -361,6 +361,8 @@ fn sigterm_stops_the_service_cleanly() {
     // The flag overrides the file's worker count.
     let mut run = start(&mut procs, &["--config", &cfg, "--workers", "1"]);
     drop(traffic(run.port, 3));
+    // A client that stays connected, idle: the shutdown closes it.
+    let mut idle = traffic(run.port, 1);
     let killed = Command::new("kill")
         .args(["-TERM", &run.pid.to_string()])
         .status()
@@ -383,6 +385,13 @@ fn sigterm_stops_the_service_cleanly() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(0), "exit status {status}");
+    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 1];
+    assert_eq!(
+        idle.read(&mut buf).unwrap_or(0),
+        0,
+        "the idle client was closed"
+    );
     let mut rest = String::new();
     run.out.read_to_string(&mut rest).unwrap();
     assert!(rest.contains("flick: stopped"), "{rest:?}");

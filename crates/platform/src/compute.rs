@@ -84,6 +84,8 @@ pub struct GraphHost {
     pub timer: Option<std::time::Instant>,
     pub reconnect: Reconnect,
     pub wake_at: WakeAt,
+    /// The service is shutting down: finish and close.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
     pub grammar: Arc<flick_wire::Grammar>,
     /// The grammar unit of each process channel.
     pub units: Arc<Vec<Option<flick_wire::UnitId>>>,
@@ -267,6 +269,18 @@ impl Compute {
     /// replies), dead peers are reconnected with backoff, and the task is
     /// woken when the next of these falls due.
     fn maintain(&mut self) {
+        if !self.host.ending
+            && self
+                .host
+                .draining
+                .load(std::sync::atomic::Ordering::Acquire)
+        {
+            // Shutting down: read no more requests, answer those read.
+            self.host.ending = true;
+            if let Some(c) = self.client {
+                self.inputs[c].open = false;
+            }
+        }
         let now = std::time::Instant::now();
         if self.host.timer.is_some_and(|t| t <= now) {
             self.host.timer = None;

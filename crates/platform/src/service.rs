@@ -176,6 +176,10 @@ struct Parts {
     client_chan: usize,
     /// Per connect binding: (channel index, addresses).
     backends: Vec<(usize, Vec<SocketAddr>)>,
+    /// Set on shutdown: every instance finishes what it has and closes.
+    draining: Arc<std::sync::atomic::AtomicBool>,
+    /// Compute tasks of the live instances, to wake them for a drain.
+    computes: Mutex<std::collections::HashSet<TaskId>>,
 }
 
 pub struct Service {
@@ -245,6 +249,8 @@ impl Service {
             stats,
             client_chan,
             backends,
+            draining: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            computes: Mutex::new(std::collections::HashSet::new()),
         });
         // The reactor owns the registration; the callback accepts from
         // the listener while the service still accepts.
@@ -298,6 +304,17 @@ impl Service {
     /// Stops accepting; instances already running finish on their own.
     pub fn stop_accepting(&self) {
         *self.accepting.lock().expect("listener lock") = None;
+    }
+
+    /// Stops accepting, and has every instance stop reading its client,
+    /// answer what it has read, and close: a clean shutdown.
+    pub fn drain(&self) {
+        self.stop_accepting();
+        self.parts.draining.store(true, Ordering::Release);
+        let waker = self.parts.scheduler.waker();
+        for id in self.parts.computes.lock().expect("computes lock").iter() {
+            waker.wake(*id);
+        }
     }
 }
 
@@ -516,6 +533,7 @@ fn instantiate(p: &Arc<Parts>, client: TcpStream) {
             timer: None,
             reconnect,
             wake_at,
+            draining: p.draining.clone(),
         },
         vm: Vm::default(),
         next_input: 0,
@@ -524,11 +542,18 @@ fn instantiate(p: &Arc<Parts>, client: TcpStream) {
     };
     let stats = p.stats.clone();
     stats.graphs_live.fetch_add(1, Ordering::Relaxed);
+    p.computes.lock().expect("computes lock").insert(compute_id);
+    let parts = p.clone();
     tasks.push((
         compute_id,
         Box::new(move |sl: &mut flick_runtime::Timeslice| {
             let r = compute.run(sl);
             if r == flick_runtime::TaskStatus::Done {
+                parts
+                    .computes
+                    .lock()
+                    .expect("computes lock")
+                    .remove(&compute_id);
                 stats.graphs_live.fetch_sub(1, Ordering::Relaxed);
             }
             r
