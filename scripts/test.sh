@@ -8,10 +8,11 @@ cd "$(dirname "$0")/.."
 if command -v rustup >/dev/null; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
-# Real peers: memcached servers and libmemcached's memccapable.
+# Real peers: memcached servers, libmemcached's tools; Graphviz for `flick graph --svg`.
 missing=()
 command -v memcached >/dev/null || missing+=(memcached)
 command -v memccapable >/dev/null || missing+=(libmemcached-tools)
+command -v dot >/dev/null || missing+=(graphviz)
 if [ ${#missing[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"

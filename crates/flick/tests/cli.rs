@@ -133,3 +133,18 @@ fn records_are_checked_against_the_grammar_they_view() {
     assert!(stderr(&o).contains("E0700"), "{}", stderr(&o));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn graph_prints_dot_and_renders_svg() {
+    let o = flick(&["graph", "examples/memcached_proxy.flick"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let dot = stdout(&o);
+    assert!(dot.starts_with("digraph flick {"), "{dot}");
+    assert!(dot.contains("input: client") && dot.contains("output: backends[i]"), "{dot}");
+    let out = std::env::temp_dir().join(format!("flick-graph-{}.svg", std::process::id()));
+    let o = flick(&["graph", "--svg", out.to_str().unwrap(), "examples/memcached_proxy.flick"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let svg = std::fs::read_to_string(&out).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("target_backend"), "an SVG of the graph");
+}
