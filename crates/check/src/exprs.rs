@@ -830,8 +830,22 @@ impl Checker<'_> {
                         let b = self.block(o);
                         let a_unit = self.uni.resolve(&a).is_unit();
                         let b_unit = self.uni.resolve(&b).is_unit();
-                        if a_unit || b_unit || self.uni.unify(&a, &b).is_err() {
+                        if a_unit || b_unit {
                             Ty::unit()
+                        } else if self.uni.unify(&a, &b).is_err() {
+                            let (x, y) = (self.uni.resolve(&a), self.uni.resolve(&b));
+                            let at = |blk: &Block| blk.stmts.last().map_or(blk.span, |st| st.span);
+                            self.diags.push(
+                                Diagnostic::error(
+                                    "E0201",
+                                    format!("the branches of this `if` end with different types: `{x}` and `{y}`"),
+                                    at(then),
+                                )
+                                .label(format!("this is `{x}`"))
+                                .also(at(o), format!("this is `{y}`"))
+                                .hint("an `if` used as a value needs both branches to end with the same type"),
+                            );
+                            Ty::Error
                         } else {
                             a
                         }

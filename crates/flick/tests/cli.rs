@@ -140,11 +140,22 @@ fn graph_prints_dot_and_renders_svg() {
     assert!(o.status.success(), "{}", stderr(&o));
     let dot = stdout(&o);
     assert!(dot.starts_with("digraph flick {"), "{dot}");
-    assert!(dot.contains("input: client") && dot.contains("output: backends[i]"), "{dot}");
+    assert!(
+        dot.contains("input: client") && dot.contains("output: backends[i]"),
+        "{dot}"
+    );
     let out = std::env::temp_dir().join(format!("flick-graph-{}.svg", std::process::id()));
-    let o = flick(&["graph", "--svg", out.to_str().unwrap(), "examples/memcached_proxy.flick"]);
+    let o = flick(&[
+        "graph",
+        "--svg",
+        out.to_str().unwrap(),
+        "examples/memcached_proxy.flick",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let svg = std::fs::read_to_string(&out).unwrap();
     std::fs::remove_file(&out).unwrap();
-    assert!(svg.contains("<svg") && svg.contains("target_backend"), "an SVG of the graph");
+    assert!(
+        svg.contains("<svg") && svg.contains("target_backend"),
+        "an SVG of the graph"
+    );
 }

@@ -12,7 +12,7 @@ use flick_span::{Diagnostic, Span};
 /// formatting recurse over the tree, so a limit keeps a pathological input
 /// (two thousand `(`, say) from overflowing the stack; real programs stay
 /// far below it.
-pub const MAX_NESTING: usize = 128;
+pub const MAX_NESTING: usize = 256;
 
 /// Parses a whole program. The tree holds every declaration that parsed;
 /// the diagnostics hold every lexical and syntax error found.
