@@ -12,6 +12,7 @@
 //! channel_capacity = 64
 //! dict_capacity = 1024
 //! response_timeout_ms = 2000
+//! backend_connections = 2             # shared per backend; 0: per client
 //!
 //! [listen]
 //! client = "127.0.0.1:11311"
@@ -39,6 +40,7 @@ pub const CHANNEL_CAPACITY: RangeInclusive<usize> = 1..=65_536;
 /// Entries of each dictionary in process state.
 pub const DICT_CAPACITY: RangeInclusive<usize> = 1..=16_777_216;
 pub const RESPONSE_TIMEOUT_MS: RangeInclusive<u64> = 10..=600_000;
+pub const BACKEND_CONNECTIONS: RangeInclusive<usize> = 0..=1024;
 
 /// A configuration file as written. Every key is optional; unknown keys
 /// are errors.
@@ -62,6 +64,8 @@ pub struct FileConfig {
     pub dict_capacity: Option<usize>,
     /// How long a backend may take to answer, in milliseconds.
     pub response_timeout_ms: Option<u64>,
+    /// Connections to each backend shared by all clients (0: per client).
+    pub backend_connections: Option<usize>,
 }
 
 /// One address (`"host:port"`) or a list of them.
@@ -115,6 +119,7 @@ pub struct Overrides {
     pub channel_capacity: Option<usize>,
     pub dict_capacity: Option<usize>,
     pub response_timeout_ms: Option<u64>,
+    pub backend_connections: Option<usize>,
 }
 
 /// The settings of one `flick run`, resolved and range-checked.
@@ -133,6 +138,7 @@ pub struct Settings {
     pub channel_capacity: usize,
     pub dict_capacity: usize,
     pub response_timeout_ms: u64,
+    pub backend_connections: usize,
 }
 
 /// Resolves `host:port` to its first address.
@@ -311,6 +317,15 @@ pub fn resolve(
     .map_or(defaults.response_timeout.as_millis() as u64, |(o, v)| {
         ranged(&mut errors, &o, v, &RESPONSE_TIMEOUT_MS)
     });
+    let backend_connections = setting(
+        &at,
+        "backend_connections",
+        flags.backend_connections,
+        cfg.backend_connections,
+    )
+    .map_or(defaults.backend_connections, |(o, v)| {
+        ranged(&mut errors, &o, v, &BACKEND_CONNECTIONS)
+    });
     match program {
         Some(program) if errors.is_empty() => Ok(Settings {
             program,
@@ -323,6 +338,7 @@ pub fn resolve(
             channel_capacity,
             dict_capacity,
             response_timeout_ms,
+            backend_connections,
         }),
         _ => Err(errors),
     }

@@ -87,6 +87,10 @@ struct RunArgs {
     /// grammar's fault reply and it is reconnected, in ms [default: 2000].
     #[arg(long, value_name = "MS")]
     response_timeout_ms: Option<u64>,
+    /// Connections to each backend shared by all clients, requests
+    /// pipelined; 0 gives each client its own [default: 2].
+    #[arg(long, value_name = "N")]
+    backend_connections: Option<usize>,
     /// Validate the program and the configuration, then exit (like `nginx -t`).
     #[arg(long)]
     check: bool,
@@ -250,6 +254,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         channel_capacity: args.channel_capacity,
         dict_capacity: args.dict_capacity,
         response_timeout_ms: args.response_timeout_ms,
+        backend_connections: args.backend_connections,
     };
     let settings = match resolve(file_config.as_ref().map(|(c, p)| (c, p.as_path())), &flags) {
         Ok(s) => s,
@@ -314,6 +319,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         channel_capacity: settings.channel_capacity,
         dict_capacity: settings.dict_capacity,
         response_timeout: std::time::Duration::from_millis(settings.response_timeout_ms),
+        backend_connections: settings.backend_connections,
         ..flick_platform::ServiceConfig::default()
     };
     if let Some(w) = settings.workers {

@@ -287,3 +287,46 @@ fn a_hung_backend_times_out() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// `curr_connections` of a memcached server, over its ASCII `stats`.
+fn curr_connections(port: u16) -> u64 {
+    let mut s = connect(port);
+    s.write_all(b"stats\r\n").unwrap();
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    while !text.contains("END\r\n") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "stats ended early");
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    text.lines()
+        .find_map(|l| l.strip_prefix("STAT curr_connections "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("curr_connections")
+}
+
+/// Many clients share a few backend connections: twenty clients at once
+/// open no more than two connections to each backend.
+#[test]
+fn clients_share_backend_connections() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
+    let proxy = flick_proxy(&mut procs, &backends);
+    let before: Vec<u64> = backends.iter().map(|p| curr_connections(*p)).collect();
+    let mut clients: Vec<TcpStream> = (0..20).map(|_| connect(proxy)).collect();
+    for (i, c) in clients.iter_mut().enumerate() {
+        for j in 0..10 {
+            let k = format!("c{i}:{j}").into_bytes();
+            assert_eq!(set(c, &k, b"v"), 0);
+            assert_eq!(get(c, &k), (0, b"v".to_vec()));
+        }
+    }
+    for (i, p) in backends.iter().enumerate() {
+        let opened = curr_connections(*p) - before[i];
+        assert!(
+            opened <= 2,
+            "backend {i}: {opened} connections for 20 clients"
+        );
+        assert!(opened >= 1, "backend {i} is used");
+    }
+}

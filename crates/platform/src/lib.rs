@@ -7,6 +7,7 @@
 //! output tasks, and keeps process state. It must not contain language or
 //! protocol rules of its own: those come from the program and its grammar.
 
+mod backend;
 mod compute;
 mod conn;
 mod msg;

@@ -133,6 +133,9 @@ pub struct ServiceConfig {
     /// How long a backend may take to answer before its requests get fault
     /// replies and it is reconnected.
     pub response_timeout: std::time::Duration,
+    /// Connections to each backend address shared by all instances, with
+    /// requests pipelined; 0 gives each instance connections of its own.
+    pub backend_connections: usize,
 }
 
 impl Default for ServiceConfig {
@@ -146,6 +149,7 @@ impl Default for ServiceConfig {
             channel_capacity: 64,
             dict_capacity: 1024,
             response_timeout: std::time::Duration::from_secs(2),
+            backend_connections: 2,
         }
     }
 }
@@ -180,6 +184,8 @@ struct Parts {
     draining: Arc<std::sync::atomic::AtomicBool>,
     /// Compute tasks of the live instances, to wake them for a drain.
     computes: Mutex<std::collections::HashSet<TaskId>>,
+    /// Shared connections per backend address (empty: per instance).
+    shared: Vec<crate::backend::Backend>,
 }
 
 pub struct Service {
@@ -218,7 +224,9 @@ impl Service {
             workers: config.workers,
             policy: config.policy,
             capacity: config.max_instances
-                * (3 + 2 * (1 + backends.iter().map(|b| b.1.len()).sum::<usize>())),
+                * (3 + 2 * (1 + backends.iter().map(|b| b.1.len()).sum::<usize>()))
+                + 2 * config.backend_connections
+                    * backends.iter().map(|b| b.1.len()).sum::<usize>(),
             pin: true,
         }));
         let reactor = Arc::new(Reactor::start(scheduler.waker()).map_err(StartError::Reactor)?);
@@ -232,6 +240,20 @@ impl Service {
         let pool = MsgPool::new(config.max_instances * 8, slots, 256, 256);
         let nstate = loaded.module.processes[loaded.process].state.len();
         let globals = Arc::new(SharedState::new(nstate, config.dict_capacity));
+        let mut shared = Vec::new();
+        if config.backend_connections > 0 {
+            for (chan, addrs) in &backends {
+                let array = loaded.arrays[*chan];
+                for (i, a) in addrs.iter().enumerate() {
+                    shared.push(crate::backend::Backend::new(
+                        *chan as u16,
+                        array.then_some(i as u32),
+                        *a,
+                        config.backend_connections,
+                    ));
+                }
+            }
+        }
         let mut listener = TcpListener::bind(laddr).map_err(|e| StartError::Listen(laddr, e))?;
         let local = listener
             .local_addr()
@@ -251,6 +273,7 @@ impl Service {
             backends,
             draining: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             computes: Mutex::new(std::collections::HashSet::new()),
+            shared,
         });
         // The reactor owns the registration; the callback accepts from
         // the listener while the service still accepts.
@@ -289,6 +312,12 @@ impl Service {
     /// Messages in the shared pool, to check that nothing leaks.
     pub fn pooled_messages(&self) -> usize {
         self.parts.pool.available()
+    }
+
+    /// Backend connections shared by the instances and alive now; each has
+    /// a reader and a writer task.
+    pub fn shared_connections(&self) -> usize {
+        self.parts.shared.iter().map(|b| b.live()).sum()
     }
 
     /// Tasks alive in the scheduler.
@@ -416,6 +445,92 @@ fn connection(
     })
 }
 
+/// Opens a shared connection to a backend and starts its reader and writer.
+fn open_shared(
+    p: &Arc<Parts>,
+    chan: u16,
+    index: Option<u32>,
+    addr: SocketAddr,
+) -> Option<Arc<crate::backend::SharedConn>> {
+    let mut stream = dial(p, addr)?;
+    let s = &p.scheduler;
+    let (rid, wid) = match (s.reserve(), s.reserve()) {
+        (Ok(r), Ok(w)) => (r, w),
+        (r, w) => {
+            for id in [r, w].into_iter().flatten() {
+                s.start_task(
+                    id,
+                    Box::new(|_: &mut flick_runtime::Timeslice| flick_runtime::TaskStatus::Done),
+                );
+            }
+            return None;
+        }
+    };
+    let token = p
+        .reactor
+        .register_stream(&mut stream, Some(rid), Some(wid))
+        .ok();
+    p.stats.connections_open.fetch_add(1, Ordering::Relaxed);
+    let conn = Arc::new(Conn {
+        stream,
+        token,
+        reactor: p.reactor.clone(),
+        stats: p.stats.clone(),
+        chan: chan as usize,
+    });
+    let unit = p.loaded.units[chan as usize].expect("checked: channels carry grammar units");
+    let shared = crate::backend::shared_conn(conn, rid, wid, chan, index);
+    let max = (p.loaded.grammar.max_bytes(unit) as usize).clamp(4096, 16 << 20);
+    let mut reader = crate::backend::SharedReader {
+        shared: shared.clone(),
+        parser: p.loaded.grammar.parser(unit),
+        buf: vec![0; 16384],
+        start: 0,
+        end: 0,
+        max,
+        pending: None,
+        pool: p.pool.clone(),
+        grammar: p.loaded.grammar.clone(),
+        unit,
+        stats: p.stats.clone(),
+    };
+    let mut writer = crate::backend::SharedWriter {
+        shared: shared.clone(),
+        current: None,
+        written: 0,
+        next: 0,
+        pool: p.pool.clone(),
+        grammar: p.loaded.grammar.clone(),
+        unit,
+        stats: p.stats.clone(),
+    };
+    s.start_task(
+        rid,
+        Box::new(move |sl: &mut flick_runtime::Timeslice| reader.run(sl)),
+    );
+    s.start_task(
+        wid,
+        Box::new(move |sl: &mut flick_runtime::Timeslice| writer.run(sl)),
+    );
+    Some(shared)
+}
+
+/// Joins instance `compute` to a shared connection of backend `chan[index]`.
+fn join_shared(
+    p: &Arc<Parts>,
+    compute: TaskId,
+    chan: u16,
+    index: Option<u32>,
+) -> Option<(Input, Output)> {
+    let backend = p
+        .shared
+        .iter()
+        .find(|b| b.chan == chan && b.index == index)?;
+    let addr = backend.addr;
+    let conn = backend.pick(|c, i| open_shared(p, c, i, addr))?;
+    conn.join(compute, p.config.channel_capacity, &p.scheduler.waker())
+}
+
 /// Connects to a backend address, counting failures.
 fn dial(p: &Parts, addr: SocketAddr) -> Option<TcpStream> {
     match TcpStream::connect(addr) {
@@ -460,6 +575,21 @@ fn instantiate(p: &Arc<Parts>, client: TcpStream) {
         for (i, a) in addrs.iter().enumerate() {
             let index = array.then_some(i as u32);
             addrs_of.push(((*chan as u16, index), *a));
+            if !p.shared.is_empty() {
+                match join_shared(p, compute_id, *chan as u16, index) {
+                    Some((input, output)) => {
+                        inputs.push(input);
+                        outputs.push(output);
+                    }
+                    None => outputs.push(Output {
+                        tx: None,
+                        chan: *chan as u16,
+                        index,
+                        conn: None,
+                    }),
+                }
+                continue;
+            }
             match dial(p, *a).and_then(|stream| connection(p, compute_id, *chan, index, stream)) {
                 Some(c) => {
                     inputs.push(c.input);
@@ -492,6 +622,9 @@ fn instantiate(p: &Arc<Parts>, client: TcpStream) {
     let reconnect: crate::compute::Reconnect = {
         let p = p.clone();
         Arc::new(move |chan: u16, index: Option<u32>| {
+            if !p.shared.is_empty() {
+                return join_shared(&p, compute_id, chan, index);
+            }
             let addr = addrs_of
                 .iter()
                 .find(|(k, _)| *k == (chan, index))

@@ -1,0 +1,404 @@
+//! Shared backend connections: every instance's requests to a backend go
+//! over a few connections that all instances share, pipelined, and each
+//! reply goes back to the instance whose request it answers, in order (the
+//! way twemproxy multiplexes).
+//!
+//! An instance joins a shared connection as a member with two task
+//! channels of its own, requests in and replies out, so to the instance a
+//! shared connection looks like one of its own. The connection's writer
+//! takes requests from the members in turn and records, in order, whose
+//! each one is (with the value its reply will echo, `%correlate`); its
+//! reader hands each reply to the member at the head of that record,
+//! skipping quiet requests that got no reply and keeping the head while a
+//! reply continues (`%more`). When the connection fails, every member's
+//! channels close, and each instance answers what it was owed with the
+//! grammar's `%fault` reply and joins a fresh connection later.
+
+use crate::compute::{Input, Output};
+use crate::conn::Conn;
+use crate::msg::{Msg, MsgPool};
+use crate::stats::Stats;
+use flick_runtime::{
+    channel, Receiver, Sender, TaskId, TaskStatus, Timeslice, TryRecvError, TrySendError,
+};
+use flick_wire::{Grammar, Parser, Progress, UnitId};
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+struct Member {
+    key: u32,
+    requests: Receiver<Msg>,
+    replies: Sender<Msg>,
+}
+
+#[derive(Default)]
+struct Members {
+    next_key: u32,
+    list: Vec<Member>,
+}
+
+/// One shared connection to a backend.
+pub struct SharedConn {
+    pub conn: Arc<Conn>,
+    pub reader: TaskId,
+    writer: TaskId,
+    members: Mutex<Members>,
+    /// Whose requests were written, oldest first, with their correlation.
+    inflight: Mutex<VecDeque<(u32, Option<i128>)>>,
+    dead: AtomicBool,
+    chan: u16,
+    index: Option<u32>,
+}
+
+impl SharedConn {
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    /// Adds instance `compute` as a member: its input (replies) and output
+    /// (requests) for this backend.
+    pub fn join(
+        self: &Arc<Self>,
+        compute: TaskId,
+        capacity: usize,
+        waker: &flick_runtime::Waker,
+    ) -> Option<(Input, Output)> {
+        let mut members = self.members.lock().expect("members lock");
+        if self.is_dead() {
+            return None;
+        }
+        let (req_tx, req_rx) = channel(capacity, waker.clone());
+        req_tx.bind(compute);
+        req_rx.bind(self.writer);
+        let (rep_tx, rep_rx) = channel(capacity.max(64) * 4, waker.clone());
+        rep_tx.bind(self.reader);
+        rep_rx.bind(compute);
+        let key = members.next_key;
+        members.next_key = members.next_key.wrapping_add(1);
+        members.list.push(Member {
+            key,
+            requests: req_rx,
+            replies: rep_tx,
+        });
+        Some((
+            Input {
+                rx: rep_rx,
+                chan: self.chan,
+                index: self.index,
+                open: true,
+            },
+            Output {
+                tx: Some(req_tx),
+                chan: self.chan,
+                index: self.index,
+                conn: Some((self.conn.clone(), self.reader)),
+            },
+        ))
+    }
+
+    /// The connection failed: every member hears of it.
+    fn fail(&self) {
+        self.dead.store(true, Ordering::Release);
+        self.members.lock().expect("members lock").list.clear();
+        self.inflight.lock().expect("inflight lock").clear();
+    }
+}
+
+/// The writer of a shared connection.
+pub struct SharedWriter {
+    pub shared: Arc<SharedConn>,
+    pub current: Option<Msg>,
+    pub written: usize,
+    pub next: usize,
+    pub pool: Arc<MsgPool>,
+    pub grammar: Arc<Grammar>,
+    pub unit: UnitId,
+    pub stats: Arc<Stats>,
+}
+
+impl SharedWriter {
+    pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
+        loop {
+            if self.shared.is_dead() {
+                if let Some(m) = self.current.take() {
+                    self.pool.give(m);
+                }
+                return TaskStatus::Done;
+            }
+            if let Some(m) = &self.current {
+                match (&self.shared.conn.stream).write(&m.bytes[self.written..]) {
+                    Ok(n) => {
+                        self.written += n;
+                        if self.written == m.bytes.len() {
+                            let m = self.current.take().expect("a message in flight");
+                            self.pool.give(m);
+                            self.written = 0;
+                            self.stats.message_out(self.shared.conn.chan);
+                            if slice.item_done() {
+                                return TaskStatus::Yield;
+                            }
+                        }
+                    }
+                    Err(e)
+                        if e.kind() == ErrorKind::WouldBlock
+                            || e.kind() == ErrorKind::NotConnected =>
+                    {
+                        return TaskStatus::Idle
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        self.shared.fail();
+                        let _ = self.shared.conn.stream.shutdown(std::net::Shutdown::Both);
+                        continue;
+                    }
+                }
+                continue;
+            }
+            // The next request, from the members in turn.
+            let mut members = self.shared.members.lock().expect("members lock");
+            let n = members.list.len();
+            let mut got = None;
+            let mut gone = Vec::new();
+            for k in 0..n {
+                let i = (self.next + k) % n;
+                match members.list[i].requests.try_recv() {
+                    Ok(m) => {
+                        got = Some((members.list[i].key, m));
+                        self.next = (i + 1) % n.max(1);
+                        break;
+                    }
+                    Err(TryRecvError::Empty) => {}
+                    Err(TryRecvError::Closed) => gone.push(members.list[i].key),
+                }
+            }
+            // Members whose instance ended leave; replies still due to them
+            // are dropped when they come.
+            members.list.retain(|m| !gone.contains(&m.key));
+            drop(members);
+            let Some((key, m)) = got else {
+                return TaskStatus::Idle;
+            };
+            let corr = self
+                .grammar
+                .property(self.unit, "correlate", &m.slots, &m.bytes);
+            self.shared
+                .inflight
+                .lock()
+                .expect("inflight lock")
+                .push_back((key, corr));
+            self.current = Some(m);
+        }
+    }
+}
+
+/// The reader of a shared connection.
+pub struct SharedReader {
+    pub shared: Arc<SharedConn>,
+    pub parser: Parser,
+    pub buf: Vec<u8>,
+    pub start: usize,
+    pub end: usize,
+    pub max: usize,
+    pub pending: Option<(u32, Msg)>,
+    pub pool: Arc<MsgPool>,
+    pub grammar: Arc<Grammar>,
+    pub unit: UnitId,
+    pub stats: Arc<Stats>,
+}
+
+impl SharedReader {
+    fn finish(&mut self) -> TaskStatus {
+        if let Some((_, m)) = self.pending.take() {
+            self.pool.give(m);
+        }
+        self.shared.fail();
+        let _ = self.shared.conn.stream.shutdown(std::net::Shutdown::Both);
+        TaskStatus::Done
+    }
+
+    /// Hands a reply to its member; `false` if the member's channel is full.
+    fn deliver(&mut self, key: u32, m: Msg) -> bool {
+        let members = self.shared.members.lock().expect("members lock");
+        let Some(member) = members.list.iter().find(|x| x.key == key) else {
+            self.pool.give(m);
+            return true;
+        };
+        match member.replies.try_send(m) {
+            Ok(()) => {
+                self.stats.message_in(self.shared.conn.chan);
+                true
+            }
+            Err(TrySendError::Full(m)) => {
+                drop(members);
+                self.pending = Some((key, m));
+                false
+            }
+            Err(TrySendError::Closed(m)) => {
+                self.pool.give(m);
+                true
+            }
+        }
+    }
+
+    pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
+        loop {
+            if let Some((key, m)) = self.pending.take() {
+                // Backpressure: a slow member holds this connection's replies.
+                if !self.deliver(key, m) {
+                    return TaskStatus::Idle;
+                }
+                if slice.item_done() {
+                    return TaskStatus::Yield;
+                }
+            }
+            if self.shared.is_dead() {
+                return self.finish();
+            }
+            if self.end > self.start {
+                match self.parser.parse(&self.buf[self.start..self.end]) {
+                    Ok(Progress::Done(n)) => {
+                        let mut m = self.pool.take();
+                        m.bytes
+                            .extend_from_slice(&self.buf[self.start..self.start + n]);
+                        m.slots.clear();
+                        m.slots.extend_from_slice(self.parser.slots());
+                        self.start += n;
+                        self.parser.reset();
+                        let corr =
+                            self.grammar
+                                .property(self.unit, "correlate", &m.slots, &m.bytes);
+                        let more = self
+                            .grammar
+                            .property(self.unit, "more", &m.slots, &m.bytes)
+                            .unwrap_or(0)
+                            != 0;
+                        let owner = {
+                            let mut inflight = self.shared.inflight.lock().expect("inflight lock");
+                            // Quiet requests that got no reply.
+                            while let Some((_, c)) = inflight.front() {
+                                match (c, corr) {
+                                    (Some(a), Some(b)) if *a != b => {
+                                        inflight.pop_front();
+                                    }
+                                    _ => break,
+                                }
+                            }
+                            let owner = inflight.front().map(|(k, _)| *k);
+                            if !more {
+                                inflight.pop_front();
+                            }
+                            owner
+                        };
+                        match owner {
+                            Some(key) => self.pending = Some((key, m)),
+                            None => self.pool.give(m),
+                        }
+                        continue;
+                    }
+                    Ok(Progress::NeedMore) => {}
+                    Ok(Progress::Head(_) | Progress::Stream(_)) | Err(_) => {
+                        self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                        return self.finish();
+                    }
+                }
+            }
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            if self.end == self.buf.len() {
+                if self.buf.len() >= self.max {
+                    self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    return self.finish();
+                }
+                let grown = (self.buf.len() * 2).clamp(4096, self.max);
+                self.buf.resize(grown, 0);
+            }
+            match (&self.shared.conn.stream).read(&mut self.buf[self.end..]) {
+                Ok(0) => return self.finish(),
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return TaskStatus::Idle,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return self.finish(),
+            }
+        }
+    }
+}
+
+/// The shared connections of one backend address.
+pub struct Backend {
+    pub chan: u16,
+    pub index: Option<u32>,
+    pub addr: std::net::SocketAddr,
+    pub slots: Mutex<Vec<Option<Arc<SharedConn>>>>,
+    pub next: std::sync::atomic::AtomicUsize,
+}
+
+impl Backend {
+    pub fn new(
+        chan: u16,
+        index: Option<u32>,
+        addr: std::net::SocketAddr,
+        connections: usize,
+    ) -> Backend {
+        Backend {
+            chan,
+            index,
+            addr,
+            slots: Mutex::new(vec![None; connections.max(1)]),
+            next: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// Live shared connections.
+    pub fn live(&self) -> usize {
+        self.slots
+            .lock()
+            .expect("slots lock")
+            .iter()
+            .flatten()
+            .filter(|c| !c.is_dead())
+            .count()
+    }
+
+    /// A live shared connection, in turn; `open` dials a new one for a slot
+    /// that has none or a dead one.
+    pub fn pick(
+        &self,
+        open: impl FnOnce(u16, Option<u32>) -> Option<Arc<SharedConn>>,
+    ) -> Option<Arc<SharedConn>> {
+        let mut slots = self.slots.lock().expect("slots lock");
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % slots.len();
+        if let Some(c) = &slots[i] {
+            if !c.is_dead() {
+                return Some(c.clone());
+            }
+        }
+        let c = open(self.chan, self.index)?;
+        slots[i] = Some(c.clone());
+        Some(c)
+    }
+}
+
+/// Builds a shared connection over `conn`, with its two task ids.
+pub fn shared_conn(
+    conn: Arc<Conn>,
+    reader: TaskId,
+    writer: TaskId,
+    chan: u16,
+    index: Option<u32>,
+) -> Arc<SharedConn> {
+    Arc::new(SharedConn {
+        conn,
+        reader,
+        writer,
+        members: Mutex::new(Members::default()),
+        inflight: Mutex::new(VecDeque::new()),
+        dead: AtomicBool::new(false),
+        chan,
+        index,
+    })
+}
