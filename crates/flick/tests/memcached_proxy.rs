@@ -8,7 +8,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{connect, flick_run, memcached, memcached_on, request, response, Procs};
+use support::{
+    connect, flick_run, memcached, memcached_on, request, request_with_opaque, response, Procs,
+};
 
 /// Starts the proxy in front of `backends`; returns its port.
 fn flick_proxy(procs: &mut Procs, backends: &[u16]) -> u16 {
@@ -328,5 +330,35 @@ fn clients_share_backend_connections() {
             "backend {i}: {opened} connections for 20 clients"
         );
         assert!(opened >= 1, "backend {i} is used");
+    }
+}
+
+/// Requests pipelined by one client to keys on different backends come
+/// back in the order they were sent, whichever backend answers first.
+#[test]
+fn pipelined_replies_come_back_in_request_order() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..4).map(|_| memcached(&mut procs)).collect();
+    let proxy = flick_proxy(&mut procs, &backends);
+    let mut c = connect(proxy);
+    let keys: Vec<Vec<u8>> = (0..100)
+        .map(|i| format!("order:{i}").into_bytes())
+        .collect();
+    for k in &keys {
+        assert_eq!(set(&mut c, k, k), 0);
+    }
+    // All the gets at once, then all the replies.
+    let mut batch = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        batch.extend(request_with_opaque(0x00, k, b"", b"", i as u32));
+    }
+    c.write_all(&batch).unwrap();
+    for (i, k) in keys.iter().enumerate() {
+        let (status, value) = response(&mut c);
+        assert_eq!(
+            (status, value.as_slice()),
+            (0, k.as_slice()),
+            "reply {i} out of order"
+        );
     }
 }

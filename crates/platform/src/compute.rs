@@ -74,6 +74,8 @@ pub struct GraphHost {
     pub ready: std::collections::VecDeque<(u16, Option<u32>, Msg)>,
     /// Broadcast requests waiting for their replies, by id.
     pub groups: Vec<Option<Group>>,
+    /// Replies held back so the client gets them in request order.
+    pub order: crate::peers::Order,
     /// The client asked to end the session (`%ends`): once its requests
     /// are answered, the instance closes.
     pub ending: bool,
@@ -289,9 +291,11 @@ impl Compute {
             if !self.host.peers[out].answers {
                 continue;
             }
+            // Quiet requests may rightly get no reply: they do not time out.
             let late = self.host.peers[out]
                 .outstanding
-                .front()
+                .iter()
+                .find(|p| p.seq.is_some())
                 .is_some_and(|p| p.sent + self.host.timeout <= now);
             if late && !self.host.peers[out].dead {
                 self.host.give_up(out);
@@ -324,7 +328,11 @@ impl Compute {
             .iter()
             .filter(|p| p.answers && !self.host.ending)
             .flat_map(|p| {
-                let late = p.outstanding.front().map(|q| q.sent + self.host.timeout);
+                let late = p
+                    .outstanding
+                    .iter()
+                    .find(|q| q.seq.is_some())
+                    .map(|q| q.sent + self.host.timeout);
                 let retry = p.retry_at.filter(|_| p.dead);
                 late.into_iter().chain(retry)
             })

@@ -42,6 +42,20 @@ pub struct Pending {
     pub group: Option<u32>,
     /// When it was sent, for the response timeout.
     pub sent: Instant,
+    /// Its place among the client's requests, for answering in order;
+    /// `None` for a quiet request, which may get no reply (`%quiet`).
+    pub seq: Option<u64>,
+}
+
+/// Replies kept until every earlier request of the client has its own:
+/// a client gets its replies in the order of its requests, whichever
+/// backends answer first.
+#[derive(Default)]
+pub struct Order {
+    next_seq: u64,
+    deliver: u64,
+    /// Per request number: its replies so far, and whether it is complete.
+    held: std::collections::BTreeMap<u64, (VecDeque<(u16, Option<u32>, Msg)>, bool)>,
 }
 
 /// A request sent to every peer: its replies still to come, and the final
@@ -49,11 +63,19 @@ pub struct Pending {
 pub struct Group {
     pub remaining: u32,
     pub held: Option<(u16, Option<u32>, Msg)>,
+    pub seq: Option<u64>,
 }
 
 /// Requests remembered per peer; beyond this (quiet requests that are never
 /// answered) the oldest are forgotten.
 const MAX_OUTSTANDING: usize = 256;
+
+impl Order {
+    fn take_seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq - 1
+    }
+}
 
 impl GraphHost {
     pub(crate) fn property(&self, chan: u16, name: &str, m: &Msg) -> Option<i128> {
@@ -69,8 +91,17 @@ impl GraphHost {
         let broadcast = answers
             && self.outputs[out].index.is_some()
             && self.property(chan, "broadcast", &request).unwrap_or(0) != 0;
+        let quiet = self.property(chan, "quiet", &request).unwrap_or(0) != 0;
         if !broadcast {
-            return self.send_one(out, request, None);
+            // A full channel sends nothing: the request keeps no number.
+            let full =
+                self.outputs[out].tx.as_ref().is_some_and(|t| t.is_full()) && !self.peers[out].dead;
+            if full {
+                self.pool.give(request);
+                return Sent::Full;
+            }
+            let seq = (answers && !quiet).then(|| self.order.take_seq());
+            return self.send_one(out, request, None, seq);
         }
         let targets: Vec<usize> = (0..self.outputs.len())
             .filter(|o| self.outputs[*o].chan == chan)
@@ -82,19 +113,21 @@ impl GraphHost {
             self.pool.give(request);
             return Sent::Full;
         }
-        let group = self.new_group(targets.len() as u32);
+        let seq = (!quiet).then(|| self.order.take_seq());
+        let group = self.new_group(targets.len() as u32, seq);
         for o in targets {
             let copy = self.pool.copy(&request);
-            self.send_one(o, copy, Some(group));
+            self.send_one(o, copy, Some(group), seq);
         }
         self.pool.give(request);
         Sent::Done
     }
 
-    fn new_group(&mut self, remaining: u32) -> u32 {
+    fn new_group(&mut self, remaining: u32, seq: Option<u64>) -> u32 {
         let g = Group {
             remaining,
             held: None,
+            seq,
         };
         match self.groups.iter().position(|g| g.is_none()) {
             Some(i) => {
@@ -108,10 +141,10 @@ impl GraphHost {
         }
     }
 
-    fn send_one(&mut self, out: usize, request: Msg, group: Option<u32>) -> Sent {
+    fn send_one(&mut self, out: usize, request: Msg, group: Option<u32>, seq: Option<u64>) -> Sent {
         let answers = self.peers[out].answers;
         if answers && (self.peers[out].dead || self.outputs[out].tx.is_none()) {
-            self.fault(out, request, group);
+            self.fault(out, request, group, seq);
             return Sent::Done;
         }
         let Some(tx) = &self.outputs[out].tx else {
@@ -128,6 +161,7 @@ impl GraphHost {
                         corr,
                         group,
                         sent: Instant::now(),
+                        seq,
                     });
                     if self.peers[out].outstanding.len() > MAX_OUTSTANDING {
                         let old = self.peers[out]
@@ -144,6 +178,10 @@ impl GraphHost {
                 if let Some(r) = remember {
                     self.pool.give(r);
                 }
+                // Not sent: its number goes back, or later replies would wait for it.
+                if seq.is_some_and(|s| s + 1 == self.order.next_seq) {
+                    self.order.next_seq -= 1;
+                }
                 Sent::Full
             }
             // The connection is gone: a peer's requests get fault replies.
@@ -153,7 +191,7 @@ impl GraphHost {
                 }
                 if answers {
                     self.peer_gone(out);
-                    self.fault(out, m, group);
+                    self.fault(out, m, group, seq);
                 } else {
                     self.pool.give(m);
                 }
@@ -166,8 +204,29 @@ impl GraphHost {
     /// nothing): it counts as answered in its broadcast.
     fn forget(&mut self, p: Pending) {
         self.pool.give(p.request);
-        if let Some(g) = p.group {
-            self.settle_group(g, None);
+        match p.group {
+            Some(g) => self.settle_group(g, None),
+            None => self.reply_for(p.seq, None, true),
+        }
+    }
+
+    /// Files a reply (or, with `None`, just the end) of request `seq`, and
+    /// passes on every reply whose earlier requests are all answered.
+    fn reply_for(&mut self, seq: Option<u64>, reply: Option<(u16, Option<u32>, Msg)>, last: bool) {
+        let Some(seq) = seq else {
+            self.ready.extend(reply);
+            return;
+        };
+        let entry = self.order.held.entry(seq).or_default();
+        entry.0.extend(reply);
+        entry.1 |= last;
+        while let Some((replies, done)) = self.order.held.get_mut(&self.order.deliver) {
+            self.ready.extend(replies.drain(..));
+            if !*done {
+                break;
+            }
+            self.order.held.remove(&self.order.deliver);
+            self.order.deliver += 1;
         }
     }
 
@@ -193,7 +252,12 @@ impl GraphHost {
                 _ => break,
             }
         }
-        let group = self.peers[out].outstanding.front().and_then(|p| p.group);
+        let Some(front) = self.peers[out].outstanding.front() else {
+            // A reply to nothing asked: passed on as it is.
+            self.ready.push_back((chan, index, reply));
+            return;
+        };
+        let (group, seq) = (front.group, front.seq);
         if !more {
             if let Some(p) = self.peers[out].outstanding.pop_front() {
                 self.pool.give(p.request);
@@ -201,7 +265,7 @@ impl GraphHost {
         }
         match group {
             Some(g) if !more => self.settle_group(g, Some((chan, index, reply))),
-            _ => self.ready.push_back((chan, index, reply)),
+            _ => self.reply_for(seq, Some((chan, index, reply)), !more),
         }
     }
 
@@ -221,15 +285,13 @@ impl GraphHost {
         }
         if group.remaining == 0 {
             let done = self.groups[g as usize].take().expect("a group");
-            if let Some(r) = done.held {
-                self.ready.push_back(r);
-            }
+            self.reply_for(done.seq, done.held, true);
         }
     }
 
     /// The grammar's `%fault` reply to `request`, sent to output `out`,
     /// handled as if the peer had answered it.
-    fn fault(&mut self, out: usize, request: Msg, group: Option<u32>) {
+    fn fault(&mut self, out: usize, request: Msg, group: Option<u32>, seq: Option<u64>) {
         let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
         let unit = self.units.get(chan as usize).copied().flatten();
         let mut bytes = Vec::new();
@@ -254,10 +316,9 @@ impl GraphHost {
             }
             _ => None,
         };
-        match (group, reply) {
-            (Some(g), r) => self.settle_group(g, r),
-            (None, Some(r)) => self.ready.push_back(r),
-            (None, None) => {}
+        match group {
+            Some(g) => self.settle_group(g, reply),
+            None => self.reply_for(seq, reply, true),
         }
     }
 
@@ -275,7 +336,7 @@ impl GraphHost {
                 // The session is ending: a peer closing is expected.
                 self.forget(p);
             } else {
-                self.fault(out, p.request, p.group);
+                self.fault(out, p.request, p.group, p.seq);
             }
         }
     }

@@ -658,6 +658,7 @@ fn instantiate(p: &Arc<Parts>, client: TcpStream) {
             peers,
             ready: std::collections::VecDeque::new(),
             groups: Vec::new(),
+            order: crate::peers::Order::default(),
             ending: false,
             grammar: p.loaded.grammar.clone(),
             units: p.loaded.units.clone(),

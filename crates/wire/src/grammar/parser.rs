@@ -156,7 +156,7 @@ fn lex(src: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
 struct Reported;
 
 /// Unit properties that tell a proxy how to route and match messages.
-pub const ROUTING: &[&str] = &["broadcast", "more", "correlate", "ends"];
+pub const ROUTING: &[&str] = &["broadcast", "more", "correlate", "ends", "quiet"];
 type PResult<T> = Result<T, Reported>;
 
 struct Parser {
