@@ -47,22 +47,35 @@ pub struct Pending {
     pub seq: Option<u64>,
 }
 
+/// A reply on its way to the rule that reads its channel.
+pub type Reply = (u16, Option<u32>, Msg);
+
+/// The replies of one request held back, and whether all of them are in.
+#[derive(Default)]
+struct Held {
+    replies: Vec<Reply>,
+    done: bool,
+}
+
 /// Replies kept until every earlier request of the client has its own:
 /// a client gets its replies in the order of its requests, whichever
 /// backends answer first.
 #[derive(Default)]
 pub struct Order {
     next_seq: u64,
+    /// The oldest request whose replies are not all passed on.
     deliver: u64,
-    /// Per request number: its replies so far, and whether it is complete.
-    held: std::collections::BTreeMap<u64, (VecDeque<(u16, Option<u32>, Msg)>, bool)>,
+    /// Requests `deliver..`, in order; reused so that nothing is allocated
+    /// per request once warm.
+    held: VecDeque<Held>,
+    spare: Vec<Held>,
 }
 
 /// A request sent to every peer: its replies still to come, and the final
 /// reply kept until the last one.
 pub struct Group {
     pub remaining: u32,
-    pub held: Option<(u16, Option<u32>, Msg)>,
+    pub held: Option<Reply>,
     pub seq: Option<u64>,
 }
 
@@ -212,20 +225,47 @@ impl GraphHost {
 
     /// Files a reply (or, with `None`, just the end) of request `seq`, and
     /// passes on every reply whose earlier requests are all answered.
-    fn reply_for(&mut self, seq: Option<u64>, reply: Option<(u16, Option<u32>, Msg)>, last: bool) {
+    fn reply_for(&mut self, seq: Option<u64>, reply: Option<Reply>, last: bool) {
         let Some(seq) = seq else {
             self.ready.extend(reply);
             return;
         };
-        let entry = self.order.held.entry(seq).or_default();
-        entry.0.extend(reply);
-        entry.1 |= last;
-        while let Some((replies, done)) = self.order.held.get_mut(&self.order.deliver) {
-            self.ready.extend(replies.drain(..));
-            if !*done {
+        let order = &mut self.order;
+        if seq < order.deliver {
+            // A late extra reply to a request already answered.
+            self.ready.extend(reply);
+            return;
+        }
+        if seq == order.deliver && order.held.front().is_none_or(|h| h.replies.is_empty()) {
+            // In order, the common case: straight through.
+            self.ready.extend(reply);
+            if last {
+                if let Some(h) = order.held.pop_front() {
+                    order.spare.push(h);
+                }
+                order.deliver += 1;
+            } else if order.held.is_empty() {
+                let h = order.spare.pop().unwrap_or_default();
+                order.held.push_back(h);
+            }
+        } else {
+            let at = (seq - order.deliver) as usize;
+            while order.held.len() <= at {
+                let mut h = order.spare.pop().unwrap_or_default();
+                h.done = false;
+                order.held.push_back(h);
+            }
+            order.held[at].replies.extend(reply);
+            order.held[at].done |= last;
+        }
+        while let Some(h) = self.order.held.front_mut() {
+            self.ready.extend(h.replies.drain(..));
+            if !h.done {
                 break;
             }
-            self.order.held.remove(&self.order.deliver);
+            let mut h = self.order.held.pop_front().expect("a front");
+            h.done = false;
+            self.order.spare.push(h);
             self.order.deliver += 1;
         }
     }
@@ -270,7 +310,7 @@ impl GraphHost {
     }
 
     /// One reply of broadcast `g` is in: the last one is passed on.
-    fn settle_group(&mut self, g: u32, reply: Option<(u16, Option<u32>, Msg)>) {
+    fn settle_group(&mut self, g: u32, reply: Option<Reply>) {
         let Some(group) = self.groups.get_mut(g as usize).and_then(|x| x.as_mut()) else {
             if let Some((_, _, m)) = reply {
                 self.pool.give(m);
