@@ -362,3 +362,52 @@ fn pipelined_replies_come_back_in_request_order() {
         );
     }
 }
+
+/// A client that sends its requests and closes its sending side still gets
+/// every reply, then the connection closes (as with `printf ... | nc`).
+#[test]
+fn a_half_closed_client_gets_its_replies() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
+    let proxy = flick_proxy(&mut procs, &backends);
+    let mut c = connect(proxy);
+    assert_eq!(set(&mut c, b"half", b"closed"), 0);
+    c.write_all(&request(0x00, b"half", b"", b"")).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(response(&mut c), (0, b"closed".to_vec()));
+    let mut rest = [0u8; 1];
+    assert_eq!(c.read(&mut rest).unwrap(), 0, "then the proxy closes");
+}
+
+/// A client that pipelines requests and never reads its replies does not
+/// hold up the other clients sharing its backend connections.
+#[test]
+fn a_client_that_never_reads_does_not_stall_the_others() {
+    let mut procs = Procs(Vec::new());
+    let backends = [memcached(&mut procs)];
+    let proxy = flick_proxy(&mut procs, &backends);
+    let mut c = connect(proxy);
+    let big = vec![b'x'; 64 * 1024];
+    assert_eq!(set(&mut c, b"big", &big), 0);
+    let mut slow = connect(proxy);
+    slow.set_write_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let get_big = request(0x00, b"big", b"", b"");
+    for _ in 0..2000 {
+        if slow.write_all(&get_big).is_err() {
+            break; // the proxy stopped reading it: backpressure
+        }
+    }
+    let started = Instant::now();
+    for i in 0..50 {
+        let k = format!("fast:{i}").into_bytes();
+        assert_eq!(set(&mut c, &k, b"v"), 0, "request {i}");
+        assert_eq!(get(&mut c, &k), (0, b"v".to_vec()), "request {i}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(slow);
+}

@@ -230,10 +230,19 @@ impl SharedReader {
                 self.stats.message_in(self.shared.conn.chan);
                 true
             }
+            // A client that does not read its replies must not hold up the
+            // others on this connection: it leaves the connection, and the
+            // replies it is owed become fault replies.
             Err(TrySendError::Full(m)) => {
                 drop(members);
-                self.pending = Some((key, m));
-                false
+                self.pool.give(m);
+                self.shared
+                    .members
+                    .lock()
+                    .expect("members lock")
+                    .list
+                    .retain(|x| x.key != key);
+                true
             }
             Err(TrySendError::Closed(m)) => {
                 self.pool.give(m);

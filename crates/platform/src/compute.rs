@@ -414,10 +414,9 @@ impl Compute {
                             }
                         }
                         if self.client == Some(i) {
-                            // The client is gone: let go of the backends too.
-                            for o in &mut self.host.outputs {
-                                o.tx = None;
-                            }
+                            // The client sent its last request (or is gone):
+                            // answer what it sent, then let go of everything.
+                            self.host.ending = true;
                         }
                     }
                 }

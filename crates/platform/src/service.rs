@@ -285,9 +285,28 @@ impl Service {
                 Box::new(move || {
                     let guard = a.lock().expect("listener lock");
                     let Some(l) = guard.as_ref() else { return };
-                    while let Ok((stream, _)) = l.accept() {
-                        p.stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
-                        instantiate(&p, stream);
+                    // Accept until the backlog is empty: readiness is
+                    // edge-triggered, so stopping early would strand
+                    // connections until the next one arrives.
+                    loop {
+                        match l.accept() {
+                            Ok((stream, _)) => {
+                                p.stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
+                                instantiate(&p, stream);
+                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                            // A client gone before it was accepted, or a signal.
+                            Err(e)
+                                if matches!(
+                                    e.kind(),
+                                    std::io::ErrorKind::Interrupted
+                                        | std::io::ErrorKind::ConnectionAborted
+                                        | std::io::ErrorKind::ConnectionReset
+                                ) => {}
+                            // Out of descriptors or memory: try again on the
+                            // next readiness event rather than spin.
+                            Err(_) => break,
+                        }
                     }
                 }),
             )
