@@ -237,7 +237,14 @@ impl Service {
             .map(|u| u.slots as usize)
             .max()
             .unwrap_or(1);
-        let pool = MsgPool::new(config.max_instances * 8, slots, 256, 256);
+        // Room for every message that can be in flight, so that steady traffic
+        // never frees messages the next burst would allocate again.
+        let pool = MsgPool::new(
+            config.max_instances * config.channel_capacity * 2,
+            slots,
+            256,
+            256,
+        );
         let nstate = loaded.module.processes[loaded.process].state.len();
         let globals = Arc::new(SharedState::new(nstate, config.dict_capacity));
         let mut shared = Vec::new();

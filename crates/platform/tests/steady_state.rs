@@ -180,10 +180,11 @@ fn requests_allocate_nothing_once_warm_and_clients_leave_nothing_behind() {
     }
     let allocations = ALLOCATIONS.load(Ordering::SeqCst) - before;
     // 3840 requests, a third pipelined: anything per request would show in
-    // the thousands.
+    // the thousands. A pipelined burst that sets a new high-water mark can
+    // still grow a queue or the message pool once, so a few are allowed.
     eprintln!("allocations over 3840 requests: {allocations}");
     assert!(
-        allocations < 32,
+        allocations < 64,
         "{allocations} allocations over 3840 requests"
     );
 
