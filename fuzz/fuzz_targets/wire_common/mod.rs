@@ -1,0 +1,264 @@
+//! Checks shared by the `wire_*` fuzz targets, one per stock grammar.
+//!
+//! An input is `[unit, cut, stream...]`: the first byte picks a unit of the
+//! grammar (modulo their number), the second a point to split the stream
+//! at (scaled to its length), and the rest is a stream of messages of that
+//! unit. For that unit:
+//!
+//! (a) the stream is parsed whole, as one piece, with the driver loop of a
+//!     proxy (`Head`, `Stream`, `Done`, `reset`, `finish` at the end): no
+//!     panic, at most `len * 4 + 16` calls, every count within the buffer,
+//!     progress on every call;
+//! (b) the stream split in two gives the same messages (heads, lengths,
+//!     values) and the same error as whole;
+//! (c) every message parsed whole (no streaming) serialises, and the
+//!     serialised bytes (followed by what followed the message, which the
+//!     parser may have looked at) parse back to the same values;
+//! (d) a parser with a view (the field chosen by the second byte, or none)
+//!     frames the stream as the full parser does, without panicking.
+//!
+//! `crates/wire/tests/fuzz_corpus.rs` holds a copy of this code, to replay
+//! the corpora with plain `cargo test`: keep the two in step.
+
+use flick_wire::{Grammar, Parser, Progress, UnitId, WireErrorKind};
+use std::sync::{Arc, OnceLock};
+
+/// The stock grammars, loaded once.
+pub fn grammar(name: &str) -> Arc<Grammar> {
+    static ALL: OnceLock<Vec<(&'static str, Arc<Grammar>)>> = OnceLock::new();
+    let all = ALL.get_or_init(|| {
+        flick_wire::stock::NAMES
+            .iter()
+            .map(|n| (*n, Grammar::stock(n).expect("a stock grammar")))
+            .collect()
+    });
+    all.iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, g)| g.clone())
+        .unwrap_or_else(|| panic!("no stock grammar {name}"))
+}
+
+/// What the driver saw of one message.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event {
+    /// `Head(at)`, with the head's values.
+    Head { at: usize, msg: String },
+    /// `Done`, with the message's length over all its pieces, and its
+    /// values when it was parsed whole (none were streamed).
+    Done { len: usize, msg: Option<String> },
+}
+
+/// A parse error, at its offset from the start of its message.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: WireErrorKind,
+    pub field: String,
+    pub status: Option<u16>,
+    pub at: usize,
+}
+
+/// Everything the driver saw of a stream.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Run {
+    pub events: Vec<Event>,
+    pub end: Result<(), Failure>,
+}
+
+impl Run {
+    /// The framing only: message lengths, head offsets and the error,
+    /// without values (a view leaves some out).
+    fn shape(&self) -> (Vec<(bool, usize)>, Result<(), &Failure>) {
+        let events = self
+            .events
+            .iter()
+            .map(|e| match e {
+                Event::Head { at, .. } => (true, *at),
+                Event::Done { len, .. } => (false, *len),
+            })
+            .collect();
+        (events, self.end.as_ref().map(|_| ()))
+    }
+}
+
+/// Feeds `pieces` (in order, each appended to the buffer) to `p` as a
+/// proxy does, calling `parse` and, on the last piece, `finish`. Calls
+/// `whole` with the parser, the buffer and the length of every message
+/// parsed without streaming, before the message leaves the buffer.
+pub fn drive(
+    p: &mut Parser,
+    pieces: &[&[u8]],
+    whole: &mut dyn FnMut(&Parser, &[u8], usize),
+) -> Run {
+    let total: usize = pieces.iter().map(|s| s.len()).sum();
+    let budget = total * 4 + 16;
+    let mut calls = 0;
+    let mut buf: Vec<u8> = Vec::new();
+    let mut events = Vec::new();
+    // No call since the last reset.
+    let mut fresh = true;
+    // Whether `Head` came, and how many bytes were handed over, for the
+    // current message.
+    let mut headed = false;
+    let mut streamed = 0usize;
+    for (i, piece) in pieces.iter().enumerate() {
+        let last = i + 1 == pieces.len();
+        buf.extend_from_slice(piece);
+        loop {
+            // A stream ending between messages ends cleanly; otherwise an
+            // empty buffer waits for the next piece, or ends the message.
+            if buf.is_empty() && (fresh || !last) {
+                break;
+            }
+            calls += 1;
+            assert!(
+                calls <= budget,
+                "{calls} calls over {total} bytes: the parser makes no progress"
+            );
+            let r = if last { p.finish(&buf) } else { p.parse(&buf) };
+            fresh = false;
+            match r {
+                Err(e) => {
+                    let end = Err(Failure {
+                        kind: e.kind,
+                        field: e.field.to_string(),
+                        status: e.status,
+                        at: streamed + e.offset,
+                    });
+                    return Run { events, end };
+                }
+                Ok(Progress::NeedMore) => {
+                    assert!(!last, "finish returned NeedMore");
+                    break;
+                }
+                Ok(Progress::Head(n)) => {
+                    assert!(!headed, "a second Head in one message");
+                    assert!(n <= buf.len(), "Head({n}) past the buffer ({})", buf.len());
+                    headed = true;
+                    let msg = format!("{:?}", p.message(&buf));
+                    events.push(Event::Head { at: n, msg });
+                }
+                Ok(Progress::Stream(n)) => {
+                    assert!(headed, "Stream({n}) before Head");
+                    assert!(
+                        n > 0 && n <= buf.len(),
+                        "Stream({n}) with {} bytes buffered",
+                        buf.len()
+                    );
+                    buf.drain(..n);
+                    streamed += n;
+                }
+                Ok(Progress::Done(n)) => {
+                    assert!(n <= buf.len(), "Done({n}) past the buffer ({})", buf.len());
+                    assert!(
+                        n > 0 || streamed > 0,
+                        "Done(0): an empty message, the stream would not advance"
+                    );
+                    let msg = if headed {
+                        None
+                    } else {
+                        whole(p, &buf, n);
+                        Some(format!("{:?}", p.message(&buf)))
+                    };
+                    events.push(Event::Done {
+                        len: streamed + n,
+                        msg,
+                    });
+                    buf.drain(..n);
+                    p.reset();
+                    fresh = true;
+                    headed = false;
+                    streamed = 0;
+                }
+            }
+        }
+    }
+    assert!(
+        buf.is_empty() && fresh,
+        "the stream ended with {} bytes unparsed",
+        buf.len()
+    );
+    Run {
+        events,
+        end: Ok(()),
+    }
+}
+
+/// (c): the message `p` parsed from `buf[..n]` serialises, and the result,
+/// followed by `buf[n..]`, parses back to the same values.
+fn round_trip(g: &Arc<Grammar>, unit: UnitId, p: &Parser, buf: &[u8], n: usize) {
+    let before = format!("{:?}", p.message(buf));
+    let mut slots = p.slots().to_vec();
+    let mut out = Vec::new();
+    if let Err(e) = g.serialize(unit, &mut slots, buf, &mut out) {
+        panic!(
+            "a parsed message does not serialise: {e}\n--- message\n{before}\n--- bytes\n{:?}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+    }
+    let len = out.len();
+    out.extend_from_slice(&buf[n..]);
+    let mut q = g.parser(unit);
+    match q.finish(&out) {
+        Ok(Progress::Done(m)) if m == len => {}
+        other => panic!(
+            "serialised bytes do not parse back: {other:?}, expected Done({len})\n\
+             --- message\n{before}\n--- parsed\n{:?}\n--- serialised\n{:?}",
+            String::from_utf8_lossy(&buf[..n]),
+            String::from_utf8_lossy(&out[..len]),
+        ),
+    }
+    let after = format!("{:?}", q.message(&out));
+    assert_eq!(
+        before,
+        after,
+        "serialised bytes parse to other values\n--- parsed\n{:?}\n--- serialised\n{:?}",
+        String::from_utf8_lossy(&buf[..n]),
+        String::from_utf8_lossy(&out[..len]),
+    );
+}
+
+/// Runs checks (a) to (d) on one input for grammar `name`.
+pub fn check(name: &str, data: &[u8]) {
+    let g = grammar(name);
+    let units = g.units().len();
+    let (unit, pick, stream) = match data {
+        [u, c, rest @ ..] => (*u as usize % units, *c as usize, rest),
+        [u] => (*u as usize % units, 0, &[][..]),
+        [] => return,
+    };
+
+    // (a) and (c): the whole stream at once, serialising each message.
+    let mut p = g.parser(unit);
+    let whole = drive(&mut p, &[stream], &mut |p, buf, n| {
+        round_trip(&g, unit, p, buf, n)
+    });
+
+    // (b): split in two.
+    let cut = pick * stream.len() / 255;
+    let (a, b) = stream.split_at(cut);
+    let mut p = g.parser(unit);
+    let split = drive(&mut p, &[a, b], &mut |_, _, _| {});
+    assert_eq!(whole, split, "split at {cut} of {}", stream.len());
+
+    // (d): a view, of one field or of none.
+    let fields: Vec<&str> = g
+        .unit(unit)
+        .fields
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    let chosen: &[&str] = match fields.get(pick % (fields.len() + 1)) {
+        Some(f) => std::slice::from_ref(f),
+        None => &[],
+    };
+    let keep = g.view(unit, chosen).expect("the unit's own field");
+    let mut v = Parser::with_view(g.clone(), unit, keep);
+    let viewed = drive(&mut v, &[stream], &mut |p, buf, _| {
+        let _ = format!("{:?}", p.message(buf));
+    });
+    assert_eq!(
+        whole.shape(),
+        viewed.shape(),
+        "a view of {chosen:?} frames the stream otherwise"
+    );
+}
