@@ -15,15 +15,15 @@
 //! grammar's `%fault` reply and joins a fresh connection later.
 
 use crate::compute::{Input, Output};
-use crate::conn::Conn;
+use crate::conn::{Conn, Inbound};
 use crate::msg::{Msg, MsgPool};
 use crate::stats::Stats;
 use flick_runtime::{
     channel, Receiver, Sender, TaskId, TaskStatus, Timeslice, TryRecvError, TrySendError,
 };
-use flick_wire::{Grammar, Parser, Progress, UnitId};
+use flick_wire::{Grammar, UnitId};
 use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -196,11 +196,7 @@ impl SharedWriter {
 /// The reader of a shared connection.
 pub struct SharedReader {
     pub shared: Arc<SharedConn>,
-    pub parser: Parser,
-    pub buf: Vec<u8>,
-    pub start: usize,
-    pub end: usize,
-    pub max: usize,
+    pub read: crate::conn::ReadSide,
     pub pending: Option<(u32, Msg)>,
     pub pool: Arc<MsgPool>,
     pub grammar: Arc<Grammar>,
@@ -265,73 +261,43 @@ impl SharedReader {
             if self.shared.is_dead() {
                 return self.finish();
             }
-            if self.end > self.start {
-                match self.parser.parse(&self.buf[self.start..self.end]) {
-                    Ok(Progress::Done(n)) => {
-                        let mut m = self.pool.take();
-                        m.bytes
-                            .extend_from_slice(&self.buf[self.start..self.start + n]);
-                        m.slots.clear();
-                        m.slots.extend_from_slice(self.parser.slots());
-                        self.start += n;
-                        self.parser.reset();
-                        let corr =
-                            self.grammar
-                                .property(self.unit, "correlate", &m.slots, &m.bytes);
-                        let more = self
-                            .grammar
-                            .property(self.unit, "more", &m.slots, &m.bytes)
-                            .unwrap_or(0)
-                            != 0;
-                        let owner = {
-                            let mut inflight = self.shared.inflight.lock().expect("inflight lock");
-                            // Quiet requests that got no reply.
-                            while let Some((_, c)) = inflight.front() {
-                                match (c, corr) {
-                                    (Some(a), Some(b)) if *a != b => {
-                                        inflight.pop_front();
-                                    }
-                                    _ => break,
-                                }
-                            }
-                            let owner = inflight.front().map(|(k, _)| *k);
-                            if !more {
-                                inflight.pop_front();
-                            }
-                            owner
-                        };
-                        match owner {
-                            Some(key) => self.pending = Some((key, m)),
-                            None => self.pool.give(m),
-                        }
-                        continue;
-                    }
-                    Ok(Progress::NeedMore) => {}
-                    Ok(Progress::Head(_) | Progress::Stream(_)) | Err(_) => {
-                        self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                        return self.finish();
-                    }
-                }
-            }
-            if self.start > 0 {
-                self.buf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
-                self.start = 0;
-            }
-            if self.end == self.buf.len() {
-                if self.buf.len() >= self.max {
+            let m = match self.read.next(&self.shared.conn.stream, &self.pool) {
+                Inbound::Message(m) => m,
+                Inbound::Idle => return TaskStatus::Idle,
+                Inbound::Closed => return self.finish(),
+                Inbound::Malformed => {
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     return self.finish();
                 }
-                let grown = (self.buf.len() * 2).clamp(4096, self.max);
-                self.buf.resize(grown, 0);
-            }
-            match (&self.shared.conn.stream).read(&mut self.buf[self.end..]) {
-                Ok(0) => return self.finish(),
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return TaskStatus::Idle,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return self.finish(),
+            };
+            let corr = self
+                .grammar
+                .property(self.unit, "correlate", &m.slots, &m.bytes);
+            let more = self
+                .grammar
+                .property(self.unit, "more", &m.slots, &m.bytes)
+                .unwrap_or(0)
+                != 0;
+            let owner = {
+                let mut inflight = self.shared.inflight.lock().expect("inflight lock");
+                // Quiet requests that got no reply.
+                while let Some((_, c)) = inflight.front() {
+                    match (c, corr) {
+                        (Some(a), Some(b)) if *a != b => {
+                            inflight.pop_front();
+                        }
+                        _ => break,
+                    }
+                }
+                let owner = inflight.front().map(|(k, _)| *k);
+                if !more {
+                    inflight.pop_front();
+                }
+                owner
+            };
+            match owner {
+                Some(key) => self.pending = Some((key, m)),
+                None => self.pool.give(m),
             }
         }
     }

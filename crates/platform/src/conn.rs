@@ -31,15 +31,90 @@ impl Drop for Conn {
     }
 }
 
+/// What reading a connection gave.
+pub enum Inbound {
+    /// A whole message.
+    Message(Msg),
+    /// Nothing more for now: wait for the socket.
+    Idle,
+    /// The peer closed, or the socket failed.
+    Closed,
+    /// Bytes the grammar rejects, or a message larger than allowed.
+    Malformed,
+}
+
+/// A connection's read side: a buffer of received bytes, parsed into
+/// pooled messages with the grammar.
+pub struct ReadSide {
+    pub parser: Parser,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// The most bytes a message may need in the buffer at once.
+    max: usize,
+}
+
+impl ReadSide {
+    pub fn new(parser: Parser, initial: usize, max: usize) -> ReadSide {
+        ReadSide {
+            parser,
+            buf: vec![0; initial.min(max).max(1)],
+            start: 0,
+            end: 0,
+            max,
+        }
+    }
+
+    /// The next message: parsed from what is buffered, reading the socket
+    /// when the buffer runs dry.
+    pub fn next(&mut self, stream: &TcpStream, pool: &MsgPool) -> Inbound {
+        loop {
+            if self.end > self.start {
+                match self.parser.parse(&self.buf[self.start..self.end]) {
+                    Ok(Progress::Done(n)) => {
+                        let mut m = pool.take();
+                        m.bytes
+                            .extend_from_slice(&self.buf[self.start..self.start + n]);
+                        m.slots.clear();
+                        m.slots.extend_from_slice(self.parser.slots());
+                        self.start += n;
+                        self.parser.reset();
+                        return Inbound::Message(m);
+                    }
+                    Ok(Progress::NeedMore) => {}
+                    // Streamed bodies are not passed through here yet.
+                    Ok(Progress::Head(_) | Progress::Stream(_)) | Err(_) => {
+                        return Inbound::Malformed
+                    }
+                }
+            }
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            if self.end == self.buf.len() {
+                if self.buf.len() >= self.max {
+                    return Inbound::Malformed;
+                }
+                let grown = (self.buf.len() * 2).clamp(4096, self.max);
+                self.buf.resize(grown, 0);
+            }
+            match (&*stream).read(&mut self.buf[self.end..]) {
+                Ok(0) => return Inbound::Closed,
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Inbound::Idle,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return Inbound::Closed,
+            }
+        }
+    }
+}
+
 /// Reads a connection and parses its messages onto a task channel.
 pub struct Reader {
     pub conn: Arc<Conn>,
-    pub parser: Parser,
-    pub buf: Vec<u8>,
-    pub start: usize,
-    pub end: usize,
-    /// The most bytes a message may need in the buffer at once.
-    pub max: usize,
+    pub read: ReadSide,
     pub out: Option<Sender<Msg>>,
     pub pool: Arc<MsgPool>,
     pub pending: Option<Msg>,
@@ -81,47 +156,15 @@ impl Reader {
                     }
                 }
             }
-            if self.end > self.start {
-                match self.parser.parse(&self.buf[self.start..self.end]) {
-                    Ok(Progress::Done(n)) => {
-                        let mut m = self.pool.take();
-                        m.bytes
-                            .extend_from_slice(&self.buf[self.start..self.start + n]);
-                        m.slots.clear();
-                        m.slots.extend_from_slice(self.parser.slots());
-                        self.start += n;
-                        self.parser.reset();
-                        self.pending = Some(m);
-                        continue;
-                    }
-                    Ok(Progress::NeedMore) => {}
-                    Ok(Progress::Head(_) | Progress::Stream(_)) | Err(_) => {
-                        // Malformed (or streamed, not supported here yet):
-                        // this connection ends; others are not affected.
-                        self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                        return self.finish();
-                    }
-                }
-            }
-            if self.start > 0 {
-                self.buf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
-                self.start = 0;
-            }
-            if self.end == self.buf.len() {
-                if self.buf.len() >= self.max {
+            match self.read.next(&self.conn.stream, &self.pool) {
+                Inbound::Message(m) => self.pending = Some(m),
+                Inbound::Idle => return TaskStatus::Idle,
+                Inbound::Closed => return self.finish(),
+                // This connection ends; others are not affected.
+                Inbound::Malformed => {
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     return self.finish();
                 }
-                let grown = (self.buf.len() * 2).clamp(4096, self.max);
-                self.buf.resize(grown, 0);
-            }
-            match (&self.conn.stream).read(&mut self.buf[self.end..]) {
-                Ok(0) => return self.finish(),
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return TaskStatus::Idle,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return self.finish(),
             }
         }
     }

@@ -427,11 +427,7 @@ fn connection(
     let max = (p.loaded.grammar.max_bytes(unit) as usize).clamp(4096, 16 << 20);
     let mut reader = Reader {
         conn: conn.clone(),
-        parser: p.loaded.grammar.parser(unit),
-        buf: vec![0; 4096],
-        start: 0,
-        end: 0,
-        max,
+        read: crate::conn::ReadSide::new(p.loaded.grammar.parser(unit), 4096, max),
         out: Some(in_tx),
         pool: p.pool.clone(),
         pending: None,
@@ -509,11 +505,7 @@ fn open_shared(
     let max = (p.loaded.grammar.max_bytes(unit) as usize).clamp(4096, 16 << 20);
     let mut reader = crate::backend::SharedReader {
         shared: shared.clone(),
-        parser: p.loaded.grammar.parser(unit),
-        buf: vec![0; 16384],
-        start: 0,
-        end: 0,
-        max,
+        read: crate::conn::ReadSide::new(p.loaded.grammar.parser(unit), 16384, max),
         pending: None,
         pool: p.pool.clone(),
         grammar: p.loaded.grammar.clone(),
