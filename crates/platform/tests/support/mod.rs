@@ -22,11 +22,23 @@ impl Drop for Procs {
 }
 
 pub fn memcached(procs: &mut Procs) -> u16 {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    for _ in 0..20 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if let Some(port) = try_memcached_on(procs, port) {
+            return port;
+        }
+    }
+    panic!("memcached would not start");
+}
+
+/// Starts memcached on `port` and makes sure the server answering there is
+/// the one started: tests run in parallel, and two may pick the same free
+/// port.
+fn try_memcached_on(procs: &mut Procs, port: u16) -> Option<u16> {
     let root = Command::new("id")
         .arg("-u")
         .output()
@@ -48,18 +60,49 @@ pub fn memcached(procs: &mut Procs) -> u16 {
     if root {
         cmd.args(["-u", "root"]);
     }
-    procs.0.push(
-        cmd.stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("memcached is installed"),
-    );
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("memcached is installed");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "memcached did not start");
+    while Instant::now() < deadline {
+        if child.try_wait().ok().flatten().is_some() {
+            return None;
+        }
+        if let Some(pid) = memcached_pid(port) {
+            if pid == child.id() {
+                procs.0.push(child);
+                return Some(port);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
-    port
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// The pid of the memcached answering on `port`, from its `stats`.
+fn memcached_pid(port: u16) -> Option<u32> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    std::io::Write::write_all(&mut s, b"stats\r\n").ok()?;
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    while !text.contains("END\r\n") {
+        let n = s.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    text.lines()
+        .find_map(|l| l.strip_prefix("STAT pid "))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 pub fn proxy(backends: &[u16]) -> Service {
