@@ -246,3 +246,54 @@ fn a_bad_response_is_the_backends_fault() {
         );
     }
 }
+
+mod roundtrip {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn token() -> impl Strategy<Value = String> {
+        "[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,15}"
+    }
+
+    proptest! {
+        /// A generated request head parses to what was generated, and
+        /// serialising the parse reproduces its bytes.
+        #[test]
+        fn request_heads_round_trip(
+            method in "[A-Z]{1,10}",
+            target in "/[a-z0-9/._-]{0,40}",
+            minor in 0u8..2,
+            headers in proptest::collection::vec((token(), "[ -~]{0,40}"), 0..8),
+            spaces in 0usize..3,
+        ) {
+            let headers: Vec<(String, String)> = headers
+                .into_iter()
+                .filter(|(n, _)| !n.eq_ignore_ascii_case("content-length") && !n.eq_ignore_ascii_case("transfer-encoding"))
+                .map(|(n, v)| (n, v.trim().to_string()))
+                .collect();
+            let mut head = format!("{method} {target} HTTP/1.{minor}\r\n");
+            for (n, v) in &headers {
+                head.push_str(&format!("{n}:{}{v}\r\n", " ".repeat(spaces)));
+            }
+            head.push_str("\r\n");
+            let g = grammar();
+            let unit = g.unit_id("request").unwrap();
+            let mut p = Parser::new(g.clone(), unit);
+            prop_assert_eq!(p.parse(head.as_bytes()).unwrap(), Progress::Done(head.len()));
+            let m = p.message(head.as_bytes());
+            prop_assert_eq!(m.bytes("method"), Some(method.as_bytes()));
+            prop_assert_eq!(m.bytes("target"), Some(target.as_bytes()));
+            let list = m.list("headers").unwrap();
+            prop_assert_eq!(list.len(), headers.len());
+            for (i, (n, v)) in headers.iter().enumerate() {
+                let flick_wire::Value::Unit(h) = list.get(i) else { panic!("a header unit") };
+                prop_assert_eq!(h.bytes("name"), Some(n.as_bytes()));
+                prop_assert_eq!(h.bytes("value"), Some(v.as_bytes()));
+            }
+            let mut slots = p.slots().to_vec();
+            let mut out = Vec::new();
+            g.serialize(unit, &mut slots, head.as_bytes(), &mut out).unwrap();
+            prop_assert_eq!(String::from_utf8_lossy(&out), head.as_str());
+        }
+    }
+}
