@@ -1,0 +1,166 @@
+//! Packet headers: Ethernet, IPv4 and TCP from the `packet` grammar, one
+//! unit per header, reading the flow's 5-tuple as a firewall or L4
+//! balancer would, against a hand-written parser that makes the same
+//! checks (EtherType, IP version and header length, TCP data offset).
+//!
+//! `cargo bench -p flick-wire --bench packet` (results: `docs/performance.md`)
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use flick_wire::{Parser, Progress};
+
+const FRAMES: usize = 1000;
+
+/// 1000 Ethernet frames carrying IPv4/TCP segments from varied flows;
+/// every fourth segment has 12 bytes of TCP options (NOP, NOP, timestamps).
+fn frames() -> Vec<Vec<u8>> {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    (0..FRAMES)
+        .map(|i| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let options: &[u8] = if i % 4 == 0 {
+                &[1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2]
+            } else {
+                &[]
+            };
+            let payload = [0u8; 64];
+            let tcp_len = 20 + options.len();
+            let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
+            f.push(0x45);
+            f.push(0);
+            f.extend(((20 + tcp_len + payload.len()) as u16).to_be_bytes());
+            f.extend((i as u16).to_be_bytes());
+            f.extend(0x4000u16.to_be_bytes()); // don't fragment
+            f.extend([64, 6, 0, 0]);
+            f.extend(((seed >> 32) as u32 | 0x0a00_0000).to_be_bytes());
+            f.extend(0x0a00_0001u32.to_be_bytes());
+            f.extend(((seed & 0xffff) as u16 | 1024).to_be_bytes());
+            f.extend(443u16.to_be_bytes());
+            f.extend((seed as u32).to_be_bytes());
+            f.extend(0u32.to_be_bytes());
+            let off_flags = ((tcp_len / 4) as u16) << 12 | 0x18; // PSH, ACK
+            f.extend(off_flags.to_be_bytes());
+            f.extend([0xff, 0xff, 0, 0, 0, 0]);
+            f.extend(options);
+            f.extend(payload);
+            f
+        })
+        .collect()
+}
+
+/// A flow's 5-tuple: addresses, protocol, ports.
+type Flow = (u32, u32, u8, u16, u16);
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+/// The hand-written parser: Ethernet without a VLAN tag, IPv4 (version 4,
+/// IHL at least 5, total length covering the header), TCP (data offset at
+/// least 5).
+fn hand(f: &[u8]) -> Option<Flow> {
+    if f.len() < 14 || be16(f, 12) != 0x0800 {
+        return None;
+    }
+    let ip = &f[14..];
+    if ip.len() < 20 || ip[0] >> 4 != 4 {
+        return None;
+    }
+    let ihl = (ip[0] & 0x0f) as usize * 4;
+    if ihl < 20 || ip.len() < ihl || (be16(ip, 2) as usize) < ihl || ip[9] != 6 {
+        return None;
+    }
+    let tcp = &ip[ihl..];
+    if tcp.len() < 20 {
+        return None;
+    }
+    let offset = (tcp[12] >> 4) as usize * 4;
+    if offset < 20 || tcp.len() < offset {
+        return None;
+    }
+    Some((
+        be32(ip, 12),
+        be32(ip, 16),
+        ip[9],
+        be16(tcp, 0),
+        be16(tcp, 2),
+    ))
+}
+
+/// One parser per header unit, each reset for every frame.
+struct Engine {
+    ethernet: Parser,
+    ipv4: Parser,
+    tcp: Parser,
+}
+
+fn done(p: &mut Parser, b: &[u8]) -> Option<usize> {
+    p.reset();
+    match p.parse(b) {
+        Ok(Progress::Done(n)) => Some(n),
+        _ => None,
+    }
+}
+
+fn engine(e: &mut Engine, f: &[u8]) -> Option<Flow> {
+    let at = done(&mut e.ethernet, f)?;
+    if e.ethernet.message(f).int("payload_type")? != 0x0800 {
+        return None;
+    }
+    let ip = &f[at..];
+    let ihl = done(&mut e.ipv4, ip)?;
+    let m = e.ipv4.message(ip);
+    let (src, dst, protocol) = (m.int("src")?, m.int("dst")?, m.int("protocol")?);
+    if protocol != 6 {
+        return None;
+    }
+    let tcp = &ip[ihl..];
+    done(&mut e.tcp, tcp)?;
+    let t = e.tcp.message(tcp);
+    Some((
+        src as u32,
+        dst as u32,
+        protocol as u8,
+        t.int("src_port")? as u16,
+        t.int("dst_port")? as u16,
+    ))
+}
+
+/// Folds every frame's 5-tuple into one number so none is skipped.
+fn all(frames: &[Vec<u8>], mut parse: impl FnMut(&[u8]) -> Option<Flow>) -> u64 {
+    frames.iter().fold(0, |sum, f| {
+        let (s, d, p, sp, dp) = parse(f).expect("a TCP/IPv4 frame");
+        sum.wrapping_add(s as u64 ^ d as u64 ^ p as u64 ^ (sp as u64) << 16 ^ dp as u64)
+    })
+}
+
+fn bench(c: &mut Criterion) {
+    let g = flick_wire::Grammar::stock("packet").unwrap();
+    let parser = |name: &str| g.parser(g.unit_id(name).unwrap());
+    let mut e = Engine {
+        ethernet: parser("ethernet"),
+        ipv4: parser("ipv4"),
+        tcp: parser("tcp"),
+    };
+    let frames = frames();
+    for f in &frames {
+        assert_eq!(engine(&mut e, f), hand(f));
+    }
+
+    let mut group = c.benchmark_group("packet/ethernet_ipv4_tcp");
+    // One element per frame: criterion's rate is frames per second.
+    group.throughput(Throughput::Elements(FRAMES as u64));
+    group.bench_function("grammar", |b| {
+        b.iter(|| all(black_box(&frames), |f| engine(&mut e, f)))
+    });
+    group.bench_function("hand", |b| b.iter(|| all(black_box(&frames), hand)));
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
