@@ -388,34 +388,10 @@ fn connection(
     compute: TaskId,
     chan: usize,
     index: Option<u32>,
-    mut stream: TcpStream,
+    stream: TcpStream,
 ) -> Option<Connection> {
+    let (conn, rid, wid) = attach(p, stream, chan)?;
     let s = &p.scheduler;
-    let (rid, wid) = match (s.reserve(), s.reserve()) {
-        (Ok(r), Ok(w)) => (r, w),
-        (r, w) => {
-            // Out of task slots: give back what was taken.
-            for id in [r, w].into_iter().flatten() {
-                s.start_task(
-                    id,
-                    Box::new(|_: &mut flick_runtime::Timeslice| flick_runtime::TaskStatus::Done),
-                );
-            }
-            return None;
-        }
-    };
-    let token = p
-        .reactor
-        .register_stream(&mut stream, Some(rid), Some(wid))
-        .ok();
-    p.stats.connections_open.fetch_add(1, Ordering::Relaxed);
-    let conn = Arc::new(Conn {
-        stream,
-        token,
-        reactor: p.reactor.clone(),
-        stats: p.stats.clone(),
-        chan,
-    });
     let unit = p.loaded.units[chan].expect("checked: channels carry grammar units");
     let cap = p.config.channel_capacity;
     let (in_tx, in_rx) = channel(cap, s.waker());
@@ -467,18 +443,19 @@ fn connection(
     })
 }
 
-/// Opens a shared connection to a backend and starts its reader and writer.
-fn open_shared(
+/// Takes task ids for a socket's reader and writer and registers the
+/// socket with the reactor for them; `None` when the scheduler is out of
+/// task slots.
+fn attach(
     p: &Arc<Parts>,
-    chan: u16,
-    index: Option<u32>,
-    addr: SocketAddr,
-) -> Option<Arc<crate::backend::SharedConn>> {
-    let mut stream = dial(p, addr)?;
+    mut stream: TcpStream,
+    chan: usize,
+) -> Option<(Arc<Conn>, TaskId, TaskId)> {
     let s = &p.scheduler;
     let (rid, wid) = match (s.reserve(), s.reserve()) {
         (Ok(r), Ok(w)) => (r, w),
         (r, w) => {
+            // Out of task slots: give back what was taken.
             for id in [r, w].into_iter().flatten() {
                 s.start_task(
                     id,
@@ -498,8 +475,20 @@ fn open_shared(
         token,
         reactor: p.reactor.clone(),
         stats: p.stats.clone(),
-        chan: chan as usize,
+        chan,
     });
+    Some((conn, rid, wid))
+}
+
+/// Opens a shared connection to a backend and starts its reader and writer.
+fn open_shared(
+    p: &Arc<Parts>,
+    chan: u16,
+    index: Option<u32>,
+    addr: SocketAddr,
+) -> Option<Arc<crate::backend::SharedConn>> {
+    let (conn, rid, wid) = attach(p, dial(p, addr)?, chan as usize)?;
+    let s = &p.scheduler;
     let unit = p.loaded.units[chan as usize].expect("checked: channels carry grammar units");
     let shared = crate::backend::shared_conn(conn, rid, wid, chan, index);
     let max = (p.loaded.grammar.max_bytes(unit) as usize).clamp(4096, 16 << 20);

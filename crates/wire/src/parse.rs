@@ -564,6 +564,18 @@ impl Parser {
         }
     }
 
+    /// Keeps the `len` bytes at the current position in slot `at`.
+    fn store_bytes(&mut self, at: Option<usize>, len: usize) {
+        let start = self.pos as u32;
+        self.store(
+            at,
+            Slot::Bytes {
+                start,
+                len: len as u32,
+            },
+        );
+    }
+
     /// `&requires` of the field just parsed.
     fn check(&self, op: &Op, at: Option<usize>, base: u32, buf: &[u8]) -> Result<(), WireError> {
         let Some(req) = &op.requires else {
@@ -641,13 +653,7 @@ impl Parser {
                 if avail < n {
                     return Ok(false);
                 }
-                self.store(
-                    at,
-                    Slot::Bytes {
-                        start: self.pos as u32,
-                        len: n as u32,
-                    },
-                );
+                self.store_bytes(at, n);
                 self.pos += n;
             }
             // Only a `&stream` field may run to the end of the stream.
@@ -661,13 +667,7 @@ impl Parser {
                 let Some(end) = self.find(buf, d, *max as usize, op)? else {
                     return Ok(false);
                 };
-                self.store(
-                    at,
-                    Slot::Bytes {
-                        start: self.pos as u32,
-                        len: (end - self.pos) as u32,
-                    },
-                );
+                self.store_bytes(at, end - self.pos);
                 self.pos = end + d.len();
             }
             Scalar::Bytes {
@@ -680,13 +680,7 @@ impl Parser {
                 if end == self.pos {
                     return Err(self.error(op, WireErrorKind::Mismatch));
                 }
-                self.store(
-                    at,
-                    Slot::Bytes {
-                        start: self.pos as u32,
-                        len: (end - self.pos) as u32,
-                    },
-                );
+                self.store_bytes(at, end - self.pos);
                 self.pos = end;
             }
             Scalar::AsciiInt {
@@ -775,13 +769,7 @@ impl Parser {
                 if n < bytes.len() {
                     return Ok(false);
                 }
-                self.store(
-                    at,
-                    Slot::Bytes {
-                        start: self.pos as u32,
-                        len: n as u32,
-                    },
-                );
+                self.store_bytes(at, n);
                 self.pos += n;
             }
             Scalar::Ws => {
@@ -796,13 +784,7 @@ impl Parser {
                 if n == rest.len() {
                     return Ok(false);
                 }
-                self.store(
-                    at,
-                    Slot::Bytes {
-                        start: self.pos as u32,
-                        len: n as u32,
-                    },
-                );
+                self.store_bytes(at, n);
                 self.pos += n;
             }
         }
@@ -901,13 +883,7 @@ impl Parser {
         if end == 0 {
             return Err(self.error(op, WireErrorKind::Mismatch));
         }
-        self.store(
-            Some(at),
-            Slot::Bytes {
-                start: self.pos as u32,
-                len: end as u32,
-            },
-        );
+        self.store_bytes(Some(at), end);
         self.pos += end + consume;
         Ok(true)
     }

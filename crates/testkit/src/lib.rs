@@ -1,0 +1,125 @@
+//! Real peers for tests: memcached servers (Debian package `memcached`)
+//! started on loopback ports and killed when the test ends, however it
+//! ends.
+//!
+//! A dev-dependency only: no library or binary of the workspace may depend
+//! on it, and it knows nothing of Flick's crates.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Child processes killed when the test ends, however it ends.
+pub struct Procs(pub Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A loopback port nothing listened on a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits up to 10 s for something to listen on loopback `port`.
+pub fn wait_for(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether the tests run as root, where memcached must be told `-u root`.
+pub fn root() -> bool {
+    std::env::var("USER").map(|u| u == "root").unwrap_or(false)
+        || Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout.starts_with(b"0"))
+            .unwrap_or(false)
+}
+
+/// Starts a memcached on a free loopback port; returns the port.
+pub fn memcached(procs: &mut Procs) -> u16 {
+    for _ in 0..20 {
+        if let Some(port) = try_memcached_on(procs, free_port()) {
+            return port;
+        }
+    }
+    panic!("memcached would not start");
+}
+
+/// Starts a memcached on loopback `port`; returns the port once it listens.
+pub fn memcached_on(procs: &mut Procs, port: u16) -> u16 {
+    // The port was just freed by a stopped server: give it a few tries.
+    for _ in 0..20 {
+        if try_memcached_on(procs, port).is_some() {
+            return port;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("memcached would not start on port {port}");
+}
+
+/// Starts memcached on `port` and makes sure the server answering there is
+/// the one started: tests run in parallel, and two may pick the same free
+/// port.
+fn try_memcached_on(procs: &mut Procs, port: u16) -> Option<u16> {
+    let mut child = Command::new("memcached")
+        .args(["-l", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-U", "0", "-t", "1", "-m", "16"])
+        .args(if root() { &["-u", "root"][..] } else { &[][..] })
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("memcached is installed (scripts/test.sh installs it)");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if child.try_wait().ok().flatten().is_some() {
+            return None; // it could not bind the port
+        }
+        if let Some(pid) = memcached_pid(port) {
+            if pid == child.id() {
+                procs.0.push(child);
+                return Some(port);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// The pid of the memcached answering on `port`, from its `stats`.
+pub fn memcached_pid(port: u16) -> Option<u32> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"stats\r\n").ok()?;
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    while !text.contains("END\r\n") {
+        let n = s.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    text.lines()
+        .find_map(|l| l.strip_prefix("STAT pid "))
+        .and_then(|v| v.trim().parse().ok())
+}
