@@ -4,9 +4,12 @@
 //! fixtures carry correct checksums, which the tests verify from the
 //! parsed fields.
 
+mod support;
+
 use flick_wire::{Builder, Grammar, Progress, Value};
 use proptest::prelude::*;
 use std::sync::Arc;
+use support::check_every_split;
 
 fn hex(s: &str) -> Vec<u8> {
     s.split_whitespace()
@@ -329,53 +332,6 @@ fn views_decode_what_the_header_needs() {
     assert_eq!(m.int("dst"), Some(0xe000_0016));
     assert_eq!(m.bytes("options"), Some(&hex("94 04 00 00")[..]));
     assert!(matches!(m.get("id"), Value::Absent));
-}
-
-/// Parses `stream` as consecutive messages of `unit`, the bytes arriving
-/// in pieces that end at `arrivals` (increasing; the last is the stream's
-/// length). Follows the parser's contract: a message's bytes stay
-/// contiguous from its first byte, and `parse` sees the same prefix again
-/// with more after `NeedMore`.
-fn parse_stream(g: &Arc<Grammar>, unit: &str, stream: &[u8], arrivals: &[usize]) -> Vec<String> {
-    let mut p = g.parser(g.unit_id(unit).unwrap());
-    let mut arrivals = arrivals.iter().copied();
-    let mut avail = arrivals.next().unwrap();
-    let mut start = 0;
-    let mut out = Vec::new();
-    while start < stream.len() {
-        let buf = &stream[start..avail];
-        match p.parse(buf).unwrap() {
-            Progress::Done(n) => {
-                out.push(format!("{:?}", p.message(buf)));
-                start += n;
-                p.reset();
-            }
-            Progress::NeedMore => {
-                avail = arrivals.next().expect("the stream ends inside a message");
-            }
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-    out
-}
-
-fn check_every_split(g: &Arc<Grammar>, unit: &str, stream: &[u8], messages: usize) {
-    let whole = parse_stream(g, unit, stream, &[stream.len()]);
-    assert_eq!(whole.len(), messages, "{unit}");
-    for k in 0..=stream.len() {
-        let cuts = [k, stream.len()];
-        assert_eq!(
-            parse_stream(g, unit, stream, &cuts),
-            whole,
-            "{unit}: split at {k}"
-        );
-    }
-    let bytewise: Vec<usize> = (1..=stream.len()).collect();
-    assert_eq!(
-        parse_stream(g, unit, stream, &bytewise),
-        whole,
-        "{unit}: bytewise"
-    );
 }
 
 #[test]
