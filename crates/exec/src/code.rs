@@ -126,6 +126,25 @@ pub enum Op {
         cond: Reg,
         to: u32,
     },
+    /// One element of a `foldt` merge over the channel array in `chans`,
+    /// ordered by field `field` of record `record`. Without `key`: the
+    /// element with the least key, or `None` once every input has ended.
+    /// With `key`: another element with that key, or `None` when no input
+    /// holds one. The interpreter suspends here while an open input has
+    /// nothing yet, since its next element could be the one.
+    Merge {
+        dst: Reg,
+        chans: Reg,
+        record: u16,
+        field: u16,
+        key: Option<Reg>,
+    },
+    /// The record in `src` is dead unless it is one of `unless`: its
+    /// storage can go back to the host (a `foldt` step's inputs).
+    Release {
+        src: Reg,
+        unless: Box<[Reg]>,
+    },
     /// A loop's back-edge: yield here if the timeslice is used up.
     CheckSlice,
     Return {

@@ -551,8 +551,111 @@ impl<'a> Lowerer<'a> {
                 });
                 dst
             }
-            ExprKind::Foldt(_) => return Err(self.unsupported("`foldt`", e.span)),
+            ExprKind::Foldt(f) => self.foldt(b, f)?,
         })
+    }
+}
+
+impl Lowerer<'_> {
+    /// `foldt on CHANS ordering elem A, B by elem.F as K: BODY` as a loop:
+    /// take the element with the least key, then fold every other element
+    /// with that key into it with BODY (A the running value, B the next
+    /// element, K the key). Each back-edge checks the timeslice.
+    fn foldt(&mut self, b: &mut FnBuilder, f: &Foldt) -> Result<Reg, Unsupported> {
+        let record = match self.checked.expr_types.get(&f.channels.span) {
+            Some(Ty::ChanArray(c, _)) => match c.input.as_deref().map(Ty::behind_refs) {
+                Some(Ty::Record(id, _)) => *id,
+                _ => return Err(self.unsupported("`foldt` over non-records", f.channels.span)),
+            },
+            _ => return Err(self.unsupported("`foldt` over this", f.channels.span)),
+        };
+        let field = self.checked.records[record]
+            .fields
+            .iter()
+            .filter_map(|fl| fl.name.as_deref())
+            .position(|n| n == f.order_field.name)
+            .ok_or_else(|| self.unsupported("an unknown field", f.order_field.span))?
+            as u16;
+        let record = record as u16;
+        let chans = self.expr(b, &f.channels)?;
+        let acc = b.reg();
+        b.code.push(Op::Merge {
+            dst: acc,
+            chans,
+            record,
+            field,
+            key: None,
+        });
+        let first = b.reg();
+        b.code.push(Op::Move {
+            dst: first,
+            src: acc,
+        });
+        let none = Self::constant(b, Const::None);
+        let some = b.reg();
+        b.code.push(Op::Binary {
+            op: BinOp::Ne,
+            dst: some,
+            a: acc,
+            b: none,
+        });
+        let empty = b.code.len();
+        b.code.push(Op::JumpIfFalse { cond: some, to: 0 });
+        let key = b.reg();
+        b.code.push(Op::Field {
+            dst: key,
+            src: acc,
+            record,
+            field,
+        });
+        let head = b.here();
+        let next = b.reg();
+        b.code.push(Op::Merge {
+            dst: next,
+            chans,
+            record,
+            field,
+            key: Some(key),
+        });
+        let more = b.reg();
+        b.code.push(Op::Binary {
+            op: BinOp::Ne,
+            dst: more,
+            a: next,
+            b: none,
+        });
+        let exit = b.code.len();
+        b.code.push(Op::JumpIfFalse { cond: more, to: 0 });
+        b.scopes.push(vec![
+            (f.left.name.clone(), Name::Reg(acc)),
+            (f.right.name.clone(), Name::Reg(next)),
+            (f.key.name.clone(), Name::Reg(key)),
+        ]);
+        let v = self.block(b, &f.body)?;
+        b.scopes.pop();
+        // The step's inputs are dead unless the body passed one on; the
+        // first element stays, since the key's bytes are in it.
+        b.code.push(Op::Release {
+            src: acc,
+            unless: Box::new([v, first]),
+        });
+        b.code.push(Op::Release {
+            src: next,
+            unless: Box::new([v, first]),
+        });
+        b.code.push(Op::Move { dst: acc, src: v });
+        b.code.push(Op::CheckSlice);
+        b.code.push(Op::Jump { to: head });
+        let end = b.here();
+        b.code[empty] = Op::JumpIfFalse {
+            cond: some,
+            to: end,
+        };
+        b.code[exit] = Op::JumpIfFalse {
+            cond: more,
+            to: end,
+        };
+        Ok(acc)
     }
 }
 

@@ -82,6 +82,25 @@ pub trait Host {
     fn dict_get(&mut self, state: u16, key: &Value) -> Result<Value, Fault>;
     fn dict_set(&mut self, state: u16, key: &Value, value: &Value) -> Result<(), Fault>;
     fn record(&mut self, record: u16, fields: &[Value]) -> Result<Value, Fault>;
+    /// For `foldt` over channel array `chan`, ordered by `field` of
+    /// `record`: the next element (see [`Op::Merge`]), `Value::None` when
+    /// there is none, or `Ok(None)` to suspend until an input has more.
+    fn merge_take(
+        &mut self,
+        chan: u16,
+        record: u16,
+        field: u16,
+        key: Option<&Value>,
+    ) -> Result<Option<Value>, Fault> {
+        let _ = (chan, record, field, key);
+        Err(Fault::Host(
+            "`foldt` needs a host that merges channels".into(),
+        ))
+    }
+    /// A record value that compute code no longer uses.
+    fn release(&mut self, v: &Value) {
+        let _ = v;
+    }
 }
 
 /// How a run of the interpreter ended.
@@ -297,8 +316,16 @@ impl Vm {
                     self.set(base, *dst, v);
                 }
                 Op::Record { dst, record, args } => {
-                    let fields: Vec<Value> =
-                        args.iter().map(|r| self.reg(base, *r).clone()).collect();
+                    // Constants become owned bytes: the host cannot see code.
+                    let fields: Vec<Value> = args
+                        .iter()
+                        .map(|r| match self.reg(base, *r) {
+                            v @ Value::ConstBytes { .. } => self
+                                .bytes_of(module, host, v)
+                                .map_or(Value::None, |b| Value::Bytes(b.into())),
+                            v => v.clone(),
+                        })
+                        .collect();
                     let v = host.record(*record, &fields)?;
                     self.set(base, *dst, v);
                 }
@@ -346,6 +373,30 @@ impl Vm {
                 Op::JumpIfFalse { cond, to } => {
                     if !self.truthy(base, *cond)? {
                         next = *to;
+                    }
+                }
+                Op::Merge {
+                    dst,
+                    chans,
+                    record,
+                    field,
+                    key,
+                } => {
+                    let Value::Chan { chan, .. } = self.reg(base, *chans) else {
+                        return Err(Fault::Kind("a channel array"));
+                    };
+                    let key = key.map(|k| self.reg(base, k));
+                    match host.merge_take(*chan, *record, *field, key)? {
+                        Some(v) => self.set(base, *dst, v),
+                        // Stay on this operation: it runs again on resume.
+                        None => return Ok(Outcome::Blocked),
+                    }
+                }
+                Op::Release { src, unless } => {
+                    let v = self.reg(base, *src);
+                    if matches!(v, Value::Msg(_)) && !unless.iter().any(|r| self.reg(base, *r) == v)
+                    {
+                        host.release(v);
                     }
                 }
                 Op::CheckSlice => {

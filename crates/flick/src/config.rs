@@ -19,6 +19,9 @@
 //!
 //! [connect]
 //! backends = ["127.0.0.1:11212", "127.0.0.1:11213"]
+//!
+//! [fan_in]            # a listening channel array: connections per instance
+//! mappers = 8
 //! ```
 
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
@@ -66,6 +69,10 @@ pub struct FileConfig {
     pub response_timeout_ms: Option<u64>,
     /// Connections to each backend shared by all clients (0: per client).
     pub backend_connections: Option<usize>,
+    /// Listening channel array name to the connections that make up one
+    /// instance.
+    #[serde(default)]
+    pub fan_in: BTreeMap<String, usize>,
 }
 
 /// One address (`"host:port"`) or a list of them.
@@ -120,6 +127,8 @@ pub struct Overrides {
     pub dict_capacity: Option<usize>,
     pub response_timeout_ms: Option<u64>,
     pub backend_connections: Option<usize>,
+    /// `CHANNEL=N`
+    pub fan_in: Vec<String>,
 }
 
 /// The settings of one `flick run`, resolved and range-checked.
@@ -139,7 +148,12 @@ pub struct Settings {
     pub dict_capacity: usize,
     pub response_timeout_ms: u64,
     pub backend_connections: usize,
+    /// In channel-name order.
+    pub fan_in: Vec<(String, usize)>,
 }
+
+/// Most connections that make up one instance of a listening array.
+pub const FAN_IN: RangeInclusive<usize> = 1..=4096;
 
 /// Resolves `host:port` to its first address.
 pub fn parse_addr(a: &str) -> Result<SocketAddr, String> {
@@ -276,6 +290,27 @@ pub fn resolve(
             connect_addrs.push((chan.clone(), resolved));
         }
     }
+    let mut fan_in: BTreeMap<String, (String, usize)> = cfg
+        .fan_in
+        .iter()
+        .map(|(c, n)| (c.clone(), (at(&format!("fan_in.{c}")), *n)))
+        .collect();
+    for f in &flags.fan_in {
+        let parsed = f
+            .split_once('=')
+            .and_then(|(c, n)| Some((c, n.parse::<usize>().ok()?)))
+            .filter(|(c, _)| !c.is_empty());
+        match parsed {
+            Some((c, n)) => {
+                fan_in.insert(c.to_string(), (format!("--fan-in {f}"), n));
+            }
+            None => errors.push(format!("--fan-in `{f}` is not CHANNEL=N")),
+        }
+    }
+    let fan_in: Vec<(String, usize)> = fan_in
+        .into_iter()
+        .map(|(c, (origin, n))| (c, ranged(&mut errors, &origin, n, &FAN_IN)))
+        .collect();
     let metrics = match (&flags.metrics, &cfg.metrics) {
         (Some(a), _) => parse_addr(a)
             .map_err(|e| errors.push(format!("--metrics {e}")))
@@ -339,6 +374,7 @@ pub fn resolve(
             dict_capacity,
             response_timeout_ms,
             backend_connections,
+            fan_in,
         }),
         _ => Err(errors),
     }
@@ -362,10 +398,23 @@ pub fn check_bindings(
             None => errors.push(format!(
                 "listen: `{c}` is not a channel of process `{process}` (its channels: {list})"
             )),
-            Some(i) if arrays.get(i) == Some(&true) => errors.push(format!(
-                "listen: `{c}` is a channel array; only a single channel can listen"
-            )),
+            Some(i) if arrays.get(i) == Some(&true) => {
+                if !settings.fan_in.iter().any(|(f, _)| f == c) {
+                    errors.push(format!(
+                        "listen: `{c}` is a channel array: say how many connections make up one instance with --fan-in {c}=N (or in [fan_in])"
+                    ))
+                }
+            }
             Some(_) => {}
+        }
+    }
+    for (c, _) in &settings.fan_in {
+        let listening_array = settings.listen.iter().any(|(l, _)| l == c)
+            && known(c).is_some_and(|i| arrays.get(i) == Some(&true));
+        if !listening_array {
+            errors.push(format!(
+                "fan_in: `{c}` is not a listening channel array of process `{process}`"
+            ));
         }
     }
     for (c, addrs) in &settings.connect {

@@ -91,6 +91,10 @@ struct RunArgs {
     /// pipelined; 0 gives each client its own [default: 2].
     #[arg(long, value_name = "N")]
     backend_connections: Option<usize>,
+    /// For a listening channel array: how many connections, in order of
+    /// arrival, make up one instance (the mappers of an aggregator).
+    #[arg(long, value_name = "CHANNEL=N")]
+    fan_in: Vec<String>,
     /// Validate the program and the configuration, then exit (like `nginx -t`).
     #[arg(long)]
     check: bool,
@@ -255,6 +259,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         dict_capacity: args.dict_capacity,
         response_timeout_ms: args.response_timeout_ms,
         backend_connections: args.backend_connections,
+        fan_in: args.fan_in.clone(),
     };
     let settings = match resolve(file_config.as_ref().map(|(c, p)| (c, p.as_path())), &flags) {
         Ok(s) => s,
@@ -311,6 +316,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
     }
     let mut config = flick_platform::ServiceConfig {
         listen: settings.listen.clone(),
+        fan_in: settings.fan_in.clone(),
         connect: settings.connect.clone(),
         policy: flick_runtime::Policy::Cooperative {
             timeslice: std::time::Duration::from_micros(settings.timeslice_us),

@@ -94,6 +94,7 @@ impl SharedConn {
                 chan: self.chan,
                 index: self.index,
                 conn: Some((self.conn.clone(), self.reader)),
+                crc: None,
             },
         ))
     }

@@ -28,6 +28,9 @@ pub struct Output {
     pub index: Option<u32>,
     /// The connection and its reader task, to close it from here.
     pub conn: Option<(Arc<crate::conn::Conn>, flick_runtime::TaskId)>,
+    /// For a stream whose grammar ends it with a message (`%end`): the
+    /// CRC32 of what was sent so far, which that message may carry.
+    pub crc: Option<flick_wire::StreamCrc>,
 }
 
 /// Opens a new connection for `chan[index]`: its input and output, with
@@ -48,6 +51,23 @@ pub struct Compute {
     pub started: bool,
     /// The input whose close ends the instance (the client connection).
     pub client: Option<usize>,
+    /// Guarded rules should run again: a merge took a message since.
+    pub guards_due: bool,
+}
+
+/// What running the guarded rules came to.
+enum Guards {
+    /// A guard blocked or yielded: return this status.
+    Suspended(TaskStatus),
+    /// They ran and made progress: look again.
+    Ran,
+    /// Nothing to do until an input moves.
+    Idle,
+}
+
+/// Whether a guarded rule is due to run again.
+fn is_guard(label: &str) -> bool {
+    label.starts_with("if ")
 }
 
 /// What compute code sees of its graph.
@@ -91,6 +111,15 @@ pub struct GraphHost {
     pub grammar: Arc<flick_wire::Grammar>,
     /// The grammar unit of each process channel.
     pub units: Arc<Vec<Option<flick_wire::UnitId>>>,
+    /// Inputs no rule reads: `foldt` takes their messages in key order.
+    pub merges: Vec<crate::merge::MergeInput>,
+    /// Messages merges have taken, to tell whether a guard made progress.
+    pub taken: u64,
+    /// Records the program builds: per record, its grammar unit's builder
+    /// and a parser to find the values in the built bytes (made on first use).
+    pub builders: Vec<Option<crate::build::RecordBuilder>>,
+    /// Record names with their named fields, as compute code numbers them.
+    pub records: Arc<Vec<(String, Vec<String>)>>,
 }
 
 pub use crate::peers::{Group, Peer};
@@ -125,6 +154,47 @@ impl GraphHost {
         for m in self.msgs.drain(..).flatten() {
             self.pool.give(m);
         }
+    }
+}
+
+impl GraphHost {
+    /// Closes every output, first sending the message that ends a stream
+    /// whose grammar has one (`%end`); `false` while such an output is
+    /// full (the task is woken when it has room, and calls again).
+    pub(crate) fn close_outputs(&mut self) -> bool {
+        for o in &mut self.outputs {
+            let (Some(tx), Some(crc)) = (&o.tx, &o.crc) else {
+                continue;
+            };
+            let Some(unit) = self.units.get(o.chan as usize).copied().flatten() else {
+                continue;
+            };
+            let mut m = self.pool.take();
+            m.slots.fill(Slot::Unset);
+            if !matches!(
+                self.grammar.end_of_stream(unit, crc, &mut m.bytes),
+                Ok(true)
+            ) {
+                self.pool.give(m);
+                o.crc = None;
+                continue;
+            }
+            match tx.try_send(m) {
+                Ok(()) => o.crc = None,
+                Err(flick_runtime::TrySendError::Full(m)) => {
+                    self.pool.give(m);
+                    return false;
+                }
+                Err(flick_runtime::TrySendError::Closed(m)) => {
+                    self.pool.give(m);
+                    o.crc = None;
+                }
+            }
+        }
+        for o in &mut self.outputs {
+            o.tx = None;
+        }
+        true
     }
 }
 
@@ -187,8 +257,8 @@ impl Host for GraphHost {
         self.widths.get(chan as usize).copied().unwrap_or(0) as i64
     }
 
-    fn all_ready(&mut self, _chan: u16) -> bool {
-        true
+    fn all_ready(&mut self, chan: u16) -> bool {
+        self.merge_ready(chan)
     }
 
     fn load_state(&mut self, state: u16) -> Value {
@@ -220,10 +290,27 @@ impl Host for GraphHost {
         Ok(())
     }
 
-    fn record(&mut self, _record: u16, _fields: &[Value]) -> Result<Value, Fault> {
-        Err(Fault::Host(
-            "building records on the platform is not supported yet".into(),
-        ))
+    fn record(&mut self, record: u16, fields: &[Value]) -> Result<Value, Fault> {
+        let m = self.build(record, fields)?;
+        Ok(self.hold(m))
+    }
+
+    fn merge_take(
+        &mut self,
+        chan: u16,
+        record: u16,
+        field: u16,
+        key: Option<&Value>,
+    ) -> Result<Option<Value>, Fault> {
+        self.merge_take_msg(chan, record, field, key)
+    }
+
+    fn release(&mut self, v: &Value) {
+        if let Value::Msg(h) = v {
+            if let Some(m) = self.msgs.get_mut(*h as usize).and_then(Option::take) {
+                self.pool.give(m);
+            }
+        }
     }
 }
 
@@ -345,6 +432,40 @@ impl Compute {
         }
     }
 
+    /// Runs each guarded rule once if the inputs its merges read have
+    /// moved (a message arrived, or a stream ended) since they last ran.
+    fn run_guards(&mut self, slice: &mut Timeslice) -> Guards {
+        if !self.host.fill_merges() && !self.guards_due {
+            return Guards::Idle;
+        }
+        self.guards_due = false;
+        let module = self.module.clone();
+        let guards = module.processes[self.process]
+            .items
+            .iter()
+            .filter(|it| it.source.is_none() && is_guard(&it.label));
+        let before = self.host.taken;
+        let mut ran = false;
+        for g in guards {
+            ran = true;
+            self.vm.start(&module, g.func, &[]);
+            if let Some(s) = self.step(slice) {
+                // It finishes when resumed; then the guards run again.
+                self.guards_due = true;
+                return Guards::Suspended(s);
+            }
+        }
+        if self.host.taken != before {
+            // A merge took something: the guards may hold again.
+            self.guards_due = true;
+        }
+        if ran && self.guards_due {
+            Guards::Ran
+        } else {
+            Guards::Idle
+        }
+    }
+
     pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
         self.maintain();
         let status = self.run_inner(slice);
@@ -377,8 +498,8 @@ impl Compute {
             }
             if self.host.ending && !self.vm.is_running() && self.host.settled() {
                 // Every reply is through: close the connections.
-                for o in &mut self.host.outputs {
-                    o.tx = None;
+                if !self.host.close_outputs() {
+                    return TaskStatus::Idle;
                 }
             }
             if let Some((chan, index, m)) = self.host.ready.pop_front() {
@@ -426,18 +547,24 @@ impl Compute {
                     // A closed peer left replies to hand on.
                     continue;
                 }
-                let closing = self.host.ending && self.host.settled();
-                if closing && self.host.outputs.iter().any(|o| o.tx.is_some()) {
-                    for o in &mut self.host.outputs {
-                        o.tx = None;
-                    }
+                match self.run_guards(slice) {
+                    Guards::Suspended(s) => return s,
+                    Guards::Ran => continue,
+                    Guards::Idle => {}
                 }
-                if self.inputs.iter().any(|i| i.open) {
+                let closing = self.host.ending && self.host.settled();
+                if closing
+                    && self.host.outputs.iter().any(|o| o.tx.is_some())
+                    && !self.host.close_outputs()
+                {
+                    return TaskStatus::Idle;
+                }
+                if self.inputs.iter().any(|i| i.open) || !self.host.merges_done() {
                     return TaskStatus::Idle;
                 }
                 // Every input is closed: close the outputs, which ends the graph.
-                for o in &mut self.host.outputs {
-                    o.tx = None;
+                if !self.host.close_outputs() {
+                    return TaskStatus::Idle;
                 }
                 return TaskStatus::Done;
             };

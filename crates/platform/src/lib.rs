@@ -8,8 +8,10 @@
 //! protocol rules of its own: those come from the program and its grammar.
 
 mod backend;
+mod build;
 mod compute;
 mod conn;
+mod merge;
 mod msg;
 mod peers;
 mod service;

@@ -165,8 +165,16 @@ impl GraphHost {
             return Sent::Done;
         };
         let remember = answers.then(|| self.pool.copy(&request));
+        let crc = self.outputs[out].crc.as_ref().map(|c| {
+            let mut c = c.clone();
+            c.update(&request.bytes);
+            c
+        });
         match tx.try_send(request) {
             Ok(()) => {
+                if crc.is_some() {
+                    self.outputs[out].crc = crc;
+                }
                 if let Some(r) = remember {
                     let corr = self.property(self.outputs[out].chan, "correlate", &r);
                     self.peers[out].outstanding.push_back(Pending {

@@ -28,6 +28,16 @@ pub struct Loaded {
     pub global: Arc<Vec<bool>>,
     /// Per process channel: whether it is a channel array.
     pub arrays: Vec<bool>,
+    /// Per process channel: whether the process reads it (a peer behind a
+    /// channel it only writes, such as a reducer, answers nothing).
+    pub readable: Vec<bool>,
+    /// Per process channel: whether the process writes it.
+    pub writable: Vec<bool>,
+    /// Record names and their named fields, for records the program builds.
+    pub records: Arc<Vec<(String, Vec<String>)>>,
+    /// Per process channel: whether a rule reads it; the messages of a
+    /// readable channel no rule reads wait for a `foldt` to take them.
+    pub ruled: Vec<bool>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +67,22 @@ impl Loaded {
             .iter()
             .map(|(_, t)| matches!(t, flick_check::Ty::ChanArray(..)))
             .collect();
+        let direction = |write: bool| {
+            info.channels
+                .iter()
+                .map(|(_, t)| match t {
+                    flick_check::Ty::Chan(c) | flick_check::Ty::ChanArray(c, _) => {
+                        if write {
+                            c.output.is_some()
+                        } else {
+                            c.input.is_some()
+                        }
+                    }
+                    _ => false,
+                })
+                .collect::<Vec<bool>>()
+        };
+        let (readable, writable) = (direction(false), direction(true));
         for (name, ty) in &info.channels {
             let carried = match ty {
                 flick_check::Ty::Chan(c) | flick_check::Ty::ChanArray(c, _) => c
@@ -97,7 +123,19 @@ impl Loaded {
             .iter()
             .map(|(_, scope)| *scope == StateScope::Global)
             .collect();
+        let ruled = (0..info.channels.len())
+            .map(|c| {
+                module.processes[process]
+                    .items
+                    .iter()
+                    .any(|it| it.source == Some(c as u16) && !it.label.starts_with("on "))
+            })
+            .collect();
         Ok(Loaded {
+            records: Arc::new(module.records.clone()),
+            readable,
+            writable,
+            ruled,
             module: Arc::new(module),
             process,
             grammar,
@@ -120,6 +158,9 @@ impl Loaded {
 pub struct ServiceConfig {
     /// Channels bound to a listening address: each connection is an instance.
     pub listen: Vec<(String, SocketAddr)>,
+    /// For a listening channel array: how many connections make up one
+    /// instance (the mappers of an aggregator), in order of arrival.
+    pub fan_in: Vec<(String, usize)>,
     /// Channels (or channel arrays) bound to backend addresses.
     pub connect: Vec<(String, Vec<SocketAddr>)>,
     pub workers: usize,
@@ -142,6 +183,7 @@ impl Default for ServiceConfig {
     fn default() -> ServiceConfig {
         ServiceConfig {
             listen: Vec::new(),
+            fan_in: Vec::new(),
             connect: Vec::new(),
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             policy: Policy::default(),
@@ -164,6 +206,8 @@ pub enum StartError {
     Unbound(String),
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
+    #[error("channel `{0}` is a channel array: give how many connections make up an instance (--fan-in {0}=N)")]
+    FanIn(String),
     #[error("cannot start the reactor: {0}")]
     Reactor(std::io::Error),
 }
@@ -178,6 +222,10 @@ struct Parts {
     stats: Arc<Stats>,
     /// The channel index of the listening channel.
     client_chan: usize,
+    /// Connections that make up one instance (1 unless it is an array).
+    fan_in: usize,
+    /// Connections accepted for an instance that is not complete yet.
+    arriving: Mutex<Vec<TcpStream>>,
     /// Per connect binding: (channel index, addresses).
     backends: Vec<(usize, Vec<SocketAddr>)>,
     /// Set on shutdown: every instance finishes what it has and closes.
@@ -204,6 +252,16 @@ impl Service {
         let client_chan = loaded
             .channel(&lname)
             .ok_or_else(|| StartError::UnknownChannel(lname.clone()))?;
+        let fan_in = match loaded.arrays[client_chan] {
+            false => 1,
+            true => config
+                .fan_in
+                .iter()
+                .find(|(c, _)| *c == lname)
+                .map(|(_, n)| *n)
+                .filter(|n| *n > 0)
+                .ok_or_else(|| StartError::FanIn(lname.clone()))?,
+        };
         let mut backends = Vec::new();
         for (name, addrs) in &config.connect {
             let c = loaded
@@ -249,7 +307,7 @@ impl Service {
         let globals = Arc::new(SharedState::new(nstate, config.dict_capacity));
         let mut shared = Vec::new();
         if config.backend_connections > 0 {
-            for (chan, addrs) in &backends {
+            for (chan, addrs) in backends.iter().filter(|(c, _)| loaded.readable[*c]) {
                 let array = loaded.arrays[*chan];
                 for (i, a) in addrs.iter().enumerate() {
                     shared.push(crate::backend::Backend::new(
@@ -277,6 +335,8 @@ impl Service {
             globals,
             stats,
             client_chan,
+            fan_in,
+            arriving: Mutex::new(Vec::new()),
             backends,
             draining: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             computes: Mutex::new(std::collections::HashSet::new()),
@@ -299,7 +359,7 @@ impl Service {
                         match l.accept() {
                             Ok((stream, _)) => {
                                 p.stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
-                                instantiate(&p, stream);
+                                arrive(&p, stream);
                             }
                             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                             // A client gone before it was accepted, or a signal.
@@ -429,6 +489,7 @@ fn connection(
             chan: chan as u16,
             index,
             conn: Some((conn, rid)),
+            crc: None,
         },
         tasks: vec![
             (
@@ -554,34 +615,97 @@ fn dial(p: &Parts, addr: SocketAddr) -> Option<TcpStream> {
     }
 }
 
-/// A new instance of the process for one client connection.
-fn instantiate(p: &Arc<Parts>, client: TcpStream) {
+/// A connection accepted: an instance of its own, or one of the
+/// connections that make up an instance of a listening channel array.
+fn arrive(p: &Arc<Parts>, client: TcpStream) {
     let _ = client.set_nodelay(true);
+    if p.fan_in == 1 {
+        return instantiate(p, vec![client]);
+    }
+    let complete = {
+        let mut arriving = p.arriving.lock().expect("arriving lock");
+        arriving.push(client);
+        (arriving.len() == p.fan_in).then(|| std::mem::take(&mut *arriving))
+    };
+    if let Some(clients) = complete {
+        instantiate(p, clients);
+    }
+}
+
+/// A new instance of the process for its client connections (one, or
+/// the fan-in of a listening channel array, in order of arrival).
+fn instantiate(p: &Arc<Parts>, clients: Vec<TcpStream>) {
     let s = &p.scheduler;
     let code = &p.loaded.module.processes[p.loaded.process];
     let nchan = code.channels.len();
     let Ok(compute_id) = s.reserve() else { return };
     let mut inputs = Vec::new();
+    let mut merges = Vec::new();
     let mut outputs = Vec::new();
     let mut tasks: Vec<(TaskId, Box<dyn flick_runtime::Task>)> = Vec::new();
     let mut widths = vec![1u32; nchan];
-    let Some(c) = connection(p, compute_id, p.client_chan, None, client) else {
+    let client_array = p.loaded.arrays[p.client_chan];
+    widths[p.client_chan] = clients.len() as u32;
+    let mut incomplete = false;
+    for (i, client) in clients.into_iter().enumerate() {
+        let index = client_array.then_some(i as u32);
+        match connection(p, compute_id, p.client_chan, index, client) {
+            Some(c) => {
+                if p.loaded.ruled[p.client_chan] {
+                    inputs.push(c.input);
+                } else {
+                    merges.push(crate::merge::MergeInput::new(
+                        c.input.rx,
+                        p.client_chan as u16,
+                    ));
+                }
+                outputs.push(c.output);
+                tasks.extend(c.tasks);
+            }
+            None => incomplete = true,
+        }
+    }
+    if incomplete {
+        // Out of task slots: the instance cannot start.
+        for (id, _) in tasks.drain(..) {
+            s.start_task(
+                id,
+                Box::new(|_: &mut flick_runtime::Timeslice| flick_runtime::TaskStatus::Done),
+            );
+        }
+        drop((inputs, merges, outputs));
         s.start_task(
             compute_id,
             Box::new(|_: &mut flick_runtime::Timeslice| flick_runtime::TaskStatus::Done),
         );
         return;
-    };
-    inputs.push(c.input);
-    outputs.push(c.output);
-    tasks.extend(c.tasks);
+    }
     let mut addrs_of = Vec::new();
     for (chan, addrs) in &p.backends {
         widths[*chan] = addrs.len() as u32;
         let array = p.loaded.arrays[*chan];
+        let readable = p.loaded.readable[*chan];
         for (i, a) in addrs.iter().enumerate() {
             let index = array.then_some(i as u32);
             addrs_of.push(((*chan as u16, index), *a));
+            if !readable {
+                // A peer that is only written to (a reducer) gets a
+                // connection of this instance's own: its stream is ours.
+                match dial(p, *a).and_then(|st| connection(p, compute_id, *chan, index, st)) {
+                    Some(c) => {
+                        outputs.push(c.output);
+                        tasks.extend(c.tasks);
+                    }
+                    None => outputs.push(Output {
+                        tx: None,
+                        chan: *chan as u16,
+                        index,
+                        conn: None,
+                        crc: None,
+                    }),
+                }
+                continue;
+            }
             if !p.shared.is_empty() {
                 match join_shared(p, compute_id, *chan as u16, index) {
                     Some((input, output)) => {
@@ -593,6 +717,7 @@ fn instantiate(p: &Arc<Parts>, client: TcpStream) {
                         chan: *chan as u16,
                         index,
                         conn: None,
+                        crc: None,
                     }),
                 }
                 continue;
@@ -610,16 +735,26 @@ fn instantiate(p: &Arc<Parts>, client: TcpStream) {
                     chan: *chan as u16,
                     index,
                     conn: None,
+                    crc: None,
                 }),
             }
         }
     }
-    let client_chan = p.client_chan as u16;
+    for o in &mut outputs {
+        let unit = p.loaded.units[o.chan as usize];
+        let writes = p.loaded.writable[o.chan as usize];
+        if writes && unit.is_some_and(|u| p.loaded.grammar.has_end(u)) {
+            o.crc = Some(flick_wire::StreamCrc::default());
+        }
+    }
     let now = std::time::Instant::now();
+    let answers: Vec<bool> = (0..nchan)
+        .map(|c| c != p.client_chan && p.loaded.readable[c])
+        .collect();
     let peers = outputs
         .iter()
         .map(|o| crate::compute::Peer {
-            answers: o.chan != client_chan,
+            answers: answers[o.chan as usize],
             dead: o.tx.is_none(),
             retry_at: o.tx.is_none().then_some(now + crate::peers::FIRST_BACKOFF),
             backoff: crate::peers::FIRST_BACKOFF,
@@ -669,6 +804,10 @@ fn instantiate(p: &Arc<Parts>, client: TcpStream) {
             ending: false,
             grammar: p.loaded.grammar.clone(),
             units: p.loaded.units.clone(),
+            merges,
+            taken: 0,
+            builders: Vec::new(),
+            records: p.loaded.records.clone(),
             waker: s.waker(),
             timeout: p.config.response_timeout,
             timer: None,
@@ -679,7 +818,8 @@ fn instantiate(p: &Arc<Parts>, client: TcpStream) {
         vm: Vm::default(),
         next_input: 0,
         started: false,
-        client: Some(0),
+        client: (p.fan_in == 1 && p.loaded.ruled[p.client_chan]).then_some(0),
+        guards_due: false,
     };
     let stats = p.stats.clone();
     stats.graphs_live.fetch_add(1, Ordering::Relaxed);

@@ -71,6 +71,7 @@ pub(crate) fn compile(file: &GrammarFile) -> (Compiled, Vec<Diagnostic>) {
                 slots: 0,
                 fields: Vec::new(),
                 fault: Vec::new(),
+                end: Vec::new(),
                 properties: Vec::new(),
             })
         })
@@ -140,23 +141,27 @@ impl<'a> Compiler<'a> {
                 .hint("lower the `&max` of its lists"),
             );
         }
-        let mut fault = Vec::new();
-        for (field, e) in &decl.fault {
-            let target = cx
-                .fields
-                .iter()
-                .find(|f| &f.name == field && matches!(f.kind, FieldKind::Int | FieldKind::Bytes));
-            let Some(target) = target.map(|f| f.slot) else {
-                self.diags.push(
-                    Diagnostic::error("W0113", format!("`%fault` sets `{field}`, which is not an integer or bytes field of `{}`", decl.name), e.span)
-                        .hint("a fault reply sets top-level fields of the unit"),
-                );
-                continue;
-            };
-            if let Some(c) = self.expr(e, &mut cx, false) {
-                fault.push((target, c));
+        let mut assigned = |what: &str, list: &[(String, Expr)], cx: &mut UnitCx| {
+            let mut out = Vec::new();
+            for (field, e) in list {
+                let target = cx.fields.iter().find(|f| {
+                    &f.name == field && matches!(f.kind, FieldKind::Int | FieldKind::Bytes)
+                });
+                let Some(target) = target.map(|f| f.slot) else {
+                    self.diags.push(
+                        Diagnostic::error("W0113", format!("`%{what}` sets `{field}`, which is not an integer or bytes field of `{}`", decl.name), e.span)
+                            .hint("it sets top-level fields of the unit"),
+                    );
+                    continue;
+                };
+                if let Some(c) = self.expr(e, cx, what == "end") {
+                    out.push((target, c));
+                }
             }
-        }
+            out
+        };
+        let fault = assigned("fault", &decl.fault, &mut cx);
+        let end = assigned("end", &decl.end, &mut cx);
         let mut properties = Vec::new();
         for (name, e) in &decl.properties {
             if let Some(c) = self.expr(e, &mut cx, false) {
@@ -170,6 +175,7 @@ impl<'a> Compiler<'a> {
             slots: cx.next_slot.min(u16::MAX as u32) as u16,
             fields: cx.fields,
             fault,
+            end,
             properties,
         });
         self.units[id].as_ref()

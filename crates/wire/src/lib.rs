@@ -28,6 +28,16 @@ pub use serialize::{write_vlong, Builder};
 use program::{CExpr, Elem, Len, Op, OpKind, Scalar, Stop};
 use std::sync::Arc;
 
+/// The running CRC32 of a written stream, for its `%end` message.
+#[derive(Clone, Debug, Default)]
+pub struct StreamCrc(crc32fast::Hasher);
+
+impl StreamCrc {
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
 /// A loaded grammar: every unit compiled, ready to parse and serialise.
 #[derive(Debug)]
 pub struct Grammar {
@@ -122,19 +132,86 @@ impl Grammar {
         if info.fault.is_empty() {
             return Ok(false);
         }
-        let mut slots = request.to_vec();
+        self.assign(
+            unit,
+            &info.fault,
+            "%fault",
+            request,
+            bytes,
+            eval::Val::Unset,
+            out,
+        )?;
+        Ok(true)
+    }
+
+    /// The message that ends a stream of `unit`'s messages, from the
+    /// unit's `%end` property, serialised to `out`; `false` if there is
+    /// none. `crc` has seen every byte written to the stream before it. In
+    /// `%end`, `$$` is the CRC32 of the stream up to the field it fills,
+    /// which must be the message's last four bytes (as in Hadoop's IFile,
+    /// whose checksum covers the end marker before it).
+    pub fn end_of_stream(
+        &self,
+        unit: UnitId,
+        crc: &StreamCrc,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, WireError> {
+        let info = &self.units[unit];
+        if info.end.is_empty() {
+            return Ok(false);
+        }
+        let unset = vec![Slot::Unset; info.slots as usize];
+        // First with a placeholder, to learn the bytes the CRC covers.
+        let start = out.len();
+        let placeholder = eval::Val::Int(0);
+        self.assign(unit, &info.end, "%end", &unset, &[], placeholder, out)?;
+        let covered = out.len().checked_sub(4).filter(|n| *n >= start);
+        let Some(covered) = covered else {
+            return Err(WireError {
+                kind: WireErrorKind::Invalid,
+                field: std::sync::Arc::from("%end"),
+                offset: 0,
+                status: None,
+            });
+        };
+        let mut h = crc.0.clone();
+        h.update(&out[start..covered]);
+        out.truncate(start);
+        let sum = eval::Val::Int(h.finalize() as i128);
+        self.assign(unit, &info.end, "%end", &unset, &[], sum, out)?;
+        Ok(true)
+    }
+
+    /// Whether a stream of `unit`'s messages ends with a `%end` message.
+    pub fn has_end(&self, unit: UnitId) -> bool {
+        !self.units[unit].end.is_empty()
+    }
+
+    /// Serialises `base`'s values with `assignments` applied.
+    #[allow(clippy::too_many_arguments)]
+    fn assign(
+        &self,
+        unit: UnitId,
+        assignments: &[(u16, CExpr)],
+        what: &str,
+        base: &[Slot],
+        bytes: &[u8],
+        dollar: eval::Val,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        let mut slots = base.to_vec();
         let mut data = bytes.to_vec();
-        for (target, e) in &info.fault {
+        for (target, e) in assignments {
             let env = eval::Env {
-                slots: request,
+                slots: base,
                 base: 0,
                 data: bytes,
-                dollar: eval::Val::Unset,
+                dollar,
                 dollar_base: 0,
             };
             let v = env.eval(e).map_err(|_| WireError {
                 kind: WireErrorKind::Invalid,
-                field: std::sync::Arc::from("%fault"),
+                field: std::sync::Arc::from(what),
                 offset: 0,
                 status: None,
             })?;
@@ -152,8 +229,7 @@ impl Grammar {
                 _ => Slot::Unset,
             };
         }
-        self.serialize(unit, &mut slots, &data, out)?;
-        Ok(true)
+        self.serialize(unit, &mut slots, &data, out)
     }
 
     /// A routing property of a parsed message of `unit` (`%broadcast`,

@@ -206,6 +206,8 @@ pub struct UnitInfo {
     pub fields: Vec<FieldInfo>,
     /// `%fault`: slots of a reply to set, and how, from the request's values.
     pub fault: Vec<(u16, CExpr)>,
+    /// `%end`: slots of the message that closes a written stream, and how.
+    pub end: Vec<(u16, CExpr)>,
     /// Routing properties (`%broadcast`, `%more`, `%correlate`), compiled.
     pub properties: Vec<(String, CExpr)>,
 }

@@ -32,6 +32,10 @@ pub struct UnitDecl {
     /// `%fault = FIELD = EXPR, ...;`: the reply to a request that no peer
     /// will answer; `self` is the request.
     pub fault: Vec<(String, Expr)>,
+    /// `%end = FIELD = EXPR, ...;`: the message that ends a stream of this
+    /// unit's messages when its writer closes it; `$$` is the CRC32 of
+    /// every byte written before it.
+    pub end: Vec<(String, Expr)>,
     /// `%broadcast`, `%more`, `%correlate` = EXPR, over `self`.
     pub properties: Vec<(String, Expr)>,
     pub items: Vec<Item>,

@@ -340,6 +340,7 @@ impl Parser {
         let mut byte_order = None;
         let mut error = None;
         let mut fault = Vec::new();
+        let mut end = Vec::new();
         let mut properties = Vec::new();
         let mut items = Vec::new();
         while !self.is("}") && self.tok() != &Tok::Eof {
@@ -370,6 +371,17 @@ impl Parser {
                 self.bump();
                 match self.fault_assignments() {
                     Ok(f) => fault = f,
+                    Err(_) => self.recover(),
+                }
+                continue;
+            }
+            // `%end = FIELD = EXPR, ...;`: the message that closes a stream
+            // written with this unit (`$$`: the stream's CRC32 so far).
+            if self.is("%") && matches!(&self.toks[self.pos + 1].tok, Tok::Ident(w) if w == "end") {
+                self.bump();
+                self.bump();
+                match self.fault_assignments() {
+                    Ok(f) => end = f,
                     Err(_) => self.recover(),
                 }
                 continue;
@@ -407,6 +419,7 @@ impl Parser {
             byte_order,
             error,
             fault,
+            end,
             properties,
             items,
             span: start.to(self.prev_span()),

@@ -1,0 +1,244 @@
+//! Listing 3's Hadoop aggregator run by `flick run`: mappers connect and
+//! send sorted IFile streams, `foldt` merges them and sums equal keys, and
+//! the reducer connection gets one sorted IFile stream with the end marker
+//! and the CRC32 that Hadoop's `IFile.Reader` checks.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::{Procs, ROOT};
+
+/// `WritableUtils.writeVLong`.
+fn vlong(out: &mut Vec<u8>, v: i64) {
+    if (-112..=127).contains(&v) {
+        out.push(v as u8);
+        return;
+    }
+    let (mut i, mut len) = (v, -112i32);
+    if i < 0 {
+        i = !i;
+        len = -120;
+    }
+    let mut tmp = i;
+    while tmp != 0 {
+        tmp >>= 8;
+        len -= 1;
+    }
+    out.push(len as u8);
+    let n = if len < -120 {
+        -(len + 120)
+    } else {
+        -(len + 112)
+    };
+    for idx in (0..n).rev() {
+        out.push((i >> (8 * idx)) as u8);
+    }
+}
+
+/// `WritableUtils.readVLong`; `None` at the end of the bytes.
+fn read_vlong(b: &[u8], at: &mut usize) -> Option<i64> {
+    let first = *b.get(*at)? as i8;
+    *at += 1;
+    if first >= -112 {
+        return Some(first as i64);
+    }
+    let negative = first < -120;
+    let n = if negative {
+        -119 - first as i32
+    } else {
+        -111 - first as i32
+    } as usize;
+    let mut v: i64 = 0;
+    for _ in 1..n {
+        v = (v << 8) | *b.get(*at)? as i64;
+        *at += 1;
+    }
+    Some(if negative { !v } else { v })
+}
+
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xedb8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// An IFile of (Text, IntWritable) records, as `IFile.Writer` writes it.
+fn ifile(records: &[(String, i32)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in records {
+        let mut key = Vec::new();
+        vlong(&mut key, k.len() as i64);
+        key.extend_from_slice(k.as_bytes());
+        vlong(&mut out, key.len() as i64);
+        vlong(&mut out, 4);
+        out.extend_from_slice(&key);
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+    vlong(&mut out, -1);
+    vlong(&mut out, -1);
+    let sum = crc32(&out);
+    out.extend_from_slice(&sum.to_be_bytes());
+    out
+}
+
+/// Reads an IFile of (Text, IntWritable) records the way `IFile.Reader`
+/// does: records until the end marker, then the CRC32 of all before it.
+fn read_ifile(b: &[u8]) -> Result<Vec<(String, i32)>, String> {
+    let mut at = 0;
+    let mut out = Vec::new();
+    loop {
+        let k = read_vlong(b, &mut at).ok_or("truncated key length")?;
+        let v = read_vlong(b, &mut at).ok_or("truncated value length")?;
+        if k == -1 && v == -1 {
+            break;
+        }
+        if v != 4 || k < 1 {
+            return Err(format!("bad lengths {k}, {v} at {at}"));
+        }
+        let key = b.get(at..at + k as usize).ok_or("truncated key")?;
+        let mut t = 0;
+        let n = read_vlong(key, &mut t).ok_or("bad Text")? as usize;
+        if t + n != key.len() {
+            return Err("Text does not fill the key".into());
+        }
+        let word = String::from_utf8(key[t..].to_vec()).map_err(|e| e.to_string())?;
+        at += k as usize;
+        let value = b.get(at..at + 4).ok_or("truncated value")?;
+        out.push((word, i32::from_be_bytes(value.try_into().unwrap())));
+        at += 4;
+    }
+    let sum = b.get(at..at + 4).ok_or("no checksum")?;
+    if u32::from_be_bytes(sum.try_into().unwrap()) != crc32(&b[..at]) {
+        return Err("checksum mismatch".into());
+    }
+    if at + 4 != b.len() {
+        return Err(format!("{} bytes after the checksum", b.len() - at - 4));
+    }
+    Ok(out)
+}
+
+/// Word-count map output of `words`, one record per occurrence, sorted.
+fn map_output(words: &[String]) -> Vec<(String, i32)> {
+    let mut w: Vec<(String, i32)> = words.iter().map(|w| (w.clone(), 1)).collect();
+    w.sort();
+    w
+}
+
+/// Starts the aggregator with `mappers` mapper connections per instance,
+/// writing to `reducer`; returns the port the mappers connect to.
+fn start(procs: &mut Procs, mappers: usize, reducer: u16) -> u16 {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(ROOT)
+        .args(["run", "examples/hadoop_wordcount.flick"])
+        .args(["--listen", "mappers=127.0.0.1:0"])
+        .arg("--fan-in")
+        .arg(format!("mappers={mappers}"))
+        .arg("--connect")
+        .arg(format!("reducer=127.0.0.1:{reducer}"))
+        .args(["--workers", "2"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    procs.0.push(child);
+    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok());
+    port.unwrap_or_else(|| panic!("flick printed {line:?}"))
+}
+
+/// Sends each mapper's stream on its own connection, in pieces, and
+/// returns everything the reducer receives.
+fn aggregate(streams: Vec<Vec<u8>>) -> Vec<u8> {
+    let reducer = TcpListener::bind("127.0.0.1:0").unwrap();
+    let rport = reducer.local_addr().unwrap().port();
+    let mut procs = Procs(Vec::new());
+    let port = start(&mut procs, streams.len(), rport);
+    let received = std::thread::spawn(move || {
+        let (mut s, _) = reducer.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut all = Vec::new();
+        s.read_to_end(&mut all).unwrap();
+        all
+    });
+    let senders: Vec<_> = streams
+        .into_iter()
+        .map(|bytes| {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            std::thread::spawn(move || {
+                // Odd-sized pieces: records split across reads.
+                for piece in bytes.chunks(1000 + 7) {
+                    s.write_all(piece).unwrap();
+                }
+                s
+            })
+        })
+        .collect();
+    let conns: Vec<TcpStream> = senders.into_iter().map(|t| t.join().unwrap()).collect();
+    let out = received.join().unwrap();
+    drop(conns);
+    out
+}
+
+fn words(seed: u64, n: usize, vocabulary: &[String]) -> Vec<String> {
+    let mut x = seed;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            vocabulary[(x % vocabulary.len() as u64) as usize].clone()
+        })
+        .collect()
+}
+
+#[test]
+fn mapper_streams_are_merged_by_key_and_summed_into_one_ifile() {
+    // Words of 8, 12 and 16 letters, repeated within and across mappers.
+    let vocabulary: Vec<String> = (0..300)
+        .map(|i| {
+            let len = [8, 12, 16][i % 3];
+            (0..len)
+                .map(|j| (b'a' + ((i * 7 + j * 13) % 26) as u8) as char)
+                .collect()
+        })
+        .collect();
+    let mut expected: BTreeMap<String, i32> = BTreeMap::new();
+    let mut streams = Vec::new();
+    for m in 0..4u64 {
+        let ws = words(m * 7919 + 1, 3000, &vocabulary);
+        for w in &ws {
+            *expected.entry(w.clone()).or_default() += 1;
+        }
+        streams.push(ifile(&map_output(&ws)));
+    }
+    let out = aggregate(streams);
+    let records = read_ifile(&out).unwrap_or_else(|e| panic!("{e}: {} bytes", out.len()));
+    let got: Vec<(String, i32)> = records.clone();
+    let want: Vec<(String, i32)> = expected.into_iter().collect();
+    assert_eq!(got.len(), want.len());
+    assert_eq!(
+        got, want,
+        "sorted by key, one record per word, counts summed"
+    );
+}
+
+#[test]
+fn one_mapper_with_nothing_still_gives_a_valid_empty_stream() {
+    let out = aggregate(vec![ifile(&[]), ifile(&map_output(&["abcdefgh".into()]))]);
+    assert_eq!(read_ifile(&out).unwrap(), vec![("abcdefgh".to_string(), 1)]);
+}

@@ -1,0 +1,83 @@
+//! Records that compute code builds (`kv(key, v)` in a `foldt`), turned
+//! into messages with their grammar unit's serialiser.
+
+use crate::compute::GraphHost;
+use crate::msg::Msg;
+use flick_exec::{Fault, Host, Value};
+use flick_wire::{Builder, Parser, Progress};
+
+/// Builds messages of one record's unit, reusing its storage.
+pub struct RecordBuilder {
+    builder: Builder,
+    /// Reads the built bytes back, so the message's slots point into them.
+    parser: Parser,
+}
+
+impl GraphHost {
+    /// A pooled message of record `record` with the given field values;
+    /// lengths and other dependent fields are computed by the grammar.
+    pub(crate) fn build(&mut self, record: u16, fields: &[Value]) -> Result<Msg, Fault> {
+        let records = self.records.clone();
+        let (name, names) = records
+            .get(record as usize)
+            .ok_or(Fault::Kind("a known record"))?;
+        if self.builders.len() <= record as usize {
+            self.builders.resize_with(record as usize + 1, || None);
+        }
+        let mut rb = match self.builders[record as usize].take() {
+            Some(rb) => rb,
+            None => {
+                let unit = self.grammar.unit_id(name).ok_or_else(|| {
+                    Fault::Host(format!("record `{name}` is not a unit of the grammar"))
+                })?;
+                RecordBuilder {
+                    builder: Builder::new(self.grammar.clone(), unit),
+                    parser: self.grammar.parser(unit),
+                }
+            }
+        };
+        let built = self.fill(&mut rb, names, fields);
+        self.builders[record as usize] = Some(rb);
+        built
+    }
+
+    fn fill(
+        &mut self,
+        rb: &mut RecordBuilder,
+        names: &[String],
+        fields: &[Value],
+    ) -> Result<Msg, Fault> {
+        rb.builder.clear();
+        for (name, v) in names.iter().zip(fields) {
+            let set = match v {
+                Value::Int(i) => rb.builder.set_int(name, *i as i128),
+                Value::Bool(b) => rb.builder.set_int(name, *b as i128),
+                Value::None | Value::Unit => true,
+                other => {
+                    let bytes = self.bytes(other).ok_or(Fault::Kind("a field value"))?;
+                    rb.builder.set_bytes(name, bytes)
+                }
+            };
+            if !set {
+                return Err(Fault::Host(format!("the grammar has no field `{name}`")));
+            }
+        }
+        let mut m = self.pool.take();
+        if let Err(e) = rb.builder.serialize(&mut m.bytes) {
+            self.pool.give(m);
+            return Err(Fault::Host(e.to_string()));
+        }
+        rb.parser.reset();
+        match rb.parser.parse(&m.bytes) {
+            Ok(Progress::Done(n)) if n == m.bytes.len() => {
+                m.slots.clear();
+                m.slots.extend_from_slice(rb.parser.slots());
+                Ok(m)
+            }
+            _ => {
+                self.pool.give(m);
+                Err(Fault::Host("a built record does not parse back".into()))
+            }
+        }
+    }
+}
