@@ -13,6 +13,9 @@ missing=()
 command -v memcached >/dev/null || missing+=(memcached)
 command -v memccapable >/dev/null || missing+=(libmemcached-tools)
 command -v dot >/dev/null || missing+=(graphviz)
+# Hadoop's IFile classes for the aggregator's interop test (interop/hadoop).
+command -v javac >/dev/null || missing+=(default-jdk-headless)
+command -v mvn >/dev/null || missing+=(maven)
 if [ ${#missing[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -242,3 +242,78 @@ fn one_mapper_with_nothing_still_gives_a_valid_empty_stream() {
     let out = aggregate(vec![ifile(&[]), ifile(&map_output(&["abcdefgh".into()]))]);
     assert_eq!(read_ifile(&out).unwrap(), vec![("abcdefgh".to_string(), 1)]);
 }
+
+/// Hadoop's own classes on both ends: `IFile.Writer` writes 8 mappers'
+/// word-count output (interop/hadoop), the aggregator merges it, and
+/// `IFile.Reader` reads the reducer's stream (checking its CRC32) and
+/// checks every count against a count of the generated text.
+#[test]
+fn hadoops_ifile_reader_accepts_the_aggregated_stream() {
+    let build = Command::new(format!("{ROOT}/interop/hadoop/build.sh"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("interop/hadoop/build.sh runs (needs Java 17 and Maven)");
+    assert!(
+        build.status.success(),
+        "{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    let jar = String::from_utf8(build.stdout).unwrap().trim().to_string();
+    let dir = std::env::temp_dir().join(format!("flick-hadoop-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let java = |args: &[&str]| {
+        let o = Command::new("java")
+            .args(["-jar", &jar])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (o.status.success(), text)
+    };
+    let d = dir.to_str().unwrap();
+    let (ok, out) = java(&[
+        "generate",
+        "--mappers",
+        "8",
+        "--words",
+        "200000",
+        "--seed",
+        "42",
+        "--out",
+        d,
+    ]);
+    assert!(ok, "{out}");
+    let streams: Vec<Vec<u8>> = (0..8)
+        .map(|i| std::fs::read(dir.join(format!("mapper-{i}.ifile"))).unwrap())
+        .collect();
+    let aggregated = aggregate(streams);
+    let flick_out = dir.join("flick.ifile");
+    std::fs::write(&flick_out, &aggregated).unwrap();
+    let expected = dir.join("expected.tsv");
+    let (ok, out) = java(&[
+        "verify",
+        "--in",
+        flick_out.to_str().unwrap(),
+        "--expected",
+        expected.to_str().unwrap(),
+    ]);
+    assert!(ok, "IFile.Reader rejects Flick's stream: {out}");
+    assert!(out.contains("records=3000"), "{out}");
+    // The same bytes as Hadoop's writer gives for the same merge.
+    let reference = dir.join("merged.ifile");
+    let mut args = vec!["merge", "--out", reference.to_str().unwrap()];
+    let inputs: Vec<String> = (0..8)
+        .map(|i| dir.join(format!("mapper-{i}.ifile")).display().to_string())
+        .collect();
+    args.extend(inputs.iter().map(String::as_str));
+    let (ok, out) = java(&args);
+    assert!(ok, "{out}");
+    assert_eq!(aggregated, std::fs::read(&reference).unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+}

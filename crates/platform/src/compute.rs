@@ -284,8 +284,11 @@ impl Host for GraphHost {
     }
 
     fn dict_set(&mut self, state: u16, key: &Value, value: &Value) -> Result<(), Fault> {
-        let key = self.bytes(key).ok_or(Fault::Kind("bytes"))?.to_vec();
         let m = self.pool.copy(self.msg(value)?);
+        let Some(key) = self.bytes(key) else {
+            self.pool.give(m);
+            return Err(Fault::Kind("bytes"));
+        };
         self.state(state).dict_set(state, key, m, &self.pool);
         Ok(())
     }

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use support::{memcached, proxy, request, response, Procs};
+use support::{memcached, proxy, request, response, serve, Procs};
 
 struct Counting;
 
@@ -116,5 +116,53 @@ fn requests_allocate_nothing_once_warm_and_clients_leave_nothing_behind() {
     assert!(
         service.pooled_messages() >= pooled_at_start,
         "messages went back to the pool"
+    );
+}
+
+/// Listing 1's cache router with a dictionary smaller than the keys in
+/// use: every GETK misses, goes to a backend, and its reply replaces the
+/// oldest cache entry, yet once warm nothing is allocated.
+#[test]
+fn cache_inserts_and_evictions_allocate_nothing_once_warm() {
+    let mut procs = Procs(Vec::new());
+    let backends = [memcached(&mut procs), memcached(&mut procs)];
+    let config = flick_platform::ServiceConfig {
+        dict_capacity: 32,
+        ..Default::default()
+    };
+    let service = serve("memcached_cache_router.flick", &backends, config);
+    let mut c = TcpStream::connect(service.local_addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.set_nodelay(true).unwrap();
+    let (mut req, mut buf) = (Vec::with_capacity(256), vec![0u8; 4096]);
+    let keys: Vec<Vec<u8>> = (0..64)
+        .map(|i| format!("cached:{i}").into_bytes())
+        .collect();
+    for k in &keys {
+        request(0x01, k, b"some value", &[0; 8], &mut req);
+        c.write_all(&req).unwrap();
+        assert_eq!(response(&mut c, &mut buf), 0);
+    }
+    let hits = |c: &mut TcpStream, req: &mut Vec<u8>, buf: &mut Vec<u8>| {
+        for k in &keys {
+            request(0x0c, k, b"", b"", req);
+            c.write_all(req).unwrap();
+            assert_eq!(response(c, buf), 0);
+            let at = 24 + buf[4] as usize; // after the extras (flags)
+            assert_eq!(&buf[at..at + k.len()], &k[..], "GETK returns the key");
+        }
+    };
+    for _ in 0..20 {
+        hits(&mut c, &mut req, &mut buf);
+    }
+    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    for _ in 0..20 {
+        hits(&mut c, &mut req, &mut buf);
+    }
+    let allocations = ALLOCATIONS.load(Ordering::SeqCst) - before;
+    eprintln!("allocations over 1280 cache misses and inserts: {allocations}");
+    assert!(
+        allocations < 32,
+        "{allocations} allocations over 1280 GETKs that each insert and evict"
     );
 }

@@ -10,17 +10,29 @@ use std::net::TcpStream;
 
 pub use flick_testkit::{memcached, Procs};
 
+/// Listing 1's proxy served in-process in front of `backends`.
 pub fn proxy(backends: &[u16]) -> Service {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/memcached_proxy.flick"
-    );
+    serve("memcached_proxy.flick", backends, ServiceConfig::default())
+}
+
+/// An example program served in-process in front of `backends`, with two
+/// workers; its grammar is the one it names, or its records' own layout.
+pub fn serve(example: &str, backends: &[u16], config: ServiceConfig) -> Service {
+    let path = format!("{}/../../examples/{example}", env!("CARGO_MANIFEST_DIR"));
     let src = std::fs::read_to_string(path).unwrap();
     let (program, diags) = flick_syntax::parse(&src);
     assert!(diags.is_empty());
     let (checked, diags) = flick_check::check(&program);
     assert!(diags.is_empty());
-    let grammar = flick_wire::Grammar::stock("memcached_binary").unwrap();
+    let grammar = match &checked.grammar {
+        Some(name) => flick_wire::Grammar::stock(name).unwrap(),
+        None => {
+            let compiled = flick_compile::record_grammar("records", &program, &checked);
+            std::sync::Arc::new(
+                flick_wire::Grammar::from_source("records", &compiled.source).unwrap(),
+            )
+        }
+    };
     let loaded = Loaded::new(&program, &checked, grammar).unwrap();
     Service::start(
         loaded,
@@ -35,7 +47,7 @@ pub fn proxy(backends: &[u16]) -> Service {
             )],
             workers: 2,
             max_instances: 64,
-            ..ServiceConfig::default()
+            ..config
         },
     )
     .unwrap()
