@@ -108,6 +108,10 @@ pub struct GraphHost {
     pub wake_at: WakeAt,
     /// The service is shutting down: finish and close.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// This instance has seen the shutdown and told its client readers.
+    pub drain_noticed: bool,
+    /// The channel the instance's clients connect to.
+    pub client_chan: u16,
     pub grammar: Arc<flick_wire::Grammar>,
     /// The grammar unit of each process channel.
     pub units: Arc<Vec<Option<flick_wire::UnitId>>>,
@@ -361,16 +365,19 @@ impl Compute {
     /// replies), dead peers are reconnected with backoff, and the task is
     /// woken when the next of these falls due.
     fn maintain(&mut self) {
-        if !self.host.ending
+        if !self.host.drain_noticed
             && self
                 .host
                 .draining
                 .load(std::sync::atomic::Ordering::Acquire)
         {
-            // Shutting down: read no more requests, answer those read.
-            self.host.ending = true;
-            if let Some(c) = self.client {
-                self.inputs[c].open = false;
+            // Shutting down: the client's readers read what has arrived
+            // and then close, so the instance answers all of it and ends.
+            self.host.drain_noticed = true;
+            for o in &self.host.outputs {
+                if let (Some((_, reader)), true) = (&o.conn, o.chan == self.host.client_chan) {
+                    self.host.waker.wake(*reader);
+                }
             }
         }
         let now = std::time::Instant::now();
@@ -435,6 +442,23 @@ impl Compute {
         }
     }
 
+    /// Matches the replies peers have sent to their requests, without
+    /// running any rule (the interpreter is busy); `true` if there were any.
+    fn absorb_replies(&mut self) -> bool {
+        let mut any = false;
+        for i in 0..self.inputs.len() {
+            if self.client == Some(i) || !self.inputs[i].open {
+                continue;
+            }
+            while let Ok(m) = self.inputs[i].rx.try_recv() {
+                let (chan, index) = (self.inputs[i].chan, self.inputs[i].index);
+                self.host.on_reply(chan, index, m);
+                any = true;
+            }
+        }
+        any
+    }
+
     /// Runs each guarded rule once if the inputs its merges read have
     /// moved (a message arrived, or a stream ended) since they last ran.
     fn run_guards(&mut self, slice: &mut Timeslice) -> Guards {
@@ -493,6 +517,11 @@ impl Compute {
         loop {
             if self.vm.is_running() {
                 if let Some(s) = self.step(slice) {
+                    // A send waits for room; replies that came in meanwhile
+                    // may make it (a peer owing too many replies).
+                    if s == TaskStatus::Idle && self.absorb_replies() {
+                        continue;
+                    }
                     return s;
                 }
                 if slice.item_done() {

@@ -119,6 +119,10 @@ pub struct Reader {
     pub pool: Arc<MsgPool>,
     pub pending: Option<Msg>,
     pub stats: Arc<Stats>,
+    /// Set when the service shuts down: a client's reader stops once it
+    /// has read what already arrived. `None` for peers, whose replies are
+    /// still awaited.
+    pub draining: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Reader {
@@ -158,7 +162,16 @@ impl Reader {
             }
             match self.read.next(&self.conn.stream, &self.pool) {
                 Inbound::Message(m) => self.pending = Some(m),
-                Inbound::Idle => return TaskStatus::Idle,
+                Inbound::Idle => {
+                    let draining = self
+                        .draining
+                        .as_ref()
+                        .is_some_and(|d| d.load(Ordering::Acquire));
+                    if draining {
+                        return self.finish();
+                    }
+                    return TaskStatus::Idle;
+                }
                 Inbound::Closed => return self.finish(),
                 // This connection ends; others are not affected.
                 Inbound::Malformed => {

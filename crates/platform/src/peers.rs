@@ -107,8 +107,17 @@ impl GraphHost {
         let quiet = self.property(chan, "quiet", &request).unwrap_or(0) != 0;
         if !broadcast {
             // A full channel sends nothing: the request keeps no number.
-            let full =
-                self.outputs[out].tx.as_ref().is_some_and(|t| t.is_full()) && !self.peers[out].dead;
+            // Nor does a peer owing as many replies as are remembered: the
+            // send waits until replies come in (quiet requests at the front
+            // are forgotten instead, as they may never be answered).
+            let owing = &self.peers[out].outstanding;
+            let owes_too_many = answers
+                && !quiet
+                && owing.len() >= MAX_OUTSTANDING
+                && owing.front().is_some_and(|p| p.seq.is_some());
+            let full = (owes_too_many
+                || self.outputs[out].tx.as_ref().is_some_and(|t| t.is_full()))
+                && !self.peers[out].dead;
             if full {
                 self.pool.give(request);
                 return Sent::Full;

@@ -468,6 +468,7 @@ fn connection(
         pool: p.pool.clone(),
         pending: None,
         stats: p.stats.clone(),
+        draining: (chan == p.client_chan).then(|| p.draining.clone()),
     };
     let mut writer = Writer {
         conn: conn.clone(),
@@ -814,6 +815,8 @@ fn instantiate(p: &Arc<Parts>, clients: Vec<TcpStream>) {
             reconnect,
             wake_at,
             draining: p.draining.clone(),
+            drain_noticed: false,
+            client_chan: p.client_chan as u16,
         },
         vm: Vm::default(),
         next_input: 0,

@@ -44,3 +44,42 @@ fn a_drain_answers_what_was_read_and_closes_every_client() {
         })
         .unwrap_or(true));
 }
+
+/// Requests a client sent before the shutdown but that the proxy had not
+/// read yet (a burst far larger than its channels hold, so the reader is
+/// held back) are answered too, every one, before the client is closed.
+#[test]
+fn a_drain_answers_requests_sent_but_not_read_yet() {
+    let mut procs = Procs(Vec::new());
+    let backends = [memcached(&mut procs), memcached(&mut procs)];
+    let service = proxy(&backends);
+    let mut c = TcpStream::connect(service.local_addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (mut req, mut buf) = (Vec::new(), vec![0u8; 4096]);
+    request(0x01, b"burst", b"v", &[0; 8], &mut req);
+    c.write_all(&req).unwrap();
+    assert_eq!(response(&mut c, &mut buf), 0);
+    let n = 2000;
+    let mut burst = Vec::new();
+    for _ in 0..n {
+        request(0x00, b"burst", b"", b"", &mut req);
+        burst.extend_from_slice(&req);
+    }
+    c.write_all(&burst).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    service.drain();
+    for i in 0..n {
+        let mut h = [0u8; 24];
+        c.read_exact(&mut h)
+            .unwrap_or_else(|e| panic!("reply {i} of {n}: {e}"));
+        let total = u32::from_be_bytes(h[8..12].try_into().unwrap()) as usize;
+        assert_eq!(u16::from_be_bytes([h[6], h[7]]), 0, "reply {i}");
+        c.read_exact(&mut buf[..total]).unwrap();
+    }
+    let mut one = [0u8; 1];
+    assert_eq!(
+        c.read(&mut one).unwrap_or(1),
+        0,
+        "closed after the last reply"
+    );
+}
