@@ -12,7 +12,7 @@
 //! channel_capacity = 64
 //! dict_capacity = 1024
 //! response_timeout_ms = 2000
-//! backend_connections = 2             # shared per backend; 0: per client
+//! backend_connections = 1             # per backend and worker; 0: per client
 //!
 //! [listen]
 //! client = "127.0.0.1:11311"

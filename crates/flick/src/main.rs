@@ -87,8 +87,9 @@ struct RunArgs {
     /// grammar's fault reply and it is reconnected, in ms [default: 2000].
     #[arg(long, value_name = "MS")]
     response_timeout_ms: Option<u64>,
-    /// Connections to each backend shared by all clients, requests
-    /// pipelined; 0 gives each client its own [default: 2].
+    /// Connections to each backend per worker, shared by the clients on
+    /// that worker, requests pipelined; 0 gives each client its own
+    /// [default: 1].
     #[arg(long, value_name = "N")]
     backend_connections: Option<usize>,
     /// For a listening channel array: how many connections, in order of

@@ -308,7 +308,7 @@ fn curr_connections(port: u16) -> u64 {
 }
 
 /// Many clients share a few backend connections: twenty clients at once
-/// open no more than two connections to each backend.
+/// open no more than one connection per worker (two) to each backend.
 #[test]
 fn clients_share_backend_connections() {
     let mut procs = Procs(Vec::new());

@@ -18,9 +18,7 @@ use crate::compute::{Input, Output};
 use crate::conn::{Conn, Inbound};
 use crate::msg::{Msg, MsgPool};
 use crate::stats::Stats;
-use flick_runtime::{
-    channel, Receiver, Sender, TaskId, TaskStatus, Timeslice, TryRecvError, TrySendError,
-};
+use flick_runtime::{Receiver, Sender, TaskId, TaskStatus, Timeslice, TryRecvError, TrySendError};
 use flick_wire::{Grammar, UnitId};
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Write};
@@ -29,6 +27,8 @@ use std::sync::{Arc, Mutex};
 
 struct Member {
     key: u32,
+    /// Its instance ended (its request channel closed).
+    gone: bool,
     requests: Receiver<Msg>,
     replies: Sender<Msg>,
 }
@@ -62,23 +62,23 @@ impl SharedConn {
     pub fn join(
         self: &Arc<Self>,
         compute: TaskId,
-        capacity: usize,
-        waker: &flick_runtime::Waker,
+        graphs: &crate::graph_pool::GraphPool,
     ) -> Option<(Input, Output)> {
         let mut members = self.members.lock().expect("members lock");
         if self.is_dead() {
             return None;
         }
-        let (req_tx, req_rx) = channel(capacity, waker.clone());
+        let (req_tx, req_rx) = graphs.links.channel();
         req_tx.bind(compute);
         req_rx.bind(self.writer);
-        let (rep_tx, rep_rx) = channel(capacity.max(64) * 4, waker.clone());
+        let (rep_tx, rep_rx) = graphs.replies.channel();
         rep_tx.bind(self.reader);
         rep_rx.bind(compute);
         let key = members.next_key;
         members.next_key = members.next_key.wrapping_add(1);
         members.list.push(Member {
             key,
+            gone: false,
             requests: req_rx,
             replies: rep_tx,
         });
@@ -161,7 +161,7 @@ impl SharedWriter {
             let mut members = self.shared.members.lock().expect("members lock");
             let n = members.list.len();
             let mut got = None;
-            let mut gone = Vec::new();
+            let mut gone = false;
             for k in 0..n {
                 let i = (self.next + k) % n;
                 match members.list[i].requests.try_recv() {
@@ -171,12 +171,17 @@ impl SharedWriter {
                         break;
                     }
                     Err(TryRecvError::Empty) => {}
-                    Err(TryRecvError::Closed) => gone.push(members.list[i].key),
+                    Err(TryRecvError::Closed) => {
+                        members.list[i].gone = true;
+                        gone = true;
+                    }
                 }
             }
             // Members whose instance ended leave; replies still due to them
             // are dropped when they come.
-            members.list.retain(|m| !gone.contains(&m.key));
+            if gone {
+                members.list.retain(|m| !m.gone);
+            }
             drop(members);
             let Some((key, m)) = got else {
                 return TaskStatus::Idle;
@@ -309,7 +314,9 @@ pub struct Backend {
     pub chan: u16,
     pub index: Option<u32>,
     pub addr: std::net::SocketAddr,
+    /// `per_worker` slots for each worker, worker by worker.
     pub slots: Mutex<Vec<Option<Arc<SharedConn>>>>,
+    pub per_worker: usize,
     pub next: std::sync::atomic::AtomicUsize,
 }
 
@@ -318,13 +325,16 @@ impl Backend {
         chan: u16,
         index: Option<u32>,
         addr: std::net::SocketAddr,
-        connections: usize,
+        per_worker: usize,
+        workers: usize,
     ) -> Backend {
+        let per_worker = per_worker.max(1);
         Backend {
             chan,
             index,
             addr,
-            slots: Mutex::new(vec![None; connections.max(1)]),
+            slots: Mutex::new(vec![None; per_worker * workers.max(1)]),
+            per_worker,
             next: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -340,14 +350,16 @@ impl Backend {
             .count()
     }
 
-    /// A live shared connection, in turn; `open` dials a new one for a slot
-    /// that has none or a dead one.
+    /// A live shared connection of `worker`'s, in turn; `open` dials a new
+    /// one (for that worker) for a slot that has none or a dead one.
     pub fn pick(
         &self,
+        worker: usize,
         open: impl FnOnce(u16, Option<u32>) -> Option<Arc<SharedConn>>,
     ) -> Option<Arc<SharedConn>> {
         let mut slots = self.slots.lock().expect("slots lock");
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % slots.len();
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.per_worker;
+        let i = (worker * self.per_worker + turn) % slots.len();
         if let Some(c) = &slots[i] {
             if !c.is_dead() {
                 return Some(c.clone());

@@ -33,11 +33,12 @@ pub struct Output {
     pub crc: Option<flick_wire::StreamCrc>,
 }
 
-/// Opens a new connection for `chan[index]`: its input and output, with
-/// their tasks already started.
-pub type Reconnect = Arc<dyn Fn(u16, Option<u32>) -> Option<(Input, Output)> + Send + Sync>;
-/// Wakes the compute task at a time.
-pub type WakeAt = Arc<dyn Fn(std::time::Instant) + Send + Sync>;
+/// Opens a new connection for `chan[index]` of the instance whose compute
+/// task is given: its input and output, with their tasks already started.
+pub type Reconnect =
+    Arc<dyn Fn(flick_runtime::TaskId, u16, Option<u32>) -> Option<(Input, Output)> + Send + Sync>;
+/// Wakes a compute task at a time.
+pub type WakeAt = Arc<dyn Fn(flick_runtime::TaskId, std::time::Instant) + Send + Sync>;
 
 pub struct Compute {
     pub module: Arc<Module>,
@@ -53,6 +54,31 @@ pub struct Compute {
     pub client: Option<usize>,
     /// Guarded rules should run again: a merge took a message since.
     pub guards_due: bool,
+    /// Kept with the rest of the graph's storage (see [`GraphStorage`]).
+    pub starting: Vec<(flick_runtime::TaskId, Box<dyn flick_runtime::Task>)>,
+}
+
+use crate::graph_pool::GraphStorage;
+
+impl Compute {
+    /// The graph's storage, for the pool, once the instance has ended.
+    pub fn into_storage(&mut self) -> GraphStorage {
+        let h = &mut self.host;
+        GraphStorage {
+            inputs: std::mem::take(&mut self.inputs),
+            outputs: std::mem::take(&mut h.outputs),
+            peers: std::mem::take(&mut h.peers),
+            msgs: std::mem::take(&mut h.msgs),
+            ready: std::mem::take(&mut h.ready),
+            groups: std::mem::take(&mut h.groups),
+            order: std::mem::take(&mut h.order),
+            merges: std::mem::take(&mut h.merges),
+            widths: std::mem::take(&mut h.widths),
+            vm: std::mem::take(&mut self.vm),
+            locals: Some(std::mem::replace(&mut h.locals, h.globals.clone())),
+            starting: std::mem::take(&mut self.starting),
+        }
+    }
 }
 
 /// What running the guarded rules came to.
@@ -112,6 +138,8 @@ pub struct GraphHost {
     pub drain_noticed: bool,
     /// The channel the instance's clients connect to.
     pub client_chan: u16,
+    /// The compute task's id, for reconnections and timers.
+    pub id: flick_runtime::TaskId,
     pub grammar: Arc<flick_wire::Grammar>,
     /// The grammar unit of each process channel.
     pub units: Arc<Vec<Option<flick_wire::UnitId>>>,
@@ -402,7 +430,7 @@ impl Compute {
             let live = !self.host.ending && self.client.is_some_and(|c| self.inputs[c].open);
             if due && self.host.peers[out].dead && live {
                 let (chan, index) = (self.host.outputs[out].chan, self.host.outputs[out].index);
-                match (self.host.reconnect)(chan, index) {
+                match (self.host.reconnect)(self.host.id, chan, index) {
                     Some((input, output)) => {
                         self.inputs.push(input);
                         self.host.outputs[out] = output;
@@ -437,7 +465,7 @@ impl Compute {
         if let Some(at) = next {
             if self.host.timer.is_none_or(|t| at < t) {
                 self.host.timer = Some(at);
-                (self.host.wake_at)(at);
+                (self.host.wake_at)(self.host.id, at);
             }
         }
     }

@@ -65,6 +65,13 @@ impl ReadSide {
         }
     }
 
+    /// Empty, for another connection.
+    pub fn reset(&mut self) {
+        self.parser.reset();
+        self.start = 0;
+        self.end = 0;
+    }
+
     /// The next message: parsed from what is buffered, reading the socket
     /// when the buffer runs dry.
     pub fn next(&mut self, stream: &TcpStream, pool: &MsgPool) -> Inbound {
@@ -114,7 +121,11 @@ impl ReadSide {
 /// Reads a connection and parses its messages onto a task channel.
 pub struct Reader {
     pub conn: Arc<Conn>,
-    pub read: ReadSide,
+    /// `None` once finished: it went back to the graph pool.
+    pub read: Option<ReadSide>,
+    /// Where the read side goes when the connection ends (client
+    /// connections, whose read sides the graph pool keeps).
+    pub graphs: Option<Arc<crate::graph_pool::GraphPool>>,
     pub out: Option<Sender<Msg>>,
     pub pool: Arc<MsgPool>,
     pub pending: Option<Msg>,
@@ -133,6 +144,9 @@ impl Reader {
         // Closing the channel tells the compute task the peer is gone.
         self.out = None;
         let _ = self.conn.stream.shutdown(std::net::Shutdown::Read);
+        if let (Some(r), Some(g)) = (self.read.take(), &self.graphs) {
+            g.give_read_side(r);
+        }
         TaskStatus::Done
     }
 
@@ -160,7 +174,10 @@ impl Reader {
                     }
                 }
             }
-            match self.read.next(&self.conn.stream, &self.pool) {
+            let Some(read) = &mut self.read else {
+                return self.finish();
+            };
+            match read.next(&self.conn.stream, &self.pool) {
                 Inbound::Message(m) => self.pending = Some(m),
                 Inbound::Idle => {
                     let draining = self

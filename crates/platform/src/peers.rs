@@ -84,6 +84,17 @@ pub struct Group {
 const MAX_OUTSTANDING: usize = 256;
 
 impl Order {
+    /// Back to a new client's first request, keeping the storage.
+    pub fn reset(&mut self) {
+        self.next_seq = 0;
+        self.deliver = 0;
+        for mut h in self.held.drain(..) {
+            h.replies.clear();
+            h.done = false;
+            self.spare.push(h);
+        }
+    }
+
     fn take_seq(&mut self) -> u64 {
         self.next_seq += 1;
         self.next_seq - 1

@@ -4,12 +4,13 @@
 
 use crate::compute::{Compute, FieldMap, GraphHost, Input, Output};
 use crate::conn::{Conn, Reader, Writer};
+use crate::graph_pool::{GraphPool, GraphPoolConfig};
 use crate::msg::MsgPool;
 use crate::state::SharedState;
 use crate::stats::Stats;
-use flick_exec::{Module, Vm};
+use flick_exec::Module;
 use flick_runtime::io::Reactor;
-use flick_runtime::{channel, Policy, Scheduler, SchedulerConfig, TaskId};
+use flick_runtime::{Policy, Scheduler, SchedulerConfig, TaskId};
 use flick_syntax::ast::StateScope;
 use flick_wire::{Grammar, UnitId};
 use mio::net::{TcpListener, TcpStream};
@@ -174,8 +175,9 @@ pub struct ServiceConfig {
     /// How long a backend may take to answer before its requests get fault
     /// replies and it is reconnected.
     pub response_timeout: std::time::Duration,
-    /// Connections to each backend address shared by all instances, with
-    /// requests pipelined; 0 gives each instance connections of its own.
+    /// Connections to each backend address per worker, shared by the
+    /// instances on that worker, with requests pipelined; 0 gives each
+    /// instance connections of its own.
     pub backend_connections: usize,
 }
 
@@ -191,7 +193,7 @@ impl Default for ServiceConfig {
             channel_capacity: 64,
             dict_capacity: 1024,
             response_timeout: std::time::Duration::from_secs(2),
-            backend_connections: 2,
+            backend_connections: 1,
         }
     }
 }
@@ -234,6 +236,14 @@ struct Parts {
     computes: Mutex<std::collections::HashSet<TaskId>>,
     /// Shared connections per backend address (empty: per instance).
     shared: Vec<crate::backend::Backend>,
+    /// Graphs for new instances, made ahead and reused.
+    graphs: Arc<GraphPool>,
+}
+
+/// What every instance's compute task calls back into the service with.
+struct Hooks {
+    reconnect: crate::compute::Reconnect,
+    wake_at: crate::compute::WakeAt,
 }
 
 pub struct Service {
@@ -278,13 +288,19 @@ impl Service {
                 return Err(StartError::Unbound(name.clone()));
             }
         }
+        let peers = backends.iter().map(|b| b.1.len()).sum::<usize>();
+        let workers = config.workers.max(1);
         let scheduler = Arc::new(Scheduler::start(SchedulerConfig {
             workers: config.workers,
             policy: config.policy,
-            capacity: config.max_instances
-                * (3 + 2 * (1 + backends.iter().map(|b| b.1.len()).sum::<usize>()))
-                + 2 * config.backend_connections
-                    * backends.iter().map(|b| b.1.len()).sum::<usize>(),
+            // A compute task, and a reader and a writer per connection of
+            // each instance and per shared connection; a quarter more so
+            // that every worker has ids of its own when tasks are placed.
+            capacity: (config.max_instances * (1 + 2 * (fan_in + peers))
+                + 2 * config.backend_connections * workers * peers)
+                * 5
+                / 4
+                + 64,
             pin: true,
         }));
         let reactor = Arc::new(Reactor::start(scheduler.waker()).map_err(StartError::Reactor)?);
@@ -315,6 +331,7 @@ impl Service {
                         array.then_some(i as u32),
                         *a,
                         config.backend_connections,
+                        scheduler.workers(),
                     ));
                 }
             }
@@ -323,9 +340,36 @@ impl Service {
         let local = listener
             .local_addr()
             .map_err(|e| StartError::Listen(laddr, e))?;
+        let client_unit = loaded.units[client_chan].expect("checked: channels carry grammar units");
+        let links_per_graph = 2 * fan_in
+            + backends
+                .iter()
+                .map(|(c, a)| {
+                    if loaded.readable[*c] {
+                        a.len()
+                    } else {
+                        2 * a.len()
+                    }
+                })
+                .sum::<usize>();
+        let graphs = Arc::new(GraphPool::new(
+            GraphPoolConfig {
+                prefill: config.max_instances.min(GRAPHS_MADE_AHEAD),
+                keep: config.max_instances,
+                links_per_graph,
+                replies_per_graph: backends.iter().map(|(_, a)| a.len()).sum(),
+                link_capacity: config.channel_capacity,
+                reply_capacity: config.channel_capacity.max(64) * 4,
+                nstate,
+                dict_capacity: config.dict_capacity,
+            },
+            scheduler.waker(),
+            || read_side(&loaded, client_unit),
+        ));
         let stats = Arc::new(Stats::for_channels(
             &loaded.module.processes[loaded.process].channels,
         ));
+        let config_max_instances = config.max_instances;
         let parts = Arc::new(Parts {
             loaded,
             config,
@@ -339,9 +383,13 @@ impl Service {
             arriving: Mutex::new(Vec::new()),
             backends,
             draining: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            computes: Mutex::new(std::collections::HashSet::new()),
+            computes: Mutex::new(std::collections::HashSet::with_capacity(
+                config_max_instances,
+            )),
             shared,
+            graphs,
         });
+        let hooks = hooks(&parts);
         // The reactor owns the registration; the callback accepts from
         // the listener while the service still accepts.
         let accepting = Arc::new(Mutex::new(None::<TcpListener>));
@@ -359,7 +407,7 @@ impl Service {
                         match l.accept() {
                             Ok((stream, _)) => {
                                 p.stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
-                                arrive(&p, stream);
+                                arrive(&p, &hooks, stream);
                             }
                             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                             // A client gone before it was accepted, or a signal.
@@ -406,6 +454,11 @@ impl Service {
         self.parts.shared.iter().map(|b| b.live()).sum()
     }
 
+    /// Graphs ready in the pool for new instances.
+    pub fn pooled_graphs(&self) -> usize {
+        self.parts.graphs.available()
+    }
+
     /// Tasks alive in the scheduler.
     pub fn live_tasks(&self) -> usize {
         self.parts.scheduler.live()
@@ -438,7 +491,8 @@ impl Service {
 struct Connection {
     input: Input,
     output: Output,
-    tasks: Vec<(TaskId, Box<dyn flick_runtime::Task>)>,
+    /// The reader and the writer.
+    tasks: [(TaskId, Box<dyn flick_runtime::Task>); 2],
 }
 
 /// Sets up the reader and writer tasks of a connection of channel
@@ -450,20 +504,25 @@ fn connection(
     index: Option<u32>,
     stream: TcpStream,
 ) -> Option<Connection> {
-    let (conn, rid, wid) = attach(p, stream, chan)?;
-    let s = &p.scheduler;
+    // A connection's tasks run on its instance's worker.
+    let worker = p.scheduler.home_of(compute);
+    let (conn, rid, wid) = attach(p, stream, chan, worker)?;
     let unit = p.loaded.units[chan].expect("checked: channels carry grammar units");
-    let cap = p.config.channel_capacity;
-    let (in_tx, in_rx) = channel(cap, s.waker());
+    let (in_tx, in_rx) = p.graphs.links.channel();
     in_tx.bind(rid);
     in_rx.bind(compute);
-    let (out_tx, out_rx) = channel(cap, s.waker());
+    let (out_tx, out_rx) = p.graphs.links.channel();
     out_tx.bind(compute);
     out_rx.bind(wid);
-    let max = (p.loaded.grammar.max_bytes(unit) as usize).clamp(4096, 16 << 20);
+    let client = chan == p.client_chan;
+    let read = match client {
+        true => p.graphs.read_side(|| read_side(&p.loaded, unit)),
+        false => read_side(&p.loaded, unit),
+    };
     let mut reader = Reader {
         conn: conn.clone(),
-        read: crate::conn::ReadSide::new(p.loaded.grammar.parser(unit), 4096, max),
+        read: Some(read),
+        graphs: client.then(|| p.graphs.clone()),
         out: Some(in_tx),
         pool: p.pool.clone(),
         pending: None,
@@ -492,7 +551,7 @@ fn connection(
             conn: Some((conn, rid)),
             crc: None,
         },
-        tasks: vec![
+        tasks: [
             (
                 rid,
                 Box::new(move |sl: &mut flick_runtime::Timeslice| reader.run(sl)),
@@ -505,6 +564,13 @@ fn connection(
     })
 }
 
+/// A new read side for messages of `unit`: a buffer that grows up to the
+/// largest message the grammar allows.
+fn read_side(loaded: &Loaded, unit: UnitId) -> crate::conn::ReadSide {
+    let max = (loaded.grammar.max_bytes(unit) as usize).clamp(4096, 16 << 20);
+    crate::conn::ReadSide::new(loaded.grammar.parser(unit), 4096, max)
+}
+
 /// Takes task ids for a socket's reader and writer and registers the
 /// socket with the reactor for them; `None` when the scheduler is out of
 /// task slots.
@@ -512,9 +578,10 @@ fn attach(
     p: &Arc<Parts>,
     mut stream: TcpStream,
     chan: usize,
+    worker: usize,
 ) -> Option<(Arc<Conn>, TaskId, TaskId)> {
     let s = &p.scheduler;
-    let (rid, wid) = match (s.reserve(), s.reserve()) {
+    let (rid, wid) = match (s.reserve_on(worker), s.reserve_on(worker)) {
         (Ok(r), Ok(w)) => (r, w),
         (r, w) => {
             // Out of task slots: give back what was taken.
@@ -548,8 +615,9 @@ fn open_shared(
     chan: u16,
     index: Option<u32>,
     addr: SocketAddr,
+    worker: usize,
 ) -> Option<Arc<crate::backend::SharedConn>> {
-    let (conn, rid, wid) = attach(p, dial(p, addr)?, chan as usize)?;
+    let (conn, rid, wid) = attach(p, dial(p, addr)?, chan as usize, worker)?;
     let s = &p.scheduler;
     let unit = p.loaded.units[chan as usize].expect("checked: channels carry grammar units");
     let shared = crate::backend::shared_conn(conn, rid, wid, chan, index);
@@ -596,8 +664,10 @@ fn join_shared(
         .iter()
         .find(|b| b.chan == chan && b.index == index)?;
     let addr = backend.addr;
-    let conn = backend.pick(|c, i| open_shared(p, c, i, addr))?;
-    conn.join(compute, p.config.channel_capacity, &p.scheduler.waker())
+    // The instance uses its worker's connections, served on that worker.
+    let worker = p.scheduler.home_of(compute);
+    let conn = backend.pick(worker, |c, i| open_shared(p, c, i, addr, worker))?;
+    conn.join(compute, &p.graphs)
 }
 
 /// Connects to a backend address, counting failures.
@@ -616,163 +686,22 @@ fn dial(p: &Parts, addr: SocketAddr) -> Option<TcpStream> {
     }
 }
 
-/// A connection accepted: an instance of its own, or one of the
-/// connections that make up an instance of a listening channel array.
-fn arrive(p: &Arc<Parts>, client: TcpStream) {
-    let _ = client.set_nodelay(true);
-    if p.fan_in == 1 {
-        return instantiate(p, vec![client]);
-    }
-    let complete = {
-        let mut arriving = p.arriving.lock().expect("arriving lock");
-        arriving.push(client);
-        (arriving.len() == p.fan_in).then(|| std::mem::take(&mut *arriving))
-    };
-    if let Some(clients) = complete {
-        instantiate(p, clients);
-    }
-}
+/// Graphs made when a service starts (at most `max_instances`); more are
+/// made on demand and kept up to `max_instances`.
+const GRAPHS_MADE_AHEAD: usize = 64;
 
-/// A new instance of the process for its client connections (one, or
-/// the fan-in of a listening channel array, in order of arrival).
-fn instantiate(p: &Arc<Parts>, clients: Vec<TcpStream>) {
-    let s = &p.scheduler;
-    let code = &p.loaded.module.processes[p.loaded.process];
-    let nchan = code.channels.len();
-    let Ok(compute_id) = s.reserve() else { return };
-    let mut inputs = Vec::new();
-    let mut merges = Vec::new();
-    let mut outputs = Vec::new();
-    let mut tasks: Vec<(TaskId, Box<dyn flick_runtime::Task>)> = Vec::new();
-    let mut widths = vec![1u32; nchan];
-    let client_array = p.loaded.arrays[p.client_chan];
-    widths[p.client_chan] = clients.len() as u32;
-    let mut incomplete = false;
-    for (i, client) in clients.into_iter().enumerate() {
-        let index = client_array.then_some(i as u32);
-        match connection(p, compute_id, p.client_chan, index, client) {
-            Some(c) => {
-                if p.loaded.ruled[p.client_chan] {
-                    inputs.push(c.input);
-                } else {
-                    merges.push(crate::merge::MergeInput::new(
-                        c.input.rx,
-                        p.client_chan as u16,
-                    ));
-                }
-                outputs.push(c.output);
-                tasks.extend(c.tasks);
-            }
-            None => incomplete = true,
-        }
-    }
-    if incomplete {
-        // Out of task slots: the instance cannot start.
-        for (id, _) in tasks.drain(..) {
-            s.start_task(
-                id,
-                Box::new(|_: &mut flick_runtime::Timeslice| flick_runtime::TaskStatus::Done),
-            );
-        }
-        drop((inputs, merges, outputs));
-        s.start_task(
-            compute_id,
-            Box::new(|_: &mut flick_runtime::Timeslice| flick_runtime::TaskStatus::Done),
-        );
-        return;
-    }
-    let mut addrs_of = Vec::new();
-    for (chan, addrs) in &p.backends {
-        widths[*chan] = addrs.len() as u32;
-        let array = p.loaded.arrays[*chan];
-        let readable = p.loaded.readable[*chan];
-        for (i, a) in addrs.iter().enumerate() {
-            let index = array.then_some(i as u32);
-            addrs_of.push(((*chan as u16, index), *a));
-            if !readable {
-                // A peer that is only written to (a reducer) gets a
-                // connection of this instance's own: its stream is ours.
-                match dial(p, *a).and_then(|st| connection(p, compute_id, *chan, index, st)) {
-                    Some(c) => {
-                        outputs.push(c.output);
-                        tasks.extend(c.tasks);
-                    }
-                    None => outputs.push(Output {
-                        tx: None,
-                        chan: *chan as u16,
-                        index,
-                        conn: None,
-                        crc: None,
-                    }),
-                }
-                continue;
-            }
-            if !p.shared.is_empty() {
-                match join_shared(p, compute_id, *chan as u16, index) {
-                    Some((input, output)) => {
-                        inputs.push(input);
-                        outputs.push(output);
-                    }
-                    None => outputs.push(Output {
-                        tx: None,
-                        chan: *chan as u16,
-                        index,
-                        conn: None,
-                        crc: None,
-                    }),
-                }
-                continue;
-            }
-            match dial(p, *a).and_then(|stream| connection(p, compute_id, *chan, index, stream)) {
-                Some(c) => {
-                    inputs.push(c.input);
-                    outputs.push(c.output);
-                    tasks.extend(c.tasks);
-                }
-                // An unreachable backend: its requests get fault replies
-                // until a reconnection succeeds.
-                None => outputs.push(Output {
-                    tx: None,
-                    chan: *chan as u16,
-                    index,
-                    conn: None,
-                    crc: None,
-                }),
-            }
-        }
-    }
-    for o in &mut outputs {
-        let unit = p.loaded.units[o.chan as usize];
-        let writes = p.loaded.writable[o.chan as usize];
-        if writes && unit.is_some_and(|u| p.loaded.grammar.has_end(u)) {
-            o.crc = Some(flick_wire::StreamCrc::default());
-        }
-    }
-    let now = std::time::Instant::now();
-    let answers: Vec<bool> = (0..nchan)
-        .map(|c| c != p.client_chan && p.loaded.readable[c])
-        .collect();
-    let peers = outputs
-        .iter()
-        .map(|o| crate::compute::Peer {
-            answers: answers[o.chan as usize],
-            dead: o.tx.is_none(),
-            retry_at: o.tx.is_none().then_some(now + crate::peers::FIRST_BACKOFF),
-            backoff: crate::peers::FIRST_BACKOFF,
-            outstanding: std::collections::VecDeque::new(),
-        })
-        .collect();
+/// The service's callbacks for its instances: reconnecting a backend and
+/// waking a compute task at a time.
+fn hooks(p: &Arc<Parts>) -> Hooks {
     let reconnect: crate::compute::Reconnect = {
         let p = p.clone();
-        Arc::new(move |chan: u16, index: Option<u32>| {
-            if !p.shared.is_empty() {
-                return join_shared(&p, compute_id, chan, index);
+        Arc::new(move |compute: TaskId, chan: u16, index: Option<u32>| {
+            if !p.shared.is_empty() && p.loaded.readable[chan as usize] {
+                return join_shared(&p, compute, chan, index);
             }
-            let addr = addrs_of
-                .iter()
-                .find(|(k, _)| *k == (chan, index))
-                .map(|(_, a)| *a)?;
-            let c = connection(&p, compute_id, chan as usize, index, dial(&p, addr)?)?;
+            let addrs = &p.backends.iter().find(|(c, _)| *c == chan as usize)?.1;
+            let addr = *addrs.get(index.unwrap_or(0) as usize)?;
+            let c = connection(&p, compute, chan as usize, index, dial(&p, addr)?)?;
             for (id, t) in c.tasks {
                 p.scheduler.start_task(id, t);
             }
@@ -781,54 +710,190 @@ fn instantiate(p: &Arc<Parts>, clients: Vec<TcpStream>) {
     };
     let wake_at: crate::compute::WakeAt = {
         let reactor = p.reactor.clone();
-        Arc::new(move |at| reactor.wake_at(compute_id, at))
+        Arc::new(move |compute, at| reactor.wake_at(compute, at))
     };
-    let nstate = code.state.len();
+    Hooks { reconnect, wake_at }
+}
+
+/// A connection accepted: an instance of its own, or one of the
+/// connections that make up an instance of a listening channel array.
+fn arrive(p: &Arc<Parts>, hooks: &Hooks, client: TcpStream) {
+    let _ = client.set_nodelay(true);
+    if p.fan_in == 1 {
+        return instantiate(p, hooks, std::iter::once(client));
+    }
+    let complete = {
+        let mut arriving = p.arriving.lock().expect("arriving lock");
+        arriving.push(client);
+        (arriving.len() == p.fan_in).then(|| std::mem::take(&mut *arriving))
+    };
+    if let Some(clients) = complete {
+        instantiate(p, hooks, clients.into_iter());
+    }
+}
+
+/// An output with no connection: its requests get fault replies until a
+/// reconnection succeeds.
+fn unconnected(chan: usize, index: Option<u32>) -> Output {
+    Output {
+        tx: None,
+        chan: chan as u16,
+        index,
+        conn: None,
+        crc: None,
+    }
+}
+
+/// A new instance of the process for its client connections (one, or
+/// the fan-in of a listening channel array, in order of arrival), on a
+/// graph from the pool.
+fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<Item = TcpStream>) {
+    let s = &p.scheduler;
+    let nchan = p.loaded.module.processes[p.loaded.process].channels.len();
+    let Ok(compute_id) = s.reserve() else { return };
+    let mut g = p.graphs.take();
+    g.widths.resize(nchan, 1);
+    let client_array = p.loaded.arrays[p.client_chan];
+    g.widths[p.client_chan] = clients.len() as u32;
+    let mut incomplete = false;
+    for (i, client) in clients.enumerate() {
+        let index = client_array.then_some(i as u32);
+        match connection(p, compute_id, p.client_chan, index, client) {
+            Some(c) => {
+                if p.loaded.ruled[p.client_chan] {
+                    g.inputs.push(c.input);
+                } else {
+                    let merge = crate::merge::MergeInput::new(c.input.rx, p.client_chan as u16);
+                    g.merges.push(merge);
+                }
+                g.outputs.push(c.output);
+                g.starting.extend(c.tasks);
+            }
+            None => incomplete = true,
+        }
+    }
+    if incomplete {
+        // Out of task slots: the instance cannot start.
+        let done = || -> Box<dyn flick_runtime::Task> {
+            Box::new(|_: &mut flick_runtime::Timeslice| flick_runtime::TaskStatus::Done)
+        };
+        for (id, _) in g.starting.drain(..) {
+            s.start_task(id, done());
+        }
+        s.start_task(compute_id, done());
+        p.graphs.give(g);
+        return;
+    }
+    for (chan, addrs) in &p.backends {
+        g.widths[*chan] = addrs.len() as u32;
+        let array = p.loaded.arrays[*chan];
+        let readable = p.loaded.readable[*chan];
+        for (i, a) in addrs.iter().enumerate() {
+            let index = array.then_some(i as u32);
+            if readable && !p.shared.is_empty() {
+                match join_shared(p, compute_id, *chan as u16, index) {
+                    Some((input, output)) => {
+                        g.inputs.push(input);
+                        g.outputs.push(output);
+                    }
+                    None => g.outputs.push(unconnected(*chan, index)),
+                }
+                continue;
+            }
+            // A connection of this instance's own: to a peer it only
+            // writes to (a reducer, whose stream is this instance's), or
+            // to every backend when connections are not shared.
+            match dial(p, *a).and_then(|st| connection(p, compute_id, *chan, index, st)) {
+                Some(c) => {
+                    if readable {
+                        g.inputs.push(c.input);
+                    }
+                    g.outputs.push(c.output);
+                    g.starting.extend(c.tasks);
+                }
+                None => g.outputs.push(unconnected(*chan, index)),
+            }
+        }
+    }
+    let now = std::time::Instant::now();
+    for o in &mut g.outputs {
+        let unit = p.loaded.units[o.chan as usize];
+        let writes = p.loaded.writable[o.chan as usize];
+        if writes && unit.is_some_and(|u| p.loaded.grammar.has_end(u)) {
+            o.crc = Some(flick_wire::StreamCrc::default());
+        }
+    }
+    // Peers reuse the pooled ones, so their request queues keep their room.
+    g.peers.truncate(g.outputs.len());
+    for (i, o) in g.outputs.iter().enumerate() {
+        let peer = crate::compute::Peer {
+            answers: o.chan as usize != p.client_chan && p.loaded.readable[o.chan as usize],
+            dead: o.tx.is_none(),
+            retry_at: o.tx.is_none().then_some(now + crate::peers::FIRST_BACKOFF),
+            backoff: crate::peers::FIRST_BACKOFF,
+            outstanding: match g.peers.get_mut(i) {
+                Some(old) => std::mem::take(&mut old.outstanding),
+                None => std::collections::VecDeque::new(),
+            },
+        };
+        match g.peers.get_mut(i) {
+            Some(old) => *old = peer,
+            None => g.peers.push(peer),
+        }
+    }
+    // The connections' tasks start first; the list's room stays with the
+    // graph, through the compute task.
+    let mut starting = std::mem::take(&mut g.starting);
+    for (id, t) in starting.drain(..) {
+        s.start_task(id, t);
+    }
     let mut compute = Compute {
         module: p.loaded.module.clone(),
         process: p.loaded.process,
-        inputs,
+        inputs: g.inputs,
         host: GraphHost {
-            outputs,
-            msgs: Vec::with_capacity(8),
+            outputs: g.outputs,
+            msgs: g.msgs,
             pool: p.pool.clone(),
             fields: p.loaded.fields.clone(),
-            widths,
+            widths: g.widths,
             globals: p.globals.clone(),
-            locals: Arc::new(SharedState::new(nstate, p.config.dict_capacity)),
+            locals: g.locals.expect("the pool gives graphs local state"),
             global: p.loaded.global.clone(),
             initialising: false,
-            peers,
-            ready: std::collections::VecDeque::new(),
-            groups: Vec::new(),
-            order: crate::peers::Order::default(),
+            peers: g.peers,
+            ready: g.ready,
+            groups: g.groups,
+            order: g.order,
             ending: false,
             grammar: p.loaded.grammar.clone(),
             units: p.loaded.units.clone(),
-            merges,
+            merges: g.merges,
             taken: 0,
             builders: Vec::new(),
             records: p.loaded.records.clone(),
             waker: s.waker(),
             timeout: p.config.response_timeout,
             timer: None,
-            reconnect,
-            wake_at,
+            reconnect: hooks.reconnect.clone(),
+            wake_at: hooks.wake_at.clone(),
             draining: p.draining.clone(),
             drain_noticed: false,
             client_chan: p.client_chan as u16,
+            id: compute_id,
         },
-        vm: Vm::default(),
+        vm: g.vm,
         next_input: 0,
         started: false,
         client: (p.fan_in == 1 && p.loaded.ruled[p.client_chan]).then_some(0),
         guards_due: false,
+        starting,
     };
     let stats = p.stats.clone();
     stats.graphs_live.fetch_add(1, Ordering::Relaxed);
     p.computes.lock().expect("computes lock").insert(compute_id);
     let parts = p.clone();
-    tasks.push((
+    s.start_task(
         compute_id,
         Box::new(move |sl: &mut flick_runtime::Timeslice| {
             let r = compute.run(sl);
@@ -838,12 +903,11 @@ fn instantiate(p: &Arc<Parts>, clients: Vec<TcpStream>) {
                     .lock()
                     .expect("computes lock")
                     .remove(&compute_id);
+                compute.host.release();
+                parts.graphs.give(compute.into_storage());
                 stats.graphs_live.fetch_sub(1, Ordering::Relaxed);
             }
             r
         }),
-    ));
-    for (id, t) in tasks {
-        s.start_task(id, t);
-    }
+    );
 }

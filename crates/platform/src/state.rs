@@ -110,6 +110,13 @@ impl SharedState {
         }
     }
 
+    /// Every variable unset again, for a new instance (`local` state).
+    pub fn reset(&mut self) {
+        for v in self.vars.get_mut().expect("state lock").iter_mut() {
+            *v = Var::Value(Value::Unit);
+        }
+    }
+
     pub fn load(&self, i: u16) -> Value {
         match self.vars.lock().expect("state lock").get(i as usize) {
             Some(Var::Value(v)) => v.clone(),

@@ -32,8 +32,12 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// Tests count allocations of the whole process: one measures at a time.
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn requests_allocate_nothing_once_warm_and_clients_leave_nothing_behind() {
+    let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let mut procs = Procs(Vec::new());
     let backends = [memcached(&mut procs), memcached(&mut procs)];
     let service = proxy(&backends);
@@ -102,7 +106,7 @@ fn requests_allocate_nothing_once_warm_and_clients_leave_nothing_behind() {
     );
     // What stays: the backend connections all instances share.
     let shared = service.shared_connections();
-    assert!(shared <= 4, "at most two per backend: {shared}");
+    assert!(shared <= 4, "at most one per backend and worker: {shared}");
     assert_eq!(
         service.live_tasks(),
         2 * shared,
@@ -124,6 +128,7 @@ fn requests_allocate_nothing_once_warm_and_clients_leave_nothing_behind() {
 /// oldest cache entry, yet once warm nothing is allocated.
 #[test]
 fn cache_inserts_and_evictions_allocate_nothing_once_warm() {
+    let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let mut procs = Procs(Vec::new());
     let backends = [memcached(&mut procs), memcached(&mut procs)];
     let config = flick_platform::ServiceConfig {
@@ -165,4 +170,48 @@ fn cache_inserts_and_evictions_allocate_nothing_once_warm() {
         allocations < 32,
         "{allocations} allocations over 1280 GETKs that each insert and evict"
     );
+}
+
+/// A new connection takes its task graph (compute state, interpreter,
+/// read buffer and parser, channels) from the pool instead of building
+/// one: once warm, what is left per connection is the three task records,
+/// the connection's own record and its reactor registration.
+#[test]
+fn a_connection_takes_its_graph_from_the_pool() {
+    let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut procs = Procs(Vec::new());
+    let backends = [memcached(&mut procs), memcached(&mut procs)];
+    let service = proxy(&backends);
+    let addr = service.local_addr();
+    let pooled = service.pooled_graphs();
+    assert!(pooled > 0, "graphs are made when the service starts");
+    let (mut req, mut buf) = (Vec::with_capacity(256), vec![0u8; 4096]);
+    let session = |req: &mut Vec<u8>, buf: &mut Vec<u8>| {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        request(0x00, b"k", b"", b"", req);
+        c.write_all(req).unwrap();
+        response(&mut c, buf);
+        drop(c);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while service.stats().graphs_live.load(Ordering::Relaxed) > 0 {
+            assert!(Instant::now() < deadline, "the instance ends");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    for _ in 0..20 {
+        session(&mut req, &mut buf);
+    }
+    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    for _ in 0..100 {
+        session(&mut req, &mut buf);
+    }
+    let per_connection = (ALLOCATIONS.load(Ordering::SeqCst) - before) as f64 / 100.0;
+    eprintln!("allocations per connection: {per_connection}");
+    // Building a graph from scratch took 39.
+    assert!(
+        per_connection <= 6.0,
+        "{per_connection} allocations per connection"
+    );
+    assert_eq!(service.pooled_graphs(), pooled, "every graph went back");
 }

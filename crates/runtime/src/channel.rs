@@ -5,12 +5,16 @@
 //! ([`TrySendError::Full`]) and remembers that the producer waits, so that
 //! the consumer wakes it when it makes room. Nothing buffers without bound:
 //! a producer that cannot send stops reading its own input.
+//!
+//! Channels taken from a [`ChannelPool`] go back to it when both ends are
+//! dropped, so a graph made per connection reuses the storage of graphs
+//! that ended instead of allocating its own.
 
 use crate::scheduler::Waker;
 use crate::task::TaskId;
 use crossbeam_queue::ArrayQueue;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 const NOBODY: u32 = u32::MAX;
 
@@ -37,37 +41,109 @@ struct Inner<T> {
     producer_waiting: AtomicBool,
     closed: AtomicBool,
     waker: Waker,
+    /// The pool the storage returns to once both ends are gone.
+    home: Weak<ChannelPool<T>>,
 }
 
 /// The sending end; owned by the producing task.
 pub struct Sender<T> {
-    inner: Arc<Inner<T>>,
+    /// `None` only while being dropped.
+    inner: Option<Arc<Inner<T>>>,
 }
 
 /// The receiving end; owned by the consuming task.
 pub struct Receiver<T> {
-    inner: Arc<Inner<T>>,
+    /// `None` only while being dropped.
+    inner: Option<Arc<Inner<T>>>,
 }
 
 /// A channel of `capacity` values; its storage is allocated here, once.
 pub fn channel<T>(capacity: usize, waker: Waker) -> (Sender<T>, Receiver<T>) {
-    let inner = Arc::new(Inner {
-        queue: ArrayQueue::new(capacity.max(1)),
-        consumer: AtomicU32::new(NOBODY),
-        producer: AtomicU32::new(NOBODY),
-        producer_waiting: AtomicBool::new(false),
-        closed: AtomicBool::new(false),
-        waker,
-    });
+    ends(Arc::new(Inner::new(capacity, waker, Weak::new())))
+}
+
+fn ends<T>(inner: Arc<Inner<T>>) -> (Sender<T>, Receiver<T>) {
     (
         Sender {
-            inner: inner.clone(),
+            inner: Some(inner.clone()),
         },
-        Receiver { inner },
+        Receiver { inner: Some(inner) },
     )
 }
 
+/// Channels of one capacity, made ahead of use; a channel goes back to
+/// its pool when both its ends are dropped, emptied and unbound.
+pub struct ChannelPool<T> {
+    free: ArrayQueue<Arc<Inner<T>>>,
+    capacity: usize,
+    waker: Waker,
+}
+
+impl<T> ChannelPool<T> {
+    /// A pool keeping up to `keep` channels of `capacity` values, `prefill`
+    /// of them made now.
+    pub fn new(capacity: usize, prefill: usize, keep: usize, waker: Waker) -> Arc<ChannelPool<T>> {
+        let pool = Arc::new(ChannelPool {
+            free: ArrayQueue::new(keep.max(1)),
+            capacity,
+            waker,
+        });
+        for _ in 0..prefill.min(keep) {
+            let inner = Inner::new(capacity, pool.waker.clone(), Arc::downgrade(&pool));
+            let _ = pool.free.push(Arc::new(inner));
+        }
+        pool
+    }
+
+    /// A channel from the pool, or a new one (which joins the pool when it
+    /// is done) if the pool is empty.
+    pub fn channel(self: &Arc<Self>) -> (Sender<T>, Receiver<T>) {
+        let inner = self.free.pop().unwrap_or_else(|| {
+            Arc::new(Inner::new(
+                self.capacity,
+                self.waker.clone(),
+                Arc::downgrade(self),
+            ))
+        });
+        ends(inner)
+    }
+
+    /// Channels ready in the pool.
+    pub fn available(&self) -> usize {
+        self.free.len()
+    }
+}
+
+/// Gives a channel's storage back to its pool if this was its last end.
+fn recycle<T>(mut inner: Arc<Inner<T>>) {
+    let Some(pool) = inner.home.upgrade() else {
+        return;
+    };
+    // Unique only after the other end is gone; if both ends drop at once,
+    // neither may see it unique and the storage is freed instead.
+    if let Some(i) = Arc::get_mut(&mut inner) {
+        while i.queue.pop().is_some() {}
+        *i.consumer.get_mut() = NOBODY;
+        *i.producer.get_mut() = NOBODY;
+        *i.producer_waiting.get_mut() = false;
+        *i.closed.get_mut() = false;
+        let _ = pool.free.push(inner);
+    }
+}
+
 impl<T> Inner<T> {
+    fn new(capacity: usize, waker: Waker, home: Weak<ChannelPool<T>>) -> Inner<T> {
+        Inner {
+            queue: ArrayQueue::new(capacity.max(1)),
+            consumer: AtomicU32::new(NOBODY),
+            producer: AtomicU32::new(NOBODY),
+            producer_waiting: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            waker,
+            home,
+        }
+    }
+
     fn wake(&self, who: &AtomicU32) {
         let id = who.load(Ordering::Acquire);
         if id != NOBODY {
@@ -77,27 +153,33 @@ impl<T> Inner<T> {
 }
 
 impl<T> Sender<T> {
+    fn inner(&self) -> &Inner<T> {
+        self.inner.as_ref().expect("a live sender")
+    }
+
     /// Names the task that sends, so a full channel can wake it later.
     pub fn bind(&self, producer: TaskId) {
-        self.inner.producer.store(producer.0, Ordering::Release);
+        self.inner().producer.store(producer.0, Ordering::Release);
     }
 
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
-        if self.inner.closed.load(Ordering::Acquire) {
+        if self.inner().closed.load(Ordering::Acquire) {
             return Err(TrySendError::Closed(value));
         }
-        match self.inner.queue.push(value) {
+        match self.inner().queue.push(value) {
             Ok(()) => {
-                self.inner.wake(&self.inner.consumer);
+                self.inner().wake(&self.inner().consumer);
                 Ok(())
             }
             Err(value) => {
-                self.inner.producer_waiting.store(true, Ordering::Release);
+                self.inner().producer_waiting.store(true, Ordering::Release);
                 // Room may have been made between the push and the flag.
-                match self.inner.queue.push(value) {
+                match self.inner().queue.push(value) {
                     Ok(()) => {
-                        self.inner.producer_waiting.store(false, Ordering::Release);
-                        self.inner.wake(&self.inner.consumer);
+                        self.inner()
+                            .producer_waiting
+                            .store(false, Ordering::Release);
+                        self.inner().wake(&self.inner().consumer);
                         Ok(())
                     }
                     Err(value) => Err(TrySendError::Full(value)),
@@ -108,55 +190,65 @@ impl<T> Sender<T> {
 
     /// No more values will come; the consumer drains what is queued.
     pub fn close(&self) {
-        self.inner.closed.store(true, Ordering::Release);
-        self.inner.wake(&self.inner.consumer);
+        self.inner().closed.store(true, Ordering::Release);
+        self.inner().wake(&self.inner().consumer);
     }
 
     pub fn is_full(&self) -> bool {
-        self.inner.queue.is_full()
+        self.inner().queue.is_full()
     }
 }
 
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
         self.close();
+        if let Some(inner) = self.inner.take() {
+            recycle(inner);
+        }
     }
 }
 
 impl<T> Receiver<T> {
+    fn inner(&self) -> &Inner<T> {
+        self.inner.as_ref().expect("a live receiver")
+    }
+
     /// Names the task that receives, so sends can wake it.
     pub fn bind(&self, consumer: TaskId) {
-        self.inner.consumer.store(consumer.0, Ordering::Release);
+        self.inner().consumer.store(consumer.0, Ordering::Release);
     }
 
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
-        match self.inner.queue.pop() {
+        match self.inner().queue.pop() {
             Some(v) => {
-                if self.inner.producer_waiting.swap(false, Ordering::AcqRel) {
-                    self.inner.wake(&self.inner.producer);
+                if self.inner().producer_waiting.swap(false, Ordering::AcqRel) {
+                    self.inner().wake(&self.inner().producer);
                 }
                 Ok(v)
             }
-            None if self.inner.closed.load(Ordering::Acquire) => {
+            None if self.inner().closed.load(Ordering::Acquire) => {
                 // A value pushed just before closing is still delivered.
-                self.inner.queue.pop().ok_or(TryRecvError::Closed)
+                self.inner().queue.pop().ok_or(TryRecvError::Closed)
             }
             None => Err(TryRecvError::Empty),
         }
     }
 
     pub fn len(&self) -> usize {
-        self.inner.queue.len()
+        self.inner().queue.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.inner.queue.is_empty()
+        self.inner().queue.is_empty()
     }
 }
 
 impl<T> Drop for Receiver<T> {
     fn drop(&mut self) {
-        self.inner.closed.store(true, Ordering::Release);
-        self.inner.wake(&self.inner.producer);
+        self.inner().closed.store(true, Ordering::Release);
+        self.inner().wake(&self.inner().producer);
+        if let Some(inner) = self.inner.take() {
+            recycle(inner);
+        }
     }
 }

@@ -12,6 +12,6 @@ pub mod io;
 mod scheduler;
 mod task;
 
-pub use channel::{channel, Receiver, Sender, TryRecvError, TrySendError};
+pub use channel::{channel, ChannelPool, Receiver, Sender, TryRecvError, TrySendError};
 pub use scheduler::{Full, Scheduler, SchedulerConfig, Waker};
 pub use task::{Policy, Task, TaskId, TaskStatus, Timeslice};

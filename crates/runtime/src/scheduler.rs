@@ -282,6 +282,32 @@ impl Scheduler {
         Ok(TaskId(id))
     }
 
+    /// Like [`Scheduler::reserve`], for a task that runs from `worker`'s
+    /// queue: tasks that work together (an instance and the backend
+    /// connections it uses) share a worker and its cache.
+    pub fn reserve_on(&self, worker: usize) -> Result<TaskId, Full> {
+        let worker = worker % self.shared.queues.len();
+        let mut free = self.shared.free.lock().expect("free lock");
+        // Ids spread evenly over the queues, so one is found near the end.
+        let at = free
+            .iter()
+            .rposition(|id| self.shared.home(*id) == worker)
+            .ok_or(Full {
+                capacity: self.shared.slots.len(),
+            })?;
+        let id = free.swap_remove(at);
+        drop(free);
+        self.shared.slots[id as usize]
+            .state
+            .store(RESERVED, Ordering::Release);
+        Ok(TaskId(id))
+    }
+
+    /// The worker whose queue task `id` runs from.
+    pub fn home_of(&self, id: TaskId) -> usize {
+        self.shared.home(id.0)
+    }
+
     /// Starts a task under an id from [`Scheduler::reserve`].
     pub fn start_task(&self, id: TaskId, task: Box<dyn Task>) {
         let slot = &self.shared.slots[id.0 as usize];

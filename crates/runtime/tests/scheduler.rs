@@ -194,3 +194,41 @@ fn queue_lengths_are_per_worker_and_drain() {
     assert_eq!(done.load(Ordering::Relaxed), 50);
     assert_eq!(s.queue_lengths(), vec![0, 0, 0], "nothing left queued");
 }
+
+#[test]
+fn a_pooled_channel_comes_back_empty_and_open_once_both_ends_are_gone() {
+    let s = scheduler(1, Policy::default());
+    let pool = flick_runtime::ChannelPool::<u32>::new(4, 2, 2, s.waker());
+    assert_eq!(pool.available(), 2);
+    let (tx, rx) = pool.channel();
+    assert_eq!(pool.available(), 1);
+    tx.try_send(7).unwrap();
+    tx.try_send(8).unwrap();
+    drop(tx);
+    assert_eq!(pool.available(), 1, "one end still holds it");
+    assert_eq!(rx.try_recv(), Ok(7));
+    drop(rx);
+    assert_eq!(pool.available(), 2, "back once both ends are gone");
+    let (tx, rx) = pool.channel();
+    assert_eq!(rx.try_recv(), Err(TryRecvError::Empty), "emptied and open");
+    tx.try_send(9).unwrap();
+    assert_eq!(rx.try_recv(), Ok(9));
+    // Beyond what the pool keeps, channels are made and then freed.
+    let extra: Vec<_> = (0..3).map(|_| pool.channel()).collect();
+    assert_eq!(pool.available(), 0);
+    drop(extra);
+    drop((tx, rx));
+    assert_eq!(pool.available(), 2);
+}
+
+#[test]
+fn ids_reserved_on_a_worker_run_from_its_queue() {
+    let s = scheduler(2, Policy::default());
+    for w in 0..2 {
+        for _ in 0..50 {
+            let id = s.reserve_on(w).unwrap();
+            assert_eq!(s.home_of(id), w);
+            s.start_task(id, Box::new(|_: &mut Timeslice| TaskStatus::Done));
+        }
+    }
+}
