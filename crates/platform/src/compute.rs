@@ -62,7 +62,7 @@ use crate::graph_pool::GraphStorage;
 
 impl Compute {
     /// The graph's storage, for the pool, once the instance has ended.
-    pub fn into_storage(&mut self) -> GraphStorage {
+    pub fn take_storage(&mut self) -> GraphStorage {
         let h = &mut self.host;
         GraphStorage {
             inputs: std::mem::take(&mut self.inputs),

@@ -904,7 +904,7 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
                     .expect("computes lock")
                     .remove(&compute_id);
                 compute.host.release();
-                parts.graphs.give(compute.into_storage());
+                parts.graphs.give(compute.take_storage());
                 stats.graphs_live.fetch_sub(1, Ordering::Relaxed);
             }
             r
