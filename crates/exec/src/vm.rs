@@ -290,6 +290,9 @@ impl Vm {
                             let h = match v {
                                 Value::Int(i) => fnv1a(&i.to_le_bytes()),
                                 Value::Bool(b) => fnv1a(&[*b as u8]),
+                                // A field the message does not have (the key
+                                // of a keyless command) hashes as empty.
+                                Value::None => fnv1a(&[]),
                                 other => fnv1a(
                                     self.bytes_of(module, host, other)
                                         .ok_or(Fault::Kind("hashable"))?,

@@ -271,7 +271,9 @@ impl SharedReader {
                 Inbound::Message(m) => m,
                 Inbound::Idle => return TaskStatus::Idle,
                 Inbound::Closed => return self.finish(),
-                Inbound::Malformed => {
+                // A backend's replies must all parse: the stream cannot be
+                // matched to requests any more.
+                Inbound::Malformed | Inbound::Rejected => {
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     return self.finish();
                 }

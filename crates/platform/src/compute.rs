@@ -143,6 +143,16 @@ pub struct GraphHost {
     pub grammar: Arc<flick_wire::Grammar>,
     /// The grammar unit of each process channel.
     pub units: Arc<Vec<Option<flick_wire::UnitId>>>,
+    /// The grammar unit of what is written to each process channel.
+    pub out_units: Arc<Vec<Option<flick_wire::UnitId>>>,
+    /// Parts of a split request (`%split`) waiting for their rule, each
+    /// with whether it is the last.
+    pub parts: std::collections::VecDeque<(u16, Option<u32>, Msg, bool)>,
+    /// The running rule handles a part of a split request: `Some(last)`.
+    pub part_last: Option<bool>,
+    /// Values of the part being made, and a parser to read each back.
+    pub part_slots: Vec<Slot>,
+    pub part_parser: Option<flick_wire::Parser>,
     /// Inputs no rule reads: `foldt` takes their messages in key order.
     pub merges: Vec<crate::merge::MergeInput>,
     /// Messages merges have taken, to tell whether a guard made progress.
@@ -198,7 +208,7 @@ impl GraphHost {
             let (Some(tx), Some(crc)) = (&o.tx, &o.crc) else {
                 continue;
             };
-            let Some(unit) = self.units.get(o.chan as usize).copied().flatten() else {
+            let Some(unit) = self.out_units.get(o.chan as usize).copied().flatten() else {
                 continue;
             };
             let mut m = self.pool.take();
@@ -227,6 +237,50 @@ impl GraphHost {
             o.tx = None;
         }
         true
+    }
+}
+
+impl GraphHost {
+    /// A request that splits (`%split`) is queued as its parts, and `None`
+    /// returned; any other comes back to be handled as it is.
+    fn split(&mut self, chan: u16, index: Option<u32>, m: Msg) -> Option<Msg> {
+        let unit = self.units.get(chan as usize).copied().flatten()?;
+        let n = self.grammar.split_parts(unit, &m.slots);
+        if n <= 1 {
+            return Some(m);
+        }
+        let parser = self
+            .part_parser
+            .get_or_insert_with(|| self.grammar.parser(unit));
+        for i in 0..n {
+            let mut part = self.pool.take();
+            let made = self.grammar.split_part(
+                unit,
+                &m.slots,
+                &m.bytes,
+                i,
+                &mut self.part_slots,
+                &mut part.bytes,
+            );
+            parser.reset();
+            match (made, parser.parse(&part.bytes)) {
+                (Ok(()), Ok(flick_wire::Progress::Done(_))) => {
+                    part.slots.clear();
+                    part.slots.extend_from_slice(parser.slots());
+                    self.parts.push_back((chan, index, part, i + 1 == n));
+                }
+                // A part that does not read back: the request goes whole.
+                _ => {
+                    self.pool.give(part);
+                    for (_, _, p, _) in self.parts.drain(..) {
+                        self.pool.give(p);
+                    }
+                    return Some(m);
+                }
+            }
+        }
+        self.pool.give(m);
+        None
     }
 }
 
@@ -563,6 +617,12 @@ impl Compute {
                 }
             }
             if let Some((chan, index, m)) = self.host.ready.pop_front() {
+                self.host.part_last = None;
+                self.start_rule(chan, index, m);
+                continue;
+            }
+            if let Some((chan, index, m, last)) = self.host.parts.pop_front() {
+                self.host.part_last = Some(last);
                 self.start_rule(chan, index, m);
                 continue;
             }
@@ -630,13 +690,18 @@ impl Compute {
             };
             self.next_input = (i + 1) % n;
             let (chan, index) = (self.inputs[i].chan, self.inputs[i].index);
-            if self.client == Some(i) {
+            if self.client == Some(i) && m.rejected {
+                self.host.reject(m);
+            } else if self.client == Some(i) {
                 if self.host.property(chan, "ends", &m).unwrap_or(0) != 0 {
                     self.host.ending = true;
                     // Nothing after the last request is read.
                     self.inputs[i].open = false;
                 }
-                self.start_rule(chan, index, m);
+                if let Some(m) = self.host.split(chan, index, m) {
+                    self.host.part_last = None;
+                    self.start_rule(chan, index, m);
+                }
             } else {
                 // A peer's reply: matched to its request, merged if the
                 // request went to every peer, then queued for its rule.

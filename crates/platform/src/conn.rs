@@ -41,6 +41,9 @@ pub enum Inbound {
     Closed,
     /// Bytes the grammar rejects, or a message larger than allowed.
     Malformed,
+    /// A request that did not parse, skipped through the grammar's
+    /// `%resync` delimiter: the connection reads on.
+    Rejected,
 }
 
 /// A connection's read side: a buffer of received bytes, parsed into
@@ -52,16 +55,44 @@ pub struct ReadSide {
     end: usize,
     /// The most bytes a message may need in the buffer at once.
     max: usize,
+    /// Where reading resumes after a request that does not parse
+    /// (`%resync`), and whether input is being skipped up to it.
+    resync: Option<Arc<[u8]>>,
+    skipping: bool,
 }
 
 impl ReadSide {
     pub fn new(parser: Parser, initial: usize, max: usize) -> ReadSide {
+        let resync = parser.grammar().resync(parser.unit()).map(Arc::from);
         ReadSide {
             parser,
             buf: vec![0; initial.min(max).max(1)],
             start: 0,
             end: 0,
             max,
+            resync,
+            skipping: false,
+        }
+    }
+
+    /// Skips through the `%resync` delimiter; `true` once past it.
+    fn skip(&mut self) -> bool {
+        let Some(d) = &self.resync else {
+            return true;
+        };
+        let buffered = &self.buf[self.start..self.end];
+        match memchr::memmem::find(buffered, d) {
+            Some(at) => {
+                self.start += at + d.len();
+                self.skipping = false;
+                self.parser.reset();
+                true
+            }
+            None => {
+                // Keep what could be the start of the delimiter.
+                self.start = self.end - buffered.len().min(d.len() - 1);
+                false
+            }
         }
     }
 
@@ -70,13 +101,16 @@ impl ReadSide {
         self.parser.reset();
         self.start = 0;
         self.end = 0;
+        self.skipping = false;
     }
 
     /// The next message: parsed from what is buffered, reading the socket
     /// when the buffer runs dry.
     pub fn next(&mut self, stream: &TcpStream, pool: &MsgPool) -> Inbound {
         loop {
-            if self.end > self.start {
+            if self.skipping && !self.skip() {
+                // Nothing to parse until the delimiter comes.
+            } else if self.end > self.start {
                 match self.parser.parse(&self.buf[self.start..self.end]) {
                     Ok(Progress::Done(n)) => {
                         let mut m = pool.take();
@@ -89,6 +123,10 @@ impl ReadSide {
                         return Inbound::Message(m);
                     }
                     Ok(Progress::NeedMore) => {}
+                    Err(_) if self.resync.is_some() => {
+                        self.skipping = true;
+                        return Inbound::Rejected;
+                    }
                     // Streamed bodies are not passed through here yet.
                     Ok(Progress::Head(_) | Progress::Stream(_)) | Err(_) => {
                         return Inbound::Malformed
@@ -194,6 +232,13 @@ impl Reader {
                 Inbound::Malformed => {
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     return self.finish();
+                }
+                Inbound::Rejected => {
+                    self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    let mut m = self.pool.take();
+                    m.slots.fill(flick_wire::Slot::Unset);
+                    m.rejected = true;
+                    self.pending = Some(m);
                 }
             }
         }

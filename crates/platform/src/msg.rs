@@ -11,6 +11,9 @@ use std::sync::Arc;
 pub struct Msg {
     pub bytes: Vec<u8>,
     pub slots: Vec<Slot>,
+    /// Stands for a request that did not parse and was skipped (`%resync`):
+    /// it has no values, and is answered with the grammar's `%reject`.
+    pub rejected: bool,
 }
 
 /// Reusable message storage. Taking from an empty pool allocates; giving
@@ -32,6 +35,7 @@ impl MsgPool {
             let _ = pool.free.push(Msg {
                 bytes: Vec::with_capacity(bytes),
                 slots: vec![Slot::Unset; slots],
+                rejected: false,
             });
         }
         Arc::new(pool)
@@ -41,11 +45,13 @@ impl MsgPool {
         match self.free.pop() {
             Some(mut m) => {
                 m.bytes.clear();
+                m.rejected = false;
                 m
             }
             None => Msg {
                 bytes: Vec::new(),
                 slots: vec![Slot::Unset; self.slots],
+                rejected: false,
             },
         }
     }

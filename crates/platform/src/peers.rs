@@ -45,6 +45,9 @@ pub struct Pending {
     /// Its place among the client's requests, for answering in order;
     /// `None` for a quiet request, which may get no reply (`%quiet`).
     pub seq: Option<u64>,
+    /// Whether its final reply reaches the client: not for the parts of a
+    /// split request (`%split`) but the last, whose final reply ends them all.
+    pub keep_final: bool,
 }
 
 /// A reply on its way to the rule that reads its channel.
@@ -102,8 +105,15 @@ impl Order {
 }
 
 impl GraphHost {
+    /// A routing property of a message read from `chan`.
     pub(crate) fn property(&self, chan: u16, name: &str, m: &Msg) -> Option<i128> {
         let unit = self.units.get(chan as usize).copied().flatten()?;
+        self.grammar.property(unit, name, &m.slots, &m.bytes)
+    }
+
+    /// A routing property of a message written to `chan`.
+    pub(crate) fn out_property(&self, chan: u16, name: &str, m: &Msg) -> Option<i128> {
+        let unit = self.out_units.get(chan as usize).copied().flatten()?;
         self.grammar.property(unit, name, &m.slots, &m.bytes)
     }
 
@@ -114,8 +124,8 @@ impl GraphHost {
         let answers = self.peers[out].answers;
         let broadcast = answers
             && self.outputs[out].index.is_some()
-            && self.property(chan, "broadcast", &request).unwrap_or(0) != 0;
-        let quiet = self.property(chan, "quiet", &request).unwrap_or(0) != 0;
+            && self.out_property(chan, "broadcast", &request).unwrap_or(0) != 0;
+        let quiet = self.out_property(chan, "quiet", &request).unwrap_or(0) != 0;
         if !broadcast {
             // A full channel sends nothing: the request keeps no number.
             // Nor does a peer owing as many replies as are remembered: the
@@ -176,15 +186,30 @@ impl GraphHost {
 
     fn send_one(&mut self, out: usize, request: Msg, group: Option<u32>, seq: Option<u64>) -> Sent {
         let answers = self.peers[out].answers;
+        let chan = self.outputs[out].chan;
+        // A quiet request of a protocol whose replies do not say what they
+        // answer (`noreply`) gets no reply at all: nothing waits for one.
+        let silent = answers
+            && seq.is_none()
+            && self.out_property(chan, "correlate", &request).is_none();
+        let keep_final = self.part_last.unwrap_or(true);
         if answers && (self.peers[out].dead || self.outputs[out].tx.is_none()) {
-            self.fault(out, request, group, seq);
+            if silent || !keep_final {
+                self.pool.give(request);
+                match group {
+                    Some(g) => self.settle_group(g, None),
+                    None => self.reply_for(seq, None, true),
+                }
+            } else {
+                self.fault(out, request, group, seq);
+            }
             return Sent::Done;
         }
         let Some(tx) = &self.outputs[out].tx else {
             self.pool.give(request);
             return Sent::Done;
         };
-        let remember = answers.then(|| self.pool.copy(&request));
+        let remember = (answers && !silent).then(|| self.pool.copy(&request));
         let crc = self.outputs[out].crc.as_ref().map(|c| {
             let mut c = c.clone();
             c.update(&request.bytes);
@@ -195,14 +220,18 @@ impl GraphHost {
                 if crc.is_some() {
                     self.outputs[out].crc = crc;
                 }
+                if let (true, Some(g)) = (silent, group) {
+                    self.settle_group(g, None);
+                }
                 if let Some(r) = remember {
-                    let corr = self.property(self.outputs[out].chan, "correlate", &r);
+                    let corr = self.out_property(self.outputs[out].chan, "correlate", &r);
                     self.peers[out].outstanding.push_back(Pending {
                         request: r,
                         corr,
                         group,
                         sent: Instant::now(),
                         seq,
+                        keep_final,
                     });
                     if self.peers[out].outstanding.len() > MAX_OUTSTANDING {
                         let old = self.peers[out]
@@ -298,6 +327,34 @@ impl GraphHost {
         }
     }
 
+    /// A client request that did not parse (`%resync` skipped it): it gets
+    /// the grammar's `%reject` reply in its place among the replies, passed
+    /// on as if a peer had answered it.
+    pub(crate) fn reject(&mut self, request: Msg) {
+        self.pool.give(request);
+        let client = self.client_chan as usize;
+        let Some(unit) = self.out_units.get(client).copied().flatten() else {
+            return;
+        };
+        let Some(out) = self.peers.iter().position(|p| p.answers) else {
+            return;
+        };
+        let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
+        let mut reply = self.pool.take();
+        let read_as = self.units.get(chan as usize).copied().flatten().unwrap_or(unit);
+        let mut parser = self.grammar.parser(read_as);
+        let made = matches!(self.grammar.reject_reply(unit, &mut reply.bytes), Ok(true));
+        match (made, parser.parse(&reply.bytes)) {
+            (true, Ok(flick_wire::Progress::Done(_))) => {
+                reply.slots.clear();
+                reply.slots.extend_from_slice(parser.slots());
+                let seq = self.order.take_seq();
+                self.reply_for(Some(seq), Some((chan, index, reply)), true);
+            }
+            _ => self.pool.give(reply),
+        }
+    }
+
     /// A reply from peer `chan[index]`.
     pub fn on_reply(&mut self, chan: u16, index: Option<u32>, reply: Msg) {
         let Some(out) = self
@@ -325,10 +382,16 @@ impl GraphHost {
             self.ready.push_back((chan, index, reply));
             return;
         };
-        let (group, seq) = (front.group, front.seq);
+        let (group, seq, keep) = (front.group, front.seq, front.keep_final);
         if !more {
             if let Some(p) = self.peers[out].outstanding.pop_front() {
                 self.pool.give(p.request);
+            }
+            if !keep {
+                // A split request's part: its end is not the client's.
+                self.pool.give(reply);
+                self.reply_for(seq, None, true);
+                return;
             }
         }
         match group {
@@ -361,11 +424,19 @@ impl GraphHost {
     /// handled as if the peer had answered it.
     fn fault(&mut self, out: usize, request: Msg, group: Option<u32>, seq: Option<u64>) {
         let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
+        // The reply is a message read from the peer's channel; when that
+        // is the unit requests are written in, it starts from the request.
         let unit = self.units.get(chan as usize).copied().flatten();
+        let same = unit == self.out_units.get(chan as usize).copied().flatten();
         let mut bytes = Vec::new();
-        let made = unit.map(|u| {
-            self.grammar
-                .fault_reply(u, &request.slots, &request.bytes, &mut bytes)
+        let made = unit.map(|u| match same {
+            true => self
+                .grammar
+                .fault_reply(u, &request.slots, &request.bytes, &mut bytes),
+            false => {
+                let unset = vec![flick_wire::Slot::Unset; self.grammar.unit(u).slots as usize];
+                self.grammar.fault_reply(u, &unset, &[], &mut bytes)
+            }
         });
         self.pool.give(request);
         let reply = match (unit, made) {

@@ -23,8 +23,10 @@ pub struct Loaded {
     pub module: Arc<Module>,
     pub process: usize,
     pub grammar: Arc<Grammar>,
-    /// Per process channel: the grammar unit of its messages.
+    /// Per process channel: the grammar unit of the messages read from it.
     pub units: Arc<Vec<Option<UnitId>>>,
+    /// Per process channel: the grammar unit of the messages written to it.
+    pub out_units: Arc<Vec<Option<UnitId>>>,
     pub fields: FieldMap,
     pub global: Arc<Vec<bool>>,
     /// Per process channel: whether it is a channel array.
@@ -84,21 +86,29 @@ impl Loaded {
                 .collect::<Vec<bool>>()
         };
         let (readable, writable) = (direction(false), direction(true));
+        // Per channel, the unit of what is read from it and of what is
+        // written to it (a text protocol's requests and replies differ);
+        // a channel used one way only uses that unit both ways.
+        let mut out_units = Vec::new();
         for (name, ty) in &info.channels {
-            let carried = match ty {
-                flick_check::Ty::Chan(c) | flick_check::Ty::ChanArray(c, _) => c
-                    .input
-                    .as_ref()
-                    .or(c.output.as_ref())
-                    .map(|t| t.to_string()),
-                _ => None,
+            let (input, output) = match ty {
+                flick_check::Ty::Chan(c) | flick_check::Ty::ChanArray(c, _) => {
+                    (c.input.as_ref(), c.output.as_ref())
+                }
+                _ => (None, None),
             };
-            units.push(match carried {
-                Some(t) => Some(grammar.unit_id(&t).ok_or_else(|| {
+            let unit = |t: Option<&Box<flick_check::Ty>>| -> Result<Option<UnitId>, LoadError> {
+                let Some(t) = t.map(|t| t.to_string()) else {
+                    return Ok(None);
+                };
+                let id = grammar.unit_id(&t).ok_or_else(|| {
                     LoadError::NoUnit(name.clone(), t.clone(), grammar.name.clone())
-                })?),
-                None => None,
-            });
+                })?;
+                Ok(Some(id))
+            };
+            let (i, o) = (unit(input)?, unit(output)?);
+            units.push(i.or(o));
+            out_units.push(o.or(i));
         }
         let fields: Vec<Vec<Option<(u16, flick_wire::FieldKind)>>> = module
             .records
@@ -141,6 +151,7 @@ impl Loaded {
             process,
             grammar,
             units: Arc::new(units),
+            out_units: Arc::new(out_units),
             fields: Arc::new(fields),
             global: Arc::new(global),
             arrays,
@@ -638,7 +649,7 @@ fn open_shared(
         next: 0,
         pool: p.pool.clone(),
         grammar: p.loaded.grammar.clone(),
-        unit,
+        unit: p.loaded.out_units[chan as usize].unwrap_or(unit),
         stats: p.stats.clone(),
     };
     s.start_task(
@@ -817,7 +828,7 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
     }
     let now = std::time::Instant::now();
     for o in &mut g.outputs {
-        let unit = p.loaded.units[o.chan as usize];
+        let unit = p.loaded.out_units[o.chan as usize];
         let writes = p.loaded.writable[o.chan as usize];
         if writes && unit.is_some_and(|u| p.loaded.grammar.has_end(u)) {
             o.crc = Some(flick_wire::StreamCrc::default());
@@ -868,7 +879,12 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
             ending: false,
             grammar: p.loaded.grammar.clone(),
             units: p.loaded.units.clone(),
+            out_units: p.loaded.out_units.clone(),
             merges: g.merges,
+            parts: std::collections::VecDeque::new(),
+            part_last: None,
+            part_slots: Vec::new(),
+            part_parser: None,
             taken: 0,
             builders: Vec::new(),
             records: p.loaded.records.clone(),

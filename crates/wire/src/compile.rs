@@ -72,6 +72,7 @@ pub(crate) fn compile(file: &GrammarFile) -> (Compiled, Vec<Diagnostic>) {
                 fields: Vec::new(),
                 fault: Vec::new(),
                 end: Vec::new(),
+                reject: Vec::new(),
                 properties: Vec::new(),
             })
         })
@@ -162,6 +163,7 @@ impl<'a> Compiler<'a> {
         };
         let fault = assigned("fault", &decl.fault, &mut cx);
         let end = assigned("end", &decl.end, &mut cx);
+        let reject = assigned("reject", &decl.reject, &mut cx);
         let mut properties = Vec::new();
         for (name, e) in &decl.properties {
             if let Some(c) = self.expr(e, &mut cx, false) {
@@ -176,6 +178,7 @@ impl<'a> Compiler<'a> {
             fields: cx.fields,
             fault,
             end,
+            reject,
             properties,
         });
         self.units[id].as_ref()

@@ -15,7 +15,9 @@ pub mod grammar;
 mod message;
 mod parse;
 pub mod program;
+mod reject;
 mod serialize;
+mod split;
 pub mod stock;
 
 pub use compile::{DEFAULT_BYTES_MAX, DEFAULT_LIST_MAX};

@@ -208,6 +208,8 @@ pub struct UnitInfo {
     pub fault: Vec<(u16, CExpr)>,
     /// `%end`: slots of the message that closes a written stream, and how.
     pub end: Vec<(u16, CExpr)>,
+    /// `%reject`: slots of the reply to a request that does not parse.
+    pub reject: Vec<(u16, CExpr)>,
     /// Routing properties (`%broadcast`, `%more`, `%correlate`), compiled.
     pub properties: Vec<(String, CExpr)>,
 }

@@ -784,7 +784,7 @@ fn malformed_requests_are_errors() {
             "flush_all noreply noreply\r\n".into(),
             WireErrorKind::Invalid,
         ),
-        ("version now\r\n".into(), WireErrorKind::Mismatch),
+        ("verbosity 1 2 3\r\n".into(), WireErrorKind::NoCase),
         ("mn\n".into(), WireErrorKind::Mismatch),
         ("get k\n".into(), WireErrorKind::Mismatch),
     ];
@@ -1027,4 +1027,57 @@ fn engine_features() {
     }
     let mut p = g.parser(unit);
     assert_eq!(p.parse(b"1 1, ab").unwrap(), Progress::NeedMore);
+}
+
+/// What a proxy reads off requests and replies: a get of several keys
+/// splits into one get per key, keyless commands go to every backend,
+/// `noreply` requests expect nothing, VALUE and STAT lines are followed by
+/// more of their reply, and a dead backend's reply is a SERVER_ERROR.
+#[test]
+fn routing_properties() {
+    let g = grammar();
+    let req = g.unit_id("request").unwrap();
+    let prop = |bytes: &[u8], name: &str| {
+        let p = parse_one("request", bytes);
+        g.property(req, name, p.slots(), bytes).unwrap_or(0)
+    };
+    let parts = |bytes: &[u8]| g.split_parts(req, parse_one("request", bytes).slots());
+    assert_eq!(parts(b"get a bb ccc\r\n"), 3);
+    assert_eq!(parts(b"gets a\r\n"), 1);
+    assert_eq!(parts(b"gat 10 a b\r\n"), 2);
+    // Other lists (arguments, flags) never split a request.
+    assert_eq!(parts(b"stats slabs items\r\n"), 1);
+    assert_eq!(parts(b"mg key v t f\r\n"), 1);
+    assert_eq!(parts(b"set a 0 0 1 noreply\r\nx\r\n"), 1);
+    let bytes = b"gat 10 a bb ccc\r\n";
+    let p = parse_one("request", bytes);
+    let mut scratch = Vec::new();
+    let mut each = Vec::new();
+    for i in 0..3 {
+        let mut out = Vec::new();
+        g.split_part(req, p.slots(), bytes, i, &mut scratch, &mut out)
+            .unwrap();
+        each.push(String::from_utf8(out).unwrap());
+    }
+    assert_eq!(each, ["gat 10 a\r\n", "gat 10 bb\r\n", "gat 10 ccc\r\n"]);
+    assert_eq!(prop(b"flush_all\r\n", "broadcast"), 1);
+    assert_eq!(prop(b"stats\r\n", "broadcast"), 1);
+    assert_eq!(prop(b"version\r\n", "broadcast"), 1);
+    assert_eq!(prop(b"get a\r\n", "broadcast"), 0);
+    assert_eq!(prop(b"set a 0 0 1 noreply\r\nx\r\n", "quiet"), 1);
+    assert_eq!(prop(b"delete a noreply\r\n", "quiet"), 1);
+    assert_eq!(prop(b"delete a\r\n", "quiet"), 0);
+    assert_eq!(prop(b"quit\r\n", "ends"), 1);
+    let resp = g.unit_id("response").unwrap();
+    let more = |bytes: &[u8]| {
+        let p = parse_one("response", bytes);
+        g.property(resp, "more", p.slots(), bytes).unwrap_or(0)
+    };
+    assert_eq!(more(b"VALUE a 0 1\r\nx\r\n"), 1);
+    assert_eq!(more(b"STAT pid 1\r\n"), 1);
+    assert_eq!(more(b"END\r\n"), 0);
+    let unset = vec![flick_wire::Slot::Unset; g.unit(resp).slots as usize];
+    let mut fault = Vec::new();
+    assert!(g.fault_reply(resp, &unset, &[], &mut fault).unwrap());
+    assert_eq!(fault, b"SERVER_ERROR backend unavailable\r\n");
 }

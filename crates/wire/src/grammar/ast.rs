@@ -36,6 +36,9 @@ pub struct UnitDecl {
     /// unit's messages when its writer closes it; `$$` is the CRC32 of
     /// every byte written before it.
     pub end: Vec<(String, Expr)>,
+    /// `%reject = FIELD = EXPR, ...;`: the reply to a request that does not
+    /// parse, for a protocol that answers one and reads on (`%resync`).
+    pub reject: Vec<(String, Expr)>,
     /// `%broadcast`, `%more`, `%correlate` = EXPR, over `self`.
     pub properties: Vec<(String, Expr)>,
     pub items: Vec<Item>,

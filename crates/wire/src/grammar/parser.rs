@@ -156,7 +156,15 @@ fn lex(src: &str, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
 struct Reported;
 
 /// Unit properties that tell a proxy how to route and match messages.
-pub const ROUTING: &[&str] = &["broadcast", "more", "correlate", "ends", "quiet"];
+pub const ROUTING: &[&str] = &[
+    "broadcast",
+    "more",
+    "correlate",
+    "ends",
+    "quiet",
+    "split",
+    "resync",
+];
 type PResult<T> = Result<T, Reported>;
 
 struct Parser {
@@ -341,6 +349,7 @@ impl Parser {
         let mut error = None;
         let mut fault = Vec::new();
         let mut end = Vec::new();
+        let mut reject = Vec::new();
         let mut properties = Vec::new();
         let mut items = Vec::new();
         while !self.is("}") && self.tok() != &Tok::Eof {
@@ -386,6 +395,19 @@ impl Parser {
                 }
                 continue;
             }
+            // `%reject = FIELD = EXPR, ...;`: the reply to a request that
+            // does not parse (Memcached's `ERROR`).
+            if self.is("%")
+                && matches!(&self.toks[self.pos + 1].tok, Tok::Ident(w) if w == "reject")
+            {
+                self.bump();
+                self.bump();
+                match self.fault_assignments() {
+                    Ok(f) => reject = f,
+                    Err(_) => self.recover(),
+                }
+                continue;
+            }
             // `%broadcast`, `%more`, `%correlate`, `%ends`: how a proxy routes and
             // matches this unit's messages (see docs/grammars.md).
             if self.is("%")
@@ -420,6 +442,7 @@ impl Parser {
             error,
             fault,
             end,
+            reject,
             properties,
             items,
             span: start.to(self.prev_span()),

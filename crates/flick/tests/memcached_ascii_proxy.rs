@@ -1,0 +1,151 @@
+//! The Memcached proxy for the text protocol (`examples/memcached_ascii_proxy.flick`)
+//! run by `flick run` in front of real memcached servers: what twemproxy
+//! users rely on, checked with libmemcached's `memccapable` and by hand.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+use support::{connect, flick_run, memcached, Procs};
+
+fn proxy(procs: &mut Procs, backends: &[u16]) -> u16 {
+    flick_run(procs, "examples/memcached_ascii_proxy.flick", backends)
+}
+
+/// The backend `hash(key) mod n` names, as the program computes it.
+fn home(key: &str, n: u64) -> usize {
+    ((flick_exec::fnv1a(key.as_bytes()) >> 1) % n) as usize
+}
+
+/// Sends `request` and reads until the reply ends with `end` (or 10 s pass).
+fn exchange(s: &mut TcpStream, request: &[u8], end: &[u8]) -> String {
+    s.write_all(request).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(end) {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("{e} after {:?}", String::from_utf8_lossy(&got)),
+        }
+    }
+    String::from_utf8(got).unwrap()
+}
+
+/// `memccapable` in ASCII mode through the proxy in front of four
+/// memcached servers passes every test it passes against one directly:
+/// noreply, multi-key gets, flush, verbosity, version, stats, quit.
+#[test]
+fn memccapable_ascii_passes_through_the_proxy() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..4).map(|_| memcached(&mut procs)).collect();
+    let port = proxy(&mut procs, &backends);
+    let run = |port: u16| -> Vec<(String, bool)> {
+        let out = Command::new("timeout")
+            .args(["120", "sh", "-c"])
+            .arg(format!("memccapable -a -h 127.0.0.1 -p {port} 2>&1"))
+            .output()
+            .expect("memccapable is installed (libmemcached-tools)");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let mut results = Vec::new();
+        let mut current = None;
+        for w in words.windows(2) {
+            match w[0] {
+                "ascii" => current = Some(format!("ascii {}", w[1])),
+                "[pass]" | "[FAIL]" => {
+                    if let Some(name) = current.take() {
+                        results.push((name, w[0] == "[pass]"));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let (Some(name), Some(last)) = (current, words.last()) {
+            results.push((name, *last == "[pass]"));
+        }
+        results
+    };
+    let direct = run(backends[0]);
+    let proxied = run(port);
+    assert!(direct.len() >= 20, "memccapable ran: {direct:?}");
+    for (name, passed) in direct.iter().filter(|(_, p)| *p) {
+        let through = proxied.iter().find(|(n, _)| n == name).map(|(_, p)| *p);
+        assert_eq!(
+            through,
+            Some(*passed),
+            "{name} passes directly but not through the proxy: {proxied:?}"
+        );
+    }
+}
+
+/// A get of keys that live on different backends is answered in the
+/// request's key order under one END; each key sits on the backend its
+/// hash names; noreply requests get no reply; a request that does not
+/// parse gets ERROR and the connection reads on.
+#[test]
+fn multi_key_gets_follow_key_order_across_backends() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..4).map(|_| memcached(&mut procs)).collect();
+    let port = proxy(&mut procs, &backends);
+    let mut c = connect(port);
+    let keys: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
+    let used: std::collections::HashSet<usize> = keys.iter().map(|k| home(k, 4)).collect();
+    assert!(used.len() >= 3, "the keys spread over the backends");
+    for k in &keys {
+        let set = format!("set {k} 0 0 {} noreply\r\nv-{k}\r\n", k.len() + 2);
+        c.write_all(set.as_bytes()).unwrap();
+    }
+    // Nothing came back for the noreply sets: the next reply is this one.
+    assert_eq!(exchange(&mut c, b"version\r\n", b"\r\n")[..8], *"VERSION ");
+    let mut get = String::from("get missing");
+    for k in keys.iter().rev() {
+        get.push(' ');
+        get.push_str(k);
+    }
+    get.push_str("\r\n");
+    let reply = exchange(&mut c, get.as_bytes(), b"END\r\n");
+    let mut want = String::new();
+    for k in keys.iter().rev() {
+        want.push_str(&format!("VALUE {k} 0 {}\r\nv-{k}\r\n", k.len() + 2));
+    }
+    want.push_str("END\r\n");
+    assert_eq!(reply, want);
+    // Each key is on the backend its hash names, and only there.
+    for k in &keys {
+        for (i, b) in backends.iter().enumerate() {
+            let mut d = connect(*b);
+            let r = exchange(&mut d, format!("get {k}\r\n").as_bytes(), b"END\r\n");
+            assert_eq!(r.starts_with("VALUE"), i == home(k, 4), "{k} on backend {i}");
+        }
+    }
+    // A request that does not parse is answered, and the next one works.
+    assert_eq!(exchange(&mut c, b"bogus command\r\n", b"\r\n"), "ERROR\r\n");
+    let r = exchange(&mut c, b"get k1\r\n", b"END\r\n");
+    assert_eq!(r, "VALUE k1 0 4\r\nv-k1\r\nEND\r\n");
+}
+
+/// A dead backend's keys get SERVER_ERROR at once while the other keys
+/// keep working, and the proxy stays up.
+#[test]
+fn a_dead_backend_gives_server_errors_not_hangs() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
+    let port = proxy(&mut procs, &backends);
+    let mut c = connect(port);
+    let on = |b: usize| (0..100).map(|i| format!("d{i}")).find(|k| home(k, 2) == b).unwrap();
+    let (live, dead) = (on(0), on(1));
+    for k in [&live, &dead] {
+        let r = exchange(&mut c, format!("set {k} 0 0 1\r\nx\r\n").as_bytes(), b"\r\n");
+        assert_eq!(r, "STORED\r\n");
+    }
+    procs.0[1].kill().unwrap();
+    procs.0[1].wait().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let r = exchange(&mut c, format!("get {dead}\r\n").as_bytes(), b"\r\n");
+    assert_eq!(r, "SERVER_ERROR backend unavailable\r\n");
+    let r = exchange(&mut c, format!("get {live}\r\n").as_bytes(), b"END\r\n");
+    assert_eq!(r, format!("VALUE {live} 0 1\r\nx\r\nEND\r\n"));
+}
