@@ -317,3 +317,33 @@ fn hadoops_ifile_reader_accepts_the_aggregated_stream() {
     assert_eq!(aggregated, std::fs::read(&reference).unwrap());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// With no reducer to write to, the mappers' connections close at once
+/// (their output would be lost) instead of hanging, and the aggregator
+/// stays up for the next job.
+#[test]
+fn an_unreachable_reducer_closes_the_mappers_connections() {
+    let nobody = support::free_port();
+    let mut procs = Procs(Vec::new());
+    let port = start(&mut procs, 2, nobody);
+    for _round in 0..2 {
+        let mut mappers: Vec<TcpStream> = (0..2)
+            .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+            .collect();
+        for m in &mut mappers {
+            m.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            // Records, but not the end of the stream: the mapper goes on.
+            let stream = ifile(&map_output(&["abcdefgh".into()]));
+            // The write may fail once the aggregator has closed: either is fine.
+            let _ = m.write_all(&stream[..stream.len() - 6]);
+        }
+        for m in &mut mappers {
+            let mut buf = [0u8; 16];
+            match m.read(&mut buf) {
+                Ok(0) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+                other => panic!("the mapper's connection stays open: {other:?}"),
+            }
+        }
+    }
+}

@@ -88,6 +88,7 @@ impl SharedConn {
                 chan: self.chan,
                 index: self.index,
                 open: true,
+                sentinel: false,
             },
             Output {
                 tx: Some(req_tx),

@@ -19,6 +19,10 @@ pub struct Input {
     pub chan: u16,
     pub index: Option<u32>,
     pub open: bool,
+    /// The connection of a peer the instance only writes to (a reducer):
+    /// nothing is read from it, and its closing first means the stream
+    /// broke. It does not keep the instance alive.
+    pub sentinel: bool,
 }
 
 /// One output: where messages sent to `chan[index]` go.
@@ -140,6 +144,9 @@ pub struct GraphHost {
     pub client_chan: u16,
     /// The compute task's id, for reconnections and timers.
     pub id: flick_runtime::TaskId,
+    /// A stream to a peer that answers nothing broke (or never connected):
+    /// the instance ends at once.
+    pub broken: bool,
     pub grammar: Arc<flick_wire::Grammar>,
     /// The grammar unit of each process channel.
     pub units: Arc<Vec<Option<flick_wire::UnitId>>>,
@@ -584,8 +591,47 @@ impl Compute {
         status
     }
 
+    /// Whether a peer the instance only writes to has closed its
+    /// connection (what it sends, nothing should, is dropped).
+    fn sentinel_closed(&mut self) -> bool {
+        for input in self.inputs.iter_mut().filter(|i| i.sentinel && i.open) {
+            loop {
+                match input.rx.try_recv() {
+                    Ok(m) => self.host.pool.give(m),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Closed) => return true,
+                }
+            }
+        }
+        false
+    }
+
+    /// Ends a broken instance: its inputs close (their connections with
+    /// them) and nothing more is written.
+    fn break_up(&mut self) -> TaskStatus {
+        self.host.release();
+        self.inputs.clear();
+        self.host.merges.clear();
+        for o in &mut self.host.outputs {
+            o.crc = None;
+            o.tx = None;
+        }
+        TaskStatus::Done
+    }
+
     fn run_inner(&mut self, slice: &mut Timeslice) -> TaskStatus {
         if !self.started {
+            // A peer the instance only writes to could not be reached.
+            let client = self.host.client_chan;
+            let unreached = self
+                .host
+                .outputs
+                .iter()
+                .zip(&self.host.peers)
+                .any(|(o, p)| o.chan != client && !p.answers && o.tx.is_none());
+            if unreached {
+                return self.break_up();
+            }
             self.started = true;
             let init = self.code().init;
             self.host.initialising = true;
@@ -597,6 +643,9 @@ impl Compute {
             }
         }
         loop {
+            if self.host.broken || self.sentinel_closed() {
+                return self.break_up();
+            }
             if self.vm.is_running() {
                 if let Some(s) = self.step(slice) {
                     // A send waits for room; replies that came in meanwhile
@@ -640,6 +689,10 @@ impl Compute {
                         break;
                     }
                     Err(TryRecvError::Empty) => {}
+                    Err(TryRecvError::Closed) if input.sentinel => {
+                        input.open = false;
+                        self.host.broken = true;
+                    }
                     Err(TryRecvError::Closed) => {
                         input.open = false;
                         let (chan, index) = (input.chan, input.index);
@@ -679,7 +732,7 @@ impl Compute {
                 {
                     return TaskStatus::Idle;
                 }
-                if self.inputs.iter().any(|i| i.open) || !self.host.merges_done() {
+                if self.inputs.iter().any(|i| i.open && !i.sentinel) || !self.host.merges_done() {
                     return TaskStatus::Idle;
                 }
                 // Every input is closed: close the outputs, which ends the graph.

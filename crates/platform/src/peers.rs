@@ -189,9 +189,8 @@ impl GraphHost {
         let chan = self.outputs[out].chan;
         // A quiet request of a protocol whose replies do not say what they
         // answer (`noreply`) gets no reply at all: nothing waits for one.
-        let silent = answers
-            && seq.is_none()
-            && self.out_property(chan, "correlate", &request).is_none();
+        let silent =
+            answers && seq.is_none() && self.out_property(chan, "correlate", &request).is_none();
         let keep_final = self.part_last.unwrap_or(true);
         if answers && (self.peers[out].dead || self.outputs[out].tx.is_none()) {
             if silent || !keep_final {
@@ -207,6 +206,7 @@ impl GraphHost {
         }
         let Some(tx) = &self.outputs[out].tx else {
             self.pool.give(request);
+            self.lost_stream(out);
             return Sent::Done;
         };
         let remember = (answers && !silent).then(|| self.pool.copy(&request));
@@ -264,6 +264,7 @@ impl GraphHost {
                     self.fault(out, m, group, seq);
                 } else {
                     self.pool.give(m);
+                    self.lost_stream(out);
                 }
                 Sent::Done
             }
@@ -341,7 +342,12 @@ impl GraphHost {
         };
         let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
         let mut reply = self.pool.take();
-        let read_as = self.units.get(chan as usize).copied().flatten().unwrap_or(unit);
+        let read_as = self
+            .units
+            .get(chan as usize)
+            .copied()
+            .flatten()
+            .unwrap_or(unit);
         let mut parser = self.grammar.parser(read_as);
         let made = matches!(self.grammar.reject_reply(unit, &mut reply.bytes), Ok(true));
         match (made, parser.parse(&reply.bytes)) {
@@ -352,6 +358,16 @@ impl GraphHost {
                 self.reply_for(Some(seq), Some((chan, index, reply)), true);
             }
             _ => self.pool.give(reply),
+        }
+    }
+
+    /// A stream the instance writes to a peer that answers nothing (a
+    /// reducer) is gone: what it would carry cannot be delivered, so the
+    /// instance ends and its clients see their connections close rather
+    /// than their data vanish.
+    fn lost_stream(&mut self, out: usize) {
+        if self.outputs[out].chan != self.client_chan {
+            self.broken = true;
         }
     }
 

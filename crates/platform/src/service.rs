@@ -554,6 +554,7 @@ fn connection(
             chan: chan as u16,
             index,
             open: true,
+            sentinel: false,
         },
         output: Output {
             tx: Some(out_tx),
@@ -815,10 +816,9 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
             // writes to (a reducer, whose stream is this instance's), or
             // to every backend when connections are not shared.
             match dial(p, *a).and_then(|st| connection(p, compute_id, *chan, index, st)) {
-                Some(c) => {
-                    if readable {
-                        g.inputs.push(c.input);
-                    }
+                Some(mut c) => {
+                    c.input.sentinel = !readable;
+                    g.inputs.push(c.input);
                     g.outputs.push(c.output);
                     g.starting.extend(c.tasks);
                 }
@@ -897,6 +897,7 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
             drain_noticed: false,
             client_chan: p.client_chan as u16,
             id: compute_id,
+            broken: false,
         },
         vm: g.vm,
         next_input: 0,
