@@ -118,7 +118,11 @@ fn multi_key_gets_follow_key_order_across_backends() {
         for (i, b) in backends.iter().enumerate() {
             let mut d = connect(*b);
             let r = exchange(&mut d, format!("get {k}\r\n").as_bytes(), b"END\r\n");
-            assert_eq!(r.starts_with("VALUE"), i == home(k, 4), "{k} on backend {i}");
+            assert_eq!(
+                r.starts_with("VALUE"),
+                i == home(k, 4),
+                "{k} on backend {i}"
+            );
         }
     }
     // A request that does not parse is answered, and the next one works.
@@ -135,10 +139,19 @@ fn a_dead_backend_gives_server_errors_not_hangs() {
     let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
     let port = proxy(&mut procs, &backends);
     let mut c = connect(port);
-    let on = |b: usize| (0..100).map(|i| format!("d{i}")).find(|k| home(k, 2) == b).unwrap();
+    let on = |b: usize| {
+        (0..100)
+            .map(|i| format!("d{i}"))
+            .find(|k| home(k, 2) == b)
+            .unwrap()
+    };
     let (live, dead) = (on(0), on(1));
     for k in [&live, &dead] {
-        let r = exchange(&mut c, format!("set {k} 0 0 1\r\nx\r\n").as_bytes(), b"\r\n");
+        let r = exchange(
+            &mut c,
+            format!("set {k} 0 0 1\r\nx\r\n").as_bytes(),
+            b"\r\n",
+        );
         assert_eq!(r, "STORED\r\n");
     }
     procs.0[1].kill().unwrap();
