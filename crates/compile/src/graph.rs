@@ -351,7 +351,11 @@ fn fun_writes<'a>(
 }
 
 /// The graph as Graphviz DOT: inputs and outputs as boxes, computations as
-/// ellipses, edges labelled with the type they carry.
+/// ellipses, edges labelled with the type they carry. A process's rules
+/// are drawn inside one box, its compute task: at run time they run in
+/// turn in one task per instance, because they share what the instance
+/// knows of its requests and replies (which reply answers which request,
+/// the order replies go back in), which then needs no lock.
 pub fn to_dot(graphs: &[GraphTemplate]) -> String {
     let mut out =
         String::from("digraph flick {\n  rankdir=LR;\n  node [fontname=\"Helvetica\"];\n");
@@ -360,6 +364,26 @@ pub fn to_dot(graphs: &[GraphTemplate]) -> String {
             "  subgraph cluster_{g} {{\n    label=\"process {}\";\n",
             escape(&graph.process)
         ));
+        let computes = graph
+            .tasks
+            .iter()
+            .filter(|t| matches!(t.kind, TaskKind::Compute { .. }))
+            .count();
+        if computes > 0 {
+            out.push_str(&format!(
+                "    subgraph cluster_{g}_compute {{\n      label=\"compute task ({computes} rule{})\";\n      style=rounded;\n",
+                if computes == 1 { "" } else { "s" }
+            ));
+            for (i, t) in graph.tasks.iter().enumerate() {
+                if let TaskKind::Compute { label, .. } = &t.kind {
+                    out.push_str(&format!(
+                        "      g{g}_t{i} [label=\"{}\", shape=ellipse];\n",
+                        escape(label)
+                    ));
+                }
+            }
+            out.push_str("    }\n");
+        }
         for (i, t) in graph.tasks.iter().enumerate() {
             let (label, shape) = match &t.kind {
                 TaskKind::Input { channel } => {
@@ -369,7 +393,8 @@ pub fn to_dot(graphs: &[GraphTemplate]) -> String {
                         "box",
                     )
                 }
-                TaskKind::Compute { label, .. } => (label.clone(), "ellipse"),
+                // Drawn inside the compute task above.
+                TaskKind::Compute { .. } => continue,
                 TaskKind::Output { channel } => {
                     let c = &graph.channels[*channel];
                     (

@@ -74,4 +74,6 @@ fn hadoop_aggregator_merges_all_mappers() {
     let dot = to_dot(&[g]);
     assert!(dot.starts_with("digraph flick {"));
     assert!(dot.contains("input: mappers[i]"));
+    // Rules are drawn inside the one compute task that runs them.
+    assert!(dot.contains("label=\"compute task (1 rule)\""), "{dot}");
 }
