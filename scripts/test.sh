@@ -8,11 +8,13 @@ cd "$(dirname "$0")/.."
 if command -v rustup >/dev/null; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
-# Real peers: memcached servers, libmemcached's tools; Graphviz for `flick graph --svg`.
+# Real peers: memcached servers, libmemcached's tools, nginx; Graphviz for `flick graph --svg`.
 missing=()
 command -v memcached >/dev/null || missing+=(memcached)
 command -v memccapable >/dev/null || missing+=(libmemcached-tools)
 command -v dot >/dev/null || missing+=(graphviz)
+# nginx web servers behind the HTTP load balancer's tests.
+command -v nginx >/dev/null || missing+=(nginx-light)
 # Hadoop's IFile classes for the aggregator's interop test (interop/hadoop).
 command -v javac >/dev/null || missing+=(default-jdk-headless)
 command -v mvn >/dev/null || missing+=(maven)

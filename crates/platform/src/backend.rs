@@ -16,7 +16,7 @@
 
 use crate::compute::{Input, Output};
 use crate::conn::{Conn, Inbound};
-use crate::msg::{Msg, MsgPool};
+use crate::msg::{Msg, MsgPool, Part};
 use crate::stats::Stats;
 use flick_runtime::{Receiver, Sender, TaskId, TaskStatus, Timeslice, TryRecvError, TrySendError};
 use flick_wire::{Grammar, UnitId};
@@ -88,6 +88,7 @@ impl SharedConn {
                 chan: self.chan,
                 index: self.index,
                 open: true,
+                follow: None,
                 sentinel: false,
             },
             Output {
@@ -114,6 +115,8 @@ pub struct SharedWriter {
     pub current: Option<Msg>,
     pub written: usize,
     pub next: usize,
+    /// The member whose request body is being written, piece by piece.
+    pub streaming: Option<u32>,
     pub pool: Arc<MsgPool>,
     pub grammar: Arc<Grammar>,
     pub unit: UnitId,
@@ -158,13 +161,17 @@ impl SharedWriter {
                 }
                 continue;
             }
-            // The next request, from the members in turn.
+            // The next request, from the members in turn; while a
+            // member's request streams its body, from that member only.
             let mut members = self.shared.members.lock().expect("members lock");
             let n = members.list.len();
             let mut got = None;
             let mut gone = false;
             for k in 0..n {
                 let i = (self.next + k) % n;
+                if self.streaming.is_some_and(|key| key != members.list[i].key) {
+                    continue;
+                }
                 match members.list[i].requests.try_recv() {
                     Ok(m) => {
                         got = Some((members.list[i].key, m));
@@ -184,17 +191,39 @@ impl SharedWriter {
                 members.list.retain(|m| !m.gone);
             }
             drop(members);
+            if gone && self.streaming.is_some() && got.is_none() {
+                // The member went away in the middle of a body: the
+                // backend's stream cannot be completed.
+                self.shared.fail();
+                let _ = self.shared.conn.stream.shutdown(std::net::Shutdown::Both);
+                continue;
+            }
             let Some((key, m)) = got else {
                 return TaskStatus::Idle;
             };
+            self.streaming = match m.part {
+                Part::Head | Part::Body => Some(key),
+                Part::Whole | Part::End => None,
+            };
+            // A reply is awaited for a whole request or a head, unless it
+            // is quiet in a protocol whose replies do not say what they
+            // answer (Memcached's noreply): then none comes.
             let corr = self
                 .grammar
                 .property(self.unit, "correlate", &m.slots, &m.bytes);
-            self.shared
-                .inflight
-                .lock()
-                .expect("inflight lock")
-                .push_back((key, corr));
+            let quiet = self
+                .grammar
+                .property(self.unit, "quiet", &m.slots, &m.bytes)
+                .unwrap_or(0)
+                != 0;
+            let awaited = matches!(m.part, Part::Whole | Part::Head) && !(quiet && corr.is_none());
+            if awaited {
+                self.shared
+                    .inflight
+                    .lock()
+                    .expect("inflight lock")
+                    .push_back((key, corr));
+            }
             self.current = Some(m);
         }
     }
@@ -274,19 +303,27 @@ impl SharedReader {
                 Inbound::Closed => return self.finish(),
                 // A backend's replies must all parse: the stream cannot be
                 // matched to requests any more.
-                Inbound::Malformed | Inbound::Rejected => {
+                Inbound::Malformed | Inbound::Rejected { .. } => {
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     return self.finish();
                 }
             };
-            let corr = self
-                .grammar
-                .property(self.unit, "correlate", &m.slots, &m.bytes);
-            let more = self
-                .grammar
-                .property(self.unit, "more", &m.slots, &m.bytes)
-                .unwrap_or(0)
-                != 0;
+            // Pieces of a body carry no values.
+            let whole_or_head = matches!(m.part, Part::Whole | Part::Head);
+            let corr = whole_or_head
+                .then(|| {
+                    self.grammar
+                        .property(self.unit, "correlate", &m.slots, &m.bytes)
+                })
+                .flatten();
+            // A head and the pieces of its body are followed by more.
+            let more = matches!(m.part, Part::Head | Part::Body)
+                || (m.part == Part::Whole
+                    && self
+                        .grammar
+                        .property(self.unit, "more", &m.slots, &m.bytes)
+                        .unwrap_or(0)
+                        != 0);
             let owner = {
                 let mut inflight = self.shared.inflight.lock().expect("inflight lock");
                 // Quiet requests that got no reply.

@@ -2,7 +2,7 @@
 //! its input tasks deliver, through the interpreter, and hands what the
 //! rules send to the output tasks.
 
-use crate::msg::{Msg, MsgPool};
+use crate::msg::{Msg, MsgPool, Part};
 use crate::state::SharedState;
 use flick_exec::code::ProcessCode;
 use flick_exec::{Fault, Host, Module, Outcome, Sent, Value, Vm};
@@ -19,6 +19,9 @@ pub struct Input {
     pub chan: u16,
     pub index: Option<u32>,
     pub open: bool,
+    /// The output the body of this input's streaming message goes to (the
+    /// one its head was sent to).
+    pub follow: Option<usize>,
     /// The connection of a peer the instance only writes to (a reducer):
     /// nothing is read from it, and its closing first means the stream
     /// broke. It does not keep the instance alive.
@@ -58,6 +61,10 @@ pub struct Compute {
     pub client: Option<usize>,
     /// Guarded rules should run again: a merge took a message since.
     pub guards_due: bool,
+    /// The input whose streaming message's head the running rule handles.
+    pub following: Option<usize>,
+    /// A body piece waiting for room in the output it follows its head to.
+    pub held_piece: Option<(usize, Msg)>,
     /// Kept with the rest of the graph's storage (see [`GraphStorage`]).
     pub starting: Vec<(flick_runtime::TaskId, Box<dyn flick_runtime::Task>)>,
 }
@@ -144,6 +151,9 @@ pub struct GraphHost {
     pub client_chan: u16,
     /// The compute task's id, for reconnections and timers.
     pub id: flick_runtime::TaskId,
+    /// The output the running rule last sent to: where the body of a
+    /// streaming message follows its head.
+    pub last_route: Option<usize>,
     /// A stream to a peer that answers nothing broke (or never connected):
     /// the instance ends at once.
     pub broken: bool,
@@ -343,6 +353,7 @@ impl Host for GraphHost {
         };
         let request = self.msg(value)?;
         let request = self.pool.copy(request);
+        self.last_route = Some(out);
         Ok(self.route(out, request))
     }
 
@@ -531,6 +542,26 @@ impl Compute {
         }
     }
 
+    /// Passes a body piece on to output `out`; `false` (the piece held) while
+    /// the output is full: the task is woken when it has room.
+    fn forward(&mut self, out: usize, m: Msg) -> bool {
+        let Some(tx) = self.host.outputs.get(out).and_then(|o| o.tx.as_ref()) else {
+            self.host.pool.give(m);
+            return true;
+        };
+        match tx.try_send(m) {
+            Ok(()) => true,
+            Err(flick_runtime::TrySendError::Full(m)) => {
+                self.held_piece = Some((out, m));
+                false
+            }
+            Err(flick_runtime::TrySendError::Closed(m)) => {
+                self.host.pool.give(m);
+                true
+            }
+        }
+    }
+
     /// Matches the replies peers have sent to their requests, without
     /// running any rule (the interpreter is busy); `true` if there were any.
     fn absorb_replies(&mut self) -> bool {
@@ -655,8 +686,17 @@ impl Compute {
                     }
                     return s;
                 }
+                if let Some(i) = self.following.take() {
+                    // The head went where the rule sent it; its body follows.
+                    self.inputs[i].follow = self.host.last_route;
+                }
                 if slice.item_done() {
                     return TaskStatus::Yield;
+                }
+            }
+            if let Some((out, m)) = self.held_piece.take() {
+                if !self.forward(out, m) {
+                    return TaskStatus::Idle;
                 }
             }
             if self.host.ending && !self.vm.is_running() && self.host.settled() {
@@ -666,6 +706,13 @@ impl Compute {
                 }
             }
             if let Some((chan, index, m)) = self.host.ready.pop_front() {
+                let whole_or_head = matches!(m.part, Part::Whole | Part::Head);
+                if whole_or_head && self.host.property(chan, "ends", &m).unwrap_or(0) != 0 {
+                    // The peer ends the session with this reply (HTTP's
+                    // `Connection: close`, a fault): the client's connection
+                    // closes once its replies are through.
+                    self.host.ending = true;
+                }
                 self.host.part_last = None;
                 self.start_rule(chan, index, m);
                 continue;
@@ -743,8 +790,30 @@ impl Compute {
             };
             self.next_input = (i + 1) % n;
             let (chan, index) = (self.inputs[i].chan, self.inputs[i].index);
-            if self.client == Some(i) && m.rejected {
-                self.host.reject(m);
+            if self.client == Some(i) && matches!(m.part, Part::Body | Part::End) {
+                // A piece of a request's streaming body: after its head,
+                // unread by rules. (A reply's pieces follow theirs through
+                // the peers' logic below.)
+                let follow = self.inputs[i].follow;
+                if m.part == Part::End {
+                    self.inputs[i].follow = None;
+                }
+                match follow {
+                    Some(out) => {
+                        if !self.forward(out, m) {
+                            return TaskStatus::Idle;
+                        }
+                    }
+                    None => self.host.pool.give(m),
+                }
+                continue;
+            }
+            if self.client == Some(i) && m.part == Part::Head {
+                self.following = Some(i);
+                self.host.last_route = None;
+            }
+            if let (true, Some(status)) = (self.client == Some(i), m.rejected) {
+                self.host.reject(m, status);
             } else if self.client == Some(i) {
                 if self.host.property(chan, "ends", &m).unwrap_or(0) != 0 {
                     self.host.ending = true;

@@ -2,7 +2,7 @@
 //! grammar's parser, messages to bytes on the socket. The socket is
 //! non-blocking; the reactor wakes these tasks when it may make progress.
 
-use crate::msg::{Msg, MsgPool};
+use crate::msg::{Msg, MsgPool, Part};
 use crate::stats::Stats;
 use flick_runtime::io::{IoToken, Reactor};
 use flick_runtime::{Receiver, Sender, TaskStatus, Timeslice, TryRecvError, TrySendError};
@@ -41,9 +41,10 @@ pub enum Inbound {
     Closed,
     /// Bytes the grammar rejects, or a message larger than allowed.
     Malformed,
-    /// A request that did not parse, skipped through the grammar's
-    /// `%resync` delimiter: the connection reads on.
-    Rejected,
+    /// A message that did not parse, with the status the grammar gives its
+    /// error; with `resume`, it was skipped through the grammar's `%resync`
+    /// delimiter and the connection reads on.
+    Rejected { status: Option<u16>, resume: bool },
 }
 
 /// A connection's read side: a buffer of received bytes, parsed into
@@ -59,6 +60,12 @@ pub struct ReadSide {
     /// (`%resync`), and whether input is being skipped up to it.
     resync: Option<Arc<[u8]>>,
     skipping: bool,
+    /// A message is streaming (`&stream`): its head went out, its body
+    /// goes in pieces; `head` bytes at the buffer start were in the head.
+    streaming: bool,
+    head: usize,
+    /// What the parser said right after a head, before the head went out.
+    after_head: Option<Progress>,
 }
 
 impl ReadSide {
@@ -72,7 +79,23 @@ impl ReadSide {
             max,
             resync,
             skipping: false,
+            streaming: false,
+            head: 0,
+            after_head: None,
         }
+    }
+
+    /// A piece of a streaming message's body: the buffer's first `n` bytes
+    /// less what its head already carried.
+    fn piece(&mut self, n: usize, pool: &MsgPool, part: Part) -> Msg {
+        let mut m = pool.take();
+        let from = self.start + self.head.min(n);
+        m.bytes.extend_from_slice(&self.buf[from..self.start + n]);
+        m.slots.fill(flick_wire::Slot::Unset);
+        m.part = part;
+        self.head = self.head.saturating_sub(n);
+        self.start += n;
+        m
     }
 
     /// Skips through the `%resync` delimiter; `true` once past it.
@@ -102,6 +125,9 @@ impl ReadSide {
         self.start = 0;
         self.end = 0;
         self.skipping = false;
+        self.streaming = false;
+        self.head = 0;
+        self.after_head = None;
     }
 
     /// The next message: parsed from what is buffered, reading the socket
@@ -110,8 +136,19 @@ impl ReadSide {
         loop {
             if self.skipping && !self.skip() {
                 // Nothing to parse until the delimiter comes.
-            } else if self.end > self.start {
-                match self.parser.parse(&self.buf[self.start..self.end]) {
+            } else if self.end > self.start || self.after_head.is_some() || self.streaming {
+                // (A body may be over with nothing buffered: `Done(0)`.)
+                let progress = match self.after_head.take() {
+                    Some(p) => Ok(p),
+                    None => self.parser.parse(&self.buf[self.start..self.end]),
+                };
+                match progress {
+                    Ok(Progress::Done(n)) if self.streaming => {
+                        self.streaming = false;
+                        let m = self.piece(n, pool, Part::End);
+                        self.parser.reset();
+                        return Inbound::Message(m);
+                    }
                     Ok(Progress::Done(n)) => {
                         let mut m = pool.take();
                         m.bytes
@@ -122,14 +159,54 @@ impl ReadSide {
                         self.parser.reset();
                         return Inbound::Message(m);
                     }
-                    Ok(Progress::NeedMore) => {}
-                    Err(_) if self.resync.is_some() => {
-                        self.skipping = true;
-                        return Inbound::Rejected;
+                    // The head of a message whose body streams: its values
+                    // and bytes now, the body in pieces after it.
+                    Ok(Progress::Head(n)) => {
+                        // A body the grammar refuses (too long, a bad first
+                        // chunk) refuses the message before its head goes
+                        // anywhere: parse on at once, and keep the answer.
+                        match self.parser.parse(&self.buf[self.start..self.end]) {
+                            Err(e) => {
+                                let status = e.status;
+                                return Inbound::Rejected {
+                                    status,
+                                    resume: false,
+                                };
+                            }
+                            Ok(p) => self.after_head = Some(p),
+                        }
+                        let mut m = pool.take();
+                        m.bytes
+                            .extend_from_slice(&self.buf[self.start..self.start + n]);
+                        m.slots.clear();
+                        m.slots.extend_from_slice(self.parser.slots());
+                        m.part = Part::Head;
+                        self.streaming = true;
+                        self.head = n;
+                        return Inbound::Message(m);
                     }
-                    // Streamed bodies are not passed through here yet.
-                    Ok(Progress::Head(_) | Progress::Stream(_)) | Err(_) => {
-                        return Inbound::Malformed
+                    Ok(Progress::Stream(n)) => {
+                        let m = self.piece(n, pool, Part::Body);
+                        if !m.bytes.is_empty() {
+                            return Inbound::Message(m);
+                        }
+                        pool.give(m);
+                        continue;
+                    }
+                    Ok(Progress::NeedMore) => {}
+                    Err(e) => {
+                        let status = e.status;
+                        if self.resync.is_some() && !self.streaming {
+                            self.skipping = true;
+                            return Inbound::Rejected {
+                                status,
+                                resume: true,
+                            };
+                        }
+                        return Inbound::Rejected {
+                            status,
+                            resume: false,
+                        };
                     }
                 }
             }
@@ -146,6 +223,14 @@ impl ReadSide {
                 self.buf.resize(grown, 0);
             }
             match (&*stream).read(&mut self.buf[self.end..]) {
+                // A body that runs to the end of the connection ends here.
+                Ok(0) if self.streaming => {
+                    self.streaming = false;
+                    return match self.parser.finish(&self.buf[self.start..self.end]) {
+                        Ok(Progress::Done(n)) => Inbound::Message(self.piece(n, pool, Part::End)),
+                        _ => Inbound::Closed,
+                    };
+                }
                 Ok(0) => return Inbound::Closed,
                 Ok(n) => self.end += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Inbound::Idle,
@@ -233,11 +318,19 @@ impl Reader {
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     return self.finish();
                 }
-                Inbound::Rejected => {
+                // The compute task answers it (`%reject`); the connection
+                // reads on, or ends once the answer is through.
+                Inbound::Rejected { status, resume } => {
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     let mut m = self.pool.take();
                     m.slots.fill(flick_wire::Slot::Unset);
-                    m.rejected = true;
+                    m.rejected = Some(status.unwrap_or(0));
+                    if !resume {
+                        // Nothing more is read: the read side goes back now.
+                        if let (Some(r), Some(g)) = (self.read.take(), &self.graphs) {
+                            g.give_read_side(r);
+                        }
+                    }
                     self.pending = Some(m);
                 }
             }

@@ -11,9 +11,24 @@ use std::sync::Arc;
 pub struct Msg {
     pub bytes: Vec<u8>,
     pub slots: Vec<Slot>,
-    /// Stands for a request that did not parse and was skipped (`%resync`):
-    /// it has no values, and is answered with the grammar's `%reject`.
-    pub rejected: bool,
+    /// Stands for a request that did not parse, with the status of its
+    /// error (0 for none): it has no values, and is answered with the
+    /// grammar's `%reject`.
+    pub rejected: Option<u16>,
+    /// Whether this is a whole message or part of one whose body streams.
+    pub part: Part,
+}
+
+/// What part of a message a `Msg` is. Only a whole message or a head has
+/// values; body pieces are bytes passed on to where their head went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Part {
+    #[default]
+    Whole,
+    Head,
+    Body,
+    /// The last piece of a body.
+    End,
 }
 
 /// Reusable message storage. Taking from an empty pool allocates; giving
@@ -35,7 +50,8 @@ impl MsgPool {
             let _ = pool.free.push(Msg {
                 bytes: Vec::with_capacity(bytes),
                 slots: vec![Slot::Unset; slots],
-                rejected: false,
+                rejected: None,
+                part: Part::Whole,
             });
         }
         Arc::new(pool)
@@ -45,13 +61,15 @@ impl MsgPool {
         match self.free.pop() {
             Some(mut m) => {
                 m.bytes.clear();
-                m.rejected = false;
+                m.rejected = None;
+                m.part = Part::Whole;
                 m
             }
             None => Msg {
                 bytes: Vec::new(),
                 slots: vec![Slot::Unset; self.slots],
-                rejected: false,
+                rejected: None,
+                part: Part::Whole,
             },
         }
     }
@@ -66,6 +84,7 @@ impl MsgPool {
         c.bytes.extend_from_slice(&m.bytes);
         c.slots.clear();
         c.slots.extend_from_slice(&m.slots);
+        c.part = m.part;
         c
     }
 

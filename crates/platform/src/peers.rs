@@ -10,7 +10,7 @@
 //! reply for a request no peer will answer).
 
 use crate::compute::GraphHost;
-use crate::msg::Msg;
+use crate::msg::{Msg, Part};
 use flick_exec::Sent;
 use flick_runtime::TrySendError;
 use std::collections::VecDeque;
@@ -125,7 +125,9 @@ impl GraphHost {
         let broadcast = answers
             && self.outputs[out].index.is_some()
             && self.out_property(chan, "broadcast", &request).unwrap_or(0) != 0;
-        let quiet = self.out_property(chan, "quiet", &request).unwrap_or(0) != 0;
+        // Pieces of a body carry no values.
+        let quiet = matches!(request.part, Part::Whole | Part::Head)
+            && self.out_property(chan, "quiet", &request).unwrap_or(0) != 0;
         if !broadcast {
             // A full channel sends nothing: the request keeps no number.
             // Nor does a peer owing as many replies as are remembered: the
@@ -331,7 +333,7 @@ impl GraphHost {
     /// A client request that did not parse (`%resync` skipped it): it gets
     /// the grammar's `%reject` reply in its place among the replies, passed
     /// on as if a peer had answered it.
-    pub(crate) fn reject(&mut self, request: Msg) {
+    pub(crate) fn reject(&mut self, request: Msg, status: u16) {
         self.pool.give(request);
         let client = self.client_chan as usize;
         let Some(unit) = self.out_units.get(client).copied().flatten() else {
@@ -349,9 +351,13 @@ impl GraphHost {
             .flatten()
             .unwrap_or(unit);
         let mut parser = self.grammar.parser(read_as);
-        let made = matches!(self.grammar.reject_reply(unit, &mut reply.bytes), Ok(true));
+        let status = (status != 0).then_some(status);
+        let made = matches!(
+            self.grammar.reject_reply(unit, status, &mut reply.bytes),
+            Ok(true)
+        );
         match (made, parser.parse(&reply.bytes)) {
-            (true, Ok(flick_wire::Progress::Done(_))) => {
+            (true, Ok(flick_wire::Progress::Done(_) | flick_wire::Progress::Head(_))) => {
                 reply.slots.clear();
                 reply.slots.extend_from_slice(parser.slots());
                 let seq = self.order.take_seq();
@@ -381,8 +387,15 @@ impl GraphHost {
             self.ready.push_back((chan, index, reply));
             return;
         };
-        let corr = self.property(chan, "correlate", &reply);
-        let more = self.property(chan, "more", &reply).unwrap_or(0) != 0;
+        // A head and the pieces of its body are followed by more; pieces
+        // carry no values.
+        let whole_or_head = matches!(reply.part, Part::Whole | Part::Head);
+        let corr = whole_or_head
+            .then(|| self.property(chan, "correlate", &reply))
+            .flatten();
+        let more = matches!(reply.part, Part::Head | Part::Body)
+            || (reply.part == Part::Whole && self.property(chan, "more", &reply).unwrap_or(0) != 0);
+
         // Earlier requests whose replies never came were quiet ones.
         while let Some(front) = self.peers[out].outstanding.front() {
             match (front.corr, corr) {
@@ -459,7 +472,7 @@ impl GraphHost {
             (Some(u), Some(Ok(true))) => {
                 let mut parser = self.grammar.parser(u);
                 match parser.parse(&bytes) {
-                    Ok(flick_wire::Progress::Done(_)) => {
+                    Ok(flick_wire::Progress::Done(_) | flick_wire::Progress::Head(_)) => {
                         let mut m = self.pool.take();
                         m.bytes.extend_from_slice(&bytes);
                         m.slots.clear();

@@ -554,6 +554,7 @@ fn connection(
             chan: chan as u16,
             index,
             open: true,
+            follow: None,
             sentinel: false,
         },
         output: Output {
@@ -648,6 +649,7 @@ fn open_shared(
         current: None,
         written: 0,
         next: 0,
+        streaming: None,
         pool: p.pool.clone(),
         grammar: p.loaded.grammar.clone(),
         unit: p.loaded.out_units[chan as usize].unwrap_or(unit),
@@ -897,6 +899,7 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
             drain_noticed: false,
             client_chan: p.client_chan as u16,
             id: compute_id,
+            last_route: None,
             broken: false,
         },
         vm: g.vm,
@@ -904,6 +907,8 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
         started: false,
         client: (p.fan_in == 1 && p.loaded.ruled[p.client_chan]).then_some(0),
         guards_due: false,
+        following: None,
+        held_piece: None,
         starting,
     };
     let stats = p.stats.clone();

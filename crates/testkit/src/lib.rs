@@ -1,6 +1,6 @@
 //! Real peers for tests: memcached servers (Debian package `memcached`)
-//! started on loopback ports and killed when the test ends, however it
-//! ends.
+//! and nginx web servers (`nginx-light`) started on loopback ports and
+//! killed when the test ends, however it ends.
 //!
 //! A dev-dependency only: no library or binary of the workspace may depend
 //! on it, and it knows nothing of Flick's crates.
@@ -122,4 +122,53 @@ pub fn memcached_pid(port: u16) -> Option<u32> {
     text.lines()
         .find_map(|l| l.strip_prefix("STAT pid "))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// Starts nginx serving the files of `root` on a free loopback port, with
+/// the response header `X-Served-By: NAME`; returns the port. One process
+/// (no master), so killing it at the end of the test leaves nothing behind.
+pub fn nginx(procs: &mut Procs, root: &std::path::Path, name: &str) -> u16 {
+    for _ in 0..20 {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("flick-nginx-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = dir.join("nginx.conf");
+        let d = dir.display();
+        std::fs::write(
+            &conf,
+            format!(
+                "daemon off;\nmaster_process off;\nworker_processes 1;\n\
+                 error_log {d}/error.log;\npid {d}/nginx.pid;\n\
+                 events {{ worker_connections 1024; }}\n\
+                 http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n\
+                 proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
+                 uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+                 server {{\n    listen 127.0.0.1:{port};\n    root {};\n\
+                 keepalive_requests 1000000;\n    add_header X-Served-By {name};\n  }}\n}}\n",
+                root.display()
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new("nginx")
+            .arg("-c")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx is installed (scripts/test.sh installs nginx-light)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if child.try_wait().ok().flatten().is_some() {
+                break; // it could not bind the port
+            }
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                procs.0.push(child);
+                return port;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("nginx would not start");
 }

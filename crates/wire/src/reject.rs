@@ -8,22 +8,22 @@ use crate::{eval, Grammar, WireError};
 
 impl Grammar {
     /// The reply to a request that did not parse, from reply unit `unit`'s
-    /// `%reject`, serialised to `out`; `false` if it has none.
-    pub fn reject_reply(&self, unit: UnitId, out: &mut Vec<u8>) -> Result<bool, WireError> {
+    /// `%reject` (where `$$` is the status of the request's error, say 431
+    /// for HTTP headers too large), serialised to `out`; `false` if it has
+    /// none.
+    pub fn reject_reply(
+        &self,
+        unit: UnitId,
+        status: Option<u16>,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, WireError> {
         let info = &self.units[unit];
         if info.reject.is_empty() {
             return Ok(false);
         }
         let unset = vec![Slot::Unset; info.slots as usize];
-        self.assign(
-            unit,
-            &info.reject,
-            "%reject",
-            &unset,
-            &[],
-            eval::Val::Unset,
-            out,
-        )?;
+        let dollar = status.map_or(eval::Val::Unset, |s| eval::Val::Int(s as i128));
+        self.assign(unit, &info.reject, "%reject", &unset, &[], dollar, out)?;
         Ok(true)
     }
 

@@ -297,3 +297,33 @@ mod roundtrip {
         }
     }
 }
+
+/// What a proxy answers in place of a backend (`%fault`) and to a request
+/// that does not parse (`%reject`, with the request error's status): bodiless
+/// HTTP/1.0 responses, after which the connection closes (`%ends`).
+#[test]
+fn fault_and_reject_replies() {
+    let g = Grammar::stock("http").unwrap();
+    let resp = g.unit_id("response").unwrap();
+    let unset = vec![flick_wire::Slot::Unset; g.unit(resp).slots as usize];
+    let mut out = Vec::new();
+    assert!(g.fault_reply(resp, &unset, &[], &mut out).unwrap());
+    assert_eq!(out, b"HTTP/1.0 502 Bad Gateway\r\n\r\n");
+    let mut out = Vec::new();
+    assert!(g.reject_reply(resp, Some(431), &mut out).unwrap());
+    assert_eq!(out, b"HTTP/1.0 431 Rejected\r\n\r\n");
+    // Read back, its head is all of it: the body runs to the close.
+    let mut p = g.parser(resp);
+    assert_eq!(p.parse(&out).unwrap(), Progress::Head(out.len()));
+    assert_eq!(g.property(resp, "ends", p.slots(), &out), Some(1));
+    let req = g.unit_id("request").unwrap();
+    for (bytes, ends) in [
+        (&b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..], 0),
+        (b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n", 1),
+        (b"GET / HTTP/1.0\r\n\r\n", 1),
+    ] {
+        let mut p = g.parser(req);
+        assert_eq!(p.parse(bytes).unwrap(), Progress::Done(bytes.len()));
+        assert_eq!(g.property(req, "ends", p.slots(), bytes), Some(ends));
+    }
+}

@@ -1,0 +1,242 @@
+//! The HTTP load balancer (`examples/http_lb.flick`) run by `flick run` in
+//! front of real nginx servers (Debian `nginx-light`): what a client of
+//! nginx or HAProxy relies on.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::{Procs, ROOT};
+
+/// Files for the backends to serve: small ones, and one of 3 MB.
+fn site(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("flick-site-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 0..8 {
+        std::fs::write(dir.join(format!("f{i}.txt")), format!("file {i}\n")).unwrap();
+    }
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(dir.join("big.bin"), big).unwrap();
+    dir
+}
+
+fn balancer(procs: &mut Procs, backends: &[u16]) -> u16 {
+    let list: Vec<String> = backends.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(ROOT)
+        .args([
+            "run",
+            "examples/http_lb.flick",
+            "--listen",
+            "client=127.0.0.1:0",
+        ])
+        .arg("--connect")
+        .arg(format!("backends={}", list.join(",")))
+        .args(["--workers", "2", "--response-timeout-ms", "2000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    procs.0.push(child);
+    line.trim().rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// One response: status, headers (lower-case names) and body, framed by
+/// Content-Length, or by the connection's end.
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn read_response(r: &mut BufReader<TcpStream>) -> Response {
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let status = line
+        .split(' ')
+        .nth(1)
+        .unwrap_or_else(|| panic!("a status line, not {line:?}"))
+        .parse()
+        .unwrap();
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).unwrap();
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (n, v) = h.split_once(':').unwrap();
+        headers.push((n.to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let mut body = Vec::new();
+    let length = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .map(|(_, v)| v.parse::<usize>().unwrap());
+    match length {
+        Some(n) => {
+            body.resize(n, 0);
+            r.read_exact(&mut body).unwrap();
+        }
+        None => {
+            r.read_to_end(&mut body).unwrap();
+        }
+    }
+    Response {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn connect(port: u16) -> (TcpStream, BufReader<TcpStream>) {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let r = BufReader::new(s.try_clone().unwrap());
+    (s, r)
+}
+
+/// The connection was closed by the balancer.
+fn closed(r: &mut BufReader<TcpStream>) -> bool {
+    let mut rest = Vec::new();
+    matches!(r.read_to_end(&mut rest), Ok(0))
+}
+
+#[test]
+fn keep_alive_pipelining_and_streamed_bodies() {
+    let mut procs = Procs(Vec::new());
+    let (a, b) = (site("a"), site("b"));
+    let backends = [
+        flick_testkit::nginx(&mut procs, &a, "a"),
+        flick_testkit::nginx(&mut procs, &b, "b"),
+    ];
+    let port = balancer(&mut procs, &backends);
+    let (mut s, mut r) = connect(port);
+    // Keep-alive: many requests on one connection, spread over both backends.
+    let mut served = std::collections::HashSet::new();
+    for round in 0..3 {
+        for i in 0..8 {
+            write!(s, "GET /f{i}.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+            let resp = read_response(&mut r);
+            assert_eq!(resp.status, 200, "round {round}, file {i}");
+            assert_eq!(resp.body, format!("file {i}\n").as_bytes());
+            served.insert(resp.header("x-served-by").unwrap().to_string());
+        }
+    }
+    assert_eq!(served.len(), 2, "both backends serve: {served:?}");
+    // Pipelined: eight requests in one write, answered in order.
+    let mut batch = String::new();
+    for i in (0..8).rev() {
+        batch.push_str(&format!("GET /f{i}.txt HTTP/1.1\r\nHost: t\r\n\r\n"));
+    }
+    s.write_all(batch.as_bytes()).unwrap();
+    for i in (0..8).rev() {
+        assert_eq!(read_response(&mut r).body, format!("file {i}\n").as_bytes());
+    }
+    // A 3 MB response streams through whole.
+    write!(s, "GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let big = read_response(&mut r);
+    assert_eq!(big.body, std::fs::read(a.join("big.bin")).unwrap());
+    // Request bodies stream to the backend, by length and chunked (nginx
+    // answers 405 for a POST to a file, having read the body), and the
+    // connection goes on after them.
+    let body = vec![b'x'; 200_000];
+    write!(
+        s,
+        "POST /f1.txt HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(&body).unwrap();
+    assert_eq!(read_response(&mut r).status, 405);
+    s.write_all(b"POST /f2.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .unwrap();
+    for _ in 0..20 {
+        s.write_all(b"400\r\n").unwrap();
+        s.write_all(&[b'y'; 0x400]).unwrap();
+        s.write_all(b"\r\n").unwrap();
+    }
+    s.write_all(b"0\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut r).status, 405);
+    write!(s, "GET /f3.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut r).body, b"file 3\n");
+    // `Connection: close`: answered, then closed.
+    write!(
+        s,
+        "GET /f4.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    assert_eq!(read_response(&mut r).body, b"file 4\n");
+    assert!(closed(&mut r), "closed after Connection: close");
+    // HTTP/1.0 without keep-alive: answered, then closed.
+    let (mut s, mut r) = connect(port);
+    write!(s, "GET /f5.txt HTTP/1.0\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut r).body, b"file 5\n");
+    assert!(closed(&mut r), "closed after an HTTP/1.0 request");
+}
+
+/// Requests that do not parse get the status a proxy should answer, and
+/// their connection closes; a dead backend gets clients a 502.
+#[test]
+fn bad_requests_and_dead_backends_get_error_statuses() {
+    let mut procs = Procs(Vec::new());
+    let a = site("c");
+    let backends = [flick_testkit::nginx(&mut procs, &a, "c")];
+    let port = balancer(&mut procs, &backends);
+    let long_target = format!("/{}", "t".repeat(9000));
+    let many_headers: String = (0..101).map(|i| format!("X-H{i}: v\r\n")).collect();
+    let cases = [
+        ("GET /f0.txt HTTP/1.1\r\nHost : t\r\n\r\n".to_string(), 400),
+        (
+            "GET /f0.txt HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+                .to_string(),
+            400,
+        ),
+        (format!("GET {long_target} HTTP/1.1\r\n\r\n"), 414),
+        (format!("GET / HTTP/1.1\r\n{many_headers}\r\n"), 431),
+        (
+            "POST / HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n".to_string(),
+            413,
+        ),
+    ];
+    for (request, status) in cases {
+        let (mut s, mut r) = connect(port);
+        // Earlier requests on the connection are still answered first.
+        s.write_all(b"GET /f0.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        assert_eq!(read_response(&mut r).body, b"file 0\n");
+        let resp = read_response(&mut r);
+        assert_eq!(
+            resp.status,
+            status,
+            "{:?}",
+            &request[..40.min(request.len())]
+        );
+        assert!(resp.body.is_empty());
+    }
+    // The backend dies: 502, at once, and the balancer stays up.
+    procs.0[0].kill().unwrap();
+    procs.0[0].wait().unwrap();
+    let started = Instant::now();
+    let (mut s, mut r) = connect(port);
+    s.write_all(b"GET /f0.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut r).status, 502);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
