@@ -515,7 +515,9 @@ impl Checker<'_> {
                 let r = self.uni.resolve(&t);
                 let ok = match (f.name.as_str(), r.behind_refs()) {
                     (_, Ty::Error | Ty::Var(_)) => true,
-                    ("hash", Ty::Chan(_) | Ty::ChanArray(..) | Ty::None | Ty::Dict(..)) => false,
+                    // A single channel hashes its connection's addresses and
+                    // ports (a balancer's per-connection choice).
+                    ("hash", Ty::ChanArray(..) | Ty::None | Ty::Dict(..)) => false,
                     ("hash", _) => true,
                     (
                         _,

@@ -101,6 +101,12 @@ pub trait Host {
     fn release(&mut self, v: &Value) {
         let _ = v;
     }
+    /// `hash(chan)`: a hash of the addresses and ports of the connection
+    /// behind a channel, the same for the connection's whole life.
+    fn connection_hash(&mut self, chan: u16, elem: Option<u32>) -> Result<u64, Fault> {
+        let _ = (chan, elem);
+        Err(Fault::Host("this host has no connections".into()))
+    }
 }
 
 /// How a run of the interpreter ended.
@@ -288,6 +294,7 @@ impl Vm {
                         Builtin::Hash => {
                             let v = self.reg(base, args[0]);
                             let h = match v {
+                                Value::Chan { chan, elem } => host.connection_hash(*chan, *elem)?,
                                 Value::Int(i) => fnv1a(&i.to_le_bytes()),
                                 Value::Bool(b) => fnv1a(&[*b as u8]),
                                 // A field the message does not have (the key

@@ -23,6 +23,10 @@ fn site(name: &str) -> std::path::PathBuf {
 }
 
 fn balancer(procs: &mut Procs, backends: &[u16]) -> u16 {
+    balancer_with_timeout(procs, backends, 2000)
+}
+
+fn balancer_with_timeout(procs: &mut Procs, backends: &[u16], timeout_ms: u64) -> u16 {
     let list: Vec<String> = backends.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
         .current_dir(ROOT)
@@ -34,7 +38,8 @@ fn balancer(procs: &mut Procs, backends: &[u16]) -> u16 {
         ])
         .arg("--connect")
         .arg(format!("backends={}", list.join(",")))
-        .args(["--workers", "2", "--response-timeout-ms", "2000"])
+        .args(["--workers", "2", "--response-timeout-ms"])
+        .arg(timeout_ms.to_string())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -126,19 +131,33 @@ fn keep_alive_pipelining_and_streamed_bodies() {
         flick_testkit::nginx(&mut procs, &b, "b"),
     ];
     let port = balancer(&mut procs, &backends);
-    let (mut s, mut r) = connect(port);
-    // Keep-alive: many requests on one connection, spread over both backends.
+    // A connection's requests stay on one backend; connections spread
+    // over both.
     let mut served = std::collections::HashSet::new();
+    for _ in 0..16 {
+        let (mut s, mut r) = connect(port);
+        let mut by = std::collections::HashSet::new();
+        for i in 0..4 {
+            write!(s, "GET /f{i}.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+            let resp = read_response(&mut r);
+            assert_eq!(resp.status, 200, "file {i}");
+            assert_eq!(resp.body, format!("file {i}\n").as_bytes());
+            by.insert(resp.header("x-served-by").unwrap().to_string());
+        }
+        assert_eq!(by.len(), 1, "one backend per connection: {by:?}");
+        served.extend(by);
+    }
+    assert_eq!(served.len(), 2, "both backends serve: {served:?}");
+    // Keep-alive: many requests on one connection.
+    let (mut s, mut r) = connect(port);
     for round in 0..3 {
         for i in 0..8 {
             write!(s, "GET /f{i}.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
             let resp = read_response(&mut r);
             assert_eq!(resp.status, 200, "round {round}, file {i}");
             assert_eq!(resp.body, format!("file {i}\n").as_bytes());
-            served.insert(resp.header("x-served-by").unwrap().to_string());
         }
     }
-    assert_eq!(served.len(), 2, "both backends serve: {served:?}");
     // Pipelined: eight requests in one write, answered in order.
     let mut batch = String::new();
     for i in (0..8).rev() {
@@ -191,7 +210,7 @@ fn keep_alive_pipelining_and_streamed_bodies() {
 }
 
 /// Requests that do not parse get the status a proxy should answer, and
-/// their connection closes; a dead backend gets clients a 502.
+/// their connection closes; a dead backend gets clients a 503.
 #[test]
 fn bad_requests_and_dead_backends_get_error_statuses() {
     let mut procs = Procs(Vec::new());
@@ -230,13 +249,99 @@ fn bad_requests_and_dead_backends_get_error_statuses() {
         );
         assert!(resp.body.is_empty());
     }
-    // The backend dies: 502, at once, and the balancer stays up.
+    // The backend dies: 503, at once, and the balancer stays up.
     procs.0[0].kill().unwrap();
     procs.0[0].wait().unwrap();
+    let started = Instant::now();
+    for _ in 0..2 {
+        let (mut s, mut r) = connect(port);
+        s.write_all(b"GET /f0.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        assert_eq!(read_response(&mut r).status, 503);
+        assert!(closed(&mut r));
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// A backend that takes the request and never answers gets the client a
+/// 504 once the response timeout passes; one whose connection breaks with
+/// the request unanswered, a 502.
+#[test]
+fn slow_and_broken_backends_get_504_and_502() {
+    let mut procs = Procs(Vec::new());
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let held = std::thread::spawn(move || {
+        // Accept, say nothing, and keep the connection open a while.
+        let kept: Vec<_> = silent.incoming().take(1).map(|c| c.unwrap()).collect();
+        std::thread::sleep(Duration::from_secs(4));
+        drop(kept);
+    });
+    let port = balancer_with_timeout(&mut procs, &[silent_port], 500);
     let started = Instant::now();
     let (mut s, mut r) = connect(port);
     s.write_all(b"GET /f0.txt HTTP/1.1\r\nHost: t\r\n\r\n")
         .unwrap();
+    assert_eq!(read_response(&mut r).status, 504);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    held.join().unwrap();
+
+    let breaking = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let breaking_port = breaking.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        // Read a request, then hang up without a word.
+        for c in breaking.incoming().take(4) {
+            let mut c = c.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf);
+        }
+    });
+    let port = balancer_with_timeout(&mut procs, &[breaking_port], 5000);
+    let (mut s, mut r) = connect(port);
+    s.write_all(b"GET /f0.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
     assert_eq!(read_response(&mut r).status, 502);
-    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// The static web server (`examples/static_web.flick`): one 137-byte
+/// response per request, pipelined or not, keep-alive and HTTP/1.0 as a
+/// client expects, 400 for a request that does not parse.
+#[test]
+fn the_static_server_answers_every_request_with_its_page() {
+    let mut procs = Procs(Vec::new());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(ROOT)
+        .args([
+            "run",
+            "examples/static_web.flick",
+            "--listen",
+            "client=127.0.0.1:0",
+        ])
+        .args(["--workers", "2"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    procs.0.push(child);
+    let port: u16 = line.trim().rsplit(':').next().unwrap().parse().unwrap();
+    let (mut s, mut r) = connect(port);
+    s.write_all(&b"GET /any HTTP/1.1\r\nHost: t\r\n\r\n".repeat(5))
+        .unwrap();
+    for _ in 0..5 {
+        let resp = read_response(&mut r);
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.body.len(), 72);
+        assert!(resp.body.starts_with(b"Hello from Flick"));
+    }
+    let (mut s, mut r) = connect(port);
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut r).status, 200);
+    assert!(closed(&mut r), "HTTP/1.0 closes");
+    let (mut s, mut r) = connect(port);
+    s.write_all(b"GET / HTTP/1.1\r\nHost : t\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut r).status, 400);
+    assert!(closed(&mut r));
 }

@@ -412,6 +412,29 @@ impl Host for GraphHost {
         self.merge_take_msg(chan, record, field, key)
     }
 
+    fn connection_hash(&mut self, chan: u16, elem: Option<u32>) -> Result<u64, Fault> {
+        let conn = self
+            .outputs
+            .iter()
+            .find(|o| o.chan == chan && o.index == elem)
+            .and_then(|o| o.conn.as_ref())
+            .ok_or(Fault::Host("a channel with no connection".into()))?;
+        let (Ok(peer), Ok(local)) = (conn.0.stream.peer_addr(), conn.0.stream.local_addr()) else {
+            return Err(Fault::Host("a connection without addresses".into()));
+        };
+        // Both ends' addresses and ports, in a fixed layout.
+        let mut key = [0u8; 36];
+        for (at, a) in [(0, peer), (18, local)] {
+            let ip = match a.ip() {
+                std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+                std::net::IpAddr::V6(v6) => v6.octets(),
+            };
+            key[at..at + 16].copy_from_slice(&ip);
+            key[at + 16..at + 18].copy_from_slice(&a.port().to_be_bytes());
+        }
+        Ok(flick_exec::fnv1a(&key))
+    }
+
     fn release(&mut self, v: &Value) {
         if let Value::Msg(h) = v {
             if let Some(m) = self.msgs.get_mut(*h as usize).and_then(Option::take) {
@@ -751,7 +774,7 @@ impl Compute {
                                 .iter()
                                 .position(|o| o.chan == chan && o.index == index)
                             {
-                                self.host.peer_gone(out);
+                                self.host.peer_gone(out, crate::peers::Cause::Lost);
                             }
                         }
                         if self.client == Some(i) {

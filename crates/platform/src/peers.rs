@@ -28,6 +28,18 @@ pub struct Peer {
     pub backoff: Duration,
 }
 
+/// Why a request gets its grammar's `%fault` reply: `$$` in `%fault`
+/// (HTTP answers 503, 504 and 502 for them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The peer is down or could not be reached: the request never got there.
+    Unreachable = 1,
+    /// The peer took longer than the response timeout.
+    Timeout = 2,
+    /// The peer's connection broke with the request unanswered.
+    Lost = 3,
+}
+
 /// The first wait before reconnecting, doubled after each failure.
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait between reconnection attempts.
@@ -202,7 +214,7 @@ impl GraphHost {
                     None => self.reply_for(seq, None, true),
                 }
             } else {
-                self.fault(out, request, group, seq);
+                self.fault(out, request, group, seq, Cause::Unreachable);
             }
             return Sent::Done;
         }
@@ -262,8 +274,8 @@ impl GraphHost {
                     self.pool.give(r);
                 }
                 if answers {
-                    self.peer_gone(out);
-                    self.fault(out, m, group, seq);
+                    self.peer_gone(out, Cause::Unreachable);
+                    self.fault(out, m, group, seq, Cause::Unreachable);
                 } else {
                     self.pool.give(m);
                     self.lost_stream(out);
@@ -339,11 +351,26 @@ impl GraphHost {
         let Some(unit) = self.out_units.get(client).copied().flatten() else {
             return;
         };
+        let mut reply = self.pool.take();
         let Some(out) = self.peers.iter().position(|p| p.answers) else {
+            // No peers (a static server): every earlier reply went out as
+            // its request was handled, so this one goes straight after.
+            let Some(client_out) = self.outputs.iter().position(|o| o.chan == client as u16) else {
+                self.pool.give(reply);
+                return;
+            };
+            if matches!(
+                self.grammar
+                    .reject_reply(unit, (status != 0).then_some(status), &mut reply.bytes),
+                Ok(true)
+            ) {
+                let _ = self.route(client_out, reply);
+            } else {
+                self.pool.give(reply);
+            }
             return;
         };
         let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
-        let mut reply = self.pool.take();
         let read_as = self
             .units
             .get(chan as usize)
@@ -451,7 +478,14 @@ impl GraphHost {
 
     /// The grammar's `%fault` reply to `request`, sent to output `out`,
     /// handled as if the peer had answered it.
-    fn fault(&mut self, out: usize, request: Msg, group: Option<u32>, seq: Option<u64>) {
+    fn fault(
+        &mut self,
+        out: usize,
+        request: Msg,
+        group: Option<u32>,
+        seq: Option<u64>,
+        cause: Cause,
+    ) {
         let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
         // The reply is a message read from the peer's channel; when that
         // is the unit requests are written in, it starts from the request.
@@ -459,12 +493,17 @@ impl GraphHost {
         let same = unit == self.out_units.get(chan as usize).copied().flatten();
         let mut bytes = Vec::new();
         let made = unit.map(|u| match same {
-            true => self
-                .grammar
-                .fault_reply(u, &request.slots, &request.bytes, &mut bytes),
+            true => self.grammar.fault_reply(
+                u,
+                &request.slots,
+                &request.bytes,
+                cause as u16,
+                &mut bytes,
+            ),
             false => {
                 let unset = vec![flick_wire::Slot::Unset; self.grammar.unit(u).slots as usize];
-                self.grammar.fault_reply(u, &unset, &[], &mut bytes)
+                self.grammar
+                    .fault_reply(u, &unset, &[], cause as u16, &mut bytes)
             }
         });
         self.pool.give(request);
@@ -492,7 +531,7 @@ impl GraphHost {
 
     /// A peer's connection is gone: what it owed gets fault replies, and so
     /// will what is sent to it from now on.
-    pub fn peer_gone(&mut self, out: usize) {
+    pub fn peer_gone(&mut self, out: usize, cause: Cause) {
         if self.peers[out].dead {
             return;
         }
@@ -504,7 +543,7 @@ impl GraphHost {
                 // The session is ending: a peer closing is expected.
                 self.forget(p);
             } else {
-                self.fault(out, p.request, p.group, p.seq);
+                self.fault(out, p.request, p.group, p.seq, cause);
             }
         }
     }
@@ -517,7 +556,7 @@ impl GraphHost {
             let _ = conn.stream.shutdown(std::net::Shutdown::Both);
             self.waker.wake(reader);
         }
-        self.peer_gone(out);
+        self.peer_gone(out, Cause::Timeout);
     }
 
     /// Whether every request sent to a peer has had its reply.

@@ -155,7 +155,7 @@ impl<'a> Compiler<'a> {
                     );
                     continue;
                 };
-                if let Some(c) = self.expr(e, cx, what != "fault") {
+                if let Some(c) = self.expr(e, cx, true) {
                     out.push((target, c));
                 }
             }

@@ -123,26 +123,22 @@ impl Grammar {
     /// The reply to a request of `unit` that no peer will answer, from the
     /// unit's `%fault` property: the request's values with the fault's
     /// fields set, serialised to `out`. `false` if the unit has no `%fault`.
+    /// In `%fault`, `$$` is `cause`: 1 the peer could not be reached, 2 it
+    /// did not answer in time, 3 its connection broke.
     pub fn fault_reply(
         &self,
         unit: UnitId,
         request: &[Slot],
         bytes: &[u8],
+        cause: u16,
         out: &mut Vec<u8>,
     ) -> Result<bool, WireError> {
         let info = &self.units[unit];
         if info.fault.is_empty() {
             return Ok(false);
         }
-        self.assign(
-            unit,
-            &info.fault,
-            "%fault",
-            request,
-            bytes,
-            eval::Val::Unset,
-            out,
-        )?;
+        let cause = eval::Val::Int(cause as i128);
+        self.assign(unit, &info.fault, "%fault", request, bytes, cause, out)?;
         Ok(true)
     }
 

@@ -306,9 +306,14 @@ fn fault_and_reject_replies() {
     let g = Grammar::stock("http").unwrap();
     let resp = g.unit_id("response").unwrap();
     let unset = vec![flick_wire::Slot::Unset; g.unit(resp).slots as usize];
-    let mut out = Vec::new();
-    assert!(g.fault_reply(resp, &unset, &[], &mut out).unwrap());
-    assert_eq!(out, b"HTTP/1.0 502 Bad Gateway\r\n\r\n");
+    for (cause, status) in [(1, "503"), (2, "504"), (3, "502")] {
+        let mut out = Vec::new();
+        assert!(g.fault_reply(resp, &unset, &[], cause, &mut out).unwrap());
+        assert_eq!(
+            out,
+            format!("HTTP/1.0 {status} Backend Error\r\n\r\n").as_bytes()
+        );
+    }
     let mut out = Vec::new();
     assert!(g.reject_reply(resp, Some(431), &mut out).unwrap());
     assert_eq!(out, b"HTTP/1.0 431 Rejected\r\n\r\n");

@@ -1078,6 +1078,6 @@ fn routing_properties() {
     assert_eq!(more(b"END\r\n"), 0);
     let unset = vec![flick_wire::Slot::Unset; g.unit(resp).slots as usize];
     let mut fault = Vec::new();
-    assert!(g.fault_reply(resp, &unset, &[], &mut fault).unwrap());
+    assert!(g.fault_reply(resp, &unset, &[], 1, &mut fault).unwrap());
     assert_eq!(fault, b"SERVER_ERROR backend unavailable\r\n");
 }

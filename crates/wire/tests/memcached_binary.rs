@@ -221,7 +221,7 @@ fn a_request_no_backend_answers_gets_the_fault_reply() {
     assert_eq!(p.parse(&request).unwrap(), Progress::Done(request.len()));
     let mut reply = Vec::new();
     assert!(g
-        .fault_reply(unit, p.slots(), &request, &mut reply)
+        .fault_reply(unit, p.slots(), &request, 1, &mut reply)
         .unwrap());
     let mut q = g.parser(unit);
     assert_eq!(q.parse(&reply).unwrap(), Progress::Done(reply.len()));
