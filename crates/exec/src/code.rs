@@ -145,6 +145,24 @@ pub enum Op {
         src: Reg,
         unless: Box<[Reg]>,
     },
+    /// A reference to process state variable `state`, for a `ref`
+    /// parameter.
+    StateRef {
+        dst: Reg,
+        state: u16,
+    },
+    /// The value behind a `ref` parameter: the state it refers to, or the
+    /// value itself when the argument was not state.
+    Deref {
+        dst: Reg,
+        src: Reg,
+    },
+    /// `param := src` for a `ref` parameter: stores to the state it
+    /// refers to, or into the parameter's register otherwise.
+    StoreRef {
+        target: Reg,
+        src: Reg,
+    },
     /// A loop's back-edge: yield here if the timeslice is used up.
     CheckSlice,
     Return {

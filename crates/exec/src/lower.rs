@@ -18,6 +18,8 @@ pub struct Unsupported {
 #[derive(Clone, Copy)]
 enum Name {
     Reg(Reg),
+    /// A `ref` parameter: its register holds a state reference (or a value).
+    RefReg(Reg),
     State(u16),
     Chan(u16),
 }
@@ -30,14 +32,23 @@ struct FnBuilder {
 
 impl FnBuilder {
     fn new(params: &[String]) -> FnBuilder {
+        FnBuilder::with_refs(params, &[])
+    }
+
+    /// A function whose parameters flagged in `refs` are `ref` parameters.
+    fn with_refs(params: &[String], refs: &[bool]) -> FnBuilder {
         let mut b = FnBuilder {
             code: Vec::new(),
             next: 0,
             scopes: vec![Vec::new()],
         };
-        for p in params {
+        for (i, p) in params.iter().enumerate() {
             let r = b.reg();
-            b.scopes[0].push((p.clone(), Name::Reg(r)));
+            let name = match refs.get(i) {
+                Some(true) => Name::RefReg(r),
+                _ => Name::Reg(r),
+            };
+            b.scopes[0].push((p.clone(), name));
         }
         b
     }
@@ -73,6 +84,8 @@ impl FnBuilder {
 struct Lowerer<'a> {
     checked: &'a CheckedProgram,
     funcs: HashMap<&'a str, FuncId>,
+    /// Per function, which parameters are `ref`.
+    refs: HashMap<&'a str, Vec<bool>>,
     records: HashMap<&'a str, u16>,
     module: Module,
 }
@@ -82,6 +95,7 @@ pub fn lower(program: &Program, checked: &CheckedProgram) -> Result<Module, Unsu
     let mut l = Lowerer {
         checked,
         funcs: HashMap::new(),
+        refs: HashMap::new(),
         records: HashMap::new(),
         module: Module::default(),
     };
@@ -102,6 +116,12 @@ pub fn lower(program: &Program, checked: &CheckedProgram) -> Result<Module, Unsu
         .collect();
     for (i, f) in funs.iter().enumerate() {
         l.funcs.insert(&f.name.name, i as FuncId);
+        let refs = f
+            .params
+            .iter()
+            .map(|p| matches!(p.ty.kind, TypeKind::Ref(_)))
+            .collect();
+        l.refs.insert(&f.name.name, refs);
         l.module.functions.push(Function {
             name: f.name.name.clone(),
             params: f.params.len() as u16,
@@ -111,7 +131,7 @@ pub fn lower(program: &Program, checked: &CheckedProgram) -> Result<Module, Unsu
     }
     for (i, f) in funs.iter().enumerate() {
         let params: Vec<String> = f.params.iter().map(|p| p.name.name.clone()).collect();
-        let mut b = FnBuilder::new(&params);
+        let mut b = FnBuilder::with_refs(&params, &l.refs[f.name.name.as_str()]);
         let v = l.block(&mut b, &f.body)?;
         b.code.push(Op::Return { src: v });
         l.module.functions[i] = b.finish(&f.name.name, params.len() as u16);
@@ -239,10 +259,7 @@ impl<'a> Lowerer<'a> {
         for step in &r.steps {
             match &step.kind {
                 ExprKind::Call(f, args) if self.funcs.contains_key(f.name.as_str()) => {
-                    let mut regs = Vec::new();
-                    for a in args {
-                        regs.push(self.expr(b, a)?);
-                    }
+                    let mut regs = self.args(b, &f.name, args)?;
                     regs.push(flowing);
                     let dst = b.reg();
                     b.code.push(Op::Call {
@@ -307,6 +324,7 @@ impl<'a> Lowerer<'a> {
                     ExprKind::Var(x) => match b.lookup(&x.name) {
                         Some(Name::State(i)) => b.code.push(Op::StoreState { state: i, src: v }),
                         Some(Name::Reg(r)) => b.code.push(Op::Move { dst: r, src: v }),
+                        Some(Name::RefReg(r)) => b.code.push(Op::StoreRef { target: r, src: v }),
                         _ => return Err(self.unsupported("this assignment", place.span)),
                     },
                     ExprKind::Index(base, index) => {
@@ -386,6 +404,11 @@ impl<'a> Lowerer<'a> {
             ExprKind::Anonymous => return Err(self.unsupported("`_`", e.span)),
             ExprKind::Var(v) => match b.lookup(&v.name) {
                 Some(Name::Reg(r)) => r,
+                Some(Name::RefReg(r)) => {
+                    let dst = b.reg();
+                    b.code.push(Op::Deref { dst, src: r });
+                    dst
+                }
                 Some(Name::State(i)) => {
                     let dst = b.reg();
                     b.code.push(Op::LoadState { dst, state: i });
@@ -493,10 +516,7 @@ impl<'a> Lowerer<'a> {
                 self.iteration(b, f, args)?
             }
             ExprKind::Call(f, args) => {
-                let mut regs = Vec::new();
-                for a in args {
-                    regs.push(self.expr(b, a)?);
-                }
+                let regs = self.args(b, &f.name, args)?;
                 let dst = b.reg();
                 let name = f.name.as_str();
                 if let Some(&func) = self.funcs.get(name) {
@@ -557,6 +577,32 @@ impl<'a> Lowerer<'a> {
 }
 
 impl Lowerer<'_> {
+    /// The arguments of a call of `f`: a `ref` parameter gets a reference
+    /// to the state variable (or the caller's own `ref`) it is given, so
+    /// that assigning to it writes the state; other parameters get values.
+    fn args(&mut self, b: &mut FnBuilder, f: &str, args: &[Expr]) -> Result<Vec<Reg>, Unsupported> {
+        let refs = self.refs.get(f).cloned().unwrap_or_default();
+        let mut regs = Vec::new();
+        for (i, a) in args.iter().enumerate() {
+            let by_ref = refs.get(i).copied().unwrap_or(false);
+            let name = match &a.kind {
+                ExprKind::Var(v) if by_ref => b.lookup(&v.name),
+                _ => None,
+            };
+            let r = match name {
+                Some(Name::State(s)) => {
+                    let dst = b.reg();
+                    b.code.push(Op::StateRef { dst, state: s });
+                    dst
+                }
+                Some(Name::RefReg(r)) => r,
+                _ => self.expr(b, a)?,
+            };
+            regs.push(r);
+        }
+        Ok(regs)
+    }
+
     /// `foldt on CHANS ordering elem A, B by elem.F as K: BODY` as a loop:
     /// take the element with the least key, then fold every other element
     /// with that key into it with BODY (A the running value, B the next

@@ -40,6 +40,8 @@ pub enum Value {
     Dict {
         state: u16,
     },
+    /// A `ref` parameter's reference to process state variable `state`.
+    StateRef(u16),
     List(Arc<Vec<Value>>),
     Tuple(Arc<[Value]>),
 }
@@ -407,6 +409,21 @@ impl Vm {
                     if matches!(v, Value::Msg(_)) && !unless.iter().any(|r| self.reg(base, *r) == v)
                     {
                         host.release(v);
+                    }
+                }
+                Op::StateRef { dst, state } => self.set(base, *dst, Value::StateRef(*state)),
+                Op::Deref { dst, src } => {
+                    let v = match self.reg(base, *src) {
+                        Value::StateRef(s) => host.load_state(*s),
+                        v => v.clone(),
+                    };
+                    self.set(base, *dst, v);
+                }
+                Op::StoreRef { target, src } => {
+                    let v = self.reg(base, *src).clone();
+                    match self.reg(base, *target) {
+                        Value::StateRef(s) => host.store_state(*s, v)?,
+                        _ => self.set(base, *target, v),
                     }
                 }
                 Op::CheckSlice => {

@@ -358,3 +358,32 @@ fn foldt_merges_sorted_streams_and_combines_equal_keys() {
     // until the rule ends (the key's bytes are in it).
     assert!(!h.released.is_empty());
 }
+
+/// Assigning to a `ref` parameter writes the process state it was given,
+/// through nested calls; other arguments stay values.
+#[test]
+fn ref_parameters_write_the_state_they_refer_to() {
+    let src = "type m: record\n  k : string\n\n\
+               proc P: (m/m c)\n  global turn := 0\n  local mine := 0\n  | c => step(turn, mine, c)\n\n\
+               fun step: (turn: ref integer, mine: ref integer, -/m c, x: m) -> ()\n  bump(turn)\n  mine := turn\n  x => c\n\n\
+               fun bump: (n: ref integer) -> ()\n  n := n + 1\n";
+    let m = module(src);
+    let p = &m.processes[0];
+    let mut h = TestHost {
+        fields: m.records.iter().map(|r| r.1.clone()).collect(),
+        ..Default::default()
+    };
+    let mut vm = Vm::for_function(&m, p.init);
+    vm.start(&m, p.init, &[]);
+    run(&m, &mut vm, &mut h);
+    let rule = p.items.iter().find(|i| i.label.starts_with("c")).unwrap();
+    for _ in 0..3 {
+        let k = h.text("k");
+        let msg = h.msg(&[("k", k)]);
+        vm.start(&m, rule.func, &[msg]);
+        run(&m, &mut vm, &mut h);
+    }
+    assert_eq!(h.state.get(&0), Some(&Value::Int(3)), "turn");
+    assert_eq!(h.state.get(&1), Some(&Value::Int(3)), "mine");
+    assert_eq!(h.sent.len(), 3);
+}

@@ -27,15 +27,14 @@ fn balancer(procs: &mut Procs, backends: &[u16]) -> u16 {
 }
 
 fn balancer_with_timeout(procs: &mut Procs, backends: &[u16], timeout_ms: u64) -> u16 {
+    run_balancer(procs, "examples/http_lb.flick", backends, timeout_ms)
+}
+
+fn run_balancer(procs: &mut Procs, program: &str, backends: &[u16], timeout_ms: u64) -> u16 {
     let list: Vec<String> = backends.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
         .current_dir(ROOT)
-        .args([
-            "run",
-            "examples/http_lb.flick",
-            "--listen",
-            "client=127.0.0.1:0",
-        ])
+        .args(["run", program, "--listen", "client=127.0.0.1:0"])
         .arg("--connect")
         .arg(format!("backends={}", list.join(",")))
         .args(["--workers", "2", "--response-timeout-ms"])
@@ -344,4 +343,44 @@ fn the_static_server_answers_every_request_with_its_page() {
     s.write_all(b"GET / HTTP/1.1\r\nHost : t\r\n\r\n").unwrap();
     assert_eq!(read_response(&mut r).status, 400);
     assert!(closed(&mut r));
+}
+
+/// The round-robin variant: each new connection takes the next backend in
+/// turn and keeps it.
+#[test]
+fn round_robin_gives_connections_the_backends_in_turn() {
+    let mut procs = Procs(Vec::new());
+    let (a, b) = (site("rr-a"), site("rr-b"));
+    let backends = [
+        flick_testkit::nginx(&mut procs, &a, "a"),
+        flick_testkit::nginx(&mut procs, &b, "b"),
+    ];
+    let port = run_balancer(
+        &mut procs,
+        "examples/http_lb_round_robin.flick",
+        &backends,
+        2000,
+    );
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        let (mut s, mut r) = connect(port);
+        let mut by = Vec::new();
+        for i in 0..3 {
+            write!(s, "GET /f{i}.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+            by.push(
+                read_response(&mut r)
+                    .header("x-served-by")
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+        assert!(
+            by.iter().all(|x| *x == by[0]),
+            "one backend per connection: {by:?}"
+        );
+        order.push(by[0].clone());
+    }
+    for pair in order.windows(2) {
+        assert_ne!(pair[0], pair[1], "connections alternate: {order:?}");
+    }
 }
