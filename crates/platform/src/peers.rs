@@ -151,7 +151,7 @@ impl GraphHost {
                 && owing.len() >= MAX_OUTSTANDING
                 && owing.front().is_some_and(|p| p.seq.is_some());
             let full = (owes_too_many
-                || self.outputs[out].tx.as_ref().is_some_and(|t| t.is_full()))
+                || self.outputs[out].tx.as_ref().is_some_and(|t| !t.has_room()))
                 && !self.peers[out].dead;
             if full {
                 self.pool.give(request);
@@ -165,7 +165,7 @@ impl GraphHost {
             .collect();
         // All or none: a full peer holds the whole broadcast back.
         if targets.iter().any(|o| {
-            self.outputs[*o].tx.as_ref().is_some_and(|t| t.is_full()) && !self.peers[*o].dead
+            self.outputs[*o].tx.as_ref().is_some_and(|t| !t.has_room()) && !self.peers[*o].dead
         }) {
             self.pool.give(request);
             return Sent::Full;

@@ -197,6 +197,20 @@ impl<T> Sender<T> {
     pub fn is_full(&self) -> bool {
         self.inner().queue.is_full()
     }
+
+    /// Whether a value would fit now. If not, the producer is woken when
+    /// the consumer makes room, as after a failed send: a producer that
+    /// checks before sending and waits must use this, not `is_full`, or
+    /// nothing wakes it.
+    pub fn has_room(&self) -> bool {
+        let inner = self.inner();
+        if !inner.queue.is_full() {
+            return true;
+        }
+        inner.producer_waiting.store(true, Ordering::Release);
+        // Room may have been made between the check and the flag.
+        !inner.queue.is_full()
+    }
 }
 
 impl<T> Drop for Sender<T> {

@@ -232,3 +232,54 @@ fn ids_reserved_on_a_worker_run_from_its_queue() {
         }
     }
 }
+
+/// A producer that checks for room before it sends (and waits when there
+/// is none) is woken when the consumer makes room: no value is stranded.
+#[test]
+fn a_producer_waiting_for_room_is_woken() {
+    const N: u64 = 5_000;
+    for workers in [1, 2] {
+        let s = scheduler(workers, Policy::default());
+        let (tx, rx) = channel::<u64>(2, s.waker());
+        let consumer = s.reserve().unwrap();
+        let producer = s.reserve().unwrap();
+        rx.bind(consumer);
+        tx.bind(producer);
+        let sum = Arc::new(AtomicU64::new(0));
+        let sum2 = sum.clone();
+        s.start_task(
+            consumer,
+            Box::new(move |_: &mut Timeslice| loop {
+                match rx.try_recv() {
+                    Ok(v) => {
+                        sum2.fetch_add(v, Ordering::Relaxed);
+                    }
+                    Err(TryRecvError::Empty) => return TaskStatus::Idle,
+                    Err(TryRecvError::Closed) => return TaskStatus::Done,
+                }
+            }),
+        );
+        let mut next = 1u64;
+        let mut tx = Some(tx);
+        s.start_task(
+            producer,
+            Box::new(move |_: &mut Timeslice| loop {
+                if next > N {
+                    tx = None;
+                    return TaskStatus::Done;
+                }
+                let t = tx.as_ref().unwrap();
+                if !t.has_room() {
+                    return TaskStatus::Idle;
+                }
+                t.try_send(next).unwrap();
+                next += 1;
+            }),
+        );
+        assert!(
+            s.wait_all_done(Duration::from_secs(30)),
+            "a wake-up was lost ({workers} workers)"
+        );
+        assert_eq!(sum.load(Ordering::Relaxed), N * (N + 1) / 2);
+    }
+}

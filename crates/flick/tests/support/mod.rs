@@ -17,6 +17,11 @@ pub use flick_testkit::{free_port, memcached, memcached_on, memcached_pid, root,
 /// Starts `flick run program` (relative to the workspace root) in front of
 /// `backends`, with two workers; returns the port it listens on.
 pub fn flick_run(procs: &mut Procs, program: &str, backends: &[u16]) -> u16 {
+    flick_run_with(procs, program, backends, &[])
+}
+
+/// `flick_run` with more flags.
+pub fn flick_run_with(procs: &mut Procs, program: &str, backends: &[u16], more: &[&str]) -> u16 {
     let list: Vec<String> = backends.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
         .current_dir(ROOT)
@@ -24,6 +29,7 @@ pub fn flick_run(procs: &mut Procs, program: &str, backends: &[u16]) -> u16 {
         .arg("--connect")
         .arg(format!("backends={}", list.join(",")))
         .args(["--workers", "2"])
+        .args(more)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
