@@ -6,7 +6,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -140,25 +140,21 @@ fn map_output(words: &[String]) -> Vec<(String, i32)> {
 /// Starts the aggregator with `mappers` mapper connections per instance,
 /// writing to `reducer`; returns the port the mappers connect to.
 fn start(procs: &mut Procs, mappers: usize, reducer: u16) -> u16 {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
-        .current_dir(ROOT)
-        .args(["run", "examples/hadoop_wordcount.flick"])
-        .args(["--listen", "mappers=127.0.0.1:0"])
-        .arg("--fan-in")
-        .arg(format!("mappers={mappers}"))
-        .arg("--connect")
-        .arg(format!("reducer=127.0.0.1:{reducer}"))
-        .args(["--workers", "2"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    procs.0.push(child);
-    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok());
-    port.unwrap_or_else(|| panic!("flick printed {line:?}"))
+    let fan_in = format!("mappers={mappers}");
+    let reducer = format!("reducer=127.0.0.1:{reducer}");
+    support::start_flick(
+        procs,
+        &[
+            "run",
+            "examples/hadoop_wordcount.flick",
+            "--listen",
+            "mappers=127.0.0.1:0",
+            "--fan-in",
+            &fan_in,
+            "--connect",
+            &reducer,
+        ],
+    )
 }
 
 /// Sends each mapper's stream on its own connection, in pieces, and

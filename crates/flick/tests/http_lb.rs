@@ -6,9 +6,8 @@ mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{Procs, ROOT};
+use support::Procs;
 
 /// Files for the backends to serve: small ones, and one of 3 MB.
 fn site(name: &str) -> std::path::PathBuf {
@@ -31,23 +30,13 @@ fn balancer_with_timeout(procs: &mut Procs, backends: &[u16], timeout_ms: u64) -
 }
 
 fn run_balancer(procs: &mut Procs, program: &str, backends: &[u16], timeout_ms: u64) -> u16 {
-    let list: Vec<String> = backends.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
-        .current_dir(ROOT)
-        .args(["run", program, "--listen", "client=127.0.0.1:0"])
-        .arg("--connect")
-        .arg(format!("backends={}", list.join(",")))
-        .args(["--workers", "2", "--response-timeout-ms"])
-        .arg(timeout_ms.to_string())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    procs.0.push(child);
-    line.trim().rsplit(':').next().unwrap().parse().unwrap()
+    let timeout = timeout_ms.to_string();
+    support::flick_run_with(
+        procs,
+        program,
+        backends,
+        &["--response-timeout-ms", &timeout],
+    )
 }
 
 /// One response: status, headers (lower-case names) and body, framed by
@@ -308,24 +297,15 @@ fn slow_and_broken_backends_get_504_and_502() {
 #[test]
 fn the_static_server_answers_every_request_with_its_page() {
     let mut procs = Procs(Vec::new());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
-        .current_dir(ROOT)
-        .args([
+    let port = support::start_flick(
+        &mut procs,
+        &[
             "run",
             "examples/static_web.flick",
             "--listen",
             "client=127.0.0.1:0",
-        ])
-        .args(["--workers", "2"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    procs.0.push(child);
-    let port: u16 = line.trim().rsplit(':').next().unwrap().parse().unwrap();
+        ],
+    );
     let (mut s, mut r) = connect(port);
     s.write_all(&b"GET /any HTTP/1.1\r\nHost: t\r\n\r\n".repeat(5))
         .unwrap();

@@ -6,7 +6,6 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::time::Duration;
 use support::{connect, flick_run, memcached, Procs};
 
@@ -48,43 +47,9 @@ fn memccapable_ascii_passes_through_the_proxy() {
         &backends,
         &["--response-timeout-ms", "20000"],
     );
-    let run = |port: u16| -> Vec<(String, bool)> {
-        let out = Command::new("timeout")
-            .args(["120", "sh", "-c"])
-            .arg(format!("memccapable -a -h 127.0.0.1 -p {port} 2>&1"))
-            .output()
-            .expect("memccapable is installed (libmemcached-tools)");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let words: Vec<&str> = text.split_whitespace().collect();
-        let mut results = Vec::new();
-        let mut current = None;
-        for w in words.windows(2) {
-            match w[0] {
-                "ascii" => current = Some(format!("ascii {}", w[1])),
-                "[pass]" | "[FAIL]" => {
-                    if let Some(name) = current.take() {
-                        results.push((name, w[0] == "[pass]"));
-                    }
-                }
-                _ => {}
-            }
-        }
-        if let (Some(name), Some(last)) = (current, words.last()) {
-            results.push((name, *last == "[pass]"));
-        }
-        results
-    };
-    let direct = run(backends[0]);
-    let proxied = run(port);
-    assert!(direct.len() >= 20, "memccapable ran: {direct:?}");
-    for (name, passed) in direct.iter().filter(|(_, p)| *p) {
-        let through = proxied.iter().find(|(n, _)| n == name).map(|(_, p)| *p);
-        assert_eq!(
-            through,
-            Some(*passed),
-            "{name} passes directly but not through the proxy: {proxied:?}"
-        );
-    }
+    let direct = support::memccapable(backends[0], "-a");
+    let proxied = support::memccapable(port, "-a");
+    support::same_passes(&direct, &proxied);
 }
 
 /// A get of keys that live on different backends is answered in the

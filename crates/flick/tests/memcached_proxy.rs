@@ -109,51 +109,9 @@ fn memccapable_passes_through_the_proxy() {
         &backends,
         &["--response-timeout-ms", "20000"],
     );
-    let run = |port: u16| -> Vec<(String, bool)> {
-        // Bounded in time whatever happens.
-        // memccapable prints a test's name on stdout and a failure on
-        // stderr: one stream keeps them on one line.
-        let out = Command::new("timeout")
-            .args(["120", "sh", "-c"])
-            .arg(format!("memccapable -b -h 127.0.0.1 -p {port} 2>&1"))
-            .output()
-            .expect("memccapable is installed (libmemcached-tools)");
-        // Each test's name is followed, possibly after messages and the
-        // summary, by `[pass]` or `[FAIL]`.
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let words: Vec<&str> = text.split_whitespace().collect();
-        let mut results = Vec::new();
-        let mut current = None;
-        for w in words.windows(2) {
-            match w[0] {
-                "binary" | "ascii" => current = Some(format!("{} {}", w[0], w[1])),
-                "[pass]" | "[FAIL]" => {
-                    if let Some(name) = current.take() {
-                        results.push((name, w[0] == "[pass]"));
-                    }
-                }
-                _ => {}
-            }
-        }
-        if let (Some(name), Some(last)) = (current, words.last()) {
-            results.push((name, *last == "[pass]"));
-        }
-        results
-    };
-    let direct = run(backends[0]);
-    let proxied = run(proxy);
-    assert!(direct.len() >= 20, "memccapable ran: {direct:?}");
-    for (name, passed) in &direct {
-        if !passed {
-            continue;
-        }
-        let through = proxied.iter().find(|(n, _)| n == name).map(|(_, p)| *p);
-        assert_eq!(
-            through,
-            Some(true),
-            "{name} passes directly but not through the proxy: {proxied:?}"
-        );
-    }
+    let direct = support::memccapable(backends[0], "-b");
+    let proxied = support::memccapable(proxy, "-b");
+    support::same_passes(&direct, &proxied);
 }
 
 /// libmemcached's `memcaslap`, binary protocol, 128 concurrent connections

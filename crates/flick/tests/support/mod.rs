@@ -23,13 +23,26 @@ pub fn flick_run(procs: &mut Procs, program: &str, backends: &[u16]) -> u16 {
 /// `flick_run` with more flags.
 pub fn flick_run_with(procs: &mut Procs, program: &str, backends: &[u16], more: &[&str]) -> u16 {
     let list: Vec<String> = backends.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let connect = format!("backends={}", list.join(","));
+    let mut args = vec![
+        "run",
+        program,
+        "--listen",
+        "client=127.0.0.1:0",
+        "--connect",
+        &connect,
+    ];
+    args.extend(more);
+    start_flick(procs, &args)
+}
+
+/// Starts `flick ARGS` (in the workspace root) with two workers, and
+/// returns the port it says it listens on.
+pub fn start_flick(procs: &mut Procs, args: &[&str]) -> u16 {
     let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
         .current_dir(ROOT)
-        .args(["run", program, "--listen", "client=127.0.0.1:0"])
-        .arg("--connect")
-        .arg(format!("backends={}", list.join(",")))
+        .args(args)
         .args(["--workers", "2"])
-        .args(more)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -103,4 +116,51 @@ pub fn response(s: &mut TcpStream) -> (u16, Vec<u8>) {
     let h = response_header(s);
     let (_, value) = response_body(s, &h);
     (status(&h), value)
+}
+
+/// `memccapable FLAG` (`-b` binary, `-a` ASCII) against `port`: each test's
+/// name and whether it passed. Bounded in time whatever happens.
+pub fn memccapable(port: u16, flag: &str) -> Vec<(String, bool)> {
+    // memccapable prints a test's name on stdout and a failure on stderr:
+    // one stream keeps them on one line.
+    let out = Command::new("timeout")
+        .args(["120", "sh", "-c"])
+        .arg(format!("memccapable {flag} -h 127.0.0.1 -p {port} 2>&1"))
+        .output()
+        .expect("memccapable is installed (libmemcached-tools)");
+    // Each test's name is followed, possibly after messages and the
+    // summary, by `[pass]` or `[FAIL]`.
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut results = Vec::new();
+    let mut current = None;
+    for w in words.windows(2) {
+        match w[0] {
+            "binary" | "ascii" => current = Some(format!("{} {}", w[0], w[1])),
+            "[pass]" | "[FAIL]" => {
+                if let Some(name) = current.take() {
+                    results.push((name, w[0] == "[pass]"));
+                }
+            }
+            _ => {}
+        }
+    }
+    if let (Some(name), Some(last)) = (current, words.last()) {
+        results.push((name, *last == "[pass]"));
+    }
+    results
+}
+
+/// Every test `memccapable` passes directly against one memcached also
+/// passes through the proxy.
+pub fn same_passes(direct: &[(String, bool)], proxied: &[(String, bool)]) {
+    assert!(direct.len() >= 20, "memccapable ran: {direct:?}");
+    for (name, _) in direct.iter().filter(|(_, passed)| *passed) {
+        let through = proxied.iter().find(|(n, _)| n == name).map(|(_, p)| *p);
+        assert_eq!(
+            through,
+            Some(true),
+            "{name} passes directly but not through the proxy: {proxied:?}"
+        );
+    }
 }
