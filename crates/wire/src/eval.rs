@@ -289,7 +289,7 @@ fn equal(a: Val, b: Val) -> Result<bool, EvalFail> {
 }
 
 /// RFC 9110 `tchar`: the characters of a method or header name.
-fn is_tchar(c: u8) -> bool {
+pub(crate) fn is_tchar(c: u8) -> bool {
     TCHAR[c as usize]
 }
 

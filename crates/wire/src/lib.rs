@@ -12,10 +12,14 @@ mod compile;
 mod error;
 mod eval;
 pub mod grammar;
+mod int_expr;
 mod message;
 mod parse;
+mod plan;
 pub mod program;
+mod ranges;
 mod reject;
+mod scalar;
 mod serialize;
 mod split;
 pub mod stock;
@@ -46,6 +50,10 @@ pub struct Grammar {
     pub name: String,
     pub(crate) units: Vec<UnitInfo>,
     pub(crate) blocks: Vec<Vec<Op>>,
+    /// The blocks lowered for the parser.
+    pub(crate) plan: plan::Plan,
+    /// Per unit, its fields by name.
+    pub(crate) field_index: Vec<message::FieldIndex>,
 }
 
 impl Grammar {
@@ -60,9 +68,17 @@ impl Grammar {
             diagnostics.sort_by_key(|d| d.span().start);
             return Err(GrammarError { name, diagnostics });
         }
+        let field_index = compiled
+            .units
+            .iter()
+            .map(|u| message::FieldIndex::new(&u.fields))
+            .collect();
+        let plan = plan::Plan::new(&compiled.blocks, &compiled.units);
         Ok(Grammar {
             name,
             units: compiled.units,
+            plan,
+            field_index,
             blocks: compiled.blocks,
         })
     }

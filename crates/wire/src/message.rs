@@ -2,8 +2,81 @@
 //! the bytes it was parsed from.
 
 use crate::eval::{slot_val, Val};
-use crate::program::{FieldKind, Slot, UnitId};
+use crate::program::{FieldInfo, FieldKind, Slot, UnitId};
 use crate::Grammar;
+
+/// A short summary of a field name (its length, first and last bytes):
+/// names with different tags differ.
+#[inline]
+fn name_tag(name: &str) -> u32 {
+    let b = name.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(f), Some(l)) => (b.len() as u32) << 16 | (*f as u32) << 8 | *l as u32,
+        _ => 0,
+    }
+}
+
+/// A unit's fields by name: an open-addressing table keyed by
+/// [`name_tag`], so that a lookup compares about one name rather than
+/// scanning the unit's fields.
+#[derive(Debug)]
+pub(crate) struct FieldIndex {
+    /// Field indices, [`FieldIndex::EMPTY`] where none; a power of two long.
+    table: Box<[u32]>,
+    tags: Box<[u32]>,
+}
+
+impl FieldIndex {
+    const EMPTY: u32 = u32::MAX;
+
+    pub fn new(fields: &[FieldInfo]) -> FieldIndex {
+        let size = (fields.len() * 2).next_power_of_two().max(4);
+        let mut table = vec![Self::EMPTY; size];
+        let tags: Box<[u32]> = fields.iter().map(|f| name_tag(&f.name)).collect();
+        for (i, f) in fields.iter().enumerate() {
+            // A name declared again (in another switch case) keeps its
+            // first declaration, as a scan in order would find.
+            if fields[..i].iter().any(|g| g.name == f.name) {
+                continue;
+            }
+            let mut h = Self::hash(tags[i], size);
+            while table[h] != Self::EMPTY {
+                h = (h + 1) & (size - 1);
+            }
+            table[h] = i as u32;
+        }
+        FieldIndex {
+            table: table.into(),
+            tags,
+        }
+    }
+
+    #[inline]
+    fn hash(tag: u32, size: usize) -> usize {
+        (tag.wrapping_mul(0x9e37_79b1) >> 16) as usize & (size - 1)
+    }
+
+    /// The field called `name` among `fields` (those it was built from).
+    #[inline]
+    pub fn find<'f>(&self, fields: &'f [FieldInfo], name: &str) -> Option<&'f FieldInfo> {
+        let tag = name_tag(name);
+        let size = self.table.len();
+        let mut h = Self::hash(tag, size);
+        loop {
+            let i = *self.table.get(h)?;
+            if i == Self::EMPTY {
+                return None;
+            }
+            if self.tags.get(i as usize) == Some(&tag) {
+                let f = fields.get(i as usize)?;
+                if f.name == name {
+                    return Some(f);
+                }
+            }
+            h = (h + 1) & (size - 1);
+        }
+    }
+}
 
 /// A parsed unit instance.
 #[derive(Clone, Copy)]
@@ -107,13 +180,8 @@ impl<'a> Message<'a> {
     }
 
     pub fn get(&self, name: &str) -> Value<'a> {
-        let Some(f) = self
-            .grammar
-            .unit(self.unit)
-            .fields
-            .iter()
-            .find(|f| f.name == name)
-        else {
+        let fields = &self.grammar.unit(self.unit).fields;
+        let Some(f) = self.grammar.field_index[self.unit].find(fields, name) else {
             return Value::Absent;
         };
         let at = self.base + f.slot as usize;
@@ -139,16 +207,34 @@ impl<'a> Message<'a> {
         }
     }
 
+    /// The slot of a scalar field (or variable) called `name`.
+    #[inline]
+    fn scalar(&self, name: &str) -> Option<&'a Slot> {
+        let fields = &self.grammar.unit(self.unit).fields;
+        let f = self.grammar.field_index[self.unit].find(fields, name)?;
+        match f.kind {
+            FieldKind::Int | FieldKind::Bytes => self.slots.get(self.base + f.slot as usize),
+            _ => None,
+        }
+    }
+
+    // `int` and `bytes` are `get` narrowed, without building a `Value`:
+    // programs read scalars by name on every message.
     pub fn int(&self, name: &str) -> Option<i128> {
-        match self.get(name) {
-            Value::Int(v) => Some(v),
+        match self.scalar(name)? {
+            Slot::Int(v) => Some(*v as i128),
+            Slot::SInt(v) => Some(*v as i128),
+            Slot::Count(n) => Some(*n as i128),
             _ => None,
         }
     }
 
     pub fn bytes(&self, name: &str) -> Option<&'a [u8]> {
-        match self.get(name) {
-            Value::Bytes(b) => Some(b),
+        match self.scalar(name)? {
+            Slot::Bytes { start, len } => {
+                let s = *start as usize;
+                Some(self.data.get(s..s + *len as usize).unwrap_or(&[]))
+            }
             _ => None,
         }
     }

@@ -5,12 +5,20 @@
 //! calls [`Parser::parse`] again with the same prefix and more bytes after
 //! [`Progress::NeedMore`]. Nothing is allocated per message: slots and the
 //! frame stack are sized once, when the parser is made.
+//!
+//! The parser runs the grammar's [plan](crate::plan): within a block it
+//! steps through the plan's steps without going back to the frame stack,
+//! which it touches only to enter a unit, a switch case or a list, or to
+//! stop for more bytes.
 
 use crate::error::{WireError, WireErrorKind};
 use crate::eval::{slot_val, Env, Val};
+use crate::int_expr::Operand;
+use crate::plan::{Check, ListRegion, Pred, Run, RunKind, StepKind, ValExpr};
 use crate::program::*;
+use crate::ranges::in_ranges;
+use crate::scalar::{read_vlong, starts};
 use crate::{Grammar, Message};
-use memchr::memmem;
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,11 +70,17 @@ const MAX_DEPTH: usize = 64;
 pub struct Parser {
     grammar: Arc<Grammar>,
     unit: UnitId,
-    slots: Vec<Slot>,
+    st: State,
+}
+
+/// What parsing changes; apart from the grammar, so that the grammar can
+/// be borrowed while the state is written.
+pub(crate) struct State {
+    pub(crate) slots: Vec<Slot>,
     stack: Vec<Frame>,
-    pos: usize,
+    pub(crate) pos: usize,
     /// Where a delimiter search resumes, so rescans are not quadratic.
-    scan: usize,
+    pub(crate) scan: usize,
     /// Slots a view needs; `None` stores every field.
     keep: Option<Arc<[bool]>>,
     /// Whether [`Progress::Head`] was reported for this message.
@@ -83,14 +97,16 @@ impl Parser {
         let mut p = Parser {
             grammar,
             unit,
-            slots: vec![Slot::Unset; n],
-            stack: Vec::with_capacity(MAX_DEPTH),
-            pos: 0,
-            scan: 0,
-            keep: None,
-            head_done: false,
-            remaining: None,
-            eof: false,
+            st: State {
+                slots: vec![Slot::Unset; n],
+                stack: Vec::with_capacity(MAX_DEPTH),
+                pos: 0,
+                scan: 0,
+                keep: None,
+                head_done: false,
+                remaining: None,
+                eof: false,
+            },
         };
         p.reset();
         p
@@ -99,7 +115,7 @@ impl Parser {
     /// A parser that decodes only the slots in `keep` (see [`Grammar::view`]).
     pub fn with_view(grammar: Arc<Grammar>, unit: UnitId, keep: Arc<[bool]>) -> Parser {
         let mut p = Parser::new(grammar, unit);
-        p.keep = Some(keep);
+        p.st.keep = Some(keep);
         p
     }
 
@@ -113,25 +129,26 @@ impl Parser {
 
     /// Starts over, for the next message.
     pub fn reset(&mut self) {
-        self.slots.fill(Slot::Unset);
-        self.stack.clear();
-        self.stack.push(Frame::Seq {
+        let st = &mut self.st;
+        clear(&mut st.slots, &self.grammar.plan.lists[self.unit]);
+        st.stack.clear();
+        st.stack.push(Frame::Seq {
             block: self.grammar.units[self.unit].block,
             pc: 0,
             base: 0,
         });
-        self.pos = 0;
-        self.scan = 0;
-        self.head_done = false;
-        self.remaining = None;
-        self.eof = false;
+        st.pos = 0;
+        st.scan = 0;
+        st.head_done = false;
+        st.remaining = None;
+        st.eof = false;
     }
 
     /// Like [`Parser::parse`], when the stream has ended after `buf`: a
     /// field that runs to the end of the stream (`&eof`) ends here, and a
     /// message cut short is an error.
     pub fn finish(&mut self, buf: &[u8]) -> Result<Progress, WireError> {
-        self.eof = true;
+        self.st.eof = true;
         match self.parse(buf)? {
             Progress::NeedMore => Err(WireError {
                 kind: WireErrorKind::Truncated,
@@ -143,6 +160,54 @@ impl Parser {
         }
     }
 
+    /// The parsed message; valid after [`Progress::Done`], over the same bytes.
+    pub fn message<'a>(&'a self, buf: &'a [u8]) -> Message<'a> {
+        Message::new(&self.grammar, self.unit, &self.st.slots, 0, buf)
+    }
+
+    /// The value slots, for serialising a parsed message.
+    pub fn slots(&self) -> &[Slot] {
+        &self.st.slots
+    }
+
+    /// Parses from the start of `buf`, which begins with the current
+    /// message (and may hold more after it).
+    pub fn parse(&mut self, buf: &[u8]) -> Result<Progress, WireError> {
+        let g: &Grammar = &self.grammar;
+        let st = &mut self.st;
+        loop {
+            let Some(&frame) = st.stack.last() else {
+                return Ok(Progress::Done(st.pos));
+            };
+            let stop = match frame {
+                Frame::Seq { block, pc, base } => st.seq(g, block, pc as usize, base, buf)?,
+                Frame::List { .. } => st.list(g, frame, buf)?,
+            };
+            if let Some(p) = stop {
+                return Ok(p);
+            }
+        }
+    }
+}
+
+/// Unsets every slot: of each list, only the elements its count says were
+/// written (the others are unset already).
+fn clear(slots: &mut [Slot], lists: &[ListRegion]) {
+    let mut from = 0;
+    for l in lists {
+        let (count, end) = (l.count as usize, l.end as usize);
+        slots[from..count].fill(Slot::Unset);
+        if let Slot::Count(n) = slots[count] {
+            let used = (n as usize * l.elem_slots as usize).min(end - count - 1);
+            slots[count + 1..count + 1 + used].fill(Slot::Unset);
+        }
+        slots[count] = Slot::Unset;
+        from = end;
+    }
+    slots[from..].fill(Slot::Unset);
+}
+
+impl State {
     /// Hands the bytes parsed so far over to the caller (see
     /// [`Progress::Stream`]): positions restart from zero.
     fn stream_out(&mut self) -> Progress {
@@ -157,322 +222,499 @@ impl Parser {
         Progress::Stream(n)
     }
 
-    /// The parsed message; valid after [`Progress::Done`], over the same bytes.
-    pub fn message<'a>(&'a self, buf: &'a [u8]) -> Message<'a> {
-        Message::new(&self.grammar, self.unit, &self.slots, 0, buf)
+    /// Records where the current block resumes.
+    fn set_pc(&mut self, pc: usize) {
+        if let Some(Frame::Seq { pc: p, .. }) = self.stack.last_mut() {
+            *p = pc as u32;
+        }
     }
 
-    /// The value slots, for serialising a parsed message.
-    pub fn slots(&self) -> &[Slot] {
-        &self.slots
-    }
-
-    /// Parses from the start of `buf`, which begins with the current
-    /// message (and may hold more after it).
-    pub fn parse(&mut self, buf: &[u8]) -> Result<Progress, WireError> {
-        let g = self.grammar.clone();
+    /// Runs the steps of a block from `pc`, and of the units and switch
+    /// cases it enters and returns from, until a list frame is on top
+    /// (`None`; also when the stack is empty) or it has to stop (`Some`).
+    fn seq(
+        &mut self,
+        g: &Grammar,
+        mut block: BlockId,
+        mut pc: usize,
+        mut base: u32,
+        buf: &[u8],
+    ) -> Result<Option<Progress>, WireError> {
+        let mut steps = &g.plan.blocks[block as usize];
+        let mut ops = &g.blocks[block as usize];
         loop {
-            let Some(&frame) = self.stack.last() else {
-                return Ok(Progress::Done(self.pos));
+            let Some(step) = steps.get(pc) else {
+                // The block is done: back to the enclosing block, if the
+                // frame below is one, without leaving this loop.
+                self.stack.pop();
+                let Some(&Frame::Seq {
+                    block: b,
+                    pc: p,
+                    base: s,
+                }) = self.stack.last()
+                else {
+                    return Ok(None);
+                };
+                (block, pc, base) = (b, p as usize, s);
+                steps = &g.plan.blocks[block as usize];
+                ops = &g.blocks[block as usize];
+                continue;
             };
-            match frame {
-                Frame::Seq { block, pc, base } => {
-                    let ops = &g.blocks[block as usize];
-                    let Some(op) = ops.get(pc as usize) else {
-                        self.stack.pop();
-                        continue;
+            let op = &ops[step.op as usize];
+            let at = step.slot.map(|s| base as usize + s as usize);
+            match &step.kind {
+                StepKind::Run(run) => {
+                    if buf.len().saturating_sub(self.pos) >= run.width as usize {
+                        self.run(run, ops, base, buf)?;
+                        pc += 1 + run.covers as usize;
+                    } else {
+                        pc += 1;
+                    }
+                    continue;
+                }
+                StepKind::Int(f) => {
+                    let n = f.width as usize;
+                    let Some(raw) = buf.get(self.pos..self.pos + n) else {
+                        self.set_pc(pc);
+                        return Ok(Some(Progress::NeedMore));
                     };
-                    let next = Frame::Seq {
-                        block,
-                        pc: pc + 1,
-                        base,
+                    if let Some(a) = at.filter(|a| self.keep(*a)) {
+                        self.slots[a] = f.decode(raw);
+                    }
+                    self.pos += n;
+                }
+                StepKind::Bytes { len, max } => {
+                    let n = self
+                        .env(base, buf)
+                        .int_of(len)
+                        .map_err(|_| self.error(op, WireErrorKind::Invalid))?;
+                    if n < 0 {
+                        return Err(self.error(op, WireErrorKind::BadLength));
+                    }
+                    if n > *max as i128 {
+                        return Err(self.error(op, WireErrorKind::TooLong { max: *max as u64 }));
+                    }
+                    let n = n as usize;
+                    if buf.len().saturating_sub(self.pos) < n {
+                        self.set_pc(pc);
+                        return Ok(Some(Progress::NeedMore));
+                    }
+                    self.store_bytes(at, n);
+                    self.pos += n;
+                }
+                StepKind::VInt => {
+                    let Some((v, size)) = read_vlong(&buf[self.pos.min(buf.len())..]) else {
+                        self.set_pc(pc);
+                        return Ok(Some(Progress::NeedMore));
                     };
+                    self.store(at, Slot::SInt(v));
+                    self.pos += size;
+                }
+                StepKind::Scalar => {
+                    let OpKind::Scalar(s) = &op.kind else {
+                        unreachable!("scalar steps run scalar operations")
+                    };
+                    if !self.scalar(s, op, at, base, buf)? {
+                        self.set_pc(pc);
+                        return Ok(Some(Progress::NeedMore));
+                    }
+                }
+                StepKind::Var(e) => {
+                    let slot = self.var(e, op, base, buf)?;
+                    if let Some(at) = at {
+                        self.slots[at] = slot;
+                    }
+                }
+                StepKind::Nothing => {}
+                StepKind::Switch(sw) => {
+                    let env = self.env(base, buf);
+                    let v = env
+                        .val_of(&sw.on)
+                        .map_err(|_| self.error(op, WireErrorKind::Invalid))?;
+                    let Some(b) = sw.choose(v, &env) else {
+                        return Err(self.error(op, WireErrorKind::NoCase));
+                    };
+                    self.set_pc(pc + 1);
+                    self.push(
+                        Frame::Seq {
+                            block: b,
+                            pc: 0,
+                            base,
+                        },
+                        op,
+                    )?;
+                    (block, pc) = (b, 0);
+                    steps = &g.plan.blocks[block as usize];
+                    ops = &g.blocks[block as usize];
+                    continue;
+                }
+                StepKind::Unit(b) => {
+                    self.set_pc(pc + 1);
+                    let inner = base + op.slot.unwrap_or(0) as u32;
+                    self.push(
+                        Frame::Seq {
+                            block: *b,
+                            pc: 0,
+                            base: inner,
+                        },
+                        op,
+                    )?;
+                    (block, pc, base) = (*b, 0, inner);
+                    steps = &g.plan.blocks[block as usize];
+                    ops = &g.blocks[block as usize];
+                    continue;
+                }
+                StepKind::List => {
+                    self.set_pc(pc + 1);
+                    self.start_list(block, step.op, base, op)?;
+                    return Ok(None);
+                }
+                StepKind::Stream => {
                     match &op.kind {
                         // An empty body is no stream: the message is all head.
                         OpKind::Scalar(Scalar::Bytes {
                             len: Len::Expr(e), ..
-                        }) if op.stream
-                            && self.remaining.is_none()
+                        }) if self.remaining.is_none()
                             && matches!(self.env(base, buf).int(e), Ok(0)) =>
                         {
-                            *self.stack.last_mut().unwrap() = next;
+                            pc += 1;
+                            continue;
                         }
-                        OpKind::Scalar(_) | OpKind::List { .. } if op.stream && !self.head_done => {
+                        OpKind::Scalar(_) | OpKind::List { .. } if !self.head_done => {
+                            self.set_pc(pc);
                             self.head_done = true;
-                            return Ok(Progress::Head(self.pos));
+                            return Ok(Some(Progress::Head(self.pos)));
                         }
-                        OpKind::Scalar(Scalar::Bytes { len, max }) if op.stream => {
+                        OpKind::Scalar(Scalar::Bytes { len, max }) => {
                             if !self.stream_bytes(len, *max, op, base, buf)? {
-                                return Ok(if self.pos > 0 {
+                                self.set_pc(pc);
+                                return Ok(Some(if self.pos > 0 {
                                     self.stream_out()
                                 } else {
                                     Progress::NeedMore
-                                });
+                                }));
                             }
-                            *self.stack.last_mut().unwrap() = next;
+                            pc += 1;
                             if self.pos > 0 {
-                                return Ok(self.stream_out());
+                                self.set_pc(pc);
+                                return Ok(Some(self.stream_out()));
                             }
+                            continue;
                         }
-                        OpKind::Scalar(s) => {
-                            let at = op.slot.map(|s| base as usize + s as usize);
-                            if !self.scalar(s, op, at, base, buf)? {
-                                return Ok(Progress::NeedMore);
-                            }
-                            self.check(op, at, base, buf)?;
-                            *self.stack.last_mut().unwrap() = next;
-                        }
-                        OpKind::Var(e) => {
-                            let env = self.env(base, buf);
-                            let v = env
-                                .eval(e)
-                                .map_err(|_| self.error(op, WireErrorKind::Invalid))?;
-                            let slot = match v {
-                                Val::Int(i) if i < 0 => Slot::SInt(i as i64),
-                                Val::Int(i) => Slot::Int(i as u64),
-                                // Only bytes of the message can be kept in a slot.
-                                Val::Bytes(b) => {
-                                    let off =
-                                        (b.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
-                                    if off.checked_add(b.len()).is_some_and(|end| end <= buf.len())
-                                    {
-                                        Slot::Bytes {
-                                            start: off as u32,
-                                            len: b.len() as u32,
-                                        }
-                                    } else {
-                                        Slot::Unset
-                                    }
-                                }
-                                _ => Slot::Unset,
-                            };
-                            let at = op.slot.map(|s| base as usize + s as usize);
-                            if let Some(at) = at {
-                                self.slots[at] = slot;
-                            }
-                            self.check(op, at, base, buf)?;
-                            *self.stack.last_mut().unwrap() = next;
-                        }
-                        OpKind::SerializeVar { .. } => *self.stack.last_mut().unwrap() = next,
-                        OpKind::Switch { on, cases, default } => {
-                            let env = self.env(base, buf);
-                            let v = env
-                                .eval(on)
-                                .map_err(|_| self.error(op, WireErrorKind::Invalid))?;
-                            let mut chosen = *default;
-                            for (c, b) in cases {
-                                if let Ok(cv) = env.eval(c) {
-                                    if same(v, cv) {
-                                        chosen = Some(*b);
-                                        break;
-                                    }
-                                }
-                            }
-                            let Some(b) = chosen else {
-                                return Err(self.error(op, WireErrorKind::NoCase));
-                            };
-                            *self.stack.last_mut().unwrap() = next;
-                            self.push(
-                                Frame::Seq {
-                                    block: b,
-                                    pc: 0,
-                                    base,
-                                },
-                                op,
-                            )?;
-                        }
-                        OpKind::Unit { block: b } => {
-                            *self.stack.last_mut().unwrap() = next;
-                            let base = base + op.slot.unwrap_or(0) as u32;
-                            self.push(
-                                Frame::Seq {
-                                    block: *b,
-                                    pc: 0,
-                                    base,
-                                },
-                                op,
-                            )?;
+                        // A scalar read in full goes on to its check below.
+                        OpKind::Scalar(s) if !self.scalar(s, op, at, base, buf)? => {
+                            self.set_pc(pc);
+                            return Ok(Some(Progress::NeedMore));
                         }
                         OpKind::List { .. } => {
-                            *self.stack.last_mut().unwrap() = next;
-                            let lbase = base + op.slot.unwrap_or(0) as u32;
-                            self.slots[lbase as usize] = Slot::Count(0);
-                            self.push(
-                                Frame::List {
-                                    block,
-                                    op: pc,
-                                    base: lbase,
-                                    index: 0,
-                                    target: None,
-                                    after_elem: false,
-                                    start: self.pos as u32,
-                                },
-                                op,
-                            )?;
+                            self.set_pc(pc + 1);
+                            self.start_list(block, step.op, base, op)?;
+                            return Ok(None);
                         }
-                    }
-                }
-                Frame::List {
-                    block,
-                    op,
-                    base,
-                    index,
-                    target,
-                    after_elem,
-                    start,
-                } => {
-                    let lop = &g.blocks[block as usize][op as usize];
-                    let OpKind::List {
-                        elem,
-                        stop,
-                        sep,
-                        max,
-                        max_bytes,
-                    } = &lop.kind
-                    else {
-                        unreachable!("list frames point at list operations")
-                    };
-                    if let Some(mb) = max_bytes {
-                        if self.pos - start as usize > *mb as usize {
-                            return Err(self.error(lop, WireErrorKind::TooLong { max: *mb as u64 }));
-                        }
-                    }
-                    // A streamed list hands each finished element over.
-                    if lop.stream && after_elem && self.pos > 0 {
-                        return Ok(self.stream_out());
-                    }
-                    // A streamed list keeps one element's values at a time.
-                    let slot_index = |i: u32| if lop.stream { 0 } else { i };
-                    let elem_slots = match elem {
-                        Elem::Unit { slots, .. } => *slots as u32,
-                        Elem::Scalar(_) => 1,
-                    };
-                    let unit_base = self.unit_base_of_list(base, lop);
-                    let mut target = target;
-                    match stop {
-                        Stop::UntilElem(e) if after_elem => {
-                            let env = Env {
-                                dollar_base: (base + 1 + slot_index(index - 1) * elem_slots)
-                                    as usize,
-                                ..self.env(unit_base, buf)
-                            };
-                            if env
-                                .truthy(e)
-                                .map_err(|_| self.error(lop, WireErrorKind::Invalid))?
-                            {
-                                self.stack.pop();
-                                continue;
-                            }
-                        }
-                        Stop::Count(e) => {
-                            let n = match target {
-                                Some(n) => n,
-                                None => {
-                                    let env = self.env(unit_base, buf);
-                                    let n = env
-                                        .int(e)
-                                        .map_err(|_| self.error(lop, WireErrorKind::Invalid))?;
-                                    if n < 0 || n > *max as i128 {
-                                        return Err(
-                                            self.error(lop, WireErrorKind::TooMany { max: *max })
-                                        );
-                                    }
-                                    target = Some(n as u32);
-                                    n as u32
-                                }
-                            };
-                            if index == n {
-                                self.stack.pop();
-                                continue;
-                            }
-                        }
-                        Stop::Until(t) => match starts(buf, self.pos, t) {
-                            Some(true) => {
-                                self.pos += t.len();
-                                self.stack.pop();
-                                continue;
-                            }
-                            Some(false) => {}
-                            None => return Ok(Progress::NeedMore),
-                        },
-                        Stop::UntilElem(_) => {}
-                    }
-                    if index >= *max && !lop.stream {
-                        return Err(self.error(lop, WireErrorKind::TooMany { max: *max }));
-                    }
-                    let at = (base + 1 + slot_index(index) * elem_slots) as usize;
-                    match elem {
-                        Elem::Unit { block: b, .. } => {
-                            if let (Some(s), true) = (sep, index > 0) {
-                                match starts(buf, self.pos, s) {
-                                    Some(true) => self.pos += s.len(),
-                                    Some(false) => {
-                                        return Err(self.error(lop, WireErrorKind::Mismatch))
-                                    }
-                                    None => return Ok(Progress::NeedMore),
-                                }
-                            }
-                            *self.stack.last_mut().unwrap() = Frame::List {
-                                block,
-                                op,
-                                base,
-                                index: index + 1,
-                                target,
-                                after_elem: true,
-                                start,
-                            };
-                            self.slots[base as usize] = Slot::Count(slot_index(index) + 1);
-                            self.push(
-                                Frame::Seq {
-                                    block: *b,
-                                    pc: 0,
-                                    base: at as u32,
-                                },
-                                lop,
-                            )?;
-                        }
-                        Elem::Scalar(s) => {
-                            let done = match (&**s, sep, stop) {
-                                // Tokens separated by `sep`, the last ended by the terminator.
-                                (
-                                    Scalar::Bytes {
-                                        len: Len::Until(_),
-                                        max: m,
-                                    },
-                                    Some(sp),
-                                    Stop::Until(t),
-                                ) => self.token(buf, at, sp, t, *m as usize, lop)?,
-                                _ => self.scalar(s, lop, Some(at), unit_base, buf)?,
-                            };
-                            if !done {
-                                *self.stack.last_mut().unwrap() = Frame::List {
-                                    block,
-                                    op,
-                                    base,
-                                    index,
-                                    target,
-                                    after_elem,
-                                    start,
-                                };
-                                return Ok(Progress::NeedMore);
-                            }
-                            self.slots[base as usize] = Slot::Count(slot_index(index) + 1);
-                            *self.stack.last_mut().unwrap() = Frame::List {
-                                block,
-                                op,
-                                base,
-                                index: index + 1,
-                                target,
-                                after_elem: true,
-                                start,
-                            };
-                        }
+                        _ => {}
                     }
                 }
             }
+            if let Some(req) = &step.check {
+                self.check(req, op, at, base, buf)?;
+            }
+            pc += 1;
         }
     }
 
+    /// A fused run of fixed-width fields, all of whose bytes are in `buf`:
+    /// the same values, checks and errors as the fields one by one.
+    fn run(&mut self, run: &Run, ops: &[Op], base: u32, buf: &[u8]) -> Result<(), WireError> {
+        let start = self.pos;
+        let bytes = &buf[start..start + run.width as usize];
+        for i in run.ints.iter() {
+            let a = base as usize + i.slot as usize;
+            if self.keep(a) {
+                let at = i.at as usize;
+                self.slots[a] = i.field.decode(&bytes[at..at + i.field.width as usize]);
+            }
+        }
+        for f in run.fields.iter() {
+            let at = f.slot.map(|s| base as usize + s as usize);
+            match &f.kind {
+                // Integers without a slot have nothing to store.
+                RunKind::Int(_) | RunKind::Nothing => {}
+                RunKind::Bytes => {
+                    self.pos = start + f.at as usize;
+                    self.store_bytes(at, (f.end - f.at) as usize);
+                }
+                RunKind::Literal { bytes: lit, nocase } => {
+                    let got = &bytes[f.at as usize..f.end as usize];
+                    let ok = if *nocase {
+                        got.eq_ignore_ascii_case(lit)
+                    } else {
+                        got == &lit[..]
+                    };
+                    self.pos = start + f.at as usize;
+                    if !ok {
+                        return Err(self.error(&ops[f.op as usize], WireErrorKind::Mismatch));
+                    }
+                    self.store_bytes(at, got.len());
+                }
+                RunKind::Var(e) => {
+                    self.pos = start + f.at as usize;
+                    let slot = match self.bits(e, base) {
+                        Some(v) => v,
+                        None => self.var(e, &ops[f.op as usize], base, buf)?,
+                    };
+                    if let Some(at) = at {
+                        self.slots[at] = slot;
+                    }
+                }
+            }
+            if let Some(req) = &f.check {
+                self.pos = start + f.end as usize;
+                self.check(req, &ops[f.op as usize], at, base, buf)?;
+            }
+        }
+        self.pos = start + run.width as usize;
+        Ok(())
+    }
+
+    /// A bit field of an unsigned integer, in place; `None` for any other
+    /// variable or value.
+    #[inline(always)]
+    fn bits(&self, e: &ValExpr, base: u32) -> Option<Slot> {
+        let ValExpr::Bits {
+            slot, shift, mask, ..
+        } = e
+        else {
+            return None;
+        };
+        match self.slots.get(base as usize + *slot as usize)? {
+            Slot::Int(v) => Some(Slot::Int((v >> shift) & mask)),
+            _ => None,
+        }
+    }
+
+    /// A variable's value, as a slot.
+    fn var(&self, e: &ValExpr, op: &Op, base: u32, buf: &[u8]) -> Result<Slot, WireError> {
+        if let Some(v) = self.bits(e, base) {
+            return Ok(v);
+        }
+        if let ValExpr::Int(i) | ValExpr::Bits { expr: i, .. } = e {
+            return match self.env(base, buf).int_of(i) {
+                Ok(i) if i < 0 => Ok(Slot::SInt(i as i64)),
+                Ok(i) => Ok(Slot::Int(i as u64)),
+                Err(_) => Err(self.error(op, WireErrorKind::Invalid)),
+            };
+        }
+        let v = self
+            .env(base, buf)
+            .val_of(e)
+            .map_err(|_| self.error(op, WireErrorKind::Invalid))?;
+        Ok(match v {
+            Val::Int(i) if i < 0 => Slot::SInt(i as i64),
+            Val::Int(i) => Slot::Int(i as u64),
+            // Only bytes of the message can be kept in a slot.
+            Val::Bytes(b) => {
+                let off = (b.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
+                if off.checked_add(b.len()).is_some_and(|end| end <= buf.len()) {
+                    Slot::Bytes {
+                        start: off as u32,
+                        len: b.len() as u32,
+                    }
+                } else {
+                    Slot::Unset
+                }
+            }
+            _ => Slot::Unset,
+        })
+    }
+
+    /// Enters the list at operation `op` of `block`.
+    fn start_list(
+        &mut self,
+        block: BlockId,
+        op: u32,
+        base: u32,
+        lop: &Op,
+    ) -> Result<(), WireError> {
+        let lbase = base + lop.slot.unwrap_or(0) as u32;
+        self.slots[lbase as usize] = Slot::Count(0);
+        self.push(
+            Frame::List {
+                block,
+                op,
+                base: lbase,
+                index: 0,
+                target: None,
+                after_elem: false,
+                start: self.pos as u32,
+            },
+            lop,
+        )
+    }
+
+    /// One turn of a list frame: ends the list, or reads or enters its next
+    /// element.
+    fn list(
+        &mut self,
+        g: &Grammar,
+        frame: Frame,
+        buf: &[u8],
+    ) -> Result<Option<Progress>, WireError> {
+        let Frame::List {
+            block,
+            op,
+            base,
+            index,
+            target,
+            after_elem,
+            start,
+        } = frame
+        else {
+            unreachable!("called with list frames")
+        };
+        let lop = &g.blocks[block as usize][op as usize];
+        let OpKind::List {
+            elem,
+            stop,
+            sep,
+            max,
+            max_bytes,
+        } = &lop.kind
+        else {
+            unreachable!("list frames point at list operations")
+        };
+        if let Some(mb) = max_bytes {
+            if self.pos - start as usize > *mb as usize {
+                return Err(self.error(lop, WireErrorKind::TooLong { max: *mb as u64 }));
+            }
+        }
+        // A streamed list hands each finished element over.
+        if lop.stream && after_elem && self.pos > 0 {
+            return Ok(Some(self.stream_out()));
+        }
+        // A streamed list keeps one element's values at a time.
+        let slot_index = |i: u32| if lop.stream { 0 } else { i };
+        let elem_slots = match elem {
+            Elem::Unit { slots, .. } => *slots as u32,
+            Elem::Scalar(_) => 1,
+        };
+        let unit_base = self.unit_base_of_list(base, lop);
+        let mut target = target;
+        match stop {
+            Stop::UntilElem(e) if after_elem => {
+                let env = Env {
+                    dollar_base: (base + 1 + slot_index(index - 1) * elem_slots) as usize,
+                    ..self.env(unit_base, buf)
+                };
+                if env
+                    .truthy(e)
+                    .map_err(|_| self.error(lop, WireErrorKind::Invalid))?
+                {
+                    self.stack.pop();
+                    return Ok(None);
+                }
+            }
+            Stop::Count(e) => {
+                let n = match target {
+                    Some(n) => n,
+                    None => {
+                        let env = self.env(unit_base, buf);
+                        let n = env
+                            .int(e)
+                            .map_err(|_| self.error(lop, WireErrorKind::Invalid))?;
+                        if n < 0 || n > *max as i128 {
+                            return Err(self.error(lop, WireErrorKind::TooMany { max: *max }));
+                        }
+                        target = Some(n as u32);
+                        n as u32
+                    }
+                };
+                if index == n {
+                    self.stack.pop();
+                    return Ok(None);
+                }
+            }
+            Stop::Until(t) => match starts(buf, self.pos, t) {
+                Some(true) => {
+                    self.pos += t.len();
+                    self.stack.pop();
+                    return Ok(None);
+                }
+                Some(false) => {}
+                None => return Ok(Some(Progress::NeedMore)),
+            },
+            Stop::UntilElem(_) => {}
+        }
+        if index >= *max && !lop.stream {
+            return Err(self.error(lop, WireErrorKind::TooMany { max: *max }));
+        }
+        let at = (base + 1 + slot_index(index) * elem_slots) as usize;
+        match elem {
+            Elem::Unit { block: b, .. } => {
+                if let (Some(s), true) = (sep, index > 0) {
+                    match starts(buf, self.pos, s) {
+                        Some(true) => self.pos += s.len(),
+                        Some(false) => return Err(self.error(lop, WireErrorKind::Mismatch)),
+                        None => return Ok(Some(Progress::NeedMore)),
+                    }
+                }
+                *self.stack.last_mut().unwrap() = Frame::List {
+                    block,
+                    op,
+                    base,
+                    index: index + 1,
+                    target,
+                    after_elem: true,
+                    start,
+                };
+                self.slots[base as usize] = Slot::Count(slot_index(index) + 1);
+                self.push(
+                    Frame::Seq {
+                        block: *b,
+                        pc: 0,
+                        base: at as u32,
+                    },
+                    lop,
+                )?;
+            }
+            Elem::Scalar(s) => {
+                let done = match (&**s, sep, stop) {
+                    // Tokens separated by `sep`, the last ended by the terminator.
+                    (
+                        Scalar::Bytes {
+                            len: Len::Until(_),
+                            max: m,
+                        },
+                        Some(sp),
+                        Stop::Until(t),
+                    ) => self.token(buf, at, sp, t, *m as usize, lop)?,
+                    _ => self.scalar(s, lop, Some(at), unit_base, buf)?,
+                };
+                if !done {
+                    *self.stack.last_mut().unwrap() = Frame::List {
+                        block,
+                        op,
+                        base,
+                        index,
+                        target,
+                        after_elem,
+                        start,
+                    };
+                    return Ok(Some(Progress::NeedMore));
+                }
+                self.slots[base as usize] = Slot::Count(slot_index(index) + 1);
+                *self.stack.last_mut().unwrap() = Frame::List {
+                    block,
+                    op,
+                    base,
+                    index: index + 1,
+                    target,
+                    after_elem: true,
+                    start,
+                };
+            }
+        }
+        Ok(None)
+    }
     /// Passes on the bytes of a `&stream` field as they arrive; `true`
     /// once the whole field went by.
     fn stream_bytes(
@@ -531,7 +773,7 @@ impl Parser {
         Ok(())
     }
 
-    fn env<'a>(&'a self, base: u32, buf: &'a [u8]) -> Env<'a> {
+    pub(crate) fn env<'a>(&'a self, base: u32, buf: &'a [u8]) -> Env<'a> {
         Env {
             slots: &self.slots,
             base: base as usize,
@@ -541,7 +783,7 @@ impl Parser {
         }
     }
 
-    fn error(&self, op: &Op, kind: WireErrorKind) -> WireError {
+    pub(crate) fn error(&self, op: &Op, kind: WireErrorKind) -> WireError {
         WireError {
             kind,
             field: op.field.clone(),
@@ -550,13 +792,21 @@ impl Parser {
         }
     }
 
-    fn keep(&self, at: usize) -> bool {
+    /// Whether a view keeps slot `at` (every slot without a view).
+    #[inline]
+    pub(crate) fn keep(&self, at: usize) -> bool {
         self.keep
             .as_ref()
             .is_none_or(|k| k.get(at).copied().unwrap_or(true))
     }
 
-    fn store(&mut self, at: Option<usize>, v: Slot) {
+    /// Whether the value of a field stored at `at`, if any, is kept.
+    #[inline]
+    pub(crate) fn keeps(&self, at: Option<usize>) -> bool {
+        at.is_some_and(|a| self.keep(a))
+    }
+
+    pub(crate) fn store(&mut self, at: Option<usize>, v: Slot) {
         if let Some(at) = at {
             if self.keep(at) {
                 self.slots[at] = v;
@@ -565,7 +815,7 @@ impl Parser {
     }
 
     /// Keeps the `len` bytes at the current position in slot `at`.
-    fn store_bytes(&mut self, at: Option<usize>, len: usize) {
+    pub(crate) fn store_bytes(&mut self, at: Option<usize>, len: usize) {
         let start = self.pos as u32;
         self.store(
             at,
@@ -576,360 +826,73 @@ impl Parser {
         );
     }
 
-    /// `&requires` of the field just parsed.
-    fn check(&self, op: &Op, at: Option<usize>, base: u32, buf: &[u8]) -> Result<(), WireError> {
-        let Some(req) = &op.requires else {
-            return Ok(());
-        };
-        let env = Env {
-            dollar: at.map_or(Val::Unset, |a| slot_val(&self.slots, buf, a)),
-            ..self.env(base, buf)
-        };
-        match env.truthy(req) {
-            Ok(true) => Ok(()),
-            _ => Err(WireError {
-                offset: self.pos,
-                ..self.error(op, WireErrorKind::Invalid)
-            }),
-        }
-    }
-
-    /// Reads one scalar; `false` when the bytes run out first.
-    fn scalar(
-        &mut self,
-        s: &Scalar,
+    /// `&requires` of the field just parsed. A check of integer values
+    /// against constants is a few range tests.
+    #[inline(always)]
+    fn check(
+        &self,
+        req: &Check,
         op: &Op,
         at: Option<usize>,
         base: u32,
         buf: &[u8],
-    ) -> Result<bool, WireError> {
-        let avail = buf.len().saturating_sub(self.pos);
-        match s {
-            Scalar::Int {
-                bytes,
-                signed,
-                order,
-            } => {
-                let n = *bytes as usize;
-                if avail < n {
-                    return Ok(false);
-                }
-                if self.keep_or_needed(at) {
-                    let raw = &buf[self.pos..self.pos + n];
-                    let mut v: u64 = 0;
-                    match order {
-                        crate::grammar::ast::ByteOrder::Big => {
-                            raw.iter().for_each(|b| v = v << 8 | *b as u64)
-                        }
-                        crate::grammar::ast::ByteOrder::Little => {
-                            raw.iter().rev().for_each(|b| v = v << 8 | *b as u64)
-                        }
-                    }
-                    let slot = if *signed {
-                        let shift = 64 - 8 * n as u32;
-                        Slot::SInt(((v << shift) as i64) >> shift)
-                    } else {
-                        Slot::Int(v)
-                    };
-                    self.store(at, slot);
-                }
-                self.pos += n;
-            }
-            Scalar::Bytes {
-                len: Len::Expr(e),
-                max,
-            } => {
-                let n = self
-                    .env(base, buf)
-                    .int(e)
-                    .map_err(|_| self.error(op, WireErrorKind::Invalid))?;
-                if n < 0 {
-                    return Err(self.error(op, WireErrorKind::BadLength));
-                }
-                if n > *max as i128 {
-                    return Err(self.error(op, WireErrorKind::TooLong { max: *max as u64 }));
-                }
-                let n = n as usize;
-                if avail < n {
-                    return Ok(false);
-                }
-                self.store_bytes(at, n);
-                self.pos += n;
-            }
-            // Only a `&stream` field may run to the end of the stream.
-            Scalar::Bytes { len: Len::Eof, .. } => {
-                return Err(self.error(op, WireErrorKind::Invalid));
-            }
-            Scalar::Bytes {
-                len: Len::Until(d),
-                max,
-            } => {
-                let Some(end) = self.find(buf, d, *max as usize, op)? else {
-                    return Ok(false);
-                };
-                self.store_bytes(at, end - self.pos);
-                self.pos = end + d.len();
-            }
-            Scalar::Bytes {
-                len: Len::BeforeAny(set),
-                max,
-            } => {
-                let Some(end) = self.find_any(buf, set, *max as usize, op)? else {
-                    return Ok(false);
-                };
-                if end == self.pos {
-                    return Err(self.error(op, WireErrorKind::Mismatch));
-                }
-                self.store_bytes(at, end - self.pos);
-                self.pos = end;
-            }
-            Scalar::AsciiInt {
-                until,
-                hex,
-                before,
-                signed,
-                bytes,
-            } => {
-                let digits = 20 + usize::from(*signed);
-                let end = if *before {
-                    self.find_any(buf, until, digits, op)?
-                } else {
-                    self.find(buf, until, digits, op)?
-                };
-                let Some(end) = end else {
-                    return Ok(false);
-                };
-                let (neg, digits) = match &buf[self.pos..end] {
-                    [b'-', rest @ ..] if *signed => (true, rest),
-                    d => (false, d),
-                };
-                let v = crate::eval::parse_int(digits, if *hex { 16 } else { 10 })
-                    .map_err(|_| self.error(op, WireErrorKind::BadNumber))?;
-                // The value must fit the declared type.
-                let bits = 8 * *bytes as u32;
-                let fits = match (*signed, neg) {
-                    (false, _) => v < 1i128 << bits,
-                    (true, false) => v < 1i128 << (bits - 1),
-                    (true, true) => v <= 1i128 << (bits - 1),
-                };
-                if !fits {
-                    return Err(self.error(op, WireErrorKind::BadNumber));
-                }
-                let slot = match (*signed, neg) {
-                    (true, true) => Slot::SInt((-v) as i64),
-                    (true, false) => Slot::SInt(v as i64),
-                    _ => Slot::Int(v as u64),
-                };
-                self.store(at, slot);
-                self.pos = if *before { end } else { end + until.len() };
-            }
-            Scalar::VInt => {
-                // Hadoop's WritableUtils.readVLong.
-                if avail < 1 {
-                    return Ok(false);
-                }
-                let first = buf[self.pos] as i8;
-                let size = if first >= -112 {
-                    1
-                } else if first < -120 {
-                    (-119 - first as i32) as usize
-                } else {
-                    (-111 - first as i32) as usize
-                };
-                if avail < size {
-                    return Ok(false);
-                }
-                let v = if size == 1 {
-                    first as i64
-                } else {
-                    let mut v: i64 = 0;
-                    for b in &buf[self.pos + 1..self.pos + size] {
-                        v = (v << 8) | *b as i64;
-                    }
-                    if first < -120 {
-                        !v
-                    } else {
-                        v
-                    }
-                };
-                self.store(at, Slot::SInt(v));
-                self.pos += size;
-            }
-            Scalar::Literal { bytes, nocase } => {
-                let n = bytes.len().min(avail);
-                let got = &buf[self.pos..self.pos + n];
-                let ok = if *nocase {
-                    got.eq_ignore_ascii_case(&bytes[..n])
-                } else {
-                    got == &bytes[..n]
-                };
-                if !ok {
-                    return Err(self.error(op, WireErrorKind::Mismatch));
-                }
-                if n < bytes.len() {
-                    return Ok(false);
-                }
-                self.store_bytes(at, n);
-                self.pos += n;
-            }
-            Scalar::Ws => {
-                let rest = &buf[self.pos..];
-                let n = rest
-                    .iter()
-                    .take_while(|c| matches!(c, b' ' | b'\t'))
-                    .count();
-                if n > WS_MAX {
-                    return Err(self.error(op, WireErrorKind::TooLong { max: WS_MAX as u64 }));
-                }
-                if n == rest.len() {
-                    return Ok(false);
-                }
-                self.store_bytes(at, n);
-                self.pos += n;
-            }
-        }
-        Ok(true)
-    }
-
-    /// Integers are decoded when a view keeps them or an expression needs
-    /// them; a view marks the latter as kept too.
-    fn keep_or_needed(&self, at: Option<usize>) -> bool {
-        at.is_some_and(|a| self.keep(a))
-    }
-
-    /// Finds `d` after the current position within `max` bytes. `None`
-    /// when more bytes are needed.
-    fn find(
-        &mut self,
-        buf: &[u8],
-        d: &[u8],
-        max: usize,
-        op: &Op,
-    ) -> Result<Option<usize>, WireError> {
-        let from = self.scan.max(self.pos);
-        let limit = (self.pos + max + d.len()).min(buf.len());
-        let found = if from < limit {
-            find_bytes(&buf[from..limit], d).map(|i| from + i)
-        } else {
-            None
+    ) -> Result<(), WireError> {
+        // One test, the usual case, in place; combinations by a call.
+        let passed = match &req.pred {
+            Some(Pred::Test(x, r)) => self.value(*x, at, base).map(|v| in_ranges(r, v)),
+            Some(p) => self.test(p, at, base),
+            None => None,
         };
-        if let Some(f) = &op.forbid {
-            let end = found.unwrap_or(limit);
-            if end > self.pos && find_bytes(&buf[self.pos..end], f).is_some() {
-                return Err(self.error(op, WireErrorKind::Mismatch));
-            }
+        match passed {
+            Some(true) => return Ok(()),
+            Some(false) => return Err(self.error(op, WireErrorKind::Invalid)),
+            None => {}
         }
-        if let Some(i) = found {
-            self.scan = 0;
-            return Ok(Some(i));
-        }
-        if buf.len() >= self.pos + max + d.len() {
-            return Err(self.error(op, WireErrorKind::TooLong { max: max as u64 }));
-        }
-        // The delimiter may straddle the end: rescan its length less one.
-        self.scan = buf.len().saturating_sub(d.len() - 1).max(self.pos);
-        Ok(None)
+        self.check_expr(req, op, at, base, buf)
     }
 
-    /// Finds the first of the bytes `set` after the current position, within
-    /// `max` bytes (`&before_any`). `None` when more bytes are needed.
-    fn find_any(
-        &mut self,
-        buf: &[u8],
-        set: &[u8],
-        max: usize,
-        op: &Op,
-    ) -> Result<Option<usize>, WireError> {
-        let from = self.scan.max(self.pos);
-        let limit = (self.pos + max + 1).min(buf.len());
-        if from < limit {
-            if let Some(i) = buf[from..limit].iter().position(|c| set.contains(c)) {
-                self.scan = 0;
-                return Ok(Some(from + i));
-            }
-        }
-        if buf.len() > self.pos + max {
-            return Err(self.error(op, WireErrorKind::TooLong { max: max as u64 }));
-        }
-        self.scan = buf.len().max(self.pos);
-        Ok(None)
-    }
-
-    /// One token of a separated list: ends at `sep` (consumed) or before
-    /// `term` (left for the list).
-    fn token(
-        &mut self,
-        buf: &[u8],
-        at: usize,
-        sep: &[u8],
-        term: &[u8],
-        max: usize,
-        op: &Op,
-    ) -> Result<bool, WireError> {
-        let rest = &buf[self.pos..buf.len().min(self.pos + max + term.len().max(sep.len()))];
-        let s = find_bytes(rest, sep);
-        let t = find_bytes(rest, term);
-        let (end, consume) = match (s, t) {
-            (Some(s), Some(t)) if t <= s => (t, 0),
-            (Some(s), _) => (s, sep.len()),
-            (None, Some(t)) => (t, 0),
-            (None, None) => {
-                if rest.len() >= max + term.len().max(sep.len()) {
-                    return Err(self.error(op, WireErrorKind::TooLong { max: max as u64 }));
-                }
-                return Ok(false);
-            }
+    /// The integer value of a slot or of `$$` (in slot `at`), if it is one.
+    #[inline(always)]
+    fn value(&self, x: Operand, at: Option<usize>, base: u32) -> Option<i128> {
+        let a = match x {
+            Operand::Dollar => at?,
+            Operand::Slot(s) => base as usize + s as usize,
         };
-        if end == 0 {
-            return Err(self.error(op, WireErrorKind::Mismatch));
+        match self.slots.get(a)? {
+            Slot::Int(v) => Some(*v as i128),
+            Slot::SInt(v) => Some(*v as i128),
+            Slot::Count(n) => Some(*n as i128),
+            _ => None,
         }
-        self.store_bytes(Some(at), end);
-        self.pos += end + consume;
-        Ok(true)
     }
-}
 
-/// The first occurrence of `needle` in `hay`. Delimiters are mostly one or
-/// two bytes (" ", ":", "\r\n"): `memchr` finds those without building a
-/// `memmem` searcher on every call.
-fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    match needle {
-        [] => Some(0),
-        [a] => memchr::memchr(*a, hay),
-        [a, b] => {
-            let mut from = 0;
-            while let Some(i) = memchr::memchr(*a, &hay[from..]) {
-                let at = from + i;
-                match hay.get(at + 1) {
-                    Some(c) if c == b => return Some(at),
-                    Some(_) => from = at + 1,
-                    None => return None,
-                }
-            }
-            None
+    /// A check's range tests; `None` when a value they read is not an
+    /// integer (the expression then decides). `at` is the slot of `$$`.
+    fn test(&self, p: &Pred, at: Option<usize>, base: u32) -> Option<bool> {
+        match p {
+            Pred::Test(x, r) => Some(in_ranges(r, self.value(*x, at, base)?)),
+            Pred::And(x, y) => Some(self.test(x, at, base)? && self.test(y, at, base)?),
+            Pred::Or(x, y) => Some(self.test(x, at, base)? || self.test(y, at, base)?),
+            Pred::Not(x) => Some(!self.test(x, at, base)?),
         }
-        _ => memmem::find(hay, needle),
     }
-}
 
-/// Whether `buf[pos..]` starts with `t`; `None` if too short to tell.
-fn starts(buf: &[u8], pos: usize, t: &[u8]) -> Option<bool> {
-    let rest = &buf[pos.min(buf.len())..];
-    let n = rest.len().min(t.len());
-    if rest[..n] != t[..n] {
-        return Some(false);
-    }
-    if n < t.len() {
-        None
-    } else {
-        Some(true)
-    }
-}
-
-fn same(a: Val, b: Val) -> bool {
-    match (a, b) {
-        (Val::Int(x), Val::Int(y)) => x == y,
-        (Val::Bytes(x), Val::Bytes(y)) => x == y,
-        _ => false,
+    /// [`State::check`] through the expression.
+    fn check_expr(
+        &self,
+        req: &Check,
+        op: &Op,
+        at: Option<usize>,
+        base: u32,
+        buf: &[u8],
+    ) -> Result<(), WireError> {
+        let env = Env {
+            dollar: at.map_or(Val::Unset, |a| slot_val(&self.slots, buf, a)),
+            ..self.env(base, buf)
+        };
+        match env.int_of(&req.expr) {
+            Ok(v) if v != 0 => Ok(()),
+            _ => Err(self.error(op, WireErrorKind::Invalid)),
+        }
     }
 }
