@@ -364,3 +364,39 @@ fn round_robin_gives_connections_the_backends_in_turn() {
         assert_ne!(pair[0], pair[1], "connections alternate: {order:?}");
     }
 }
+
+/// Clients that send one request per connection (`Connection: close`),
+/// many at once: each gets its response. The closing request goes to the
+/// backend over a connection of its own, so it does not close a backend
+/// connection other clients share.
+#[test]
+fn one_request_per_connection_clients_all_get_responses() {
+    let mut procs = Procs(Vec::new());
+    let a = site("close");
+    let backends = [flick_testkit::nginx(&mut procs, &a, "a")];
+    // Slow replies on a loaded machine stay replies: not a test of timeouts.
+    let port = balancer_with_timeout(&mut procs, &backends, 20_000);
+    let clients: Vec<_> = (0..12)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut statuses = Vec::new();
+                for i in 0..5 {
+                    let (mut s, mut r) = connect(port);
+                    let f = (t + i) % 8;
+                    write!(
+                        s,
+                        "GET /f{f}.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+                    )
+                    .unwrap();
+                    let resp = read_response(&mut r);
+                    assert_eq!(resp.body, format!("file {f}\n").as_bytes());
+                    statuses.push(resp.status);
+                }
+                statuses
+            })
+        })
+        .collect();
+    for c in clients {
+        assert!(c.join().unwrap().iter().all(|s| *s == 200));
+    }
+}

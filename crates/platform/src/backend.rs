@@ -88,6 +88,7 @@ impl SharedConn {
                 chan: self.chan,
                 index: self.index,
                 open: true,
+                retired: false,
                 follow: None,
                 sentinel: false,
             },
@@ -97,6 +98,7 @@ impl SharedConn {
                 index: self.index,
                 conn: Some((self.conn.clone(), self.reader)),
                 crc: None,
+                shared: true,
             },
         ))
     }

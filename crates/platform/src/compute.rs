@@ -19,6 +19,9 @@ pub struct Input {
     pub chan: u16,
     pub index: Option<u32>,
     pub open: bool,
+    /// The input of a shared connection this instance left (for one of its
+    /// own): its closing is no peer going away.
+    pub retired: bool,
     /// The output the body of this input's streaming message goes to (the
     /// one its head was sent to).
     pub follow: Option<usize>,
@@ -38,6 +41,8 @@ pub struct Output {
     /// For a stream whose grammar ends it with a message (`%end`): the
     /// CRC32 of what was sent so far, which that message may carry.
     pub crc: Option<flick_wire::StreamCrc>,
+    /// A backend connection other instances share.
+    pub shared: bool,
 }
 
 /// Opens a new connection for `chan[index]` of the instance whose compute
@@ -142,6 +147,12 @@ pub struct GraphHost {
     /// When the compute task is next woken to check on its peers.
     pub timer: Option<std::time::Instant>,
     pub reconnect: Reconnect,
+    /// Opens a connection of this instance's own to `chan[index]`, even
+    /// where connections are shared.
+    pub own_connection: Reconnect,
+    /// Inputs of connections opened while a rule ran, for the compute task
+    /// to take in.
+    pub new_inputs: Vec<Input>,
     pub wake_at: WakeAt,
     /// The service is shutting down: finish and close.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
@@ -700,6 +711,20 @@ impl Compute {
             if self.host.broken || self.sentinel_closed() {
                 return self.break_up();
             }
+            if !self.host.new_inputs.is_empty() {
+                // A rule switched a peer to a connection of its own: the
+                // shared one's replies still come in, the old way.
+                for input in std::mem::take(&mut self.host.new_inputs) {
+                    for old in self
+                        .inputs
+                        .iter_mut()
+                        .filter(|i| i.chan == input.chan && i.index == input.index)
+                    {
+                        old.retired = true;
+                    }
+                    self.inputs.push(input);
+                }
+            }
             if self.vm.is_running() {
                 if let Some(s) = self.step(slice) {
                     // A send waits for room; replies that came in meanwhile
@@ -763,6 +788,7 @@ impl Compute {
                         input.open = false;
                         self.host.broken = true;
                     }
+                    Err(TryRecvError::Closed) if input.retired => input.open = false,
                     Err(TryRecvError::Closed) => {
                         input.open = false;
                         let (chan, index) = (input.chan, input.index);

@@ -157,6 +157,15 @@ impl GraphHost {
                 self.pool.give(request);
                 return Sent::Full;
             }
+            if answers && self.outputs[out].shared && !self.peers[out].dead {
+                let whole_or_head = matches!(request.part, Part::Whole | Part::Head);
+                let ends =
+                    whole_or_head && self.out_property(chan, "ends", &request).unwrap_or(0) != 0;
+                if ends && !self.own_connection_for(out) {
+                    self.pool.give(request);
+                    return Sent::Full;
+                }
+            }
             let seq = (answers && !quiet).then(|| self.order.take_seq());
             return self.send_one(out, request, None, seq);
         }
@@ -404,6 +413,26 @@ impl GraphHost {
         }
     }
 
+    /// A request that ends its session (HTTP's `Connection: close`) would
+    /// close a connection other instances share: it goes over one of this
+    /// instance's own, once the shared one owes it nothing (its replies
+    /// must not race the new connection's). `false` while replies are owed.
+    fn own_connection_for(&mut self, out: usize) -> bool {
+        if !self.peers[out].outstanding.is_empty() {
+            return false;
+        }
+        let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
+        match (self.own_connection)(self.id, chan, index) {
+            Some((input, output)) => {
+                self.outputs[out] = output;
+                self.new_inputs.push(input);
+            }
+            // Unreachable: the request gets the fault reply as usual.
+            None => self.peers[out].dead = true,
+        }
+        true
+    }
+
     /// A reply from peer `chan[index]`.
     pub fn on_reply(&mut self, chan: u16, index: Option<u32>, reply: Msg) {
         let Some(out) = self
@@ -538,11 +567,20 @@ impl GraphHost {
         self.peers[out].dead = true;
         let backoff = self.peers[out].backoff;
         self.peers[out].retry_at = Some(Instant::now() + backoff);
+        let chan = self.outputs[out].chan;
         while let Some(p) = self.peers[out].outstanding.pop_front() {
-            if self.ending {
-                // The session is ending: a peer closing is expected.
+            // In a session that is ending, a peer closing is expected after
+            // a request that may get no reply, and after the request that
+            // ends the session (Memcached's quit is answered by the close).
+            let expected = self.ending
+                && cause == Cause::Lost
+                && (p.seq.is_none()
+                    || self.out_property(chan, "ends", &p.request).unwrap_or(0) != 0);
+            if expected || (self.ending && p.seq.is_none()) {
                 self.forget(p);
             } else {
+                // A request the client waits for is answered, even when it
+                // is the last one.
                 self.fault(out, p.request, p.group, p.seq, cause);
             }
         }

@@ -254,6 +254,7 @@ struct Parts {
 /// What every instance's compute task calls back into the service with.
 struct Hooks {
     reconnect: crate::compute::Reconnect,
+    own_connection: crate::compute::Reconnect,
     wake_at: crate::compute::WakeAt,
 }
 
@@ -554,6 +555,7 @@ fn connection(
             chan: chan as u16,
             index,
             open: true,
+            retired: false,
             follow: None,
             sentinel: false,
         },
@@ -563,6 +565,7 @@ fn connection(
             index,
             conn: Some((conn, rid)),
             crc: None,
+            shared: false,
         },
         tasks: [
             (
@@ -722,11 +725,27 @@ fn hooks(p: &Arc<Parts>) -> Hooks {
             Some((c.input, c.output))
         })
     };
+    let own_connection: crate::compute::Reconnect = {
+        let p = p.clone();
+        Arc::new(move |compute: TaskId, chan: u16, index: Option<u32>| {
+            let addrs = &p.backends.iter().find(|(c, _)| *c == chan as usize)?.1;
+            let addr = *addrs.get(index.unwrap_or(0) as usize)?;
+            let c = connection(&p, compute, chan as usize, index, dial(&p, addr)?)?;
+            for (id, t) in c.tasks {
+                p.scheduler.start_task(id, t);
+            }
+            Some((c.input, c.output))
+        })
+    };
     let wake_at: crate::compute::WakeAt = {
         let reactor = p.reactor.clone();
         Arc::new(move |compute, at| reactor.wake_at(compute, at))
     };
-    Hooks { reconnect, wake_at }
+    Hooks {
+        reconnect,
+        own_connection,
+        wake_at,
+    }
 }
 
 /// A connection accepted: an instance of its own, or one of the
@@ -755,6 +774,7 @@ fn unconnected(chan: usize, index: Option<u32>) -> Output {
         index,
         conn: None,
         crc: None,
+        shared: false,
     }
 }
 
@@ -894,6 +914,8 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
             timeout: p.config.response_timeout,
             timer: None,
             reconnect: hooks.reconnect.clone(),
+            own_connection: hooks.own_connection.clone(),
+            new_inputs: Vec::new(),
             wake_at: hooks.wake_at.clone(),
             draining: p.draining.clone(),
             drain_noticed: false,
