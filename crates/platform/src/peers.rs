@@ -157,14 +157,13 @@ impl GraphHost {
                 self.pool.give(request);
                 return Sent::Full;
             }
-            if answers && self.outputs[out].shared && !self.peers[out].dead {
-                let whole_or_head = matches!(request.part, Part::Whole | Part::Head);
-                let ends =
-                    whole_or_head && self.out_property(chan, "ends", &request).unwrap_or(0) != 0;
-                if ends && !self.own_connection_for(out) {
-                    self.pool.give(request);
-                    return Sent::Full;
-                }
+            // The session is ending (the request read last said so, and was
+            // read after every earlier one was sent): its requests must not
+            // close a connection other instances share.
+            let ending = self.ending && answers && self.outputs[out].shared;
+            if ending && !self.peers[out].dead && !self.own_connection_for(out) {
+                self.pool.give(request);
+                return Sent::Full;
             }
             let seq = (answers && !quiet).then(|| self.order.take_seq());
             return self.send_one(out, request, None, seq);
@@ -212,8 +211,11 @@ impl GraphHost {
         let chan = self.outputs[out].chan;
         // A quiet request of a protocol whose replies do not say what they
         // answer (`noreply`) gets no reply at all: nothing waits for one.
-        let silent =
-            answers && seq.is_none() && self.out_property(chan, "correlate", &request).is_none();
+        // What its reply will echo, worked out once.
+        let corr = answers
+            .then(|| self.out_property(chan, "correlate", &request))
+            .flatten();
+        let silent = answers && seq.is_none() && corr.is_none();
         let keep_final = self.part_last.unwrap_or(true);
         if answers && (self.peers[out].dead || self.outputs[out].tx.is_none()) {
             if silent || !keep_final {
@@ -247,7 +249,6 @@ impl GraphHost {
                     self.settle_group(g, None);
                 }
                 if let Some(r) = remember {
-                    let corr = self.out_property(self.outputs[out].chan, "correlate", &r);
                     self.peers[out].outstanding.push_back(Pending {
                         request: r,
                         corr,
@@ -361,21 +362,20 @@ impl GraphHost {
             return;
         };
         let mut reply = self.pool.take();
+        let status = (status != 0).then_some(status);
+        if !matches!(
+            self.grammar.reject_reply(unit, status, &mut reply.bytes),
+            Ok(true)
+        ) {
+            self.pool.give(reply);
+            return;
+        }
         let Some(out) = self.peers.iter().position(|p| p.answers) else {
             // No peers (a static server): every earlier reply went out as
             // its request was handled, so this one goes straight after.
-            let Some(client_out) = self.outputs.iter().position(|o| o.chan == client as u16) else {
-                self.pool.give(reply);
-                return;
-            };
-            if matches!(
-                self.grammar
-                    .reject_reply(unit, (status != 0).then_some(status), &mut reply.bytes),
-                Ok(true)
-            ) {
-                let _ = self.route(client_out, reply);
-            } else {
-                self.pool.give(reply);
+            match self.outputs.iter().position(|o| o.chan == client as u16) {
+                Some(client_out) => drop(self.route(client_out, reply)),
+                None => self.pool.give(reply),
             }
             return;
         };
@@ -387,13 +387,8 @@ impl GraphHost {
             .flatten()
             .unwrap_or(unit);
         let mut parser = self.grammar.parser(read_as);
-        let status = (status != 0).then_some(status);
-        let made = matches!(
-            self.grammar.reject_reply(unit, status, &mut reply.bytes),
-            Ok(true)
-        );
-        match (made, parser.parse(&reply.bytes)) {
-            (true, Ok(flick_wire::Progress::Done(_) | flick_wire::Progress::Head(_))) => {
+        match parser.parse(&reply.bytes) {
+            Ok(flick_wire::Progress::Done(_) | flick_wire::Progress::Head(_)) => {
                 reply.slots.clear();
                 reply.slots.extend_from_slice(parser.slots());
                 let seq = self.order.take_seq();

@@ -716,25 +716,13 @@ fn hooks(p: &Arc<Parts>) -> Hooks {
             if !p.shared.is_empty() && p.loaded.readable[chan as usize] {
                 return join_shared(&p, compute, chan, index);
             }
-            let addrs = &p.backends.iter().find(|(c, _)| *c == chan as usize)?.1;
-            let addr = *addrs.get(index.unwrap_or(0) as usize)?;
-            let c = connection(&p, compute, chan as usize, index, dial(&p, addr)?)?;
-            for (id, t) in c.tasks {
-                p.scheduler.start_task(id, t);
-            }
-            Some((c.input, c.output))
+            own_connection(&p, compute, chan, index)
         })
     };
-    let own_connection: crate::compute::Reconnect = {
+    let own: crate::compute::Reconnect = {
         let p = p.clone();
         Arc::new(move |compute: TaskId, chan: u16, index: Option<u32>| {
-            let addrs = &p.backends.iter().find(|(c, _)| *c == chan as usize)?.1;
-            let addr = *addrs.get(index.unwrap_or(0) as usize)?;
-            let c = connection(&p, compute, chan as usize, index, dial(&p, addr)?)?;
-            for (id, t) in c.tasks {
-                p.scheduler.start_task(id, t);
-            }
-            Some((c.input, c.output))
+            own_connection(&p, compute, chan, index)
         })
     };
     let wake_at: crate::compute::WakeAt = {
@@ -743,9 +731,26 @@ fn hooks(p: &Arc<Parts>) -> Hooks {
     };
     Hooks {
         reconnect,
-        own_connection,
+        own_connection: own,
         wake_at,
     }
+}
+
+/// A connection of instance `compute`'s own to backend `chan[index]`, its
+/// reader and writer started.
+fn own_connection(
+    p: &Arc<Parts>,
+    compute: TaskId,
+    chan: u16,
+    index: Option<u32>,
+) -> Option<(Input, Output)> {
+    let addrs = &p.backends.iter().find(|(c, _)| *c == chan as usize)?.1;
+    let addr = *addrs.get(index.unwrap_or(0) as usize)?;
+    let c = connection(p, compute, chan as usize, index, dial(p, addr)?)?;
+    for (id, t) in c.tasks {
+        p.scheduler.start_task(id, t);
+    }
+    Some((c.input, c.output))
 }
 
 /// A connection accepted: an instance of its own, or one of the

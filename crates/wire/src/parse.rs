@@ -288,13 +288,7 @@ impl State {
                         .env(base, buf)
                         .int_of(len)
                         .map_err(|_| self.error(op, WireErrorKind::Invalid))?;
-                    if n < 0 {
-                        return Err(self.error(op, WireErrorKind::BadLength));
-                    }
-                    if n > *max as i128 {
-                        return Err(self.error(op, WireErrorKind::TooLong { max: *max as u64 }));
-                    }
-                    let n = n as usize;
+                    let n = self.bytes_len(op, n, *max)?;
                     if buf.len().saturating_sub(self.pos) < n {
                         self.set_pc(pc);
                         return Ok(Some(Progress::NeedMore));
@@ -781,6 +775,18 @@ impl State {
             dollar: Val::Unset,
             dollar_base: 0,
         }
+    }
+
+    /// A bytes field's length, checked before anything is read: not
+    /// negative, and within the field's maximum.
+    pub(crate) fn bytes_len(&self, op: &Op, n: i128, max: u32) -> Result<usize, WireError> {
+        if n < 0 {
+            return Err(self.error(op, WireErrorKind::BadLength));
+        }
+        if n > max as i128 {
+            return Err(self.error(op, WireErrorKind::TooLong { max: max as u64 }));
+        }
+        Ok(n as usize)
     }
 
     pub(crate) fn error(&self, op: &Op, kind: WireErrorKind) -> WireError {

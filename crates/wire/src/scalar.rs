@@ -57,13 +57,7 @@ impl State {
                     .env(base, buf)
                     .int(e)
                     .map_err(|_| self.error(op, WireErrorKind::Invalid))?;
-                if n < 0 {
-                    return Err(self.error(op, WireErrorKind::BadLength));
-                }
-                if n > *max as i128 {
-                    return Err(self.error(op, WireErrorKind::TooLong { max: *max as u64 }));
-                }
-                let n = n as usize;
+                let n = self.bytes_len(op, n, *max)?;
                 if avail < n {
                     return Ok(false);
                 }
