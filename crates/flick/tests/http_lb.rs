@@ -400,3 +400,81 @@ fn one_request_per_connection_clients_all_get_responses() {
         assert!(c.join().unwrap().iter().all(|s| *s == 200));
     }
 }
+
+/// What nginx's `/echo` saw of a request: its `X-Forwarded-For` and
+/// `Connection` fields, and which backend connection carried it.
+fn echo(resp: &Response) -> std::collections::HashMap<String, String> {
+    let body = String::from_utf8(resp.body.clone()).unwrap();
+    let mut out = std::collections::HashMap::new();
+    let mut key = String::new();
+    for word in body.trim_end().split(' ') {
+        match word.split_once('=') {
+            Some((k, v)) => {
+                key = k.to_string();
+                out.insert(key.clone(), v.to_string());
+            }
+            // A value with spaces (`a, b`) goes on.
+            None => out.get_mut(&key).unwrap().push_str(&format!(" {word}")),
+        }
+    }
+    out
+}
+
+/// The balancer passes requests on as a proxy should: hop-by-hop fields
+/// replaced by a keep-alive of its own, `X-Forwarded-For` added, and the
+/// client told whether its connection stays. So clients that close after
+/// each request share the pooled backend connections instead of each
+/// opening one.
+#[test]
+fn forwarded_requests_keep_pooled_backend_connections_and_carry_x_forwarded_for() {
+    let mut procs = Procs(Vec::new());
+    let a = site("xff");
+    let backends = [flick_testkit::nginx(&mut procs, &a, "a")];
+    let port = balancer(&mut procs, &backends);
+    let mut carried = std::collections::HashSet::new();
+    for i in 0..12 {
+        let (mut s, mut r) = connect(port);
+        if i % 2 == 0 {
+            write!(
+                s,
+                "GET /echo HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+        } else {
+            write!(s, "GET /echo HTTP/1.0\r\n\r\n").unwrap();
+        }
+        let resp = read_response(&mut r);
+        assert_eq!(resp.status, 200, "request {i}");
+        let seen = echo(&resp);
+        assert_eq!(seen["xff"], "127.0.0.1", "request {i}: {seen:?}");
+        assert_eq!(seen["connection"], "keep-alive", "request {i}: {seen:?}");
+        assert_eq!(resp.header("connection"), Some("close"), "request {i}");
+        assert!(
+            closed(&mut r),
+            "request {i}: the client's connection closes"
+        );
+        carried.insert(seen["conn"].clone());
+    }
+    // One backend connection per worker (two) carries them all.
+    assert!(
+        carried.len() <= 2,
+        "12 closing clients used backend connections {carried:?}"
+    );
+    // HTTP/1.0 with keep-alive keeps the client's connection, and says so.
+    let (mut s, mut r) = connect(port);
+    for i in 0..3 {
+        write!(s, "GET /echo HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").unwrap();
+        let resp = read_response(&mut r);
+        assert_eq!(resp.status, 200, "request {i}");
+        assert_eq!(resp.header("connection"), Some("keep-alive"), "request {i}");
+    }
+    // A client's own X-Forwarded-For is kept; the balancer adds its client
+    // after it.
+    write!(
+        s,
+        "GET /echo HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: 10.1.2.3\r\n\r\n"
+    )
+    .unwrap();
+    let seen = echo(&read_response(&mut r));
+    assert!(seen["xff"].starts_with("10.1.2.3"), "{seen:?}");
+}

@@ -160,6 +160,8 @@ pub struct GraphHost {
     pub drain_noticed: bool,
     /// The channel the instance's clients connect to.
     pub client_chan: u16,
+    /// The client's address, for `%forward` (`X-Forwarded-For`).
+    pub client_address: crate::forward::ClientAddress,
     /// The compute task's id, for reconnections and timers.
     pub id: flick_runtime::TaskId,
     /// The output the running rule last sent to: where the body of a

@@ -11,6 +11,7 @@ mod backend;
 mod build;
 mod compute;
 mod conn;
+mod forward;
 mod graph_pool;
 mod merge;
 mod msg;

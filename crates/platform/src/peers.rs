@@ -160,7 +160,14 @@ impl GraphHost {
             // The session is ending (the request read last said so, and was
             // read after every earlier one was sent): its requests must not
             // close a connection other instances share.
-            let ending = self.ending && answers && self.outputs[out].shared;
+            // Unless the grammar passes requests on so that they keep the
+            // peer's connection (`%ends_peer = 0`: HTTP asks for keep-alive).
+            let ending = self.ending
+                && answers
+                && self.outputs[out].shared
+                && self
+                    .out_property(chan, "ends_peer", &request)
+                    .is_none_or(|v| v != 0);
             if ending && !self.peers[out].dead && !self.own_connection_for(out) {
                 self.pool.give(request);
                 return Sent::Full;
@@ -229,12 +236,19 @@ impl GraphHost {
             }
             return Sent::Done;
         }
-        let Some(tx) = &self.outputs[out].tx else {
+        if self.outputs[out].tx.is_none() {
             self.pool.give(request);
             self.lost_stream(out);
             return Sent::Done;
-        };
+        }
         let remember = (answers && !silent).then(|| self.pool.copy(&request));
+        // What is written is the message as the grammar passes it on; what
+        // is remembered keeps the values it was parsed with.
+        let mut request = request;
+        self.edit_forwarded(out, &mut request);
+        let Some(tx) = &self.outputs[out].tx else {
+            unreachable!("an output with no connection returned above")
+        };
         let crc = self.outputs[out].crc.as_ref().map(|c| {
             let mut c = c.clone();
             c.update(&request.bytes);

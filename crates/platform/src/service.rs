@@ -904,6 +904,7 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
             groups: g.groups,
             order: g.order,
             ending: false,
+            client_address: Default::default(),
             grammar: p.loaded.grammar.clone(),
             units: p.loaded.units.clone(),
             out_units: p.loaded.out_units.clone(),

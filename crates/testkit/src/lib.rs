@@ -125,8 +125,11 @@ pub fn memcached_pid(port: u16) -> Option<u32> {
 }
 
 /// Starts nginx serving the files of `root` on a free loopback port, with
-/// the response header `X-Served-By: NAME`; returns the port. One process
-/// (no master), so killing it at the end of the test leaves nothing behind.
+/// the response header `X-Served-By: NAME`; returns the port. `/echo`
+/// answers with what a proxy sent: the request's `X-Forwarded-For` and
+/// `Connection` fields, and the backend connection's number and count of
+/// requests. One process (no master), so killing it at the end of the
+/// test leaves nothing behind.
 pub fn nginx(procs: &mut Procs, root: &std::path::Path, name: &str) -> u16 {
     for _ in 0..20 {
         let port = free_port();
@@ -144,7 +147,10 @@ pub fn nginx(procs: &mut Procs, root: &std::path::Path, name: &str) -> u16 {
                  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
                  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
                  server {{\n    listen 127.0.0.1:{port};\n    root {};\n\
-                 keepalive_requests 1000000;\n    add_header X-Served-By {name};\n  }}\n}}\n",
+                 keepalive_requests 1000000;\n    add_header X-Served-By {name};\n\
+                 location = /echo {{ return 200 \"xff=$http_x_forwarded_for \
+                 connection=$http_connection conn=$connection \
+                 requests=$connection_requests\\n\"; }}\n  }}\n}}\n",
                 root.display()
             ),
         )

@@ -74,6 +74,7 @@ pub(crate) fn compile(file: &GrammarFile) -> (Compiled, Vec<Diagnostic>) {
                 end: Vec::new(),
                 reject: Vec::new(),
                 properties: Vec::new(),
+                forward: None,
             })
         })
         .collect();
@@ -170,6 +171,7 @@ impl<'a> Compiler<'a> {
                 properties.push((name.clone(), c));
             }
         }
+        let forward = decl.forward.as_ref().and_then(|f| self.forward(f, &mut cx));
         self.scopes[id] = cx.visible;
         self.units[id] = Some(UnitInfo {
             name: decl.name.clone(),
@@ -180,8 +182,109 @@ impl<'a> Compiler<'a> {
             end,
             reject,
             properties,
+            forward,
         });
         self.units[id].as_ref()
+    }
+
+    /// `%forward LIST = EDIT, ...;`, compiled against the unit's fields.
+    fn forward(&mut self, f: &ForwardDecl, cx: &mut UnitCx) -> Option<Forward> {
+        let list = cx.visible.get(&f.list).cloned();
+        let (list, elem_slots, scope) = match list {
+            Some(Visible {
+                slot,
+                kind: FieldKind::List {
+                    elem_unit: Some(u), ..
+                },
+                elem_slots,
+            }) => (slot, elem_slots, self.scopes[u].clone()),
+            _ => {
+                self.diags.push(
+                    Diagnostic::error(
+                        "W0114",
+                        format!(
+                            "`%forward` edits `{}`, which is not a list of units",
+                            f.list
+                        ),
+                        f.span,
+                    )
+                    .hint(
+                        "it edits a top-level list whose elements are units, like HTTP's `headers`",
+                    ),
+                );
+                return None;
+            }
+        };
+        let mut out = Forward {
+            list,
+            elem_slots,
+            drop: Vec::new(),
+            add: Vec::new(),
+        };
+        let string = |e: &Expr| match &e.kind {
+            ExprKind::Str(s) => Some(Arc::<[u8]>::from(s.as_slice())),
+            _ => None,
+        };
+        for edit in &f.edits {
+            match edit {
+                EditDecl::Drop { field, names } => {
+                    let slot = string(field)
+                        .and_then(|n| scope.get(std::str::from_utf8(&n).unwrap_or("")).cloned())
+                        .filter(|v| v.kind == FieldKind::Bytes)
+                        .map(|v| v.slot);
+                    let Some(slot) = slot else {
+                        self.diags.push(Diagnostic::error(
+                            "W0114",
+                            "`drop` names a bytes field of the list's elements, as a string",
+                            field.span,
+                        ));
+                        continue;
+                    };
+                    let mut values = Vec::new();
+                    for n in names {
+                        match string(n) {
+                            Some(v) => values.push(v),
+                            None => self.diags.push(Diagnostic::error(
+                                "W0114",
+                                "`drop` compares with strings",
+                                n.span,
+                            )),
+                        }
+                    }
+                    out.drop.push((slot, values));
+                }
+                EditDecl::Add { parts, when, .. } => {
+                    let mut ps = Vec::new();
+                    for p in parts {
+                        match &p.kind {
+                            ExprKind::Call(name, args)
+                                if name == "peer_address" && args.is_empty() =>
+                            {
+                                ps.push(AddPart::PeerAddress)
+                            }
+                            _ => ps.extend(self.expr(p, cx, false).map(AddPart::Expr)),
+                        }
+                    }
+                    let when = match when.as_ref().map(|w| &w.kind) {
+                        None => When::Always,
+                        Some(ExprKind::Call(name, args))
+                            if name == "session_ends" && args.is_empty() =>
+                        {
+                            When::SessionEnds(true)
+                        }
+                        Some(ExprKind::Unary(UnOp::Not, inner)) if matches!(&inner.kind, ExprKind::Call(name, args) if name == "session_ends" && args.is_empty()) => {
+                            When::SessionEnds(false)
+                        }
+                        Some(_) => match self.expr(when.as_ref().unwrap(), cx, false) {
+                            Some(c) => When::Expr(c),
+                            None => continue,
+                        },
+                    };
+                    out.add.push(Add { parts: ps, when });
+                }
+            }
+        }
+        Some(out)
     }
 
     /// Gives `status` to the operations of a unit's blocks (not of nested

@@ -28,7 +28,7 @@ pub use compile::{DEFAULT_BYTES_MAX, DEFAULT_LIST_MAX};
 pub use error::{GrammarError, WireError, WireErrorKind};
 pub use message::{List, Message, Value};
 pub use parse::{Parser, Progress};
-pub use program::{FieldInfo, FieldKind, Slot, UnitId, UnitInfo};
+pub use program::{FieldInfo, FieldKind, ForwardContext, Slot, UnitId, UnitInfo};
 pub use serialize::{write_vlong, Builder};
 
 use program::{CExpr, Elem, Len, Op, OpKind, Scalar, Stop};

@@ -212,6 +212,58 @@ pub struct UnitInfo {
     pub reject: Vec<(u16, CExpr)>,
     /// Routing properties (`%broadcast`, `%more`, `%correlate`), compiled.
     pub properties: Vec<(String, CExpr)>,
+    /// `%forward`: edits to a top-level list of units when a proxy passes
+    /// a message on.
+    pub forward: Option<Forward>,
+}
+
+/// `%forward`, compiled: which list, which elements to leave out, and
+/// which to append.
+#[derive(Clone, Debug)]
+pub struct Forward {
+    /// The list's count slot (relative to the unit); elements follow it.
+    pub list: u16,
+    pub elem_slots: u16,
+    /// Leave out elements whose field at this slot (relative to the
+    /// element) equals one of these, ignoring ASCII case.
+    pub drop: Vec<(u16, Vec<Arc<[u8]>>)>,
+    pub add: Vec<Add>,
+}
+
+/// An element appended by `%forward`: its bytes, when the condition holds.
+#[derive(Clone, Debug)]
+pub struct Add {
+    pub parts: Vec<AddPart>,
+    pub when: When,
+}
+
+#[derive(Clone, Debug)]
+pub enum AddPart {
+    /// A value over the message (`self.x`, a literal): bytes as they are,
+    /// integers in decimal.
+    Expr(CExpr),
+    /// `peer_address()`: the address of the connection the message came
+    /// from, as text (the client of a request).
+    PeerAddress,
+}
+
+#[derive(Clone, Debug)]
+pub enum When {
+    Always,
+    /// An expression over the message.
+    Expr(CExpr),
+    /// `session_ends()` (or its negation): whether the client's connection
+    /// closes after this message.
+    SessionEnds(bool),
+}
+
+/// What a `%forward` edit may ask of the connection a message travels on.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ForwardContext<'a> {
+    /// The address of the connection the message came from, as text.
+    pub peer_address: &'a [u8],
+    /// The client's connection closes after this message.
+    pub session_ends: bool,
 }
 
 #[derive(Clone, Debug)]

@@ -27,7 +27,35 @@ impl Grammar {
         let block = self.units[unit].block;
         self.lengths(block, slots, 0, data)?;
         self.variables(block, slots, 0, data)?;
-        self.emit(block, slots, 0, data, out)
+        self.emit(block, slots, 0, data, Emit::default(), out)
+            .map(drop)
+    }
+
+    /// Whether a proxy changes messages of `unit` that it passes on
+    /// (`%forward`).
+    pub fn has_forward(&self, unit: UnitId) -> bool {
+        self.units[unit].forward.is_some()
+    }
+
+    /// Writes a parsed message as a proxy passes it on, with `%forward`'s
+    /// edits: the other fields keep their bytes. With `head_only`, the
+    /// message is the head of one whose body streams: writing stops at
+    /// the first `&stream` field, as the body follows in pieces.
+    pub fn forward(
+        &self,
+        unit: UnitId,
+        slots: &[Slot],
+        data: &[u8],
+        head_only: bool,
+        cx: &ForwardContext,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        let how = Emit {
+            head_only,
+            edit: self.units[unit].forward.as_ref().map(|f| (f, cx)),
+        };
+        self.emit(self.units[unit].block, slots, 0, data, how, out)
+            .map(drop)
     }
 
     fn err(op: &Op, kind: WireErrorKind, offset: usize) -> WireError {
@@ -203,15 +231,23 @@ impl Grammar {
         Ok(())
     }
 
+    /// Writes a block's fields; `true` if it stopped at a `&stream` field
+    /// (`how.head_only`).
     fn emit(
         &self,
         block: BlockId,
         slots: &[Slot],
         base: usize,
         data: &[u8],
+        how: Emit,
         out: &mut Vec<u8>,
-    ) -> Result<(), WireError> {
+    ) -> Result<bool, WireError> {
+        // Edits apply to the unit's own list, not to nested units.
+        let nested = Emit { edit: None, ..how };
         for op in &self.blocks[block as usize] {
+            if how.head_only && op.stream {
+                return Ok(true);
+            }
             let at = op.slot.map(|s| base + s as usize);
             match &op.kind {
                 OpKind::Scalar(s) => {
@@ -221,7 +257,9 @@ impl Grammar {
                 OpKind::Switch { .. } | OpKind::Unit { .. } => {
                     let n = self.nested(op, slots, base, data)?;
                     for at in n.bases() {
-                        self.emit(n.block, slots, at, data, out)?;
+                        if self.emit(n.block, slots, at, data, nested, out)? {
+                            return Ok(true);
+                        }
                     }
                 }
                 OpKind::List {
@@ -232,7 +270,15 @@ impl Grammar {
                         Some(Slot::Count(c)) => *c as usize,
                         _ => 0,
                     };
+                    let edit = how
+                        .edit
+                        .filter(|(f, _)| base + f.list as usize == at && base == 0);
                     for i in 0..count {
+                        if let (Some((f, _)), Elem::Unit { slots: n, .. }) = (edit, elem) {
+                            if f.drops(slots, at + 1 + i * *n as usize, data) {
+                                continue;
+                            }
+                        }
                         if i > 0 {
                             if let Some(s) = sep {
                                 out.extend_from_slice(s);
@@ -240,7 +286,10 @@ impl Grammar {
                         }
                         match elem {
                             Elem::Unit { block, slots: n } => {
-                                self.emit(*block, slots, at + 1 + i * *n as usize, data, out)?
+                                let elem = at + 1 + i * *n as usize;
+                                if self.emit(*block, slots, elem, data, nested, out)? {
+                                    return Ok(true);
+                                }
                             }
                             Elem::Scalar(s) => {
                                 let v = slots[at + 1 + i];
@@ -266,13 +315,68 @@ impl Grammar {
                             }
                         }
                     }
+                    if let Some((f, cx)) = edit {
+                        f.append(slots, data, cx, out);
+                    }
                     if let Stop::Until(t) = stop {
                         out.extend_from_slice(t);
                     }
                 }
             }
         }
-        Ok(())
+        Ok(false)
+    }
+}
+
+/// How [`Grammar::emit`] writes: whole or up to the body, edited or not.
+#[derive(Clone, Copy, Default)]
+struct Emit<'a> {
+    head_only: bool,
+    edit: Option<(&'a Forward, &'a ForwardContext<'a>)>,
+}
+
+impl Forward {
+    /// Whether `%forward` leaves out the element at `elem`.
+    fn drops(&self, slots: &[Slot], elem: usize, data: &[u8]) -> bool {
+        self.drop.iter().any(|(field, names)| {
+            let v = bytes_of(slots[elem + *field as usize], data);
+            names.iter().any(|n| n.eq_ignore_ascii_case(v))
+        })
+    }
+
+    /// Writes the elements `%forward` adds.
+    fn append(&self, slots: &[Slot], data: &[u8], cx: &ForwardContext, out: &mut Vec<u8>) {
+        let env = Env {
+            slots,
+            base: 0,
+            data,
+            dollar: Val::Unset,
+            dollar_base: 0,
+        };
+        for add in &self.add {
+            let on = match &add.when {
+                When::Always => true,
+                When::SessionEnds(v) => cx.session_ends == *v,
+                When::Expr(e) => matches!(env.eval(e), Ok(Val::Int(x)) if x != 0),
+            };
+            if !on {
+                continue;
+            }
+            for p in &add.parts {
+                match p {
+                    AddPart::PeerAddress => out.extend_from_slice(cx.peer_address),
+                    AddPart::Expr(e) => match env.eval(e) {
+                        Ok(Val::Bytes(b)) => out.extend_from_slice(b),
+                        Ok(Val::Int(x)) if x < 0 => {
+                            out.push(b'-');
+                            write_int(out, x.unsigned_abs() as u64, false)
+                        }
+                        Ok(Val::Int(x)) => write_int(out, x as u64, false),
+                        _ => {}
+                    },
+                }
+            }
+        }
     }
 }
 

@@ -41,8 +41,34 @@ pub struct UnitDecl {
     pub reject: Vec<(String, Expr)>,
     /// `%broadcast`, `%more`, `%correlate` = EXPR, over `self`.
     pub properties: Vec<(String, Expr)>,
+    /// `%forward LIST = EDIT, ...;`: how a proxy changes a message of this
+    /// unit that it passes on (HTTP's hop-by-hop header fields).
+    pub forward: Option<ForwardDecl>,
     pub items: Vec<Item>,
     pub span: Span,
+}
+
+/// `%forward LIST = drop("FIELD", "NAME", ...), add(EXPR, ...) if EXPR, ...;`
+#[derive(Clone, Debug)]
+pub struct ForwardDecl {
+    /// The list of units the edits apply to.
+    pub list: String,
+    pub edits: Vec<EditDecl>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub enum EditDecl {
+    /// Leaves out the elements whose `field` equals one of `names`,
+    /// ignoring ASCII case.
+    Drop { field: Expr, names: Vec<Expr> },
+    /// Appends an element written from the parts' values (bytes as they
+    /// are, integers in decimal), when the condition holds.
+    Add {
+        parts: Vec<Expr>,
+        when: Option<Expr>,
+        span: Span,
+    },
 }
 
 #[derive(Clone, Debug)]

@@ -161,6 +161,7 @@ pub const ROUTING: &[&str] = &[
     "more",
     "correlate",
     "ends",
+    "ends_peer",
     "quiet",
     "split",
     "resync",
@@ -351,6 +352,7 @@ impl Parser {
         let mut end = Vec::new();
         let mut reject = Vec::new();
         let mut properties = Vec::new();
+        let mut forward = None;
         let mut items = Vec::new();
         while !self.is("}") && self.tok() != &Tok::Eof {
             // `%error = STATUS;`: the status of this unit's failures that
@@ -408,6 +410,19 @@ impl Parser {
                 }
                 continue;
             }
+            // `%forward LIST = EDIT, ...;`: what a proxy changes in a
+            // message it passes on.
+            if self.is("%")
+                && matches!(&self.toks[self.pos + 1].tok, Tok::Ident(w) if w == "forward")
+            {
+                self.bump();
+                self.bump();
+                match self.forward() {
+                    Ok(f) => forward = Some(f),
+                    Err(_) => self.recover(),
+                }
+                continue;
+            }
             // `%broadcast`, `%more`, `%correlate`, `%ends`: how a proxy routes and
             // matches this unit's messages (see docs/grammars.md).
             if self.is("%")
@@ -444,10 +459,81 @@ impl Parser {
             end,
             reject,
             properties,
+            forward,
             items,
             span: start.to(self.prev_span()),
         });
         Ok(())
+    }
+
+    /// After `%forward`: `LIST = EDIT, ...;`.
+    fn forward(&mut self) -> PResult<ForwardDecl> {
+        let start = self.prev_span();
+        let list = self.ident("the list the edits apply to")?;
+        self.expect("=")?;
+        let mut edits = Vec::new();
+        loop {
+            let at = self.span();
+            let edit = self.ident("`drop` or `add`")?;
+            self.expect("(")?;
+            let mut args = Vec::new();
+            if !self.is(")") {
+                loop {
+                    args.push(self.expr()?);
+                    if !self.eat(",") {
+                        break;
+                    }
+                }
+            }
+            self.expect(")")?;
+            match edit.as_str() {
+                "drop" if args.len() >= 2 => {
+                    let field = args.remove(0);
+                    edits.push(EditDecl::Drop { field, names: args });
+                }
+                "drop" => {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "W0003",
+                            "`drop` takes the element field and at least one value",
+                            at.to(self.prev_span()),
+                        )
+                        .hint("drop(\"name\", \"connection\", \"keep-alive\")"),
+                    );
+                    return Err(Reported);
+                }
+                "add" => {
+                    let when = if self.is_word("if") {
+                        self.bump();
+                        Some(self.expr()?)
+                    } else {
+                        None
+                    };
+                    edits.push(EditDecl::Add {
+                        parts: args,
+                        when,
+                        span: at.to(self.prev_span()),
+                    });
+                }
+                other => {
+                    self.diags.push(Diagnostic::error(
+                        "W0003",
+                        format!("unknown edit `{other}`: `%forward` edits are `drop` and `add`"),
+                        at,
+                    ));
+                    return Err(Reported);
+                }
+            }
+            if !self.eat(",") {
+                break;
+            }
+        }
+        self.expect(";")?;
+        Ok(ForwardDecl {
+            list,
+            edits,
+            span: start.to(self.prev_span()),
+        })
     }
 
     fn fault_assignments(&mut self) -> PResult<Vec<(String, Expr)>> {

@@ -1,0 +1,93 @@
+//! Messages as a proxy passes them on: the grammar's `%forward` edits
+//! (HTTP's hop-by-hop header fields, `X-Forwarded-For`) applied just before
+//! a message goes to its writer. The values a message was parsed with stay
+//! with its original bytes; only what is written changes.
+
+use crate::compute::GraphHost;
+use crate::msg::{Msg, Part};
+use flick_wire::ForwardContext;
+use std::net::IpAddr;
+
+/// The client's address as text, worked out once per instance.
+#[derive(Clone, Copy)]
+pub struct ClientAddress {
+    text: [u8; 46],
+    len: u8,
+    known: bool,
+}
+
+impl Default for ClientAddress {
+    fn default() -> ClientAddress {
+        ClientAddress {
+            text: [0; 46],
+            len: 0,
+            known: false,
+        }
+    }
+}
+
+impl ClientAddress {
+    fn set(&mut self, ip: IpAddr) {
+        use std::io::Write;
+        let mut at = &mut self.text[..];
+        let _ = write!(at, "{ip}");
+        let left = at.len();
+        self.len = (self.text.len() - left) as u8;
+        self.known = true;
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.text[..self.len as usize]
+    }
+}
+
+impl GraphHost {
+    /// Rewrites `m`, about to go to output `out`, as the grammar says a
+    /// proxy passes it on; unchanged if its unit has no `%forward`.
+    pub(crate) fn edit_forwarded(&mut self, out: usize, m: &mut Msg) {
+        if !matches!(m.part, Part::Whole | Part::Head) {
+            return;
+        }
+        let chan = self.outputs[out].chan;
+        let Some(unit) = self.out_units.get(chan as usize).copied().flatten() else {
+            return;
+        };
+        if !self.grammar.has_forward(unit) {
+            return;
+        }
+        if !self.client_address.known {
+            let peer = self
+                .outputs
+                .iter()
+                .find(|o| o.chan == self.client_chan)
+                .and_then(|o| o.conn.as_ref())
+                .and_then(|c| c.0.stream.peer_addr().ok());
+            if let Some(a) = peer {
+                self.client_address.set(a.ip());
+            }
+        }
+        let cx = ForwardContext {
+            peer_address: self.client_address.as_bytes(),
+            session_ends: self.ending && self.last_reply(m.part),
+        };
+        let mut edited = self.pool.take();
+        let head_only = m.part == Part::Head;
+        if self
+            .grammar
+            .forward(unit, &m.slots, &m.bytes, head_only, &cx, &mut edited.bytes)
+            .is_ok()
+        {
+            std::mem::swap(&mut m.bytes, &mut edited.bytes);
+        }
+        self.pool.give(edited);
+    }
+
+    /// Whether a reply being passed on is the client's last: no other
+    /// request waits for its reply (a streaming reply's own request is
+    /// still outstanding until its body ends).
+    fn last_reply(&self, part: Part) -> bool {
+        let waiting: usize = self.peers.iter().map(|p| p.outstanding.len()).sum();
+        let own = usize::from(part == Part::Head);
+        waiting <= own && self.ready.is_empty()
+    }
+}
