@@ -478,3 +478,155 @@ fn forwarded_requests_keep_pooled_backend_connections_and_carry_x_forwarded_for(
     let seen = echo(&read_response(&mut r));
     assert!(seen["xff"].starts_with("10.1.2.3"), "{seen:?}");
 }
+
+/// Starts `program` in front of `backends` with a metrics endpoint; returns
+/// the port it listens on and the metrics port.
+fn run_balancer_with_metrics(procs: &mut Procs, program: &str, backends: &[u16]) -> (u16, u16) {
+    use std::process::{Command, Stdio};
+    let list: Vec<String> = backends.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(support::ROOT)
+        .args(["run", program, "--listen", "client=127.0.0.1:0"])
+        .args(["--connect", &format!("backends={}", list.join(","))])
+        .args(["--metrics", "127.0.0.1:0", "--workers", "2"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    procs.0.push(child);
+    let mut port = || {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let addr = line
+            .split_whitespace()
+            .find_map(|w| {
+                let w = w.trim_start_matches("http://").trim_end_matches("/metrics");
+                w.parse::<std::net::SocketAddr>().ok()
+            })
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        addr.port()
+    };
+    let (listening, metrics) = (port(), port());
+    // Whatever else it prints is read, so that its writes never fail.
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    (listening, metrics)
+}
+
+/// `flick_instances_live` from the metrics endpoint.
+fn instances_live(metrics: u16) -> u64 {
+    let (mut s, mut r) = connect(metrics);
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    r.read_to_string(&mut text).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("flick_instances_live "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no flick_instances_live in {text:?}"))
+}
+
+/// The least-connections variant: a new connection goes to the backend
+/// with the fewest open client connections, and stays there.
+#[test]
+fn least_connections_spreads_open_connections() {
+    let mut procs = Procs(Vec::new());
+    let (a, b) = (site("lc-a"), site("lc-b"));
+    let backends = [
+        flick_testkit::nginx(&mut procs, &a, "a"),
+        flick_testkit::nginx(&mut procs, &b, "b"),
+    ];
+    let (port, metrics) = run_balancer_with_metrics(
+        &mut procs,
+        "examples/http_lb_least_connections.flick",
+        &backends,
+    );
+    // A request on an open connection: the backend that served it.
+    let served_by = |s: &mut TcpStream, r: &mut BufReader<TcpStream>, i: usize| {
+        write!(s, "GET /f{i}.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let resp = read_response(r);
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.body, format!("file {i}\n").as_bytes());
+        resp.header("x-served-by").unwrap().to_string()
+    };
+    // Four connections, opened one after another and kept open: two each.
+    let mut open = Vec::new();
+    for i in 0..4 {
+        let (mut s, mut r) = connect(port);
+        let by = served_by(&mut s, &mut r, i);
+        open.push((s, r, by));
+    }
+    let on = |open: &[(TcpStream, BufReader<TcpStream>, String)], name: &str| {
+        open.iter().filter(|c| c.2 == name).count()
+    };
+    let placed: Vec<&str> = open.iter().map(|c| c.2.as_str()).collect();
+    assert_eq!((on(&open, "a"), on(&open, "b")), (2, 2), "{placed:?}");
+    // Later requests of a connection go where its first went.
+    for (i, (s, r, by)) in open.iter_mut().enumerate() {
+        assert_eq!(served_by(s, r, i + 4), *by, "connection {i} stays");
+    }
+    // Both connections on one backend close; once their instances have
+    // ended, that backend serves none and the other two.
+    let emptied = open[0].2.clone();
+    open.retain(|c| c.2 != emptied);
+    assert_eq!(open.len(), 2);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while instances_live(metrics) != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the closed connections' instances end"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // So both new connections go to it.
+    for i in 0..2 {
+        let (mut s, mut r) = connect(port);
+        let by = served_by(&mut s, &mut r, i);
+        assert_eq!(
+            by, emptied,
+            "new connection {i} goes to the emptied backend"
+        );
+        open.push((s, r, by));
+    }
+    assert_eq!((on(&open, "a"), on(&open, "b")), (2, 2));
+}
+
+/// The response to a HEAD request has a `Content-Length` but no body: the
+/// balancer must not wait for one, and the connection goes on. CONNECT,
+/// which would make a tunnel, is refused.
+#[test]
+fn head_responses_have_no_body_and_connect_is_refused() {
+    let mut procs = Procs(Vec::new());
+    let a = site("head");
+    let backends = [flick_testkit::nginx(&mut procs, &a, "a")];
+    let port = balancer(&mut procs, &backends);
+    let (mut s, mut r) = connect(port);
+    for i in 0..3 {
+        write!(s, "HEAD /f{i}.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        assert!(line.starts_with("HTTP/1.1 200"), "{line:?}");
+        let mut length = None;
+        loop {
+            let mut h = String::new();
+            r.read_line(&mut h).unwrap();
+            if h == "\r\n" {
+                break;
+            }
+            if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = Some(v.trim().to_string());
+            }
+        }
+        assert_eq!(length.as_deref(), Some("7"), "HEAD {i}");
+        // A GET right after gets its own response, not the HEAD's "body".
+        write!(s, "GET /f{i}.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let resp = read_response(&mut r);
+        assert_eq!(resp.body, format!("file {i}\n").as_bytes());
+    }
+    let (mut s, mut r) = connect(port);
+    write!(
+        s,
+        "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"
+    )
+    .unwrap();
+    assert_eq!(read_response(&mut r).status, 501);
+}

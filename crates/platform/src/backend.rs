@@ -46,7 +46,10 @@ pub struct SharedConn {
     writer: TaskId,
     members: Mutex<Members>,
     /// Whose requests were written, oldest first, with their correlation.
-    inflight: Mutex<VecDeque<(u32, Option<i128>)>>,
+    /// Requests written and not answered: the member's key, what the reply
+    /// will echo (`%correlate`) and what the reply's parse needs to know
+    /// (`%reply_context`).
+    inflight: Mutex<VecDeque<(u32, Option<i128>, i128)>>,
     dead: AtomicBool,
     chan: u16,
     index: Option<u32>,
@@ -220,11 +223,15 @@ impl SharedWriter {
                 != 0;
             let awaited = matches!(m.part, Part::Whole | Part::Head) && !(quiet && corr.is_none());
             if awaited {
+                let context = self
+                    .grammar
+                    .property(self.unit, "reply_context", &m.slots, &m.bytes)
+                    .unwrap_or(0);
                 self.shared
                     .inflight
                     .lock()
                     .expect("inflight lock")
-                    .push_back((key, corr));
+                    .push_back((key, corr, context));
             }
             self.current = Some(m);
         }
@@ -299,6 +306,15 @@ impl SharedReader {
             if self.shared.is_dead() {
                 return self.finish();
             }
+            // The reply that parses next answers the oldest request waiting.
+            let context = self
+                .shared
+                .inflight
+                .lock()
+                .expect("inflight lock")
+                .front()
+                .map_or(0, |(_, _, c)| *c);
+            self.read.set_reply_context(context);
             let m = match self.read.next(&self.shared.conn.stream, &self.pool) {
                 Inbound::Message(m) => m,
                 Inbound::Idle => return TaskStatus::Idle,
@@ -329,7 +345,7 @@ impl SharedReader {
             let owner = {
                 let mut inflight = self.shared.inflight.lock().expect("inflight lock");
                 // Quiet requests that got no reply.
-                while let Some((_, c)) = inflight.front() {
+                while let Some((_, c, _)) = inflight.front() {
                     match (c, corr) {
                         (Some(a), Some(b)) if *a != b => {
                             inflight.pop_front();
@@ -337,7 +353,7 @@ impl SharedReader {
                         _ => break,
                     }
                 }
-                let owner = inflight.front().map(|(k, _)| *k);
+                let owner = inflight.front().map(|(k, _, _)| *k);
                 if !more {
                     inflight.pop_front();
                 }

@@ -119,6 +119,12 @@ impl ReadSide {
         }
     }
 
+    /// What the request the next reply answers said of it
+    /// (`%reply_context`).
+    pub fn set_reply_context(&mut self, context: i128) {
+        self.parser.set_reply_context(context);
+    }
+
     /// Empty, for another connection.
     pub fn reset(&mut self) {
         self.parser.reset();

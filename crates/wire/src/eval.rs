@@ -28,6 +28,9 @@ pub(crate) struct Env<'a> {
     pub dollar: Val<'a>,
     /// Base of the list element `$$.field` refers to.
     pub dollar_base: usize,
+    /// `reply_context()`: what the request being answered said of its
+    /// reply (its `%reply_context`), 0 where there is none.
+    pub context: i128,
 }
 
 pub(crate) fn slot_val<'a>(slots: &[Slot], data: &'a [u8], at: usize) -> Val<'a> {
@@ -176,6 +179,7 @@ impl<'a> Env<'a> {
     fn call(&self, f: Builtin, args: &'a [CExpr]) -> Result<Val<'a>, EvalFail> {
         let bool = |b: bool| Ok(Val::Int(i128::from(b)));
         match f {
+            Builtin::ReplyContext => Ok(Val::Int(self.context)),
             Builtin::Len => match self.eval(&args[0])? {
                 Val::Bytes(b) => Ok(Val::Int(b.len() as i128)),
                 Val::List { count, .. } => Ok(Val::Int(count as i128)),

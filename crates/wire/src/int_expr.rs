@@ -619,6 +619,7 @@ mod tests {
                 data,
                 dollar,
                 dollar_base: 0,
+                context: 0,
             };
             for e in &exprs {
                 let lowered = lower(e);

@@ -222,6 +222,7 @@ impl Grammar {
                 data: bytes,
                 dollar,
                 dollar_base: 0,
+                context: 0,
             };
             let v = env.eval(e).map_err(|_| WireError {
                 kind: WireErrorKind::Invalid,
@@ -260,6 +261,7 @@ impl Grammar {
             data: bytes,
             dollar: eval::Val::Unset,
             dollar_base: 0,
+            context: 0,
         };
         env.int(e).ok()
     }

@@ -89,6 +89,8 @@ pub(crate) struct State {
     remaining: Option<u64>,
     /// Set by [`Parser::finish`]: no bytes follow the buffer.
     eof: bool,
+    /// `reply_context()` for the message being parsed.
+    context: i128,
 }
 
 impl Parser {
@@ -106,6 +108,7 @@ impl Parser {
                 head_done: false,
                 remaining: None,
                 eof: false,
+                context: 0,
             },
         };
         p.reset();
@@ -128,6 +131,13 @@ impl Parser {
     }
 
     /// Starts over, for the next message.
+    /// What the request a reply answers said of it (`%reply_context`),
+    /// read by `reply_context()` while the next replies parse; it stays
+    /// until set again.
+    pub fn set_reply_context(&mut self, context: i128) {
+        self.st.context = context;
+    }
+
     pub fn reset(&mut self) {
         let st = &mut self.st;
         clear(&mut st.slots, &self.grammar.plan.lists[self.unit]);
@@ -774,6 +784,7 @@ impl State {
             data: buf,
             dollar: Val::Unset,
             dollar_base: 0,
+            context: self.context,
         }
     }
 

@@ -55,6 +55,9 @@ pub enum Builtin {
     HexToInt,
     /// Is the slot set (an optional field present)?
     Present,
+    /// `reply_context()`: what the request being answered said of its
+    /// reply (`%reply_context`).
+    ReplyContext,
     /// Is bytes a non-empty HTTP token (RFC 9110 `tchar`s)?
     IsToken,
     /// Does a comma-separated list contain the token, case-insensitively?

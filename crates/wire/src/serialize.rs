@@ -85,6 +85,7 @@ impl Grammar {
             data,
             dollar: Val::Unset,
             dollar_base: 0,
+            context: 0,
         };
         let v = env
             .eval(on)
@@ -217,6 +218,7 @@ impl Grammar {
                     data,
                     dollar,
                     dollar_base: 0,
+                    context: 0,
                 };
                 let v = env
                     .int(expr)
@@ -352,6 +354,7 @@ impl Forward {
             data,
             dollar: Val::Unset,
             dollar_base: 0,
+            context: 0,
         };
         for add in &self.add {
             let on = match &add.when {

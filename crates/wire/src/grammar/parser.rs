@@ -162,6 +162,7 @@ pub const ROUTING: &[&str] = &[
     "correlate",
     "ends",
     "ends_peer",
+    "reply_context",
     "quiet",
     "split",
     "resync",

@@ -1,6 +1,9 @@
-//! `%forward`: what a proxy changes in a message it passes on. HTTP drops
-//! the hop-by-hop header fields, keeps the backend connection open, adds
-//! `X-Forwarded-For`, and tells the client whether its connection stays.
+//! What a proxy needs of a grammar beyond parsing. `%forward`: what it
+//! changes in a message it passes on (HTTP drops the hop-by-hop header
+//! fields, keeps the backend connection open, adds `X-Forwarded-For`, and
+//! tells the client whether its connection stays). `%reply_context`: what
+//! a request tells the parse of its reply (a HEAD request's response has
+//! no body).
 
 use flick_wire::{ForwardContext, Grammar, Parser, Progress};
 
@@ -110,4 +113,44 @@ fn a_unit_without_forward_is_not_edited_and_bad_edits_are_diagnosed() {
         "{:?}",
         err.diagnostics
     );
+}
+
+#[test]
+fn the_response_to_a_head_request_has_no_body_whatever_its_head_says() {
+    let g = Grammar::stock("http").unwrap();
+    let request = g.unit_id("request").unwrap();
+    let mut p = Parser::new(g.clone(), request);
+    let head = b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert!(matches!(p.parse(head), Ok(Progress::Done(_))));
+    let context = g
+        .property(request, "reply_context", p.slots(), head)
+        .unwrap();
+    assert_eq!(context, 1);
+    let get = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    p.reset();
+    assert!(matches!(p.parse(get), Ok(Progress::Done(_))));
+    assert_eq!(
+        g.property(request, "reply_context", p.slots(), get),
+        Some(0)
+    );
+
+    let response = g.unit_id("response").unwrap();
+    let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+    let mut r = Parser::new(g.clone(), response);
+    r.set_reply_context(context);
+    assert_eq!(r.parse(reply).unwrap(), Progress::Done(reply.len()));
+    // The same head answering a GET has a body of 5 bytes to come.
+    r.reset();
+    r.set_reply_context(0);
+    assert!(matches!(r.parse(reply), Ok(Progress::Head(_))));
+}
+
+#[test]
+fn connect_is_refused_with_501() {
+    let g = Grammar::stock("http").unwrap();
+    let mut p = Parser::new(g.clone(), g.unit_id("request").unwrap());
+    let err = p
+        .parse(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com\r\n\r\n")
+        .unwrap_err();
+    assert_eq!(err.status, Some(501), "{err}");
 }
