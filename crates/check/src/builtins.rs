@@ -3,6 +3,7 @@
 /// Built-ins, in the order `docs/language.md` lists them.
 pub const BUILTINS: &[&str] = &[
     "hash",
+    "least_connections",
     "len",
     "empty_dict",
     "all_ready",

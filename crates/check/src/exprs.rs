@@ -549,6 +549,30 @@ impl Checker<'_> {
                     bytes: 8,
                 }
             }
+            "least_connections" => {
+                let int = Ty::Int {
+                    signed: false,
+                    bytes: 8,
+                };
+                if !self.arity(f, 1, args.len(), span, "") {
+                    args.iter().for_each(|a| drop(self.expr(a)));
+                    return int;
+                }
+                let t = self.expr(&args[0]);
+                let r = self.uni.resolve(&t);
+                if !matches!(r.behind_refs(), Ty::ChanArray(..) | Ty::Error | Ty::Var(_)) {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "E0203",
+                            format!("`least_connections` chooses among a channel array, not `{r}`"),
+                            args[0].span,
+                        )
+                        .label(format!("this is `{r}`"))
+                        .hint("give it the channel array of the peers, as in `least_connections(backends)`"),
+                    );
+                }
+                int
+            }
             "empty_dict" => {
                 self.arity(f, 0, args.len(), span, "");
                 args.iter().for_each(|a| drop(self.expr(a)));

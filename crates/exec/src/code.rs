@@ -25,6 +25,9 @@ pub enum Const {
 pub enum Builtin {
     Hash,
     Len,
+    /// `least_connections(chans)`: the index of the element whose peer
+    /// serves the fewest live instances (the host keeps the counts).
+    LeastConnections,
     EmptyDict,
     AllReady,
 }
@@ -210,6 +213,16 @@ pub struct Module {
 }
 
 impl Module {
+    /// Whether any function calls built-in `f` (the host keeps what
+    /// `least_connections` needs only for programs that call it).
+    pub fn calls(&self, f: Builtin) -> bool {
+        self.functions.iter().any(|func| {
+            func.code
+                .iter()
+                .any(|op| matches!(op, Op::Builtin { f: g, .. } if *g == f))
+        })
+    }
+
     /// The deepest chain of calls from `f`, in frames, and the registers
     /// such a chain uses: what an interpreter preallocates.
     pub fn frame_needs(&self, f: FuncId) -> (usize, usize) {

@@ -535,6 +535,7 @@ impl<'a> Lowerer<'a> {
                     let f = match name {
                         "hash" => Builtin::Hash,
                         "len" => Builtin::Len,
+                        "least_connections" => Builtin::LeastConnections,
                         "empty_dict" => Builtin::EmptyDict,
                         "all_ready" => Builtin::AllReady,
                         _ => return Err(self.unsupported(&format!("`{name}`"), f.span)),

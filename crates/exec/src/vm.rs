@@ -109,6 +109,12 @@ pub trait Host {
         let _ = (chan, elem);
         Err(Fault::Host("this host has no connections".into()))
     }
+    /// `least_connections(chans)` for channel array `chan`: the index of
+    /// the element whose peer serves the fewest live instances.
+    fn least_connections(&mut self, chan: u16) -> Result<u64, Fault> {
+        let _ = chan;
+        Err(Fault::Host("this host counts no connections".into()))
+    }
 }
 
 /// How a run of the interpreter ended.
@@ -318,6 +324,12 @@ impl Vm {
                                 .ok_or(Fault::Kind("something with a length"))?
                                 .len() as i64,
                         }),
+                        Builtin::LeastConnections => match self.reg(base, args[0]) {
+                            Value::Chan { chan, elem: None } => {
+                                Value::Int(host.least_connections(*chan)? as i64)
+                            }
+                            _ => return Err(Fault::Kind("a channel array")),
+                        },
                         // A fresh dictionary; storing it in state gives it storage.
                         Builtin::EmptyDict => Value::Dict { state: u16::MAX },
                         Builtin::AllReady => match self.reg(base, args[0]) {

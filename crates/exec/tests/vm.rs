@@ -35,6 +35,9 @@ struct TestHost {
     /// Per channel array element: queued messages, and whether it ended.
     merged: Vec<(std::collections::VecDeque<Value>, bool)>,
     released: Vec<Value>,
+    /// What `least_connections` answers, and the channels it was asked about.
+    least: Option<u64>,
+    least_asked: Vec<u16>,
 }
 
 impl TestHost {
@@ -168,6 +171,10 @@ impl Host for TestHost {
     }
     fn release(&mut self, v: &Value) {
         self.released.push(v.clone());
+    }
+    fn least_connections(&mut self, chan: u16) -> Result<u64, Fault> {
+        self.least_asked.push(chan);
+        self.least.ok_or(Fault::Host("no counts".into()))
     }
 }
 
@@ -386,4 +393,94 @@ fn ref_parameters_write_the_state_they_refer_to() {
     assert_eq!(h.state.get(&0), Some(&Value::Int(3)), "turn");
     assert_eq!(h.state.get(&1), Some(&Value::Int(3)), "mine");
     assert_eq!(h.sent.len(), 3);
+}
+
+/// The least-connections balancer asks the host once per connection, on
+/// its first request, and keeps the backend it was given: later requests
+/// go there whatever the counts say by then.
+#[test]
+fn least_connections_picks_a_backend_once_per_connection() {
+    let m = module(&example("http_lb_least_connections.flick"));
+    let p = &m.processes[0];
+    let rule = p
+        .items
+        .iter()
+        .find(|i| i.label.starts_with("client"))
+        .unwrap();
+    let mut h = TestHost {
+        fields: m.records.iter().map(|r| r.1.clone()).collect(),
+        least: Some(1),
+        ..Default::default()
+    };
+    h.channels.insert(1, 3);
+    let mut vm = Vm::for_function(&m, p.init);
+    vm.start(&m, p.init, &[]);
+    run(&m, &mut vm, &mut h);
+    for (i, least) in [1, 0, 2].into_iter().enumerate() {
+        h.least = Some(least);
+        let t = h.text(&format!("/f{i}"));
+        let msg = h.msg(&[("target", t)]);
+        vm.start(&m, rule.func, std::slice::from_ref(&msg));
+        assert_eq!(run(&m, &mut vm, &mut h), Outcome::Done(Value::Unit));
+        assert_eq!(h.sent.last(), Some(&(1, Some(1), msg)), "request {i}");
+    }
+    assert_eq!(h.least_asked, vec![1], "asked once, about `backends`");
+}
+
+/// A host that keeps no counts makes `least_connections` a fault (the
+/// message is dropped), not a guess.
+#[test]
+fn least_connections_without_counts_is_a_fault() {
+    struct Bare;
+    impl Host for Bare {
+        fn bytes<'a>(&'a self, _: &'a Value) -> Option<&'a [u8]> {
+            None
+        }
+        fn field(&mut self, _: &Value, _: u16, _: u16) -> Result<Value, Fault> {
+            Err(Fault::Kind("a record"))
+        }
+        fn send(&mut self, _: &Value, _: &Value) -> Result<Sent, Fault> {
+            Ok(Sent::Done)
+        }
+        fn channels(&self, _: u16) -> i64 {
+            2
+        }
+        fn all_ready(&mut self, _: u16) -> bool {
+            false
+        }
+        fn load_state(&mut self, _: u16) -> Value {
+            Value::Int(0)
+        }
+        fn store_state(&mut self, _: u16, _: Value) -> Result<(), Fault> {
+            Ok(())
+        }
+        fn dict_get(&mut self, _: u16, _: &Value) -> Result<Value, Fault> {
+            Ok(Value::None)
+        }
+        fn dict_set(&mut self, _: u16, _: &Value, _: &Value) -> Result<(), Fault> {
+            Ok(())
+        }
+        fn record(&mut self, _: u16, _: &[Value]) -> Result<Value, Fault> {
+            Err(Fault::Kind("a record"))
+        }
+    }
+    let m = module(&example("http_lb_least_connections.flick"));
+    let rule = m.processes[0]
+        .items
+        .iter()
+        .find(|i| i.label.starts_with("client"))
+        .unwrap();
+    let mut vm = Vm::for_function(&m, rule.func);
+    vm.start(&m, rule.func, &[Value::Msg(0)]);
+    let r = vm.run(&m, &mut Bare, &mut Timeslice::unlimited());
+    assert!(matches!(r, Err(Fault::Host(_))), "{r:?}");
+}
+
+#[test]
+fn only_programs_that_call_least_connections_say_so() {
+    use flick_exec::code::Builtin;
+    let least = module(&example("http_lb_least_connections.flick"));
+    assert!(least.calls(Builtin::LeastConnections));
+    let hashing = module(&example("http_lb.flick"));
+    assert!(!hashing.calls(Builtin::LeastConnections));
 }

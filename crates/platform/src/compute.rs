@@ -90,6 +90,11 @@ impl Compute {
             order: std::mem::take(&mut h.order),
             merges: std::mem::take(&mut h.merges),
             widths: std::mem::take(&mut h.widths),
+            balanced: {
+                // The instance has ended: it counts towards no peer now.
+                h.balance.ended(&mut h.balanced);
+                std::mem::take(&mut h.balanced)
+            },
             vm: std::mem::take(&mut self.vm),
             locals: Some(std::mem::replace(&mut h.locals, h.globals.clone())),
             starting: std::mem::take(&mut self.starting),
@@ -192,6 +197,10 @@ pub struct GraphHost {
     pub builders: Vec<Option<crate::build::RecordBuilder>>,
     /// Record names with their named fields, as compute code numbers them.
     pub records: Arc<Vec<(String, Vec<String>)>>,
+    /// Live instances per peer for `least_connections`, shared by the
+    /// service's instances, and the peers this instance counts towards.
+    pub balance: Arc<crate::balance::Balance>,
+    pub balanced: Vec<u64>,
 }
 
 pub use crate::peers::{Group, Peer};
@@ -367,7 +376,13 @@ impl Host for GraphHost {
         let request = self.msg(value)?;
         let request = self.pool.copy(request);
         self.last_route = Some(out);
-        Ok(self.route(out, request))
+        let sent = self.route(out, request);
+        if let (Sent::Done, Some(index)) = (sent, *elem) {
+            // From its first message there, the instance counts towards
+            // this peer for `least_connections`.
+            self.balance.sent(&mut self.balanced, *chan, index);
+        }
+        Ok(sent)
     }
 
     fn channels(&self, chan: u16) -> i64 {
@@ -446,6 +461,12 @@ impl Host for GraphHost {
             key[at + 16..at + 18].copy_from_slice(&a.port().to_be_bytes());
         }
         Ok(flick_exec::fnv1a(&key))
+    }
+
+    fn least_connections(&mut self, chan: u16) -> Result<u64, Fault> {
+        self.balance.least(chan).ok_or_else(|| {
+            Fault::Host("`least_connections` counts only channel arrays bound to peers".into())
+        })
     }
 
     fn release(&mut self, v: &Value) {

@@ -28,6 +28,9 @@ pub struct GraphStorage {
     pub order: Order,
     pub merges: Vec<MergeInput>,
     pub widths: Vec<u32>,
+    /// The elements the instance counts towards for `least_connections`
+    /// (a bitset, see `balance.rs`).
+    pub balanced: Vec<u64>,
     pub vm: Vm,
     /// `local` state; `None` in a storage that was never used.
     pub locals: Option<Arc<SharedState>>,

@@ -8,6 +8,7 @@
 //! protocol rules of its own: those come from the program and its grammar.
 
 mod backend;
+mod balance;
 mod build;
 mod compute;
 mod conn;

@@ -249,6 +249,9 @@ struct Parts {
     shared: Vec<crate::backend::Backend>,
     /// Graphs for new instances, made ahead and reused.
     graphs: Arc<GraphPool>,
+    /// Live instances per peer of each channel array bound to peers, for
+    /// `least_connections` (nothing is counted if the program never calls it).
+    balance: Arc<crate::balance::Balance>,
 }
 
 /// What every instance's compute task calls back into the service with.
@@ -381,6 +384,16 @@ impl Service {
         let stats = Arc::new(Stats::for_channels(
             &loaded.module.processes[loaded.process].channels,
         ));
+        let balanced = loaded
+            .module
+            .calls(flick_exec::code::Builtin::LeastConnections);
+        let balance = Arc::new(crate::balance::Balance::new(
+            loaded.arrays.len(),
+            backends
+                .iter()
+                .filter(|(c, _)| balanced && loaded.arrays[*c])
+                .map(|(c, addrs)| (*c, addrs.len() as u32)),
+        ));
         let config_max_instances = config.max_instances;
         let parts = Arc::new(Parts {
             loaded,
@@ -400,6 +413,7 @@ impl Service {
             )),
             shared,
             graphs,
+            balance,
         });
         let hooks = hooks(&parts);
         // The reactor owns the registration; the callback accepts from
@@ -792,6 +806,9 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
     let Ok(compute_id) = s.reserve() else { return };
     let mut g = p.graphs.take();
     g.widths.resize(nchan, 1);
+    // The instance counts towards no peer yet.
+    g.balanced.clear();
+    g.balanced.resize(p.balance.words(), 0);
     let client_array = p.loaded.arrays[p.client_chan];
     g.widths[p.client_chan] = clients.len() as u32;
     let mut incomplete = false;
@@ -916,6 +933,8 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
             taken: 0,
             builders: Vec::new(),
             records: p.loaded.records.clone(),
+            balance: p.balance.clone(),
+            balanced: g.balanced,
             waker: s.waker(),
             timeout: p.config.response_timeout,
             timer: None,

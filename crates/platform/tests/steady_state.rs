@@ -215,3 +215,81 @@ fn a_connection_takes_its_graph_from_the_pool() {
     );
     assert_eq!(service.pooled_graphs(), pooled, "every graph went back");
 }
+
+/// Reads one HTTP response with a `Content-Length` into `buf`; returns
+/// its length there.
+fn http_response(s: &mut TcpStream, buf: &mut [u8]) -> usize {
+    use std::io::Read;
+    let mut have = 0;
+    loop {
+        let n = s.read(&mut buf[have..]).unwrap();
+        assert!(n > 0, "the response is whole");
+        have += n;
+        let text = &buf[..have];
+        let Some(end) = text.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = std::str::from_utf8(&text[..end]).unwrap();
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                let (name, v) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse().ok())?
+            })
+            .unwrap();
+        if have >= end + 4 + length {
+            return have;
+        }
+    }
+}
+
+/// Counting connections for `least_connections` costs no allocation per
+/// connection: the HTTP balancer that picks by least connections allocates
+/// per connection what the one that picks by hash does.
+#[test]
+fn least_connections_allocates_nothing_per_connection() {
+    let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut procs = Procs(Vec::new());
+    let site = std::env::temp_dir().join(format!("flick-lc-site-{}", std::process::id()));
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("f0.txt"), "file 0\n").unwrap();
+    let backends = [
+        flick_testkit::nginx(&mut procs, &site, "a"),
+        flick_testkit::nginx(&mut procs, &site, "b"),
+    ];
+    let per_connection = |example: &str| {
+        let service = support::serve(example, &backends, Default::default());
+        let addr = service.local_addr();
+        let mut buf = vec![0u8; 4096];
+        let mut session = || {
+            let mut c = TcpStream::connect(addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            c.write_all(b"GET /f0.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+                .unwrap();
+            let n = http_response(&mut c, &mut buf);
+            assert!(buf[..n].ends_with(b"file 0\n"));
+            drop(c);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while service.stats().graphs_live.load(Ordering::Relaxed) > 0 {
+                assert!(Instant::now() < deadline, "the instance ends");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        for _ in 0..20 {
+            session();
+        }
+        let before = ALLOCATIONS.load(Ordering::SeqCst);
+        for _ in 0..100 {
+            session();
+        }
+        (ALLOCATIONS.load(Ordering::SeqCst) - before) as f64 / 100.0
+    };
+    let hashing = per_connection("http_lb.flick");
+    let least = per_connection("http_lb_least_connections.flick");
+    eprintln!("allocations per connection: hash {hashing}, least connections {least}");
+    assert!(
+        least <= hashing + 0.5,
+        "least connections {least} allocations per connection, hash {hashing}"
+    );
+}
