@@ -17,11 +17,12 @@
 use crate::compute::{Input, Output};
 use crate::conn::{Conn, Inbound};
 use crate::msg::{Msg, MsgPool, Part};
+use crate::outbox::Flushed;
 use crate::stats::Stats;
 use flick_runtime::{Receiver, Sender, TaskId, TaskStatus, Timeslice, TryRecvError, TrySendError};
 use flick_wire::{Grammar, UnitId};
 use std::collections::VecDeque;
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -117,8 +118,8 @@ impl SharedConn {
 /// The writer of a shared connection.
 pub struct SharedWriter {
     pub shared: Arc<SharedConn>,
-    pub current: Option<Msg>,
-    pub written: usize,
+    /// Requests taken from the members, written together (`outbox.rs`).
+    pub outbox: crate::outbox::Outbox,
     pub next: usize,
     /// The member whose request body is being written, piece by piece.
     pub streaming: Option<u32>,
@@ -128,113 +129,133 @@ pub struct SharedWriter {
     pub stats: Arc<Stats>,
 }
 
+/// What the members have for the writer.
+enum Next {
+    Request(u32, Msg),
+    Nothing,
+    /// A member left in the middle of a request body.
+    Broken,
+}
+
 impl SharedWriter {
+    fn fail(&mut self) -> TaskStatus {
+        self.outbox.clear(&self.pool);
+        self.shared.fail();
+        let _ = self.shared.conn.stream.shutdown(std::net::Shutdown::Both);
+        TaskStatus::Done
+    }
+
     pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
         loop {
             if self.shared.is_dead() {
-                if let Some(m) = self.current.take() {
-                    self.pool.give(m);
-                }
+                self.outbox.clear(&self.pool);
                 return TaskStatus::Done;
             }
-            if let Some(m) = &self.current {
-                match (&self.shared.conn.stream).write(&m.bytes[self.written..]) {
-                    Ok(n) => {
-                        self.written += n;
-                        if self.written == m.bytes.len() {
-                            let m = self.current.take().expect("a message in flight");
-                            self.pool.give(m);
-                            self.written = 0;
-                            self.stats.message_out(self.shared.conn.chan);
-                            if slice.item_done() {
-                                return TaskStatus::Yield;
-                            }
-                        }
+            while !self.outbox.is_full() {
+                match self.next_request() {
+                    Next::Request(key, m) => {
+                        self.record(key, &m);
+                        self.outbox.push(m);
                     }
-                    Err(e)
-                        if e.kind() == ErrorKind::WouldBlock
-                            || e.kind() == ErrorKind::NotConnected =>
-                    {
-                        return TaskStatus::Idle
-                    }
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(_) => {
-                        self.shared.fail();
-                        let _ = self.shared.conn.stream.shutdown(std::net::Shutdown::Both);
-                        continue;
-                    }
-                }
-                continue;
-            }
-            // The next request, from the members in turn; while a
-            // member's request streams its body, from that member only.
-            let mut members = self.shared.members.lock().expect("members lock");
-            let n = members.list.len();
-            let mut got = None;
-            let mut gone = false;
-            for k in 0..n {
-                let i = (self.next + k) % n;
-                if self.streaming.is_some_and(|key| key != members.list[i].key) {
-                    continue;
-                }
-                match members.list[i].requests.try_recv() {
-                    Ok(m) => {
-                        got = Some((members.list[i].key, m));
-                        self.next = (i + 1) % n.max(1);
-                        break;
-                    }
-                    Err(TryRecvError::Empty) => {}
-                    Err(TryRecvError::Closed) => {
-                        members.list[i].gone = true;
-                        gone = true;
-                    }
+                    Next::Nothing => break,
+                    Next::Broken => return self.fail(),
                 }
             }
-            // Members whose instance ended leave; replies still due to them
-            // are dropped when they come.
-            if gone {
-                members.list.retain(|m| !m.gone);
-            }
-            drop(members);
-            if gone && self.streaming.is_some() && got.is_none() {
-                // The member went away in the middle of a body: the
-                // backend's stream cannot be completed.
-                self.shared.fail();
-                let _ = self.shared.conn.stream.shutdown(std::net::Shutdown::Both);
-                continue;
-            }
-            let Some((key, m)) = got else {
+            if self.outbox.is_empty() {
                 return TaskStatus::Idle;
-            };
-            self.streaming = match m.part {
-                Part::Head | Part::Body => Some(key),
-                Part::Whole | Part::End => None,
-            };
-            // A reply is awaited for a whole request or a head, unless it
-            // is quiet in a protocol whose replies do not say what they
-            // answer (Memcached's noreply): then none comes.
-            let corr = self
-                .grammar
-                .property(self.unit, "correlate", &m.slots, &m.bytes);
-            let quiet = self
-                .grammar
-                .property(self.unit, "quiet", &m.slots, &m.bytes)
-                .unwrap_or(0)
-                != 0;
-            let awaited = matches!(m.part, Part::Whole | Part::Head) && !(quiet && corr.is_none());
-            if awaited {
-                let context = self
-                    .grammar
-                    .property(self.unit, "reply_context", &m.slots, &m.bytes)
-                    .unwrap_or(0);
-                self.shared
-                    .inflight
-                    .lock()
-                    .expect("inflight lock")
-                    .push_back((key, corr, context));
             }
-            self.current = Some(m);
+            match self.outbox.flush(&self.shared.conn.stream, &self.pool) {
+                Ok(Flushed::All(n)) => {
+                    self.stats.messages_out(self.shared.conn.chan, n);
+                    if slice.item_done() {
+                        return TaskStatus::Yield;
+                    }
+                }
+                Ok(Flushed::Blocked(n)) => {
+                    self.stats.messages_out(self.shared.conn.chan, n);
+                    return TaskStatus::Idle;
+                }
+                Err(e) if e.kind() == ErrorKind::NotConnected => return TaskStatus::Idle,
+                Err(_) => return self.fail(),
+            }
         }
+    }
+
+    /// The next request, from the members in turn; while a member's
+    /// request streams its body, from that member only.
+    fn next_request(&mut self) -> Next {
+        let mut members = self.shared.members.lock().expect("members lock");
+        let n = members.list.len();
+        let mut got = None;
+        let mut gone = false;
+        for k in 0..n {
+            let i = (self.next + k) % n;
+            if self.streaming.is_some_and(|key| key != members.list[i].key) {
+                continue;
+            }
+            match members.list[i].requests.try_recv() {
+                Ok(m) => {
+                    got = Some((members.list[i].key, m));
+                    self.next = (i + 1) % n.max(1);
+                    break;
+                }
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Closed) => {
+                    members.list[i].gone = true;
+                    gone = true;
+                }
+            }
+        }
+        // Members whose instance ended leave; replies still due to them
+        // are dropped when they come.
+        if gone {
+            members.list.retain(|m| !m.gone);
+        }
+        drop(members);
+        match got {
+            Some((key, m)) => {
+                self.streaming = match m.part {
+                    Part::Head | Part::Body => Some(key),
+                    Part::Whole | Part::End => None,
+                };
+                Next::Request(key, m)
+            }
+            // The member went away in the middle of a body: the backend's
+            // stream cannot be completed.
+            None if gone && self.streaming.is_some() => Next::Broken,
+            None => Next::Nothing,
+        }
+    }
+
+    /// Records whose request `m` is, in the order requests are written,
+    /// so its reply finds its way back.
+    fn record(&mut self, key: u32, m: &Msg) {
+        // A reply is awaited for a whole request or a head, unless it is
+        // quiet in a protocol whose replies do not say what they answer
+        // (Memcached's noreply): then none comes.
+        if !matches!(m.part, Part::Whole | Part::Head) {
+            return;
+        }
+        let corr = self
+            .grammar
+            .property(self.unit, "correlate", &m.slots, &m.bytes);
+        let quiet = self
+            .grammar
+            .property(self.unit, "quiet", &m.slots, &m.bytes)
+            .unwrap_or(0)
+            != 0;
+        if quiet && corr.is_none() {
+            return;
+        }
+        let context = self
+            .grammar
+            .property(self.unit, "reply_context", &m.slots, &m.bytes)
+            .unwrap_or(0);
+        self.shared
+            .inflight
+            .lock()
+            .expect("inflight lock")
+            .push_back((key, corr, context));
     }
 }
 

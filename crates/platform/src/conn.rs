@@ -3,12 +3,13 @@
 //! non-blocking; the reactor wakes these tasks when it may make progress.
 
 use crate::msg::{Msg, MsgPool, Part};
+use crate::outbox::Flushed;
 use crate::stats::Stats;
 use flick_runtime::io::{IoToken, Reactor};
 use flick_runtime::{Receiver, Sender, TaskStatus, Timeslice, TryRecvError, TrySendError};
 use flick_wire::{Parser, Progress};
 use mio::net::TcpStream;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -344,21 +345,19 @@ impl Reader {
     }
 }
 
-/// Writes the messages of a task channel to a connection.
+/// Writes the messages of a task channel to a connection, as many as
+/// have arrived in one system call (`outbox.rs`).
 pub struct Writer {
     pub conn: Arc<Conn>,
     pub rx: Receiver<Msg>,
-    pub current: Option<Msg>,
-    pub written: usize,
+    pub outbox: crate::outbox::Outbox,
     pub pool: Arc<MsgPool>,
     pub stats: Arc<Stats>,
 }
 
 impl Writer {
     fn finish(&mut self) -> TaskStatus {
-        if let Some(m) = self.current.take() {
-            self.pool.give(m);
-        }
+        self.outbox.clear(&self.pool);
         while let Ok(m) = self.rx.try_recv() {
             self.pool.give(m);
         }
@@ -368,35 +367,37 @@ impl Writer {
 
     pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
         loop {
-            if let Some(m) = &self.current {
-                match (&self.conn.stream).write(&m.bytes[self.written..]) {
-                    Ok(n) => {
-                        self.written += n;
-                        if self.written == m.bytes.len() {
-                            let m = self.current.take().expect("a message in flight");
-                            self.pool.give(m);
-                            self.written = 0;
-                            self.stats.message_out(self.conn.chan);
-                            if slice.item_done() {
-                                return TaskStatus::Yield;
-                            }
-                        }
+            let mut closed = false;
+            while !self.outbox.is_full() {
+                match self.rx.try_recv() {
+                    Ok(m) => self.outbox.push(m),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Closed) => {
+                        closed = true;
+                        break;
                     }
-                    Err(e)
-                        if e.kind() == ErrorKind::WouldBlock
-                            || e.kind() == ErrorKind::NotConnected =>
-                    {
-                        return TaskStatus::Idle
-                    }
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(_) => return self.finish(),
                 }
-                continue;
             }
-            match self.rx.try_recv() {
-                Ok(m) => self.current = Some(m),
-                Err(TryRecvError::Empty) => return TaskStatus::Idle,
-                Err(TryRecvError::Closed) => return self.finish(),
+            if self.outbox.is_empty() {
+                return if closed {
+                    self.finish()
+                } else {
+                    TaskStatus::Idle
+                };
+            }
+            match self.outbox.flush(&self.conn.stream, &self.pool) {
+                Ok(Flushed::All(n)) => {
+                    self.stats.messages_out(self.conn.chan, n);
+                    if slice.item_done() {
+                        return TaskStatus::Yield;
+                    }
+                }
+                Ok(Flushed::Blocked(n)) => {
+                    self.stats.messages_out(self.conn.chan, n);
+                    return TaskStatus::Idle;
+                }
+                Err(e) if e.kind() == ErrorKind::NotConnected => return TaskStatus::Idle,
+                Err(_) => return self.finish(),
             }
         }
     }

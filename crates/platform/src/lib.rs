@@ -16,6 +16,7 @@ mod forward;
 mod graph_pool;
 mod merge;
 mod msg;
+mod outbox;
 mod peers;
 mod service;
 mod state;

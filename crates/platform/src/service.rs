@@ -558,8 +558,7 @@ fn connection(
     let mut writer = Writer {
         conn: conn.clone(),
         rx: out_rx,
-        current: None,
-        written: 0,
+        outbox: Default::default(),
         pool: p.pool.clone(),
         stats: p.stats.clone(),
     };
@@ -663,8 +662,7 @@ fn open_shared(
     };
     let mut writer = crate::backend::SharedWriter {
         shared: shared.clone(),
-        current: None,
-        written: 0,
+        outbox: Default::default(),
         next: 0,
         streaming: None,
         pool: p.pool.clone(),

@@ -55,9 +55,16 @@ impl Stats {
 
     /// A message was written in full on channel `chan`.
     pub fn message_out(&self, chan: usize) {
-        self.messages_out.fetch_add(1, Ordering::Relaxed);
+        self.messages_out(chan, 1);
+    }
+
+    pub fn messages_out(&self, chan: usize, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.messages_out.fetch_add(n as u64, Ordering::Relaxed);
         if let Some(c) = self.channels.get(chan) {
-            c.messages_out.fetch_add(1, Ordering::Relaxed);
+            c.messages_out.fetch_add(n as u64, Ordering::Relaxed);
         }
     }
 }

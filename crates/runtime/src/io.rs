@@ -1,6 +1,13 @@
-//! Readiness I/O: one reactor thread owns an epoll instance (through mio)
-//! and turns socket readiness into task wake-ups. Tasks read and write
-//! their non-blocking sockets themselves, until `WouldBlock`.
+//! Readiness I/O: every worker owns an epoll instance (through mio) and
+//! polls it itself, between tasks and when it has nothing to run, so a
+//! socket's readiness wakes its task on the worker that runs it without
+//! another thread in between. Tasks read and write their non-blocking
+//! sockets themselves, until `WouldBlock`.
+//!
+//! A stream is registered with the epoll of the worker its tasks run from
+//! (their home queue), and its token carries the reader's and writer's task
+//! ids, so an event wakes them without a lookup. A worker about to block in
+//! `epoll_wait` says so; a task queued for it meanwhile writes its eventfd.
 //!
 //! This is the one place the platform meets the operating system's event
 //! interface: an io_uring reactor would replace this module and keep the
@@ -9,126 +16,272 @@
 use crate::scheduler::Waker;
 use crate::task::TaskId;
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Registry, Token};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// What a readiness event on a token does.
-enum Entry {
-    Stream {
-        reader: Option<TaskId>,
-        writer: Option<TaskId>,
-    },
-    Listener(Box<dyn FnMut() + Send>),
+/// The token of a worker's eventfd.
+const WAKE: Token = Token(usize::MAX);
+/// Tokens with this bit name a listener by its index.
+const LISTENER: usize = 1 << 63;
+/// The longest a worker blocks in `epoll_wait`: timers fire within it.
+pub const TICK: Duration = Duration::from_millis(10);
+
+/// A stream's token: its reader's and writer's task ids, each plus one (0
+/// for none).
+fn stream_token(reader: Option<TaskId>, writer: Option<TaskId>) -> Token {
+    let id = |t: Option<TaskId>| t.map_or(0, |t| t.0 as usize + 1);
+    Token(id(reader) | (id(writer) << 32))
 }
 
-struct Shared {
-    entries: Mutex<HashMap<usize, Entry>>,
-    next: AtomicUsize,
-    stop: AtomicBool,
+fn stream_tasks(t: Token) -> (Option<u32>, Option<u32>) {
+    let id = |v: usize| (v != 0).then(|| (v - 1) as u32);
+    (id(t.0 & 0xFFFF_FFFF), id((t.0 >> 32) & 0x7FFF_FFFF))
+}
+
+type OnReady = Box<dyn FnMut() + Send>;
+
+/// The workers' epoll instances as the rest of the scheduler sees them.
+pub(crate) struct IoShared {
+    registries: Vec<Registry>,
+    wakers: Vec<mio::Waker>,
+    /// Worker `i` is blocked (or about to block) in `epoll_wait`.
+    sleeping: Vec<AtomicBool>,
+    listeners: Mutex<Vec<Option<OnReady>>>,
     /// Tasks to wake at a time, earliest first.
     timers: Mutex<BinaryHeap<Reverse<(Instant, u32)>>>,
+    registrations: AtomicUsize,
 }
 
-/// A registration's key, to update or drop it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct IoToken(usize);
+impl IoShared {
+    /// An epoll instance per worker: the shared side, and the `Poll` each
+    /// worker thread takes.
+    pub(crate) fn new(workers: usize) -> io::Result<(IoShared, Vec<Poll>)> {
+        let mut polls = Vec::with_capacity(workers);
+        let mut registries = Vec::with_capacity(workers);
+        let mut wakers = Vec::with_capacity(workers);
+        for _ in 0..workers {
+            let poll = Poll::new()?;
+            registries.push(poll.registry().try_clone()?);
+            wakers.push(mio::Waker::new(poll.registry(), WAKE)?);
+            polls.push(poll);
+        }
+        Ok((
+            IoShared {
+                registries,
+                wakers,
+                sleeping: (0..workers).map(|_| AtomicBool::new(false)).collect(),
+                listeners: Mutex::new(Vec::new()),
+                timers: Mutex::new(BinaryHeap::new()),
+                registrations: AtomicUsize::new(0),
+            },
+            polls,
+        ))
+    }
 
+    /// Marks worker `me` as about to block; the caller looks at its queue
+    /// once more after this, so a task queued in between is not missed.
+    pub(crate) fn going_to_sleep(&self, me: usize) {
+        self.sleeping[me].store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn awake(&self, me: usize) {
+        self.sleeping[me].store(false, Ordering::SeqCst);
+    }
+
+    /// Whether worker `w` may be blocked in `epoll_wait`.
+    pub(crate) fn is_sleeping(&self, w: usize) -> bool {
+        self.sleeping[w].load(Ordering::SeqCst)
+    }
+
+    /// Interrupts worker `w`'s `epoll_wait`.
+    pub(crate) fn interrupt(&self, w: usize) {
+        let _ = self.wakers[w].wake();
+    }
+
+    pub(crate) fn interrupt_all(&self) {
+        for w in &self.wakers {
+            let _ = w.wake();
+        }
+    }
+
+    /// Wakes the tasks whose timers are due; how long until the next one
+    /// (at most [`TICK`]). Another worker checking at the same moment
+    /// leaves it to that one.
+    pub(crate) fn fire_timers(&self, waker: &Waker) -> Duration {
+        let Ok(mut timers) = self.timers.try_lock() else {
+            return TICK;
+        };
+        let now = Instant::now();
+        while let Some(Reverse((at, task))) = timers.peek().copied() {
+            if at > now {
+                return (at - now).min(TICK);
+            }
+            timers.pop();
+            waker.wake(TaskId(task));
+        }
+        TICK
+    }
+
+    /// Polls worker `me`'s epoll for up to `timeout`, waking the tasks of
+    /// the streams that became ready and running listeners' callbacks;
+    /// the number of events.
+    pub(crate) fn poll(
+        &self,
+        waker: &Waker,
+        poll: &mut Poll,
+        events: &mut Events,
+        timeout: Duration,
+    ) -> usize {
+        if let Err(e) = poll.poll(events, Some(timeout)) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                std::thread::sleep(timeout);
+            }
+            return 0;
+        }
+        let mut n = 0;
+        for ev in events.iter() {
+            n += 1;
+            let t = ev.token();
+            if t == WAKE {
+                continue;
+            }
+            if t.0 & LISTENER != 0 {
+                self.accept(t.0 & !LISTENER);
+                continue;
+            }
+            let (reader, writer) = stream_tasks(t);
+            let closed = ev.is_error() || ev.is_read_closed() || ev.is_write_closed();
+            if ev.is_readable() || closed {
+                if let Some(r) = reader {
+                    waker.wake(TaskId(r));
+                }
+            }
+            if ev.is_writable() || closed {
+                if let Some(w) = writer {
+                    waker.wake(TaskId(w));
+                }
+            }
+        }
+        n
+    }
+
+    /// Runs listener `i`'s callback, outside the table's lock: it registers
+    /// the streams it accepts.
+    fn accept(&self, i: usize) {
+        let Some(mut on_ready) = self
+            .listeners
+            .lock()
+            .expect("listeners lock")
+            .get_mut(i)
+            .and_then(Option::take)
+        else {
+            return;
+        };
+        on_ready();
+        if let Some(slot) = self.listeners.lock().expect("listeners lock").get_mut(i) {
+            *slot = Some(on_ready);
+        }
+    }
+}
+
+/// A registration's key, to drop it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IoToken {
+    worker: usize,
+    listener: Option<usize>,
+}
+
+/// The handle through which connections are registered with the workers'
+/// epoll instances, and timers set.
 pub struct Reactor {
-    registry: mio::Registry,
-    shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    waker: Waker,
 }
 
 impl Reactor {
     pub fn start(waker: Waker) -> io::Result<Reactor> {
-        let poll = Poll::new()?;
-        let registry = poll.registry().try_clone()?;
-        let shared = Arc::new(Shared {
-            entries: Mutex::new(HashMap::new()),
-            next: AtomicUsize::new(1),
-            stop: AtomicBool::new(false),
-            timers: Mutex::new(BinaryHeap::new()),
-        });
-        let s = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("flick-reactor".into())
-            .spawn(move || run(poll, s, waker))?;
-        Ok(Reactor {
-            registry,
-            shared,
-            thread: Some(thread),
-        })
+        Ok(Reactor { waker })
     }
 
-    fn token(&self) -> usize {
-        self.shared.next.fetch_add(1, Ordering::Relaxed)
+    fn io(&self) -> &IoShared {
+        self.waker.io()
     }
 
     /// Wakes `reader` when the stream is readable (or closed) and `writer`
-    /// when it is writable.
+    /// when it is writable. The stream goes to the epoll of the worker
+    /// whose queue the reader (else the writer) runs from.
     pub fn register_stream(
         &self,
         stream: &mut TcpStream,
         reader: Option<TaskId>,
         writer: Option<TaskId>,
     ) -> io::Result<IoToken> {
-        let t = self.token();
-        self.shared
-            .entries
-            .lock()
-            .expect("entries lock")
-            .insert(t, Entry::Stream { reader, writer });
-        self.registry
-            .register(stream, Token(t), Interest::READABLE | Interest::WRITABLE)?;
-        Ok(IoToken(t))
+        let worker = reader.or(writer).map_or(0, |t| self.waker.home_of(t));
+        self.io().registries[worker].register(
+            stream,
+            stream_token(reader, writer),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        self.io().registrations.fetch_add(1, Ordering::Relaxed);
+        Ok(IoToken {
+            worker,
+            listener: None,
+        })
     }
 
     /// Calls `on_ready` (which should accept until `WouldBlock`) whenever
-    /// the listener has connections waiting.
+    /// the listener has connections waiting, on the first worker.
     pub fn register_listener(
         &self,
         listener: &mut TcpListener,
-        on_ready: Box<dyn FnMut() + Send>,
+        on_ready: OnReady,
     ) -> io::Result<IoToken> {
-        let t = self.token();
-        self.shared
-            .entries
-            .lock()
-            .expect("entries lock")
-            .insert(t, Entry::Listener(on_ready));
-        self.registry
-            .register(listener, Token(t), Interest::READABLE)?;
-        Ok(IoToken(t))
+        let i = {
+            let mut table = self.io().listeners.lock().expect("listeners lock");
+            table.push(Some(on_ready));
+            table.len() - 1
+        };
+        self.io().registries[0].register(listener, Token(LISTENER | i), Interest::READABLE)?;
+        self.io().registrations.fetch_add(1, Ordering::Relaxed);
+        Ok(IoToken {
+            worker: 0,
+            listener: Some(i),
+        })
     }
 
     pub fn deregister_stream(&self, stream: &mut TcpStream, token: IoToken) {
-        let _ = self.registry.deregister(stream);
-        self.shared
-            .entries
-            .lock()
-            .expect("entries lock")
-            .remove(&token.0);
+        if self.io().registries[token.worker]
+            .deregister(stream)
+            .is_ok()
+        {
+            self.io().registrations.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     pub fn deregister_listener(&self, listener: &mut TcpListener, token: IoToken) {
-        let _ = self.registry.deregister(listener);
-        self.shared
-            .entries
-            .lock()
-            .expect("entries lock")
-            .remove(&token.0);
+        let _ = self.io().registries[token.worker].deregister(listener);
+        if let Some(i) = token.listener {
+            if let Some(slot) = self
+                .io()
+                .listeners
+                .lock()
+                .expect("listeners lock")
+                .get_mut(i)
+            {
+                *slot = None;
+                self.io().registrations.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
     }
 
-    /// Wakes `task` at `at` (within the reactor's tick, 10 ms). A task
-    /// woken early checks the time itself.
+    /// Wakes `task` at `at` (within a worker's tick, 10 ms). A task woken
+    /// early checks the time itself.
     pub fn wake_at(&self, task: TaskId, at: Instant) {
-        self.shared
+        self.io()
             .timers
             .lock()
             .expect("timers lock")
@@ -137,70 +290,27 @@ impl Reactor {
 
     /// Registrations alive: streams and listeners.
     pub fn registrations(&self) -> usize {
-        self.shared.entries.lock().expect("entries lock").len()
+        self.io().registrations.load(Ordering::Relaxed)
     }
 }
 
-impl Drop for Reactor {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn run(mut poll: Poll, shared: Arc<Shared>, waker: Waker) {
-    let mut events = Events::with_capacity(1024);
-    while !shared.stop.load(Ordering::Acquire) {
-        {
-            let now = Instant::now();
-            let mut timers = shared.timers.lock().expect("timers lock");
-            while let Some(Reverse((at, task))) = timers.peek().copied() {
-                if at > now {
-                    break;
-                }
-                timers.pop();
-                waker.wake(TaskId(task));
-            }
-        }
-        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(10))) {
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            break;
-        }
-        for ev in events.iter() {
-            let mut entries = shared.entries.lock().expect("entries lock");
-            match entries.get_mut(&ev.token().0) {
-                Some(Entry::Stream { reader, writer }) => {
-                    let closed = ev.is_error() || ev.is_read_closed() || ev.is_write_closed();
-                    if ev.is_readable() || closed {
-                        if let Some(r) = reader {
-                            waker.wake(*r);
-                        }
-                    }
-                    if ev.is_writable() || closed {
-                        if let Some(w) = writer {
-                            waker.wake(*w);
-                        }
-                    }
-                }
-                Some(Entry::Listener(_)) => {
-                    // The callback registers new streams: run it unlocked.
-                    let Some(Entry::Listener(mut on_ready)) = entries.remove(&ev.token().0) else {
-                        unreachable!("matched a listener")
-                    };
-                    drop(entries);
-                    on_ready();
-                    shared
-                        .entries
-                        .lock()
-                        .expect("entries lock")
-                        .insert(ev.token().0, Entry::Listener(on_ready));
-                }
-                None => {}
-            }
-        }
+    #[test]
+    fn a_streams_token_carries_its_tasks() {
+        let t = stream_token(Some(TaskId(7)), Some(TaskId(4_000_000)));
+        assert_eq!(stream_tasks(t), (Some(7), Some(4_000_000)));
+        assert_eq!(
+            stream_tasks(stream_token(None, Some(TaskId(0)))),
+            (None, Some(0))
+        );
+        assert_eq!(
+            stream_tasks(stream_token(Some(TaskId(0)), None)),
+            (Some(0), None)
+        );
+        assert_eq!(t.0 & LISTENER, 0);
+        assert_ne!(t, WAKE);
     }
 }

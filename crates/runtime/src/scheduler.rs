@@ -12,13 +12,25 @@
 //! rather than forgotten. `Yield` requeues at the back; `Done` frees the
 //! slot. At most one worker runs a task at a time because only the worker
 //! that won the `QUEUED -> RUNNING` exchange takes it out of its slot.
+//!
+//! # Sleeping
+//!
+//! A worker with nothing to run polls its own epoll instance (`io.rs`)
+//! and then blocks in it, for at most a tick. Socket readiness and timers
+//! wake it there; so does a task queued for it from another thread, which
+//! writes the worker's eventfd, but only when the worker said it was going
+//! to sleep. A busy worker polls its epoll between tasks without blocking.
 
+use crate::io::IoShared;
 use crate::task::{Policy, Task, TaskId, TaskStatus, Timeslice};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+/// Tasks a busy worker runs between looks at its epoll instance.
+const TASKS_PER_POLL: u32 = 32;
 
 const IDLE: u8 = 0;
 const QUEUED: u8 = 1;
@@ -69,8 +81,9 @@ struct Shared {
     queues: Vec<Mutex<VecDeque<u32>>>,
     /// Tasks alive (spawned and not done).
     live: AtomicUsize,
+    /// Guards `all_done`.
     sleep: Mutex<usize>,
-    wakeup: Condvar,
+    io: IoShared,
     stop: AtomicBool,
     /// Signalled when `live` drops to zero.
     all_done: Condvar,
@@ -83,12 +96,20 @@ impl Shared {
     }
 
     fn enqueue(&self, id: u32) {
-        self.queues[self.home(id)]
-            .lock()
-            .expect("queue lock")
-            .push_back(id);
-        if *self.sleep.lock().expect("sleep lock") > 0 {
-            self.wakeup.notify_one();
+        let home = self.home(id);
+        let queued = {
+            let mut q = self.queues[home].lock().expect("queue lock");
+            q.push_back(id);
+            q.len()
+        };
+        if self.io.is_sleeping(home) {
+            self.io.interrupt(home);
+        } else if queued > 1 {
+            // Work is piling up on a busy worker: a sleeping one scavenges.
+            if let Some(w) = (0..self.queues.len()).find(|w| *w != home && self.io.is_sleeping(*w))
+            {
+                self.io.interrupt(w);
+            }
         }
     }
 
@@ -172,21 +193,41 @@ impl Shared {
         }
     }
 
-    fn worker(&self, me: usize) {
+    fn worker(self: &Arc<Self>, me: usize, mut poll: mio::Poll) {
+        let waker = Waker {
+            shared: self.clone(),
+        };
+        let mut events = mio::Events::with_capacity(256);
+        let mut ran = 0;
         while !self.stop.load(Ordering::Acquire) {
+            if ran < TASKS_PER_POLL {
+                // (The queue's lock is let go before the task runs.)
+                let own = self.queues[me].lock().expect("queue lock").pop_front();
+                if let Some(id) = own {
+                    self.run_one(id);
+                    ran += 1;
+                    continue;
+                }
+            }
+            // Between tasks, and before looking elsewhere: this worker's
+            // sockets and timers, without blocking.
+            ran = 0;
+            self.io.fire_timers(&waker);
+            if self.io.poll(&waker, &mut poll, &mut events, Duration::ZERO) > 0 {
+                continue;
+            }
             if let Some(id) = self.next(me) {
                 self.run_one(id);
                 continue;
             }
-            let mut sleepers = self.sleep.lock().expect("sleep lock");
-            *sleepers += 1;
-            // A short timeout covers a push that raced with going to sleep.
-            let (g, _) = self
-                .wakeup
-                .wait_timeout(sleepers, Duration::from_millis(1))
-                .expect("sleep lock");
-            sleepers = g;
-            *sleepers -= 1;
+            self.io.going_to_sleep(me);
+            if !self.queues[me].lock().expect("queue lock").is_empty() {
+                self.io.awake(me);
+                continue;
+            }
+            let timeout = self.io.fire_timers(&waker);
+            self.io.poll(&waker, &mut poll, &mut events, timeout);
+            self.io.awake(me);
         }
     }
 }
@@ -201,6 +242,15 @@ impl Waker {
     pub fn wake(&self, id: TaskId) {
         self.shared.wake(id.0);
     }
+
+    /// The worker whose queue task `id` runs from.
+    pub fn home_of(&self, id: TaskId) -> usize {
+        self.shared.home(id.0)
+    }
+
+    pub(crate) fn io(&self) -> &IoShared {
+        &self.shared.io
+    }
 }
 
 pub struct Scheduler {
@@ -212,6 +262,7 @@ impl Scheduler {
     pub fn start(config: SchedulerConfig) -> Scheduler {
         let workers = config.workers.max(1);
         let capacity = config.capacity.max(1);
+        let (io, polls) = IoShared::new(workers).expect("an epoll instance per worker");
         let shared = Arc::new(Shared {
             policy: config.policy,
             slots: (0..capacity)
@@ -226,7 +277,7 @@ impl Scheduler {
                 .collect(),
             live: AtomicUsize::new(0),
             sleep: Mutex::new(0),
-            wakeup: Condvar::new(),
+            io,
             stop: AtomicBool::new(false),
             all_done: Condvar::new(),
         });
@@ -235,8 +286,10 @@ impl Scheduler {
         } else {
             Vec::new()
         };
-        let threads = (0..workers)
-            .map(|i| {
+        let threads = polls
+            .into_iter()
+            .enumerate()
+            .map(|(i, poll)| {
                 let shared = shared.clone();
                 let core = cores.get(i % cores.len().max(1)).copied();
                 std::thread::Builder::new()
@@ -245,7 +298,7 @@ impl Scheduler {
                         if let Some(c) = core {
                             core_affinity::set_for_current(c);
                         }
-                        shared.worker(i);
+                        shared.worker(i, poll);
                     })
                     .expect("spawn a worker thread")
             })
@@ -370,7 +423,7 @@ impl Scheduler {
 
     fn stop_workers(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        self.shared.wakeup.notify_all();
+        self.shared.io.interrupt_all();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
