@@ -630,3 +630,32 @@ fn head_responses_have_no_body_and_connect_is_refused() {
     .unwrap();
     assert_eq!(read_response(&mut r).status, 501);
 }
+
+/// A backend that answers with a response framed by the end of its
+/// connection, the bytes and the close in one go: the balancer must see
+/// the end of the stream that came with the last bytes (a short read does
+/// not mean the stream is still open).
+#[test]
+fn a_response_framed_by_its_connections_close_arrives_whole() {
+    let mut procs = Procs(Vec::new());
+    let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend_port = backend.local_addr().unwrap().port();
+    const ROUNDS: usize = 20;
+    std::thread::spawn(move || {
+        for c in backend.incoming().take(ROUNDS) {
+            let mut c = c.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = c.read(&mut buf);
+            // One write, then the close: the FIN rides with the bytes.
+            let _ = c.write_all(b"HTTP/1.0 200 OK\r\nX-Framing: close\r\n\r\nall of the body");
+        }
+    });
+    let port = balancer_with_timeout(&mut procs, &[backend_port], 3000);
+    for i in 0..ROUNDS {
+        let (mut s, mut r) = connect(port);
+        write!(s, "GET /{i} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let resp = read_response(&mut r);
+        assert_eq!(resp.status, 200, "round {i}");
+        assert_eq!(resp.body, b"all of the body", "round {i}");
+    }
+}

@@ -129,14 +129,6 @@ pub struct SharedWriter {
     pub stats: Arc<Stats>,
 }
 
-/// What the members have for the writer.
-enum Next {
-    Request(u32, Msg),
-    Nothing,
-    /// A member left in the middle of a request body.
-    Broken,
-}
-
 impl SharedWriter {
     fn fail(&mut self) -> TaskStatus {
         self.outbox.clear(&self.pool);
@@ -151,15 +143,8 @@ impl SharedWriter {
                 self.outbox.clear(&self.pool);
                 return TaskStatus::Done;
             }
-            while !self.outbox.is_full() {
-                match self.next_request() {
-                    Next::Request(key, m) => {
-                        self.record(key, &m);
-                        self.outbox.push(m);
-                    }
-                    Next::Nothing => break,
-                    Next::Broken => return self.fail(),
-                }
+            if !self.take_requests() {
+                return self.fail();
             }
             if self.outbox.is_empty() {
                 return TaskStatus::Idle;
@@ -181,50 +166,62 @@ impl SharedWriter {
         }
     }
 
-    /// The next request, from the members in turn; while a member's
-    /// request streams its body, from that member only.
-    fn next_request(&mut self) -> Next {
-        let mut members = self.shared.members.lock().expect("members lock");
-        let n = members.list.len();
-        let mut got = None;
+    /// Fills the outbox with the members' requests, one per member in
+    /// turn, pass after pass while they have more; while a member's
+    /// request streams its body, from that member only. `false` if a
+    /// member left in the middle of a body: the backend's stream cannot be
+    /// completed.
+    fn take_requests(&mut self) -> bool {
+        let shared = self.shared.clone();
+        let mut members = shared.members.lock().expect("members lock");
         let mut gone = false;
-        for k in 0..n {
-            let i = (self.next + k) % n;
-            if self.streaming.is_some_and(|key| key != members.list[i].key) {
-                continue;
-            }
-            match members.list[i].requests.try_recv() {
-                Ok(m) => {
-                    got = Some((members.list[i].key, m));
-                    self.next = (i + 1) % n.max(1);
+        loop {
+            let n = members.list.len();
+            let mut took = false;
+            for k in 0..n {
+                if self.outbox.is_full() {
                     break;
                 }
-                Err(TryRecvError::Empty) => {}
-                Err(TryRecvError::Closed) => {
-                    members.list[i].gone = true;
-                    gone = true;
+                let i = (self.next + k) % n;
+                let member = &mut members.list[i];
+                if self.streaming.is_some_and(|key| key != member.key) {
+                    continue;
                 }
+                match member.requests.try_recv() {
+                    Ok(m) => {
+                        let key = member.key;
+                        self.streaming = match m.part {
+                            Part::Head | Part::Body => Some(key),
+                            Part::Whole | Part::End => None,
+                        };
+                        self.record(key, &m);
+                        self.outbox.push(m);
+                        self.next = (i + 1) % n;
+                        took = true;
+                    }
+                    Err(TryRecvError::Empty) => {}
+                    Err(TryRecvError::Closed) => {
+                        member.gone = true;
+                        gone = true;
+                    }
+                }
+            }
+            if !took || self.outbox.is_full() {
+                break;
             }
         }
         // Members whose instance ended leave; replies still due to them
         // are dropped when they come.
         if gone {
+            let streaming_left = self
+                .streaming
+                .is_some_and(|key| members.list.iter().any(|m| m.key == key && m.gone));
             members.list.retain(|m| !m.gone);
-        }
-        drop(members);
-        match got {
-            Some((key, m)) => {
-                self.streaming = match m.part {
-                    Part::Head | Part::Body => Some(key),
-                    Part::Whole | Part::End => None,
-                };
-                Next::Request(key, m)
+            if streaming_left {
+                return false;
             }
-            // The member went away in the middle of a body: the backend's
-            // stream cannot be completed.
-            None if gone && self.streaming.is_some() => Next::Broken,
-            None => Next::Nothing,
         }
+        true
     }
 
     /// Records whose request `m` is, in the order requests are written,
@@ -314,6 +311,7 @@ impl SharedReader {
     }
 
     pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
+        self.read.woken(self.shared.conn.hung_up());
         loop {
             if let Some((key, m)) = self.pending.take() {
                 // Backpressure: a slow member holds this connection's replies.

@@ -23,6 +23,13 @@ pub struct Conn {
     pub chan: usize,
 }
 
+impl Conn {
+    /// Whether the peer may have closed since the last wake-up.
+    pub fn hung_up(&self) -> bool {
+        self.token.is_none_or(|t| self.reactor.take_hangup(t))
+    }
+}
+
 impl Drop for Conn {
     fn drop(&mut self) {
         if let Some(t) = self.token {
@@ -67,6 +74,13 @@ pub struct ReadSide {
     head: usize,
     /// What the parser said right after a head, before the head went out.
     after_head: Option<Progress>,
+    /// The last read took less than there was room for: the socket had
+    /// nothing more then, and readiness is edge-triggered, so another read
+    /// before the next wake-up would only say `WouldBlock`.
+    drained: bool,
+    /// The peer may have closed: reads go on until one says so, as the end
+    /// of the stream may have come with the last bytes.
+    hangup: bool,
 }
 
 impl ReadSide {
@@ -83,7 +97,16 @@ impl ReadSide {
             streaming: false,
             head: 0,
             after_head: None,
+            drained: false,
+            hangup: false,
         }
+    }
+
+    /// The task was woken (or runs again): the socket may have more;
+    /// `hangup` if its peer may have closed.
+    pub fn woken(&mut self, hangup: bool) {
+        self.drained = false;
+        self.hangup |= hangup;
     }
 
     /// A piece of a streaming message's body: the buffer's first `n` bytes
@@ -135,6 +158,8 @@ impl ReadSide {
         self.streaming = false;
         self.head = 0;
         self.after_head = None;
+        self.drained = false;
+        self.hangup = false;
     }
 
     /// The next message: parsed from what is buffered, reading the socket
@@ -229,6 +254,10 @@ impl ReadSide {
                 let grown = (self.buf.len() * 2).clamp(4096, self.max);
                 self.buf.resize(grown, 0);
             }
+            if self.drained && !self.hangup {
+                return Inbound::Idle;
+            }
+            let room = self.buf.len() - self.end;
             match (&*stream).read(&mut self.buf[self.end..]) {
                 // A body that runs to the end of the connection ends here.
                 Ok(0) if self.streaming => {
@@ -239,7 +268,10 @@ impl ReadSide {
                     };
                 }
                 Ok(0) => return Inbound::Closed,
-                Ok(n) => self.end += n,
+                Ok(n) => {
+                    self.end += n;
+                    self.drained = n < room;
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Inbound::Idle,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => return Inbound::Closed,
@@ -281,6 +313,9 @@ impl Reader {
     }
 
     pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
+        if let Some(r) = &mut self.read {
+            r.woken(self.conn.hung_up());
+        }
         loop {
             let Some(out) = &self.out else {
                 return self.finish();

@@ -55,12 +55,16 @@ pub(crate) struct IoShared {
     /// Tasks to wake at a time, earliest first.
     timers: Mutex<BinaryHeap<Reverse<(Instant, u32)>>>,
     registrations: AtomicUsize,
+    /// Per reader task: its stream's peer has closed (or failed). A read
+    /// that came up short need not be followed by one that says
+    /// `WouldBlock`, unless the end of the stream may be waiting.
+    hangups: Box<[AtomicBool]>,
 }
 
 impl IoShared {
     /// An epoll instance per worker: the shared side, and the `Poll` each
     /// worker thread takes.
-    pub(crate) fn new(workers: usize) -> io::Result<(IoShared, Vec<Poll>)> {
+    pub(crate) fn new(workers: usize, tasks: usize) -> io::Result<(IoShared, Vec<Poll>)> {
         let mut polls = Vec::with_capacity(workers);
         let mut registries = Vec::with_capacity(workers);
         let mut wakers = Vec::with_capacity(workers);
@@ -78,6 +82,7 @@ impl IoShared {
                 listeners: Mutex::new(Vec::new()),
                 timers: Mutex::new(BinaryHeap::new()),
                 registrations: AtomicUsize::new(0),
+                hangups: (0..tasks).map(|_| AtomicBool::new(false)).collect(),
             },
             polls,
         ))
@@ -158,6 +163,11 @@ impl IoShared {
             let closed = ev.is_error() || ev.is_read_closed() || ev.is_write_closed();
             if ev.is_readable() || closed {
                 if let Some(r) = reader {
+                    if ev.is_read_closed() || ev.is_error() {
+                        if let Some(h) = self.hangups.get(r as usize) {
+                            h.store(true, Ordering::Release);
+                        }
+                    }
                     waker.wake(TaskId(r));
                 }
             }
@@ -194,6 +204,7 @@ impl IoShared {
 pub struct IoToken {
     worker: usize,
     listener: Option<usize>,
+    reader: Option<TaskId>,
 }
 
 /// The handle through which connections are registered with the workers'
@@ -230,6 +241,7 @@ impl Reactor {
         Ok(IoToken {
             worker,
             listener: None,
+            reader,
         })
     }
 
@@ -250,6 +262,7 @@ impl Reactor {
         Ok(IoToken {
             worker: 0,
             listener: Some(i),
+            reader: None,
         })
     }
 
@@ -286,6 +299,16 @@ impl Reactor {
             .lock()
             .expect("timers lock")
             .push(Reverse((at, task.0)));
+    }
+
+    /// Whether the peer of the stream registered as `token` may have
+    /// closed since this was last asked (a read should go on until it says
+    /// so). Asking clears it.
+    pub fn take_hangup(&self, token: IoToken) -> bool {
+        token
+            .reader
+            .and_then(|r| self.io().hangups.get(r.0 as usize))
+            .is_none_or(|h| h.swap(false, Ordering::AcqRel))
     }
 
     /// Registrations alive: streams and listeners.

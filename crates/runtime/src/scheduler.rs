@@ -262,7 +262,7 @@ impl Scheduler {
     pub fn start(config: SchedulerConfig) -> Scheduler {
         let workers = config.workers.max(1);
         let capacity = config.capacity.max(1);
-        let (io, polls) = IoShared::new(workers).expect("an epoll instance per worker");
+        let (io, polls) = IoShared::new(workers, capacity).expect("an epoll instance per worker");
         let shared = Arc::new(Shared {
             policy: config.policy,
             slots: (0..capacity)
