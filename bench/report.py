@@ -262,13 +262,18 @@ LABELS = {
     ("http", "flick"): "Flick load balancer",
     ("http", "nginx"): "nginx reverse proxy",
     ("http", "haproxy"): "HAProxy",
-    ("http", "nginx_static"): "nginx static file (a backend directly)",
+    ("http", "flick_static"): "Flick static web server",
+    ("http", "nginx_static"): "nginx static file",
 }
+
+# The HTTP systems that serve the page themselves (the static web server
+# comparison); the others balance over two backends.
+HTTP_STATIC = ("flick_static", "nginx_static")
 
 
 def label(bench, system, workers):
     name = LABELS.get((bench, system), system)
-    if system == "flick" or (bench == "http" and system == "nginx"):
+    if system in ("flick", "flick_static") or (bench == "http" and system in ("nginx", "nginx_static")):
         return f"{name}, {workers} worker{'s' if workers != 1 else ''}"
     if system in ("haproxy", "twemproxy"):
         return f"{name}, {workers} thread{'s' if workers != 1 else ''}"
@@ -336,6 +341,8 @@ def summarise(runs):
                                               if q in r.get("latency_ms", {})])
             s["median_non_2xx_3xx"] = median([r.get("non_2xx_3xx", 0) for r in rs])
             s["median_socket_errors"] = median([r.get("socket_errors_total", 0) for r in rs])
+            for k in ("response_head_bytes", "response_body_bytes"):
+                s[k] = median([r[k] for r in rs if isinstance(r.get(k), (int, float))])
         summary.append(s)
     # Ratios against the baseline of each benchmark.
     for bench, base_system, key in (("memcached_binary", "memcached", "median_ops_per_s"),
@@ -352,21 +359,23 @@ def summarise(runs):
                 and s.get("median_ops_per_s"):
             s["ratio_to_twemproxy"] = s["median_ops_per_s"] / peer[0]["median_ops_per_s"]
     # HTTP: Flick against nginx and HAProxy with as many workers (threads),
-    # under the same load style and connection count.
+    # under the same load style and connection count; the static web server
+    # against nginx serving the file.
     for s in summary:
-        if s["bench"] != "http" or s["system"] != "flick" or not s.get("median_requests_per_s"):
+        if s["bench"] != "http" or s["system"] not in ("flick", "flick_static") \
+                or not s.get("median_requests_per_s") or s.get("figures_from_failed_runs"):
             continue
-        for other in ("nginx", "haproxy", "nginx_static"):
+        others = ("nginx", "haproxy") if s["system"] == "flick" else ("nginx_static",)
+        for other in others:
             peer = [p for p in summary if p["bench"] == "http" and p["system"] == other
                     and p["mode"] == s["mode"] and p["conns"] == s["conns"]
-                    and (p["workers"] == s["workers"] or other == "nginx_static")]
-            if s.get("figures_from_failed_runs"):
-                continue
+                    and p["workers"] == s["workers"]]
             if peer and peer[0].get("median_requests_per_s") \
                     and not peer[0].get("figures_from_failed_runs"):
                 s[f"ratio_to_{other}"] = s["median_requests_per_s"] / peer[0]["median_requests_per_s"]
     order = {"memcached_binary": 0, "memcached_ascii": 1, "http": 2, "hadoop": 3}
-    sysorder = {"flick": 0, "twemproxy": 1, "nginx": 1, "haproxy": 2, "nginx_static": 3}
+    sysorder = {"flick": 0, "twemproxy": 1, "nginx": 1, "haproxy": 2, "flick_static": 3,
+                "nginx_static": 4}
     summary.sort(key=lambda s: (order.get(s["bench"], 9), s.get("mode") or "", s.get("conns") or 0,
                                 sysorder.get(s["system"], 5), s["workers"]))
     return summary
@@ -420,55 +429,79 @@ def plot(summary, runs, out_dir):
 
 
 HTTP_STYLE = {"flick": ("#4c72b0", "o"), "nginx": ("#dd8452", "s"), "haproxy": ("#55a868", "^"),
-              "nginx_static": ("#999999", "D")}
+              "flick_static": ("#4c72b0", "o"), "nginx_static": ("#999999", "D")}
 
 
 def plot_http(summary, plt, out_dir):
     """Requests/s and p99 latency against connections (the paper's Figures
-    4-6), one figure per load style. Points whose runs all had errors are
-    drawn as red crosses."""
-    from matplotlib.ticker import ScalarFormatter
+    4-6): for the balancers one figure per load style, for the static web
+    servers one figure (http_static.png) with a row per load style. Points
+    whose runs all had errors are drawn as red crosses."""
     made = []
-    for mode, title in (("keepalive", "keep-alive connections"),
-                        ("close", "one request per connection")):
-        rows = [s for s in summary if s["bench"] == "http" and s["mode"] == mode
-                and s.get("median_requests_per_s") is not None]
+    modes = (("keepalive", "keep-alive connections"), ("close", "one request per connection"))
+    http = [s for s in summary if s["bench"] == "http" and s.get("median_requests_per_s") is not None]
+    for mode, title in modes:
+        rows = [s for s in http if s["mode"] == mode and s["system"] not in HTTP_STATIC]
         if not rows:
             continue
         fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.6), dpi=90)
-        for (system, workers) in sorted({(s["system"], s["workers"]) for s in rows},
-                                        key=lambda k: (k[0] != "flick", k)):
-            pts = sorted((s for s in rows if s["system"] == system and s["workers"] == workers),
-                         key=lambda s: s["conns"])
-            color, marker = HTTP_STYLE.get(system, ("black", "x"))
-            style = "-" if workers <= 1 else "--"
-            for ax, key in ((axes[0], "median_requests_per_s"), (axes[1], "median_p99_ms")):
-                xs = [s["conns"] for s in pts if s.get(key) is not None]
-                ys = [s[key] for s in pts if s.get(key) is not None]
-                ax.plot(xs, ys, style, color=color, marker=marker, markersize=4,
-                        label=pts[0]["label"], linewidth=1.2)
-                bad = [(s["conns"], s[key]) for s in pts
-                       if s.get(key) is not None and s.get("figures_from_failed_runs")]
-                if bad:
-                    ax.scatter(*zip(*bad), color="red", marker="x", s=60, zorder=4)
-        for ax, ylabel in ((axes[0], "requests per second"), (axes[1], "p99 latency, ms (log)")):
-            ax.set_xscale("log")
-            ax.set_xticks(sorted({s["conns"] for s in rows}))
-            ax.get_xaxis().set_major_formatter(ScalarFormatter())
-            ax.minorticks_off()
-            ax.set_xlabel("concurrent connections", fontsize=8)
-            ax.set_ylabel(ylabel, fontsize=8)
-            ax.tick_params(labelsize=8)
-        axes[1].set_yscale("log")
-        axes[0].set_ylim(bottom=0)
-        axes[0].legend(fontsize=6, loc="best")
-        fig.suptitle(f"HTTP, wrk, {title} (medians; red x: every run had errors)", fontsize=9)
+        plot_http_axes(rows, axes)
+        fig.suptitle(f"HTTP balancing, wrk, {title} (medians; red x: every run had errors)",
+                     fontsize=9)
         fig.tight_layout()
         fname = f"http_{mode}.png"
         fig.savefig(f"{out_dir}/{fname}")
         plt.close(fig)
         made.append(fname)
+    static = [(mode, title, [s for s in http if s["mode"] == mode and s["system"] in HTTP_STATIC])
+              for mode, title in modes]
+    static = [m for m in static if m[2]]
+    if static:
+        fig, axes = plt.subplots(len(static), 2, figsize=(9.6, 3.4 * len(static)), dpi=90,
+                                 squeeze=False)
+        for (mode, title, rows), ax_row in zip(static, axes):
+            plot_http_axes(rows, ax_row)
+            ax_row[0].set_title(title, fontsize=8)
+            ax_row[1].set_title(title, fontsize=8)
+        fig.suptitle("HTTP static web server, wrk (medians; red x: every run had errors)",
+                     fontsize=9)
+        fig.tight_layout()
+        fig.savefig(f"{out_dir}/http_static.png")
+        plt.close(fig)
+        made.append("http_static.png")
     return made
+
+
+def plot_http_axes(rows, axes):
+    """Draws requests/s (axes[0]) and p99 (axes[1]) against connections, a
+    line per system and worker count."""
+    from matplotlib.ticker import ScalarFormatter
+    for (system, workers) in sorted({(s["system"], s["workers"]) for s in rows},
+                                    key=lambda k: (not k[0].startswith("flick"), k)):
+        pts = sorted((s for s in rows if s["system"] == system and s["workers"] == workers),
+                     key=lambda s: s["conns"])
+        color, marker = HTTP_STYLE.get(system, ("black", "x"))
+        style = "-" if workers <= 1 else "--"
+        for ax, key in ((axes[0], "median_requests_per_s"), (axes[1], "median_p99_ms")):
+            xs = [s["conns"] for s in pts if s.get(key) is not None]
+            ys = [s[key] for s in pts if s.get(key) is not None]
+            ax.plot(xs, ys, style, color=color, marker=marker, markersize=4,
+                    label=pts[0]["label"], linewidth=1.2)
+            bad = [(s["conns"], s[key]) for s in pts
+                   if s.get(key) is not None and s.get("figures_from_failed_runs")]
+            if bad:
+                ax.scatter(*zip(*bad), color="red", marker="x", s=60, zorder=4)
+    for ax, ylabel in ((axes[0], "requests per second"), (axes[1], "p99 latency, ms (log)")):
+        ax.set_xscale("log")
+        ax.set_xticks(sorted({s["conns"] for s in rows}))
+        ax.get_xaxis().set_major_formatter(ScalarFormatter())
+        ax.minorticks_off()
+        ax.set_xlabel("concurrent connections", fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.tick_params(labelsize=8)
+    axes[1].set_yscale("log")
+    axes[0].set_ylim(bottom=0)
+    axes[0].legend(fontsize=6, loc="best")
 
 
 def markdown(data):
@@ -618,6 +651,26 @@ def markdown_memcached_ascii(data):
     return lines
 
 
+def http_table(title, rows, ratios):
+    """A Markdown table of HTTP rows, with a column per (header, key) ratio."""
+    heads = " | ".join(h for h, _ in ratios)
+    lines = [f"#### {title}", "",
+             f"| conns | system | requests/s (median) | min-max | p99 ms | {heads} | non-2xx per run | socket errors per run | failed runs |",
+             "|---|---|---|---|---|" + "---|" * len(ratios) + "---|---|---|"]
+    for s in rows:
+        cells = [str(s["conns"]),
+                 s["label"] + (" **ERRORS**" if s.get("figures_from_failed_runs") else ""),
+                 fmt(s.get("median_requests_per_s")),
+                 "%s-%s" % (fmt(s.get("min_requests_per_s")), fmt(s.get("max_requests_per_s"))),
+                 fmt(s.get("median_p99_ms"), 2)]
+        cells += [fmt(s.get(k), 2) for _, k in ratios]
+        cells += [fmt(s.get("median_non_2xx_3xx")), fmt(s.get("median_socket_errors")),
+                  "%d of %d" % (s["failed_runs"], s["runs"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
 def markdown_http(data):
     st = data["settings"]
     rows = [s for s in data["summary"] if s["bench"] == "http"]
@@ -626,37 +679,67 @@ def markdown_http(data):
     lines = [
         "## HTTP",
         "",
-        "`wrk -t %s -c CONNS -d %ss --latency`, GET of a %s-byte file, against: the Flick load "
-        "balancer (`examples/http_lb.flick`, which picks the backend by a hash of the request "
-        "target, so wrk's one URL always goes to the same backend); nginx as a reverse proxy "
-        "(`upstream` of both backends, `keepalive 64`, HTTP/1.1 to the backends); HAProxy "
-        "(`mode http`, `balance roundrobin`, `http-reuse always`, `nbthread` = workers). Each "
-        "proxies to the same two nginx backends (one process each). \"nginx static file\" is "
-        "one of the backends measured directly, the reference for a static web server (Flick "
-        "has none yet). Two load styles: keep-alive (wrk's default) and one request per "
-        "connection (`-H \"Connection: close\"`). p99 is wrk's, in milliseconds. A run with "
-        "socket errors or non-2xx/3xx responses is failed; when every run of a row failed, its "
-        "figures come from the failed runs and are marked **ERRORS**."
+        "`wrk -t %s -c CONNS -d %ss --latency`, GET of a %s-byte file. Two load styles: "
+        "keep-alive (wrk's default) and one request per connection (`-H \"Connection: close\"`). "
+        "p99 is wrk's, in milliseconds. A run with socket errors or non-2xx/3xx responses is "
+        "failed; when every run of a row failed, its figures come from the failed runs and are "
+        "marked **ERRORS**."
         % (st.get("http_threads"), st.get("http_seconds"), st.get("http_body_bytes")),
         "",
     ]
-    for mode, title in (("keepalive", "Keep-alive connections"),
-                        ("close", "One request per connection (`Connection: close`)")):
-        mrows = [s for s in rows if s["mode"] == mode]
-        if not mrows:
-            continue
-        lines += [f"### {title}", "",
-                  "| conns | system | requests/s (median) | min-max | p99 ms | Flick/nginx | Flick/HAProxy | non-2xx per run | socket errors per run | failed runs |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        for s in mrows:
-            lines.append("| %s | %s%s | %s | %s-%s | %s | %s | %s | %s | %s | %d of %d |" % (
-                s["conns"], s["label"], " **ERRORS**" if s.get("figures_from_failed_runs") else "",
-                fmt(s.get("median_requests_per_s")), fmt(s.get("min_requests_per_s")),
-                fmt(s.get("max_requests_per_s")), fmt(s.get("median_p99_ms"), 2),
-                fmt(s.get("ratio_to_nginx"), 2), fmt(s.get("ratio_to_haproxy"), 2),
-                fmt(s.get("median_non_2xx_3xx")), fmt(s.get("median_socket_errors")),
-                s["failed_runs"], s["runs"]))
-        lines.append("")
+    modes = (("keepalive", "keep-alive connections"),
+             ("close", "one request per connection (`Connection: close`)"))
+    balancing = [s for s in rows if s["system"] not in HTTP_STATIC]
+    if balancing:
+        lines += [
+            "### Load balancing",
+            "",
+            "The Flick load balancer (`examples/http_lb.flick`, which picks the backend by "
+            "`hash(client)`, a hash of the connection's addresses and ports, so wrk's "
+            "connections spread over both backends; it passes each request on with the "
+            "hop-by-hop headers removed, `Connection: keep-alive` toward the backend and "
+            "`X-Forwarded-For` added, so `Connection: close` clients reuse pooled backend "
+            "connections); nginx as a reverse proxy (`upstream` of both backends, `keepalive 64`, "
+            "HTTP/1.1 to the backends); HAProxy (`mode http`, `balance roundrobin`, "
+            "`http-reuse always`, `nbthread` = workers). Each proxies to the same two nginx "
+            "backends (one process each) serving the file.",
+            "",
+        ]
+        for mode, title in modes:
+            mrows = [s for s in balancing if s["mode"] == mode]
+            if not mrows:
+                continue
+            lines += http_table(f"Balancing, {title}", mrows,
+                                [("Flick/nginx", "ratio_to_nginx"), ("Flick/HAProxy", "ratio_to_haproxy")])
+    static = [s for s in rows if s["system"] in HTTP_STATIC]
+    if static:
+        def size(system):
+            heads = [s["response_head_bytes"] for s in static
+                     if s["system"] == system and s.get("response_head_bytes") is not None]
+            bodies = [s["response_body_bytes"] for s in static
+                      if s["system"] == system and s.get("response_body_bytes") is not None]
+            if not heads or not bodies:
+                return "not measured"
+            h, b = median(heads), median(bodies)
+            return "%s bytes in all (head %s, body %s)" % (fmt(h + b), fmt(h), fmt(b))
+        lines += [
+            "### Static web server",
+            "",
+            "Flick's static web server (`examples/static_web.flick`, `--workers` 1 and 2), which "
+            "answers every request with the same page, against nginx serving the %s-byte file "
+            "(`worker_processes` 1 and 2, `access_log off`, `keepalive_requests` unlimited). "
+            "Response sizes, as the probe before each run received them: Flick %s; nginx %s "
+            "(its head carries `Server`, `Date`, `Content-Type`, `Last-Modified`, `ETag` and "
+            "`Accept-Ranges`). Flick/nginx compares the same worker count, load style and "
+            "connection count."
+            % (st.get("http_body_bytes"), size("flick_static"), size("nginx_static")),
+            "",
+        ]
+        for mode, title in modes:
+            mrows = [s for s in static if s["mode"] == mode]
+            if not mrows:
+                continue
+            lines += http_table(f"Static, {title}", mrows, [("Flick/nginx", "ratio_to_nginx_static")])
     return lines
 
 

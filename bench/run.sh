@@ -34,10 +34,11 @@
 #                     of a 137-byte file. Balancing: examples/http_lb.flick
 #                     (1 and 2 workers), nginx as a reverse proxy (1 and 2
 #                     worker processes) and HAProxy (nbthread 1 and 2), each
-#                     in front of the same two nginx backends. Static: one
-#                     nginx backend directly, the reference (Flick has no
-#                     static web server yet: skipped). A run with socket
-#                     errors or non-2xx responses fails.
+#                     in front of the same two nginx backends. Static:
+#                     examples/static_web.flick (1 and 2 workers; a fixed
+#                     response of 137 bytes, head and body) against nginx
+#                     serving the 137-byte file (1 and 2 worker processes).
+#                     A run with socket errors or non-2xx responses fails.
 #
 # Settings (environment): QUICK=1, REPS (default 5, QUICK 3), MC_SECONDS
 # (memaslap seconds per run: 10, QUICK 3), HADOOP_WORDS (words over all
@@ -423,6 +424,9 @@ nginx_conf() {
     mkdir -p "$dir"
     {
         [ "$workers" -le 1 ] && echo "master_process off;"
+        # A master started as root runs its workers as nobody, who cannot
+        # read the scratch directory: keep them as root (127.0.0.1 only).
+        [ "$workers" -gt 1 ] && [ "$(id -u)" = 0 ] && echo "user root;"
         echo "daemon off;"
         echo "worker_processes $workers;"
         echo "pid $dir/nginx.pid;"
@@ -480,8 +484,10 @@ backend backends
 EOF
 }
 
-# Starts one system in front of the backends (or, for nginx_static, names
-# a backend); sets SYS_PID (empty for nginx_static) and SYS_PORT.
+# Starts one system: a balancer in front of the backends (flick, nginx,
+# haproxy) or a static web server (flick_static, nginx_static: nginx serving
+# the backends' file, with its own worker processes); sets SYS_PID and
+# SYS_PORT.
 http_start() {
     local system=$1 workers=$2 tag=$3
     SYS_PID=""
@@ -503,8 +509,17 @@ http_start() {
             [ -f "$WORK/haproxy-$workers.cfg" ] || haproxy_conf "$WORK/haproxy-$workers.cfg" "$SYS_PORT" "$workers"
             start_group "$WORK/haproxy-$tag.log" haproxy -db -f "$WORK/haproxy-$workers.cfg"
             SYS_PID=$LAST_PID ;;
+        flick_static)
+            SYS_PORT=$((BASE_PORT + 17))
+            start "$WORK/flick-static-$tag.log" "$FLICK" run examples/static_web.flick \
+                --listen "client=127.0.0.1:$SYS_PORT" --workers "$workers"
+            SYS_PID=$LAST_PID ;;
         nginx_static)
-            SYS_PORT=$HTTP_B1 ;;
+            SYS_PORT=$((BASE_PORT + 18))
+            local dir="$WORK/nginx-static-$workers"
+            [ -f "$dir/nginx.conf" ] || nginx_conf "$dir" "$SYS_PORT" "$workers" static
+            start_group "$WORK/nginx-static-$tag.log" nginx -p "$dir/" -c "$dir/nginx.conf" -e "$dir/error.log"
+            SYS_PID=$LAST_PID ;;
     esac
 }
 
@@ -530,12 +545,17 @@ http_run() {
         echo "   $system workers=$workers $mode $conns conns run $rep: FAILED: the proxy never listened"
         return 0
     fi
-    # One request first, checked byte for byte: the status and the file.
-    local hdr=()
+    # One request first, checked byte for byte: the status and the file
+    # (Flick's static server: its fixed page). Its head and body sizes are
+    # recorded with the run.
+    local hdr=() expect="$WORK/www/index.html" sizes head_bytes=null body_bytes=null
     [ "$mode" = close ] && hdr=(-H "Connection: close")
-    code=$(curl -s --max-time 5 "${hdr[@]}" -o "$WORK/probe.body" -w '%{http_code}' \
+    [ "$system" = flick_static ] && expect="$WORK/flick-static.body"
+    sizes=$(curl -s --max-time 5 "${hdr[@]}" -o "$WORK/probe.body" \
+        -w '%{http_code} %{size_header} %{size_download}' \
         "http://127.0.0.1:$SYS_PORT/index.html" 2>/dev/null) || true
-    [ "$code" = 200 ] && cmp -s "$WORK/probe.body" "$WORK/www/index.html" && probe_ok=true
+    read -r code head_bytes body_bytes <<<"${sizes:-000 null null}"
+    [ "$code" = 200 ] && cmp -s "$WORK/probe.body" "$expect" && probe_ok=true
     load=$(cut -d' ' -f1 /proc/loadavg)
     http_wrk "$SYS_PORT" "$conns" "$HTTP_SECONDS" "$mode" "$log"
     if [ -n "$SYS_PID" ]; then
@@ -545,17 +565,23 @@ http_run() {
     python3 bench/report.py wrk "$log" --system "$system" --workers "$workers" \
         --rep "$rep" --conns "$conns" --mode "$mode" --seconds "$HTTP_SECONDS" \
         --field "server_alive_at_end=$alive" --field "probe_ok=$probe_ok" \
-        --field "loadavg_at_start=$load" --field "retry_after_stall=$retry" >>"$RUNS"
+        --field "loadavg_at_start=$load" --field "retry_after_stall=$retry" \
+        --field "response_head_bytes=$head_bytes" --field "response_body_bytes=$body_bytes" >>"$RUNS"
     tail -n1 "$RUNS" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("   %-12s workers=%s %-9s %4s conns run %s%s: %s req/s, p99 %s ms%s" % (r["system"], r["workers"], r["mode"], r["conns"], r["rep"], " (again)" if r.get("retry_after_stall") else "", r.get("requests_per_s"), r.get("latency_ms", {}).get("p99"), "" if r["ok"] else "  FAILED: " + str(r.get("error"))))'
 }
 
 bench_http() {
     HTTP_B1=$((BASE_PORT + 12))
     HTTP_B2=$((BASE_PORT + 13))
-    local systems=("flick 1" "nginx 1" "haproxy 1" "flick 2" "nginx 2" "haproxy 2" "nginx_static 1")
+    local systems=("flick 1" "nginx 1" "haproxy 1" "flick 2" "nginx 2" "haproxy 2"
+        "flick_static 1" "nginx_static 1" "flick_static 2" "nginx_static 2")
     local n=${#systems[@]} mode conns rep i b
     mkdir -p "$WORK/www"
     head -c "$HTTP_BODY_BYTES" /dev/zero | tr '\0' 'x' >"$WORK/www/index.html"
+    # The body examples/static_web.flick answers with (137 bytes with its
+    # head); the probe before each of its runs compares against it.
+    printf 'Hello from Flick: a static page of 137 bytes with its head; 72 of body.\n' \
+        >"$WORK/flick-static.body"
     # The two backends: nginx, one process each, up for the whole benchmark.
     for b in 1 2; do
         local port=$((BASE_PORT + 11 + b))
@@ -565,7 +591,6 @@ bench_http() {
         wait_port "$port"
     done
     echo "== http: wrk -t $HTTP_THREADS -d ${HTTP_SECONDS}s --latency, connections: $HTTP_CONNS; keep-alive and Connection: close; $HTTP_REPS runs each (fd limit $FD_LIMIT)"
-    skip "http static (Flick)" "no static web server service yet (nginx's figure is reported as the reference)"
     for mode in keepalive close; do
         for conns in $HTTP_CONNS; do
             for rep in $(seq "$HTTP_REPS"); do

@@ -314,11 +314,21 @@ fn the_static_server_answers_every_request_with_its_page() {
         assert_eq!(resp.status, 200);
         assert_eq!(resp.body.len(), 72);
         assert!(resp.body.starts_with(b"Hello from Flick"));
+        assert_eq!(resp.header("connection"), None, "a kept connection");
     }
+    // The last response of a connection says it closes.
     let (mut s, mut r) = connect(port);
     s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
-    assert_eq!(read_response(&mut r).status, 200);
+    let resp = read_response(&mut r);
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.header("connection"), Some("close"));
     assert!(closed(&mut r), "HTTP/1.0 closes");
+    let (mut s, mut r) = connect(port);
+    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut r).header("connection"), None);
+    assert_eq!(read_response(&mut r).header("connection"), Some("close"));
+    assert!(closed(&mut r), "closed after Connection: close");
     let (mut s, mut r) = connect(port);
     s.write_all(b"GET / HTTP/1.1\r\nHost : t\r\n\r\n").unwrap();
     assert_eq!(read_response(&mut r).status, 400);

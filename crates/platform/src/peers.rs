@@ -386,10 +386,17 @@ impl GraphHost {
         }
         let Some(out) = self.peers.iter().position(|p| p.answers) else {
             // No peers (a static server): every earlier reply went out as
-            // its request was handled, so this one goes straight after.
-            match self.outputs.iter().position(|o| o.chan == client as u16) {
-                Some(client_out) => drop(self.route(client_out, reply)),
-                None => self.pool.give(reply),
+            // its request was handled, so this one goes straight after,
+            // with the values it is written from (`%forward` edits them).
+            let mut parser = self.grammar.parser(unit);
+            let client_out = self.outputs.iter().position(|o| o.chan == client as u16);
+            match (client_out, parser.parse(&reply.bytes)) {
+                (Some(client_out), Ok(flick_wire::Progress::Done(_))) => {
+                    reply.slots.clear();
+                    reply.slots.extend_from_slice(parser.slots());
+                    drop(self.route(client_out, reply))
+                }
+                _ => self.pool.give(reply),
             }
             return;
         };
