@@ -394,7 +394,7 @@ impl GraphHost {
                 (Some(client_out), Ok(flick_wire::Progress::Done(_))) => {
                     reply.slots.clear();
                     reply.slots.extend_from_slice(parser.slots());
-                    drop(self.route(client_out, reply))
+                    let _ = self.route(client_out, reply);
                 }
                 _ => self.pool.give(reply),
             }
