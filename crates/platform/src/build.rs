@@ -70,8 +70,8 @@ impl GraphHost {
         rb.parser.reset();
         match rb.parser.parse(&m.bytes) {
             Ok(Progress::Done(n)) if n == m.bytes.len() => {
-                m.slots.clear();
-                m.slots.extend_from_slice(rb.parser.slots());
+                let values = crate::msg::Values::Parsed(rb.parser.unit());
+                self.pool.copy_values(&mut m, values, rb.parser.slots());
                 Ok(m)
             }
             _ => {

@@ -251,7 +251,6 @@ impl GraphHost {
                 continue;
             };
             let mut m = self.pool.take();
-            m.slots.fill(Slot::Unset);
             if !matches!(
                 self.grammar.end_of_stream(unit, crc, &mut m.bytes),
                 Ok(true)
@@ -304,8 +303,8 @@ impl GraphHost {
             parser.reset();
             match (made, parser.parse(&part.bytes)) {
                 (Ok(()), Ok(flick_wire::Progress::Done(_))) => {
-                    part.slots.clear();
-                    part.slots.extend_from_slice(parser.slots());
+                    let values = crate::msg::Values::Parsed(parser.unit());
+                    self.pool.copy_values(&mut part, values, parser.slots());
                     self.parts.push_back((chan, index, part, i + 1 == n));
                 }
                 // A part that does not read back: the request goes whole.

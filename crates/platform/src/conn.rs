@@ -2,7 +2,7 @@
 //! grammar's parser, messages to bytes on the socket. The socket is
 //! non-blocking; the reactor wakes these tasks when it may make progress.
 
-use crate::msg::{Msg, MsgPool, Part};
+use crate::msg::{Msg, MsgPool, Part, Values};
 use crate::outbox::Flushed;
 use crate::stats::Stats;
 use flick_runtime::io::{IoToken, Reactor};
@@ -115,7 +115,6 @@ impl ReadSide {
         let mut m = pool.take();
         let from = self.start + self.head.min(n);
         m.bytes.extend_from_slice(&self.buf[from..self.start + n]);
-        m.slots.fill(flick_wire::Slot::Unset);
         m.part = part;
         self.head = self.head.saturating_sub(n);
         self.start += n;
@@ -185,8 +184,8 @@ impl ReadSide {
                         let mut m = pool.take();
                         m.bytes
                             .extend_from_slice(&self.buf[self.start..self.start + n]);
-                        m.slots.clear();
-                        m.slots.extend_from_slice(self.parser.slots());
+                        let values = Values::Parsed(self.parser.unit());
+                        pool.copy_values(&mut m, values, self.parser.slots());
                         self.start += n;
                         self.parser.reset();
                         return Inbound::Message(m);
@@ -210,8 +209,8 @@ impl ReadSide {
                         let mut m = pool.take();
                         m.bytes
                             .extend_from_slice(&self.buf[self.start..self.start + n]);
-                        m.slots.clear();
-                        m.slots.extend_from_slice(self.parser.slots());
+                        let values = Values::Parsed(self.parser.unit());
+                        pool.copy_values(&mut m, values, self.parser.slots());
                         m.part = Part::Head;
                         self.streaming = true;
                         self.head = n;
@@ -365,7 +364,6 @@ impl Reader {
                 Inbound::Rejected { status, resume } => {
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     let mut m = self.pool.take();
-                    m.slots.fill(flick_wire::Slot::Unset);
                     m.rejected = Some(status.unwrap_or(0));
                     if !resume {
                         // Nothing more is read: the read side goes back now.

@@ -2,7 +2,7 @@
 //! comes from, so that steady-state traffic allocates nothing.
 
 use crossbeam_queue::ArrayQueue;
-use flick_wire::Slot;
+use flick_wire::{Grammar, Slot, UnitId};
 use std::sync::Arc;
 
 /// A parsed (or built) message: its wire bytes and its value slots. Moving
@@ -17,6 +17,21 @@ pub struct Msg {
     pub rejected: Option<u16>,
     /// Whether this is a whole message or part of one whose body streams.
     pub part: Part,
+    /// Which slots may be set: copying and recycling a message touch only
+    /// those.
+    pub values: Values,
+}
+
+/// Which of a message's slots may hold values. A message from the pool
+/// has none; one read with a grammar unit has only what a message of that
+/// unit sets (an HTTP head reserves 100 headers and mostly uses a few).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Values {
+    #[default]
+    None,
+    Parsed(UnitId),
+    /// Any slot: written some other way.
+    Any,
 }
 
 /// What part of a message a `Msg` is. Only a whole message or a head has
@@ -36,15 +51,39 @@ pub enum Part {
 pub struct MsgPool {
     free: ArrayQueue<Msg>,
     slots: usize,
+    /// The grammar whose units [`Values::Parsed`] names.
+    grammar: Option<Arc<Grammar>>,
 }
 
 impl MsgPool {
     /// A pool of up to `capacity` messages of `slots` value slots each,
     /// `prefill` of them made now.
     pub fn new(capacity: usize, slots: usize, prefill: usize, bytes: usize) -> Arc<MsgPool> {
+        Self::build(None, capacity, slots, prefill, bytes)
+    }
+
+    /// A pool for messages read with `grammar`'s units.
+    pub fn for_grammar(
+        grammar: Arc<Grammar>,
+        capacity: usize,
+        slots: usize,
+        prefill: usize,
+        bytes: usize,
+    ) -> Arc<MsgPool> {
+        Self::build(Some(grammar), capacity, slots, prefill, bytes)
+    }
+
+    fn build(
+        grammar: Option<Arc<Grammar>>,
+        capacity: usize,
+        slots: usize,
+        prefill: usize,
+        bytes: usize,
+    ) -> Arc<MsgPool> {
         let pool = MsgPool {
             free: ArrayQueue::new(capacity.max(1)),
             slots,
+            grammar,
         };
         for _ in 0..prefill.min(capacity) {
             let _ = pool.free.push(Msg {
@@ -52,11 +91,13 @@ impl MsgPool {
                 slots: vec![Slot::Unset; slots],
                 rejected: None,
                 part: Part::Whole,
+                values: Values::None,
             });
         }
         Arc::new(pool)
     }
 
+    /// A message with no values (every slot unset).
     pub fn take(&self) -> Msg {
         match self.free.pop() {
             Some(mut m) => {
@@ -70,11 +111,22 @@ impl MsgPool {
                 slots: vec![Slot::Unset; self.slots],
                 rejected: None,
                 part: Part::Whole,
+                values: Values::None,
             },
         }
     }
 
-    pub fn give(&self, m: Msg) {
+    /// Takes `m` back, its values unset first.
+    pub fn give(&self, mut m: Msg) {
+        if self.free.is_full() {
+            return;
+        }
+        match (m.values, &self.grammar) {
+            (Values::None, _) => {}
+            (Values::Parsed(unit), Some(g)) => g.clear_slots(unit, &mut m.slots),
+            _ => m.slots.fill(Slot::Unset),
+        }
+        m.values = Values::None;
         let _ = self.free.push(m);
     }
 
@@ -82,10 +134,25 @@ impl MsgPool {
     pub fn copy(&self, m: &Msg) -> Msg {
         let mut c = self.take();
         c.bytes.extend_from_slice(&m.bytes);
-        c.slots.clear();
-        c.slots.extend_from_slice(&m.slots);
+        self.copy_values(&mut c, m.values, &m.slots);
         c.part = m.part;
         c
+    }
+
+    /// Gives `to`, a message with no values, the values `values` of `slots`.
+    pub fn copy_values(&self, to: &mut Msg, values: Values, slots: &[Slot]) {
+        match (values, &self.grammar) {
+            (Values::None, _) => {}
+            (Values::Parsed(unit), Some(g)) => g.copy_slots(unit, slots, &mut to.slots),
+            _ => {
+                to.slots.clear();
+                to.slots.extend_from_slice(slots);
+            }
+        }
+        to.values = match values {
+            Values::Parsed(_) if self.grammar.is_none() => Values::Any,
+            v => v,
+        };
     }
 
     /// Messages waiting in the pool.

@@ -392,8 +392,8 @@ impl GraphHost {
             let client_out = self.outputs.iter().position(|o| o.chan == client as u16);
             match (client_out, parser.parse(&reply.bytes)) {
                 (Some(client_out), Ok(flick_wire::Progress::Done(_))) => {
-                    reply.slots.clear();
-                    reply.slots.extend_from_slice(parser.slots());
+                    let values = crate::msg::Values::Parsed(parser.unit());
+                    self.pool.copy_values(&mut reply, values, parser.slots());
                     let _ = self.route(client_out, reply);
                 }
                 _ => self.pool.give(reply),
@@ -410,8 +410,8 @@ impl GraphHost {
         let mut parser = self.grammar.parser(read_as);
         match parser.parse(&reply.bytes) {
             Ok(flick_wire::Progress::Done(_) | flick_wire::Progress::Head(_)) => {
-                reply.slots.clear();
-                reply.slots.extend_from_slice(parser.slots());
+                let values = crate::msg::Values::Parsed(parser.unit());
+                self.pool.copy_values(&mut reply, values, parser.slots());
                 let seq = self.order.take_seq();
                 self.reply_for(Some(seq), Some((chan, index, reply)), true);
             }
@@ -559,8 +559,8 @@ impl GraphHost {
                     Ok(flick_wire::Progress::Done(_) | flick_wire::Progress::Head(_)) => {
                         let mut m = self.pool.take();
                         m.bytes.extend_from_slice(&bytes);
-                        m.slots.clear();
-                        m.slots.extend_from_slice(parser.slots());
+                        let values = crate::msg::Values::Parsed(parser.unit());
+                        self.pool.copy_values(&mut m, values, parser.slots());
                         Some((chan, index, m))
                     }
                     _ => None,

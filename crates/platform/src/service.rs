@@ -328,7 +328,8 @@ impl Service {
             .unwrap_or(1);
         // Room for every message that can be in flight, so that steady traffic
         // never frees messages the next burst would allocate again.
-        let pool = MsgPool::new(
+        let pool = MsgPool::for_grammar(
+            loaded.grammar.clone(),
             config.max_instances * config.channel_capacity * 2,
             slots,
             256,

@@ -202,6 +202,44 @@ impl Parser {
 
 /// Unsets every slot: of each list, only the elements its count says were
 /// written (the others are unset already).
+/// The ranges of `slots` a message of a unit with these lists may have
+/// set: everything outside its lists, and each list's count and elements
+/// up to the count. The same walk as [`clear`].
+fn live(slots: &[Slot], lists: &[ListRegion], mut f: impl FnMut(std::ops::Range<usize>)) {
+    let mut from = 0;
+    for l in lists {
+        let (count, end) = (l.count as usize, l.end as usize);
+        let used = match slots.get(count) {
+            Some(Slot::Count(n)) => (*n as usize * l.elem_slots as usize).min(end - count - 1),
+            _ => 0,
+        };
+        f(from..count + 1 + used);
+        from = end;
+    }
+    f(from..slots.len());
+}
+
+impl Grammar {
+    /// Copies the values of a message of `unit` from `src` into `dst`,
+    /// which must hold only unset slots: only what the message may have
+    /// set, so a unit that reserves room for many list elements (HTTP's
+    /// 100 headers) costs what the message uses.
+    pub fn copy_slots(&self, unit: UnitId, src: &[Slot], dst: &mut Vec<Slot>) {
+        if dst.len() < src.len() {
+            dst.resize(src.len(), Slot::Unset);
+        }
+        live(src, &self.plan.lists[unit], |r| {
+            dst[r.clone()].copy_from_slice(&src[r]);
+        });
+    }
+
+    /// Unsets the values of a message of `unit`, as [`Grammar::copy_slots`]
+    /// left them.
+    pub fn clear_slots(&self, unit: UnitId, slots: &mut [Slot]) {
+        clear(slots, &self.plan.lists[unit]);
+    }
+}
+
 fn clear(slots: &mut [Slot], lists: &[ListRegion]) {
     let mut from = 0;
     for l in lists {

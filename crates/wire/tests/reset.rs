@@ -49,3 +49,20 @@ fn memcached_keys_of_earlier_gets_are_cleared() {
         b"set k 0 0 1\r\ny\r\n",
     );
 }
+
+/// Copying a message's values copies what a message of its unit may have
+/// set; into unset slots, that is all of them, and clearing unsets them.
+#[test]
+fn copied_values_are_the_parsed_ones_and_clearing_unsets_them() {
+    use flick_wire::{Grammar, Parser, Progress, Slot};
+    let g = Grammar::stock("http").unwrap();
+    let unit = g.unit_id("request").unwrap();
+    let mut p = Parser::new(g.clone(), unit);
+    let head = b"GET /a HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n";
+    assert!(matches!(p.parse(head), Ok(Progress::Done(_))));
+    let mut copy = vec![Slot::Unset; p.slots().len()];
+    g.copy_slots(unit, p.slots(), &mut copy);
+    assert_eq!(copy, p.slots());
+    g.clear_slots(unit, &mut copy);
+    assert!(copy.iter().all(|s| *s == Slot::Unset));
+}
