@@ -3,7 +3,32 @@
 
 use crossbeam_queue::ArrayQueue;
 use flick_wire::{Grammar, Slot, UnitId};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// Messages a thread keeps back from the shared pool, so that a worker
+/// taking and giving messages does not pass the pool's cache lines to the
+/// other cores at every message.
+const LOCAL: usize = 64;
+
+/// Tells pools apart in the threads' caches.
+static POOLS: AtomicUsize = AtomicUsize::new(1);
+
+/// One thread's messages of one pool (the one it used last).
+struct Local {
+    pool: usize,
+    msgs: Vec<Msg>,
+}
+
+thread_local! {
+    static LOCAL_MSGS: RefCell<Local> = const {
+        RefCell::new(Local {
+            pool: 0,
+            msgs: Vec::new(),
+        })
+    };
+}
 
 /// A parsed (or built) message: its wire bytes and its value slots. Moving
 /// one between tasks moves two pointers.
@@ -53,6 +78,9 @@ pub struct MsgPool {
     slots: usize,
     /// The grammar whose units [`Values::Parsed`] names.
     grammar: Option<Arc<Grammar>>,
+    id: usize,
+    /// Messages in threads' caches.
+    cached: AtomicUsize,
 }
 
 impl MsgPool {
@@ -84,6 +112,8 @@ impl MsgPool {
             free: ArrayQueue::new(capacity.max(1)),
             slots,
             grammar,
+            id: POOLS.fetch_add(1, Ordering::Relaxed),
+            cached: AtomicUsize::new(0),
         };
         for _ in 0..prefill.min(capacity) {
             let _ = pool.free.push(Msg {
@@ -99,7 +129,14 @@ impl MsgPool {
 
     /// A message with no values (every slot unset).
     pub fn take(&self) -> Msg {
-        match self.free.pop() {
+        let local = LOCAL_MSGS.with(|l| {
+            let mut l = l.borrow_mut();
+            (l.pool == self.id).then(|| l.msgs.pop()).flatten()
+        });
+        if local.is_some() {
+            self.cached.fetch_sub(1, Ordering::Relaxed);
+        }
+        match local.or_else(|| self.free.pop()) {
             Some(mut m) => {
                 m.bytes.clear();
                 m.rejected = None;
@@ -118,16 +155,31 @@ impl MsgPool {
 
     /// Takes `m` back, its values unset first.
     pub fn give(&self, mut m: Msg) {
-        if self.free.is_full() {
-            return;
-        }
         match (m.values, &self.grammar) {
             (Values::None, _) => {}
             (Values::Parsed(unit), Some(g)) => g.clear_slots(unit, &mut m.slots),
             _ => m.slots.fill(Slot::Unset),
         }
         m.values = Values::None;
-        let _ = self.free.push(m);
+        let m = LOCAL_MSGS.with(|l| {
+            let mut l = l.borrow_mut();
+            if l.pool != self.id && l.msgs.is_empty() {
+                l.pool = self.id;
+            }
+            if l.pool == self.id && l.msgs.len() < LOCAL {
+                if l.msgs.capacity() == 0 {
+                    l.msgs.reserve_exact(LOCAL);
+                }
+                l.msgs.push(m);
+                self.cached.fetch_add(1, Ordering::Relaxed);
+                None
+            } else {
+                Some(m)
+            }
+        });
+        if let Some(m) = m {
+            let _ = self.free.push(m);
+        }
     }
 
     /// A copy of `m` in pooled storage.
@@ -155,8 +207,8 @@ impl MsgPool {
         };
     }
 
-    /// Messages waiting in the pool.
+    /// Messages waiting in the pool (and in threads' caches).
     pub fn available(&self) -> usize {
-        self.free.len()
+        self.free.len() + self.cached.load(Ordering::Relaxed)
     }
 }
