@@ -70,7 +70,7 @@ impl GraphHost {
         rb.parser.reset();
         match rb.parser.parse(&m.bytes) {
             Ok(Progress::Done(n)) if n == m.bytes.len() => {
-                let values = crate::msg::Values::Parsed(rb.parser.unit());
+                let values = crate::msg::Values::parsed(&rb.parser);
                 self.pool.copy_values(&mut m, values, rb.parser.slots());
                 Ok(m)
             }

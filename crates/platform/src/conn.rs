@@ -184,7 +184,7 @@ impl ReadSide {
                         let mut m = pool.take();
                         m.bytes
                             .extend_from_slice(&self.buf[self.start..self.start + n]);
-                        let values = Values::Parsed(self.parser.unit());
+                        let values = Values::parsed(&self.parser);
                         pool.copy_values(&mut m, values, self.parser.slots());
                         self.start += n;
                         self.parser.reset();
@@ -209,7 +209,7 @@ impl ReadSide {
                         let mut m = pool.take();
                         m.bytes
                             .extend_from_slice(&self.buf[self.start..self.start + n]);
-                        let values = Values::Parsed(self.parser.unit());
+                        let values = Values::parsed(&self.parser);
                         pool.copy_values(&mut m, values, self.parser.slots());
                         m.part = Part::Head;
                         self.streaming = true;

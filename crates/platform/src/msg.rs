@@ -54,7 +54,8 @@ pub struct Msg {
 pub enum Values {
     #[default]
     None,
-    Parsed(UnitId),
+    /// Set by parsing a message of the unit; none at or past `high`.
+    Parsed { unit: UnitId, high: u32 },
     /// Any slot: written some other way.
     Any,
 }
@@ -69,6 +70,16 @@ pub enum Part {
     Body,
     /// The last piece of a body.
     End,
+}
+
+impl Values {
+    /// The values `parser` has just read.
+    pub fn parsed(parser: &flick_wire::Parser) -> Values {
+        Values::Parsed {
+            unit: parser.unit(),
+            high: parser.used_slots().len() as u32,
+        }
+    }
 }
 
 /// Reusable message storage. Taking from an empty pool allocates; giving
@@ -157,7 +168,9 @@ impl MsgPool {
     pub fn give(&self, mut m: Msg) {
         match (m.values, &self.grammar) {
             (Values::None, _) => {}
-            (Values::Parsed(unit), Some(g)) => g.clear_slots(unit, &mut m.slots),
+            (Values::Parsed { unit, high }, Some(g)) => {
+                g.clear_slots(unit, &mut m.slots, high as usize)
+            }
             _ => m.slots.fill(Slot::Unset),
         }
         m.values = Values::None;
@@ -195,14 +208,17 @@ impl MsgPool {
     pub fn copy_values(&self, to: &mut Msg, values: Values, slots: &[Slot]) {
         match (values, &self.grammar) {
             (Values::None, _) => {}
-            (Values::Parsed(unit), Some(g)) => g.copy_slots(unit, slots, &mut to.slots),
+            (Values::Parsed { unit, high }, Some(g)) => {
+                let high = (high as usize).min(slots.len());
+                g.copy_slots(unit, &slots[..high], &mut to.slots)
+            }
             _ => {
                 to.slots.clear();
                 to.slots.extend_from_slice(slots);
             }
         }
         to.values = match values {
-            Values::Parsed(_) if self.grammar.is_none() => Values::Any,
+            Values::Parsed { .. } if self.grammar.is_none() => Values::Any,
             v => v,
         };
     }

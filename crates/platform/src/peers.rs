@@ -392,7 +392,7 @@ impl GraphHost {
             let client_out = self.outputs.iter().position(|o| o.chan == client as u16);
             match (client_out, parser.parse(&reply.bytes)) {
                 (Some(client_out), Ok(flick_wire::Progress::Done(_))) => {
-                    let values = crate::msg::Values::Parsed(parser.unit());
+                    let values = crate::msg::Values::parsed(&parser);
                     self.pool.copy_values(&mut reply, values, parser.slots());
                     let _ = self.route(client_out, reply);
                 }
@@ -410,7 +410,7 @@ impl GraphHost {
         let mut parser = self.grammar.parser(read_as);
         match parser.parse(&reply.bytes) {
             Ok(flick_wire::Progress::Done(_) | flick_wire::Progress::Head(_)) => {
-                let values = crate::msg::Values::Parsed(parser.unit());
+                let values = crate::msg::Values::parsed(&parser);
                 self.pool.copy_values(&mut reply, values, parser.slots());
                 let seq = self.order.take_seq();
                 self.reply_for(Some(seq), Some((chan, index, reply)), true);
@@ -559,7 +559,7 @@ impl GraphHost {
                     Ok(flick_wire::Progress::Done(_) | flick_wire::Progress::Head(_)) => {
                         let mut m = self.pool.take();
                         m.bytes.extend_from_slice(&bytes);
-                        let values = crate::msg::Values::Parsed(parser.unit());
+                        let values = crate::msg::Values::parsed(&parser);
                         self.pool.copy_values(&mut m, values, parser.slots());
                         Some((chan, index, m))
                     }

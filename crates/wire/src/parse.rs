@@ -91,6 +91,8 @@ pub(crate) struct State {
     eof: bool,
     /// `reply_context()` for the message being parsed.
     context: i128,
+    /// One past the highest slot written for this message.
+    high: usize,
 }
 
 impl Parser {
@@ -109,6 +111,7 @@ impl Parser {
                 remaining: None,
                 eof: false,
                 context: 0,
+                high: 0,
             },
         };
         p.reset();
@@ -152,6 +155,12 @@ impl Parser {
         st.head_done = false;
         st.remaining = None;
         st.eof = false;
+        st.high = 0;
+    }
+
+    /// The slots this message may have set: all of them lie below this.
+    pub fn used_slots(&self) -> &[Slot] {
+        &self.st.slots[..self.st.high.min(self.st.slots.len())]
     }
 
     /// Like [`Parser::parse`], when the stream has ended after `buf`: a
@@ -206,37 +215,67 @@ impl Parser {
 /// set: everything outside its lists, and each list's count and elements
 /// up to the count. The same walk as [`clear`].
 fn live(slots: &[Slot], lists: &[ListRegion], mut f: impl FnMut(std::ops::Range<usize>)) {
+    let high = slots.len();
     let mut from = 0;
     for l in lists {
         let (count, end) = (l.count as usize, l.end as usize);
+        if count >= high {
+            break;
+        }
         let used = match slots.get(count) {
             Some(Slot::Count(n)) => (*n as usize * l.elem_slots as usize).min(end - count - 1),
             _ => 0,
         };
-        f(from..count + 1 + used);
+        f(from..(count + 1 + used).min(high));
         from = end;
     }
-    f(from..slots.len());
+    if from < high {
+        f(from..high);
+    }
 }
 
 impl Grammar {
-    /// Copies the values of a message of `unit` from `src` into `dst`,
-    /// which must hold only unset slots: only what the message may have
-    /// set, so a unit that reserves room for many list elements (HTTP's
-    /// 100 headers) costs what the message uses.
+    /// Copies the values of a message of `unit` from `src` (its slots up
+    /// to the highest set, [`Parser::used_slots`]) into `dst`, which must
+    /// hold only unset slots: only what the message may have set, so a
+    /// unit that reserves room for many list elements (HTTP's 100 headers)
+    /// costs what the message uses. `dst` keeps room for all of the unit's
+    /// slots.
     pub fn copy_slots(&self, unit: UnitId, src: &[Slot], dst: &mut Vec<Slot>) {
-        if dst.len() < src.len() {
-            dst.resize(src.len(), Slot::Unset);
+        let n = (self.units[unit].slots as usize).max(src.len());
+        if dst.len() < n {
+            dst.resize(n, Slot::Unset);
         }
         live(src, &self.plan.lists[unit], |r| {
             dst[r.clone()].copy_from_slice(&src[r]);
         });
     }
 
-    /// Unsets the values of a message of `unit`, as [`Grammar::copy_slots`]
-    /// left them.
-    pub fn clear_slots(&self, unit: UnitId, slots: &mut [Slot]) {
-        clear(slots, &self.plan.lists[unit]);
+    /// Unsets the values of a message of `unit` whose set slots all lie
+    /// below `high`, as [`Grammar::copy_slots`] left them.
+    pub fn clear_slots(&self, unit: UnitId, slots: &mut [Slot], high: usize) {
+        let high = high.min(slots.len());
+        clear_below(slots, &self.plan.lists[unit], high);
+    }
+}
+
+/// [`clear`], for slots set only below `high`.
+fn clear_below(slots: &mut [Slot], lists: &[ListRegion], high: usize) {
+    let mut from = 0;
+    for l in lists {
+        let (count, end) = (l.count as usize, l.end as usize);
+        if count >= high {
+            break;
+        }
+        if let Slot::Count(n) = slots[count] {
+            let used = (n as usize * l.elem_slots as usize).min(end - count - 1);
+            slots[count + 1..(count + 1 + used).min(high)].fill(Slot::Unset);
+        }
+        slots[from..count + 1].fill(Slot::Unset);
+        from = end;
+    }
+    if from < high {
+        slots[from..high].fill(Slot::Unset);
     }
 }
 
@@ -327,7 +366,7 @@ impl State {
                         return Ok(Some(Progress::NeedMore));
                     };
                     if let Some(a) = at.filter(|a| self.keep(*a)) {
-                        self.slots[a] = f.decode(raw);
+                        self.set_slot(a, f.decode(raw));
                     }
                     self.pos += n;
                 }
@@ -364,7 +403,7 @@ impl State {
                 StepKind::Var(e) => {
                     let slot = self.var(e, op, base, buf)?;
                     if let Some(at) = at {
-                        self.slots[at] = slot;
+                        self.set_slot(at, slot);
                     }
                 }
                 StepKind::Nothing => {}
@@ -473,7 +512,7 @@ impl State {
             let a = base as usize + i.slot as usize;
             if self.keep(a) {
                 let at = i.at as usize;
-                self.slots[a] = i.field.decode(&bytes[at..at + i.field.width as usize]);
+                self.set_slot(a, i.field.decode(&bytes[at..at + i.field.width as usize]));
             }
         }
         for f in run.fields.iter() {
@@ -505,7 +544,7 @@ impl State {
                         None => self.var(e, &ops[f.op as usize], base, buf)?,
                     };
                     if let Some(at) = at {
-                        self.slots[at] = slot;
+                        self.set_slot(at, slot);
                     }
                 }
             }
@@ -578,7 +617,7 @@ impl State {
         lop: &Op,
     ) -> Result<(), WireError> {
         let lbase = base + lop.slot.unwrap_or(0) as u32;
-        self.slots[lbase as usize] = Slot::Count(0);
+        self.set_slot(lbase as usize, Slot::Count(0));
         self.push(
             Frame::List {
                 block,
@@ -708,7 +747,7 @@ impl State {
                     after_elem: true,
                     start,
                 };
-                self.slots[base as usize] = Slot::Count(slot_index(index) + 1);
+                self.set_slot(base as usize, Slot::Count(slot_index(index) + 1));
                 self.push(
                     Frame::Seq {
                         block: *b,
@@ -743,7 +782,7 @@ impl State {
                     };
                     return Ok(Some(Progress::NeedMore));
                 }
-                self.slots[base as usize] = Slot::Count(slot_index(index) + 1);
+                self.set_slot(base as usize, Slot::Count(slot_index(index) + 1));
                 *self.stack.last_mut().unwrap() = Frame::List {
                     block,
                     op,
@@ -856,6 +895,12 @@ impl State {
     }
 
     /// Whether the value of a field stored at `at`, if any, is kept.
+    #[inline(always)]
+    fn set_slot(&mut self, at: usize, v: Slot) {
+        self.high = self.high.max(at + 1);
+        self.slots[at] = v;
+    }
+
     #[inline]
     pub(crate) fn keeps(&self, at: Option<usize>) -> bool {
         at.is_some_and(|a| self.keep(a))
@@ -864,7 +909,7 @@ impl State {
     pub(crate) fn store(&mut self, at: Option<usize>, v: Slot) {
         if let Some(at) = at {
             if self.keep(at) {
-                self.slots[at] = v;
+                self.set_slot(at, v);
             }
         }
     }

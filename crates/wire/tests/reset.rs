@@ -61,8 +61,34 @@ fn copied_values_are_the_parsed_ones_and_clearing_unsets_them() {
     let head = b"GET /a HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n";
     assert!(matches!(p.parse(head), Ok(Progress::Done(_))));
     let mut copy = vec![Slot::Unset; p.slots().len()];
-    g.copy_slots(unit, p.slots(), &mut copy);
+    g.copy_slots(unit, p.used_slots(), &mut copy);
     assert_eq!(copy, p.slots());
-    g.clear_slots(unit, &mut copy);
+    g.clear_slots(unit, &mut copy, p.used_slots().len());
     assert!(copy.iter().all(|s| *s == Slot::Unset));
+}
+
+/// The same for units whose switch cases share slots (so their lists
+/// overlap): copying up to the highest slot set gives every value.
+#[test]
+fn copied_values_of_every_memcached_text_command_are_all_of_them() {
+    use flick_wire::{Grammar, Parser, Progress, Slot};
+    let g = Grammar::stock("memcached_ascii").unwrap();
+    let unit = g.unit_id("request").unwrap();
+    let mut p = Parser::new(g.clone(), unit);
+    let mut copy = Vec::new();
+    for req in [
+        &b"get a b c\r\n"[..],
+        b"set k 0 0 5\r\nhello\r\n",
+        b"gets x\r\n",
+        b"incr n 5 noreply\r\n",
+        b"mg k v t\r\n",
+        b"version\r\n",
+    ] {
+        p.reset();
+        assert!(matches!(p.parse(req), Ok(Progress::Done(_))), "{req:?}");
+        g.copy_slots(unit, p.used_slots(), &mut copy);
+        assert_eq!(&copy[..p.slots().len()], p.slots(), "{req:?}");
+        g.clear_slots(unit, &mut copy, p.used_slots().len());
+        assert!(copy.iter().all(|s| *s == Slot::Unset), "{req:?}");
+    }
 }
