@@ -303,7 +303,7 @@ impl GraphHost {
             parser.reset();
             match (made, parser.parse(&part.bytes)) {
                 (Ok(()), Ok(flick_wire::Progress::Done(_))) => {
-                    let values = crate::msg::Values::parsed(&parser);
+                    let values = crate::msg::Values::parsed(parser);
                     self.pool.copy_values(&mut part, values, parser.slots());
                     self.parts.push_back((chan, index, part, i + 1 == n));
                 }
