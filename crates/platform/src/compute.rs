@@ -60,6 +60,8 @@ pub struct Compute {
     pub vm: Vm,
     /// The next input to look at, so no input starves another.
     pub next_input: usize,
+    /// Messages taken in a row from the input at `next_input`.
+    pub streak: u32,
     /// The process's state was initialised.
     pub started: bool,
     /// The input whose close ends the instance (the client connection).
@@ -113,6 +115,9 @@ enum Guards {
 }
 
 /// Whether a guarded rule is due to run again.
+/// Messages a compute task takes from one input before it tries the next.
+const STREAK: u32 = 16;
+
 fn is_guard(label: &str) -> bool {
     label.starts_with("if ")
 }
@@ -859,7 +864,15 @@ impl Compute {
                 }
                 return TaskStatus::Done;
             };
-            self.next_input = (i + 1) % n;
+            // An input with messages is read on, up to a streak, before
+            // the others are tried: each try of an empty one costs a poll.
+            if self.streak < STREAK {
+                self.next_input = i;
+                self.streak += 1;
+            } else {
+                self.next_input = (i + 1) % n;
+                self.streak = 0;
+            }
             let (chan, index) = (self.inputs[i].chan, self.inputs[i].index);
             if self.client == Some(i) && matches!(m.part, Part::Body | Part::End) {
                 // A piece of a request's streaming body: after its head,

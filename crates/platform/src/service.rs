@@ -950,6 +950,7 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
         },
         vm: g.vm,
         next_input: 0,
+        streak: 0,
         started: false,
         client: (p.fan_in == 1 && p.loaded.ruled[p.client_chan]).then_some(0),
         guards_due: false,
