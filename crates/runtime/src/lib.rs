@@ -4,8 +4,8 @@
 //!
 //! This crate owns who runs when: worker threads, per-worker queues,
 //! scavenging, the timeslice, backpressure between tasks, and readiness I/O
-//! (the reactor). It must not parse protocols (that is `flick-wire`) or
-//! know what a task computes.
+//! (an epoll instance per worker). It must not parse protocols (that is
+//! `flick-wire`) or know what a task computes.
 
 pub mod channel;
 pub mod io;
