@@ -694,7 +694,7 @@ def markdown_http(data):
         lines += [
             "### Load balancing",
             "",
-            "The Flick load balancer (`examples/http_lb.flick`, which picks the backend by "
+            "The Flick load balancer (`examples/http_lb.flick`, run with `--max-instances 4096`, which picks the backend by "
             "`hash(client)`, a hash of the connection's addresses and ports, so wrk's "
             "connections spread over both backends; it passes each request on with the "
             "hop-by-hop headers removed, `Connection: keep-alive` toward the backend and "
@@ -714,10 +714,12 @@ def markdown_http(data):
     static = [s for s in rows if s["system"] in HTTP_STATIC]
     if static:
         def size(system):
-            heads = [s["response_head_bytes"] for s in static
-                     if s["system"] == system and s.get("response_head_bytes") is not None]
-            bodies = [s["response_body_bytes"] for s in static
-                      if s["system"] == system and s.get("response_body_bytes") is not None]
+            # Keep-alive probes: a `Connection: close` one adds that field.
+            rows_of = [s for s in static if s["system"] == system and s["mode"] == "keepalive"]
+            heads = [s["response_head_bytes"] for s in rows_of
+                     if s.get("response_head_bytes") is not None]
+            bodies = [s["response_body_bytes"] for s in rows_of
+                      if s.get("response_body_bytes") is not None]
             if not heads or not bodies:
                 return "not measured"
             h, b = median(heads), median(bodies)
@@ -728,7 +730,8 @@ def markdown_http(data):
             "Flick's static web server (`examples/static_web.flick`, `--workers` 1 and 2), which "
             "answers every request with the same page, against nginx serving the %s-byte file "
             "(`worker_processes` 1 and 2, `access_log off`, `keepalive_requests` unlimited). "
-            "Response sizes, as the probe before each run received them: Flick %s; nginx %s "
+            "Flick runs with `--max-instances 4096`, above every connection count. "
+            "Response sizes, as the keep-alive probe before each run received them: Flick %s; nginx %s "
             "(its head carries `Server`, `Date`, `Content-Type`, `Last-Modified`, `ETag` and "
             "`Accept-Ranges`). Flick/nginx compares the same worker count, load style and "
             "connection count."

@@ -57,6 +57,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Flick's limit of client connections at once, raised (as the peers'
+# connection limits are) above the largest connection count wrk opens.
+FLICK_MAX_INSTANCES=${FLICK_MAX_INSTANCES:-4096}
 QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then
     REPS=${REPS:-3}; MC_SECONDS=${MC_SECONDS:-3}; HADOOP_WORDS=${HADOOP_WORDS:-1000000}
@@ -496,7 +499,8 @@ http_start() {
             SYS_PORT=$((BASE_PORT + 14))
             start "$WORK/flick-http-$tag.log" "$FLICK" run examples/http_lb.flick \
                 --listen "client=127.0.0.1:$SYS_PORT" \
-                --connect "backends=127.0.0.1:$HTTP_B1,127.0.0.1:$HTTP_B2" --workers "$workers"
+                --connect "backends=127.0.0.1:$HTTP_B1,127.0.0.1:$HTTP_B2" --workers "$workers" \
+                --max-instances "$FLICK_MAX_INSTANCES"
             SYS_PID=$LAST_PID ;;
         nginx)
             SYS_PORT=$((BASE_PORT + 15))
@@ -512,7 +516,8 @@ http_start() {
         flick_static)
             SYS_PORT=$((BASE_PORT + 17))
             start "$WORK/flick-static-$tag.log" "$FLICK" run examples/static_web.flick \
-                --listen "client=127.0.0.1:$SYS_PORT" --workers "$workers"
+                --listen "client=127.0.0.1:$SYS_PORT" --workers "$workers" \
+                --max-instances "$FLICK_MAX_INSTANCES"
             SYS_PID=$LAST_PID ;;
         nginx_static)
             SYS_PORT=$((BASE_PORT + 18))
