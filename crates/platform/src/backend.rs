@@ -166,26 +166,26 @@ impl SharedWriter {
         }
     }
 
-    /// Fills the outbox with the members' requests, one per member in
-    /// turn, pass after pass while they have more; while a member's
-    /// request streams its body, from that member only. `false` if a
-    /// member left in the middle of a body: the backend's stream cannot be
-    /// completed.
+    /// Fills the outbox with the members' requests, member after member
+    /// in turn; while a member's request streams its body, from that
+    /// member only. `false` if a member left in the middle of a body: the
+    /// backend's stream cannot be completed.
     fn take_requests(&mut self) -> bool {
         let shared = self.shared.clone();
         let mut members = shared.members.lock().expect("members lock");
         let mut gone = false;
-        loop {
-            let n = members.list.len();
-            let mut took = false;
-            for k in 0..n {
-                if self.outbox.is_full() {
-                    break;
-                }
-                let i = (self.next + k) % n;
-                let member = &mut members.list[i];
+        // One pass over the members, each drained in turn: a pass that
+        // finds nothing costs a poll per member, so it is made once.
+        let n = members.list.len();
+        let first = self.next;
+        // The next pass starts one member on, unless this one fills up.
+        self.next = (first + 1) % n.max(1);
+        'members: for k in 0..n {
+            let i = (first + k) % n;
+            let member = &mut members.list[i];
+            while !self.outbox.is_full() {
                 if self.streaming.is_some_and(|key| key != member.key) {
-                    continue;
+                    continue 'members;
                 }
                 match member.requests.try_recv() {
                     Ok(m) => {
@@ -196,19 +196,18 @@ impl SharedWriter {
                         };
                         self.record(key, &m);
                         self.outbox.push(m);
-                        self.next = (i + 1) % n;
-                        took = true;
                     }
-                    Err(TryRecvError::Empty) => {}
+                    Err(TryRecvError::Empty) => continue 'members,
                     Err(TryRecvError::Closed) => {
                         member.gone = true;
                         gone = true;
+                        continue 'members;
                     }
                 }
             }
-            if !took || self.outbox.is_full() {
-                break;
-            }
+            // The batch is full: the next run starts with this member.
+            self.next = i;
+            break;
         }
         // Members whose instance ended leave; replies still due to them
         // are dropped when they come.
