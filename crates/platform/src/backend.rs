@@ -171,8 +171,7 @@ impl SharedWriter {
     /// member only. `false` if a member left in the middle of a body: the
     /// backend's stream cannot be completed.
     fn take_requests(&mut self) -> bool {
-        let shared = self.shared.clone();
-        let mut members = shared.members.lock().expect("members lock");
+        let mut members = self.shared.members.lock().expect("members lock");
         let mut gone = false;
         // One pass over the members, each drained in turn: a pass that
         // finds nothing costs a poll per member, so it is made once.
@@ -225,7 +224,7 @@ impl SharedWriter {
 
     /// Records whose request `m` is, in the order requests are written,
     /// so its reply finds its way back.
-    fn record(&mut self, key: u32, m: &Msg) {
+    fn record(&self, key: u32, m: &Msg) {
         // A reply is awaited for a whole request or a head, unless it is
         // quiet in a protocol whose replies do not say what they answer
         // (Memcached's noreply): then none comes.

@@ -384,38 +384,41 @@ impl GraphHost {
             self.pool.give(reply);
             return;
         }
-        let Some(out) = self.peers.iter().position(|p| p.answers) else {
-            // No peers (a static server): every earlier reply went out as
-            // its request was handled, so this one goes straight after,
-            // with the values it is written from (`%forward` edits them).
-            let mut parser = self.grammar.parser(unit);
-            let client_out = self.outputs.iter().position(|o| o.chan == client as u16);
-            match (client_out, parser.parse(&reply.bytes)) {
-                (Some(client_out), Ok(flick_wire::Progress::Done(_))) => {
-                    let values = crate::msg::Values::parsed(&parser);
-                    self.pool.copy_values(&mut reply, values, parser.slots());
-                    let _ = self.route(client_out, reply);
-                }
-                _ => self.pool.give(reply),
-            }
-            return;
-        };
-        let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
-        let read_as = self
-            .units
-            .get(chan as usize)
-            .copied()
-            .flatten()
+        // The reply goes on with the values it is written from (`%forward`
+        // edits them), read as the peers' replies are.
+        let peer = self.peers.iter().position(|p| p.answers);
+        let read_as = peer
+            .and_then(|out| {
+                self.units
+                    .get(self.outputs[out].chan as usize)
+                    .copied()
+                    .flatten()
+            })
             .unwrap_or(unit);
         let mut parser = self.grammar.parser(read_as);
-        match parser.parse(&reply.bytes) {
-            Ok(flick_wire::Progress::Done(_) | flick_wire::Progress::Head(_)) => {
-                let values = crate::msg::Values::parsed(&parser);
-                self.pool.copy_values(&mut reply, values, parser.slots());
+        if !matches!(
+            parser.parse(&reply.bytes),
+            Ok(flick_wire::Progress::Done(_) | flick_wire::Progress::Head(_))
+        ) {
+            self.pool.give(reply);
+            return;
+        }
+        let values = crate::msg::Values::parsed(&parser);
+        self.pool.copy_values(&mut reply, values, parser.slots());
+        match peer {
+            // No peers (a static server): every earlier reply went out as
+            // its request was handled, so this one goes straight after.
+            None => match self.outputs.iter().position(|o| o.chan == client as u16) {
+                Some(client_out) => {
+                    let _ = self.route(client_out, reply);
+                }
+                None => self.pool.give(reply),
+            },
+            Some(out) => {
+                let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
                 let seq = self.order.take_seq();
                 self.reply_for(Some(seq), Some((chan, index, reply)), true);
             }
-            _ => self.pool.give(reply),
         }
     }
 

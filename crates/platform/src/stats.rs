@@ -54,10 +54,6 @@ impl Stats {
     }
 
     /// A message was written in full on channel `chan`.
-    pub fn message_out(&self, chan: usize) {
-        self.messages_out(chan, 1);
-    }
-
     pub fn messages_out(&self, chan: usize, n: usize) {
         if n == 0 {
             return;

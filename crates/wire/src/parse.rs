@@ -143,7 +143,9 @@ impl Parser {
 
     pub fn reset(&mut self) {
         let st = &mut self.st;
-        clear(&mut st.slots, &self.grammar.plan.lists[self.unit]);
+        // Every slot this message set lies below `high`.
+        let high = st.high;
+        clear_below(&mut st.slots, &self.grammar.plan.lists[self.unit], high);
         st.stack.clear();
         st.stack.push(Frame::Seq {
             block: self.grammar.units[self.unit].block,
@@ -213,7 +215,7 @@ impl Parser {
 /// written (the others are unset already).
 /// The ranges of `slots` a message of a unit with these lists may have
 /// set: everything outside its lists, and each list's count and elements
-/// up to the count. The same walk as [`clear`].
+/// up to the count. The same walk as [`clear_below`].
 fn live(slots: &[Slot], lists: &[ListRegion], mut f: impl FnMut(std::ops::Range<usize>)) {
     let high = slots.len();
     let mut from = 0;
@@ -259,7 +261,10 @@ impl Grammar {
     }
 }
 
-/// [`clear`], for slots set only below `high`.
+/// Unsets the slots a message with these lists set, all of them below
+/// `high`: everything outside the lists, and each list's count and its
+/// elements up to the count (an HTTP head reserves 100 headers and mostly
+/// uses a few).
 fn clear_below(slots: &mut [Slot], lists: &[ListRegion], high: usize) {
     let mut from = 0;
     for l in lists {
@@ -277,21 +282,6 @@ fn clear_below(slots: &mut [Slot], lists: &[ListRegion], high: usize) {
     if from < high {
         slots[from..high].fill(Slot::Unset);
     }
-}
-
-fn clear(slots: &mut [Slot], lists: &[ListRegion]) {
-    let mut from = 0;
-    for l in lists {
-        let (count, end) = (l.count as usize, l.end as usize);
-        slots[from..count].fill(Slot::Unset);
-        if let Slot::Count(n) = slots[count] {
-            let used = (n as usize * l.elem_slots as usize).min(end - count - 1);
-            slots[count + 1..count + 1 + used].fill(Slot::Unset);
-        }
-        slots[count] = Slot::Unset;
-        from = end;
-    }
-    slots[from..].fill(Slot::Unset);
 }
 
 impl State {
