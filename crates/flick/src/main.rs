@@ -433,6 +433,7 @@ fn read(path: &str) -> Result<SourceFile, ExitCode> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    flick_grammars::install();
     let color = std::io::stderr().is_terminal();
     match cli.command {
         Command::Grammar(cmd) => grammar_command(cmd, color),

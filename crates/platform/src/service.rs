@@ -269,6 +269,8 @@ pub struct Service {
 
 impl Service {
     pub fn start(loaded: Loaded, config: ServiceConfig) -> Result<Service, StartError> {
+        // Parsers made from here on run the stock grammars' generated code.
+        flick_grammars::install();
         let (lname, laddr) = config
             .listen
             .first()

@@ -102,7 +102,8 @@ fn hand_all(buf: &[u8]) -> usize {
     sum
 }
 
-fn engine_all(p: &mut Parser, buf: &[u8]) -> usize {
+/// Reads key and value by their slots, resolved once as a program does.
+fn engine_all(p: &mut Parser, (key, value): (u16, u16), buf: &[u8]) -> usize {
     let (mut at, mut sum) = (0, 0);
     while at < buf.len() {
         p.reset();
@@ -110,7 +111,7 @@ fn engine_all(p: &mut Parser, buf: &[u8]) -> usize {
             panic!("bad record at {at}");
         };
         let m = p.message(&buf[at..]);
-        sum += m.bytes("key").unwrap().len() + m.bytes("value").unwrap().len();
+        sum += m.bytes_at(key).unwrap().len() + m.bytes_at(value).unwrap().len();
         at += n;
     }
     sum
@@ -119,15 +120,26 @@ fn engine_all(p: &mut Parser, buf: &[u8]) -> usize {
 fn bench(c: &mut Criterion) {
     let g = Grammar::stock("hadoop_ifile").unwrap();
     let unit = g.unit_id("record").unwrap();
-    let mut p = g.parser(unit);
+    let f = (
+        g.field_slot(unit, "key").unwrap(),
+        g.field_slot(unit, "value").unwrap(),
+    );
+    let mut p = g.parser(unit).interpreted();
+    flick_grammars::install();
+    let mut gen = g.parser(unit);
+    assert!(gen.is_compiled());
     let buf = records();
-    assert_eq!(engine_all(&mut p, &buf), hand_all(&buf));
+    assert_eq!(engine_all(&mut p, f, &buf), hand_all(&buf));
+    assert_eq!(engine_all(&mut gen, f, &buf), hand_all(&buf));
 
     let mut group = c.benchmark_group("hadoop_ifile");
     // One element per record: criterion's rate is records per second.
     group.throughput(Throughput::Elements(RECORDS as u64));
     group.bench_function("grammar", |b| {
-        b.iter(|| engine_all(&mut p, black_box(&buf)))
+        b.iter(|| engine_all(&mut p, f, black_box(&buf)))
+    });
+    group.bench_function("generated", |b| {
+        b.iter(|| engine_all(&mut gen, f, black_box(&buf)))
     });
     group.bench_function("hand", |b| b.iter(|| hand_all(black_box(&buf))));
     group.finish();

@@ -101,8 +101,16 @@ fn hand(buf: &[u8]) -> Option<Framing> {
     })
 }
 
+/// Slots of the framing values, resolved once as a program does.
+#[derive(Clone, Copy)]
+struct Fields {
+    content_length: u16,
+    chunked: u16,
+    keep_alive: u16,
+}
+
 /// The grammar engine: parse the head, read the same framing values.
-fn engine(p: &mut Parser, buf: &[u8]) -> Option<Framing> {
+fn engine(p: &mut Parser, f: Fields, buf: &[u8]) -> Option<Framing> {
     p.reset();
     let Ok(Progress::Done(len)) = p.parse(buf) else {
         return None;
@@ -110,9 +118,9 @@ fn engine(p: &mut Parser, buf: &[u8]) -> Option<Framing> {
     let m = p.message(buf);
     Some(Framing {
         len,
-        content_length: m.int("content_length")? as u64,
-        chunked: m.int("chunked")? != 0,
-        keep_alive: m.int("keep_alive")? != 0,
+        content_length: m.int_at(f.content_length)? as u64,
+        chunked: m.int_at(f.chunked)? != 0,
+        keep_alive: m.int_at(f.keep_alive)? != 0,
     })
 }
 
@@ -134,22 +142,38 @@ fn hand_parse_only(buf: &[u8]) -> usize {
 fn bench(c: &mut Criterion) {
     let g = Grammar::stock("http").unwrap();
     let unit = g.unit_id("request").unwrap();
-    let mut p = g.parser(unit);
+    let slot = |name| g.field_slot(unit, name).unwrap();
+    let f = Fields {
+        content_length: slot("content_length"),
+        chunked: slot("chunked"),
+        keep_alive: slot("keep_alive"),
+    };
+    let mut p = g.parser(unit).interpreted();
+    flick_grammars::install();
+    let mut gen = g.parser(unit);
+    assert!(gen.is_compiled());
     let want = Framing {
         len: HEAD.len(),
         content_length: 0,
         chunked: false,
         keep_alive: true,
     };
-    assert_eq!(engine(&mut p, HEAD), Some(want));
-    assert_eq!(hand(HEAD), engine(&mut p, HEAD));
+    assert_eq!(engine(&mut p, f, HEAD), Some(want));
+    assert_eq!(hand(HEAD), engine(&mut p, f, HEAD));
+    assert_eq!(hand(HEAD), engine(&mut gen, f, HEAD));
 
     let mut group = c.benchmark_group("http_head");
     group.throughput(Throughput::Elements(1));
-    group.bench_function("grammar", |b| b.iter(|| engine(&mut p, black_box(HEAD))));
+    group.bench_function("grammar", |b| b.iter(|| engine(&mut p, f, black_box(HEAD))));
+    group.bench_function("generated", |b| {
+        b.iter(|| engine(&mut gen, f, black_box(HEAD)))
+    });
     group.bench_function("httparse", |b| b.iter(|| hand(black_box(HEAD))));
     group.bench_function("grammar_parse_only", |b| {
         b.iter(|| engine_parse_only(&mut p, black_box(HEAD)))
+    });
+    group.bench_function("generated_parse_only", |b| {
+        b.iter(|| engine_parse_only(&mut gen, black_box(HEAD)))
     });
     group.bench_function("httparse_parse_only", |b| {
         b.iter(|| hand_parse_only(black_box(HEAD)))

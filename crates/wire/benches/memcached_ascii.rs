@@ -114,22 +114,29 @@ fn range(b: &[u8], s: &[u8]) -> Range<usize> {
 }
 
 /// The engine; reads the key back (the first key of a `get`).
-fn engine(p: &mut Parser, b: &[u8]) -> Option<(usize, Range<usize>)> {
+/// `key` is the key's slot, resolved once as a program does.
+fn engine(p: &mut Parser, key: u16, b: &[u8]) -> Option<(usize, Range<usize>)> {
     p.reset();
     let Ok(Progress::Done(n)) = p.parse(b) else {
         return None;
     };
-    Some((n, range(b, p.message(b).bytes("key")?)))
+    Some((n, range(b, p.message(b).bytes_at(key)?)))
 }
 
 fn bench(c: &mut Criterion) {
     let g = flick_wire::Grammar::stock("memcached_ascii").unwrap();
     let unit = g.unit_id("request").unwrap();
-    let mut p = g.parser(unit);
+    let key = g.field_slot(unit, "key").unwrap();
+    let mut p = g.parser(unit).interpreted();
+    flick_grammars::install();
+    let mut gen = g.parser(unit);
+    assert!(gen.is_compiled());
 
     for (name, msg) in [("get", get()), ("set", set())] {
         let h = hand(&msg).unwrap();
-        assert_eq!(engine(&mut p, &msg), Some((h.len, range(&msg, h.key))));
+        let want = Some((h.len, range(&msg, h.key)));
+        assert_eq!(engine(&mut gen, key, &msg), want);
+        assert_eq!(engine(&mut p, key, &msg), want);
         let m = p.message(&msg);
         assert_eq!(m.int("flags"), h.flags.map(i128::from));
         assert_eq!(m.int("exptime"), h.exptime.map(i128::from));
@@ -137,7 +144,12 @@ fn bench(c: &mut Criterion) {
 
         let mut group = c.benchmark_group(format!("memcached_ascii/{name}"));
         group.throughput(Throughput::Elements(1));
-        group.bench_function("grammar", |b| b.iter(|| engine(&mut p, black_box(&msg))));
+        group.bench_function("grammar", |b| {
+            b.iter(|| engine(&mut p, key, black_box(&msg)))
+        });
+        group.bench_function("generated", |b| {
+            b.iter(|| engine(&mut gen, key, black_box(&msg)))
+        });
         group.bench_function("hand", |b| b.iter(|| hand(black_box(&msg))));
         group.finish();
     }

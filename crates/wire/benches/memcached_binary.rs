@@ -166,36 +166,59 @@ fn range(b: &[u8], s: &[u8]) -> Range<usize> {
     start..start + s.len()
 }
 
+/// Slots of the fields read back, resolved once as a program does.
+#[derive(Clone, Copy)]
+struct Fields {
+    key: u16,
+    value: u16,
+}
+
 /// The engine, decoding every field; reads key and value back.
-fn engine(p: &mut Parser, b: &[u8]) -> Option<(usize, Range<usize>, Range<usize>)> {
+fn engine(p: &mut Parser, f: Fields, b: &[u8]) -> Option<(usize, Range<usize>, Range<usize>)> {
     p.reset();
     let Ok(Progress::Done(n)) = p.parse(b) else {
         return None;
     };
     let m = p.message(b);
-    Some((n, range(b, m.bytes("key")?), range(b, m.bytes("value")?)))
+    Some((
+        n,
+        range(b, m.bytes_at(f.key)?),
+        range(b, m.bytes_at(f.value)?),
+    ))
 }
 
 /// The engine through a view of `key`; reads the key back.
-fn engine_key(p: &mut Parser, b: &[u8]) -> Option<(usize, Range<usize>)> {
+fn engine_key(p: &mut Parser, f: Fields, b: &[u8]) -> Option<(usize, Range<usize>)> {
     p.reset();
     let Ok(Progress::Done(n)) = p.parse(b) else {
         return None;
     };
-    Some((n, range(b, p.message(b).bytes("key")?)))
+    Some((n, range(b, p.message(b).bytes_at(f.key)?)))
 }
 
 fn bench(c: &mut Criterion) {
     let g = Grammar::stock("memcached_binary").unwrap();
     let unit = g.unit_id("cmd").unwrap();
-    let mut full = g.parser(unit);
-    let mut view = Parser::with_view(g.clone(), unit, g.view(unit, &["key"]).unwrap());
+    let f = Fields {
+        key: g.field_slot(unit, "key").unwrap(),
+        value: g.field_slot(unit, "value").unwrap(),
+    };
+    let key_view = || g.view(unit, &["key"]).unwrap();
+    let mut full = g.parser(unit).interpreted();
+    let mut view = Parser::with_view(g.clone(), unit, key_view()).interpreted();
+    flick_grammars::install();
+    let mut gen = g.parser(unit);
+    let mut gen_view = Parser::with_view(g.clone(), unit, key_view());
+    assert!(gen.is_compiled() && gen_view.is_compiled());
 
     for (name, msg) in [("get", get()), ("set", set())] {
         let h = hand(&msg).unwrap();
         let (key, value) = (range(&msg, h.key), range(&msg, h.value));
-        assert_eq!(engine(&mut full, &msg), Some((h.len, key.clone(), value)));
-        assert_eq!(engine_key(&mut view, &msg), Some((h.len, key)));
+        let all = Some((h.len, key.clone(), value));
+        assert_eq!(engine(&mut full, f, &msg), all);
+        assert_eq!(engine(&mut gen, f, &msg), all);
+        assert_eq!(engine_key(&mut view, f, &msg), Some((h.len, key.clone())));
+        assert_eq!(engine_key(&mut gen_view, f, &msg), Some((h.len, key)));
         assert_eq!(hand_key(&msg), Ok((h.len, h.key)));
         if name == "set" {
             let m = full.message(&msg);
@@ -205,10 +228,18 @@ fn bench(c: &mut Criterion) {
 
         let mut group = c.benchmark_group(format!("memcached_binary/{name}"));
         group.throughput(Throughput::Elements(1));
-        group.bench_function("grammar", |b| b.iter(|| engine(&mut full, black_box(&msg))));
+        group.bench_function("grammar", |b| {
+            b.iter(|| engine(&mut full, f, black_box(&msg)))
+        });
+        group.bench_function("generated", |b| {
+            b.iter(|| engine(&mut gen, f, black_box(&msg)))
+        });
         group.bench_function("hand", |b| b.iter(|| hand(black_box(&msg))));
         group.bench_function("grammar_view_key", |b| {
-            b.iter(|| engine_key(&mut view, black_box(&msg)))
+            b.iter(|| engine_key(&mut view, f, black_box(&msg)))
+        });
+        group.bench_function("generated_view_key", |b| {
+            b.iter(|| engine_key(&mut gen_view, f, black_box(&msg)))
         });
         group.bench_function("hand_key", |b| b.iter(|| hand_key(black_box(&msg))));
         group.finish();

@@ -92,11 +92,18 @@ fn hand(f: &[u8]) -> Option<Flow> {
     ))
 }
 
-/// One parser per header unit, each reset for every frame.
+/// One parser per header unit, each reset for every frame, and the slots
+/// of the fields read, resolved once as a program does.
 struct Engine {
     ethernet: Parser,
     ipv4: Parser,
     tcp: Parser,
+    payload_type: u16,
+    src: u16,
+    dst: u16,
+    protocol: u16,
+    src_port: u16,
+    dst_port: u16,
 }
 
 fn done(p: &mut Parser, b: &[u8]) -> Option<usize> {
@@ -109,13 +116,13 @@ fn done(p: &mut Parser, b: &[u8]) -> Option<usize> {
 
 fn engine(e: &mut Engine, f: &[u8]) -> Option<Flow> {
     let at = done(&mut e.ethernet, f)?;
-    if e.ethernet.message(f).int("payload_type")? != 0x0800 {
+    if e.ethernet.message(f).int_at(e.payload_type)? != 0x0800 {
         return None;
     }
     let ip = &f[at..];
     let ihl = done(&mut e.ipv4, ip)?;
     let m = e.ipv4.message(ip);
-    let (src, dst, protocol) = (m.int("src")?, m.int("dst")?, m.int("protocol")?);
+    let (src, dst, protocol) = (m.int_at(e.src)?, m.int_at(e.dst)?, m.int_at(e.protocol)?);
     if protocol != 6 {
         return None;
     }
@@ -126,8 +133,8 @@ fn engine(e: &mut Engine, f: &[u8]) -> Option<Flow> {
         src as u32,
         dst as u32,
         protocol as u8,
-        t.int("src_port")? as u16,
-        t.int("dst_port")? as u16,
+        t.int_at(e.src_port)? as u16,
+        t.int_at(e.dst_port)? as u16,
     ))
 }
 
@@ -141,15 +148,27 @@ fn all(frames: &[Vec<u8>], mut parse: impl FnMut(&[u8]) -> Option<Flow>) -> u64 
 
 fn bench(c: &mut Criterion) {
     let g = flick_wire::Grammar::stock("packet").unwrap();
-    let parser = |name: &str| g.parser(g.unit_id(name).unwrap());
-    let mut e = Engine {
+    let id = |name: &str| g.unit_id(name).unwrap();
+    let slot = |unit: &str, field: &str| g.field_slot(id(unit), field).unwrap();
+    let engine_of = |parser: &dyn Fn(&str) -> Parser| Engine {
         ethernet: parser("ethernet"),
         ipv4: parser("ipv4"),
         tcp: parser("tcp"),
+        payload_type: slot("ethernet", "payload_type"),
+        src: slot("ipv4", "src"),
+        dst: slot("ipv4", "dst"),
+        protocol: slot("ipv4", "protocol"),
+        src_port: slot("tcp", "src_port"),
+        dst_port: slot("tcp", "dst_port"),
     };
+    let mut e = engine_of(&|name| g.parser(id(name)).interpreted());
+    flick_grammars::install();
+    let mut gen = engine_of(&|name| g.parser(id(name)));
+    assert!(gen.ethernet.is_compiled() && gen.ipv4.is_compiled() && gen.tcp.is_compiled());
     let frames = frames();
     for f in &frames {
         assert_eq!(engine(&mut e, f), hand(f));
+        assert_eq!(engine(&mut gen, f), hand(f));
     }
 
     let mut group = c.benchmark_group("packet/ethernet_ipv4_tcp");
@@ -157,6 +176,9 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements(FRAMES as u64));
     group.bench_function("grammar", |b| {
         b.iter(|| all(black_box(&frames), |f| engine(&mut e, f)))
+    });
+    group.bench_function("generated", |b| {
+        b.iter(|| all(black_box(&frames), |f| engine(&mut gen, f)))
     });
     group.bench_function("hand", |b| b.iter(|| all(black_box(&frames), hand)));
     group.finish();

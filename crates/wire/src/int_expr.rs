@@ -42,8 +42,8 @@ pub(crate) enum IntExpr {
 #[derive(Clone, Debug)]
 pub(crate) struct Sum {
     /// Each term, and whether it is subtracted.
-    terms: Box<[(Operand, bool)]>,
-    konst: i128,
+    pub(crate) terms: Box<[(Operand, bool)]>,
+    pub(crate) konst: i128,
 }
 
 impl Sum {
@@ -519,7 +519,7 @@ pub(crate) fn apply(v: i128, op: ConstOp) -> Option<i128> {
 /// Multiplication of values that fit in 64 bits is done in 64 bits when
 /// it does not overflow there: 128-bit overflow checks are a library call.
 #[inline(always)]
-fn mul(x: i128, y: i128) -> Option<i128> {
+pub fn mul(x: i128, y: i128) -> Option<i128> {
     match (i64::try_from(x), i64::try_from(y)) {
         (Ok(a), Ok(b)) => match a.checked_mul(b) {
             Some(v) => Some(i128::from(v)),
@@ -532,14 +532,14 @@ fn mul(x: i128, y: i128) -> Option<i128> {
 /// Division of values that fit in 64 bits is done in 64 bits: 128-bit
 /// division is a library call, and bit fields are written with `/` and `%`.
 /// A divisor of 0 or -1 (where 64 bits could overflow) takes 128 bits.
-fn div(x: i128, y: i128) -> Option<i128> {
+pub fn div(x: i128, y: i128) -> Option<i128> {
     match (i64::try_from(x), i64::try_from(y)) {
         (Ok(a), Ok(b)) if b != 0 && b != -1 => Some(i128::from(a / b)),
         _ => x.checked_div(y),
     }
 }
 
-fn rem(x: i128, y: i128) -> Option<i128> {
+pub fn rem(x: i128, y: i128) -> Option<i128> {
     match (i64::try_from(x), i64::try_from(y)) {
         (Ok(a), Ok(b)) if b != 0 && b != -1 => Some(i128::from(a % b)),
         _ => x.checked_rem(y),

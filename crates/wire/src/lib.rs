@@ -4,11 +4,16 @@
 //! This crate owns the bytes-to-values step of the paper's section 4.2: the
 //! grammar language ([`grammar`]), its compiled form ([`program`]), the
 //! parser ([`Parser`]), serialisation ([`Grammar::serialize`], [`Builder`])
-//! and the stock grammars shipped in `grammars/`. It must not touch
+//! and the stock grammars shipped in `grammars/`. It also writes a
+//! grammar's parsers out as Rust ([`codegen`]), for grammars compiled ahead
+//! of time, and runs such code first when it is registered ([`compiled`]).
+//! It must not touch
 //! sockets, threads or the scheduler: callers hand it bytes and take back
 //! values or bytes.
 
+pub mod codegen;
 mod compile;
+pub mod compiled;
 mod error;
 mod eval;
 pub mod grammar;
@@ -19,6 +24,8 @@ mod plan;
 pub mod program;
 mod ranges;
 mod reject;
+#[doc(hidden)]
+pub mod rt;
 mod scalar;
 mod serialize;
 mod split;
@@ -54,6 +61,9 @@ pub struct Grammar {
     pub(crate) plan: plan::Plan,
     /// Per unit, its fields by name.
     pub(crate) field_index: Vec<message::FieldIndex>,
+    /// What code generated from this grammar looks like, once asked for
+    /// (to match it with a compiled grammar).
+    pub(crate) generated: std::sync::OnceLock<compiled::Fingerprint>,
 }
 
 impl Grammar {
@@ -80,6 +90,7 @@ impl Grammar {
             plan,
             field_index,
             blocks: compiled.blocks,
+            generated: std::sync::OnceLock::new(),
         })
     }
 
@@ -97,6 +108,13 @@ impl Grammar {
 
     pub fn unit(&self, id: UnitId) -> &UnitInfo {
         &self.units[id]
+    }
+
+    /// The slot of field `name` of `unit`, for reading it from messages
+    /// by [`Message::int_at`] and [`Message::bytes_at`].
+    pub fn field_slot(&self, unit: UnitId, name: &str) -> Option<u16> {
+        let fields = &self.units.get(unit)?.fields;
+        self.field_index[unit].find(fields, name).map(|f| f.slot)
     }
 
     pub fn units(&self) -> &[UnitInfo] {

@@ -239,6 +239,31 @@ impl<'a> Message<'a> {
         }
     }
 
+    /// The integer in slot `slot` of the message (a field's
+    /// [`FieldInfo::slot`](crate::FieldInfo)): a program's read of a
+    /// field it resolved when it loaded.
+    #[inline]
+    pub fn int_at(&self, slot: u16) -> Option<i128> {
+        match self.slots.get(self.base + slot as usize)? {
+            Slot::Int(v) => Some(*v as i128),
+            Slot::SInt(v) => Some(*v as i128),
+            Slot::Count(n) => Some(*n as i128),
+            _ => None,
+        }
+    }
+
+    /// The bytes in slot `slot` of the message, as [`Message::int_at`].
+    #[inline]
+    pub fn bytes_at(&self, slot: u16) -> Option<&'a [u8]> {
+        match self.slots.get(self.base + slot as usize)? {
+            Slot::Bytes { start, len } => {
+                let s = *start as usize;
+                Some(self.data.get(s..s + *len as usize).unwrap_or(&[]))
+            }
+            _ => None,
+        }
+    }
+
     pub fn list(&self, name: &str) -> Option<List<'a>> {
         match self.get(name) {
             Value::List(l) => Some(l),

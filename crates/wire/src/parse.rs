@@ -11,12 +11,14 @@
 //! which it touches only to enter a unit, a switch case or a list, or to
 //! stop for more bytes.
 
+use crate::compiled::FastParse;
 use crate::error::{WireError, WireErrorKind};
 use crate::eval::{slot_val, Env, Val};
 use crate::int_expr::Operand;
 use crate::plan::{Check, ListRegion, Pred, Run, RunKind, StepKind, ValExpr};
 use crate::program::*;
 use crate::ranges::in_ranges;
+use crate::rt::{Cx, Fast};
 use crate::scalar::{read_vlong, starts};
 use crate::{Grammar, Message};
 use std::sync::Arc;
@@ -71,6 +73,10 @@ pub struct Parser {
     grammar: Arc<Grammar>,
     unit: UnitId,
     st: State,
+    /// The unit's generated parser, tried first on each message.
+    fast: Option<FastParse>,
+    /// Messages the generated parser finished.
+    compiled: u64,
 }
 
 /// What parsing changes; apart from the grammar, so that the grammar can
@@ -93,12 +99,18 @@ pub(crate) struct State {
     context: i128,
     /// One past the highest slot written for this message.
     high: usize,
+    /// Nothing of the current message is parsed yet, and the frame stack
+    /// is not set up for it.
+    fresh: bool,
 }
 
 impl Parser {
     pub fn new(grammar: Arc<Grammar>, unit: UnitId) -> Parser {
         let n = grammar.units[unit].slots as usize;
+        let fast = crate::compiled::lookup(&grammar, unit);
         let mut p = Parser {
+            fast,
+            compiled: 0,
             grammar,
             unit,
             st: State {
@@ -112,6 +124,7 @@ impl Parser {
                 eof: false,
                 context: 0,
                 high: 0,
+                fresh: true,
             },
         };
         p.reset();
@@ -122,7 +135,30 @@ impl Parser {
     pub fn with_view(grammar: Arc<Grammar>, unit: UnitId, keep: Arc<[bool]>) -> Parser {
         let mut p = Parser::new(grammar, unit);
         p.st.keep = Some(keep);
+        // Generated code that cannot honour a view is not used under one.
+        if let Some(f) = &mut p.fast {
+            match f.view {
+                Some(v) => f.full = v,
+                None => p.fast = None,
+            }
+        }
         p
+    }
+
+    /// The same parser without generated code: every message interpreted.
+    pub fn interpreted(mut self) -> Parser {
+        self.fast = None;
+        self
+    }
+
+    /// Whether generated code parses this unit's messages first.
+    pub fn is_compiled(&self) -> bool {
+        self.fast.is_some()
+    }
+
+    /// How many messages generated code parsed (the rest were interpreted).
+    pub fn compiled_messages(&self) -> u64 {
+        self.compiled
     }
 
     pub fn grammar(&self) -> &Arc<Grammar> {
@@ -146,16 +182,9 @@ impl Parser {
         // Every slot this message set lies below `high`.
         let high = st.high;
         clear_below(&mut st.slots, &self.grammar.plan.lists[self.unit], high);
-        st.stack.clear();
-        st.stack.push(Frame::Seq {
-            block: self.grammar.units[self.unit].block,
-            pc: 0,
-            base: 0,
-        });
+        // The rest is set up when the interpreter first runs on the message.
+        st.fresh = true;
         st.pos = 0;
-        st.scan = 0;
-        st.head_done = false;
-        st.remaining = None;
         st.eof = false;
         st.high = 0;
     }
@@ -193,9 +222,38 @@ impl Parser {
 
     /// Parses from the start of `buf`, which begins with the current
     /// message (and may hold more after it).
+    #[inline]
     pub fn parse(&mut self, buf: &[u8]) -> Result<Progress, WireError> {
+        if let (true, Some(f)) = (self.st.fresh, &self.fast) {
+            let st = &mut self.st;
+            let cx = Cx {
+                exprs: &f.exprs,
+                keep: st.keep.as_deref().unwrap_or(&[]),
+                context: st.context,
+            };
+            match (f.full)(buf, &mut st.slots, &cx) {
+                Fast::Done { len, high } => {
+                    self.compiled += 1;
+                    st.high = high;
+                    st.pos = len;
+                    st.fresh = false;
+                    st.stack.clear();
+                    return Ok(Progress::Done(len));
+                }
+                // The interpreter starts over, from unset slots.
+                Fast::Fallback { high } => st.slots[..high].fill(Slot::Unset),
+            }
+        }
+        self.interpret(buf)
+    }
+
+    #[inline(never)]
+    fn interpret(&mut self, buf: &[u8]) -> Result<Progress, WireError> {
         let g: &Grammar = &self.grammar;
         let st = &mut self.st;
+        if st.fresh {
+            st.begin(g.units[self.unit].block);
+        }
         loop {
             let Some(&frame) = st.stack.last() else {
                 return Ok(Progress::Done(st.pos));
@@ -208,6 +266,27 @@ impl Parser {
                 return Ok(p);
             }
         }
+    }
+}
+
+/// A variable's value as its slot holds it. Only bytes of the message
+/// can be kept in a slot; other values leave it unset.
+pub(crate) fn var_slot(v: Val, buf: &[u8]) -> Slot {
+    match v {
+        Val::Int(i) if i < 0 => Slot::SInt(i as i64),
+        Val::Int(i) => Slot::Int(i as u64),
+        Val::Bytes(b) => {
+            let off = (b.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
+            if off.checked_add(b.len()).is_some_and(|end| end <= buf.len()) {
+                Slot::Bytes {
+                    start: off as u32,
+                    len: b.len() as u32,
+                }
+            } else {
+                Slot::Unset
+            }
+        }
+        _ => Slot::Unset,
     }
 }
 
@@ -265,7 +344,19 @@ impl Grammar {
 /// `high`: everything outside the lists, and each list's count and its
 /// elements up to the count (an HTTP head reserves 100 headers and mostly
 /// uses a few).
+#[inline]
 fn clear_below(slots: &mut [Slot], lists: &[ListRegion], high: usize) {
+    if lists.is_empty() {
+        let n = high.min(slots.len());
+        slots[..n].fill(Slot::Unset);
+        return;
+    }
+    clear_lists_below(slots, lists, high);
+}
+
+/// [`clear_below`] for a unit with lists.
+#[inline(never)]
+fn clear_lists_below(slots: &mut [Slot], lists: &[ListRegion], high: usize) {
     let mut from = 0;
     for l in lists {
         let (count, end) = (l.count as usize, l.end as usize);
@@ -285,6 +376,22 @@ fn clear_below(slots: &mut [Slot], lists: &[ListRegion], high: usize) {
 }
 
 impl State {
+    /// Sets the interpreter up at the start of a message of the unit
+    /// whose block is `block`.
+    fn begin(&mut self, block: BlockId) {
+        self.fresh = false;
+        self.stack.clear();
+        self.stack.push(Frame::Seq {
+            block,
+            pc: 0,
+            base: 0,
+        });
+        self.pos = 0;
+        self.scan = 0;
+        self.head_done = false;
+        self.remaining = None;
+    }
+
     /// Hands the bytes parsed so far over to the caller (see
     /// [`Progress::Stream`]): positions restart from zero.
     fn stream_out(&mut self) -> Progress {
@@ -579,23 +686,7 @@ impl State {
             .env(base, buf)
             .val_of(e)
             .map_err(|_| self.error(op, WireErrorKind::Invalid))?;
-        Ok(match v {
-            Val::Int(i) if i < 0 => Slot::SInt(i as i64),
-            Val::Int(i) => Slot::Int(i as u64),
-            // Only bytes of the message can be kept in a slot.
-            Val::Bytes(b) => {
-                let off = (b.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
-                if off.checked_add(b.len()).is_some_and(|end| end <= buf.len()) {
-                    Slot::Bytes {
-                        start: off as u32,
-                        len: b.len() as u32,
-                    }
-                } else {
-                    Slot::Unset
-                }
-            }
-            _ => Slot::Unset,
-        })
+        Ok(var_slot(v, buf))
     }
 
     /// Enters the list at operation `op` of `block`.

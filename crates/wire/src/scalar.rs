@@ -107,27 +107,8 @@ impl State {
                 let Some(end) = end else {
                     return Ok(false);
                 };
-                let (neg, digits) = match &buf[self.pos..end] {
-                    [b'-', rest @ ..] if *signed => (true, rest),
-                    d => (false, d),
-                };
-                let v = crate::eval::parse_int(digits, if *hex { 16 } else { 10 })
-                    .map_err(|_| self.error(op, WireErrorKind::BadNumber))?;
-                // The value must fit the declared type.
-                let bits = 8 * *bytes as u32;
-                let fits = match (*signed, neg) {
-                    (false, _) => v < 1i128 << bits,
-                    (true, false) => v < 1i128 << (bits - 1),
-                    (true, true) => v <= 1i128 << (bits - 1),
-                };
-                if !fits {
-                    return Err(self.error(op, WireErrorKind::BadNumber));
-                }
-                let slot = match (*signed, neg) {
-                    (true, true) => Slot::SInt((-v) as i64),
-                    (true, false) => Slot::SInt(v as i64),
-                    _ => Slot::Int(v as u64),
-                };
+                let slot = crate::rt::ascii_int(&buf[self.pos..end], *hex, *signed, *bytes)
+                    .ok_or_else(|| self.error(op, WireErrorKind::BadNumber))?;
                 self.store(at, slot);
                 self.pos = if *before { end } else { end + until.len() };
             }
@@ -278,7 +259,7 @@ impl State {
 /// The first occurrence of `needle` in `hay`. Delimiters are mostly one or
 /// two bytes (" ", ":", "\r\n"): `memchr` finds those without building a
 /// `memmem` searcher on every call.
-fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
+pub(crate) fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
     match needle {
         [] => Some(0),
         [a] => memchr::memchr(*a, hay),
@@ -300,7 +281,7 @@ fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// The first byte of `hay` that is in `set`. Sets are a few bytes
 /// (`" \r\n"`), which `memchr` searches for together.
-fn position_any(hay: &[u8], set: &[u8]) -> Option<usize> {
+pub(crate) fn position_any(hay: &[u8], set: &[u8]) -> Option<usize> {
     match *set {
         [a] => memchr::memchr(a, hay),
         [a, b] => memchr::memchr2(a, b, hay),
@@ -311,7 +292,7 @@ fn position_any(hay: &[u8], set: &[u8]) -> Option<usize> {
 
 /// The first `d` in `hay`, or `Err` if `forbid` (not empty) occurs wholly
 /// before it (before the end of `hay` if there is no `d`).
-fn find_before(hay: &[u8], d: u8, forbid: &[u8]) -> Result<Option<usize>, ()> {
+pub(crate) fn find_before(hay: &[u8], d: u8, forbid: &[u8]) -> Result<Option<usize>, ()> {
     let Some(&f0) = forbid.first() else {
         return Ok(None);
     };
@@ -334,7 +315,7 @@ fn find_before(hay: &[u8], d: u8, forbid: &[u8]) -> Result<Option<usize>, ()> {
 /// Hadoop's `WritableUtils.readVLong` at the start of `b`: the value and
 /// its size in bytes, or `None` if `b` ends first.
 #[inline]
-pub(crate) fn read_vlong(b: &[u8]) -> Option<(i64, usize)> {
+pub fn read_vlong(b: &[u8]) -> Option<(i64, usize)> {
     let first = *b.first()? as i8;
     if first >= -112 {
         return Some((first as i64, 1));

@@ -1,0 +1,16 @@
+//! Generates Rust parsers for every stock grammar (`grammars/*.grammar`)
+//! with `flick_wire::codegen`, into `OUT_DIR/NAME.rs`.
+
+use std::path::Path;
+
+fn main() {
+    let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
+    for name in flick_wire::stock::NAMES {
+        let g = flick_wire::Grammar::stock(name).expect("stock grammars load");
+        let code = flick_wire::codegen::generate(&g).code;
+        std::fs::write(Path::new(&out).join(format!("{name}.rs")), code)
+            .expect("OUT_DIR is writable");
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=../../grammars");
+}

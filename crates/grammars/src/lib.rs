@@ -1,0 +1,45 @@
+//! The stock grammars compiled ahead of time: Rust parsers generated from
+//! `grammars/*.grammar` by `flick_wire::codegen` when this crate builds.
+//!
+//! [`install`] registers them with `flick-wire`; parsers made after that
+//! for a stock grammar run the generated code first on each message and
+//! fall back to the interpreter for everything it does not finish
+//! (split messages, streamed bodies, errors). A grammar that differs from
+//! the one compiled here, a user's grammar for instance, is interpreted.
+//!
+//! This crate owns no parsing logic of its own and touches no sockets.
+
+/// The generated modules, one per stock grammar.
+pub mod generated {
+    pub mod http {
+        include!(concat!(env!("OUT_DIR"), "/http.rs"));
+    }
+    pub mod memcached_binary {
+        include!(concat!(env!("OUT_DIR"), "/memcached_binary.rs"));
+    }
+    pub mod memcached_ascii {
+        include!(concat!(env!("OUT_DIR"), "/memcached_ascii.rs"));
+    }
+    pub mod hadoop_ifile {
+        include!(concat!(env!("OUT_DIR"), "/hadoop_ifile.rs"));
+    }
+    pub mod packet {
+        include!(concat!(env!("OUT_DIR"), "/packet.rs"));
+    }
+}
+
+/// Every compiled stock grammar.
+pub static ALL: [&flick_wire::rt::CompiledGrammar; 5] = [
+    &generated::http::GRAMMAR,
+    &generated::memcached_binary::GRAMMAR,
+    &generated::memcached_ascii::GRAMMAR,
+    &generated::hadoop_ifile::GRAMMAR,
+    &generated::packet::GRAMMAR,
+];
+
+/// Registers every compiled stock grammar; call it before making parsers.
+pub fn install() {
+    for g in ALL {
+        flick_wire::compiled::register(g);
+    }
+}

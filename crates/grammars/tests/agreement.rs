@@ -1,0 +1,209 @@
+//! Generated parsers agree with the interpreter: on every input of the
+//! `wire_*` fuzz corpora, on mutations of them, whole and split, with and
+//! without views, a parser that runs generated code first gives the same
+//! progress, values and errors as one that only interprets. And the
+//! generated code does the work: most messages of the corpora that parse
+//! at all are finished by it, not handed back.
+
+use flick_wire::{Grammar, Parser, Progress};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn corpus(name: &str) -> Vec<Vec<u8>> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+    let mut files = Vec::new();
+    for dir in ["corpus", "regressions"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir).join(format!("wire_{name}"))) else {
+            continue;
+        };
+        for e in entries {
+            let path = e.expect("a directory entry").path();
+            if path.is_file() {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+        .iter()
+        .map(|p| std::fs::read(p).expect("corpus files read"))
+        .collect()
+}
+
+/// What a proxy's read loop sees of `data`, offered first up to `cut`
+/// and then whole: every progress report, the values of every message
+/// done, and the error that ends it, if any.
+fn drive(p: &mut Parser, data: &[u8], cut: usize) -> Vec<String> {
+    let mut log = Vec::new();
+    let (mut at, mut end) = (0, cut.min(data.len()));
+    for _ in 0..data.len() * 4 + 16 {
+        let buf = &data[at..end];
+        match p.parse(buf) {
+            Ok(Progress::Done(n)) => {
+                log.push(format!("done {n} {:?}", p.used_slots()));
+                p.reset();
+                at += n;
+                if at >= data.len() || n == 0 {
+                    break;
+                }
+                end = end.max(at);
+            }
+            Ok(Progress::NeedMore) if end < data.len() => end = data.len(),
+            Ok(Progress::NeedMore) => {
+                log.push(format!("end {:?}", p.finish(buf)));
+                break;
+            }
+            Ok(Progress::Head(n)) => log.push(format!("head {n} {:?}", p.used_slots())),
+            Ok(Progress::Stream(n)) => {
+                log.push(format!("stream {n}"));
+                at += n;
+            }
+            Err(e) => {
+                log.push(format!("error {e:?}"));
+                break;
+            }
+        }
+    }
+    log
+}
+
+/// Inputs derived from `data`: itself and a few mutations (bytes
+/// replaced, duplicated, cut).
+fn variants(data: &[u8], seed: &mut u64) -> Vec<Vec<u8>> {
+    let mut next = || {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *seed
+    };
+    let mut out = vec![data.to_vec()];
+    if data.is_empty() {
+        return out;
+    }
+    for _ in 0..3 {
+        let mut v = data.to_vec();
+        let i = next() as usize % v.len();
+        v[i] = next() as u8;
+        out.push(v);
+    }
+    let mut twice = data.to_vec();
+    twice.extend_from_slice(data);
+    out.push(twice);
+    out.push(data[..next() as usize % data.len()].to_vec());
+    out
+}
+
+struct Tally {
+    messages: u64,
+    compiled: u64,
+}
+
+/// Compares the two parsers on every corpus input of grammar `name`.
+fn agree(name: &str) -> Tally {
+    flick_grammars::install();
+    let g = Grammar::stock(name).expect("a stock grammar");
+    let units = g.units().len();
+    let inputs = corpus(name);
+    assert!(!inputs.is_empty(), "no corpus for {name}");
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut tally = Tally {
+        messages: 0,
+        compiled: 0,
+    };
+    for input in &inputs {
+        let (Some(&u), Some(&c)) = (input.first(), input.get(1)) else {
+            continue;
+        };
+        let unit = u as usize % units;
+        for data in variants(&input[2..], &mut seed) {
+            let cut = data.len() * c as usize / 255;
+            for cut in [data.len(), cut] {
+                let mut fast = g.parser(unit);
+                assert!(
+                    fast.is_compiled(),
+                    "{name}: unit {unit} has no generated parser"
+                );
+                let mut slow = g.parser(unit).interpreted();
+                let want = drive(&mut slow, &data, cut);
+                let got = drive(&mut fast, &data, cut);
+                assert_eq!(got, want, "{name}, unit {unit}, cut {cut}, input {data:?}");
+                tally.messages += want.iter().filter(|l| l.starts_with("done")).count() as u64;
+                tally.compiled += fast.compiled_messages();
+            }
+            views(&g, unit, &data);
+        }
+    }
+    tally
+}
+
+/// Under a view of each field, both parsers agree too.
+fn views(g: &Arc<Grammar>, unit: usize, data: &[u8]) {
+    for f in &g.unit(unit).fields {
+        let keep = g.view(unit, &[f.name.as_str()]).expect("a field");
+        let mut fast = Parser::with_view(g.clone(), unit, keep.clone());
+        let mut slow = Parser::with_view(g.clone(), unit, keep).interpreted();
+        assert_eq!(
+            drive(&mut fast, data, data.len()),
+            drive(&mut slow, data, data.len()),
+            "{}, unit {unit}, view of {}",
+            g.name,
+            f.name
+        );
+    }
+}
+
+fn check(name: &str) {
+    let t = agree(name);
+    eprintln!(
+        "{name}: {} of {} messages finished by generated code",
+        t.compiled, t.messages
+    );
+    // Messages handed back are split ones, streamed ones and errors; the
+    // corpora hold mostly whole messages.
+    assert!(
+        t.compiled * 2 > t.messages,
+        "{name}: generated code finished only {} of {} messages",
+        t.compiled,
+        t.messages
+    );
+}
+
+#[test]
+fn memcached_binary() {
+    check("memcached_binary");
+}
+
+#[test]
+fn memcached_ascii() {
+    check("memcached_ascii");
+}
+
+#[test]
+fn http() {
+    check("http");
+}
+
+#[test]
+fn hadoop_ifile() {
+    check("hadoop_ifile");
+}
+
+#[test]
+fn packet() {
+    check("packet");
+}
+
+/// A grammar that is not the one compiled gets no generated parser, even
+/// under a stock grammar's name.
+#[test]
+fn a_changed_grammar_is_interpreted() {
+    flick_grammars::install();
+    let src = flick_wire::stock::source("memcached_binary")
+        .expect("stock source")
+        .replace("$$ <= 250", "$$ <= 200");
+    let g = Arc::new(Grammar::from_source("memcached_binary", &src).expect("loads"));
+    let unit = g.unit_id("cmd").expect("cmd");
+    assert!(!g.parser(unit).is_compiled());
+    let stock = Grammar::stock("memcached_binary").expect("stock");
+    assert!(stock.parser(unit).is_compiled());
+}

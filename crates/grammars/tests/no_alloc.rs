@@ -1,0 +1,86 @@
+//! Generated parsers allocate nothing per message: a counting global
+//! allocator watches every stock grammar's parsers run over its fuzz
+//! corpus, after a first round that may size buffers.
+
+use flick_wire::{Grammar, Progress};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// Only this thread's allocations count, not the harness's.
+    static COUNTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.try_with(|c| c.get()).unwrap_or(false) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Every corpus input of grammar `name`: its unit byte and its stream.
+fn corpus(name: &str) -> Vec<(u8, Vec<u8>)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(format!("wire_{name}"));
+    let mut out: Vec<(u8, Vec<u8>)> = std::fs::read_dir(dir)
+        .expect("the corpus is committed")
+        .map(|e| std::fs::read(e.expect("an entry").path()).expect("readable"))
+        .filter(|d| d.len() > 2)
+        .map(|d| (d[0], d[2..].to_vec()))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn generated_parsers_allocate_nothing_per_message() {
+    flick_grammars::install();
+    for name in flick_wire::stock::NAMES {
+        let g = Grammar::stock(name).expect("a stock grammar");
+        let inputs = corpus(name);
+        let mut parsers: Vec<_> = (0..g.units().len()).map(|u| g.parser(u)).collect();
+        let mut messages = 0;
+        for round in 0..2 {
+            if round == 1 {
+                ALLOCATIONS.store(0, Ordering::SeqCst);
+                COUNTING.with(|c| c.set(true));
+            }
+            for (unit, data) in &inputs {
+                let p = &mut parsers[*unit as usize % g.units().len()];
+                let mut at = 0;
+                // Whole messages only; anything else ends the input.
+                while let Ok(Progress::Done(n)) = p.parse(&data[at..]) {
+                    p.reset();
+                    messages += usize::from(round == 1);
+                    at += n;
+                    if n == 0 || at >= data.len() {
+                        break;
+                    }
+                }
+                p.reset();
+            }
+            COUNTING.with(|c| c.set(false));
+        }
+        let compiled: u64 = parsers.iter().map(|p| p.compiled_messages()).sum();
+        let allocations = ALLOCATIONS.load(Ordering::SeqCst);
+        eprintln!("{name}: {messages} messages, {compiled} by generated code over two rounds, {allocations} allocations");
+        assert_eq!(allocations, 0, "{name}");
+        assert!(
+            compiled as usize > messages,
+            "{name}: generated code barely ran"
+        );
+    }
+}

@@ -1,0 +1,975 @@
+//! Rust source for a grammar's parsers: each unit's parse plan written out
+//! as straight-line code, so that a grammar compiled ahead of time (the
+//! stock grammars, by `flick-grammars`) parses without interpretation.
+//!
+//! A generated parser is a fast path, not a second engine. It reads one
+//! message whose bytes are all in the buffer, from its first byte, and
+//! answers [`Fast::Done`] exactly when the interpreter would answer
+//! `Done` for the same bytes, with the same slots. Anything else (too few
+//! bytes, a streamed body, a field that fails its check) is
+//! [`Fast::Fallback`]: the interpreter parses the message instead and
+//! says what is wrong. Errors, resumption and streaming stay in one place.
+//!
+//! Expressions the code cannot write out (`lookup`, `count` and other
+//! builtins over lists) are evaluated by the interpreter's evaluator over
+//! the slots written so far. The generated module carries a fingerprint
+//! of its code and of those expressions; a grammar loaded at run time uses
+//! it only if generating code from that grammar gives the same
+//! fingerprint, so a changed grammar never meets stale code.
+//!
+//! [`Fast::Done`]: crate::rt::Fast::Done
+//! [`Fast::Fallback`]: crate::rt::Fast::Fallback
+
+use crate::int_expr::{lower, ConstOp, IntExpr, Node, Operand};
+use crate::plan::{Case, Cases, StepKind, ValExpr};
+use crate::program::{BlockId, CExpr, Elem, Len, OpKind, Scalar, Stop};
+use crate::Grammar;
+use std::collections::HashMap;
+use std::fmt::Write;
+
+/// The generated source of a grammar's parsers, and what a grammar loaded
+/// at run time needs to use them.
+pub struct Generated {
+    /// A Rust module's items: one function per unit and a
+    /// `pub static GRAMMAR: CompiledGrammar` naming them.
+    pub code: String,
+    pub fingerprint: u64,
+    /// Per unit, by unit id; `None` for a unit with no generated parser.
+    pub units: Vec<Option<GeneratedUnit>>,
+}
+
+pub struct GeneratedUnit {
+    /// The expressions the code hands to the evaluator, by index.
+    pub exprs: Vec<CExpr>,
+    /// Whether the code agrees with the interpreter under every view. It
+    /// does when every slot an expression reads is one every view keeps.
+    pub views: bool,
+}
+
+/// Generates the parsers of every unit of `g`.
+pub fn generate(g: &Grammar) -> Generated {
+    let mut fns = String::new();
+    let mut units = Vec::new();
+    let mut table = String::new();
+    for (id, info) in g.units.iter().enumerate() {
+        let mut u = UnitGen {
+            g,
+            out: String::new(),
+            exprs: Vec::new(),
+            min_view: g.view(id, &[]).expect("no fields named"),
+            views: true,
+            next: 0,
+            depth: 0,
+        };
+        let mut scope = Scope {
+            base: Base::Static(0),
+            vals: HashMap::new(),
+        };
+        match u.block(info.block, &mut scope) {
+            Ok(()) => {
+                let name = format!("unit_{id}");
+                let _ = write!(
+                    fns,
+                    "/// `{unit}`.\n#[allow(unused_mut, unused_variables, unreachable_code, unused_assignments, unused_parens, clippy::all)]\n\
+                     fn {name}<const VIEW: bool>(buf: &[u8], s: &mut [Slot], cx: &Cx) -> Fast {{\n\
+                     if s.len() < {slots} {{ return Fast::Fallback {{ high: 0 }}; }}\n\
+                     let mut pos = 0usize;\nlet mut high = 0usize;\n{body}\
+                     Fast::Done {{ len: pos, high }}\n}}\n\n",
+                    unit = info.name,
+                    slots = info.slots,
+                    body = u.out,
+                );
+                let view = if u.views {
+                    format!("{name}::<true>")
+                } else {
+                    "no_view".to_string()
+                };
+                let _ = writeln!(
+                    table,
+                    "    CompiledUnit {{ unit: {:?}, full: {name}::<false>, view: {view} }},",
+                    info.name
+                );
+                units.push(Some(GeneratedUnit {
+                    exprs: u.exprs,
+                    views: u.views,
+                }));
+            }
+            Err(Unsupported(why)) => {
+                if std::env::var_os("FLICK_CODEGEN_DEBUG").is_some() {
+                    eprintln!("{}::{}: no generated parser ({why})", g.name, info.name);
+                }
+                units.push(None)
+            }
+        }
+    }
+    let body = format!(
+        "use flick_wire::rt::*;\n\n{fns}\
+         #[allow(dead_code)]\nfn no_view(_: &[u8], _: &mut [Slot], _: &Cx) -> Fast {{ Fast::Fallback {{ high: 0 }} }}\n\n\
+         pub static UNITS: &[CompiledUnit] = &[\n{table}];\n"
+    );
+    let mut h = Fnv::default();
+    h.write(body.as_bytes());
+    for u in units.iter().flatten() {
+        h.write(format!("{:?}", u.exprs).as_bytes());
+    }
+    let fingerprint = h.0;
+    let code = format!(
+        "// Generated by flick_wire::codegen from grammar `{name}`; do not edit.\n\n{body}\n\
+         pub static GRAMMAR: CompiledGrammar = CompiledGrammar {{ name: {name:?}, fingerprint: {fingerprint:#x}, units: UNITS }};\n",
+        name = g.name
+    );
+    Generated {
+        code,
+        fingerprint,
+        units,
+    }
+}
+
+/// FNV-1a, 64 bits: stable across builds, unlike the standard hasher.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ *b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+}
+
+/// Why a unit gets no generated parser.
+struct Unsupported(&'static str);
+
+type Gen = Result<(), Unsupported>;
+
+/// Where a unit instance's slots start: known when the code is generated,
+/// or (list elements) a variable.
+#[derive(Clone)]
+enum Base {
+    Static(usize),
+    Dyn(String),
+}
+
+impl Base {
+    fn at(&self, rel: u16) -> String {
+        match self {
+            Base::Static(b) => (b + rel as usize).to_string(),
+            Base::Dyn(v) => format!("({v} + {rel})"),
+        }
+    }
+
+    fn expr(&self) -> String {
+        match self {
+            Base::Static(b) => b.to_string(),
+            Base::Dyn(v) => v.clone(),
+        }
+    }
+
+    fn offset(&self, by: u16) -> Base {
+        match self {
+            Base::Static(b) => Base::Static(b + by as usize),
+            Base::Dyn(v) => Base::Dyn(format!("({v} + {by})")),
+        }
+    }
+}
+
+/// A unit instance being generated: its base and the locals holding the
+/// slots set so far on this path. A slot without a local is read from
+/// the slot array (where it is unset if no path set it).
+#[derive(Clone)]
+struct Scope {
+    base: Base,
+    vals: HashMap<u16, String>,
+}
+
+const FB: &str = "return Fast::Fallback { high }";
+
+struct UnitGen<'g> {
+    g: &'g Grammar,
+    out: String,
+    exprs: Vec<CExpr>,
+    /// Slots every view keeps: stored unconditionally.
+    min_view: std::sync::Arc<[bool]>,
+    views: bool,
+    next: usize,
+    depth: usize,
+}
+
+/// A byte string literal.
+fn lit(b: &[u8]) -> String {
+    let mut s = String::from("b\"");
+    for c in b {
+        for e in std::ascii::escape_default(*c) {
+            s.push(e as char);
+        }
+    }
+    s.push('"');
+    s
+}
+
+impl UnitGen<'_> {
+    fn fresh(&mut self, stem: &str) -> String {
+        self.next += 1;
+        format!("{stem}{}", self.next)
+    }
+
+    fn line(&mut self, s: &str) {
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+
+    /// The slot `rel` of the scope, as a `Slot` expression.
+    fn read(&mut self, sc: &Scope, rel: u16) -> String {
+        if let Base::Static(b) = sc.base {
+            if !self
+                .min_view
+                .get(b + rel as usize)
+                .copied()
+                .unwrap_or(false)
+            {
+                self.views = false;
+            }
+        }
+        match sc.vals.get(&rel) {
+            Some(v) => v.clone(),
+            None => format!("s[{}]", sc.base.at(rel)),
+        }
+    }
+
+    /// Stores `val` in slot `rel`, as the interpreter would: a field a view
+    /// may leave out only when the view keeps it.
+    fn store(&mut self, sc: &mut Scope, rel: Option<u16>, val: &str, always: bool) {
+        let Some(rel) = rel else { return };
+        let v = self.fresh("v");
+        let idx = sc.base.at(rel);
+        let guarded = match sc.base {
+            Base::Static(b) => {
+                !always
+                    && !self
+                        .min_view
+                        .get(b + rel as usize)
+                        .copied()
+                        .unwrap_or(false)
+            }
+            Base::Dyn(_) => false,
+        };
+        self.line(&format!("let {v}: Slot = {val};"));
+        let set = format!("s[{idx}] = {v}; if high < {idx} + 1 {{ high = {idx} + 1; }}");
+        if guarded {
+            self.line(&format!("if !VIEW || cx.keep[{idx}] {{ {set} }}"));
+        } else {
+            self.line(&set);
+        }
+        sc.vals.insert(rel, v);
+    }
+
+    fn block(&mut self, b: BlockId, sc: &mut Scope) -> Gen {
+        self.depth += 1;
+        if self.depth > 32 {
+            return Err(Unsupported("line 257"));
+        }
+        let g = self.g;
+        let steps = &g.plan.blocks[b as usize];
+        let mut i = 0;
+        while i < steps.len() {
+            if matches!(steps[i].kind, StepKind::Run(_)) {
+                i += 1;
+                continue;
+            }
+            let n = self.fixed_run(b, i);
+            if n >= 2 {
+                self.run(b, i, n, sc)?;
+                i += n;
+                continue;
+            }
+            self.step(b, i, sc)?;
+            i += 1;
+        }
+        self.depth -= 1;
+        Ok(())
+    }
+
+    /// The width of step `i` of block `b` if it is fixed and it can join a
+    /// run of such steps.
+    fn width(&self, b: BlockId, i: usize) -> Option<usize> {
+        let step = &self.g.plan.blocks[b as usize][i];
+        let op = &self.g.blocks[b as usize][step.op as usize];
+        if op.stream {
+            return None;
+        }
+        match (&step.kind, &op.kind) {
+            (StepKind::Int(f), _) => Some(f.width as usize),
+            (
+                StepKind::Bytes {
+                    len: IntExpr::Const(n),
+                    max,
+                },
+                _,
+            ) if *n >= 0 && *n <= *max as i128 => Some(*n as usize),
+            (StepKind::Scalar, OpKind::Scalar(Scalar::Literal { bytes, .. })) => Some(bytes.len()),
+            (StepKind::Var(_) | StepKind::Nothing, _) => Some(0),
+            _ => None,
+        }
+    }
+
+    /// How many steps from `i` make a run of fixed-width fields.
+    fn fixed_run(&self, b: BlockId, i: usize) -> usize {
+        let steps = &self.g.plan.blocks[b as usize];
+        (i..steps.len())
+            .take_while(|&k| {
+                !matches!(steps[k].kind, StepKind::Run(_)) && self.width(b, k).is_some()
+            })
+            .count()
+    }
+
+    /// Steps `i..i + n`, all fixed-width: one bounds check for them all.
+    fn run(&mut self, b: BlockId, i: usize, n: usize, sc: &mut Scope) -> Gen {
+        let width: usize = (i..i + n).map(|k| self.width(b, k).unwrap_or(0)).sum();
+        let r = self.fresh("r");
+        if width > 0 {
+            self.line(&format!(
+                "let Some({r}) = buf.get(pos..pos + {width}) else {{ {FB} }};"
+            ));
+        }
+        let mut off = 0;
+        for k in i..i + n {
+            let w = self.width(b, k).unwrap_or(0);
+            let g = self.g;
+            let step = &g.plan.blocks[b as usize][k];
+            let op = &g.blocks[b as usize][step.op as usize];
+            match (&step.kind, &op.kind) {
+                (StepKind::Int(f), _) => {
+                    let v = int_decode(&r, off, f.width, f.signed, f.little);
+                    self.store(sc, step.slot, &v, false);
+                }
+                (StepKind::Bytes { .. }, _) => {
+                    let v = format!("Slot::Bytes {{ start: (pos + {off}) as u32, len: {w} }}");
+                    self.store(sc, step.slot, &v, false);
+                }
+                (StepKind::Scalar, OpKind::Scalar(Scalar::Literal { bytes, nocase })) => {
+                    let got = format!("{r}[{off}..{}]", off + w);
+                    let cond = if *nocase {
+                        format!("{got}.eq_ignore_ascii_case({})", lit(bytes))
+                    } else {
+                        format!("{got} == {}[..]", lit(bytes))
+                    };
+                    self.line(&format!("if !({cond}) {{ {FB} }}"));
+                    let v = format!("Slot::Bytes {{ start: (pos + {off}) as u32, len: {w} }}");
+                    self.store(sc, step.slot, &v, false);
+                }
+                (StepKind::Var(e), _) => {
+                    let v = self.var(e, sc)?;
+                    self.store(sc, step.slot, &v, true);
+                }
+                _ => {}
+            }
+            if let Some(c) = &step.check {
+                self.check(&c.expr, sc, step.slot)?;
+            }
+            off += w;
+        }
+        if width > 0 {
+            self.line(&format!("pos += {width};"));
+        }
+        Ok(())
+    }
+
+    /// `&requires`: the check's expression, with `$$` the field's slot.
+    fn check(&mut self, e: &IntExpr, sc: &mut Scope, slot: Option<u16>) -> Gen {
+        let dollar = match slot {
+            Some(rel) => (self.read(sc, rel), Some(sc.base.at(rel))),
+            None => ("Slot::Unset".to_string(), None),
+        };
+        let v = self.int(e, sc, &dollar)?;
+        self.line(&format!("if {v} == 0 {{ {FB} }}"));
+        Ok(())
+    }
+
+    fn step(&mut self, b: BlockId, i: usize, sc: &mut Scope) -> Gen {
+        let g = self.g;
+        let step = &g.plan.blocks[b as usize][i];
+        let op = &g.blocks[b as usize][step.op as usize];
+        if op.stream {
+            return self.stream(op, sc);
+        }
+        match (&step.kind, &op.kind) {
+            (StepKind::Int(f), _) => {
+                let r = self.fresh("r");
+                let n = f.width;
+                self.line(&format!(
+                    "let Some({r}) = buf.get(pos..pos + {n}) else {{ {FB} }};"
+                ));
+                let v = int_decode(&r, 0, f.width, f.signed, f.little);
+                self.store(sc, step.slot, &v, false);
+                self.line(&format!("pos += {n};"));
+            }
+            (StepKind::Bytes { len, max }, _) => {
+                self.bytes_len(len, *max, sc, step.slot)?;
+            }
+            (StepKind::VInt, _) => self.scalar(&Scalar::VInt, op, sc, step.slot)?,
+            (StepKind::Scalar, OpKind::Scalar(s)) => self.scalar(s, op, sc, step.slot)?,
+            (StepKind::Var(e), _) => {
+                let v = self.var(e, sc)?;
+                self.store(sc, step.slot, &v, true);
+            }
+            (StepKind::Nothing, _) => {}
+            (StepKind::Switch(sw), _) => self.switch(sw, sc)?,
+            (StepKind::Unit(inner), _) => {
+                let mut isc = Scope {
+                    base: sc.base.offset(op.slot.unwrap_or(0)),
+                    vals: HashMap::new(),
+                };
+                self.line("{");
+                self.block(*inner, &mut isc)?;
+                self.line("}");
+            }
+            (StepKind::List, OpKind::List { .. }) => self.list(op, sc)?,
+            _ => return Err(Unsupported("line 407")),
+        }
+        if let Some(c) = &step.check {
+            self.check(&c.expr, sc, step.slot)?;
+        }
+        Ok(())
+    }
+
+    /// A streamed field: an empty body is no stream; anything else makes
+    /// the message a head the interpreter reports.
+    fn stream(&mut self, op: &crate::program::Op, sc: &mut Scope) -> Gen {
+        if let OpKind::Scalar(Scalar::Bytes {
+            len: Len::Expr(e), ..
+        }) = &op.kind
+        {
+            let n = self.int(&lower(e), sc, &unset())?;
+            self.line(&format!("if {n} != 0 {{ {FB} }}"));
+        } else {
+            self.line(&format!("{FB};"));
+        }
+        Ok(())
+    }
+
+    /// Bytes of a computed length.
+    fn bytes_len(&mut self, len: &IntExpr, max: u32, sc: &mut Scope, slot: Option<u16>) -> Gen {
+        let n = self.fresh("n");
+        let e = self.int(len, sc, &unset())?;
+        self.line(&format!(
+            "let {n} = {e}; if {n} < 0 || {n} > {max} || ((buf.len() - pos) as i128) < {n} {{ {FB} }} let {n} = {n} as usize;"
+        ));
+        let v = format!("Slot::Bytes {{ start: pos as u32, len: {n} as u32 }}");
+        self.store(sc, slot, &v, false);
+        self.line(&format!("pos += {n};"));
+        Ok(())
+    }
+
+    fn scalar(
+        &mut self,
+        s: &Scalar,
+        op: &crate::program::Op,
+        sc: &mut Scope,
+        slot: Option<u16>,
+    ) -> Gen {
+        let forbid = op.forbid.as_deref().unwrap_or(&[]);
+        let bytes_at = |start: &str, len: &str| {
+            format!("Slot::Bytes {{ start: {start} as u32, len: ({len}) as u32 }}")
+        };
+        match s {
+            Scalar::Int {
+                bytes,
+                signed,
+                order,
+            } => {
+                let r = self.fresh("r");
+                self.line(&format!(
+                    "let Some({r}) = buf.get(pos..pos + {bytes}) else {{ {FB} }};"
+                ));
+                let little = *order == crate::grammar::ast::ByteOrder::Little;
+                let v = int_decode(&r, 0, *bytes, *signed, little);
+                self.store(sc, slot, &v, false);
+                self.line(&format!("pos += {bytes};"));
+            }
+            Scalar::Bytes {
+                len: Len::Expr(e),
+                max,
+            } => self.bytes_len(&lower(e), *max, sc, slot)?,
+            Scalar::Bytes { len: Len::Eof, .. } => self.line(&format!("{FB};")),
+            Scalar::Bytes {
+                len: Len::Until(d),
+                max,
+            } => {
+                let e = self.fresh("e");
+                self.line(&format!(
+                    "let Some({e}) = until(buf, pos, {}, {max}, {}) else {{ {FB} }};",
+                    lit(d),
+                    lit(forbid)
+                ));
+                self.store(sc, slot, &bytes_at("pos", &format!("{e} - pos")), false);
+                self.line(&format!("pos = {e} + {};", d.len()));
+            }
+            Scalar::Bytes {
+                len: Len::BeforeAny(set),
+                max,
+            } => {
+                let e = self.fresh("e");
+                self.line(&format!(
+                    "let Some({e}) = before_any(buf, pos, {}, {max}) else {{ {FB} }}; if {e} == pos {{ {FB} }}",
+                    lit(set)
+                ));
+                self.store(sc, slot, &bytes_at("pos", &format!("{e} - pos")), false);
+                self.line(&format!("pos = {e};"));
+            }
+            Scalar::AsciiInt {
+                until: u,
+                hex,
+                before,
+                signed,
+                bytes,
+            } => {
+                let digits = 20 + usize::from(*signed);
+                let e = self.fresh("e");
+                let find = if *before {
+                    format!("before_any(buf, pos, {}, {digits})", lit(u))
+                } else {
+                    format!("until(buf, pos, {}, {digits}, {})", lit(u), lit(forbid))
+                };
+                let a = self.fresh("a");
+                self.line(&format!(
+                    "let Some({e}) = {find} else {{ {FB} }}; let Some({a}) = ascii_int(&buf[pos..{e}], {hex}, {signed}, {bytes}) else {{ {FB} }};"
+                ));
+                self.store(sc, slot, &a, false);
+                let skip = if *before { 0 } else { u.len() };
+                self.line(&format!("pos = {e} + {skip};"));
+            }
+            Scalar::VInt => {
+                let (v, n) = (self.fresh("x"), self.fresh("n"));
+                self.line(&format!(
+                    "let Some(({v}, {n})) = read_vlong(&buf[pos..]) else {{ {FB} }};"
+                ));
+                self.store(sc, slot, &format!("Slot::SInt({v})"), false);
+                self.line(&format!("pos += {n};"));
+            }
+            Scalar::Literal { bytes, nocase } => {
+                self.line(&format!(
+                    "if !literal(buf, pos, {}, {nocase}) {{ {FB} }}",
+                    lit(bytes)
+                ));
+                self.store(sc, slot, &bytes_at("pos", &bytes.len().to_string()), false);
+                self.line(&format!("pos += {};", bytes.len()));
+            }
+            Scalar::Ws => {
+                let n = self.fresh("n");
+                self.line(&format!("let Some({n}) = ws(buf, pos) else {{ {FB} }};"));
+                self.store(sc, slot, &bytes_at("pos", &n), false);
+                self.line(&format!("pos += {n};"));
+            }
+        }
+        Ok(())
+    }
+
+    /// A variable's value, as a `Slot` expression.
+    fn var(&mut self, e: &ValExpr, sc: &mut Scope) -> Result<String, Unsupported> {
+        Ok(match e {
+            // As the interpreter: through the value, so an integer's slot
+            // says its sign, not its field's type.
+            ValExpr::Slot(s) => {
+                let x = self.read(sc, *s);
+                format!("match {x} {{ Slot::Bytes {{ .. }} | Slot::Unset => {x}, other => slot_of(int(other).unwrap_or(0)) }}")
+            }
+            ValExpr::Bits {
+                slot,
+                shift,
+                mask,
+                expr,
+            } => {
+                let x = self.read(sc, *slot);
+                let i = self.int(expr, sc, &unset())?;
+                format!("match {x} {{ Slot::Int(v) => Slot::Int((v >> {shift}) & {mask}), _ => slot_of({i}) }}")
+            }
+            ValExpr::Int(i) => format!("slot_of({})", self.int(i, sc, &unset())?),
+            ValExpr::General(c) => {
+                let k = self.general(c);
+                format!(
+                    "match general_slot(cx, {k}, s, {}, buf) {{ Some(v) => v, None => {FB} }}",
+                    sc.base.expr()
+                )
+            }
+        })
+    }
+
+    fn general(&mut self, c: &CExpr) -> usize {
+        self.exprs.push(c.clone());
+        self.exprs.len() - 1
+    }
+
+    fn switch(&mut self, sw: &crate::plan::Switch, sc: &mut Scope) -> Gen {
+        let Cases::Consts(cases) = &sw.cases else {
+            return Err(Unsupported("line 577"));
+        };
+        // Which case: its position plus one, 0 for none. The first equal
+        // case wins, as in the interpreter.
+        let mut ints = String::new();
+        let mut strs = String::new();
+        let (mut seen_i, mut seen_s) = (Vec::new(), Vec::new());
+        for (k, (c, _)) in cases.iter().enumerate() {
+            match c {
+                Case::Int(v) if !seen_i.contains(v) => {
+                    seen_i.push(*v);
+                    let _ = write!(ints, "{v} => {}, ", k + 1);
+                }
+                Case::Bytes(b, _) if !seen_s.contains(b) => {
+                    seen_s.push(b.clone());
+                    let _ = write!(strs, "{} => {}, ", lit(b), k + 1);
+                }
+                _ => {}
+            }
+        }
+        let on_int = |v: &str| format!("match {v} {{ {ints}_ => 0 }}");
+        let on_bytes = |v: &str| format!("match {v} {{ {strs}_ => 0usize }}");
+        let which = self.fresh("k");
+        let pick = match &sw.on {
+            ValExpr::Slot(s) => {
+                let x = self.read(sc, *s);
+                format!(
+                    "match value(buf, {x}) {{ Some(Err(v)) => {}, Some(Ok(b)) => {}, None => 0 }}",
+                    on_int("v"),
+                    on_bytes("b")
+                )
+            }
+            ValExpr::Int(i) | ValExpr::Bits { expr: i, .. } => {
+                let v = self.int(i, sc, &unset())?;
+                format!("{{ let v: i128 = {v}; {} }}", on_int("v"))
+            }
+            ValExpr::General(c) => {
+                let k = self.general(c);
+                format!(
+                    "match general_val(cx, {k}, s, {}, buf) {{ Some(Err(v)) => {}, Some(Ok(b)) => {}, None => 0 }}",
+                    sc.base.expr(),
+                    on_int("v"),
+                    on_bytes("b")
+                )
+            }
+        };
+        self.line(&format!("let {which}: usize = {pick};"));
+        self.line(&format!("match {which} {{"));
+        // Cases that share a block share an arm.
+        let mut done: Vec<BlockId> = Vec::new();
+        for (_, b) in cases {
+            if done.contains(b) {
+                continue;
+            }
+            done.push(*b);
+            let arms: Vec<String> = (0..cases.len())
+                .filter(|&k| cases[k].1 == *b)
+                .map(|k| (k + 1).to_string())
+                .collect();
+            self.line(&format!("{} => {{", arms.join(" | ")));
+            let mut inner = sc.clone();
+            self.block(*b, &mut inner)?;
+            self.line("}");
+        }
+        self.line("_ => {");
+        match sw.default {
+            Some(b) => {
+                let mut inner = sc.clone();
+                self.block(b, &mut inner)?;
+            }
+            None => self.line(&format!("{FB};")),
+        }
+        self.line("}");
+        self.line("}");
+        Ok(())
+    }
+
+    fn list(&mut self, op: &crate::program::Op, sc: &mut Scope) -> Gen {
+        let OpKind::List {
+            elem,
+            stop,
+            sep,
+            max,
+            max_bytes,
+        } = &op.kind
+        else {
+            return Err(Unsupported("line 653"));
+        };
+        let lb = self.fresh("lb");
+        let (start, li) = (self.fresh("ls"), self.fresh("li"));
+        self.line(&format!(
+            "let {lb} = {}; s[{lb}] = Slot::Count(0); if high < {lb} + 1 {{ high = {lb} + 1; }} let {start} = pos; let mut {li}: u32 = 0;",
+            sc.base.at(op.slot.unwrap_or(0))
+        ));
+        let target = self.fresh("t");
+        if let Stop::Count(e) = stop {
+            let n = self.int(&lower(e), sc, &unset())?;
+            self.line(&format!(
+                "let {target} = {n}; if {target} < 0 || {target} > {max} {{ {FB} }} let {target} = {target} as u32;"
+            ));
+        }
+        self.line("loop {");
+        if let Some(mb) = max_bytes {
+            self.line(&format!("if pos - {start} > {mb} {{ {FB} }}"));
+        }
+        match stop {
+            Stop::Count(_) => self.line(&format!("if {li} == {target} {{ break; }}")),
+            Stop::Until(t) => self.line(&format!(
+                "if buf.len() - pos < {n} {{ {FB} }} if buf[pos..pos + {n}] == {l}[..] {{ pos += {n}; break; }}",
+                n = t.len(),
+                l = lit(t)
+            )),
+            Stop::UntilElem(_) => self.line(&format!("{FB};")),
+        }
+        self.line(&format!("if {li} >= {max} {{ {FB} }}"));
+        match elem {
+            Elem::Unit { block, slots } => {
+                if let Some(sp) = sep {
+                    self.line(&format!(
+                        "if {li} > 0 {{ if !literal(buf, pos, {}, false) {{ {FB} }} pos += {}; }}",
+                        lit(sp),
+                        sp.len()
+                    ));
+                }
+                let eb = self.fresh("eb");
+                self.line(&format!(
+                    "s[{lb}] = Slot::Count({li} + 1); let {eb} = {lb} + 1 + {li} as usize * {slots};"
+                ));
+                let mut esc = Scope {
+                    base: Base::Dyn(eb),
+                    vals: HashMap::new(),
+                };
+                self.line("{");
+                self.block(*block, &mut esc)?;
+                self.line("}");
+                self.line(&format!("{li} += 1;"));
+            }
+            Elem::Scalar(s) => {
+                let at = self.fresh("at");
+                self.line(&format!("let {at} = {lb} + 1 + {li} as usize;"));
+                // The element's slot, relative to a base of its own.
+                let mut esc = Scope {
+                    base: Base::Dyn(at),
+                    vals: HashMap::new(),
+                };
+                match (&**s, sep, stop) {
+                    (
+                        Scalar::Bytes {
+                            len: Len::Until(_),
+                            max: m,
+                        },
+                        Some(sp),
+                        Stop::Until(t),
+                    ) => {
+                        let (e, c) = (self.fresh("e"), self.fresh("c"));
+                        self.line(&format!(
+                            "let Some(({e}, {c})) = token(buf, pos, {}, {}, {m}) else {{ {FB} }};",
+                            lit(sp),
+                            lit(t)
+                        ));
+                        let v = format!("Slot::Bytes {{ start: pos as u32, len: {e} as u32 }}");
+                        self.store(&mut esc, Some(0), &v, true);
+                        self.line(&format!("pos += {e} + {c};"));
+                    }
+                    // Lengths of scalar elements are over the list's unit.
+                    (
+                        Scalar::Bytes {
+                            len: Len::Expr(_), ..
+                        },
+                        ..,
+                    ) => return Err(Unsupported("line 732")),
+                    (s, ..) => self.scalar(s, op, &mut esc, Some(0))?,
+                }
+                self.line(&format!("s[{lb}] = Slot::Count({li} + 1); {li} += 1;"));
+            }
+        }
+        self.line("}");
+        Ok(())
+    }
+
+    /// An integer expression as Rust of type `i128`; where the interpreter
+    /// fails, the code falls back. `dollar` is `$$`: a `Slot` expression
+    /// and the index of its slot, if it has one.
+    fn int(
+        &mut self,
+        e: &IntExpr,
+        sc: &mut Scope,
+        dollar: &(String, Option<String>),
+    ) -> Result<String, Unsupported> {
+        let as_int = |x: &str| format!("(match int({x}) {{ Some(v) => v, None => {FB} }})");
+        Ok(match e {
+            IntExpr::Const(v) => format!("({v}i128)"),
+            IntExpr::Slot(s) => as_int(&self.read(sc, *s)),
+            IntExpr::Dollar => as_int(&dollar.0),
+            IntExpr::SlotChain(s, ops) => {
+                let x = as_int(&self.read(sc, *s));
+                chain(&x, ops)
+            }
+            IntExpr::Sum(sum) => {
+                let mut v = format!("({}i128", sum.konst);
+                for (x, neg) in sum.terms.iter() {
+                    let t = as_int(&self.operand(*x, sc, dollar));
+                    let _ = write!(v, " {} {t}", if *neg { '-' } else { '+' });
+                }
+                v.push(')');
+                v
+            }
+            IntExpr::Node(n) => self.node(n, sc, dollar)?,
+        })
+    }
+
+    fn operand(&mut self, x: Operand, sc: &Scope, dollar: &(String, Option<String>)) -> String {
+        match x {
+            Operand::Slot(s) => self.read(sc, s),
+            Operand::Dollar => dollar.0.clone(),
+        }
+    }
+
+    fn node(
+        &mut self,
+        n: &Node,
+        sc: &mut Scope,
+        dollar: &(String, Option<String>),
+    ) -> Result<String, Unsupported> {
+        let checked = |x: String| format!("(match {x} {{ Some(v) => v, None => {FB} }})");
+        Ok(match n {
+            Node::Not(x) => format!("(({} == 0) as i128)", self.int(x, sc, dollar)?),
+            Node::Neg(x) => checked(format!("{}.checked_neg()", self.int(x, sc, dollar)?)),
+            Node::And(x, y) => {
+                let (a, b) = (self.int(x, sc, dollar)?, self.int(y, sc, dollar)?);
+                format!("(if {a} != 0 {{ ({b} != 0) as i128 }} else {{ 0 }})")
+            }
+            Node::Or(x, y) => {
+                let (a, b) = (self.int(x, sc, dollar)?, self.int(y, sc, dollar)?);
+                format!("(if {a} != 0 {{ 1 }} else {{ ({b} != 0) as i128 }})")
+            }
+            Node::Add(x, y) => {
+                let (a, b) = (self.int(x, sc, dollar)?, self.int(y, sc, dollar)?);
+                checked(format!("{a}.checked_add({b})"))
+            }
+            Node::Sub(x, y) => {
+                let (a, b) = (self.int(x, sc, dollar)?, self.int(y, sc, dollar)?);
+                checked(format!("{a}.checked_sub({b})"))
+            }
+            Node::Mul(x, y) | Node::Div(x, y) | Node::Mod(x, y) => {
+                let f = match n {
+                    Node::Mul(..) => "mul",
+                    Node::Div(..) => "div",
+                    _ => "rem",
+                };
+                let (a, b) = (self.int(x, sc, dollar)?, self.int(y, sc, dollar)?);
+                checked(format!("{f}({a}, {b})"))
+            }
+            Node::Lt(x, y) => {
+                let (a, b) = (self.int(x, sc, dollar)?, self.int(y, sc, dollar)?);
+                format!("(({a} < {b}) as i128)")
+            }
+            Node::Le(x, y) => {
+                let (a, b) = (self.int(x, sc, dollar)?, self.int(y, sc, dollar)?);
+                format!("(({a} <= {b}) as i128)")
+            }
+            Node::EqInt { x, e, eq } => {
+                let v = self.operand(*x, sc, dollar);
+                let r = self.int(e, sc, dollar)?;
+                format!(
+                    "(match value(buf, {v}) {{ Some(Err(v)) => ((v == {r}) == {eq}) as i128, None => {{ let _ = {r}; (!{eq}) as i128 }}, Some(Ok(_)) => {FB} }})"
+                )
+            }
+            Node::EqBytes { x, s, eq } => {
+                let v = self.operand(*x, sc, dollar);
+                format!(
+                    "(match value(buf, {v}) {{ Some(Ok(b)) => ((b == &{}[..]) == {eq}) as i128, None => (!{eq}) as i128, Some(Err(_)) => {FB} }})",
+                    lit(s)
+                )
+            }
+            Node::EqBoth(x, y, eq) => {
+                let (a, b) = (self.int(x, sc, dollar)?, self.int(y, sc, dollar)?);
+                format!("((({a} == {b}) == {eq}) as i128)")
+            }
+            Node::Chain(start, ops) => {
+                let x = self.int(start, sc, dollar)?;
+                chain(&x, ops)
+            }
+            Node::BytesTest(f, x, _) => {
+                let v = self.operand(*x, sc, dollar);
+                format!(
+                    "(match (match value(buf, {v}) {{ Some(Ok(b)) => bytes_test(Builtin::{f:?}, b), None => bytes_test(Builtin::{f:?}, &[]), Some(Err(_)) => None }}) {{ Some(t) => t as i128, None => {FB} }})"
+                )
+            }
+            Node::General(c) => {
+                let k = self.general(c);
+                let d = dollar
+                    .1
+                    .as_ref()
+                    .map_or("None".to_string(), |d| format!("Some({d})"));
+                checked(format!(
+                    "general_int(cx, {k}, s, {}, buf, {d})",
+                    sc.base.expr()
+                ))
+            }
+        })
+    }
+}
+
+fn unset() -> (String, Option<String>) {
+    ("Slot::Unset".to_string(), None)
+}
+
+/// Operations with constants applied to `x`, as [`crate::int_expr::apply`].
+fn chain(x: &str, ops: &[ConstOp]) -> String {
+    let mut s = format!("{{ let mut v: i128 = {x};");
+    let checked = |f: String| format!(" v = match {f} {{ Some(v) => v, None => {FB} }};");
+    for op in ops {
+        s.push_str(&match *op {
+            ConstOp::Add(c) => checked(format!("v.checked_add({c})")),
+            ConstOp::Sub(c) => checked(format!("v.checked_sub({c})")),
+            ConstOp::Mul(c) => checked(format!("mul(v, {c})")),
+            ConstOp::Div(c) => checked(format!("div(v, {c})")),
+            ConstOp::Mod(c) => checked(format!("rem(v, {c})")),
+            ConstOp::Shr(k) => format!(
+                " v = if v >= 0 {{ v >> {k} }} else {{ match div(v, 1i128 << {k}) {{ Some(v) => v, None => {FB} }} }};"
+            ),
+            ConstOp::Mask(m) => format!(
+                " v = if v >= 0 {{ v & {m} }} else {{ match rem(v, {m} + 1) {{ Some(v) => v, None => {FB} }} }};"
+            ),
+            ConstOp::Lt(c) => format!(" v = (v < {c}) as i128;"),
+            ConstOp::Le(c) => format!(" v = (v <= {c}) as i128;"),
+            ConstOp::Gt(c) => format!(" v = (v > {c}) as i128;"),
+            ConstOp::Ge(c) => format!(" v = (v >= {c}) as i128;"),
+        });
+    }
+    s.push_str(" v }");
+    s
+}
+
+/// A binary integer of `width` bytes at `off` in slice `r`, as a `Slot`.
+fn int_decode(r: &str, off: usize, width: u8, signed: bool, little: bool) -> String {
+    let bytes: Vec<String> = (0..width as usize)
+        .map(|k| format!("{r}[{}]", off + k))
+        .collect();
+    let arr = bytes.join(", ");
+    let end = if little { "le" } else { "be" };
+    let raw = match width {
+        1 => format!("({r}[{off}] as u64)"),
+        2 => format!("(u16::from_{end}_bytes([{arr}]) as u64)"),
+        4 => format!("(u32::from_{end}_bytes([{arr}]) as u64)"),
+        8 => format!("u64::from_{end}_bytes([{arr}])"),
+        _ => {
+            let order: Vec<&String> = if little {
+                bytes.iter().rev().collect()
+            } else {
+                bytes.iter().collect()
+            };
+            let mut e = String::from("0u64");
+            for b in order {
+                e = format!("(({e} << 8) | {b} as u64)");
+            }
+            e
+        }
+    };
+    if signed {
+        let shift = 64 - 8 * width as u32;
+        format!("Slot::SInt((({raw} << {shift}) as i64) >> {shift})")
+    } else {
+        format!("Slot::Int({raw})")
+    }
+}
