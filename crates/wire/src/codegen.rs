@@ -68,12 +68,20 @@ pub fn generate(g: &Grammar) -> Generated {
         match u.block(info.block, &mut scope) {
             Ok(()) => {
                 let name = format!("unit_{id}");
+                // A small unit's slots are cleared here, all at once, rather
+                // than by `reset` walking the last message's.
+                let clears = info.slots <= CLEAR_AT_ENTRY;
+                let clear = if clears {
+                    format!("s[..{}].fill(Slot::Unset);\n", info.slots)
+                } else {
+                    String::new()
+                };
                 let _ = write!(
                     fns,
                     "/// `{unit}`.\n#[allow(unused_mut, unused_variables, unreachable_code, unused_assignments, unused_parens, clippy::all)]\n\
                      fn {name}<const VIEW: bool>(buf: &[u8], s: &mut [Slot], cx: &Cx) -> Fast {{\n\
                      if s.len() < {slots} {{ return Fast::Fallback {{ high: 0 }}; }}\n\
-                     let mut pos = 0usize;\nlet mut high = 0usize;\n{body}\
+                     {clear}let mut pos = 0usize;\nlet mut high = 0usize;\n{body}\
                      Fast::Done {{ len: pos, high }}\n}}\n\n",
                     unit = info.name,
                     slots = info.slots,
@@ -86,7 +94,7 @@ pub fn generate(g: &Grammar) -> Generated {
                 };
                 let _ = writeln!(
                     table,
-                    "    CompiledUnit {{ unit: {:?}, full: {name}::<false>, view: {view} }},",
+                    "    CompiledUnit {{ unit: {:?}, full: {name}::<false>, view: {view}, clears: {clears} }},",
                     info.name
                 );
                 units.push(Some(GeneratedUnit {
@@ -124,6 +132,10 @@ pub fn generate(g: &Grammar) -> Generated {
         units,
     }
 }
+
+/// Units with at most this many slots have them all cleared by their
+/// generated parser on entry (so `reset` need not): a few wide stores.
+const CLEAR_AT_ENTRY: u16 = 64;
 
 /// FNV-1a, 64 bits: stable across builds, unlike the standard hasher.
 struct Fnv(u64);

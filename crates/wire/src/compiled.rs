@@ -29,6 +29,8 @@ pub(crate) struct FastParse {
     pub full: ParseFn,
     pub view: Option<ParseFn>,
     pub exprs: Arc<[CExpr]>,
+    /// The generated code unsets the unit's slots itself.
+    pub clears: bool,
 }
 
 /// What generating code from a loaded grammar gave: its fingerprint and,
@@ -66,5 +68,6 @@ pub(crate) fn lookup(g: &Grammar, unit: UnitId) -> Option<FastParse> {
         full: cu.full,
         view: views.then_some(cu.view),
         exprs: exprs.clone(),
+        clears: cu.clears,
     })
 }

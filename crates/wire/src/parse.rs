@@ -102,6 +102,9 @@ pub(crate) struct State {
     /// Nothing of the current message is parsed yet, and the frame stack
     /// is not set up for it.
     fresh: bool,
+    /// Slots below this may still hold the last message's values, for
+    /// generated code to unset (see [`Parser::reset`]).
+    stale: usize,
 }
 
 impl Parser {
@@ -125,6 +128,7 @@ impl Parser {
                 context: 0,
                 high: 0,
                 fresh: true,
+                stale: 0,
             },
         };
         p.reset();
@@ -179,9 +183,14 @@ impl Parser {
 
     pub fn reset(&mut self) {
         let st = &mut self.st;
-        // Every slot this message set lies below `high`.
+        // Every slot this message set lies below `high`. Generated code
+        // that unsets every slot on entry leaves them to be unset there
+        // (it runs first on every message).
         let high = st.high;
-        clear_below(&mut st.slots, &self.grammar.plan.lists[self.unit], high);
+        match &self.fast {
+            Some(f) if f.clears => st.stale = st.stale.max(high),
+            _ => clear_below(&mut st.slots, &self.grammar.plan.lists[self.unit], high),
+        }
         // The rest is set up when the interpreter first runs on the message.
         st.fresh = true;
         st.pos = 0;
@@ -215,7 +224,8 @@ impl Parser {
         Message::new(&self.grammar, self.unit, &self.st.slots, 0, buf)
     }
 
-    /// The value slots, for serialising a parsed message.
+    /// The value slots, for serialising a parsed message. Between `reset`
+    /// and the next `parse` they may still hold the last message's values.
     pub fn slots(&self) -> &[Slot] {
         &self.st.slots
     }
@@ -231,7 +241,9 @@ impl Parser {
                 keep: st.keep.as_deref().unwrap_or(&[]),
                 context: st.context,
             };
-            match (f.full)(buf, &mut st.slots, &cx) {
+            let result = (f.full)(buf, &mut st.slots, &cx);
+            st.stale = 0;
+            match result {
                 Fast::Done { len, high } => {
                     self.compiled += 1;
                     st.high = high;
@@ -380,6 +392,9 @@ impl State {
     /// whose block is `block`.
     fn begin(&mut self, block: BlockId) {
         self.fresh = false;
+        // Only when generated code did not run first (it unsets them).
+        let stale = std::mem::take(&mut self.stale);
+        self.slots[..stale].fill(Slot::Unset);
         self.stack.clear();
         self.stack.push(Frame::Seq {
             block,

@@ -216,7 +216,8 @@ pub fn bytes_test(f: Builtin, v: &[u8]) -> Option<bool> {
 pub use crate::int_expr::{div, mul, rem};
 
 /// A generated parser of one unit: `buf` from the message's first byte,
-/// the parser's slots (all unset), what it needs of its parser.
+/// the parser's slots (all unset, unless the parser unsets them itself:
+/// [`CompiledUnit::clears`]), what it needs of its parser.
 pub type ParseFn = fn(&[u8], &mut [Slot], &Cx) -> Fast;
 
 /// A unit's generated parsers: decoding every field, and under a view.
@@ -224,6 +225,9 @@ pub struct CompiledUnit {
     pub unit: &'static str,
     pub full: ParseFn,
     pub view: ParseFn,
+    /// Whether the parsers unset every slot of the unit before they
+    /// start, so that stale values need not be cleared in advance.
+    pub clears: bool,
 }
 
 /// A grammar's generated parsers, as `codegen` writes them.
