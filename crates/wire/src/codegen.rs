@@ -22,7 +22,7 @@
 
 use crate::int_expr::{lower, ConstOp, IntExpr, Node, Operand};
 use crate::plan::{Case, Cases, StepKind, ValExpr};
-use crate::program::{BlockId, CExpr, Elem, Len, OpKind, Scalar, Stop};
+use crate::program::{BlockId, Builtin, CExpr, Elem, Len, OpKind, Scalar, Stop};
 use crate::Grammar;
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -601,13 +601,16 @@ impl UnitGen<'_> {
                 format!("match {x} {{ Slot::Int(v) => Slot::Int((v >> {shift}) & {mask}), _ => slot_of({i}) }}")
             }
             ValExpr::Int(i) => format!("slot_of({})", self.int(i, sc, &unset())?),
-            ValExpr::General(c) => {
-                let k = self.general(c);
-                format!(
-                    "match general_slot(cx, {k}, s, {}, buf) {{ Some(v) => v, None => {FB} }}",
-                    sc.base.expr()
-                )
-            }
+            ValExpr::General(c) => match self.val(c, sc, &unset()) {
+                Ok(v) => format!("var_slot({v}, buf)"),
+                Err(_) => {
+                    let k = self.general(c);
+                    format!(
+                        "match general_slot(cx, {k}, s, {}, buf) {{ Some(v) => v, None => {FB} }}",
+                        sc.base.expr()
+                    )
+                }
+            },
         })
     }
 
@@ -654,15 +657,22 @@ impl UnitGen<'_> {
                 let v = self.int(i, sc, &unset())?;
                 format!("{{ let v: i128 = {v}; {} }}", on_int("v"))
             }
-            ValExpr::General(c) => {
-                let k = self.general(c);
-                format!(
-                    "match general_val(cx, {k}, s, {}, buf) {{ Some(Err(v)) => {}, Some(Ok(b)) => {}, None => 0 }}",
-                    sc.base.expr(),
+            ValExpr::General(c) => match self.val(c, sc, &unset()) {
+                Ok(v) => format!(
+                    "match {v} {{ Val::Int(v) => {}, Val::Bytes(b) => {}, _ => 0 }}",
                     on_int("v"),
                     on_bytes("b")
-                )
-            }
+                ),
+                Err(_) => {
+                    let k = self.general(c);
+                    format!(
+                        "match general_val(cx, {k}, s, {}, buf) {{ Some(Err(v)) => {}, Some(Ok(b)) => {}, None => 0 }}",
+                        sc.base.expr(),
+                        on_int("v"),
+                        on_bytes("b")
+                    )
+                }
+            },
         };
         self.line(&format!("let {which}: usize = {pick};"));
         self.line(&format!("match {which} {{"));
@@ -829,6 +839,186 @@ impl UnitGen<'_> {
         })
     }
 
+    /// An expression as the evaluator's `eval` computes it, as Rust of
+    /// type `Val`; where the evaluator fails, the code falls back.
+    fn val(
+        &mut self,
+        e: &CExpr,
+        sc: &mut Scope,
+        dollar: &(String, Option<String>),
+    ) -> Result<String, Unsupported> {
+        Ok(match e {
+            CExpr::Int(v) => format!("Val::Int({v}i128)"),
+            CExpr::Str(b) => format!("Val::Bytes(&{}[..])", lit(b)),
+            CExpr::Slot(x) => format!("val_of(buf, {})", self.read(sc, *x)),
+            CExpr::List(l) => format!("list_at(s, {}, {})", sc.base.at(l.slot), l.elem_slots),
+            CExpr::Dollar => format!("val_of(buf, {})", dollar.0),
+            CExpr::DollarField(_) | CExpr::ElemField(_) => return Err(Unsupported("line 0")),
+            CExpr::Unary(..) | CExpr::Binary(..) => {
+                format!("Val::Int({})", self.int_c(e, sc, dollar)?)
+            }
+            CExpr::Call(f, args) => self.call(*f, args, sc, dollar)?,
+        })
+    }
+
+    /// An expression as the evaluator's `int` computes it, as `i128`.
+    fn int_c(
+        &mut self,
+        e: &CExpr,
+        sc: &mut Scope,
+        dollar: &(String, Option<String>),
+    ) -> Result<String, Unsupported> {
+        let checked = |x: String| format!("(match {x} {{ Some(v) => v, None => {FB} }})");
+        Ok(match e {
+            CExpr::Int(v) => format!("({v}i128)"),
+            CExpr::Slot(x) => checked(format!("int({})", self.read(sc, *x))),
+            CExpr::Dollar => checked(format!("int({})", dollar.0)),
+            CExpr::Unary(crate::grammar::ast::UnOp::Not, x) => {
+                format!("(({} == 0) as i128)", self.int_c(x, sc, dollar)?)
+            }
+            CExpr::Unary(crate::grammar::ast::UnOp::Neg, x) => {
+                format!("({}).wrapping_neg()", self.int_c(x, sc, dollar)?)
+            }
+            CExpr::Binary(op, a, b) => {
+                use crate::grammar::ast::BinOp;
+                match op {
+                    BinOp::And | BinOp::Or => {
+                        let (x, y) = (self.int_c(a, sc, dollar)?, self.int_c(b, sc, dollar)?);
+                        if *op == BinOp::And {
+                            format!("(if {x} != 0 {{ ({y} != 0) as i128 }} else {{ 0 }})")
+                        } else {
+                            format!("(if {x} != 0 {{ 1 }} else {{ ({y} != 0) as i128 }})")
+                        }
+                    }
+                    BinOp::Eq | BinOp::Ne => {
+                        let (x, y) = (self.val(a, sc, dollar)?, self.val(b, sc, dollar)?);
+                        let eq = *op == BinOp::Eq;
+                        format!(
+                            "(match equal({x}, {y}) {{ Some(e) => (e == {eq}) as i128, None => {FB} }})"
+                        )
+                    }
+                    _ => {
+                        let (x, y) = (self.int_c(a, sc, dollar)?, self.int_c(b, sc, dollar)?);
+                        match op {
+                            BinOp::Add => checked(format!("{x}.checked_add({y})")),
+                            BinOp::Sub => checked(format!("{x}.checked_sub({y})")),
+                            BinOp::Mul => checked(format!("{x}.checked_mul({y})")),
+                            BinOp::Div => checked(format!("{x}.checked_div({y})")),
+                            BinOp::Mod => checked(format!("{x}.checked_rem({y})")),
+                            BinOp::Lt => format!("(({x} < {y}) as i128)"),
+                            BinOp::Le => format!("(({x} <= {y}) as i128)"),
+                            BinOp::Gt => format!("(({x} > {y}) as i128)"),
+                            _ => format!("(({x} >= {y}) as i128)"),
+                        }
+                    }
+                }
+            }
+            _ => format!(
+                "(match {} {{ Val::Int(v) => v, Val::List {{ count, .. }} => count as i128, _ => {FB} }})",
+                self.val(e, sc, dollar)?
+            ),
+        })
+    }
+
+    /// An expression as the evaluator's `bytes` reads it: unset is empty.
+    fn bytes_c(
+        &mut self,
+        e: &CExpr,
+        sc: &mut Scope,
+        dollar: &(String, Option<String>),
+    ) -> Result<String, Unsupported> {
+        Ok(format!(
+            "(match {} {{ Val::Bytes(b) => b, Val::Unset => &[][..], _ => {FB} }})",
+            self.val(e, sc, dollar)?
+        ))
+    }
+
+    /// A builtin call, as `Val`.
+    fn call(
+        &mut self,
+        f: Builtin,
+        args: &[CExpr],
+        sc: &mut Scope,
+        dollar: &(String, Option<String>),
+    ) -> Result<String, Unsupported> {
+        let no = || Unsupported("line 0");
+        let arg = |i: usize| args.get(i).ok_or(Unsupported("line 0"));
+        let elem_field = |i: usize| match args.get(i) {
+            Some(CExpr::ElemField(f)) => Ok(*f),
+            _ => Err(Unsupported("line 0")),
+        };
+        let int = |b: String| format!("Val::Int(({b}) as i128)");
+        let opt = |x: String| format!("(match {x} {{ Some(v) => v, None => {FB} }})");
+        Ok(match f {
+            Builtin::ReplyContext => "Val::Int(cx.context)".to_string(),
+            Builtin::Len => format!(
+                "(match {} {{ Val::Bytes(b) => Val::Int(b.len() as i128), Val::List {{ count, .. }} => Val::Int(count as i128), _ => {FB} }})",
+                self.val(arg(0)?, sc, dollar)?
+            ),
+            Builtin::ToInt => format!("Val::Int({})", opt(format!("to_int({})", self.bytes_c(arg(0)?, sc, dollar)?))),
+            Builtin::HexToInt => format!(
+                "Val::Int({})",
+                opt(format!("number({}, 16)", self.bytes_c(arg(0)?, sc, dollar)?))
+            ),
+            Builtin::IsDec | Builtin::IsHex => {
+                let radix = if f == Builtin::IsDec { 10 } else { 16 };
+                int(format!("number({}, {radix}).is_some()", self.bytes_c(arg(0)?, sc, dollar)?))
+            }
+            Builtin::EqNocase => {
+                let (a, b) = (self.bytes_c(arg(0)?, sc, dollar)?, self.bytes_c(arg(1)?, sc, dollar)?);
+                int(format!("{a}.eq_ignore_ascii_case({b})"))
+            }
+            Builtin::LastTokenNocase | Builtin::HasTokenNocase => {
+                let name = if f == Builtin::LastTokenNocase {
+                    "last_token_nocase"
+                } else {
+                    "has_token_nocase"
+                };
+                let (a, b) = (self.bytes_c(arg(0)?, sc, dollar)?, self.bytes_c(arg(1)?, sc, dollar)?);
+                int(format!("{name}({a}, {b})"))
+            }
+            Builtin::EndsWithWs | Builtin::StartsWithWs | Builtin::IsToken => int(opt(format!(
+                "bytes_test(Builtin::{f:?}, {})",
+                self.bytes_c(arg(0)?, sc, dollar)?
+            ))),
+            Builtin::Before => {
+                let (a, b) = (self.bytes_c(arg(0)?, sc, dollar)?, self.bytes_c(arg(1)?, sc, dollar)?);
+                format!("Val::Bytes(before({a}, {b}))")
+            }
+            Builtin::Elem => {
+                let list = self.val(arg(0)?, sc, dollar)?;
+                let field = elem_field(2)?;
+                let i = self.int_c(arg(1)?, sc, dollar)?;
+                opt(format!("elem(s, buf, {list}, {i}, {field})"))
+            }
+            Builtin::Present => int(format!(
+                "!matches!({}, Val::Unset)",
+                self.val(arg(0)?, sc, dollar)?
+            )),
+            Builtin::Count | Builtin::Lookup | Builtin::AllSame => {
+                let list = self.val(arg(0)?, sc, dollar)?;
+                let field = elem_field(1)?;
+                let key = self.bytes_c(arg(2)?, sc, dollar)?;
+                match f {
+                    Builtin::Count => format!(
+                        "Val::Int({})",
+                        opt(format!("count(s, buf, {list}, {field}, {key})"))
+                    ),
+                    Builtin::Lookup => opt(format!(
+                        "lookup(s, buf, {list}, {field}, {key}, {})",
+                        elem_field(3)?
+                    )),
+                    _ => int(opt(format!(
+                        "all_same(s, buf, {list}, {field}, {key}, {})",
+                        elem_field(3)?
+                    ))),
+                }
+            }
+            #[allow(unreachable_patterns)]
+            _ => return Err(no()),
+        })
+    }
+
     fn operand(&mut self, x: Operand, sc: &Scope, dollar: &(String, Option<String>)) -> String {
         match x {
             Operand::Slot(s) => self.read(sc, s),
@@ -908,6 +1098,9 @@ impl UnitGen<'_> {
                 )
             }
             Node::General(c) => {
+                if let Ok(v) = self.int_c(c, sc, dollar) {
+                    return Ok(v);
+                }
                 let k = self.general(c);
                 let d = dollar
                     .1

@@ -4,8 +4,9 @@
 use crate::grammar::ast::{BinOp, UnOp};
 use crate::program::{Builtin, CExpr, Slot};
 
+/// A value of a grammar expression.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Val<'a> {
+pub enum Val<'a> {
     Int(i128),
     Bytes(&'a [u8]),
     List {
@@ -158,22 +159,12 @@ impl<'a> Env<'a> {
         field: &'a CExpr,
         key: &'a CExpr,
     ) -> Result<impl Iterator<Item = usize> + 'a, EvalFail> {
-        let Val::List {
-            count,
-            base,
-            elem_slots,
-        } = self.eval(list)?
-        else {
-            return Err(EvalFail);
-        };
+        let list = self.eval(list)?;
         let CExpr::ElemField(f) = field else {
             return Err(EvalFail);
         };
         let key = self.bytes(key)?;
-        let (slots, data, f) = (self.slots, self.data, *f as usize);
-        Ok((0..count as usize)
-            .map(move |i| base + i * elem_slots as usize)
-            .filter(move |b| matches!(slot_val(slots, data, b + f), Val::Bytes(v) if v.eq_ignore_ascii_case(key))))
+        matching(self.slots, self.data, list, *f, key).ok_or(EvalFail)
     }
 
     fn call(&self, f: Builtin, args: &'a [CExpr]) -> Result<Val<'a>, EvalFail> {
@@ -186,10 +177,7 @@ impl<'a> Env<'a> {
                 _ => Err(EvalFail),
             },
             // An absent or empty value counts as 0; `is_dec` tells them apart.
-            Builtin::ToInt => match self.bytes(&args[0])? {
-                b if trim(b).is_empty() => Ok(Val::Int(0)),
-                b => parse_int(b, 10).map(Val::Int),
-            },
+            Builtin::ToInt => to_int(self.bytes(&args[0])?).map(Val::Int).ok_or(EvalFail),
             Builtin::HexToInt => parse_int(self.bytes(&args[0])?, 16).map(Val::Int),
             Builtin::IsDec => bool(parse_int(self.bytes(&args[0])?, 10).is_ok()),
             Builtin::IsHex => bool(parse_int(self.bytes(&args[0])?, 16).is_ok()),
@@ -197,12 +185,10 @@ impl<'a> Env<'a> {
                 self.bytes(&args[0])?
                     .eq_ignore_ascii_case(self.bytes(&args[1])?),
             ),
-            Builtin::LastTokenNocase => {
-                let v = self.bytes(&args[0])?;
-                let t = self.bytes(&args[1])?;
-                let last = v.rsplit(|c| *c == b',').next().unwrap_or(&[]);
-                bool(trim(last).eq_ignore_ascii_case(t))
-            }
+            Builtin::LastTokenNocase => bool(last_token_nocase(
+                self.bytes(&args[0])?,
+                self.bytes(&args[1])?,
+            )),
             Builtin::EndsWithWs => bool(matches!(self.bytes(&args[0])?.last(), Some(b' ' | b'\t'))),
             Builtin::StartsWithWs => {
                 bool(matches!(self.bytes(&args[0])?.first(), Some(b' ' | b'\t')))
@@ -211,38 +197,21 @@ impl<'a> Env<'a> {
                 let b = self.bytes(&args[0])?;
                 bool(!b.is_empty() && b.iter().all(|c| is_tchar(*c)))
             }
-            Builtin::HasTokenNocase => {
-                let v = self.bytes(&args[0])?;
-                let t = self.bytes(&args[1])?;
-                bool(
-                    v.split(|c| *c == b',')
-                        .any(|x| trim(x).eq_ignore_ascii_case(t)),
-                )
-            }
-            Builtin::Before => {
-                let v = self.bytes(&args[0])?;
-                let sep = self.bytes(&args[1])?;
-                let end = memchr::memmem::find(v, sep).unwrap_or(v.len());
-                Ok(Val::Bytes(&v[..end]))
-            }
+            Builtin::HasTokenNocase => bool(has_token_nocase(
+                self.bytes(&args[0])?,
+                self.bytes(&args[1])?,
+            )),
+            Builtin::Before => Ok(Val::Bytes(before(
+                self.bytes(&args[0])?,
+                self.bytes(&args[1])?,
+            ))),
             Builtin::Elem => {
-                let Val::List {
-                    count,
-                    base,
-                    elem_slots,
-                } = self.eval(&args[0])?
-                else {
-                    return Err(EvalFail);
-                };
+                let list = self.eval(&args[0])?;
                 let CExpr::ElemField(f) = &args[2] else {
                     return Err(EvalFail);
                 };
                 let i = self.int(&args[1])?;
-                if i < 0 || i >= count as i128 {
-                    return Ok(Val::Unset);
-                }
-                let at = base + i as usize * elem_slots as usize + *f as usize;
-                Ok(slot_val(self.slots, self.data, at))
+                elem(self.slots, self.data, list, i, *f).ok_or(EvalFail)
             }
             Builtin::Present => Ok(Val::Int(i128::from(!matches!(
                 self.eval(&args[0])?,
@@ -255,34 +224,116 @@ impl<'a> Env<'a> {
                 let CExpr::ElemField(v) = &args[3] else {
                     return Err(EvalFail);
                 };
-                match self.matches(&args[0], &args[1], &args[2])?.last() {
-                    Some(b) => Ok(slot_val(self.slots, self.data, b + *v as usize)),
-                    None => Ok(Val::Unset),
-                }
+                let found = self.matches(&args[0], &args[1], &args[2])?.last();
+                Ok(field_of(self.slots, self.data, found, *v))
             }
             Builtin::AllSame => {
                 let CExpr::ElemField(v) = &args[3] else {
                     return Err(EvalFail);
                 };
-                let mut first: Option<&[u8]> = None;
-                for b in self.matches(&args[0], &args[1], &args[2])? {
-                    let Val::Bytes(x) = slot_val(self.slots, self.data, b + *v as usize) else {
-                        continue;
-                    };
-                    let x = trim(x);
-                    match first {
-                        None => first = Some(x),
-                        Some(f) if f != x => return bool(false),
-                        Some(_) => {}
-                    }
-                }
-                bool(true)
+                let found = self.matches(&args[0], &args[1], &args[2])?;
+                bool(all_same(self.slots, self.data, found, *v))
             }
         }
     }
 }
 
-fn equal(a: Val, b: Val) -> Result<bool, EvalFail> {
+/// The bases of the elements of `list` whose field `f` equals `key`,
+/// ignoring ASCII case; `None` if `list` is no list.
+pub fn matching<'a>(
+    slots: &'a [Slot],
+    data: &'a [u8],
+    list: Val,
+    f: u16,
+    key: &'a [u8],
+) -> Option<impl Iterator<Item = usize> + 'a> {
+    let Val::List {
+        count,
+        base,
+        elem_slots,
+    } = list
+    else {
+        return None;
+    };
+    let f = f as usize;
+    Some(
+        (0..count as usize)
+            .map(move |i| base + i * elem_slots as usize)
+            .filter(move |b| matches!(slot_val(slots, data, b + f), Val::Bytes(v) if v.eq_ignore_ascii_case(key))),
+    )
+}
+
+/// Field `v` of the element at `base`, unset without one (`lookup`).
+pub fn field_of<'a>(slots: &[Slot], data: &'a [u8], base: Option<usize>, v: u16) -> Val<'a> {
+    match base {
+        Some(b) => slot_val(slots, data, b + v as usize),
+        None => Val::Unset,
+    }
+}
+
+/// Whether field `v` of every element at `bases` that has it in bytes
+/// holds the same bytes, spaces and tabs around them aside (`all_same`).
+pub fn all_same(slots: &[Slot], data: &[u8], bases: impl Iterator<Item = usize>, v: u16) -> bool {
+    let mut first: Option<&[u8]> = None;
+    for b in bases {
+        let Val::Bytes(x) = slot_val(slots, data, b + v as usize) else {
+            continue;
+        };
+        let x = trim(x);
+        match first {
+            None => first = Some(x),
+            Some(f) if f != x => return false,
+            Some(_) => {}
+        }
+    }
+    true
+}
+
+/// `elem(list, i, "f")`: field `f` of element `i`, unset past the end;
+/// `None` if `list` is no list.
+pub fn elem<'a>(slots: &[Slot], data: &'a [u8], list: Val, i: i128, f: u16) -> Option<Val<'a>> {
+    let Val::List {
+        count,
+        base,
+        elem_slots,
+    } = list
+    else {
+        return None;
+    };
+    if i < 0 || i >= count as i128 {
+        return Some(Val::Unset);
+    }
+    let at = base + i as usize * elem_slots as usize + f as usize;
+    Some(slot_val(slots, data, at))
+}
+
+/// `to_int`: an absent or empty value counts as 0.
+pub fn to_int(b: &[u8]) -> Option<i128> {
+    if trim(b).is_empty() {
+        return Some(0);
+    }
+    parse_int(b, 10).ok()
+}
+
+/// Does the last of the comma-separated tokens of `v` equal `t`?
+pub fn last_token_nocase(v: &[u8], t: &[u8]) -> bool {
+    let last = v.rsplit(|c| *c == b',').next().unwrap_or(&[]);
+    trim(last).eq_ignore_ascii_case(t)
+}
+
+/// Is `t` one of the comma-separated tokens of `v`?
+pub fn has_token_nocase(v: &[u8], t: &[u8]) -> bool {
+    v.split(|c| *c == b',')
+        .any(|x| trim(x).eq_ignore_ascii_case(t))
+}
+
+/// The bytes of `v` before the first `sep`, or all of them.
+pub fn before<'a>(v: &'a [u8], sep: &[u8]) -> &'a [u8] {
+    let end = memchr::memmem::find(v, sep).unwrap_or(v.len());
+    &v[..end]
+}
+
+pub(crate) fn equal(a: Val, b: Val) -> Result<bool, EvalFail> {
     match (a, b) {
         (Val::Int(x), Val::Int(y)) => Ok(x == y),
         (Val::Bytes(x), Val::Bytes(y)) => Ok(x == y),

@@ -283,7 +283,7 @@ impl Parser {
 
 /// A variable's value as its slot holds it. Only bytes of the message
 /// can be kept in a slot; other values leave it unset.
-pub(crate) fn var_slot(v: Val, buf: &[u8]) -> Slot {
+pub fn var_slot(v: Val, buf: &[u8]) -> Slot {
     match v {
         Val::Int(i) if i < 0 => Slot::SInt(i as i64),
         Val::Int(i) => Slot::Int(i as u64),

@@ -6,8 +6,8 @@
 //! bytes or fail: a generated parser then hands the message back to the
 //! interpreter, which says which.
 
-use crate::eval::{is_tchar, parse_int, slot_val, Env, Val};
-use crate::parse::{var_slot, WS_MAX};
+use crate::eval::{is_tchar, parse_int, slot_val, Env};
+use crate::parse::WS_MAX;
 pub use crate::program::{Builtin, CExpr, Slot};
 pub use crate::scalar::read_vlong;
 use crate::scalar::{find_before, find_bytes, position_any};
@@ -236,4 +236,72 @@ pub struct CompiledGrammar {
     /// The fingerprint of the code generated from the grammar.
     pub fingerprint: u64,
     pub units: &'static [CompiledUnit],
+}
+
+pub use crate::eval::{before, elem, has_token_nocase, last_token_nocase, to_int, Val};
+pub use crate::parse::var_slot;
+
+/// A slot's value, as the evaluator reads it.
+#[inline(always)]
+pub fn val_of(buf: &[u8], s: Slot) -> Val<'_> {
+    match s {
+        Slot::Int(v) => Val::Int(v as i128),
+        Slot::SInt(v) => Val::Int(v as i128),
+        Slot::Bytes { start, len } => {
+            let s = start as usize;
+            Val::Bytes(buf.get(s..s + len as usize).unwrap_or(&[]))
+        }
+        Slot::Count(n) => Val::Int(n as i128),
+        Slot::Unset => Val::Unset,
+    }
+}
+
+/// The list whose count is in slot `at`.
+#[inline]
+pub fn list_at(s: &[Slot], at: usize, elem_slots: u16) -> Val<'static> {
+    let count = match s.get(at) {
+        Some(Slot::Count(n)) => *n,
+        _ => 0,
+    };
+    Val::List {
+        count,
+        base: at + 1,
+        elem_slots,
+    }
+}
+
+/// `==` of two values; `None` where they cannot be compared.
+#[inline]
+pub fn equal(a: Val, b: Val) -> Option<bool> {
+    crate::eval::equal(a, b).ok()
+}
+
+/// ASCII digits in `radix`, as `to_int`, `is_dec` and `hex_to_int` read them.
+#[inline]
+pub fn number(b: &[u8], radix: u32) -> Option<i128> {
+    parse_int(b, radix).ok()
+}
+
+/// `count(list, "f", key)`.
+pub fn count(s: &[Slot], buf: &[u8], list: Val, f: u16, key: &[u8]) -> Option<i128> {
+    Some(crate::eval::matching(s, buf, list, f, key)?.count() as i128)
+}
+
+/// `lookup(list, "f", key, "v")`.
+pub fn lookup<'a>(
+    s: &[Slot],
+    buf: &'a [u8],
+    list: Val,
+    f: u16,
+    key: &[u8],
+    v: u16,
+) -> Option<Val<'a>> {
+    let found = crate::eval::matching(s, buf, list, f, key)?.last();
+    Some(crate::eval::field_of(s, buf, found, v))
+}
+
+/// `all_same(list, "f", key, "v")`.
+pub fn all_same(s: &[Slot], buf: &[u8], list: Val, f: u16, key: &[u8], v: u16) -> Option<bool> {
+    let found = crate::eval::matching(s, buf, list, f, key)?;
+    Some(crate::eval::all_same(s, buf, found, v))
 }
