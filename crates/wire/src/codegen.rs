@@ -60,6 +60,7 @@ pub fn generate(g: &Grammar) -> Generated {
             views: true,
             next: 0,
             depth: 0,
+            fused: Vec::new(),
         };
         let mut scope = Scope {
             base: Base::Static(0),
@@ -210,6 +211,18 @@ struct UnitGen<'g> {
     views: bool,
     next: usize,
     depth: usize,
+    /// Lookups folded into a list's loop, visible in the code being
+    /// generated: the list's count slot, the field and key, and the locals
+    /// holding how many elements matched and the last one's base.
+    fused: Vec<Fused>,
+}
+
+struct Fused {
+    list: usize,
+    field: u16,
+    key: std::sync::Arc<[u8]>,
+    count: String,
+    last: String,
 }
 
 /// A byte string literal.
@@ -285,6 +298,8 @@ impl UnitGen<'_> {
         if self.depth > 32 {
             return Err(Unsupported("line 257"));
         }
+        // Lookups folded into a list of this block are visible only in it.
+        let fused = self.fused.len();
         let g = self.g;
         let steps = &g.plan.blocks[b as usize];
         let mut i = 0;
@@ -302,6 +317,7 @@ impl UnitGen<'_> {
             self.step(b, i, sc)?;
             i += 1;
         }
+        self.fused.truncate(fused);
         self.depth -= 1;
         Ok(())
     }
@@ -424,6 +440,25 @@ impl UnitGen<'_> {
                 self.bytes_len(len, *max, sc, step.slot)?;
             }
             (StepKind::VInt, _) => self.scalar(&Scalar::VInt, op, sc, step.slot)?,
+            // A token up to a delimiter that is no token character (an
+            // HTTP method or header name): one scan checks both.
+            (
+                StepKind::Scalar,
+                OpKind::Scalar(Scalar::Bytes {
+                    len: Len::Until(d),
+                    max,
+                }),
+            ) if d.len() == 1 && !crate::eval::is_tchar(d[0]) && is_token_check(step) => {
+                let e = self.fresh("e");
+                self.line(&format!(
+                    "let Some({e}) = token_until(buf, pos, {}, {max}) else {{ {FB} }};",
+                    d[0]
+                ));
+                let v = format!("Slot::Bytes {{ start: pos as u32, len: ({e} - pos) as u32 }}");
+                self.store(sc, step.slot, &v, false);
+                self.line(&format!("pos = {e} + 1;"));
+                return Ok(());
+            }
             (StepKind::Scalar, OpKind::Scalar(s)) => self.scalar(s, op, sc, step.slot)?,
             (StepKind::Var(e), _) => {
                 let v = self.var(e, sc)?;
@@ -440,7 +475,7 @@ impl UnitGen<'_> {
                 self.block(*inner, &mut isc)?;
                 self.line("}");
             }
-            (StepKind::List, OpKind::List { .. }) => self.list(op, sc)?,
+            (StepKind::List, OpKind::List { .. }) => self.list(op, sc, (b, step.op as usize))?,
             _ => return Err(Unsupported("line 407")),
         }
         if let Some(c) = &step.check {
@@ -705,7 +740,9 @@ impl UnitGen<'_> {
         Ok(())
     }
 
-    fn list(&mut self, op: &crate::program::Op, sc: &mut Scope) -> Gen {
+    /// A list; `at` is its block and operation, whose later operations'
+    /// lookups in it are folded into its loop.
+    fn list(&mut self, op: &crate::program::Op, sc: &mut Scope, at: (BlockId, usize)) -> Gen {
         let OpKind::List {
             elem,
             stop,
@@ -728,6 +765,26 @@ impl UnitGen<'_> {
             self.line(&format!(
                 "let {target} = {n}; if {target} < 0 || {target} > {max} {{ {FB} }} let {target} = {target} as u32;"
             ));
+        }
+        let mut folded = Vec::new();
+        if let (Base::Static(b), Some(slot), Elem::Unit { .. }) = (&sc.base, op.slot, elem) {
+            let mut keys = Vec::new();
+            for later in &self.g.blocks[at.0 as usize][at.1 + 1..] {
+                lookups_of(self.g, later, slot, &mut keys, 0);
+            }
+            for (field, key) in keys {
+                let (count, last) = (self.fresh("mc"), self.fresh("ml"));
+                self.line(&format!(
+                    "let mut {count}: u32 = 0; let mut {last}: Option<usize> = None;"
+                ));
+                folded.push(Fused {
+                    list: b + slot as usize,
+                    field,
+                    key,
+                    count,
+                    last,
+                });
+            }
         }
         self.line("loop {");
         if let Some(mb) = max_bytes {
@@ -763,6 +820,16 @@ impl UnitGen<'_> {
                 self.line("{");
                 self.block(*block, &mut esc)?;
                 self.line("}");
+                for f in &folded {
+                    self.line(&format!(
+                        "if let Slot::Bytes {{ start, len }} = s[{eb} + {field}] {{ if buf.get(start as usize..start as usize + len as usize).unwrap_or(&[]).eq_ignore_ascii_case({key}) {{ {count} += 1; {last} = Some({eb}); }} }}",
+                        eb = match &esc.base { Base::Dyn(v) => v.clone(), Base::Static(v) => v.to_string() },
+                        field = f.field,
+                        key = lit(&f.key),
+                        count = f.count,
+                        last = f.last,
+                    ));
+                }
                 self.line(&format!("{li} += 1;"));
             }
             Elem::Scalar(s) => {
@@ -805,6 +872,7 @@ impl UnitGen<'_> {
             }
         }
         self.line("}");
+        self.fused.extend(folded);
         Ok(())
     }
 
@@ -995,6 +1063,18 @@ impl UnitGen<'_> {
                 "!matches!({}, Val::Unset)",
                 self.val(arg(0)?, sc, dollar)?
             )),
+            Builtin::Count | Builtin::Lookup if self.folded(args, sc).is_some() => {
+                let k = self.folded(args, sc).expect("checked");
+                let (count, last) = (self.fused[k].count.clone(), self.fused[k].last.clone());
+                if f == Builtin::Count {
+                    format!("Val::Int({count} as i128)")
+                } else {
+                    format!(
+                        "(match {last} {{ Some(b) => val_of(buf, s[b + {}]), None => Val::Unset }})",
+                        elem_field(3)?
+                    )
+                }
+            }
             Builtin::Count | Builtin::Lookup | Builtin::AllSame => {
                 let list = self.val(arg(0)?, sc, dollar)?;
                 let field = elem_field(1)?;
@@ -1017,6 +1097,20 @@ impl UnitGen<'_> {
             #[allow(unreachable_patterns)]
             _ => return Err(no()),
         })
+    }
+
+    /// The fused lookup a `count`/`lookup` call's arguments name, if its
+    /// list's loop counted it.
+    fn folded(&self, args: &[CExpr], sc: &Scope) -> Option<usize> {
+        let (Base::Static(b), [CExpr::List(l), CExpr::ElemField(f), CExpr::Str(key), ..]) =
+            (&sc.base, args)
+        else {
+            return None;
+        };
+        let list = b + l.slot as usize;
+        self.fused
+            .iter()
+            .rposition(|x| x.list == list && x.field == *f && x.key == *key)
     }
 
     fn operand(&mut self, x: Operand, sc: &Scope, dollar: &(String, Option<String>)) -> String {
@@ -1113,6 +1207,64 @@ impl UnitGen<'_> {
             }
         })
     }
+}
+
+/// The `(field, key)` of every `count`/`lookup` over the list at slot
+/// `list` in `op` and the blocks it enters (not nested units, whose slots
+/// are their own).
+fn lookups_of(
+    g: &Grammar,
+    op: &crate::program::Op,
+    list: u16,
+    out: &mut Vec<(u16, std::sync::Arc<[u8]>)>,
+    depth: usize,
+) {
+    fn walk(e: &CExpr, list: u16, out: &mut Vec<(u16, std::sync::Arc<[u8]>)>) {
+        match e {
+            CExpr::Call(Builtin::Count | Builtin::Lookup, args) => {
+                if let [CExpr::List(l), CExpr::ElemField(f), CExpr::Str(k), ..] = &args[..] {
+                    if l.slot == list && !out.iter().any(|(g, x)| g == f && x == k) {
+                        out.push((*f, k.clone()));
+                    }
+                }
+                args.iter().for_each(|a| walk(a, list, out));
+            }
+            CExpr::Call(_, args) => args.iter().for_each(|a| walk(a, list, out)),
+            CExpr::Unary(_, x) => walk(x, list, out),
+            CExpr::Binary(_, a, b) => {
+                walk(a, list, out);
+                walk(b, list, out);
+            }
+            _ => {}
+        }
+    }
+    if depth > 32 {
+        return;
+    }
+    if let Some(r) = &op.requires {
+        walk(r, list, out);
+    }
+    match &op.kind {
+        OpKind::Var(e) => walk(e, list, out),
+        OpKind::Scalar(Scalar::Bytes {
+            len: Len::Expr(e), ..
+        }) => walk(e, list, out),
+        OpKind::Switch { on, cases, default } => {
+            walk(on, list, out);
+            for b in cases.iter().map(|(_, b)| *b).chain(*default) {
+                for inner in &g.blocks[b as usize] {
+                    lookups_of(g, inner, list, out, depth + 1);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether a step's only check is `is_token($$)`.
+fn is_token_check(step: &crate::plan::Step) -> bool {
+    let Some(c) = &step.check else { return false };
+    matches!(&c.expr, IntExpr::Node(n) if matches!(**n, Node::BytesTest(Builtin::IsToken, Operand::Dollar, _)))
 }
 
 fn unset() -> (String, Option<String>) {

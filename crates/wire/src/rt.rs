@@ -131,6 +131,17 @@ pub fn until(buf: &[u8], pos: usize, d: &[u8], max: usize, forbid: &[u8]) -> Opt
     Some(i)
 }
 
+/// Where delimiter `d` (no token character) ends a non-empty token of
+/// token characters at `pos`, within `max` bytes: a field `&until = d`
+/// whose check `is_token($$)` holds.
+#[inline]
+pub fn token_until(buf: &[u8], pos: usize, d: u8, max: usize) -> Option<usize> {
+    let limit = (pos + max + 1).min(buf.len());
+    let hay = buf.get(pos..limit)?;
+    let n = hay.iter().take_while(|c| is_tchar(**c)).count();
+    (n > 0 && hay.get(n) == Some(&d)).then_some(pos + n)
+}
+
 /// Where the first byte of `set` is, within `max` bytes of `pos`.
 #[inline]
 pub fn before_any(buf: &[u8], pos: usize, set: &[u8], max: usize) -> Option<usize> {

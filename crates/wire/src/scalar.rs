@@ -264,7 +264,16 @@ pub(crate) fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
         [] => Some(0),
         [a] => memchr::memchr(*a, hay),
         [a, b] => {
-            let mut from = 0;
+            // Most fields are short: look at their first bytes directly
+            // before setting up a vector search.
+            let head = hay.len().min(16);
+            if let Some(i) = hay[..head]
+                .windows(2)
+                .position(|w| w[0] == *a && w[1] == *b)
+            {
+                return Some(i);
+            }
+            let mut from = head.saturating_sub(1);
             while let Some(i) = memchr::memchr(*a, &hay[from..]) {
                 let at = from + i;
                 match hay.get(at + 1) {
