@@ -82,8 +82,8 @@ pub fn generate(g: &Grammar) -> Generated {
                     "/// `{unit}`.\n#[allow(unused_mut, unused_variables, unreachable_code, unused_assignments, unused_parens, clippy::all)]\n\
                      fn {name}<const VIEW: bool>(buf: &[u8], s: &mut [Slot], cx: &Cx) -> Fast {{\n\
                      if s.len() < {slots} {{ return Fast::Fallback {{ high: 0 }}; }}\n\
-                     {clear}let mut pos = 0usize;\nlet mut high = 0usize;\n{body}\
-                     Fast::Done {{ len: pos, high }}\n}}\n\n",
+                     {clear}let mut pos = 0usize;\nlet mut high = 0usize;\nlet mut w = 0u64;\n{body}\
+                     Fast::Done {{ len: pos, high, written: w }}\n}}\n\n",
                     unit = info.name,
                     slots = info.slots,
                     body = u.out,
@@ -284,7 +284,10 @@ impl UnitGen<'_> {
             Base::Dyn(_) => false,
         };
         self.line(&format!("let {v}: Slot = {val};"));
-        let set = format!("s[{idx}] = {v}; if high < {idx} + 1 {{ high = {idx} + 1; }}");
+        let set = format!(
+            "s[{idx}] = {v}; if high < {idx} + 1 {{ high = {idx} + 1; }}{}",
+            written(&sc.base, rel)
+        );
         if guarded {
             self.line(&format!("if !VIEW || cx.keep[{idx}] {{ {set} }}"));
         } else {
@@ -756,8 +759,9 @@ impl UnitGen<'_> {
         let lb = self.fresh("lb");
         let (start, li) = (self.fresh("ls"), self.fresh("li"));
         self.line(&format!(
-            "let {lb} = {}; s[{lb}] = Slot::Count(0); if high < {lb} + 1 {{ high = {lb} + 1; }} let {start} = pos; let mut {li}: u32 = 0;",
-            sc.base.at(op.slot.unwrap_or(0))
+            "let {lb} = {}; s[{lb}] = Slot::Count(0); if high < {lb} + 1 {{ high = {lb} + 1; }}{} let {start} = pos; let mut {li}: u32 = 0;",
+            sc.base.at(op.slot.unwrap_or(0)),
+            written(&sc.base, op.slot.unwrap_or(0))
         ));
         let target = self.fresh("t");
         if let Stop::Count(e) = stop {
@@ -1265,6 +1269,18 @@ fn lookups_of(
 fn is_token_check(step: &crate::plan::Step) -> bool {
     let Some(c) = &step.check else { return false };
     matches!(&c.expr, IntExpr::Node(n) if matches!(**n, Node::BytesTest(Builtin::IsToken, Operand::Dollar, _)))
+}
+
+/// Notes a store to slot `rel` in the mask of slots written (`w`): a slot
+/// of the first 64 by its bit, any later one by filling the mask (the
+/// parser then clears as after an interpreted message). List elements
+/// need no bit: they are cleared by their list's count.
+fn written(base: &Base, rel: u16) -> String {
+    match base {
+        Base::Static(b) if b + (rel as usize) < 64 => format!(" w |= 1u64 << {};", b + rel as usize),
+        Base::Static(_) => " w = u64::MAX;".to_string(),
+        Base::Dyn(_) => String::new(),
+    }
 }
 
 fn unset() -> (String, Option<String>) {

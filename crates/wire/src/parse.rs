@@ -105,6 +105,9 @@ pub(crate) struct State {
     /// Slots below this may still hold the last message's values, for
     /// generated code to unset (see [`Parser::reset`]).
     stale: usize,
+    /// The slots generated code set for the current message (see
+    /// [`Fast::Done`]); all bits when the interpreter parsed it.
+    written: u64,
 }
 
 impl Parser {
@@ -129,6 +132,7 @@ impl Parser {
                 high: 0,
                 fresh: true,
                 stale: 0,
+                written: u64::MAX,
             },
         };
         p.reset();
@@ -187,10 +191,15 @@ impl Parser {
         // that unsets every slot on entry leaves them to be unset there
         // (it runs first on every message).
         let high = st.high;
-        match &self.fast {
-            Some(f) if f.clears => st.stale = st.stale.max(high),
-            _ => clear_below(&mut st.slots, &self.grammar.plan.lists[self.unit], high),
+        let lists = &self.grammar.plan;
+        match (&self.fast, &lists.all_lists[self.unit]) {
+            (Some(f), _) if f.clears => st.stale = st.stale.max(high),
+            // After generated code: the slots it says it set, and the
+            // elements of the lists it set.
+            (_, Some(all)) if st.written != u64::MAX => clear_written(&mut st.slots, all, st.written),
+            _ => clear_below(&mut st.slots, &lists.lists[self.unit], high),
         }
+        st.written = u64::MAX;
         // The rest is set up when the interpreter first runs on the message.
         st.fresh = true;
         st.pos = 0;
@@ -244,9 +253,10 @@ impl Parser {
             let result = (f.full)(buf, &mut st.slots, &cx);
             st.stale = 0;
             match result {
-                Fast::Done { len, high } => {
+                Fast::Done { len, high, written } => {
                     self.compiled += 1;
                     st.high = high;
+                    st.written = written;
                     st.pos = len;
                     st.fresh = false;
                     st.stack.clear();
@@ -278,6 +288,34 @@ impl Parser {
                 return Ok(p);
             }
         }
+    }
+}
+
+/// Unsets what generated code set: the slots of the first 64 whose bits
+/// are in `written`, and the elements of each list whose count it set.
+fn clear_written(slots: &mut [Slot], lists: &[ListRegion], written: u64) {
+    for l in lists {
+        let count = l.count as usize;
+        if count >= 64 || written & 1 << count == 0 {
+            continue;
+        }
+        if let Slot::Count(n) = slots[count] {
+            let end = l.end as usize;
+            let used = (n as usize * l.elem_slots as usize).min(end - count - 1);
+            slots[count + 1..count + 1 + used].fill(Slot::Unset);
+        }
+    }
+    // Units cleared this way have more than 64 slots; a fixed-size head
+    // needs no bounds check per bit.
+    let head: Option<&mut [Slot; 64]> = slots.get_mut(..64).and_then(|h| h.try_into().ok());
+    let Some(head) = head else {
+        slots.fill(Slot::Unset);
+        return;
+    };
+    let mut w = written;
+    while w != 0 {
+        head[w.trailing_zeros() as usize] = Slot::Unset;
+        w &= w - 1;
     }
 }
 
@@ -392,6 +430,7 @@ impl State {
     /// whose block is `block`.
     fn begin(&mut self, block: BlockId) {
         self.fresh = false;
+        self.written = u64::MAX;
         // Only when generated code did not run first (it unsets them).
         let stale = std::mem::take(&mut self.stale);
         self.slots[..stale].fill(Slot::Unset);

@@ -15,8 +15,15 @@ use crate::scalar::{find_before, find_bytes, position_any};
 /// What a generated parser made of the bytes at the start of its buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fast {
-    /// One whole message of `len` bytes; every slot it set lies below `high`.
-    Done { len: usize, high: usize },
+    /// One whole message of `len` bytes; every slot it set lies below
+    /// `high`. `written` has bit `i` set for each slot `i < 64` set outside
+    /// list elements (which their lists' counts cover); all bits when a
+    /// later slot was set.
+    Done {
+        len: usize,
+        high: usize,
+        written: u64,
+    },
     /// The interpreter must decide (more bytes, a stream, an error); slots
     /// below `high` may have been written and must be cleared first.
     Fallback { high: usize },
