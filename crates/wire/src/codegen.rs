@@ -1277,7 +1277,9 @@ fn is_token_check(step: &crate::plan::Step) -> bool {
 /// need no bit: they are cleared by their list's count.
 fn written(base: &Base, rel: u16) -> String {
     match base {
-        Base::Static(b) if b + (rel as usize) < 64 => format!(" w |= 1u64 << {};", b + rel as usize),
+        Base::Static(b) if b + (rel as usize) < 64 => {
+            format!(" w |= 1u64 << {};", b + rel as usize)
+        }
         Base::Static(_) => " w = u64::MAX;".to_string(),
         Base::Dyn(_) => String::new(),
     }

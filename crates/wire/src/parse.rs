@@ -196,7 +196,9 @@ impl Parser {
             (Some(f), _) if f.clears => st.stale = st.stale.max(high),
             // After generated code: the slots it says it set, and the
             // elements of the lists it set.
-            (_, Some(all)) if st.written != u64::MAX => clear_written(&mut st.slots, all, st.written),
+            (_, Some(all)) if st.written != u64::MAX => {
+                clear_written(&mut st.slots, all, st.written)
+            }
             _ => clear_below(&mut st.slots, &lists.lists[self.unit], high),
         }
         st.written = u64::MAX;

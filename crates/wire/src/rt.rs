@@ -182,7 +182,14 @@ pub fn ascii_int(digits: &[u8], hex: bool, signed: bool, bytes: u8) -> Option<Sl
         [b'-', rest @ ..] if signed => (true, rest),
         d => (false, d),
     };
-    let v = parse_int(digits, if hex { 16 } else { 10 }).ok()?;
+    // Up to 19 decimal digits fit a u64 as they are: the common case, in
+    // one pass; anything else (spaces around, hex, longer) as `parse_int`.
+    let v = match digits.len() {
+        1..=19 if !hex && digits.iter().all(u8::is_ascii_digit) => {
+            digits.iter().fold(0u64, |v, d| v * 10 + (d - b'0') as u64) as i128
+        }
+        _ => parse_int(digits, if hex { 16 } else { 10 }).ok()?,
+    };
     let bits = 8 * bytes as u32;
     let fits = match (signed, neg) {
         (false, _) => v < 1i128 << bits,

@@ -291,12 +291,55 @@ pub(crate) fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// The first byte of `hay` that is in `set`. Sets are a few bytes
 /// (`" \r\n"`), which `memchr` searches for together.
 pub(crate) fn position_any(hay: &[u8], set: &[u8]) -> Option<usize> {
+    // Tokens (commands, numbers) are mostly a few bytes: up to 32 bytes are
+    // searched eight at a time in a register, the rest with `memchr`.
+    if let [a, ref more @ ..] = *set {
+        if more.len() <= 2 {
+            let (b, c) = (*more.first().unwrap_or(&a), *more.last().unwrap_or(&a));
+            let mut i = 0;
+            while i + 8 <= hay.len() && i < 32 {
+                let v = u64::from_le_bytes(hay[i..i + 8].try_into().expect("eight bytes"));
+                let m =
+                    zero_bytes(v ^ splat(a)) | zero_bytes(v ^ splat(b)) | zero_bytes(v ^ splat(c));
+                if m != 0 {
+                    return Some(i + (m.trailing_zeros() / 8) as usize);
+                }
+                i += 8;
+            }
+            let rest = &hay[i..];
+            if rest.len() < 8 {
+                return rest
+                    .iter()
+                    .position(|x| *x == a || *x == b || *x == c)
+                    .map(|k| i + k);
+            }
+            let found = match *set {
+                [a] => memchr::memchr(a, rest),
+                [a, b] => memchr::memchr2(a, b, rest),
+                _ => memchr::memchr3(a, b, c, rest),
+            };
+            return found.map(|k| i + k);
+        }
+    }
     match *set {
         [a] => memchr::memchr(a, hay),
         [a, b] => memchr::memchr2(a, b, hay),
         [a, b, d] => memchr::memchr3(a, b, d, hay),
         _ => hay.iter().position(|c| set.contains(c)),
     }
+}
+
+/// `b` in every byte of a word.
+#[inline(always)]
+fn splat(b: u8) -> u64 {
+    u64::from_ne_bytes([b; 8])
+}
+
+/// The high bit of each zero byte of `x` (and perhaps of bytes above the
+/// first zero one): its lowest set bit marks the first zero byte.
+#[inline(always)]
+fn zero_bytes(x: u64) -> u64 {
+    x.wrapping_sub(0x0101_0101_0101_0101) & !x & 0x8080_8080_8080_8080
 }
 
 /// The first `d` in `hay`, or `Err` if `forbid` (not empty) occurs wholly
