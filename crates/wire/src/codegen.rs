@@ -1057,11 +1057,14 @@ impl UnitGen<'_> {
                 let (a, b) = (self.bytes_c(arg(0)?, sc, dollar)?, self.bytes_c(arg(1)?, sc, dollar)?);
                 format!("Val::Bytes(before({a}, {b}))")
             }
+            // As the evaluator's `elem`, in place.
             Builtin::Elem => {
                 let list = self.val(arg(0)?, sc, dollar)?;
                 let field = elem_field(2)?;
                 let i = self.int_c(arg(1)?, sc, dollar)?;
-                opt(format!("elem(s, buf, {list}, {i}, {field})"))
+                format!(
+                    "(match {list} {{ Val::List {{ count, base, elem_slots }} => {{ let i: i128 = {i}; if i < 0 || i >= count as i128 {{ Val::Unset }} else {{ val_of(buf, s.get(base + i as usize * elem_slots as usize + {field}).copied().unwrap_or(Slot::Unset)) }} }}, _ => {FB} }})"
+                )
             }
             Builtin::Present => int(format!(
                 "!matches!({}, Val::Unset)",

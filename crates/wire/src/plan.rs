@@ -264,6 +264,9 @@ impl Plan {
                 r.dedup();
                 let disjoint = r.windows(2).all(|w| w[0].end <= w[1].count);
                 let fits = r.iter().all(|x| x.end <= u.slots as u32);
+                // A list counted beyond the first 64 slots is never cleared
+                // by mask: setting its count fills the mask.
+                r.retain(|l| l.count < 64);
                 (disjoint && fits).then(|| r.into())
             })
             .collect();
