@@ -4,11 +4,11 @@
 //!
 //! A generated parser is a fast path, not a second engine. It reads one
 //! message whose bytes are all in the buffer, from its first byte, and
-//! answers [`Fast::Done`] exactly when the interpreter would answer
+//! returns the message's length exactly when the interpreter would answer
 //! `Done` for the same bytes, with the same slots. Anything else (too few
 //! bytes, a streamed body, a field that fails its check) is
-//! [`Fast::Fallback`]: the interpreter parses the message instead and
-//! says what is wrong. Errors, resumption and streaming stay in one place.
+//! [`FALLBACK`]: the interpreter parses the message instead and says what
+//! is wrong. Errors, resumption and streaming stay in one place.
 //!
 //! Expressions the code cannot write out (`lookup`, `count` and other
 //! builtins over lists) are evaluated by the interpreter's evaluator over
@@ -17,8 +17,7 @@
 //! it only if generating code from that grammar gives the same
 //! fingerprint, so a changed grammar never meets stale code.
 //!
-//! [`Fast::Done`]: crate::rt::Fast::Done
-//! [`Fast::Fallback`]: crate::rt::Fast::Fallback
+//! [`FALLBACK`]: crate::rt::FALLBACK
 
 use crate::int_expr::{lower, ConstOp, IntExpr, Node, Operand};
 use crate::plan::{Case, Cases, StepKind, ValExpr};
@@ -80,10 +79,10 @@ pub fn generate(g: &Grammar) -> Generated {
                 let _ = write!(
                     fns,
                     "/// `{unit}`.\n#[allow(unused_mut, unused_variables, unreachable_code, unused_assignments, unused_parens, clippy::all)]\n\
-                     fn {name}<const VIEW: bool>(buf: &[u8], s: &mut [Slot], cx: &Cx) -> Fast {{\n\
-                     if s.len() < {slots} {{ return Fast::Fallback {{ high: 0 }}; }}\n\
+                     fn {name}<const VIEW: bool>(buf: &[u8], s: &mut [Slot], cx: &mut Cx) -> usize {{\n\
+                     if s.len() < {slots} {{ cx.high = 0; return FALLBACK; }}\n\
                      {clear}let mut pos = 0usize;\nlet mut high = 0usize;\nlet mut w = 0u64;\n{body}\
-                     Fast::Done {{ len: pos, high, written: w }}\n}}\n\n",
+                     cx.high = high;\ncx.written = w;\npos\n}}\n\n",
                     unit = info.name,
                     slots = info.slots,
                     body = u.out,
@@ -113,7 +112,7 @@ pub fn generate(g: &Grammar) -> Generated {
     }
     let body = format!(
         "use flick_wire::rt::*;\n\n{fns}\
-         #[allow(dead_code)]\nfn no_view(_: &[u8], _: &mut [Slot], _: &Cx) -> Fast {{ Fast::Fallback {{ high: 0 }} }}\n\n\
+         #[allow(dead_code)]\nfn no_view(_: &[u8], _: &mut [Slot], cx: &mut Cx) -> usize {{ cx.high = 0; FALLBACK }}\n\n\
          pub static UNITS: &[CompiledUnit] = &[\n{table}];\n"
     );
     let mut h = Fnv::default();
@@ -200,7 +199,7 @@ struct Scope {
     vals: HashMap<u16, String>,
 }
 
-const FB: &str = "return Fast::Fallback { high }";
+const FB: &str = "{ cx.high = high; return FALLBACK }";
 
 struct UnitGen<'g> {
     g: &'g Grammar,

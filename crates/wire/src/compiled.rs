@@ -8,7 +8,7 @@
 
 use crate::codegen;
 use crate::program::{CExpr, UnitId};
-use crate::rt::{CompiledGrammar, ParseFn};
+use crate::rt::{CompiledGrammar, Cx, ParseFn};
 use crate::Grammar;
 use std::sync::{Arc, RwLock};
 
@@ -23,14 +23,14 @@ pub fn register(g: &'static CompiledGrammar) {
     }
 }
 
-/// What a parser runs before the interpreter.
-#[derive(Clone)]
+/// What a parser runs before the interpreter, and what that reads and
+/// reports.
 pub(crate) struct FastParse {
     pub full: ParseFn,
     pub view: Option<ParseFn>,
-    pub exprs: Arc<[CExpr]>,
     /// The generated code unsets the unit's slots itself.
     pub clears: bool,
+    pub cx: Cx,
 }
 
 /// What generating code from a loaded grammar gave: its fingerprint and,
@@ -39,6 +39,8 @@ pub(crate) struct FastParse {
 pub(crate) struct Fingerprint {
     pub fingerprint: u64,
     pub units: Vec<Option<(Arc<[CExpr]>, bool)>>,
+    /// The keep-everything of parsers without a view, shared.
+    pub no_view: Arc<[bool]>,
 }
 
 /// The generated parser of `unit`, if one is registered for `g` as loaded.
@@ -56,6 +58,7 @@ pub(crate) fn lookup(g: &Grammar, unit: UnitId) -> Option<FastParse> {
                 .into_iter()
                 .map(|u| u.map(|u| (Arc::from(u.exprs), u.views)))
                 .collect(),
+            no_view: Arc::from(&[][..]),
         }
     });
     if fp.fingerprint != compiled.fingerprint {
@@ -67,7 +70,7 @@ pub(crate) fn lookup(g: &Grammar, unit: UnitId) -> Option<FastParse> {
     Some(FastParse {
         full: cu.full,
         view: views.then_some(cu.view),
-        exprs: exprs.clone(),
         clears: cu.clears,
+        cx: Cx::new(exprs.clone(), fp.no_view.clone()),
     })
 }

@@ -18,7 +18,7 @@ use crate::int_expr::Operand;
 use crate::plan::{Check, ListRegion, Pred, Run, RunKind, StepKind, ValExpr};
 use crate::program::*;
 use crate::ranges::in_ranges;
-use crate::rt::{Cx, Fast};
+use crate::rt::FALLBACK;
 use crate::scalar::{read_vlong, starts};
 use crate::{Grammar, Message};
 use std::sync::Arc;
@@ -106,7 +106,7 @@ pub(crate) struct State {
     /// generated code to unset (see [`Parser::reset`]).
     stale: usize,
     /// The slots generated code set for the current message (see
-    /// [`Fast::Done`]); all bits when the interpreter parsed it.
+    /// [`Cx::written`]); all bits when the interpreter parsed it.
     written: u64,
 }
 
@@ -142,6 +142,9 @@ impl Parser {
     /// A parser that decodes only the slots in `keep` (see [`Grammar::view`]).
     pub fn with_view(grammar: Arc<Grammar>, unit: UnitId, keep: Arc<[bool]>) -> Parser {
         let mut p = Parser::new(grammar, unit);
+        if let Some(f) = &mut p.fast {
+            f.cx.keep = keep.clone();
+        }
         p.st.keep = Some(keep);
         // Generated code that cannot honour a view is not used under one.
         if let Some(f) = &mut p.fast {
@@ -183,6 +186,9 @@ impl Parser {
     /// until set again.
     pub fn set_reply_context(&mut self, context: i128) {
         self.st.context = context;
+        if let Some(f) = &mut self.fast {
+            f.cx.context = context;
+        }
     }
 
     pub fn reset(&mut self) {
@@ -245,28 +251,22 @@ impl Parser {
     /// message (and may hold more after it).
     #[inline]
     pub fn parse(&mut self, buf: &[u8]) -> Result<Progress, WireError> {
-        if let (true, Some(f)) = (self.st.fresh, &self.fast) {
+        if let (true, Some(f)) = (self.st.fresh, &mut self.fast) {
             let st = &mut self.st;
-            let cx = Cx {
-                exprs: &f.exprs,
-                keep: st.keep.as_deref().unwrap_or(&[]),
-                context: st.context,
-            };
-            let result = (f.full)(buf, &mut st.slots, &cx);
+            let len = (f.full)(buf, &mut st.slots, &mut f.cx);
             st.stale = 0;
-            match result {
-                Fast::Done { len, high, written } => {
-                    self.compiled += 1;
-                    st.high = high;
-                    st.written = written;
-                    st.pos = len;
-                    st.fresh = false;
-                    st.stack.clear();
-                    return Ok(Progress::Done(len));
-                }
-                // The interpreter starts over, from unset slots.
-                Fast::Fallback { high } => st.slots[..high].fill(Slot::Unset),
+            if len != FALLBACK {
+                self.compiled += 1;
+                st.high = f.cx.high;
+                st.written = f.cx.written;
+                st.pos = len;
+                st.fresh = false;
+                st.stack.clear();
+                return Ok(Progress::Done(len));
             }
+            // The interpreter starts over, from unset slots.
+            let high = f.cx.high;
+            st.slots[..high].fill(Slot::Unset);
         }
         self.interpret(buf)
     }

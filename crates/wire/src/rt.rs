@@ -11,31 +11,42 @@ use crate::parse::WS_MAX;
 pub use crate::program::{Builtin, CExpr, Slot};
 pub use crate::scalar::read_vlong;
 use crate::scalar::{find_before, find_bytes, position_any};
+use std::sync::Arc;
 
-/// What a generated parser made of the bytes at the start of its buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fast {
-    /// One whole message of `len` bytes; every slot it set lies below
-    /// `high`. `written` has bit `i` set for each slot `i < 64` set outside
-    /// list elements (which their lists' counts cover); all bits when a
-    /// later slot was set.
-    Done {
-        len: usize,
-        high: usize,
-        written: u64,
-    },
-    /// The interpreter must decide (more bytes, a stream, an error); slots
-    /// below `high` may have been written and must be cleared first.
-    Fallback { high: usize },
+/// What a generated parser returns when the interpreter must decide
+/// (more bytes, a stream, an error); slots below [`Cx::high`] may have
+/// been written and must be cleared first. Otherwise it returns the
+/// message's length.
+pub const FALLBACK: usize = usize::MAX;
+
+/// What a generated parser reads of its parser, and what it reports
+/// besides the message's length. Kept by the parser, so that a call
+/// builds nothing.
+pub struct Cx {
+    /// The unit's expressions that only the general evaluator handles.
+    pub exprs: Arc<[CExpr]>,
+    /// Slots a view keeps (empty without a view).
+    pub keep: Arc<[bool]>,
+    /// `reply_context()`.
+    pub context: i128,
+    /// Set by the parser: one past the highest slot it set.
+    pub high: usize,
+    /// Set by the parser when it finishes a message: bit `i` for each slot
+    /// `i < 64` it set outside list elements (which their lists' counts
+    /// cover); all bits when it set a later one.
+    pub written: u64,
 }
 
-/// A generated parser's view of its parser: the unit's expressions that
-/// only the general evaluator handles, the view's slots, the reply context.
-pub struct Cx<'a> {
-    pub exprs: &'a [CExpr],
-    /// Slots a view keeps (empty without a view).
-    pub keep: &'a [bool],
-    pub context: i128,
+impl Cx {
+    pub fn new(exprs: Arc<[CExpr]>, keep: Arc<[bool]>) -> Cx {
+        Cx {
+            exprs,
+            keep,
+            context: 0,
+            high: 0,
+            written: u64::MAX,
+        }
+    }
 }
 
 /// The integer a slot holds, as the evaluator reads it.
@@ -242,8 +253,9 @@ pub use crate::int_expr::{div, mul, rem};
 
 /// A generated parser of one unit: `buf` from the message's first byte,
 /// the parser's slots (all unset, unless the parser unsets them itself:
-/// [`CompiledUnit::clears`]), what it needs of its parser.
-pub type ParseFn = fn(&[u8], &mut [Slot], &Cx) -> Fast;
+/// [`CompiledUnit::clears`]), what it needs of its parser. It returns the
+/// message's length or [`FALLBACK`].
+pub type ParseFn = fn(&[u8], &mut [Slot], &mut Cx) -> usize;
 
 /// A unit's generated parsers: decoding every field, and under a view.
 pub struct CompiledUnit {
