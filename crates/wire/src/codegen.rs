@@ -23,7 +23,7 @@ use crate::int_expr::{lower, ConstOp, IntExpr, Node, Operand};
 use crate::plan::{Case, Cases, StepKind, ValExpr};
 use crate::program::{BlockId, Builtin, CExpr, Elem, Len, OpKind, Scalar, Stop};
 use crate::Grammar;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 /// The generated source of a grammar's parsers, and what a grammar loaded
@@ -60,28 +60,24 @@ pub fn generate(g: &Grammar) -> Generated {
             next: 0,
             depth: 0,
             fused: Vec::new(),
+            complete: info.slots <= CLEAR_AT_ENTRY && !has_lists(g, info.block, 0),
+            writes: Vec::new(),
         };
         let mut scope = Scope {
             base: Base::Static(0),
             vals: HashMap::new(),
+            assigned: HashSet::new(),
         };
         match u.block(info.block, &mut scope) {
             Ok(()) => {
                 let name = format!("unit_{id}");
-                // A small unit's slots are cleared here, all at once, rather
-                // than by `reset` walking the last message's.
-                let clears = info.slots <= CLEAR_AT_ENTRY;
-                let clear = if clears {
-                    format!("s[..{}].fill(Slot::Unset);\n", info.slots)
-                } else {
-                    String::new()
-                };
+                let complete = u.complete;
                 let _ = write!(
                     fns,
                     "/// `{unit}`.\n#[allow(unused_mut, unused_variables, unreachable_code, unused_assignments, unused_parens, clippy::all)]\n\
                      fn {name}<const VIEW: bool>(buf: &[u8], s: &mut [Slot], cx: &mut Cx) -> usize {{\n\
                      if s.len() < {slots} {{ cx.high = 0; return FALLBACK; }}\n\
-                     {clear}let mut pos = 0usize;\nlet mut high = 0usize;\nlet mut w = 0u64;\n{body}\
+                     let mut pos = 0usize;\nlet mut high = 0usize;\nlet mut w = 0u64;\n{body}\
                      cx.high = high;\ncx.written = w;\npos\n}}\n\n",
                     unit = info.name,
                     slots = info.slots,
@@ -94,7 +90,7 @@ pub fn generate(g: &Grammar) -> Generated {
                 };
                 let _ = writeln!(
                     table,
-                    "    CompiledUnit {{ unit: {:?}, full: {name}::<false>, view: {view}, clears: {clears} }},",
+                    "    CompiledUnit {{ unit: {:?}, full: {name}::<false>, view: {view}, complete: {complete} }},",
                     info.name
                 );
                 units.push(Some(GeneratedUnit {
@@ -133,9 +129,24 @@ pub fn generate(g: &Grammar) -> Generated {
     }
 }
 
-/// Units with at most this many slots have them all cleared by their
-/// generated parser on entry (so `reset` need not): a few wide stores.
+/// Units without lists and with at most this many slots get complete
+/// code (see `UnitGen::complete`).
 const CLEAR_AT_ENTRY: u16 = 64;
+
+/// Whether a block, its switch arms or its units hold a list.
+fn has_lists(g: &Grammar, block: BlockId, depth: usize) -> bool {
+    depth > 32
+        || g.blocks[block as usize].iter().any(|op| match &op.kind {
+            OpKind::List { .. } => true,
+            OpKind::Switch { cases, default, .. } => cases
+                .iter()
+                .map(|(_, b)| *b)
+                .chain(*default)
+                .any(|b| has_lists(g, b, depth + 1)),
+            OpKind::Unit { block } => has_lists(g, *block, depth + 1),
+            _ => false,
+        })
+}
 
 /// FNV-1a, 64 bits: stable across builds, unlike the standard hasher.
 struct Fnv(u64);
@@ -197,6 +208,9 @@ impl Base {
 struct Scope {
     base: Base,
     vals: HashMap<u16, String>,
+    /// Slots set on every path so far without a local (after a switch or a
+    /// unit inside the unit), by index expression.
+    assigned: HashSet<String>,
 }
 
 const FB: &str = "{ cx.high = high; return FALLBACK }";
@@ -214,6 +228,12 @@ struct UnitGen<'g> {
     /// generated: the list's count slot, the field and key, and the locals
     /// holding how many elements matched and the last one's base.
     fused: Vec<Fused>,
+    /// The unit has no lists and few slots: its code sets every slot it
+    /// may set on every path (unsetting those of switch arms not taken),
+    /// so the slots need no clearing between messages.
+    complete: bool,
+    /// Per switch arm being generated, the slots it sets.
+    writes: Vec<HashSet<String>>,
 }
 
 struct Fused {
@@ -261,6 +281,11 @@ impl UnitGen<'_> {
         }
         match sc.vals.get(&rel) {
             Some(v) => v.clone(),
+            // In a complete unit a slot not set on this path may still hold
+            // the last message's value; the interpreter would see it unset.
+            None if self.complete && !sc.assigned.contains(&sc.base.at(rel)) => {
+                "Slot::Unset".to_string()
+            }
             None => format!("s[{}]", sc.base.at(rel)),
         }
     }
@@ -291,6 +316,9 @@ impl UnitGen<'_> {
             self.line(&format!("if !VIEW || cx.keep[{idx}] {{ {set} }}"));
         } else {
             self.line(&set);
+        }
+        if let Some(top) = self.writes.last_mut() {
+            top.insert(idx);
         }
         sc.vals.insert(rel, v);
     }
@@ -472,10 +500,14 @@ impl UnitGen<'_> {
                 let mut isc = Scope {
                     base: sc.base.offset(op.slot.unwrap_or(0)),
                     vals: HashMap::new(),
+                    assigned: HashSet::new(),
                 };
+                self.writes.push(HashSet::new());
                 self.line("{");
                 self.block(*inner, &mut isc)?;
                 self.line("}");
+                let set = self.writes.pop().unwrap_or_default();
+                self.assigned(sc, set);
             }
             (StepKind::List, OpKind::List { .. }) => self.list(op, sc, (b, step.op as usize))?,
             _ => return Err(Unsupported("line 407")),
@@ -712,34 +744,69 @@ impl UnitGen<'_> {
             },
         };
         self.line(&format!("let {which}: usize = {pick};"));
-        self.line(&format!("match {which} {{"));
-        // Cases that share a block share an arm.
+        // Each arm is generated apart, to learn which slots it sets; in a
+        // complete unit each arm then unsets the slots only other arms set.
+        let mut arms: Vec<(String, String, HashSet<String>)> = Vec::new();
         let mut done: Vec<BlockId> = Vec::new();
-        for (_, b) in cases {
-            if done.contains(b) {
-                continue;
+        let blocks = cases
+            .iter()
+            .map(|(_, b)| Some(*b))
+            .chain([sw.default.or(None)])
+            .collect::<Vec<_>>();
+        for (k, b) in blocks.iter().enumerate() {
+            let label = if k == cases.len() {
+                "_".to_string()
+            } else {
+                let b = b.expect("cases have blocks");
+                if done.contains(&b) {
+                    continue;
+                }
+                done.push(b);
+                (0..cases.len())
+                    .filter(|&j| cases[j].1 == b)
+                    .map(|j| (j + 1).to_string())
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            };
+            let saved = std::mem::take(&mut self.out);
+            self.writes.push(HashSet::new());
+            match b {
+                Some(b) => {
+                    let mut inner = sc.clone();
+                    self.block(*b, &mut inner)?;
+                }
+                None => self.line(&format!("{FB};")),
             }
-            done.push(*b);
-            let arms: Vec<String> = (0..cases.len())
-                .filter(|&k| cases[k].1 == *b)
-                .map(|k| (k + 1).to_string())
-                .collect();
-            self.line(&format!("{} => {{", arms.join(" | ")));
-            let mut inner = sc.clone();
-            self.block(*b, &mut inner)?;
+            let set = self.writes.pop().unwrap_or_default();
+            let body = std::mem::replace(&mut self.out, saved);
+            arms.push((label, body, set));
+        }
+        let union: HashSet<String> = arms.iter().flat_map(|a| a.2.iter().cloned()).collect();
+        self.line(&format!("match {which} {{"));
+        for (label, body, set) in &arms {
+            self.line(&format!("{label} => {{"));
+            self.out.push_str(body);
+            if self.complete {
+                let mut rest: Vec<&String> = union.difference(set).collect();
+                rest.sort();
+                for idx in rest {
+                    self.line(&format!("s[{idx}] = Slot::Unset;"));
+                }
+            }
             self.line("}");
         }
-        self.line("_ => {");
-        match sw.default {
-            Some(b) => {
-                let mut inner = sc.clone();
-                self.block(b, &mut inner)?;
-            }
-            None => self.line(&format!("{FB};")),
-        }
         self.line("}");
-        self.line("}");
+        self.assigned(sc, union);
         Ok(())
+    }
+
+    /// Notes slots set (or unset) on every path so far: reads see them in
+    /// the slot array, and the enclosing arm counts them as its own.
+    fn assigned(&mut self, sc: &mut Scope, slots: HashSet<String>) {
+        if let Some(top) = self.writes.last_mut() {
+            top.extend(slots.iter().cloned());
+        }
+        sc.assigned.extend(slots);
     }
 
     /// A list; `at` is its block and operation, whose later operations'
@@ -819,6 +886,7 @@ impl UnitGen<'_> {
                 let mut esc = Scope {
                     base: Base::Dyn(eb),
                     vals: HashMap::new(),
+                    assigned: HashSet::new(),
                 };
                 self.line("{");
                 self.block(*block, &mut esc)?;
@@ -842,6 +910,7 @@ impl UnitGen<'_> {
                 let mut esc = Scope {
                     base: Base::Dyn(at),
                     vals: HashMap::new(),
+                    assigned: HashSet::new(),
                 };
                 match (&**s, sep, stop) {
                     (

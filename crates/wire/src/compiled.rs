@@ -28,8 +28,9 @@ pub fn register(g: &'static CompiledGrammar) {
 pub(crate) struct FastParse {
     pub full: ParseFn,
     pub view: Option<ParseFn>,
-    /// The generated code unsets the unit's slots itself.
-    pub clears: bool,
+    /// The generated code sets every slot it may set (see
+    /// [`CompiledUnit::complete`](crate::rt::CompiledUnit)).
+    pub complete: bool,
     pub cx: Cx,
 }
 
@@ -70,7 +71,7 @@ pub(crate) fn lookup(g: &Grammar, unit: UnitId) -> Option<FastParse> {
     Some(FastParse {
         full: cu.full,
         view: views.then_some(cu.view),
-        clears: cu.clears,
+        complete: cu.complete,
         cx: Cx::new(exprs.clone(), fp.no_view.clone()),
     })
 }

@@ -193,13 +193,14 @@ impl Parser {
 
     pub fn reset(&mut self) {
         let st = &mut self.st;
-        // Every slot this message set lies below `high`. Generated code
-        // that unsets every slot on entry leaves them to be unset there
-        // (it runs first on every message).
+        // Every slot this message set lies below `high`.
         let high = st.high;
         let lists = &self.grammar.plan;
         match (&self.fast, &lists.all_lists[self.unit]) {
-            (Some(f), _) if f.clears => st.stale = st.stale.max(high),
+            // Generated code of a complete unit sets (or unsets) every slot
+            // it may set, so the next message's overwrites these; after the
+            // interpreter, the slots are cleared as usual.
+            (Some(f), _) if f.complete && st.written != u64::MAX => st.stale = st.stale.max(high),
             // After generated code: the slots it says it set, and the
             // elements of the lists it set.
             (_, Some(all)) if st.written != u64::MAX => {
@@ -254,7 +255,8 @@ impl Parser {
         if let (true, Some(f)) = (self.st.fresh, &mut self.fast) {
             let st = &mut self.st;
             let len = (f.full)(buf, &mut st.slots, &mut f.cx);
-            st.stale = 0;
+            // What the code did not set is unset now, or left to clear below.
+            let stale = std::mem::take(&mut st.stale);
             if len != FALLBACK {
                 self.compiled += 1;
                 st.high = f.cx.high;
@@ -265,7 +267,7 @@ impl Parser {
                 return Ok(Progress::Done(len));
             }
             // The interpreter starts over, from unset slots.
-            let high = f.cx.high;
+            let high = f.cx.high.max(stale);
             st.slots[..high].fill(Slot::Unset);
         }
         self.interpret(buf)

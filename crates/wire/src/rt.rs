@@ -252,8 +252,8 @@ pub fn bytes_test(f: Builtin, v: &[u8]) -> Option<bool> {
 pub use crate::int_expr::{div, mul, rem};
 
 /// A generated parser of one unit: `buf` from the message's first byte,
-/// the parser's slots (all unset, unless the parser unsets them itself:
-/// [`CompiledUnit::clears`]), what it needs of its parser. It returns the
+/// the parser's slots (all unset, or as the parser left them for a
+/// [`CompiledUnit::complete`] one), what it needs of its parser. It returns the
 /// message's length or [`FALLBACK`].
 pub type ParseFn = fn(&[u8], &mut [Slot], &mut Cx) -> usize;
 
@@ -262,9 +262,10 @@ pub struct CompiledUnit {
     pub unit: &'static str,
     pub full: ParseFn,
     pub view: ParseFn,
-    /// Whether the parsers unset every slot of the unit before they
-    /// start, so that stale values need not be cleared in advance.
-    pub clears: bool,
+    /// Whether the parsers set every slot they may set on every path
+    /// (unsetting the rest), so that no slot needs clearing between
+    /// messages they parse.
+    pub complete: bool,
 }
 
 /// A grammar's generated parsers, as `codegen` writes them.
