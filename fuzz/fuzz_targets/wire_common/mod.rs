@@ -15,7 +15,10 @@
 //!     serialised bytes (followed by what followed the message, which the
 //!     parser may have looked at) parse back to the same values;
 //! (d) a parser with a view (the field chosen by the second byte, or none)
-//!     frames the stream as the full parser does, without panicking.
+//!     frames the stream as the full parser does, without panicking;
+//! (e) parsers that run the grammar's generated code first (`flick-grammars`)
+//!     and parsers that only interpret give the same runs, values and
+//!     errors included, whole, split and under the view.
 //!
 //! `crates/wire/tests/fuzz_corpus.rs` holds a copy of this code, to replay
 //! the corpora with plain `cargo test`: keep the two in step.
@@ -217,8 +220,10 @@ fn round_trip(g: &Arc<Grammar>, unit: UnitId, p: &Parser, buf: &[u8], n: usize) 
     );
 }
 
-/// Runs checks (a) to (d) on one input for grammar `name`.
+/// Runs checks (a) to (e) on one input for grammar `name`.
 pub fn check(name: &str, data: &[u8]) {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(flick_grammars::install);
     let g = grammar(name);
     let units = g.units().len();
     let (unit, pick, stream) = match data {
@@ -240,6 +245,14 @@ pub fn check(name: &str, data: &[u8]) {
     let split = drive(&mut p, &[a, b], &mut |_, _, _| {});
     assert_eq!(whole, split, "split at {cut} of {}", stream.len());
 
+    // (e): the interpreter alone, whole and split.
+    assert!(p.is_compiled(), "unit {unit} has no generated parser");
+    for pieces in [&[stream][..], &[a, b][..]] {
+        let mut q = g.parser(unit).interpreted();
+        let interpreted = drive(&mut q, pieces, &mut |_, _, _| {});
+        assert_eq!(whole, interpreted, "generated code and the interpreter differ");
+    }
+
     // (d): a view, of one field or of none.
     let fields: Vec<&str> = g
         .unit(unit)
@@ -252,10 +265,16 @@ pub fn check(name: &str, data: &[u8]) {
         None => &[],
     };
     let keep = g.view(unit, chosen).expect("the unit's own field");
-    let mut v = Parser::with_view(g.clone(), unit, keep);
+    let mut v = Parser::with_view(g.clone(), unit, keep.clone());
     let viewed = drive(&mut v, &[stream], &mut |p, buf, _| {
         let _ = format!("{:?}", p.message(buf));
     });
+    let mut vq = Parser::with_view(g.clone(), unit, keep).interpreted();
+    let viewed_interpreted = drive(&mut vq, &[stream], &mut |_, _, _| {});
+    assert_eq!(
+        viewed, viewed_interpreted,
+        "under a view of {chosen:?}, generated code and the interpreter differ"
+    );
     assert_eq!(
         whole.shape(),
         viewed.shape(),
