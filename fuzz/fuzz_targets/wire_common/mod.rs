@@ -250,7 +250,10 @@ pub fn check(name: &str, data: &[u8]) {
     for pieces in [&[stream][..], &[a, b][..]] {
         let mut q = g.parser(unit).interpreted();
         let interpreted = drive(&mut q, pieces, &mut |_, _, _| {});
-        assert_eq!(whole, interpreted, "generated code and the interpreter differ");
+        assert_eq!(
+            whole, interpreted,
+            "generated code and the interpreter differ"
+        );
     }
 
     // (d): a view, of one field or of none.
