@@ -10,12 +10,14 @@
 //! [`FALLBACK`]: the interpreter parses the message instead and says what
 //! is wrong. Errors, resumption and streaming stay in one place.
 //!
-//! Expressions the code cannot write out (`lookup`, `count` and other
-//! builtins over lists) are evaluated by the interpreter's evaluator over
-//! the slots written so far. The generated module carries a fingerprint
-//! of its code and of those expressions; a grammar loaded at run time uses
-//! it only if generating code from that grammar gives the same
-//! fingerprint, so a changed grammar never meets stale code.
+//! Expressions are written out too, calling the evaluator's own builtin
+//! functions ([`rt`](crate::rt)); one the generator does not know is
+//! handed to the evaluator whole, over the slots written so far. The
+//! generated module carries a fingerprint of its code and of those
+//! expressions; a grammar loaded at run time uses it only if generating
+//! code from that grammar gives the same fingerprint, so a changed grammar
+//! never meets stale code. A unit the generator cannot write out at all is
+//! listed in [`Generated::skipped`] and interpreted.
 //!
 //! [`FALLBACK`]: crate::rt::FALLBACK
 
@@ -35,6 +37,8 @@ pub struct Generated {
     pub fingerprint: u64,
     /// Per unit, by unit id; `None` for a unit with no generated parser.
     pub units: Vec<Option<GeneratedUnit>>,
+    /// The units with no generated parser, and why.
+    pub skipped: Vec<(String, &'static str)>,
 }
 
 pub struct GeneratedUnit {
@@ -49,6 +53,7 @@ pub struct GeneratedUnit {
 pub fn generate(g: &Grammar) -> Generated {
     let mut fns = String::new();
     let mut units = Vec::new();
+    let mut skipped = Vec::new();
     let mut table = String::new();
     for (id, info) in g.units.iter().enumerate() {
         let mut u = UnitGen {
@@ -99,9 +104,7 @@ pub fn generate(g: &Grammar) -> Generated {
                 }));
             }
             Err(Unsupported(why)) => {
-                if std::env::var_os("FLICK_CODEGEN_DEBUG").is_some() {
-                    eprintln!("{}::{}: no generated parser ({why})", g.name, info.name);
-                }
+                skipped.push((info.name.clone(), why));
                 units.push(None)
             }
         }
@@ -126,6 +129,7 @@ pub fn generate(g: &Grammar) -> Generated {
         code,
         fingerprint,
         units,
+        skipped,
     }
 }
 
@@ -326,7 +330,7 @@ impl UnitGen<'_> {
     fn block(&mut self, b: BlockId, sc: &mut Scope) -> Gen {
         self.depth += 1;
         if self.depth > 32 {
-            return Err(Unsupported("line 257"));
+            return Err(Unsupported("units nested too deep"));
         }
         // Lookups folded into a list of this block are visible only in it.
         let fused = self.fused.len();
@@ -510,7 +514,7 @@ impl UnitGen<'_> {
                 self.assigned(sc, set);
             }
             (StepKind::List, OpKind::List { .. }) => self.list(op, sc, (b, step.op as usize))?,
-            _ => return Err(Unsupported("line 407")),
+            _ => return Err(Unsupported("an operation the code generator does not know")),
         }
         if let Some(c) = &step.check {
             self.check(&c.expr, sc, step.slot)?;
@@ -690,7 +694,7 @@ impl UnitGen<'_> {
 
     fn switch(&mut self, sw: &crate::plan::Switch, sc: &mut Scope) -> Gen {
         let Cases::Consts(cases) = &sw.cases else {
-            return Err(Unsupported("line 577"));
+            return Err(Unsupported("a switch over computed cases"));
         };
         // Which case: its position plus one, 0 for none. The first equal
         // case wins, as in the interpreter.
@@ -820,7 +824,7 @@ impl UnitGen<'_> {
             max_bytes,
         } = &op.kind
         else {
-            return Err(Unsupported("line 653"));
+            return Err(Unsupported("a list operation without a list"));
         };
         let lb = self.fresh("lb");
         let (start, li) = (self.fresh("ls"), self.fresh("li"));
@@ -937,7 +941,7 @@ impl UnitGen<'_> {
                             len: Len::Expr(_), ..
                         },
                         ..,
-                    ) => return Err(Unsupported("line 732")),
+                    ) => return Err(Unsupported("scalar list elements of a computed length")),
                     (s, ..) => self.scalar(s, op, &mut esc, Some(0))?,
                 }
                 self.line(&format!("s[{lb}] = Slot::Count({li} + 1); {li} += 1;"));
@@ -993,7 +997,9 @@ impl UnitGen<'_> {
             CExpr::Slot(x) => format!("val_of(buf, {})", self.read(sc, *x)),
             CExpr::List(l) => format!("list_at(s, {}, {})", sc.base.at(l.slot), l.elem_slots),
             CExpr::Dollar => format!("val_of(buf, {})", dollar.0),
-            CExpr::DollarField(_) | CExpr::ElemField(_) => return Err(Unsupported("line 0")),
+            CExpr::DollarField(_) | CExpr::ElemField(_) => {
+                return Err(Unsupported("`$$.field` outside a list"))
+            }
             CExpr::Unary(..) | CExpr::Binary(..) => {
                 format!("Val::Int({})", self.int_c(e, sc, dollar)?)
             }
@@ -1081,11 +1087,14 @@ impl UnitGen<'_> {
         sc: &mut Scope,
         dollar: &(String, Option<String>),
     ) -> Result<String, Unsupported> {
-        let no = || Unsupported("line 0");
-        let arg = |i: usize| args.get(i).ok_or(Unsupported("line 0"));
+        let no = || Unsupported("a builtin the code generator does not know");
+        let arg = |i: usize| {
+            args.get(i)
+                .ok_or(Unsupported("a builtin call short of arguments"))
+        };
         let elem_field = |i: usize| match args.get(i) {
             Some(CExpr::ElemField(f)) => Ok(*f),
-            _ => Err(Unsupported("line 0")),
+            _ => Err(Unsupported("a builtin call without a field name")),
         };
         let int = |b: String| format!("Val::Int(({b}) as i128)");
         let opt = |x: String| format!("(match {x} {{ Some(v) => v, None => {FB} }})");
