@@ -4,7 +4,7 @@
 //! A crate that compiles grammars (`flick-grammars`) registers them once
 //! at start-up. A parser made afterwards for a grammar whose generated
 //! code has the same fingerprint as the registered code runs that code
-//! first on each message (see [`codegen`](crate::codegen)).
+//! first on each message (see [`codegen`]).
 
 use crate::codegen;
 use crate::program::{CExpr, UnitId};
