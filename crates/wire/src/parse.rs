@@ -180,7 +180,6 @@ impl Parser {
         self.unit
     }
 
-    /// Starts over, for the next message.
     /// What the request a reply answers said of it (`%reply_context`),
     /// read by `reply_context()` while the next replies parse; it stays
     /// until set again.
@@ -191,29 +190,36 @@ impl Parser {
         }
     }
 
+    /// Starts over, for the next message.
+    #[inline]
     pub fn reset(&mut self) {
         let st = &mut self.st;
-        // Every slot this message set lies below `high`.
-        let high = st.high;
-        let lists = &self.grammar.plan;
-        match (&self.fast, &lists.all_lists[self.unit]) {
-            // Generated code of a complete unit sets (or unsets) every slot
-            // it may set, so the next message's overwrites these; after the
-            // interpreter, the slots are cleared as usual.
-            (Some(f), _) if f.complete && st.written != u64::MAX => st.stale = st.stale.max(high),
-            // After generated code: the slots it says it set, and the
-            // elements of the lists it set.
-            (_, Some(all)) if st.written != u64::MAX => {
-                clear_written(&mut st.slots, all, st.written)
-            }
-            _ => clear_below(&mut st.slots, &lists.lists[self.unit], high),
+        // Generated code of a complete unit sets (or unsets) every slot it
+        // may set, so the next message's overwrites this one's.
+        if st.written != u64::MAX && self.fast.as_ref().is_some_and(|f| f.complete) {
+            st.stale = st.stale.max(st.high);
+        } else {
+            self.clear();
         }
+        let st = &mut self.st;
         st.written = u64::MAX;
-        // The rest is set up when the interpreter first runs on the message.
         st.fresh = true;
         st.pos = 0;
         st.eof = false;
         st.high = 0;
+    }
+
+    /// Unsets the slots the current message set: after generated code,
+    /// those it says it set and the elements of the lists it set; after
+    /// the interpreter, every slot below the highest.
+    #[inline(never)]
+    fn clear(&mut self) {
+        let st = &mut self.st;
+        let plan = &self.grammar.plan;
+        match &plan.all_lists[self.unit] {
+            Some(all) if st.written != u64::MAX => clear_written(&mut st.slots, all, st.written),
+            _ => clear_below(&mut st.slots, &plan.lists[self.unit], st.high),
+        }
     }
 
     /// The slots this message may have set: all of them lie below this.
