@@ -1,7 +1,10 @@
 //! Packet headers: Ethernet, IPv4 and TCP from the `packet` grammar, one
 //! unit per header, reading the flow's 5-tuple as a firewall or L4
 //! balancer would, against a hand-written parser that makes the same
-//! checks (EtherType, IP version and header length, TCP data offset).
+//! checks (EtherType, IP version and header length, TCP data offset), and
+//! against the packet parsers of two Rust network stacks: smoltcp's `wire`
+//! module (checked views, as the hand-written one) and etherparse's
+//! `SlicedPacket` (every header of the frame sliced and checked).
 //!
 //! `cargo bench -p flick-wire --bench packet` (results: `docs/performance.md`)
 
@@ -92,6 +95,44 @@ fn hand(f: &[u8]) -> Option<Flow> {
     ))
 }
 
+/// smoltcp's checked views of each header.
+fn smoltcp(f: &[u8]) -> Option<Flow> {
+    use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
+    let eth = EthernetFrame::new_checked(f).ok()?;
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+    if ip.version() != 4 || ip.next_header() != IpProtocol::Tcp {
+        return None;
+    }
+    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+    Some((
+        u32::from_be_bytes(ip.src_addr().octets()),
+        u32::from_be_bytes(ip.dst_addr().octets()),
+        6,
+        tcp.src_port(),
+        tcp.dst_port(),
+    ))
+}
+
+/// etherparse's slicing of the whole frame.
+fn etherparse(f: &[u8]) -> Option<Flow> {
+    use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+    let p = SlicedPacket::from_ethernet(f).ok()?;
+    let (Some(NetSlice::Ipv4(ip)), Some(TransportSlice::Tcp(tcp))) = (p.net, p.transport) else {
+        return None;
+    };
+    let h = ip.header();
+    Some((
+        u32::from_be_bytes(h.source()),
+        u32::from_be_bytes(h.destination()),
+        h.protocol().0,
+        tcp.source_port(),
+        tcp.destination_port(),
+    ))
+}
+
 /// One parser per header unit, each reset for every frame, and the slots
 /// of the fields read, resolved once as a program does.
 struct Engine {
@@ -161,14 +202,28 @@ fn bench(c: &mut Criterion) {
         src_port: slot("tcp", "src_port"),
         dst_port: slot("tcp", "dst_port"),
     };
+    // As a program that reads only the 5-tuple parses: views of what it reads.
+    let viewed = |name: &str| {
+        let fields: &[&str] = match name {
+            "ethernet" => &["payload_type"],
+            "ipv4" => &["src", "dst", "protocol"],
+            _ => &["src_port", "dst_port"],
+        };
+        Parser::with_view(g.clone(), id(name), g.view(id(name), fields).unwrap())
+    };
     let mut e = engine_of(&|name| g.parser(id(name)).interpreted());
     flick_grammars::install();
     let mut gen = engine_of(&|name| g.parser(id(name)));
     assert!(gen.ethernet.is_compiled() && gen.ipv4.is_compiled() && gen.tcp.is_compiled());
+    let mut view = engine_of(&viewed);
+    assert!(view.ethernet.is_compiled() && view.ipv4.is_compiled() && view.tcp.is_compiled());
     let frames = frames();
     for f in &frames {
         assert_eq!(engine(&mut e, f), hand(f));
         assert_eq!(engine(&mut gen, f), hand(f));
+        assert_eq!(engine(&mut view, f), hand(f));
+        assert_eq!(smoltcp(f), hand(f));
+        assert_eq!(etherparse(f), hand(f));
     }
 
     let mut group = c.benchmark_group("packet/ethernet_ipv4_tcp");
@@ -180,7 +235,14 @@ fn bench(c: &mut Criterion) {
     group.bench_function("generated", |b| {
         b.iter(|| all(black_box(&frames), |f| engine(&mut gen, f)))
     });
+    group.bench_function("generated_view", |b| {
+        b.iter(|| all(black_box(&frames), |f| engine(&mut view, f)))
+    });
     group.bench_function("hand", |b| b.iter(|| all(black_box(&frames), hand)));
+    group.bench_function("smoltcp", |b| b.iter(|| all(black_box(&frames), smoltcp)));
+    group.bench_function("etherparse", |b| {
+        b.iter(|| all(black_box(&frames), etherparse))
+    });
     group.finish();
 }
 

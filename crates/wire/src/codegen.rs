@@ -317,7 +317,13 @@ impl UnitGen<'_> {
             written(&sc.base, rel)
         );
         if guarded {
-            self.line(&format!("if !VIEW || cx.keep[{idx}] {{ {set} }}"));
+            let kept = match sc.base {
+                Base::Static(b) if b + (rel as usize) < 64 => {
+                    format!("cx.keep_bits >> {idx} & 1 != 0")
+                }
+                _ => format!("cx.keep[{idx}]"),
+            };
+            self.line(&format!("if !VIEW || {kept} {{ {set} }}"));
         } else {
             self.line(&set);
         }
@@ -424,10 +430,7 @@ impl UnitGen<'_> {
                     let v = format!("Slot::Bytes {{ start: (pos + {off}) as u32, len: {w} }}");
                     self.store(sc, step.slot, &v, false);
                 }
-                (StepKind::Var(e), _) => {
-                    let v = self.var(e, sc)?;
-                    self.store(sc, step.slot, &v, true);
-                }
+                (StepKind::Var(e), _) => self.var_step(b, step.op as usize, e, step.slot, sc)?,
                 _ => {}
             }
             if let Some(c) = &step.check {
@@ -494,10 +497,7 @@ impl UnitGen<'_> {
                 return Ok(());
             }
             (StepKind::Scalar, OpKind::Scalar(s)) => self.scalar(s, op, sc, step.slot)?,
-            (StepKind::Var(e), _) => {
-                let v = self.var(e, sc)?;
-                self.store(sc, step.slot, &v, true);
-            }
+            (StepKind::Var(e), _) => self.var_step(b, step.op as usize, e, step.slot, sc)?,
             (StepKind::Nothing, _) => {}
             (StepKind::Switch(sw), _) => self.switch(sw, sc)?,
             (StepKind::Unit(inner), _) => {
@@ -651,6 +651,28 @@ impl UnitGen<'_> {
                 self.line(&format!("pos += {n};"));
             }
         }
+        Ok(())
+    }
+
+    /// A variable, stored as the interpreter does: always, but for bit
+    /// fields a view may leave out (`Grammar::droppable_var`), which a
+    /// view that keeps them keeps their source for.
+    fn var_step(
+        &mut self,
+        b: BlockId,
+        op: usize,
+        e: &ValExpr,
+        slot: Option<u16>,
+        sc: &mut Scope,
+    ) -> Gen {
+        let droppable = self.g.droppable_var(b, op);
+        let views = self.views;
+        let v = self.var(e, sc)?;
+        if droppable {
+            // Its source is read from a local whatever the view keeps.
+            self.views = views;
+        }
+        self.store(sc, slot, &v, !droppable);
         Ok(())
     }
 

@@ -149,8 +149,18 @@ impl Grammar {
                 keep[f.slot as usize..f.slot as usize + n].fill(true);
             }
         }
-        let mut seen = Vec::new();
-        self.mark_used(info.block, &mut keep, &mut seen);
+        let (mut seen, mut deferred) = (Vec::new(), Vec::new());
+        self.mark_used(info.block, &mut keep, &mut seen, &mut deferred);
+        // A bit field kept (asked for, or read by what is kept) needs its
+        // source; one nothing keeps is not computed at all.
+        for (block, op) in deferred {
+            let o = &self.blocks[block as usize][op];
+            if let (Some(s), OpKind::Var(e)) = (o.slot, &o.kind) {
+                if keep.get(s as usize).copied().unwrap_or(false) {
+                    mark_expr(e, &mut keep);
+                }
+            }
+        }
         Ok(keep.into())
     }
 
@@ -371,19 +381,45 @@ impl Grammar {
             })
     }
 
+    /// A variable a view may leave out when nothing it keeps reads it: a
+    /// bit field of an unsigned integer field read before it in the same
+    /// block, with no check of its own, so that computing it cannot fail
+    /// and leaving it out changes nothing but its slot.
+    pub(crate) fn droppable_var(&self, block: program::BlockId, op: usize) -> bool {
+        let ops = &self.blocks[block as usize];
+        let Some(Op {
+            kind: OpKind::Var(e),
+            requires: None,
+            ..
+        }) = ops.get(op)
+        else {
+            return false;
+        };
+        let plan::ValExpr::Bits { slot, .. } = plan::val_expr(e) else {
+            return false;
+        };
+        ops[..op].iter().any(|p| {
+            p.slot == Some(slot)
+                && matches!(p.kind, OpKind::Scalar(Scalar::Int { signed: false, .. }))
+        })
+    }
+
     /// Marks slots read by expressions of a block and of its switch cases
-    /// (which share the unit's slots), but not of nested units.
+    /// (which share the unit's slots), but not of nested units. Variables
+    /// a view may leave out go to `deferred` instead, in order: what they
+    /// read is marked only if they are kept.
     fn mark_used(
         &self,
         block: program::BlockId,
         keep: &mut [bool],
         seen: &mut Vec<program::BlockId>,
+        deferred: &mut Vec<(program::BlockId, usize)>,
     ) {
         if seen.contains(&block) {
             return;
         }
         seen.push(block);
-        for op in &self.blocks[block as usize] {
+        for (i, op) in self.blocks[block as usize].iter().enumerate() {
             let mut exprs: Vec<&CExpr> = Vec::new();
             if let Some(r) = &op.requires {
                 exprs.push(r);
@@ -395,6 +431,7 @@ impl Grammar {
                 OpKind::Scalar(Scalar::Bytes {
                     len: Len::Expr(e), ..
                 }) => exprs.push(e),
+                OpKind::Var(_) if self.droppable_var(block, i) => deferred.push((block, i)),
                 OpKind::Var(e) => {
                     exprs.push(e);
                     if let Some(s) = op.slot {
@@ -410,10 +447,10 @@ impl Grammar {
                     exprs.push(on);
                     for (c, b) in cases {
                         exprs.push(c);
-                        self.mark_used(*b, keep, seen);
+                        self.mark_used(*b, keep, seen, deferred);
                     }
                     if let Some(b) = default {
-                        self.mark_used(*b, keep, seen);
+                        self.mark_used(*b, keep, seen, deferred);
                     }
                 }
                 OpKind::List {

@@ -242,7 +242,7 @@ impl<'a> Message<'a> {
     /// The integer in slot `slot` of the message (a field's
     /// [`FieldInfo::slot`](crate::FieldInfo)): a program's read of a
     /// field it resolved when it loaded.
-    #[inline]
+    #[inline(always)]
     pub fn int_at(&self, slot: u16) -> Option<i128> {
         match self.slots.get(self.base + slot as usize)? {
             Slot::Int(v) => Some(*v as i128),
@@ -253,7 +253,7 @@ impl<'a> Message<'a> {
     }
 
     /// The bytes in slot `slot` of the message, as [`Message::int_at`].
-    #[inline]
+    #[inline(always)]
     pub fn bytes_at(&self, slot: u16) -> Option<&'a [u8]> {
         match self.slots.get(self.base + slot as usize)? {
             Slot::Bytes { start, len } => {

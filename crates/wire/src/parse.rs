@@ -143,6 +143,7 @@ impl Parser {
     pub fn with_view(grammar: Arc<Grammar>, unit: UnitId, keep: Arc<[bool]>) -> Parser {
         let mut p = Parser::new(grammar, unit);
         if let Some(f) = &mut p.fast {
+            f.cx.keep_bits = crate::rt::keep_bits(&keep);
             f.cx.keep = keep.clone();
         }
         p.st.keep = Some(keep);
@@ -244,6 +245,7 @@ impl Parser {
     }
 
     /// The parsed message; valid after [`Progress::Done`], over the same bytes.
+    #[inline]
     pub fn message<'a>(&'a self, buf: &'a [u8]) -> Message<'a> {
         Message::new(&self.grammar, self.unit, &self.st.slots, 0, buf)
     }
@@ -561,6 +563,9 @@ impl State {
                         return Ok(Some(Progress::NeedMore));
                     }
                 }
+                // A view keeps every variable but bit fields nothing it
+                // keeps reads (`Grammar::view`); those are not computed.
+                StepKind::Var(_) if !self.keeps_var(at) => {}
                 StepKind::Var(e) => {
                     let slot = self.var(e, op, base, buf)?;
                     if let Some(at) = at {
@@ -698,6 +703,7 @@ impl State {
                     }
                     self.store_bytes(at, got.len());
                 }
+                RunKind::Var(_) if !self.keeps_var(at) => {}
                 RunKind::Var(e) => {
                     self.pos = start + f.at as usize;
                     let slot = match self.bits(e, base) {
@@ -1044,6 +1050,13 @@ impl State {
     fn set_slot(&mut self, at: usize, v: Slot) {
         self.high = self.high.max(at + 1);
         self.slots[at] = v;
+    }
+
+    /// Whether a variable stored at `at` is computed: always without a
+    /// view, and for every variable but the bit fields a view leaves out.
+    #[inline]
+    fn keeps_var(&self, at: Option<usize>) -> bool {
+        self.keep.is_none() || at.is_none_or(|a| self.keep(a))
     }
 
     #[inline]

@@ -483,7 +483,7 @@ fn run_kind(op: &Op) -> Option<(RunKind, u32)> {
     })
 }
 
-fn val_expr(e: &CExpr) -> ValExpr {
+pub(crate) fn val_expr(e: &CExpr) -> ValExpr {
     let e = fold(e);
     match &e {
         CExpr::Slot(s) => ValExpr::Slot(*s),

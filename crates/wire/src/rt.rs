@@ -27,6 +27,8 @@ pub struct Cx {
     pub exprs: Arc<[CExpr]>,
     /// Slots a view keeps (empty without a view).
     pub keep: Arc<[bool]>,
+    /// The first 64 of `keep`, one bit each, for a test without a load.
+    pub keep_bits: u64,
     /// `reply_context()`.
     pub context: i128,
     /// Set by the parser: one past the highest slot it set.
@@ -41,12 +43,21 @@ impl Cx {
     pub fn new(exprs: Arc<[CExpr]>, keep: Arc<[bool]>) -> Cx {
         Cx {
             exprs,
+            keep_bits: keep_bits(&keep),
             keep,
             context: 0,
             high: 0,
             written: u64::MAX,
         }
     }
+}
+
+/// The first 64 slots of a view, as bits.
+pub fn keep_bits(keep: &[bool]) -> u64 {
+    keep.iter()
+        .take(64)
+        .enumerate()
+        .fold(0, |bits, (i, k)| bits | (*k as u64) << i)
 }
 
 /// The integer a slot holds, as the evaluator reads it.
