@@ -12,6 +12,11 @@ const SYN_TCP: &[u8] = &[
     0x00, 0x00, 0x00, 0x00, 0x01, 0x03, 0x03, 0x07,
 ];
 
+fn packet() -> Arc<Grammar> {
+    flick_grammars::install();
+    Grammar::stock("packet").unwrap()
+}
+
 fn viewed(g: &Arc<Grammar>, fields: &[&str], generated: bool) -> Parser {
     let unit = g.unit_id("tcp").unwrap();
     let p = Parser::with_view(g.clone(), unit, g.view(unit, fields).unwrap());
@@ -29,8 +34,7 @@ fn parsed(p: &mut Parser) {
 
 #[test]
 fn a_view_of_the_ports_computes_no_flags() {
-    flick_grammars::install();
-    let g = Grammar::stock("packet").unwrap();
+    let g = packet();
     for generated in [true, false] {
         let mut p = viewed(&g, &["src_port", "dst_port"], generated);
         parsed(&mut p);
@@ -51,8 +55,7 @@ fn a_view_of_the_ports_computes_no_flags() {
 
 #[test]
 fn a_view_of_a_flag_computes_it_from_its_field() {
-    flick_grammars::install();
-    let g = Grammar::stock("packet").unwrap();
+    let g = packet();
     for generated in [true, false] {
         let mut p = viewed(&g, &["flag_syn", "flag_ack"], generated);
         for _ in 0..3 {

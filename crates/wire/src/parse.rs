@@ -143,8 +143,7 @@ impl Parser {
     pub fn with_view(grammar: Arc<Grammar>, unit: UnitId, keep: Arc<[bool]>) -> Parser {
         let mut p = Parser::new(grammar, unit);
         if let Some(f) = &mut p.fast {
-            f.cx.keep_bits = crate::rt::keep_bits(&keep);
-            f.cx.keep = keep.clone();
+            f.cx.set_view(keep.clone());
         }
         p.st.keep = Some(keep);
         // Generated code that cannot honour a view is not used under one.
@@ -1056,7 +1055,7 @@ impl State {
     /// view, and for every variable but the bit fields a view leaves out.
     #[inline]
     fn keeps_var(&self, at: Option<usize>) -> bool {
-        self.keep.is_none() || at.is_none_or(|a| self.keep(a))
+        at.is_none_or(|a| self.keep(a))
     }
 
     #[inline]

@@ -50,10 +50,16 @@ impl Cx {
             written: u64::MAX,
         }
     }
+
+    /// Makes the code store only the slots `keep` holds.
+    pub fn set_view(&mut self, keep: Arc<[bool]>) {
+        self.keep_bits = keep_bits(&keep);
+        self.keep = keep;
+    }
 }
 
 /// The first 64 slots of a view, as bits.
-pub fn keep_bits(keep: &[bool]) -> u64 {
+fn keep_bits(keep: &[bool]) -> u64 {
     keep.iter()
         .take(64)
         .enumerate()
