@@ -19,6 +19,12 @@
 //! never meets stale code. A unit the generator cannot write out at all is
 //! listed in [`Generated::skipped`] and interpreted.
 //!
+//! Generated code leaves no value of an earlier message behind: on every
+//! path it sets or unsets each slot it may set (the arms of a switch not
+//! taken are unset, and a list unsets the elements the last message had
+//! beyond its own count), so a parser clears nothing between messages it
+//! parses.
+//!
 //! [`FALLBACK`]: crate::rt::FALLBACK
 
 use crate::int_expr::{lower, ConstOp, IntExpr, Node, Operand};
@@ -65,8 +71,8 @@ pub fn generate(g: &Grammar) -> Generated {
             next: 0,
             depth: 0,
             fused: Vec::new(),
-            complete: info.slots <= CLEAR_AT_ENTRY && !has_lists(g, info.block, 0),
             writes: Vec::new(),
+            list_elems: HashMap::new(),
         };
         let mut scope = Scope {
             base: Base::Static(0),
@@ -76,14 +82,13 @@ pub fn generate(g: &Grammar) -> Generated {
         match u.block(info.block, &mut scope) {
             Ok(()) => {
                 let name = format!("unit_{id}");
-                let complete = u.complete;
                 let _ = write!(
                     fns,
                     "/// `{unit}`.\n#[allow(unused_mut, unused_variables, unreachable_code, unused_assignments, unused_parens, clippy::all)]\n\
                      fn {name}<const VIEW: bool>(buf: &[u8], s: &mut [Slot], cx: &mut Cx) -> usize {{\n\
                      if s.len() < {slots} {{ cx.high = 0; return FALLBACK; }}\n\
-                     let mut pos = 0usize;\nlet mut high = 0usize;\nlet mut w = 0u64;\n{body}\
-                     cx.high = high;\ncx.written = w;\npos\n}}\n\n",
+                     let mut pos = 0usize;\nlet mut high = 0usize;\n{body}\
+                     cx.high = high;\npos\n}}\n\n",
                     unit = info.name,
                     slots = info.slots,
                     body = u.out,
@@ -95,7 +100,7 @@ pub fn generate(g: &Grammar) -> Generated {
                 };
                 let _ = writeln!(
                     table,
-                    "    CompiledUnit {{ unit: {:?}, full: {name}::<false>, view: {view}, complete: {complete} }},",
+                    "    CompiledUnit {{ unit: {:?}, full: {name}::<false>, view: {view} }},",
                     info.name
                 );
                 units.push(Some(GeneratedUnit {
@@ -131,25 +136,6 @@ pub fn generate(g: &Grammar) -> Generated {
         units,
         skipped,
     }
-}
-
-/// Units without lists and with at most this many slots get complete
-/// code (see `UnitGen::complete`).
-const CLEAR_AT_ENTRY: u16 = 64;
-
-/// Whether a block, its switch arms or its units hold a list.
-fn has_lists(g: &Grammar, block: BlockId, depth: usize) -> bool {
-    depth > 32
-        || g.blocks[block as usize].iter().any(|op| match &op.kind {
-            OpKind::List { .. } => true,
-            OpKind::Switch { cases, default, .. } => cases
-                .iter()
-                .map(|(_, b)| *b)
-                .chain(*default)
-                .any(|b| has_lists(g, b, depth + 1)),
-            OpKind::Unit { block } => has_lists(g, *block, depth + 1),
-            _ => false,
-        })
 }
 
 /// FNV-1a, 64 bits: stable across builds, unlike the standard hasher.
@@ -232,12 +218,11 @@ struct UnitGen<'g> {
     /// generated: the list's count slot, the field and key, and the locals
     /// holding how many elements matched and the last one's base.
     fused: Vec<Fused>,
-    /// The unit has no lists and few slots: its code sets every slot it
-    /// may set on every path (unsetting those of switch arms not taken),
-    /// so the slots need no clearing between messages.
-    complete: bool,
     /// Per switch arm being generated, the slots it sets.
     writes: Vec<HashSet<String>>,
+    /// The count slots of lists generated so far, with their elements'
+    /// size in slots.
+    list_elems: HashMap<String, usize>,
 }
 
 struct Fused {
@@ -285,11 +270,9 @@ impl UnitGen<'_> {
         }
         match sc.vals.get(&rel) {
             Some(v) => v.clone(),
-            // In a complete unit a slot not set on this path may still hold
-            // the last message's value; the interpreter would see it unset.
-            None if self.complete && !sc.assigned.contains(&sc.base.at(rel)) => {
-                "Slot::Unset".to_string()
-            }
+            // A slot not set on this path may still hold the last
+            // message's value; the interpreter would see it unset.
+            None if !sc.assigned.contains(&sc.base.at(rel)) => "Slot::Unset".to_string(),
             None => format!("s[{}]", sc.base.at(rel)),
         }
     }
@@ -312,10 +295,7 @@ impl UnitGen<'_> {
             Base::Dyn(_) => false,
         };
         self.line(&format!("let {v}: Slot = {val};"));
-        let set = format!(
-            "s[{idx}] = {v}; if high < {idx} + 1 {{ high = {idx} + 1; }}{}",
-            written(&sc.base, rel)
-        );
+        let set = format!("s[{idx}] = {v}; if high < {idx} + 1 {{ high = {idx} + 1; }}");
         if guarded {
             let kept = match sc.base {
                 Base::Static(b) if b + (rel as usize) < 64 => {
@@ -770,8 +750,8 @@ impl UnitGen<'_> {
             },
         };
         self.line(&format!("let {which}: usize = {pick};"));
-        // Each arm is generated apart, to learn which slots it sets; in a
-        // complete unit each arm then unsets the slots only other arms set.
+        // Each arm is generated apart, to learn which slots it sets; each
+        // arm then unsets the slots only other arms set.
         let mut arms: Vec<(String, String, HashSet<String>)> = Vec::new();
         let mut done: Vec<BlockId> = Vec::new();
         let blocks = cases
@@ -812,11 +792,14 @@ impl UnitGen<'_> {
         for (label, body, set) in &arms {
             self.line(&format!("{label} => {{"));
             self.out.push_str(body);
-            if self.complete {
+            {
                 let mut rest: Vec<&String> = union.difference(set).collect();
                 rest.sort();
                 for idx in rest {
-                    self.line(&format!("s[{idx}] = Slot::Unset;"));
+                    match self.list_elems.get(idx) {
+                        Some(e) => self.line(&format!("unset_list(s, {idx}, {e});")),
+                        None => self.line(&format!("s[{idx}] = Slot::Unset;")),
+                    }
                 }
             }
             self.line("}");
@@ -850,11 +833,24 @@ impl UnitGen<'_> {
         };
         let lb = self.fresh("lb");
         let (start, li) = (self.fresh("ls"), self.fresh("li"));
+        let count = sc.base.at(op.slot.unwrap_or(0));
+        let elem_slots = match elem {
+            Elem::Unit { slots, .. } => *slots as usize,
+            Elem::Scalar(_) => 1,
+        };
+        // The elements the last message left past this one's count are
+        // unset once the list ends, so that no slot outlives its message.
+        let old = self.fresh("lo");
         self.line(&format!(
-            "let {lb} = {}; s[{lb}] = Slot::Count(0); if high < {lb} + 1 {{ high = {lb} + 1; }}{} let {start} = pos; let mut {li}: u32 = 0;",
-            sc.base.at(op.slot.unwrap_or(0)),
-            written(&sc.base, op.slot.unwrap_or(0))
+            "let {lb} = {count}; let {old} = list_len(s[{lb}]); s[{lb}] = Slot::Count(0); if high < {lb} + 1 {{ high = {lb} + 1; }} let {start} = pos; let mut {li}: u32 = 0;"
         ));
+        // An arm sets the count, and unsets the list through it; what the
+        // elements set is the list's own.
+        if let Some(top) = self.writes.last_mut() {
+            top.insert(count.clone());
+        }
+        self.list_elems.insert(count, elem_slots);
+        self.writes.push(HashSet::new());
         let target = self.fresh("t");
         if let Stop::Count(e) = stop {
             let n = self.int(&lower(e), sc, &unset())?;
@@ -970,6 +966,8 @@ impl UnitGen<'_> {
             }
         }
         self.line("}");
+        self.line(&format!("unset_elems(s, {lb}, {li}, {old}, {elem_slots});"));
+        self.writes.pop();
         self.fused.extend(folded);
         Ok(())
     }
@@ -1371,20 +1369,6 @@ fn lookups_of(
 fn is_token_check(step: &crate::plan::Step) -> bool {
     let Some(c) = &step.check else { return false };
     matches!(&c.expr, IntExpr::Node(n) if matches!(**n, Node::BytesTest(Builtin::IsToken, Operand::Dollar, _)))
-}
-
-/// Notes a store to slot `rel` in the mask of slots written (`w`): a slot
-/// of the first 64 by its bit, any later one by filling the mask (the
-/// parser then clears as after an interpreted message). List elements
-/// need no bit: they are cleared by their list's count.
-fn written(base: &Base, rel: u16) -> String {
-    match base {
-        Base::Static(b) if b + (rel as usize) < 64 => {
-            format!(" w |= 1u64 << {};", b + rel as usize)
-        }
-        Base::Static(_) => " w = u64::MAX;".to_string(),
-        Base::Dyn(_) => String::new(),
-    }
 }
 
 fn unset() -> (String, Option<String>) {

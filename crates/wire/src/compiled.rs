@@ -28,9 +28,6 @@ pub fn register(g: &'static CompiledGrammar) {
 pub(crate) struct FastParse {
     pub full: ParseFn,
     pub view: Option<ParseFn>,
-    /// The generated code sets every slot it may set (see
-    /// [`CompiledUnit::complete`](crate::rt::CompiledUnit)).
-    pub complete: bool,
     pub cx: Cx,
 }
 
@@ -71,7 +68,6 @@ pub(crate) fn lookup(g: &Grammar, unit: UnitId) -> Option<FastParse> {
     Some(FastParse {
         full: cu.full,
         view: views.then_some(cu.view),
-        complete: cu.complete,
         cx: Cx::new(exprs.clone(), fp.no_view.clone()),
     })
 }

@@ -105,9 +105,9 @@ pub(crate) struct State {
     /// Slots below this may still hold the last message's values, for
     /// generated code to unset (see [`Parser::reset`]).
     stale: usize,
-    /// The slots generated code set for the current message (see
-    /// [`Cx::written`]); all bits when the interpreter parsed it.
-    written: u64,
+    /// Generated code finished the current message: it leaves no slot of
+    /// an earlier message set, so nothing needs clearing after it.
+    by_code: bool,
 }
 
 impl Parser {
@@ -132,7 +132,7 @@ impl Parser {
                 high: 0,
                 fresh: true,
                 stale: 0,
-                written: u64::MAX,
+                by_code: false,
             },
         };
         p.reset();
@@ -194,32 +194,26 @@ impl Parser {
     #[inline]
     pub fn reset(&mut self) {
         let st = &mut self.st;
-        // Generated code of a complete unit sets (or unsets) every slot it
-        // may set, so the next message's overwrites this one's.
-        if st.written != u64::MAX && self.fast.as_ref().is_some_and(|f| f.complete) {
+        // Generated code sets (or unsets) every slot it may set, so the
+        // next message's overwrites this one's.
+        if st.by_code {
             st.stale = st.stale.max(st.high);
         } else {
             self.clear();
         }
         let st = &mut self.st;
-        st.written = u64::MAX;
+        st.by_code = false;
         st.fresh = true;
         st.pos = 0;
         st.eof = false;
         st.high = 0;
     }
 
-    /// Unsets the slots the current message set: after generated code,
-    /// those it says it set and the elements of the lists it set; after
-    /// the interpreter, every slot below the highest.
+    /// Unsets the slots the interpreter set for the current message.
     #[inline(never)]
     fn clear(&mut self) {
         let st = &mut self.st;
-        let plan = &self.grammar.plan;
-        match &plan.all_lists[self.unit] {
-            Some(all) if st.written != u64::MAX => clear_written(&mut st.slots, all, st.written),
-            _ => clear_below(&mut st.slots, &plan.lists[self.unit], st.high),
-        }
+        clear_below(&mut st.slots, &self.grammar.plan.lists[self.unit], st.high);
     }
 
     /// The slots this message may have set: all of them lie below this.
@@ -267,7 +261,7 @@ impl Parser {
             if len != FALLBACK {
                 self.compiled += 1;
                 st.high = f.cx.high;
-                st.written = f.cx.written;
+                st.by_code = true;
                 st.pos = len;
                 st.fresh = false;
                 st.stack.clear();
@@ -299,34 +293,6 @@ impl Parser {
                 return Ok(p);
             }
         }
-    }
-}
-
-/// Unsets what generated code set: the slots of the first 64 whose bits
-/// are in `written`, and the elements of each list whose count it set.
-fn clear_written(slots: &mut [Slot], lists: &[ListRegion], written: u64) {
-    for l in lists {
-        let count = l.count as usize;
-        if count >= 64 || written & 1 << count == 0 {
-            continue;
-        }
-        if let Slot::Count(n) = slots[count] {
-            let end = l.end as usize;
-            let used = (n as usize * l.elem_slots as usize).min(end - count - 1);
-            slots[count + 1..count + 1 + used].fill(Slot::Unset);
-        }
-    }
-    // Units cleared this way have more than 64 slots; a fixed-size head
-    // needs no bounds check per bit.
-    let head: Option<&mut [Slot; 64]> = slots.get_mut(..64).and_then(|h| h.try_into().ok());
-    let Some(head) = head else {
-        slots.fill(Slot::Unset);
-        return;
-    };
-    let mut w = written;
-    while w != 0 {
-        head[w.trailing_zeros() as usize] = Slot::Unset;
-        w &= w - 1;
     }
 }
 
@@ -441,7 +407,7 @@ impl State {
     /// whose block is `block`.
     fn begin(&mut self, block: BlockId) {
         self.fresh = false;
-        self.written = u64::MAX;
+        self.by_code = false;
         // Only when generated code did not run first (it unsets them).
         let stale = std::mem::take(&mut self.stale);
         self.slots[..stale].fill(Slot::Unset);

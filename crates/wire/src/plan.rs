@@ -23,9 +23,6 @@ pub(crate) struct Plan {
     pub blocks: Vec<Vec<Step>>,
     /// Per unit, the lists of its layout, by position.
     pub lists: Vec<Box<[ListRegion]>>,
-    /// Per unit, every list of its layout (small ones too), for clearing
-    /// after generated code; `None` if they overlap.
-    pub all_lists: Vec<Option<Box<[ListRegion]>>>,
 }
 
 /// The slots a list reserves in a unit's layout: its count slot, then room
@@ -255,23 +252,7 @@ fn bytes_tag(b: &[u8]) -> u32 {
 
 impl Plan {
     pub fn new(blocks: &[Vec<Op>], units: &[UnitInfo]) -> Plan {
-        let all_lists = units
-            .iter()
-            .map(|u| {
-                let mut r = Vec::new();
-                list_regions(blocks, u.block, 0, 0, &mut r);
-                r.sort_unstable();
-                r.dedup();
-                let disjoint = r.windows(2).all(|w| w[0].end <= w[1].count);
-                let fits = r.iter().all(|x| x.end <= u.slots as u32);
-                // A list counted beyond the first 64 slots is never cleared
-                // by mask: setting its count fills the mask.
-                r.retain(|l| l.count < 64);
-                (disjoint && fits).then(|| r.into())
-            })
-            .collect();
         Plan {
-            all_lists,
             blocks: blocks.iter().map(|ops| block(ops)).collect(),
             lists: units
                 .iter()

@@ -33,10 +33,6 @@ pub struct Cx {
     pub context: i128,
     /// Set by the parser: one past the highest slot it set.
     pub high: usize,
-    /// Set by the parser when it finishes a message: bit `i` for each slot
-    /// `i < 64` it set outside list elements (which their lists' counts
-    /// cover); all bits when it set a later one.
-    pub written: u64,
 }
 
 impl Cx {
@@ -47,7 +43,6 @@ impl Cx {
             keep,
             context: 0,
             high: 0,
-            written: u64::MAX,
         }
     }
 
@@ -85,6 +80,34 @@ pub fn slot_of(v: i128) -> Slot {
     } else {
         Slot::Int(v as u64)
     }
+}
+
+/// The element count a list's count slot holds; 0 if unset.
+#[inline(always)]
+pub fn list_len(s: Slot) -> u32 {
+    match s {
+        Slot::Count(n) => n,
+        _ => 0,
+    }
+}
+
+/// Unsets the elements `now..before` of the list counted at `at`, left by
+/// an earlier message with more.
+#[inline(always)]
+pub fn unset_elems(s: &mut [Slot], at: usize, now: u32, before: u32, elem_slots: usize) {
+    if before > now {
+        let from = (at + 1 + now as usize * elem_slots).min(s.len());
+        let to = (at + 1 + before as usize * elem_slots).min(s.len());
+        s[from..to].fill(Slot::Unset);
+    }
+}
+
+/// Unsets the list counted at `at`: its count and its elements.
+#[inline]
+pub fn unset_list(s: &mut [Slot], at: usize, elem_slots: usize) {
+    let n = list_len(s[at]);
+    unset_elems(s, at, 0, n, elem_slots);
+    s[at] = Slot::Unset;
 }
 
 /// What a slot holds: `Some(Ok(bytes))`, `Some(Err(int))`, `None` if unset.
@@ -269,8 +292,8 @@ pub fn bytes_test(f: Builtin, v: &[u8]) -> Option<bool> {
 pub use crate::int_expr::{div, mul, rem};
 
 /// A generated parser of one unit: `buf` from the message's first byte,
-/// the parser's slots (all unset, or as the parser left them for a
-/// [`CompiledUnit::complete`] one), what it needs of its parser. It returns the
+/// the parser's slots (as the last message generated code parsed left
+/// them, or all unset), what it needs of its parser. It returns the
 /// message's length or [`FALLBACK`].
 pub type ParseFn = fn(&[u8], &mut [Slot], &mut Cx) -> usize;
 
@@ -279,10 +302,6 @@ pub struct CompiledUnit {
     pub unit: &'static str,
     pub full: ParseFn,
     pub view: ParseFn,
-    /// Whether the parsers set every slot they may set on every path
-    /// (unsetting the rest), so that no slot needs clearing between
-    /// messages they parse.
-    pub complete: bool,
 }
 
 /// A grammar's generated parsers, as `codegen` writes them.
