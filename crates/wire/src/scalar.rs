@@ -289,7 +289,9 @@ pub(crate) fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// The first byte of `hay` that is in `set`. Sets are a few bytes
-/// (`" \r\n"`), which `memchr` searches for together.
+/// (`" \r\n"`), which `memchr` searches for together. Inlined, so that
+/// generated code's constant sets fold into the search.
+#[inline]
 pub(crate) fn position_any(hay: &[u8], set: &[u8]) -> Option<usize> {
     // Tokens (commands, numbers) are mostly a few bytes: up to 32 bytes are
     // searched eight at a time in a register, the rest with `memchr`.
