@@ -792,14 +792,12 @@ impl UnitGen<'_> {
         for (label, body, set) in &arms {
             self.line(&format!("{label} => {{"));
             self.out.push_str(body);
-            {
-                let mut rest: Vec<&String> = union.difference(set).collect();
-                rest.sort();
-                for idx in rest {
-                    match self.list_elems.get(idx) {
-                        Some(e) => self.line(&format!("unset_list(s, {idx}, {e});")),
-                        None => self.line(&format!("s[{idx}] = Slot::Unset;")),
-                    }
+            let mut rest: Vec<&String> = union.difference(set).collect();
+            rest.sort();
+            for idx in rest {
+                match self.list_elems.get(idx) {
+                    Some(e) => self.line(&format!("unset_list(s, {idx}, {e});")),
+                    None => self.line(&format!("s[{idx}] = Slot::Unset;")),
                 }
             }
             self.line("}");

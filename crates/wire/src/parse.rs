@@ -102,8 +102,9 @@ pub(crate) struct State {
     /// Nothing of the current message is parsed yet, and the frame stack
     /// is not set up for it.
     fresh: bool,
-    /// Slots below this may still hold the last message's values, for
-    /// generated code to unset (see [`Parser::reset`]).
+    /// Slots below this may still hold the last message's values: what
+    /// generated code left, for the interpreter to unset before it starts
+    /// on a message the code handed over (see [`Parser::reset`]).
     stale: usize,
     /// Generated code finished the current message: it leaves no slot of
     /// an earlier message set, so nothing needs clearing after it.
