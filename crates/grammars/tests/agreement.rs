@@ -3,9 +3,10 @@
 //! without views, a parser that runs generated code first gives the same
 //! progress, values and errors as one that only interprets. And the
 //! generated code does the work: most messages of the corpora that parse
-//! at all are finished by it, not handed back.
+//! at all are finished by it, not handed back. Parsing a run of messages
+//! in batches gives the same messages as parsing them one by one.
 
-use flick_wire::{Grammar, Parser, Progress, Slot};
+use flick_wire::{Batch, Grammar, Parser, Progress, Slot};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -70,6 +71,70 @@ fn drive(p: &mut Parser, data: &[u8], cut: usize) -> Vec<String> {
                 log.push(format!("error {e:?}"));
                 break;
             }
+        }
+    }
+    log
+}
+
+/// The slots set, with their indices.
+fn set(slots: &[Slot]) -> Vec<(usize, &Slot)> {
+    slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| **s != Slot::Unset)
+        .collect()
+}
+
+/// The messages `drive` logs before anything else (and up to one of no
+/// bytes, after which it stops), less the highest slot set, which a
+/// batch does not report.
+fn leading_messages(log: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in log {
+        let mut words = line.splitn(4, ' ');
+        let (Some("done"), Some(n), Some(_high), Some(set)) =
+            (words.next(), words.next(), words.next(), words.next())
+        else {
+            break;
+        };
+        out.push(format!("done {n} {set}"));
+        if n == "0" {
+            break;
+        }
+    }
+    out
+}
+
+/// The messages at the start of `data`, parsed whole, a batch at a time,
+/// one by one where a batch stops; logged as `leading_messages` gives
+/// them.
+fn drive_batched(p: &mut Parser, batch: &mut Batch, data: &[u8]) -> Vec<String> {
+    let mut log = Vec::new();
+    let mut at = 0;
+    p.reset();
+    while at < data.len() && log.len() <= data.len() {
+        let n = p.parse_batch(&data[at..], batch);
+        for i in 0..batch.len() {
+            let len = batch.span(i).len();
+            log.push(format!("done {len} {:?}", set(batch.slots(i))));
+            if len == 0 {
+                return log;
+            }
+        }
+        at += n;
+        if n > 0 {
+            continue;
+        }
+        match p.parse(&data[at..]) {
+            Ok(Progress::Done(n)) => {
+                log.push(format!("done {n} {:?}", set(p.slots())));
+                p.reset();
+                at += n;
+                if n == 0 {
+                    break;
+                }
+            }
+            _ => break,
         }
     }
     log
@@ -144,8 +209,11 @@ fn agree(name: &str) -> Tally {
     // One parser per unit for every input in turn, as a connection's
     // parser sees message after message: what one message set must not
     // show through in the next.
+    // Batches of three rows, so that rows are reused within an input.
     let mut fast: Vec<Parser> = (0..units).map(|u| g.parser(u)).collect();
     let mut slow: Vec<Parser> = (0..units).map(|u| g.parser(u).interpreted()).collect();
+    let mut batched: Vec<Parser> = (0..units).map(|u| g.parser(u)).collect();
+    let mut batches: Vec<Batch> = batched.iter().map(|p| p.batch(3)).collect();
     for input in &inputs {
         let Some(&u) = input.first() else { continue };
         let unit = u as usize % units;
@@ -158,6 +226,11 @@ fn agree(name: &str) -> Tally {
                 got, want,
                 "{name}, unit {unit}, shared parsers, input {data:?}"
             );
+            assert_eq!(
+                drive_batched(&mut batched[unit], &mut batches[unit], &data),
+                leading_messages(&want),
+                "{name}, unit {unit}, batches, input {data:?}"
+            );
         }
     }
     tally
@@ -169,10 +242,19 @@ fn views(g: &Arc<Grammar>, unit: usize, data: &[u8]) {
         let keep = g.view(unit, &[f.name.as_str()]).expect("a field");
         let mut fast = Parser::with_view(g.clone(), unit, keep.clone());
         let mut slow = Parser::with_view(g.clone(), unit, keep).interpreted();
+        let want = drive(&mut slow, data, data.len());
         assert_eq!(
             drive(&mut fast, data, data.len()),
-            drive(&mut slow, data, data.len()),
+            want,
             "{}, unit {unit}, view of {}",
+            g.name,
+            f.name
+        );
+        let mut batch = fast.batch(2);
+        assert_eq!(
+            drive_batched(&mut fast, &mut batch, data),
+            leading_messages(&want),
+            "{}, unit {unit}, batches under a view of {}",
             g.name,
             f.name
         );

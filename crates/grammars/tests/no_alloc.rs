@@ -84,3 +84,48 @@ fn generated_parsers_allocate_nothing_per_message() {
         );
     }
 }
+
+/// Nor do batches, once made: every stock grammar's corpus parsed a batch
+/// at a time, reading each message's fields.
+#[test]
+fn batches_allocate_nothing_per_message() {
+    flick_grammars::install();
+    for name in flick_wire::stock::NAMES {
+        let g = Grammar::stock(name).expect("a stock grammar");
+        let inputs = corpus(name);
+        let units = g.units().len();
+        let mut parsers: Vec<_> = (0..units).map(|u| g.parser(u)).collect();
+        let mut batches: Vec<_> = parsers.iter().map(|p| p.batch(4)).collect();
+        let fields: Vec<Vec<String>> = (0..units)
+            .map(|u| g.unit(u).fields.iter().map(|f| f.name.clone()).collect())
+            .collect();
+        let (mut messages, mut read) = (0, 0);
+        ALLOCATIONS.store(0, Ordering::SeqCst);
+        COUNTING.with(|c| c.set(true));
+        for (unit, data) in &inputs {
+            let u = *unit as usize % units;
+            let (p, batch) = (&mut parsers[u], &mut batches[u]);
+            let mut at = 0;
+            loop {
+                let n = p.parse_batch(&data[at..], batch);
+                for m in batch.messages(&data[at..]) {
+                    messages += 1;
+                    for f in &fields[u] {
+                        read += usize::from(!matches!(m.get(f), flick_wire::Value::Absent));
+                    }
+                }
+                at += n;
+                if n == 0 || at >= data.len() {
+                    break;
+                }
+            }
+        }
+        COUNTING.with(|c| c.set(false));
+        let allocations = ALLOCATIONS.load(Ordering::SeqCst);
+        eprintln!(
+            "{name}: {messages} messages in batches, {read} fields read, {allocations} allocations"
+        );
+        assert_eq!(allocations, 0, "{name}");
+        assert!(messages > inputs.len() / 2, "{name}: batches barely ran");
+    }
+}

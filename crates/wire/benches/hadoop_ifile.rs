@@ -6,7 +6,7 @@
 //! `cargo bench -p flick-wire --bench hadoop_ifile` (results: `docs/performance.md`)
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use flick_wire::{write_vlong, Grammar, Parser, Progress};
+use flick_wire::{write_vlong, Batch, Grammar, Parser, Progress};
 
 const RECORDS: usize = 1000;
 const MAX_KEY: i64 = 65536;
@@ -117,6 +117,21 @@ fn engine_all(p: &mut Parser, (key, value): (u16, u16), buf: &[u8]) -> usize {
     sum
 }
 
+/// As `engine_all`, a batch of records at a time.
+fn batch_all(p: &mut Parser, batch: &mut Batch, (key, value): (u16, u16), buf: &[u8]) -> usize {
+    let (mut at, mut sum) = (0, 0);
+    p.reset();
+    while at < buf.len() {
+        let n = p.parse_batch(&buf[at..], batch);
+        assert!(n > 0, "bad record at {at}");
+        for m in batch.messages(&buf[at..]) {
+            sum += m.bytes_at(key).unwrap().len() + m.bytes_at(value).unwrap().len();
+        }
+        at += n;
+    }
+    sum
+}
+
 fn bench(c: &mut Criterion) {
     let g = Grammar::stock("hadoop_ifile").unwrap();
     let unit = g.unit_id("record").unwrap();
@@ -131,6 +146,8 @@ fn bench(c: &mut Criterion) {
     let buf = records();
     assert_eq!(engine_all(&mut p, f, &buf), hand_all(&buf));
     assert_eq!(engine_all(&mut gen, f, &buf), hand_all(&buf));
+    let mut batch = gen.batch(64);
+    assert_eq!(batch_all(&mut gen, &mut batch, f, &buf), hand_all(&buf));
 
     let mut group = c.benchmark_group("hadoop_ifile");
     // One element per record: criterion's rate is records per second.
@@ -140,6 +157,9 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("generated", |b| {
         b.iter(|| engine_all(&mut gen, f, black_box(&buf)))
+    });
+    group.bench_function("generated_batch", |b| {
+        b.iter(|| batch_all(&mut gen, &mut batch, f, black_box(&buf)))
     });
     group.bench_function("hand", |b| b.iter(|| hand_all(black_box(&buf))));
     group.finish();

@@ -179,6 +179,36 @@ fn engine(e: &mut Engine, f: &[u8]) -> Option<Flow> {
     ))
 }
 
+/// One parser for the whole frame (the `frame` unit): Ethernet, IPv4 and
+/// TCP headers in one message, each field at its header's base slot.
+struct FrameEngine {
+    frame: Parser,
+    payload_type: u16,
+    src: u16,
+    dst: u16,
+    protocol: u16,
+    tcp: u16,
+    src_port: u16,
+    dst_port: u16,
+}
+
+fn frame_engine(e: &mut FrameEngine, f: &[u8]) -> Option<Flow> {
+    done(&mut e.frame, f)?;
+    let m = e.frame.message(f);
+    if m.int_at(e.payload_type)? != 0x0800 || m.int_at(e.protocol)? != 6 {
+        return None;
+    }
+    // A frame that is not TCP leaves the TCP header's slots unset.
+    m.int_at(e.tcp)?;
+    Some((
+        m.int_at(e.src)? as u32,
+        m.int_at(e.dst)? as u32,
+        6,
+        m.int_at(e.src_port)? as u16,
+        m.int_at(e.dst_port)? as u16,
+    ))
+}
+
 /// Folds every frame's 5-tuple into one number so none is skipped.
 fn all(frames: &[Vec<u8>], mut parse: impl FnMut(&[u8]) -> Option<Flow>) -> u64 {
     frames.iter().fold(0, |sum, f| {
@@ -217,8 +247,22 @@ fn bench(c: &mut Criterion) {
     assert!(gen.ethernet.is_compiled() && gen.ipv4.is_compiled() && gen.tcp.is_compiled());
     let mut view = engine_of(&viewed);
     assert!(view.ethernet.is_compiled() && view.ipv4.is_compiled() && view.tcp.is_compiled());
+    let frame = id("frame");
+    let at = |header: &str, unit: &str, field: &str| slot("frame", header) + slot(unit, field);
+    let mut whole = FrameEngine {
+        frame: g.parser(frame),
+        payload_type: at("eth", "ethernet", "payload_type"),
+        src: at("ip4", "ipv4", "src"),
+        dst: at("ip4", "ipv4", "dst"),
+        protocol: at("ip4", "ipv4", "protocol"),
+        tcp: at("tcp4", "tcp", "src_port"),
+        src_port: at("tcp4", "tcp", "src_port"),
+        dst_port: at("tcp4", "tcp", "dst_port"),
+    };
+    assert!(whole.frame.is_compiled());
     let frames = frames();
     for f in &frames {
+        assert_eq!(frame_engine(&mut whole, f), hand(f));
         assert_eq!(engine(&mut e, f), hand(f));
         assert_eq!(engine(&mut gen, f), hand(f));
         assert_eq!(engine(&mut view, f), hand(f));
@@ -237,6 +281,9 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("generated_view", |b| {
         b.iter(|| all(black_box(&frames), |f| engine(&mut view, f)))
+    });
+    group.bench_function("generated_frame", |b| {
+        b.iter(|| all(black_box(&frames), |f| frame_engine(&mut whole, f)))
     });
     group.bench_function("hand", |b| b.iter(|| all(black_box(&frames), hand)));
     group.bench_function("smoltcp", |b| b.iter(|| all(black_box(&frames), smoltcp)));

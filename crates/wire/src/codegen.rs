@@ -73,6 +73,7 @@ pub fn generate(g: &Grammar) -> Generated {
             fused: Vec::new(),
             writes: Vec::new(),
             list_elems: HashMap::new(),
+            ints: HashMap::new(),
         };
         let mut scope = Scope {
             base: Base::Static(0),
@@ -82,25 +83,31 @@ pub fn generate(g: &Grammar) -> Generated {
         match u.block(info.block, &mut scope) {
             Ok(()) => {
                 let name = format!("unit_{id}");
+                // Inlined into the batch loop, so that a run of small
+                // messages costs no call each.
                 let _ = write!(
                     fns,
                     "/// `{unit}`.\n#[allow(unused_mut, unused_variables, unreachable_code, unused_assignments, unused_parens, clippy::all)]\n\
+                     #[inline(always)]\n\
                      fn {name}<const VIEW: bool>(buf: &[u8], s: &mut [Slot], cx: &mut Cx) -> usize {{\n\
                      if s.len() < {slots} {{ cx.high = 0; return FALLBACK; }}\n\
                      let mut pos = 0usize;\nlet mut high = 0usize;\n{body}\
-                     cx.high = high;\npos\n}}\n\n",
+                     cx.high = high;\npos\n}}\n\n\
+                     /// `{unit}`, message after message.\n\
+                     fn batch_{id}<const VIEW: bool>(buf: &[u8], s: &mut [Slot], ends: &mut [u32], cx: &mut Cx) -> usize {{\n\
+                     batch::<{slots}>(buf, s, ends, cx, {name}::<VIEW>)\n}}\n\n",
                     unit = info.name,
                     slots = info.slots,
                     body = u.out,
                 );
-                let view = if u.views {
-                    format!("{name}::<true>")
+                let (view, batch_view) = if u.views {
+                    (format!("{name}::<true>"), format!("batch_{id}::<true>"))
                 } else {
-                    "no_view".to_string()
+                    ("no_view".to_string(), "no_batch".to_string())
                 };
                 let _ = writeln!(
                     table,
-                    "    CompiledUnit {{ unit: {:?}, full: {name}::<false>, view: {view} }},",
+                    "    CompiledUnit {{ unit: {:?}, full: {name}::<false>, view: {view}, batch_full: batch_{id}::<false>, batch_view: {batch_view} }},",
                     info.name
                 );
                 units.push(Some(GeneratedUnit {
@@ -117,6 +124,7 @@ pub fn generate(g: &Grammar) -> Generated {
     let body = format!(
         "use flick_wire::rt::*;\n\n{fns}\
          #[allow(dead_code)]\nfn no_view(_: &[u8], _: &mut [Slot], cx: &mut Cx) -> usize {{ cx.high = 0; FALLBACK }}\n\n\
+         #[allow(dead_code)]\nfn no_batch(_: &[u8], _: &mut [Slot], _: &mut [u32], _: &mut Cx) -> usize {{ 0 }}\n\n\
          pub static UNITS: &[CompiledUnit] = &[\n{table}];\n"
     );
     let mut h = Fnv::default();
@@ -223,6 +231,9 @@ struct UnitGen<'g> {
     /// The count slots of lists generated so far, with their elements'
     /// size in slots.
     list_elems: HashMap<String, usize>,
+    /// Locals of type `Slot` known to hold an integer, with that integer
+    /// as an `i128` expression.
+    ints: HashMap<String, String>,
 }
 
 struct Fused {
@@ -279,8 +290,14 @@ impl UnitGen<'_> {
 
     /// Stores `val` in slot `rel`, as the interpreter would: a field a view
     /// may leave out only when the view keeps it.
-    fn store(&mut self, sc: &mut Scope, rel: Option<u16>, val: &str, always: bool) {
-        let Some(rel) = rel else { return };
+    fn store(
+        &mut self,
+        sc: &mut Scope,
+        rel: Option<u16>,
+        val: &str,
+        always: bool,
+    ) -> Option<String> {
+        let rel = rel?;
         let v = self.fresh("v");
         let idx = sc.base.at(rel);
         let guarded = match sc.base {
@@ -310,7 +327,28 @@ impl UnitGen<'_> {
         if let Some(top) = self.writes.last_mut() {
             top.insert(idx);
         }
-        sc.vals.insert(rel, v);
+        sc.vals.insert(rel, v.clone());
+        Some(v)
+    }
+
+    /// Stores an integer field's value, `raw` of type `i64` if `signed`
+    /// or `u64`, keeping it as a number for the expressions that read it.
+    fn store_int(&mut self, sc: &mut Scope, rel: Option<u16>, raw: &str, signed: bool) {
+        let (i, ty) = (self.fresh("i"), if signed { "i64" } else { "u64" });
+        self.line(&format!("let {i}: {ty} = {raw};"));
+        let ctor = if signed { "SInt" } else { "Int" };
+        if let Some(v) = self.store(sc, rel, &format!("Slot::{ctor}({i})"), false) {
+            self.ints.insert(v, format!("({i} as i128)"));
+        }
+    }
+
+    /// The integer a `Slot` expression holds, as `i128`; where it holds
+    /// none (unset, bytes), the code falls back as the evaluator fails.
+    fn int_of(&self, x: &str) -> String {
+        match self.ints.get(x) {
+            Some(i) => i.clone(),
+            None => format!("(match int({x}) {{ Some(v) => v, None => {FB} }})"),
+        }
     }
 
     fn block(&mut self, b: BlockId, sc: &mut Scope) -> Gen {
@@ -393,7 +431,7 @@ impl UnitGen<'_> {
             match (&step.kind, &op.kind) {
                 (StepKind::Int(f), _) => {
                     let v = int_decode(&r, off, f.width, f.signed, f.little);
-                    self.store(sc, step.slot, &v, false);
+                    self.store_int(sc, step.slot, &v, f.signed);
                 }
                 (StepKind::Bytes { .. }, _) => {
                     let v = format!("Slot::Bytes {{ start: (pos + {off}) as u32, len: {w} }}");
@@ -450,7 +488,7 @@ impl UnitGen<'_> {
                     "let Some({r}) = buf.get(pos..pos + {n}) else {{ {FB} }};"
                 ));
                 let v = int_decode(&r, 0, f.width, f.signed, f.little);
-                self.store(sc, step.slot, &v, false);
+                self.store_int(sc, step.slot, &v, f.signed);
                 self.line(&format!("pos += {n};"));
             }
             (StepKind::Bytes { len, max }, _) => {
@@ -553,7 +591,7 @@ impl UnitGen<'_> {
                 ));
                 let little = *order == crate::grammar::ast::ByteOrder::Little;
                 let v = int_decode(&r, 0, *bytes, *signed, little);
-                self.store(sc, slot, &v, false);
+                self.store_int(sc, slot, &v, *signed);
                 self.line(&format!("pos += {bytes};"));
             }
             Scalar::Bytes {
@@ -613,7 +651,7 @@ impl UnitGen<'_> {
                 self.line(&format!(
                     "let Some(({v}, {n})) = read_vlong(&buf[pos..]) else {{ {FB} }};"
                 ));
-                self.store(sc, slot, &format!("Slot::SInt({v})"), false);
+                self.store_int(sc, slot, &v, true);
                 self.line(&format!("pos += {n};"));
             }
             Scalar::Literal { bytes, nocase } => {
@@ -663,6 +701,9 @@ impl UnitGen<'_> {
             // says its sign, not its field's type.
             ValExpr::Slot(s) => {
                 let x = self.read(sc, *s);
+                if let Some(i) = self.ints.get(&x) {
+                    return Ok(format!("slot_of({i})"));
+                }
                 format!("match {x} {{ Slot::Bytes {{ .. }} | Slot::Unset => {x}, other => slot_of(int(other).unwrap_or(0)) }}")
             }
             ValExpr::Bits {
@@ -722,11 +763,14 @@ impl UnitGen<'_> {
         let pick = match &sw.on {
             ValExpr::Slot(s) => {
                 let x = self.read(sc, *s);
-                format!(
+                match self.ints.get(&x) {
+                    Some(i) => format!("{{ let v: i128 = {i}; {} }}", on_int("v")),
+                    None => format!(
                     "match value(buf, {x}) {{ Some(Err(v)) => {}, Some(Ok(b)) => {}, None => 0 }}",
                     on_int("v"),
                     on_bytes("b")
-                )
+                ),
+                }
             }
             ValExpr::Int(i) | ValExpr::Bits { expr: i, .. } => {
                 let v = self.int(i, sc, &unset())?;
@@ -979,19 +1023,22 @@ impl UnitGen<'_> {
         sc: &mut Scope,
         dollar: &(String, Option<String>),
     ) -> Result<String, Unsupported> {
-        let as_int = |x: &str| format!("(match int({x}) {{ Some(v) => v, None => {FB} }})");
         Ok(match e {
             IntExpr::Const(v) => format!("({v}i128)"),
-            IntExpr::Slot(s) => as_int(&self.read(sc, *s)),
-            IntExpr::Dollar => as_int(&dollar.0),
+            IntExpr::Slot(s) => {
+                let x = self.read(sc, *s);
+                self.int_of(&x)
+            }
+            IntExpr::Dollar => self.int_of(&dollar.0),
             IntExpr::SlotChain(s, ops) => {
-                let x = as_int(&self.read(sc, *s));
-                chain(&x, ops)
+                let x = self.read(sc, *s);
+                chain(&self.int_of(&x), ops)
             }
             IntExpr::Sum(sum) => {
                 let mut v = format!("({}i128", sum.konst);
                 for (x, neg) in sum.terms.iter() {
-                    let t = as_int(&self.operand(*x, sc, dollar));
+                    let x = self.operand(*x, sc, dollar);
+                    let t = self.int_of(&x);
                     let _ = write!(v, " {} {t}", if *neg { '-' } else { '+' });
                 }
                 v.push(')');
@@ -1012,7 +1059,13 @@ impl UnitGen<'_> {
         Ok(match e {
             CExpr::Int(v) => format!("Val::Int({v}i128)"),
             CExpr::Str(b) => format!("Val::Bytes(&{}[..])", lit(b)),
-            CExpr::Slot(x) => format!("val_of(buf, {})", self.read(sc, *x)),
+            CExpr::Slot(x) => {
+                let x = self.read(sc, *x);
+                match self.ints.get(&x) {
+                    Some(i) => format!("Val::Int({i})"),
+                    None => format!("val_of(buf, {x})"),
+                }
+            }
             CExpr::List(l) => format!("list_at(s, {}, {})", sc.base.at(l.slot), l.elem_slots),
             CExpr::Dollar => format!("val_of(buf, {})", dollar.0),
             CExpr::DollarField(_) | CExpr::ElemField(_) => {
@@ -1035,8 +1088,11 @@ impl UnitGen<'_> {
         let checked = |x: String| format!("(match {x} {{ Some(v) => v, None => {FB} }})");
         Ok(match e {
             CExpr::Int(v) => format!("({v}i128)"),
-            CExpr::Slot(x) => checked(format!("int({})", self.read(sc, *x))),
-            CExpr::Dollar => checked(format!("int({})", dollar.0)),
+            CExpr::Slot(x) => {
+                let x = self.read(sc, *x);
+                self.int_of(&x)
+            }
+            CExpr::Dollar => self.int_of(&dollar.0),
             CExpr::Unary(crate::grammar::ast::UnOp::Not, x) => {
                 format!("(({} == 0) as i128)", self.int_c(x, sc, dollar)?)
             }
@@ -1268,6 +1324,9 @@ impl UnitGen<'_> {
             Node::EqInt { x, e, eq } => {
                 let v = self.operand(*x, sc, dollar);
                 let r = self.int(e, sc, dollar)?;
+                if let Some(i) = self.ints.get(&v) {
+                    return Ok(format!("((({i} == {r}) == {eq}) as i128)"));
+                }
                 format!(
                     "(match value(buf, {v}) {{ Some(Err(v)) => ((v == {r}) == {eq}) as i128, None => {{ let _ = {r}; (!{eq}) as i128 }}, Some(Ok(_)) => {FB} }})"
                 )
@@ -1400,7 +1459,8 @@ fn chain(x: &str, ops: &[ConstOp]) -> String {
     s
 }
 
-/// A binary integer of `width` bytes at `off` in slice `r`, as a `Slot`.
+/// A binary integer of `width` bytes at `off` in slice `r`, as Rust of
+/// type `i64` if `signed`, else `u64`.
 fn int_decode(r: &str, off: usize, width: u8, signed: bool, little: bool) -> String {
     let bytes: Vec<String> = (0..width as usize)
         .map(|k| format!("{r}[{}]", off + k))
@@ -1427,8 +1487,8 @@ fn int_decode(r: &str, off: usize, width: u8, signed: bool, little: bool) -> Str
     };
     if signed {
         let shift = 64 - 8 * width as u32;
-        format!("Slot::SInt((({raw} << {shift}) as i64) >> {shift})")
+        format!("((({raw} << {shift}) as i64) >> {shift})")
     } else {
-        format!("Slot::Int({raw})")
+        raw
     }
 }

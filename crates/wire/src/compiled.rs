@@ -8,7 +8,7 @@
 
 use crate::codegen;
 use crate::program::{CExpr, UnitId};
-use crate::rt::{CompiledGrammar, Cx, ParseFn};
+use crate::rt::{BatchFn, CompiledGrammar, Cx, ParseFn};
 use crate::Grammar;
 use std::sync::{Arc, RwLock};
 
@@ -28,6 +28,9 @@ pub fn register(g: &'static CompiledGrammar) {
 pub(crate) struct FastParse {
     pub full: ParseFn,
     pub view: Option<ParseFn>,
+    /// `full` (or `view`) over a run of messages.
+    pub batch: BatchFn,
+    pub batch_view: BatchFn,
     pub cx: Cx,
 }
 
@@ -68,6 +71,8 @@ pub(crate) fn lookup(g: &Grammar, unit: UnitId) -> Option<FastParse> {
     Some(FastParse {
         full: cu.full,
         view: views.then_some(cu.view),
+        batch: cu.batch_full,
+        batch_view: cu.batch_view,
         cx: Cx::new(exprs.clone(), fp.no_view.clone()),
     })
 }

@@ -11,6 +11,7 @@
 //! sockets, threads or the scheduler: callers hand it bytes and take back
 //! values or bytes.
 
+mod batch;
 pub mod codegen;
 mod compile;
 pub mod compiled;
@@ -31,6 +32,7 @@ mod serialize;
 mod split;
 pub mod stock;
 
+pub use batch::Batch;
 pub use compile::{DEFAULT_BYTES_MAX, DEFAULT_LIST_MAX};
 pub use error::{GrammarError, WireError, WireErrorKind};
 pub use message::{List, Message, Value};

@@ -159,6 +159,7 @@ fn value(v: Val<'_>) -> Value<'_> {
 }
 
 impl<'a> Message<'a> {
+    #[inline]
     pub(crate) fn new(
         grammar: &'a Grammar,
         unit: UnitId,

@@ -33,6 +33,9 @@ pub struct Cx {
     pub context: i128,
     /// Set by the parser: one past the highest slot it set.
     pub high: usize,
+    /// One past the highest slot a message in a row of a batch set: what
+    /// a row may still hold set.
+    pub rows_high: usize,
 }
 
 impl Cx {
@@ -43,6 +46,7 @@ impl Cx {
             keep,
             context: 0,
             high: 0,
+            rows_high: 0,
         }
     }
 
@@ -297,11 +301,56 @@ pub use crate::int_expr::{div, mul, rem};
 /// message's length or [`FALLBACK`].
 pub type ParseFn = fn(&[u8], &mut [Slot], &mut Cx) -> usize;
 
-/// A unit's generated parsers: decoding every field, and under a view.
+/// A generated parser run over a buffer of whole messages: the message at
+/// each row of slots (`s`, rows of the unit's slot count), until `ends`
+/// is full or a message needs the interpreter. Each row's byte offsets
+/// are from its own message's first byte; `ends` gets where each message
+/// ends in `buf`. It returns how many messages it parsed.
+pub type BatchFn = fn(&[u8], &mut [Slot], &mut [u32], &mut Cx) -> usize;
+
+/// The loop of every unit's [`BatchFn`], over rows of `W` slots, with the
+/// unit's parser `unit` inlined into it.
+#[inline(always)]
+pub fn batch<const W: usize>(
+    buf: &[u8],
+    s: &mut [Slot],
+    ends: &mut [u32],
+    cx: &mut Cx,
+    unit: impl Fn(&[u8], &mut [Slot], &mut Cx) -> usize,
+) -> usize {
+    let (mut at, mut k) = (0, 0);
+    let mut most = cx.rows_high;
+    for (row, end) in s.chunks_exact_mut(W.max(1)).zip(ends.iter_mut()) {
+        if at >= buf.len() {
+            break;
+        }
+        let n = unit(&buf[at..], row, cx);
+        if n == FALLBACK {
+            // Generated code counts on a row holding a whole message's
+            // slots or none (a list's count says which elements to
+            // unset); a message cut short leaves neither, so the row is
+            // unset as far as anything may have set it.
+            let high = cx.high.max(most).min(row.len());
+            row[..high].fill(Slot::Unset);
+            break;
+        }
+        most = most.max(cx.high);
+        at += n;
+        *end = at as u32;
+        k += 1;
+    }
+    cx.rows_high = most;
+    k
+}
+
+/// A unit's generated parsers: decoding every field, and under a view;
+/// one message at a time, and a batch.
 pub struct CompiledUnit {
     pub unit: &'static str,
     pub full: ParseFn,
     pub view: ParseFn,
+    pub batch_full: BatchFn,
+    pub batch_view: BatchFn,
 }
 
 /// A grammar's generated parsers, as `codegen` writes them.

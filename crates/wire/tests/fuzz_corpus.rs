@@ -17,7 +17,9 @@
 //!     serialised bytes (followed by what followed the message, which the
 //!     parser may have looked at) parse back to the same values;
 //! (d) a parser with a view (the field chosen by the second byte, or none)
-//!     frames the stream as the full parser does, without panicking.
+//!     frames the stream as the full parser does, without panicking;
+//! (e) generated code and the interpreter give the same runs;
+//! (f) batches (`Parser::parse_batch`) give the same messages as whole.
 //!
 //! The checks are the fuzz targets' own module, included from the fuzz
 //! crate (its own workspace, on nightly), so the two cannot drift apart.

@@ -334,6 +334,82 @@ fn views_decode_what_the_header_needs() {
     assert!(matches!(m.get("id"), Value::Absent));
 }
 
+/// The headers of frame `hex` strings, concatenated.
+fn frame_of(headers: &[&str]) -> Vec<u8> {
+    headers.iter().flat_map(|h| hex(h)).collect()
+}
+
+/// A whole frame is one message of `frame`: each header a field, at its
+/// own slots, and the headers of protocols the frame does not carry
+/// absent.
+#[test]
+fn whole_frames_parse_as_one_message() {
+    let g = grammar();
+    let header = |m: &flick_wire::Message<'_>, name: &str| match m.get(name) {
+        Value::Unit(u) => u.int(match u.unit_name() {
+            "ethernet" => "payload_type",
+            "ipv4" => "protocol",
+            "ipv6" => "next_header",
+            _ => "src_port",
+        }),
+        other => panic!("{name}: {other:?}"),
+    };
+
+    let syn = frame_of(&[SYN_ETHERNET, SYN_IPV4, SYN_TCP]);
+    let p = parse_one(&g, "frame", &syn);
+    let m = p.message(&syn);
+    assert_eq!(header(&m, "eth"), Some(0x0800));
+    assert_eq!(header(&m, "ip4"), Some(6));
+    assert_eq!(header(&m, "tcp4"), Some(51432));
+    let Value::Unit(ip) = m.get("ip4") else {
+        unreachable!()
+    };
+    assert_eq!(int(&ip, "src"), 0xc0a8_0117);
+    assert_eq!(int(&ip, "dst"), 0x5db8_d822);
+    let Value::Unit(tcp) = m.get("tcp4") else {
+        unreachable!()
+    };
+    assert_eq!(int(&tcp, "dst_port"), 80);
+    assert_eq!(int(&tcp, "options_len"), 20);
+    for absent in ["udp4", "icmp4", "ip6", "tcp6", "udp6"] {
+        assert_eq!(header(&m, absent), None, "{absent}");
+    }
+    // A field is its header unit's slot plus the field's slot there.
+    let frame = g.unit_id("frame").unwrap();
+    let src = g.field_slot(frame, "ip4").unwrap()
+        + g.field_slot(g.unit_id("ipv4").unwrap(), "src").unwrap();
+    assert_eq!(m.int_at(src), Some(0xc0a8_0117));
+    assert_eq!(&reserialize(&g, "frame", &syn), &syn);
+
+    let eth6 = SYN_ETHERNET.replace("08 00", "86 dd");
+    let v6 = frame_of(&[&eth6, IPV6, UDP]);
+    let p = parse_one(&g, "frame", &v6);
+    let m = p.message(&v6);
+    assert_eq!(header(&m, "ip6"), Some(17));
+    assert_eq!(header(&m, "udp6"), Some(54321));
+    for absent in ["ip4", "tcp4", "udp4", "tcp6"] {
+        assert_eq!(header(&m, absent), None, "{absent}");
+    }
+
+    // ARP is not among the frame's protocols: the message is the Ethernet
+    // header, tag included, and the ARP body is payload.
+    let arp = frame_of(&[VLAN_ETHERNET]);
+    let p = parse_one(&g, "frame", &arp);
+    let m = p.message(&arp);
+    assert_eq!(header(&m, "eth"), Some(0x0806));
+    assert_eq!(header(&m, "ip4"), None);
+
+    // A frame cut inside its IPv4 header needs more; one whose IPv4
+    // header is bad is an error naming the field.
+    let mut p = g.parser(frame);
+    assert_eq!(p.parse(&syn[..20]).unwrap(), Progress::NeedMore);
+    let mut bad = syn.clone();
+    bad[14] = 0x65;
+    let mut p = g.parser(frame);
+    let e = p.parse(&bad).unwrap_err();
+    assert_eq!((e.offset, &*e.field), (15, "version"));
+}
+
 #[test]
 fn headers_parse_the_same_at_every_split() {
     let g = grammar();
@@ -357,6 +433,13 @@ fn headers_parse_the_same_at_every_split() {
         let stream: Vec<u8> = msgs.iter().flat_map(|m| hex(m)).collect();
         check_every_split(&g, unit, &stream, msgs.len());
     }
+    // Whole frames' headers, back to back (no payloads between).
+    let frames = [
+        frame_of(&[SYN_ETHERNET, SYN_IPV4, SYN_TCP]),
+        frame_of(&[VLAN_ETHERNET]),
+        frame_of(&[SYN_ETHERNET, SYN_IPV4, SYN_TCP]),
+    ];
+    check_every_split(&g, "frame", &frames.concat(), frames.len());
 }
 
 /// Builds a message of `unit` from named values, serialises it, and

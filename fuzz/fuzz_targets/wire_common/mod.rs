@@ -18,7 +18,11 @@
 //!     frames the stream as the full parser does, without panicking;
 //! (e) parsers that run the grammar's generated code first (`flick-grammars`)
 //!     and parsers that only interpret give the same runs, values and
-//!     errors included, whole, split and under the view.
+//!     errors included, whole, split and under the view;
+//! (f) the stream parsed a batch of two messages at a time
+//!     (`Parser::parse_batch`), one by one where a batch stops, gives the
+//!     same messages as whole up to the first one that streams or fails,
+//!     with and without the view.
 //!
 //! `crates/wire/tests/fuzz_corpus.rs` holds a copy of this code, to replay
 //! the corpora with plain `cargo test`: keep the two in step.
@@ -220,7 +224,44 @@ fn round_trip(g: &Arc<Grammar>, unit: UnitId, p: &Parser, buf: &[u8], n: usize) 
     );
 }
 
-/// Runs checks (a) to (e) on one input for grammar `name`.
+/// (f): the values of the messages at the start of `stream`, parsed in
+/// batches with `p` (one by one where a batch stops, the stream ending
+/// after `stream`), until one streams or fails.
+fn batched(p: &mut Parser, stream: &[u8]) -> Vec<String> {
+    let mut batch = p.batch(2);
+    let (mut out, mut at) = (Vec::new(), 0);
+    while at < stream.len() && out.len() <= stream.len() {
+        let n = p.parse_batch(&stream[at..], &mut batch);
+        out.extend(batch.messages(&stream[at..]).map(|m| format!("{m:?}")));
+        at += n;
+        if n > 0 {
+            continue;
+        }
+        match p.finish(&stream[at..]) {
+            Ok(Progress::Done(n)) if n > 0 => {
+                out.push(format!("{:?}", p.message(&stream[at..])));
+                p.reset();
+                at += n;
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
+/// The values of the messages a run gave whole, up to the first that
+/// streamed.
+fn leading(run: &Run) -> Vec<String> {
+    run.events
+        .iter()
+        .map_while(|e| match e {
+            Event::Done { msg: Some(m), .. } => Some(m.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs checks (a) to (f) on one input for grammar `name`.
 pub fn check(name: &str, data: &[u8]) {
     static INSTALL: std::sync::Once = std::sync::Once::new();
     INSTALL.call_once(flick_grammars::install);
@@ -244,6 +285,13 @@ pub fn check(name: &str, data: &[u8]) {
     let mut p = g.parser(unit);
     let split = drive(&mut p, &[a, b], &mut |_, _, _| {});
     assert_eq!(whole, split, "split at {cut} of {}", stream.len());
+
+    // (f): in batches.
+    assert_eq!(
+        batched(&mut g.parser(unit), stream),
+        leading(&whole),
+        "batches and whole differ"
+    );
 
     // (e): the interpreter alone, whole and split.
     assert!(p.is_compiled(), "unit {unit} has no generated parser");
@@ -272,7 +320,7 @@ pub fn check(name: &str, data: &[u8]) {
     let viewed = drive(&mut v, &[stream], &mut |p, buf, _| {
         let _ = format!("{:?}", p.message(buf));
     });
-    let mut vq = Parser::with_view(g.clone(), unit, keep).interpreted();
+    let mut vq = Parser::with_view(g.clone(), unit, keep.clone()).interpreted();
     let viewed_interpreted = drive(&mut vq, &[stream], &mut |_, _, _| {});
     assert_eq!(
         viewed, viewed_interpreted,
@@ -282,5 +330,11 @@ pub fn check(name: &str, data: &[u8]) {
         whole.shape(),
         viewed.shape(),
         "a view of {chosen:?} frames the stream otherwise"
+    );
+    let mut v = Parser::with_view(g.clone(), unit, keep);
+    assert_eq!(
+        batched(&mut v, stream),
+        leading(&viewed),
+        "under a view of {chosen:?}, batches and whole differ"
     );
 }

@@ -1,0 +1,126 @@
+//! Room for a run of parsed messages: what [`Parser::parse_batch`] fills,
+//! one row of slots per message.
+//!
+//! [`Parser::parse_batch`]: crate::Parser::parse_batch
+
+use crate::program::{Slot, UnitId};
+use crate::{Grammar, Message};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Messages of one unit parsed in one go from the start of a buffer.
+///
+/// Made by [`Parser::batch`](crate::Parser::batch) and filled only by
+/// parsers of the same grammar, unit and view: a row keeps what its last
+/// message set until the next message there overwrites or unsets it.
+pub struct Batch {
+    grammar: Arc<Grammar>,
+    unit: UnitId,
+    keep: Option<Arc<[bool]>>,
+    width: usize,
+    pub(crate) slots: Vec<Slot>,
+    /// Where each message ends in the buffer parsed.
+    pub(crate) ends: Vec<u32>,
+    /// Rows filled by the last parse.
+    pub(crate) len: usize,
+}
+
+impl Batch {
+    pub(crate) fn new(
+        grammar: Arc<Grammar>,
+        unit: UnitId,
+        keep: Option<Arc<[bool]>>,
+        rows: usize,
+    ) -> Batch {
+        let width = (grammar.units[unit].slots as usize).max(1);
+        Batch {
+            grammar,
+            unit,
+            keep,
+            width,
+            slots: vec![Slot::Unset; width * rows],
+            ends: vec![0; rows],
+            len: 0,
+        }
+    }
+
+    /// Whether a parser of `grammar`'s `unit` under `keep` may fill it.
+    pub(crate) fn made_for(
+        &self,
+        grammar: &Arc<Grammar>,
+        unit: UnitId,
+        keep: Option<&Arc<[bool]>>,
+    ) -> bool {
+        let same_view = match (&self.keep, keep) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            _ => false,
+        };
+        Arc::ptr_eq(&self.grammar, grammar) && self.unit == unit && same_view
+    }
+
+    /// How many messages the last parse gave.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// How many messages it holds at most.
+    pub fn rows(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The bytes its messages take from the start of the buffer parsed.
+    #[inline]
+    pub fn consumed(&self) -> usize {
+        match self.len {
+            0 => 0,
+            n => self.ends[n - 1] as usize,
+        }
+    }
+
+    /// Where message `i` lies in the buffer parsed.
+    #[inline]
+    pub fn span(&self, i: usize) -> Range<usize> {
+        assert!(i < self.len, "message {i} of a batch of {}", self.len);
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        start..self.ends[i] as usize
+    }
+
+    /// Message `i`'s slots, as [`Parser::slots`](crate::Parser::slots)
+    /// gives them after parsing it alone; byte offsets count from the
+    /// message's first byte.
+    #[inline]
+    pub fn slots(&self, i: usize) -> &[Slot] {
+        assert!(i < self.len, "message {i} of a batch of {}", self.len);
+        &self.slots[i * self.width..(i + 1) * self.width]
+    }
+
+    /// Its messages in order, over `buf`, the buffer the batch was parsed
+    /// from.
+    #[inline]
+    pub fn messages<'a>(&'a self, buf: &'a [u8]) -> impl Iterator<Item = Message<'a>> + 'a {
+        let mut start = 0;
+        let (g, unit) = (&*self.grammar, self.unit);
+        self.slots
+            .chunks_exact(self.width)
+            .zip(&self.ends[..self.len])
+            .map(move |(row, &end)| {
+                let m = Message::new(g, unit, row, 0, &buf[start..end as usize]);
+                start = end as usize;
+                m
+            })
+    }
+
+    /// Message `i`, over `buf`, the buffer the batch was parsed from.
+    #[inline]
+    pub fn message<'a>(&'a self, i: usize, buf: &'a [u8]) -> Message<'a> {
+        let span = self.span(i);
+        Message::new(&self.grammar, self.unit, self.slots(i), 0, &buf[span])
+    }
+}
