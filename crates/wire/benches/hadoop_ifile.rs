@@ -1,6 +1,7 @@
 //! Hadoop IFile records (Text keys of 8-16 characters, IntWritable values,
 //! as a word count's map output): the `hadoop_ifile` grammar's `record`
-//! unit, one message per record, against a hand-written reader of
+//! unit, one message per record (`parse` and `reset` each, or a batch of
+//! 64 at a time with `parse_batch`), against a hand-written reader of
 //! `WritableUtils.readVLong` lengths.
 //!
 //! `cargo bench -p flick-wire --bench hadoop_ifile` (results: `docs/performance.md`)

@@ -1,6 +1,6 @@
 //! Packet headers: Ethernet, IPv4 and TCP from the `packet` grammar, one
-//! unit per header, reading the flow's 5-tuple as a firewall or L4
-//! balancer would, against a hand-written parser that makes the same
+//! unit per header or the `frame` unit for all three, reading the flow's
+//! 5-tuple as a firewall or L4 balancer would, against a hand-written parser that makes the same
 //! checks (EtherType, IP version and header length, TCP data offset), and
 //! against the packet parsers of two Rust network stacks: smoltcp's `wire`
 //! module (checked views, as the hand-written one) and etherparse's

@@ -3,8 +3,9 @@
 //!
 //! This crate owns the bytes-to-values step of the paper's section 4.2: the
 //! grammar language ([`grammar`]), its compiled form ([`program`]), the
-//! parser ([`Parser`]), serialisation ([`Grammar::serialize`], [`Builder`])
-//! and the stock grammars shipped in `grammars/`. It also writes a
+//! parser ([`Parser`], and [`Batch`] for runs of whole messages),
+//! serialisation ([`Grammar::serialize`], [`Builder`]) and the stock
+//! grammars shipped in `grammars/`. It also writes a
 //! grammar's parsers out as Rust ([`codegen`]), for grammars compiled ahead
 //! of time, and runs such code first when it is registered ([`compiled`]).
 //! It must not touch

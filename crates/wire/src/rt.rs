@@ -318,6 +318,9 @@ pub fn batch<const W: usize>(
     cx: &mut Cx,
     unit: impl Fn(&[u8], &mut [Slot], &mut Cx) -> usize,
 ) -> usize {
+    // A small unit's rows are unset whole when needed; a large one's only
+    // as far as any message set them, which costs a comparison each.
+    const SMALL: usize = 64;
     let (mut at, mut k) = (0, 0);
     let mut most = cx.rows_high;
     for (row, end) in s.chunks_exact_mut(W.max(1)).zip(ends.iter_mut()) {
@@ -330,11 +333,13 @@ pub fn batch<const W: usize>(
             // slots or none (a list's count says which elements to
             // unset); a message cut short leaves neither, so the row is
             // unset as far as anything may have set it.
-            let high = cx.high.max(most).min(row.len());
+            let high = if W <= SMALL { W } else { cx.high.max(most) }.min(row.len());
             row[..high].fill(Slot::Unset);
             break;
         }
-        most = most.max(cx.high);
+        if W > SMALL {
+            most = most.max(cx.high);
+        }
         at += n;
         *end = at as u32;
         k += 1;
