@@ -70,11 +70,6 @@ impl Batch {
         self.len == 0
     }
 
-    /// How many messages it holds at most.
-    pub fn rows(&self) -> usize {
-        self.ends.len()
-    }
-
     /// The bytes its messages take from the start of the buffer parsed.
     #[inline]
     pub fn consumed(&self) -> usize {

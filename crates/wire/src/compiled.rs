@@ -27,10 +27,10 @@ pub fn register(g: &'static CompiledGrammar) {
 /// reports.
 pub(crate) struct FastParse {
     pub full: ParseFn,
-    pub view: Option<ParseFn>,
-    /// `full` (or `view`) over a run of messages.
+    /// `full` over a run of messages.
     pub batch: BatchFn,
-    pub batch_view: BatchFn,
+    /// Both, under a view, if the code honours views.
+    pub view: Option<(ParseFn, BatchFn)>,
     pub cx: Cx,
 }
 
@@ -70,9 +70,8 @@ pub(crate) fn lookup(g: &Grammar, unit: UnitId) -> Option<FastParse> {
     let cu = compiled.units.iter().find(|u| u.unit == name)?;
     Some(FastParse {
         full: cu.full,
-        view: views.then_some(cu.view),
         batch: cu.batch_full,
-        batch_view: cu.batch_view,
+        view: views.then_some((cu.view, cu.batch_view)),
         cx: Cx::new(exprs.clone(), fp.no_view.clone()),
     })
 }

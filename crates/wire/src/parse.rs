@@ -151,9 +151,9 @@ impl Parser {
         // Generated code that cannot honour a view is not used under one.
         if let Some(f) = &mut p.fast {
             match f.view {
-                Some(v) => {
-                    f.full = v;
-                    f.batch = f.batch_view;
+                Some((full, batch)) => {
+                    f.full = full;
+                    f.batch = batch;
                 }
                 None => p.fast = None,
             }
@@ -282,8 +282,9 @@ impl Parser {
     /// Parses as many whole messages from the start of `buf` as `batch`
     /// has rows, each into its own row, and returns the bytes they take.
     /// It stops early at a message generated code does not finish (too few
-    /// bytes, a streamed body, bad bytes) and always parses none for a
-    /// parser without generated code: [`Parser::parse`] takes over from
+    /// bytes, a streamed body, bad bytes). It parses none for a parser
+    /// without generated code, nor into a batch made for another unit or
+    /// view ([`Parser::batch`]): [`Parser::parse`] takes over from
     /// the offset returned, and says what is wrong. The parser must be at
     /// the start of a message, and stays there.
     ///
