@@ -6,7 +6,7 @@
 //! at all are finished by it, not handed back. Parsing a run of messages
 //! in batches gives the same messages as parsing them one by one.
 
-use flick_wire::{Batch, Grammar, Parser, Progress, Slot};
+use flick_wire::{Batch, FieldKind, Grammar, Parser, Progress, Slot};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -236,27 +236,42 @@ fn agree(name: &str) -> Tally {
     tally
 }
 
+/// The names a view may give of `unit`'s fields: each field, and each
+/// field of a nested unit by its path.
+fn view_names(g: &Grammar, unit: usize) -> Vec<String> {
+    let mut names = Vec::new();
+    for f in &g.unit(unit).fields {
+        names.push(f.name.clone());
+        if let FieldKind::Unit(inner) = f.kind {
+            names.extend(
+                view_names(g, inner)
+                    .into_iter()
+                    .map(|n| format!("{}.{n}", f.name)),
+            );
+        }
+    }
+    names
+}
+
 /// Under a view of each field, both parsers agree too.
 fn views(g: &Arc<Grammar>, unit: usize, data: &[u8]) {
-    for f in &g.unit(unit).fields {
-        let keep = g.view(unit, &[f.name.as_str()]).expect("a field");
+    for name in view_names(g, unit) {
+        let keep = g.view(unit, &[name.as_str()]).expect("a field");
         let mut fast = Parser::with_view(g.clone(), unit, keep.clone());
         let mut slow = Parser::with_view(g.clone(), unit, keep).interpreted();
         let want = drive(&mut slow, data, data.len());
         assert_eq!(
             drive(&mut fast, data, data.len()),
             want,
-            "{}, unit {unit}, view of {}",
+            "{}, unit {unit}, view of {name}",
             g.name,
-            f.name
         );
         let mut batch = fast.batch(2);
         assert_eq!(
             drive_batched(&mut fast, &mut batch, data),
             leading_messages(&want),
-            "{}, unit {unit}, batches under a view of {}",
+            "{}, unit {unit}, batches under a view of {name}",
             g.name,
-            f.name
         );
     }
 }

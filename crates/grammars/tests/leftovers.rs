@@ -49,3 +49,118 @@ fn a_message_after_a_longer_one_shows_nothing_of_it() {
     }
     assert_eq!(one.compiled_messages(), sequence.len() as u64);
 }
+
+/// Header-only frames of every kind the `frame` unit tells apart, so that
+/// in a stream of them each message is one frame's headers.
+fn frames() -> Vec<Vec<u8>> {
+    let eth = |ethertype: u16| {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+        f.extend(ethertype.to_be_bytes());
+        f
+    };
+    let vlan = |inner: u16| {
+        let mut f = eth(0x8100);
+        f.extend([0x20, 0x07]);
+        f.extend(inner.to_be_bytes());
+        f
+    };
+    let ipv4 = |protocol: u8| {
+        let mut h = vec![0x45, 0, 0, 60, 0, 1, 0x40, 0, 64, protocol, 0, 0];
+        h.extend([10, 0, 0, 1, 10, 0, 0, 2]);
+        h
+    };
+    let ipv6 = |next: u8| {
+        let mut h = vec![0x60, 0, 0, 0, 0, 20, next, 64];
+        h.extend([0xfe; 32]);
+        h
+    };
+    let tcp = [
+        0x04, 0xd2, 0x00, 0x50, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x12, 0xff, 0xff, 0, 0, 0, 0,
+    ];
+    let udp = [0x30, 0x39, 0x00, 0x35, 0, 8, 0, 0];
+    let echo = [8, 0, 0, 0, 0, 7, 0, 1];
+    let unreachable = [3, 1, 0, 0, 0, 0, 0, 0];
+    let join = |parts: &[&[u8]]| parts.concat();
+    vec![
+        join(&[&eth(0x0800), &ipv4(6), &tcp]),
+        join(&[&eth(0x0800), &ipv4(17), &udp]),
+        join(&[&eth(0x0800), &ipv4(1), &echo]),
+        join(&[&eth(0x0800), &ipv4(1), &unreachable]),
+        join(&[&eth(0x0800), &ipv4(47)]),
+        join(&[&eth(0x86dd), &ipv6(6), &tcp]),
+        join(&[&eth(0x86dd), &ipv6(17), &udp]),
+        join(&[&eth(0x86dd), &ipv6(59)]),
+        join(&[&vlan(0x0800), &ipv4(6), &tcp]),
+        join(&[&vlan(0x86dd), &ipv6(17), &udp]),
+        eth(0x0806),
+        vlan(0x0806),
+    ]
+}
+
+/// Frames of every kind in a shuffled order through one generated
+/// parser, one batch, and views naming fields of the headers: each frame
+/// shows exactly what it shows parsed alone by the interpreter, however
+/// its switches went in the frame before.
+#[test]
+fn frames_in_any_order_show_nothing_of_the_one_before() {
+    flick_grammars::install();
+    let g = Grammar::stock("packet").unwrap();
+    let frame = g.unit_id("frame").unwrap();
+    let kinds = frames();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let order: Vec<usize> = (0..400)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % kinds.len() as u64) as usize
+        })
+        .collect();
+    let stream: Vec<u8> = order.iter().flat_map(|&k| kinds[k].clone()).collect();
+    let views: [Option<&[&str]>; 3] = [
+        None,
+        Some(&["ip4.src", "tcp4.dst_port", "udp6.src_port"]),
+        Some(&["eth.vlan_id", "icmp4.identifier", "ip6.dst", "tcp6"]),
+    ];
+    for fields in views {
+        let make = || match fields {
+            None => g.parser(frame),
+            Some(f) => Parser::with_view(g.clone(), frame, g.view(frame, f).unwrap()),
+        };
+        let alone: Vec<Vec<(usize, Slot)>> = kinds
+            .iter()
+            .map(|f| set_slots(&mut make().interpreted(), f))
+            .collect();
+        let mut one = make();
+        assert!(one.is_compiled());
+        for &k in &order {
+            assert_eq!(
+                set_slots(&mut one, &kinds[k]),
+                alone[k],
+                "{fields:?}, kind {k}"
+            );
+        }
+        assert_eq!(one.compiled_messages(), order.len() as u64);
+
+        let mut p = make();
+        let mut batch = p.batch(3);
+        let (mut at, mut i) = (0, 0);
+        while at < stream.len() {
+            let n = p.parse_batch(&stream[at..], &mut batch);
+            assert!(n > 0, "{fields:?}: a batch stopped at {at}");
+            for row in 0..batch.len() {
+                let got: Vec<(usize, Slot)> = batch
+                    .slots(row)
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| **s != Slot::Unset)
+                    .map(|(i, s)| (i, *s))
+                    .collect();
+                assert_eq!(got, alone[order[i]], "{fields:?}, row {row}, frame {i}");
+                i += 1;
+            }
+            at += n;
+        }
+        assert_eq!(i, order.len());
+    }
+}

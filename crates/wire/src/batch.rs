@@ -21,6 +21,11 @@ pub struct Batch {
     pub(crate) slots: Vec<Slot>,
     /// Where each message ends in the buffer parsed.
     pub(crate) ends: Vec<u32>,
+    /// Each row's [`Cx::arms`](crate::rt::Cx::arms).
+    pub(crate) arms: Vec<u64>,
+    /// One past the highest slot a message in any row set: what a row may
+    /// still hold set.
+    pub(crate) high: usize,
     /// Rows filled by the last parse.
     pub(crate) len: usize,
 }
@@ -40,6 +45,8 @@ impl Batch {
             width,
             slots: vec![Slot::Unset; width * rows],
             ends: vec![0; rows],
+            arms: vec![0; rows],
+            high: 0,
             len: 0,
         }
     }

@@ -66,12 +66,18 @@ pub fn generate(g: &Grammar) -> Generated {
             g,
             out: String::new(),
             exprs: Vec::new(),
-            min_view: g.view(id, &[]).expect("no fields named"),
+            min_view: g.view_floor(id),
             views: true,
             next: 0,
             depth: 0,
             fused: Vec::new(),
             writes: Vec::new(),
+            arm_bits: 0,
+            arm_masks: Vec::new(),
+            arm_stack: Vec::new(),
+            setters: HashMap::new(),
+            unwitnessed: HashSet::new(),
+            unset_groups: Vec::new(),
             list_elems: HashMap::new(),
             ints: HashMap::new(),
         };
@@ -94,11 +100,11 @@ pub fn generate(g: &Grammar) -> Generated {
                      let mut pos = 0usize;\nlet mut high = 0usize;\n{body}\
                      cx.high = high;\npos\n}}\n\n\
                      /// `{unit}`, message after message.\n\
-                     fn batch_{id}<const VIEW: bool>(buf: &[u8], s: &mut [Slot], ends: &mut [u32], cx: &mut Cx) -> usize {{\n\
-                     batch::<{slots}>(buf, s, ends, cx, {name}::<VIEW>)\n}}\n\n",
+                     fn batch_{id}<const VIEW: bool>(buf: &[u8], b: &mut Batch, cx: &mut Cx) -> usize {{\n\
+                     batch::<{slots}>(buf, b, cx, {name}::<VIEW>)\n}}\n\n",
                     unit = info.name,
                     slots = info.slots,
-                    body = u.out,
+                    body = u.resolve_unsets(),
                 );
                 let (view, batch_view) = if u.views {
                     (format!("{name}::<true>"), format!("batch_{id}::<true>"))
@@ -124,7 +130,7 @@ pub fn generate(g: &Grammar) -> Generated {
     let body = format!(
         "use flick_wire::rt::*;\n\n{fns}\
          #[allow(dead_code)]\nfn no_view(_: &[u8], _: &mut [Slot], cx: &mut Cx) -> usize {{ cx.high = 0; FALLBACK }}\n\n\
-         #[allow(dead_code)]\nfn no_batch(_: &[u8], _: &mut [Slot], _: &mut [u32], _: &mut Cx) -> usize {{ 0 }}\n\n\
+         #[allow(dead_code)]\nfn no_batch(_: &[u8], _: &mut Batch, _: &mut Cx) -> usize {{ 0 }}\n\n\
          pub static UNITS: &[CompiledUnit] = &[\n{table}];\n"
     );
     let mut h = Fnv::default();
@@ -228,6 +234,22 @@ struct UnitGen<'g> {
     fused: Vec<Fused>,
     /// Per switch arm being generated, the slots it sets.
     writes: Vec<HashSet<String>>,
+    /// How many bits of `Cx::arms` the unit's switch arms have taken.
+    arm_bits: u32,
+    /// Per switch arm being generated, the `Cx::arms` bits of the arms
+    /// inside it.
+    arm_masks: Vec<u64>,
+    /// Per switch arm being generated, its own `Cx::arms` bit (0 for
+    /// none).
+    arm_stack: Vec<u64>,
+    /// Per slot, the bits of the arms that store it.
+    setters: HashMap<String, u64>,
+    /// Slots stored outside any arm with a bit: unset whenever an arm
+    /// unsets them.
+    unwitnessed: HashSet<String>,
+    /// The slots each arm's unsets cover, by their place holder in the
+    /// code; empty where they are unset whatever `Cx::arms` says.
+    unset_groups: Vec<Vec<String>>,
     /// The count slots of lists generated so far, with their elements'
     /// size in slots.
     list_elems: HashMap<String, usize>,
@@ -235,6 +257,23 @@ struct UnitGen<'g> {
     /// as an `i128` expression.
     ints: HashMap<String, String>,
 }
+
+/// A switch arm's code, with what it sets: its slots, and the
+/// `Cx::arms` bits of its own (`bit`, if any) and of the arms inside it.
+struct Arm {
+    label: String,
+    body: String,
+    set: HashSet<String>,
+    inside: u64,
+    bit: u64,
+    /// The slots it leaves in locals; `None` for an arm that falls back.
+    vals: Option<HashMap<u16, String>>,
+}
+
+/// Where a switch arm's unsets are made conditional once the unit is
+/// generated (`UnitGen::resolve_unsets`).
+const ARMS_OPEN: &str = "@arms";
+const ARMS_CLOSE: &str = "@";
 
 struct Fused {
     list: usize,
@@ -315,8 +354,9 @@ impl UnitGen<'_> {
         let set = format!("s[{idx}] = {v}; if high < {idx} + 1 {{ high = {idx} + 1; }}");
         if guarded {
             let kept = match sc.base {
-                Base::Static(b) if b + (rel as usize) < 64 => {
-                    format!("cx.keep_bits >> {idx} & 1 != 0")
+                Base::Static(b) if b + (rel as usize) < crate::rt::KEEP_BITS => {
+                    let at = b + rel as usize;
+                    format!("cx.keep_bits[{}] >> {} & 1 != 0", at / 64, at % 64)
                 }
                 _ => format!("cx.keep[{idx}]"),
             };
@@ -324,11 +364,52 @@ impl UnitGen<'_> {
         } else {
             self.line(&set);
         }
+        self.stored(&idx);
         if let Some(top) = self.writes.last_mut() {
             top.insert(idx);
         }
         sc.vals.insert(rel, v.clone());
         Some(v)
+    }
+
+    /// Notes that the code being generated stores slot `idx`, and which
+    /// arm's bit says it may be set.
+    fn stored(&mut self, idx: &str) {
+        match self.arm_stack.last() {
+            Some(&bit) if bit != 0 => *self.setters.entry(idx.to_string()).or_default() |= bit,
+            _ => {
+                self.unwitnessed.insert(idx.to_string());
+            }
+        }
+    }
+
+    /// The unit's code with each arm's unsets made conditional on the bits
+    /// of the arms that may have stored what they unset.
+    fn resolve_unsets(&self) -> String {
+        let mut out = String::with_capacity(self.out.len());
+        let mut rest = self.out.as_str();
+        while let Some(at) = rest.find(ARMS_OPEN) {
+            out.push_str(&rest[..at]);
+            rest = &rest[at + ARMS_OPEN.len()..];
+            let end = rest.find(ARMS_CLOSE).expect("a closed place holder");
+            let group: usize = rest[..end].parse().expect("a group number");
+            rest = &rest[end + ARMS_CLOSE.len()..];
+            let slots = &self.unset_groups[group];
+            let mask = slots.iter().try_fold(0u64, |m, idx| {
+                match (self.unwitnessed.contains(idx), self.setters.get(idx)) {
+                    (false, Some(bits)) => Some(m | bits),
+                    _ => None,
+                }
+            });
+            match mask {
+                Some(m) if m != 0 => {
+                    let _ = write!(out, "cx.arms & {m:#x} != 0");
+                }
+                _ => out.push_str("true"),
+            }
+        }
+        out.push_str(rest);
+        out
     }
 
     /// Stores an integer field's value, `raw` of type `i64` if `signed`
@@ -525,11 +606,15 @@ impl UnitGen<'_> {
                     assigned: HashSet::new(),
                 };
                 self.writes.push(HashSet::new());
-                self.line("{");
                 self.block(*inner, &mut isc)?;
-                self.line("}");
                 let set = self.writes.pop().unwrap_or_default();
                 self.assigned(sc, set);
+                // What the nested unit holds in locals on every path, this
+                // unit's expressions read there too (`self.ip4.protocol`).
+                let at = op.slot.unwrap_or(0);
+                for (rel, v) in isc.vals {
+                    sc.vals.insert(at + rel, v);
+                }
             }
             (StepKind::List, OpKind::List { .. }) => self.list(op, sc, (b, step.op as usize))?,
             _ => return Err(Unsupported("an operation the code generator does not know")),
@@ -690,7 +775,17 @@ impl UnitGen<'_> {
             // Its source is read from a local whatever the view keeps.
             self.views = views;
         }
-        self.store(sc, slot, &v, !droppable);
+        // A copy of an integer is that integer, for what reads the copy.
+        let copied = match e {
+            ValExpr::Slot(from) => {
+                let x = self.read(sc, *from);
+                self.ints.get(&x).cloned()
+            }
+            _ => None,
+        };
+        if let (Some(local), Some(i)) = (self.store(sc, slot, &v, !droppable), copied) {
+            self.ints.insert(local, i);
+        }
         Ok(())
     }
 
@@ -796,7 +891,7 @@ impl UnitGen<'_> {
         self.line(&format!("let {which}: usize = {pick};"));
         // Each arm is generated apart, to learn which slots it sets; each
         // arm then unsets the slots only other arms set.
-        let mut arms: Vec<(String, String, HashSet<String>)> = Vec::new();
+        let mut arms: Vec<Arm> = Vec::new();
         let mut done: Vec<BlockId> = Vec::new();
         let blocks = cases
             .iter()
@@ -818,36 +913,120 @@ impl UnitGen<'_> {
                     .collect::<Vec<_>>()
                     .join(" | ")
             };
+            // An arm that may store slots gets a bit of `Cx::arms`, set once
+            // it has: other code unsets those slots only while it is set.
+            // Not inside a list element, whose arms differ from element to
+            // element.
+            let witnessed = matches!(sc.base, Base::Static(_));
+            let bit = if witnessed && b.is_some() && self.arm_bits < u64::BITS {
+                self.arm_bits += 1;
+                1 << (self.arm_bits - 1)
+            } else {
+                0
+            };
             let saved = std::mem::take(&mut self.out);
             self.writes.push(HashSet::new());
-            match b {
+            self.arm_masks.push(0);
+            self.arm_stack.push(bit);
+            let vals = match b {
                 Some(b) => {
                     let mut inner = sc.clone();
                     self.block(*b, &mut inner)?;
+                    Some(inner.vals)
                 }
-                None => self.line(&format!("{FB};")),
-            }
+                None => {
+                    self.line(&format!("{FB};"));
+                    None
+                }
+            };
+            self.arm_stack.pop();
             let set = self.writes.pop().unwrap_or_default();
+            let inside = self.arm_masks.pop().unwrap_or(0);
             let body = std::mem::replace(&mut self.out, saved);
-            arms.push((label, body, set));
+            arms.push(Arm {
+                label,
+                body,
+                set,
+                inside,
+                bit,
+                vals,
+            });
         }
-        let union: HashSet<String> = arms.iter().flat_map(|a| a.2.iter().cloned()).collect();
-        self.line(&format!("match {which} {{"));
-        for (label, body, set) in &arms {
-            self.line(&format!("{label} => {{"));
-            self.out.push_str(body);
-            let mut rest: Vec<&String> = union.difference(set).collect();
-            rest.sort();
-            for idx in rest {
-                match self.list_elems.get(idx) {
-                    Some(e) => self.line(&format!("unset_list(s, {idx}, {e});")),
-                    None => self.line(&format!("s[{idx}] = Slot::Unset;")),
+        let union: HashSet<String> = arms.iter().flat_map(|a| a.set.iter().cloned()).collect();
+        let witnessed = matches!(sc.base, Base::Static(_));
+        let all = arms.iter().fold(0, |m, a| m | a.bit | a.inside);
+        if let Some(top) = self.arm_masks.last_mut() {
+            *top |= all;
+        }
+        // An integer every arm leaves in a local is one local after the
+        // switch, for the expressions that read it (`self.eth.payload_type`).
+        let mut merged = Vec::new();
+        if let Some(first) = arms.iter().find_map(|a| a.vals.as_ref()) {
+            let mut rels: Vec<u16> = first.keys().copied().collect();
+            rels.sort();
+            for rel in rels {
+                let ints: Option<Vec<String>> = arms
+                    .iter()
+                    .filter_map(|a| a.vals.as_ref())
+                    .map(|vals| vals.get(&rel).and_then(|v| self.ints.get(v)).cloned())
+                    .collect();
+                // One the switch leaves as it was needs no merging.
+                let kept = arms
+                    .iter()
+                    .filter_map(|a| a.vals.as_ref())
+                    .all(|vals| vals.get(&rel) == sc.vals.get(&rel));
+                if ints.is_some() && !kept {
+                    merged.push((rel, self.fresh("j"), self.fresh("v")));
                 }
+            }
+        }
+        for (_, j, v) in &merged {
+            self.line(&format!("let {j}: i128; let {v}: Slot;"));
+        }
+        self.line(&format!("match {which} {{"));
+        for (k, a) in arms.iter().enumerate() {
+            self.line(&format!("{} => {{", a.label));
+            self.out.push_str(&a.body);
+            if let Some(vals) = &a.vals {
+                for (rel, j, v) in &merged {
+                    let local = &vals[rel];
+                    self.line(&format!("{j} = {}; {v} = {local};", self.ints[local]));
+                }
+            }
+            let mut rest: Vec<String> = union.difference(&a.set).cloned().collect();
+            rest.sort();
+            if !rest.is_empty() {
+                // Which arms may have stored these is known once the whole
+                // unit is generated.
+                let group = self.unset_groups.len();
+                self.line(&format!("if {ARMS_OPEN}{group}{ARMS_CLOSE} {{"));
+                for idx in &rest {
+                    match self.list_elems.get(idx) {
+                        Some(e) => self.line(&format!("unset_list(s, {idx}, {e});")),
+                        None => self.line(&format!("s[{idx}] = Slot::Unset;")),
+                    }
+                }
+                self.line("}");
+                self.unset_groups
+                    .push(if witnessed { rest } else { Vec::new() });
+            }
+            // The other arms' slots are unset now, or this arm's own.
+            let others = arms
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != k)
+                .fold(0, |m, (_, o)| m | o.bit | o.inside);
+            if witnessed && (others != 0 || a.bit != 0) {
+                self.line(&format!("cx.arms = cx.arms & !{others:#x} | {:#x};", a.bit));
             }
             self.line("}");
         }
         self.line("}");
         self.assigned(sc, union);
+        for (rel, j, v) in merged {
+            self.ints.insert(v.clone(), j);
+            sc.vals.insert(rel, v);
+        }
         Ok(())
     }
 
@@ -888,6 +1067,7 @@ impl UnitGen<'_> {
         ));
         // An arm sets the count, and unsets the list through it; what the
         // elements set is the list's own.
+        self.stored(&count);
         if let Some(top) = self.writes.last_mut() {
             top.insert(count.clone());
         }

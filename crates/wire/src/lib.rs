@@ -132,39 +132,106 @@ impl Grammar {
     /// Which slots a view of `unit` that reads only `fields` must decode:
     /// those fields, and every field an expression of the unit reads
     /// (lengths, switches, checks). Other top-level fields are skipped and
-    /// only stepped over. Fails with the first name that is not a field.
+    /// only stepped over. A nested unit's field is named by a path
+    /// (`ip4.src`): the nested unit then keeps only what is named in it
+    /// and what its own expressions read; one named by no path is kept
+    /// whole. Fails with the first name that is not a field.
     pub fn view(&self, unit: UnitId, fields: &[&str]) -> Result<Arc<[bool]>, String> {
-        let info = &self.units[unit];
-        let mut keep = vec![false; info.slots as usize];
+        self.view_in(unit, fields, false)
+    }
+
+    /// What every view of `unit` keeps: each nested unit opened, nothing
+    /// named.
+    pub(crate) fn view_floor(&self, unit: UnitId) -> Arc<[bool]> {
+        self.view_in(unit, &[], true)
+            .unwrap_or_else(|_| Arc::from(&[][..]))
+    }
+
+    fn view_in(
+        &self,
+        unit: UnitId,
+        fields: &[&str],
+        open_all: bool,
+    ) -> Result<Arc<[bool]>, String> {
+        let mut keep = vec![false; self.units[unit].slots as usize];
+        let mut opened = Vec::new();
         for name in fields {
-            let f = info
-                .fields
-                .iter()
-                .find(|f| f.name == *name)
+            self.keep_path(unit, 0, name, &mut keep, &mut opened)
                 .ok_or_else(|| name.to_string())?;
-            let n = self.field_width(info.block, f);
-            keep[f.slot as usize..f.slot as usize + n].fill(true);
         }
-        // Nested units and lists are kept whole; expressions see their own.
-        for f in &info.fields {
-            if !matches!(f.kind, FieldKind::Int | FieldKind::Bytes) {
-                let n = self.field_width(info.block, f);
-                keep[f.slot as usize..f.slot as usize + n].fill(true);
-            }
-        }
-        let (mut seen, mut deferred) = (Vec::new(), Vec::new());
-        self.mark_used(info.block, &mut keep, &mut seen, &mut deferred);
+        let mut deferred = Vec::new();
+        self.keep_unit(unit, 0, (&opened, open_all), &mut keep, &mut deferred);
         // A bit field kept (asked for, or read by what is kept) needs its
         // source; one nothing keeps is not computed at all.
-        for (block, op) in deferred {
+        for (block, op, base) in deferred {
             let o = &self.blocks[block as usize][op];
             if let (Some(s), OpKind::Var(e)) = (o.slot, &o.kind) {
-                if keep.get(s as usize).copied().unwrap_or(false) {
-                    mark_expr(e, &mut keep);
+                if keep.get(base + s as usize).copied().unwrap_or(false) {
+                    mark_expr(e, base, &mut keep);
                 }
             }
         }
         Ok(keep.into())
+    }
+
+    /// Keeps the field `path` names in `unit`, whose slots start at
+    /// `base`, noting the nested units the path opens.
+    fn keep_path(
+        &self,
+        unit: UnitId,
+        base: usize,
+        path: &str,
+        keep: &mut [bool],
+        opened: &mut Vec<usize>,
+    ) -> Option<()> {
+        let info = &self.units[unit];
+        let (head, tail) = match path.split_once('.') {
+            Some((h, t)) => (h, Some(t)),
+            None => (path, None),
+        };
+        let f = info.fields.iter().find(|f| f.name == head)?;
+        let at = base + f.slot as usize;
+        match (tail, &f.kind) {
+            (None, _) => {
+                let n = self.field_width(info.block, f);
+                keep[at..at + n].fill(true);
+            }
+            (Some(rest), FieldKind::Unit(u)) => {
+                opened.push(at);
+                self.keep_path(*u, at, rest, keep, opened)?;
+            }
+            (Some(_), _) => return None,
+        }
+        Some(())
+    }
+
+    /// Keeps what `unit`'s expressions read, and its nested units and
+    /// lists whole but those opened.
+    fn keep_unit(
+        &self,
+        unit: UnitId,
+        base: usize,
+        (opened, open_all): (&[usize], bool),
+        keep: &mut [bool],
+        deferred: &mut Vec<(program::BlockId, usize, usize)>,
+    ) {
+        let info = &self.units[unit];
+        for f in &info.fields {
+            let at = base + f.slot as usize;
+            match &f.kind {
+                FieldKind::Int | FieldKind::Bytes => {}
+                FieldKind::Unit(u) if open_all || opened.contains(&at) => {
+                    self.keep_unit(*u, at, (opened, open_all), keep, deferred)
+                }
+                // Lists are kept whole; expressions see their own.
+                _ => {
+                    let n = self.field_width(info.block, f);
+                    keep[at..at + n].fill(true);
+                }
+            }
+        }
+        let mut seen = Vec::new();
+        self.mark_used(info.block, base, keep, &mut seen, deferred);
     }
 
     /// The reply to a request of `unit` that no peer will answer, from the
@@ -414,9 +481,10 @@ impl Grammar {
     fn mark_used(
         &self,
         block: program::BlockId,
+        base: usize,
         keep: &mut [bool],
         seen: &mut Vec<program::BlockId>,
-        deferred: &mut Vec<(program::BlockId, usize)>,
+        deferred: &mut Vec<(program::BlockId, usize, usize)>,
     ) {
         if seen.contains(&block) {
             return;
@@ -427,33 +495,33 @@ impl Grammar {
             if let Some(r) = &op.requires {
                 exprs.push(r);
                 if let Some(s) = op.slot {
-                    mark(keep, s);
+                    mark(keep, base + s as usize);
                 }
             }
             match &op.kind {
                 OpKind::Scalar(Scalar::Bytes {
                     len: Len::Expr(e), ..
                 }) => exprs.push(e),
-                OpKind::Var(_) if self.droppable_var(block, i) => deferred.push((block, i)),
+                OpKind::Var(_) if self.droppable_var(block, i) => deferred.push((block, i, base)),
                 OpKind::Var(e) => {
                     exprs.push(e);
                     if let Some(s) = op.slot {
-                        mark(keep, s);
+                        mark(keep, base + s as usize);
                     }
                 }
                 OpKind::SerializeVar { var, target, expr } => {
                     exprs.push(expr);
-                    mark(keep, *var);
-                    mark(keep, *target);
+                    mark(keep, base + *var as usize);
+                    mark(keep, base + *target as usize);
                 }
                 OpKind::Switch { on, cases, default } => {
                     exprs.push(on);
                     for (c, b) in cases {
                         exprs.push(c);
-                        self.mark_used(*b, keep, seen, deferred);
+                        self.mark_used(*b, base, keep, seen, deferred);
                     }
                     if let Some(b) = default {
-                        self.mark_used(*b, keep, seen, deferred);
+                        self.mark_used(*b, base, keep, seen, deferred);
                     }
                 }
                 OpKind::List {
@@ -468,7 +536,7 @@ impl Grammar {
                 _ => {}
             }
             for e in exprs {
-                mark_expr(e, keep);
+                mark_expr(e, base, keep);
             }
         }
     }
@@ -497,22 +565,24 @@ fn scalar_max(s: &Scalar) -> u64 {
     }
 }
 
-fn mark(keep: &mut [bool], s: u16) {
-    if let Some(k) = keep.get_mut(s as usize) {
+fn mark(keep: &mut [bool], s: usize) {
+    if let Some(k) = keep.get_mut(s) {
         *k = true;
     }
 }
 
-fn mark_expr(e: &CExpr, keep: &mut [bool]) {
+/// Keeps the slots `e` reads, `e` being an expression of a unit whose
+/// slots start at `base`.
+fn mark_expr(e: &CExpr, base: usize, keep: &mut [bool]) {
     match e {
-        CExpr::Slot(s) => mark(keep, *s),
-        CExpr::List(l) => mark(keep, l.slot),
-        CExpr::Unary(_, x) => mark_expr(x, keep),
+        CExpr::Slot(s) => mark(keep, base + *s as usize),
+        CExpr::List(l) => mark(keep, base + l.slot as usize),
+        CExpr::Unary(_, x) => mark_expr(x, base, keep),
         CExpr::Binary(_, a, b) => {
-            mark_expr(a, keep);
-            mark_expr(b, keep);
+            mark_expr(a, base, keep);
+            mark_expr(b, base, keep);
         }
-        CExpr::Call(_, args) => args.iter().for_each(|a| mark_expr(a, keep)),
+        CExpr::Call(_, args) => args.iter().for_each(|a| mark_expr(a, base, keep)),
         _ => {}
     }
 }

@@ -275,6 +275,7 @@ impl Parser {
             // The interpreter starts over, from unset slots.
             let high = f.cx.high.max(stale);
             st.slots[..high].fill(Slot::Unset);
+            f.cx.arms = 0;
         }
         self.interpret(buf)
     }
@@ -299,7 +300,7 @@ impl Parser {
         if !batch.made_for(&self.grammar, self.unit, self.st.keep.as_ref()) {
             return 0;
         }
-        let n = (f.batch)(buf, &mut batch.slots, &mut batch.ends, &mut f.cx);
+        let n = (f.batch)(buf, batch, &mut f.cx);
         batch.len = n;
         self.compiled += n as u64;
         batch.consumed()

@@ -6,6 +6,7 @@
 //! bytes or fail: a generated parser then hands the message back to the
 //! interpreter, which says which.
 
+pub use crate::batch::Batch;
 use crate::eval::{is_tchar, parse_int, slot_val, Env};
 use crate::parse::WS_MAX;
 pub use crate::program::{Builtin, CExpr, Slot};
@@ -27,16 +28,23 @@ pub struct Cx {
     pub exprs: Arc<[CExpr]>,
     /// Slots a view keeps (empty without a view).
     pub keep: Arc<[bool]>,
-    /// The first 64 of `keep`, one bit each, for a test without a load.
-    pub keep_bits: u64,
+    /// The first [`KEEP_BITS`] of `keep`, one bit each, for a test
+    /// without a bounds check.
+    pub keep_bits: [u64; KEEP_BITS / 64],
     /// `reply_context()`.
     pub context: i128,
     /// Set by the parser: one past the highest slot it set.
     pub high: usize,
-    /// One past the highest slot a message in a row of a batch set: what
-    /// a row may still hold set.
-    pub rows_high: usize,
+    /// The switch arms whose slots the slots parsed into may still hold
+    /// set, one bit each (numbered by the generated code): an arm unsets
+    /// another's slots only if that one's bit is set, so a switch that
+    /// takes the same arm message after message stores nothing for the
+    /// arms not taken. Zero for slots all unset.
+    pub arms: u64,
 }
+
+/// How many slots of a view [`Cx::keep_bits`] holds.
+pub const KEEP_BITS: usize = 256;
 
 impl Cx {
     pub fn new(exprs: Arc<[CExpr]>, keep: Arc<[bool]>) -> Cx {
@@ -46,7 +54,7 @@ impl Cx {
             keep,
             context: 0,
             high: 0,
-            rows_high: 0,
+            arms: 0,
         }
     }
 
@@ -57,12 +65,13 @@ impl Cx {
     }
 }
 
-/// The first 64 slots of a view, as bits.
-fn keep_bits(keep: &[bool]) -> u64 {
-    keep.iter()
-        .take(64)
-        .enumerate()
-        .fold(0, |bits, (i, k)| bits | (*k as u64) << i)
+/// The first [`KEEP_BITS`] slots of a view, as bits.
+fn keep_bits(keep: &[bool]) -> [u64; KEEP_BITS / 64] {
+    let mut bits = [0; KEEP_BITS / 64];
+    for (i, _) in keep.iter().take(KEEP_BITS).enumerate().filter(|k| *k.1) {
+        bits[i / 64] |= 1 << (i % 64);
+    }
+    bits
 }
 
 /// The integer a slot holds, as the evaluator reads it.
@@ -302,19 +311,17 @@ pub use crate::int_expr::{div, mul, rem};
 pub type ParseFn = fn(&[u8], &mut [Slot], &mut Cx) -> usize;
 
 /// A generated parser run over a buffer of whole messages: the message at
-/// each row of slots (`s`, rows of the unit's slot count), until `ends`
-/// is full or a message needs the interpreter. Each row's byte offsets
-/// are from its own message's first byte; `ends` gets where each message
-/// ends in `buf`. It returns how many messages it parsed.
-pub type BatchFn = fn(&[u8], &mut [Slot], &mut [u32], &mut Cx) -> usize;
+/// each row of the batch, until its rows are full or a message needs the
+/// interpreter. Each row's byte offsets are from its own message's first
+/// byte. It returns how many messages it parsed.
+pub type BatchFn = fn(&[u8], &mut Batch, &mut Cx) -> usize;
 
 /// The loop of every unit's [`BatchFn`], over rows of `W` slots, with the
 /// unit's parser `unit` inlined into it.
 #[inline(always)]
 pub fn batch<const W: usize>(
     buf: &[u8],
-    s: &mut [Slot],
-    ends: &mut [u32],
+    b: &mut Batch,
     cx: &mut Cx,
     unit: impl Fn(&[u8], &mut [Slot], &mut Cx) -> usize,
 ) -> usize {
@@ -322,11 +329,13 @@ pub fn batch<const W: usize>(
     // as far as any message set them, which costs a comparison each.
     const SMALL: usize = 64;
     let (mut at, mut k) = (0, 0);
-    let mut most = cx.rows_high;
-    for (row, end) in s.chunks_exact_mut(W.max(1)).zip(ends.iter_mut()) {
+    let mut most = b.high;
+    let rows = b.slots.chunks_exact_mut(W.max(1));
+    for ((row, end), arms) in rows.zip(b.ends.iter_mut()).zip(b.arms.iter_mut()) {
         if at >= buf.len() {
             break;
         }
+        cx.arms = *arms;
         let n = unit(&buf[at..], row, cx);
         if n == FALLBACK {
             // Generated code counts on a row holding a whole message's
@@ -335,8 +344,10 @@ pub fn batch<const W: usize>(
             // unset as far as anything may have set it.
             let high = if W <= SMALL { W } else { cx.high.max(most) }.min(row.len());
             row[..high].fill(Slot::Unset);
+            *arms = 0;
             break;
         }
+        *arms = cx.arms;
         if W > SMALL {
             most = most.max(cx.high);
         }
@@ -344,7 +355,7 @@ pub fn batch<const W: usize>(
         *end = at as u32;
         k += 1;
     }
-    cx.rows_high = most;
+    b.high = most;
     k
 }
 
