@@ -335,7 +335,9 @@ pub fn batch<const W: usize>(
         if at >= buf.len() {
             break;
         }
-        cx.arms = *arms;
+        // A small unit's arms unset what they may every time: a known
+        // constant folds the tests away, cheaper than a row's bits.
+        cx.arms = if W <= SMALL { !0 } else { *arms };
         let n = unit(&buf[at..], row, cx);
         if n == FALLBACK {
             // Generated code counts on a row holding a whole message's
@@ -347,8 +349,8 @@ pub fn batch<const W: usize>(
             *arms = 0;
             break;
         }
-        *arms = cx.arms;
         if W > SMALL {
+            *arms = cx.arms;
             most = most.max(cx.high);
         }
         at += n;
