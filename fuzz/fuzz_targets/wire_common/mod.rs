@@ -304,17 +304,22 @@ pub fn check(name: &str, data: &[u8]) {
         );
     }
 
-    // (d): a view, of one field or of none.
-    let fields: Vec<&str> = g
-        .unit(unit)
-        .fields
-        .iter()
-        .map(|f| f.name.as_str())
+    // (d): a view, of one field (a nested unit's by its path) or of none.
+    let mut fields: Vec<String> = Vec::new();
+    for f in &g.unit(unit).fields {
+        fields.push(f.name.clone());
+        if let flick_wire::FieldKind::Unit(inner) = f.kind {
+            for i in &g.unit(inner).fields {
+                fields.push(format!("{}.{}", f.name, i.name));
+            }
+        }
+    }
+    let chosen: Vec<&str> = fields
+        .get(pick % (fields.len() + 1))
+        .map(|f| f.as_str())
+        .into_iter()
         .collect();
-    let chosen: &[&str] = match fields.get(pick % (fields.len() + 1)) {
-        Some(f) => std::slice::from_ref(f),
-        None => &[],
-    };
+    let chosen = &chosen[..];
     let keep = g.view(unit, chosen).expect("the unit's own field");
     let mut v = Parser::with_view(g.clone(), unit, keep.clone());
     let viewed = drive(&mut v, &[stream], &mut |p, buf, _| {
