@@ -73,7 +73,6 @@ pub fn generate(g: &Grammar) -> Generated {
             fused: Vec::new(),
             writes: Vec::new(),
             arm_bits: 0,
-            arm_masks: Vec::new(),
             arm_stack: Vec::new(),
             setters: HashMap::new(),
             unwitnessed: HashSet::new(),
@@ -236,19 +235,16 @@ struct UnitGen<'g> {
     writes: Vec<HashSet<String>>,
     /// How many bits of `Cx::arms` the unit's switch arms have taken.
     arm_bits: u32,
-    /// Per switch arm being generated, the `Cx::arms` bits of the arms
-    /// inside it.
-    arm_masks: Vec<u64>,
     /// Per switch arm being generated, its own `Cx::arms` bit (0 for
-    /// none).
-    arm_stack: Vec<u64>,
+    /// none) and the bits of the arms inside it.
+    arm_stack: Vec<(u64, u64)>,
     /// Per slot, the bits of the arms that store it.
     setters: HashMap<String, u64>,
     /// Slots stored outside any arm with a bit: unset whenever an arm
     /// unsets them.
     unwitnessed: HashSet<String>,
-    /// The slots each arm's unsets cover, by their place holder in the
-    /// code; empty where they are unset whatever `Cx::arms` says.
+    /// The slots each arm's conditional unsets cover, by their place
+    /// holder in the code.
     unset_groups: Vec<Vec<String>>,
     /// The count slots of lists generated so far, with their elements'
     /// size in slots.
@@ -376,7 +372,7 @@ impl UnitGen<'_> {
     /// arm's bit says it may be set.
     fn stored(&mut self, idx: &str) {
         match self.arm_stack.last() {
-            Some(&bit) if bit != 0 => *self.setters.entry(idx.to_string()).or_default() |= bit,
+            Some(&(bit, _)) if bit != 0 => *self.setters.entry(idx.to_string()).or_default() |= bit,
             _ => {
                 self.unwitnessed.insert(idx.to_string());
             }
@@ -892,6 +888,10 @@ impl UnitGen<'_> {
         // Each arm is generated apart, to learn which slots it sets; each
         // arm then unsets the slots only other arms set.
         let mut arms: Vec<Arm> = Vec::new();
+        // An arm that may store slots gets a bit of `Cx::arms`, set once it
+        // has: other code unsets those slots only while it is set. Not
+        // inside a list element, whose arms differ from element to element.
+        let witnessed = matches!(sc.base, Base::Static(_));
         let mut done: Vec<BlockId> = Vec::new();
         let blocks = cases
             .iter()
@@ -913,11 +913,6 @@ impl UnitGen<'_> {
                     .collect::<Vec<_>>()
                     .join(" | ")
             };
-            // An arm that may store slots gets a bit of `Cx::arms`, set once
-            // it has: other code unsets those slots only while it is set.
-            // Not inside a list element, whose arms differ from element to
-            // element.
-            let witnessed = matches!(sc.base, Base::Static(_));
             let bit = if witnessed && b.is_some() && self.arm_bits < u64::BITS {
                 self.arm_bits += 1;
                 1 << (self.arm_bits - 1)
@@ -926,8 +921,7 @@ impl UnitGen<'_> {
             };
             let saved = std::mem::take(&mut self.out);
             self.writes.push(HashSet::new());
-            self.arm_masks.push(0);
-            self.arm_stack.push(bit);
+            self.arm_stack.push((bit, 0));
             let vals = match b {
                 Some(b) => {
                     let mut inner = sc.clone();
@@ -939,9 +933,8 @@ impl UnitGen<'_> {
                     None
                 }
             };
-            self.arm_stack.pop();
+            let (_, inside) = self.arm_stack.pop().unwrap_or_default();
             let set = self.writes.pop().unwrap_or_default();
-            let inside = self.arm_masks.pop().unwrap_or(0);
             let body = std::mem::replace(&mut self.out, saved);
             arms.push(Arm {
                 label,
@@ -953,10 +946,8 @@ impl UnitGen<'_> {
             });
         }
         let union: HashSet<String> = arms.iter().flat_map(|a| a.set.iter().cloned()).collect();
-        let witnessed = matches!(sc.base, Base::Static(_));
-        let all = arms.iter().fold(0, |m, a| m | a.bit | a.inside);
-        if let Some(top) = self.arm_masks.last_mut() {
-            *top |= all;
+        if let Some(top) = self.arm_stack.last_mut() {
+            top.1 |= arms.iter().fold(0, |m, a| m | a.bit | a.inside);
         }
         // An integer every arm leaves in a local is one local after the
         // switch, for the expressions that read it (`self.eth.payload_type`).
@@ -995,20 +986,22 @@ impl UnitGen<'_> {
             }
             let mut rest: Vec<String> = union.difference(&a.set).cloned().collect();
             rest.sort();
-            if !rest.is_empty() {
-                // Which arms may have stored these is known once the whole
-                // unit is generated.
+            // Which arms may have stored these is known once the whole unit
+            // is generated.
+            let guarded = witnessed && !rest.is_empty();
+            if guarded {
                 let group = self.unset_groups.len();
                 self.line(&format!("if {ARMS_OPEN}{group}{ARMS_CLOSE} {{"));
-                for idx in &rest {
-                    match self.list_elems.get(idx) {
-                        Some(e) => self.line(&format!("unset_list(s, {idx}, {e});")),
-                        None => self.line(&format!("s[{idx}] = Slot::Unset;")),
-                    }
+            }
+            for idx in &rest {
+                match self.list_elems.get(idx) {
+                    Some(e) => self.line(&format!("unset_list(s, {idx}, {e});")),
+                    None => self.line(&format!("s[{idx}] = Slot::Unset;")),
                 }
+            }
+            if guarded {
                 self.line("}");
-                self.unset_groups
-                    .push(if witnessed { rest } else { Vec::new() });
+                self.unset_groups.push(rest);
             }
             // The other arms' slots are unset now, or this arm's own.
             let others = arms
