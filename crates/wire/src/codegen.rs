@@ -94,25 +94,28 @@ pub fn generate(g: &Grammar) -> Generated {
                     fns,
                     "/// `{unit}`.\n#[allow(unused_mut, unused_variables, unreachable_code, unused_assignments, unused_parens, clippy::all)]\n\
                      #[inline(always)]\n\
-                     fn {name}<const VIEW: bool>(buf: &[u8], s: &mut [Slot], cx: &mut Cx) -> usize {{\n\
+                     fn {name}<const VIEW: bool, const TRACK: bool>(buf: &[u8], s: &mut [Slot], cx: &mut Cx) -> usize {{\n\
                      if s.len() < {slots} {{ cx.high = 0; return FALLBACK; }}\n\
                      let mut pos = 0usize;\nlet mut high = 0usize;\n{body}\
-                     cx.high = high;\npos\n}}\n\n\
+                     if TRACK {{ cx.high = high; }}\npos\n}}\n\n\
                      /// `{unit}`, message after message.\n\
                      fn batch_{id}<const VIEW: bool>(buf: &[u8], b: &mut Batch, cx: &mut Cx) -> usize {{\n\
-                     batch::<{slots}>(buf, b, cx, {name}::<VIEW>)\n}}\n\n",
+                     batch::<{slots}>(buf, b, cx, {name}::<VIEW, {{ tracks_rows({slots}) }}>)\n}}\n\n",
                     unit = info.name,
                     slots = info.slots,
                     body = u.resolve_unsets(),
                 );
                 let (view, batch_view) = if u.views {
-                    (format!("{name}::<true>"), format!("batch_{id}::<true>"))
+                    (
+                        format!("{name}::<true, true>"),
+                        format!("batch_{id}::<true>"),
+                    )
                 } else {
                     ("no_view".to_string(), "no_batch".to_string())
                 };
                 let _ = writeln!(
                     table,
-                    "    CompiledUnit {{ unit: {:?}, full: {name}::<false>, view: {view}, batch_full: batch_{id}::<false>, batch_view: {batch_view} }},",
+                    "    CompiledUnit {{ unit: {:?}, full: {name}::<false, true>, view: {view}, batch_full: batch_{id}::<false>, batch_view: {batch_view} }},",
                     info.name
                 );
                 units.push(Some(GeneratedUnit {
@@ -347,7 +350,7 @@ impl UnitGen<'_> {
             Base::Dyn(_) => false,
         };
         self.line(&format!("let {v}: Slot = {val};"));
-        let set = format!("s[{idx}] = {v}; if high < {idx} + 1 {{ high = {idx} + 1; }}");
+        let set = format!("s[{idx}] = {v}; if TRACK && high < {idx} + 1 {{ high = {idx} + 1; }}");
         if guarded {
             let kept = match sc.base {
                 Base::Static(b) if b + (rel as usize) < crate::rt::KEEP_BITS => {
@@ -399,7 +402,7 @@ impl UnitGen<'_> {
             });
             match mask {
                 Some(m) if m != 0 => {
-                    let _ = write!(out, "cx.arms & {m:#x} != 0");
+                    let _ = write!(out, "(!TRACK || cx.arms & {m:#x} != 0)");
                 }
                 _ => out.push_str("true"),
             }
@@ -641,7 +644,9 @@ impl UnitGen<'_> {
         let n = self.fresh("n");
         let e = self.int(len, sc, &unset())?;
         self.line(&format!(
-            "let {n} = {e}; if {n} < 0 || {n} > {max} || ((buf.len() - pos) as i128) < {n} {{ {FB} }} let {n} = {n} as usize;"
+            // Compared as a `usize` once bounded: a 128-bit comparison
+            // costs several instructions a field.
+            "let {n} = {e}; if {n} < 0 || {n} > {max} {{ {FB} }} let {n} = {n} as usize; if buf.len() - pos < {n} {{ {FB} }}"
         ));
         let v = format!("Slot::Bytes {{ start: pos as u32, len: {n} as u32 }}");
         self.store(sc, slot, &v, false);
@@ -730,7 +735,7 @@ impl UnitGen<'_> {
             Scalar::VInt => {
                 let (v, n) = (self.fresh("x"), self.fresh("n"));
                 self.line(&format!(
-                    "let Some(({v}, {n})) = read_vlong(&buf[pos..]) else {{ {FB} }};"
+                    "let Some(({v}, {n})) = vlong_at(buf, pos) else {{ {FB} }};"
                 ));
                 self.store_int(sc, slot, &v, true);
                 self.line(&format!("pos += {n};"));
@@ -1010,7 +1015,10 @@ impl UnitGen<'_> {
                 .filter(|(j, _)| *j != k)
                 .fold(0, |m, (_, o)| m | o.bit | o.inside);
             if witnessed && (others != 0 || a.bit != 0) {
-                self.line(&format!("cx.arms = cx.arms & !{others:#x} | {:#x};", a.bit));
+                self.line(&format!(
+                    "if TRACK {{ cx.arms = cx.arms & !{others:#x} | {:#x}; }}",
+                    a.bit
+                ));
             }
             self.line("}");
         }
@@ -1056,7 +1064,7 @@ impl UnitGen<'_> {
         // unset once the list ends, so that no slot outlives its message.
         let old = self.fresh("lo");
         self.line(&format!(
-            "let {lb} = {count}; let {old} = list_len(s[{lb}]); s[{lb}] = Slot::Count(0); if high < {lb} + 1 {{ high = {lb} + 1; }} let {start} = pos; let mut {li}: u32 = 0;"
+            "let {lb} = {count}; let {old} = list_len(s[{lb}]); s[{lb}] = Slot::Count(0); if TRACK && high < {lb} + 1 {{ high = {lb} + 1; }} let {start} = pos; let mut {li}: u32 = 0;"
         ));
         // An arm sets the count, and unsets the list through it; what the
         // elements set is the list's own.

@@ -74,6 +74,18 @@ fn keep_bits(keep: &[bool]) -> [u64; KEEP_BITS / 64] {
     bits
 }
 
+/// [`read_vlong`] at `pos` of `buf`: one bounds check for the common
+/// one-byte form.
+#[inline(always)]
+pub fn vlong_at(buf: &[u8], pos: usize) -> Option<(i64, usize)> {
+    let first = *buf.get(pos)? as i8;
+    if first >= -112 {
+        return Some((first as i64, 1));
+    }
+    std::hint::cold_path();
+    read_vlong(&buf[pos..])
+}
+
 /// The integer a slot holds, as the evaluator reads it.
 #[inline(always)]
 pub fn int(s: Slot) -> Option<i128> {
@@ -325,9 +337,6 @@ pub fn batch<const W: usize>(
     cx: &mut Cx,
     unit: impl Fn(&[u8], &mut [Slot], &mut Cx) -> usize,
 ) -> usize {
-    // A small unit's rows are unset whole when needed; a large one's only
-    // as far as any message set them, which costs a comparison each.
-    const SMALL: usize = 64;
     let (mut at, mut k) = (0, 0);
     let mut most = b.high;
     let rows = b.slots.chunks_exact_mut(W.max(1));
@@ -335,21 +344,21 @@ pub fn batch<const W: usize>(
         if at >= buf.len() {
             break;
         }
-        // A small unit's arms unset what they may every time: a known
-        // constant folds the tests away, cheaper than a row's bits.
-        cx.arms = if W <= SMALL { !0 } else { *arms };
+        if tracks_rows(W) {
+            cx.arms = *arms;
+        }
         let n = unit(&buf[at..], row, cx);
         if n == FALLBACK {
             // Generated code counts on a row holding a whole message's
             // slots or none (a list's count says which elements to
             // unset); a message cut short leaves neither, so the row is
             // unset as far as anything may have set it.
-            let high = if W <= SMALL { W } else { cx.high.max(most) }.min(row.len());
+            let high = if tracks_rows(W) { cx.high.max(most) } else { W }.min(row.len());
             row[..high].fill(Slot::Unset);
             *arms = 0;
             break;
         }
-        if W > SMALL {
+        if tracks_rows(W) {
             *arms = cx.arms;
             most = most.max(cx.high);
         }
@@ -359,6 +368,14 @@ pub fn batch<const W: usize>(
     }
     b.high = most;
     k
+}
+
+/// Whether a batch of a unit of `width` slots keeps each row's arm bits
+/// and highest slot set. A small unit's rows are unset whole when needed,
+/// and its arms unset what they may every time: the generated code then
+/// tests and keeps no bits, cheaper than a row's bits for a few slots.
+pub const fn tracks_rows(width: usize) -> bool {
+    width > 64
 }
 
 /// A unit's generated parsers: decoding every field, and under a view;

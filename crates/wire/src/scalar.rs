@@ -374,6 +374,9 @@ pub fn read_vlong(b: &[u8]) -> Option<(i64, usize)> {
     if first >= -112 {
         return Some((first as i64, 1));
     }
+    // Most lengths in map output fit one byte: laid out of the way, the
+    // longer forms leave that path without a jump.
+    std::hint::cold_path();
     let size = if first < -120 {
         (-119 - first as i32) as usize
     } else {
