@@ -253,6 +253,18 @@ impl<'a> Message<'a> {
         }
     }
 
+    /// The integer in slot `slot` if it is an unsigned one: a `uint8`..
+    /// `uint64` field, or a variable whose value is not negative. One test
+    /// where [`Message::int_at`] makes three, for a program that knows the
+    /// field's type.
+    #[inline(always)]
+    pub fn uint_at(&self, slot: u16) -> Option<u64> {
+        match self.slots.get(self.base + slot as usize)? {
+            Slot::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+
     /// The bytes in slot `slot` of the message, as [`Message::int_at`].
     #[inline(always)]
     pub fn bytes_at(&self, slot: u16) -> Option<&'a [u8]> {

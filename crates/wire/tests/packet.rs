@@ -379,6 +379,16 @@ fn whole_frames_parse_as_one_message() {
     let src = g.field_slot(frame, "ip4").unwrap()
         + g.field_slot(g.unit_id("ipv4").unwrap(), "src").unwrap();
     assert_eq!(m.int_at(src), Some(0xc0a8_0117));
+    // A typed read answers only for an unsigned integer: not for bytes,
+    // nor for a header the frame does not have.
+    assert_eq!(m.uint_at(src), Some(0xc0a8_0117));
+    let mac = g.field_slot(frame, "eth").unwrap()
+        + g.field_slot(g.unit_id("ethernet").unwrap(), "dst").unwrap();
+    assert_eq!((m.uint_at(mac), m.int_at(mac)), (None, None));
+    assert!(m.bytes_at(mac).is_some());
+    let udp_port = g.field_slot(frame, "udp4").unwrap()
+        + g.field_slot(g.unit_id("udp").unwrap(), "src_port").unwrap();
+    assert_eq!(m.uint_at(udp_port), None);
     assert_eq!(&reserialize(&g, "frame", &syn), &syn);
 
     let eth6 = SYN_ETHERNET.replace("08 00", "86 dd");
