@@ -164,3 +164,48 @@ fn frames_in_any_order_show_nothing_of_the_one_before() {
         assert_eq!(i, order.len());
     }
 }
+
+/// The set slots of row `row` of `batch`, as [`set_slots`] gives them.
+fn row_slots(batch: &flick_wire::Batch, row: usize) -> Vec<(usize, Slot)> {
+    batch
+        .slots(row)
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| **s != Slot::Unset)
+        .map(|(i, s)| (i, *s))
+        .collect()
+}
+
+/// One parser that takes frames one at a time with batches in between:
+/// what a batch's rows held says nothing of the parser's own slots, so a
+/// frame parsed after a batch shows nothing of the frame parsed before it.
+#[test]
+fn batches_between_single_frames_leave_them_nothing() {
+    flick_grammars::install();
+    let g = Grammar::stock("packet").unwrap();
+    let frame = g.unit_id("frame").unwrap();
+    let kinds = frames();
+    let alone: Vec<Vec<(usize, Slot)>> = kinds
+        .iter()
+        .map(|f| set_slots(&mut g.parser(frame).interpreted(), f))
+        .collect();
+    let mut p = g.parser(frame);
+    let mut batch = p.batch(2);
+    for (a, b, c) in (0..kinds.len())
+        .flat_map(|a| (0..kinds.len()).map(move |b| (a, b)))
+        .flat_map(|(a, b)| (0..kinds.len()).map(move |c| (a, b, c)))
+    {
+        assert_eq!(set_slots(&mut p, &kinds[a]), alone[a], "first {a}");
+        p.reset();
+        let pair = [kinds[b].clone(), kinds[b].clone()].concat();
+        assert_eq!(p.parse_batch(&pair, &mut batch), pair.len());
+        for row in 0..2 {
+            assert_eq!(row_slots(&batch, row), alone[b], "batch {b} after {a}");
+        }
+        assert_eq!(
+            set_slots(&mut p, &kinds[c]),
+            alone[c],
+            "{c} after {a}, batch {b}"
+        );
+    }
+}

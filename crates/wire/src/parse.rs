@@ -300,7 +300,11 @@ impl Parser {
         if !batch.made_for(&self.grammar, self.unit, self.st.keep.as_ref()) {
             return 0;
         }
+        // The arm bits say what the parser's own slots may hold; the
+        // batch loads and keeps each row's in their place.
+        let arms = f.cx.arms;
         let n = (f.batch)(buf, batch, &mut f.cx);
+        f.cx.arms = arms;
         batch.len = n;
         self.compiled += n as u64;
         batch.consumed()
