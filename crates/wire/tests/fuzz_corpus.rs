@@ -19,7 +19,8 @@
 //! (d) a parser with a view (the field chosen by the second byte, or none)
 //!     frames the stream as the full parser does, without panicking;
 //! (e) generated code and the interpreter give the same runs;
-//! (f) batches (`Parser::parse_batch`) give the same messages as whole.
+//! (f) one parser taking batches (`Parser::parse_batch`) and single
+//!     messages in turn gives the same messages as whole.
 //!
 //! The checks are the fuzz targets' own module, included from the fuzz
 //! crate (its own workspace, on nightly), so the two cannot drift apart.

@@ -19,13 +19,13 @@
 //! (e) parsers that run the grammar's generated code first (`flick-grammars`)
 //!     and parsers that only interpret give the same runs, values and
 //!     errors included, whole, split and under the view;
-//! (f) the stream parsed a batch of two messages at a time
-//!     (`Parser::parse_batch`), one by one where a batch stops, gives the
-//!     same messages as whole up to the first one that streams or fails,
-//!     with and without the view.
+//! (f) the stream parsed by one parser a batch of two messages at a time
+//!     (`Parser::parse_batch`) and one message by itself after each batch,
+//!     gives the same messages as whole up to the first one that streams
+//!     or fails, with and without the view.
 //!
-//! `crates/wire/tests/fuzz_corpus.rs` holds a copy of this code, to replay
-//! the corpora with plain `cargo test`: keep the two in step.
+//! `crates/wire/tests/fuzz_corpus.rs` includes this module, to replay the
+//! corpora with plain `cargo test`.
 
 use flick_wire::{Grammar, Parser, Progress, UnitId, WireErrorKind};
 use std::sync::{Arc, OnceLock};
@@ -224,9 +224,10 @@ fn round_trip(g: &Arc<Grammar>, unit: UnitId, p: &Parser, buf: &[u8], n: usize) 
     );
 }
 
-/// (f): the values of the messages at the start of `stream`, parsed in
-/// batches with `p` (one by one where a batch stops, the stream ending
-/// after `stream`), until one streams or fails.
+/// (f): the values of the messages at the start of `stream`, parsed with
+/// `p` in batches and one message by itself after each batch (the stream
+/// ending after `stream`), until one streams or fails. So the parser's
+/// own slots and a batch's rows take turns.
 fn batched(p: &mut Parser, stream: &[u8]) -> Vec<String> {
     let mut batch = p.batch(2);
     let (mut out, mut at) = (Vec::new(), 0);
@@ -234,9 +235,6 @@ fn batched(p: &mut Parser, stream: &[u8]) -> Vec<String> {
         let n = p.parse_batch(&stream[at..], &mut batch);
         out.extend(batch.messages(&stream[at..]).map(|m| format!("{m:?}")));
         at += n;
-        if n > 0 {
-            continue;
-        }
         match p.finish(&stream[at..]) {
             Ok(Progress::Done(n)) if n > 0 => {
                 out.push(format!("{:?}", p.message(&stream[at..])));
