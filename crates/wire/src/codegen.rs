@@ -25,7 +25,13 @@
 //! beyond its own count), so a parser clears nothing between messages it
 //! parses.
 //!
+//! Each unit's function is compiled over two constants: `VIEW`, whether a
+//! field is stored only if the parser's view keeps it, and `TRACK`,
+//! whether arm bits and the highest slot set are kept (not for the rows of
+//! a batch of a small unit, [`tracks_rows`]).
+//!
 //! [`FALLBACK`]: crate::rt::FALLBACK
+//! [`tracks_rows`]: crate::rt::tracks_rows
 
 use crate::int_expr::{lower, ConstOp, IntExpr, Node, Operand};
 use crate::plan::{Case, Cases, StepKind, ValExpr};
