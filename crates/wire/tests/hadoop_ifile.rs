@@ -333,6 +333,30 @@ fn set_nested_bytes(b: &mut Builder, g: &Grammar, unit: &str, outer: &str, field
 }
 
 proptest! {
+    /// Generated code's reader (`rt::vlong_at`) answers as the
+    /// interpreter's (`read_vlong`) at any offset of any bytes, and reads
+    /// back what `writeVLong` wrote there.
+    #[test]
+    fn vint_reads_agree_at_any_offset(
+        prefix in proptest::collection::vec(any::<u8>(), 0..8),
+        v in any::<i64>(),
+        cut in 0usize..10,
+        noise in proptest::collection::vec(any::<u8>(), 0..12),
+    ) {
+        use flick_wire::rt::{read_vlong, vlong_at};
+        let mut buf = prefix.clone();
+        buf.extend(vlong(v));
+        let whole = buf.len();
+        buf.truncate(prefix.len() + cut.min(whole - prefix.len()));
+        prop_assert_eq!(vlong_at(&buf, prefix.len()), read_vlong(&buf[prefix.len()..]));
+        if buf.len() == whole {
+            prop_assert_eq!(vlong_at(&buf, prefix.len()), Some((v, whole - prefix.len())));
+        }
+        for pos in 0..=noise.len() {
+            prop_assert_eq!(vlong_at(&noise, pos), read_vlong(&noise[pos..]));
+        }
+    }
+
     #[test]
     fn vints_round_trip(v in any::<i64>()) {
         let g = Arc::new(Grammar::from_source("vints", "type v = unit { x : vint; };").unwrap());
