@@ -13,16 +13,21 @@ fn request_parser() -> Parser {
     p
 }
 
-/// The set slots after parsing `msg`, as (index, value).
-fn set_slots(p: &mut Parser, msg: &[u8]) -> Vec<(usize, Slot)> {
-    p.reset();
-    assert_eq!(p.parse(msg).unwrap(), Progress::Done(msg.len()));
-    p.slots()
+/// The slots of `slots` that are set, as (index, value).
+fn set_of(slots: &[Slot]) -> Vec<(usize, Slot)> {
+    slots
         .iter()
         .enumerate()
         .filter(|(_, s)| **s != Slot::Unset)
         .map(|(i, s)| (i, *s))
         .collect()
+}
+
+/// The set slots after parsing `msg`.
+fn set_slots(p: &mut Parser, msg: &[u8]) -> Vec<(usize, Slot)> {
+    p.reset();
+    assert_eq!(p.parse(msg).unwrap(), Progress::Done(msg.len()));
+    set_of(p.slots())
 }
 
 #[test]
@@ -149,31 +154,17 @@ fn frames_in_any_order_show_nothing_of_the_one_before() {
             let n = p.parse_batch(&stream[at..], &mut batch);
             assert!(n > 0, "{fields:?}: a batch stopped at {at}");
             for row in 0..batch.len() {
-                let got: Vec<(usize, Slot)> = batch
-                    .slots(row)
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| **s != Slot::Unset)
-                    .map(|(i, s)| (i, *s))
-                    .collect();
-                assert_eq!(got, alone[order[i]], "{fields:?}, row {row}, frame {i}");
+                assert_eq!(
+                    set_of(batch.slots(row)),
+                    alone[order[i]],
+                    "{fields:?}, row {row}, frame {i}"
+                );
                 i += 1;
             }
             at += n;
         }
         assert_eq!(i, order.len());
     }
-}
-
-/// The set slots of row `row` of `batch`, as [`set_slots`] gives them.
-fn row_slots(batch: &flick_wire::Batch, row: usize) -> Vec<(usize, Slot)> {
-    batch
-        .slots(row)
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| **s != Slot::Unset)
-        .map(|(i, s)| (i, *s))
-        .collect()
 }
 
 /// One parser that takes frames one at a time with batches in between:
@@ -200,7 +191,7 @@ fn batches_between_single_frames_leave_them_nothing() {
         let pair = [kinds[b].clone(), kinds[b].clone()].concat();
         assert_eq!(p.parse_batch(&pair, &mut batch), pair.len());
         for row in 0..2 {
-            assert_eq!(row_slots(&batch, row), alone[b], "batch {b} after {a}");
+            assert_eq!(set_of(batch.slots(row)), alone[b], "batch {b} after {a}");
         }
         assert_eq!(
             set_slots(&mut p, &kinds[c]),

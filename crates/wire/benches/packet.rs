@@ -136,18 +136,40 @@ fn etherparse(f: &[u8]) -> Option<Flow> {
     ))
 }
 
-/// One parser per header unit, each reset for every frame, and the slots
-/// of the fields read, resolved once as a program does.
-struct Engine {
-    ethernet: Parser,
-    ipv4: Parser,
-    tcp: Parser,
+/// The slots of the fields a 5-tuple reads, resolved once as a program
+/// does.
+#[derive(Clone, Copy)]
+struct FlowSlots {
     payload_type: u16,
     src: u16,
     dst: u16,
     protocol: u16,
     src_port: u16,
     dst_port: u16,
+}
+
+impl FlowSlots {
+    /// Each field's slot, from its header's field in `frame`, its unit and
+    /// its name.
+    fn new(slot: impl Fn(&str, &str, &str) -> u16) -> FlowSlots {
+        FlowSlots {
+            payload_type: slot("eth", "ethernet", "payload_type"),
+            src: slot("ip4", "ipv4", "src"),
+            dst: slot("ip4", "ipv4", "dst"),
+            protocol: slot("ip4", "ipv4", "protocol"),
+            src_port: slot("tcp4", "tcp", "src_port"),
+            dst_port: slot("tcp4", "tcp", "dst_port"),
+        }
+    }
+}
+
+/// One parser per header unit, each reset for every frame, and the slots
+/// of the fields read in their headers' units.
+struct Engine {
+    ethernet: Parser,
+    ipv4: Parser,
+    tcp: Parser,
+    at: FlowSlots,
 }
 
 #[inline(always)]
@@ -162,13 +184,17 @@ fn done(p: &mut Parser, b: &[u8]) -> Option<usize> {
 #[inline(always)]
 fn engine(e: &mut Engine, f: &[u8]) -> Option<Flow> {
     let at = done(&mut e.ethernet, f)?;
-    if e.ethernet.message(f).uint_at(e.payload_type)? != 0x0800 {
+    if e.ethernet.message(f).uint_at(e.at.payload_type)? != 0x0800 {
         return None;
     }
     let ip = &f[at..];
     let ihl = done(&mut e.ipv4, ip)?;
     let m = e.ipv4.message(ip);
-    let (src, dst, protocol) = (m.uint_at(e.src)?, m.uint_at(e.dst)?, m.uint_at(e.protocol)?);
+    let (src, dst, protocol) = (
+        m.uint_at(e.at.src)?,
+        m.uint_at(e.at.dst)?,
+        m.uint_at(e.at.protocol)?,
+    );
     if protocol != 6 {
         return None;
     }
@@ -179,8 +205,8 @@ fn engine(e: &mut Engine, f: &[u8]) -> Option<Flow> {
         src as u32,
         dst as u32,
         protocol as u8,
-        t.uint_at(e.src_port)? as u16,
-        t.uint_at(e.dst_port)? as u16,
+        t.uint_at(e.at.src_port)? as u16,
+        t.uint_at(e.at.dst_port)? as u16,
     ))
 }
 
@@ -188,28 +214,23 @@ fn engine(e: &mut Engine, f: &[u8]) -> Option<Flow> {
 /// TCP headers in one message, each field at its header's base slot.
 struct FrameEngine {
     frame: Parser,
-    payload_type: u16,
-    src: u16,
-    dst: u16,
-    protocol: u16,
-    src_port: u16,
-    dst_port: u16,
+    at: FlowSlots,
 }
 
 #[inline(always)]
 fn frame_engine(e: &mut FrameEngine, f: &[u8]) -> Option<Flow> {
     done(&mut e.frame, f)?;
     let m = e.frame.message(f);
-    if m.uint_at(e.payload_type)? != 0x0800 || m.uint_at(e.protocol)? != 6 {
+    if m.uint_at(e.at.payload_type)? != 0x0800 || m.uint_at(e.at.protocol)? != 6 {
         return None;
     }
     // A frame that is not TCP leaves the TCP header's slots unset.
     Some((
-        m.uint_at(e.src)? as u32,
-        m.uint_at(e.dst)? as u32,
+        m.uint_at(e.at.src)? as u32,
+        m.uint_at(e.at.dst)? as u32,
         6,
-        m.uint_at(e.src_port)? as u16,
-        m.uint_at(e.dst_port)? as u16,
+        m.uint_at(e.at.src_port)? as u16,
+        m.uint_at(e.at.dst_port)? as u16,
     ))
 }
 
@@ -235,12 +256,7 @@ fn bench(c: &mut Criterion) {
         ethernet: parser("ethernet"),
         ipv4: parser("ipv4"),
         tcp: parser("tcp"),
-        payload_type: slot("ethernet", "payload_type"),
-        src: slot("ipv4", "src"),
-        dst: slot("ipv4", "dst"),
-        protocol: slot("ipv4", "protocol"),
-        src_port: slot("tcp", "src_port"),
-        dst_port: slot("tcp", "dst_port"),
+        at: FlowSlots::new(|_, unit, field| slot(unit, field)),
     };
     // As a program that reads only the 5-tuple parses: views of what it reads.
     let viewed = |name: &str| {
@@ -261,12 +277,7 @@ fn bench(c: &mut Criterion) {
     let at = |header: &str, unit: &str, field: &str| slot("frame", header) + slot(unit, field);
     let mut whole = FrameEngine {
         frame: g.parser(frame),
-        payload_type: at("eth", "ethernet", "payload_type"),
-        src: at("ip4", "ipv4", "src"),
-        dst: at("ip4", "ipv4", "dst"),
-        protocol: at("ip4", "ipv4", "protocol"),
-        src_port: at("tcp4", "tcp", "src_port"),
-        dst_port: at("tcp4", "tcp", "dst_port"),
+        at: FlowSlots::new(at),
     };
     assert!(whole.frame.is_compiled());
     // As a program that reads only the 5-tuple parses whole frames.
