@@ -4,9 +4,11 @@
 //! progress, values and errors as one that only interprets. And the
 //! generated code does the work: most messages of the corpora that parse
 //! at all are finished by it, not handed back. Parsing a run of messages
-//! in batches gives the same messages as parsing them one by one.
+//! in batches gives the same messages as parsing them one by one. A
+//! parser that leaves fields in place gives the same values when they are
+//! read.
 
-use flick_wire::{Batch, FieldKind, Grammar, Parser, Progress, Slot};
+use flick_wire::{Batch, FieldKind, FieldRef, Grammar, Message, Parser, Progress, Slot};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -214,6 +216,9 @@ fn agree(name: &str) -> Tally {
     let mut slow: Vec<Parser> = (0..units).map(|u| g.parser(u).interpreted()).collect();
     let mut batched: Vec<Parser> = (0..units).map(|u| g.parser(u)).collect();
     let mut batches: Vec<Batch> = batched.iter().map(|p| p.batch(3)).collect();
+    let mut in_place: Vec<Parser> = (0..units).map(|u| g.parser(u).in_place()).collect();
+    let mut read: Vec<Parser> = (0..units).map(|u| g.parser(u).interpreted()).collect();
+    let refs: Vec<Vec<(String, FieldRef)>> = (0..units).map(|u| field_refs(&g, u)).collect();
     for input in &inputs {
         let Some(&u) = input.first() else { continue };
         let unit = u as usize % units;
@@ -231,9 +236,64 @@ fn agree(name: &str) -> Tally {
                 leading_messages(&want),
                 "{name}, unit {unit}, batches, input {data:?}"
             );
+            let refs = &refs[unit];
+            assert_eq!(
+                drive_read(&mut in_place[unit], refs, &data),
+                drive_read(&mut read[unit], refs, &data),
+                "{name}, unit {unit}, fields in place, input {data:?}"
+            );
         }
     }
     tally
+}
+
+/// Every integer and bytes field of `unit`, by path, resolved once.
+fn field_refs(g: &Grammar, unit: usize) -> Vec<(String, FieldRef)> {
+    view_names(g, unit)
+        .into_iter()
+        .filter_map(|n| g.field_ref(unit, &n).map(|r| (n, r)))
+        .collect()
+}
+
+/// The messages of `data` one after another, each read as a program
+/// reads it: every field by name, and every field by its resolved
+/// reference. Ends at the first message not done.
+fn drive_read(p: &mut Parser, refs: &[(String, FieldRef)], data: &[u8]) -> Vec<String> {
+    let mut log = Vec::new();
+    let mut at = 0;
+    while at < data.len() {
+        p.reset();
+        let buf = &data[at..];
+        let n = match p.finish(buf) {
+            Ok(Progress::Done(n)) if n > 0 => n,
+            other => {
+                log.push(format!("{other:?}"));
+                break;
+            }
+        };
+        let m = p.message(&buf[..n]);
+        log.push(format!("{m:?} {:?}", read_refs(&m, refs)));
+        at += n;
+    }
+    log
+}
+
+/// Each field's value through its reference: an unsigned integer, bytes,
+/// or neither. Where the parser stored an unsigned integer, reading the
+/// field where it lies gives the same.
+fn read_refs(m: &Message<'_>, refs: &[(String, FieldRef)]) -> Vec<String> {
+    refs.iter()
+        .inspect(|(name, r)| {
+            if let Some(v) = m.uint_at(r.slot()) {
+                assert_eq!(m.uint_of(r), Some(v), "{name} read in place");
+            }
+        })
+        .map(|(name, r)| match (m.uint_of(r), m.bytes_of(r)) {
+            (Some(v), _) => format!("{name}={v}"),
+            (None, Some(b)) => format!("{name}={b:?}"),
+            (None, None) => format!("{name}=-"),
+        })
+        .collect()
 }
 
 /// The names a view may give of `unit`'s fields: each field, and each

@@ -200,3 +200,60 @@ fn batches_between_single_frames_leave_them_nothing() {
         );
     }
 }
+
+/// A parser that leaves the headers' fields in place stores where each
+/// header begins, and unsets that when a frame lacks the header: read
+/// through their references, the fields of a header the frame before had
+/// and this one lacks are not there.
+#[test]
+fn fields_in_place_show_nothing_of_the_frame_before() {
+    flick_grammars::install();
+    let g = Grammar::stock("packet").unwrap();
+    let frame = g.unit_id("frame").unwrap();
+    let paths = [
+        "eth.dst",
+        "eth.vlan_id",
+        "ip4.src",
+        "ip4.ttl",
+        "ip6.hop_limit",
+        "ip6.src",
+        "tcp4.src_port",
+        "tcp4.flag_syn",
+        "udp4.dst_port",
+        "icmp4.code",
+        "tcp6.dst_port",
+        "udp6.src_port",
+    ];
+    let refs: Vec<_> = paths
+        .iter()
+        .map(|p| g.field_ref(frame, p).unwrap())
+        .collect();
+    let read = |p: &mut Parser, f: &[u8]| {
+        p.reset();
+        assert_eq!(p.parse(f).unwrap(), Progress::Done(f.len()));
+        let m = p.message(f);
+        refs.iter()
+            .map(|r| (m.uint_of(r), m.bytes_of(r).map(<[u8]>::to_vec)))
+            .collect::<Vec<_>>()
+    };
+    let kinds = frames();
+    let alone: Vec<_> = kinds
+        .iter()
+        .map(|f| read(&mut g.parser(frame).interpreted(), f))
+        .collect();
+    // Every field is somewhere in some frame.
+    for (i, path) in paths.iter().enumerate() {
+        assert!(alone.iter().any(|v| v[i] != (None, None)), "{path}");
+    }
+    let mut one = g.parser(frame).in_place();
+    for a in 0..kinds.len() {
+        for b in 0..kinds.len() {
+            read(&mut one, &kinds[a]);
+            assert_eq!(read(&mut one, &kinds[b]), alone[b], "kind {b} after {a}");
+        }
+    }
+    assert_eq!(
+        one.compiled_messages(),
+        2 * (kinds.len() * kinds.len()) as u64
+    );
+}

@@ -9,7 +9,7 @@
 //! `cargo bench -p flick-wire --bench packet` (results: `docs/performance.md`)
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use flick_wire::{Parser, Progress};
+use flick_wire::{FieldRef, Parser, Progress};
 
 const FRAMES: usize = 1000;
 
@@ -234,6 +234,40 @@ fn frame_engine(e: &mut FrameEngine, f: &[u8]) -> Option<Flow> {
     ))
 }
 
+/// The fields of a 5-tuple in `frame`, resolved once as a program does:
+/// each a slot, or where it lies in its header.
+struct FlowRefs {
+    payload_type: FieldRef,
+    src: FieldRef,
+    dst: FieldRef,
+    protocol: FieldRef,
+    src_port: FieldRef,
+    dst_port: FieldRef,
+}
+
+/// One parser for the whole frame that leaves the headers' fixed fields
+/// in the frame's bytes (`Parser::in_place`), read where they lie.
+struct InPlaceEngine {
+    frame: Parser,
+    at: FlowRefs,
+}
+
+#[inline(always)]
+fn in_place_engine(e: &mut InPlaceEngine, f: &[u8]) -> Option<Flow> {
+    done(&mut e.frame, f)?;
+    let m = e.frame.message(f);
+    if m.uint_of(&e.at.payload_type)? != 0x0800 || m.uint_of(&e.at.protocol)? != 6 {
+        return None;
+    }
+    Some((
+        m.uint_of(&e.at.src)? as u32,
+        m.uint_of(&e.at.dst)? as u32,
+        6,
+        m.uint_of(&e.at.src_port)? as u16,
+        m.uint_of(&e.at.dst_port)? as u16,
+    ))
+}
+
 /// Folds every frame's 5-tuple into one number so none is skipped.
 ///
 /// Every parser above is inlined into this loop. One left out of line
@@ -294,15 +328,35 @@ fn bench(c: &mut Criterion) {
             ],
         )
         .unwrap();
+    let whole_view_keep = five_tuple.clone();
     let mut whole_view = FrameEngine {
         frame: Parser::with_view(g.clone(), frame, five_tuple),
         ..whole
     };
     assert!(whole_view.frame.is_compiled());
+    let field = |path: &str| g.field_ref(frame, path).unwrap();
+    let refs = || FlowRefs {
+        payload_type: field("eth.payload_type"),
+        src: field("ip4.src"),
+        dst: field("ip4.dst"),
+        protocol: field("ip4.protocol"),
+        src_port: field("tcp4.src_port"),
+        dst_port: field("tcp4.dst_port"),
+    };
+    let mut in_place = InPlaceEngine {
+        frame: g.parser(frame).in_place(),
+        at: refs(),
+    };
+    let mut in_place_view = InPlaceEngine {
+        frame: Parser::with_view(g.clone(), frame, whole_view_keep.clone()).in_place(),
+        at: refs(),
+    };
     let frames = frames();
     for f in &frames {
         assert_eq!(frame_engine(&mut whole, f), hand(f));
         assert_eq!(frame_engine(&mut whole_view, f), hand(f));
+        assert_eq!(in_place_engine(&mut in_place, f), hand(f));
+        assert_eq!(in_place_engine(&mut in_place_view, f), hand(f));
         assert_eq!(engine(&mut e, f), hand(f));
         assert_eq!(engine(&mut gen, f), hand(f));
         assert_eq!(engine(&mut view, f), hand(f));
@@ -327,6 +381,16 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("generated_frame_view", |b| {
         b.iter(|| all(black_box(&frames), |f| frame_engine(&mut whole_view, f)))
+    });
+    group.bench_function("generated_frame_in_place", |b| {
+        b.iter(|| all(black_box(&frames), |f| in_place_engine(&mut in_place, f)))
+    });
+    group.bench_function("generated_frame_view_in_place", |b| {
+        b.iter(|| {
+            all(black_box(&frames), |f| {
+                in_place_engine(&mut in_place_view, f)
+            })
+        })
     });
     group.bench_function("hand", |b| b.iter(|| all(black_box(&frames), hand)));
     group.bench_function("smoltcp", |b| b.iter(|| all(black_box(&frames), smoltcp)));

@@ -59,6 +59,10 @@ pub struct GeneratedUnit {
     /// Whether the code agrees with the interpreter under every view. It
     /// does when every slot an expression reads is one every view keeps.
     pub views: bool,
+    /// Whether the code can leave the fields read in place unstored
+    /// ([`Parser::in_place`](crate::Parser::in_place)): it does when it
+    /// reads them only from locals.
+    pub in_place: bool,
 }
 
 /// Generates the parsers of every unit of `g`.
@@ -73,6 +77,8 @@ pub fn generate(g: &Grammar) -> Generated {
             out: String::new(),
             exprs: Vec::new(),
             min_view: g.view_floor(id),
+            in_place: g.fixed_at[id].iter().map(Option::is_some).collect(),
+            in_place_ok: true,
             views: true,
             next: 0,
             depth: 0,
@@ -100,33 +106,39 @@ pub fn generate(g: &Grammar) -> Generated {
                     fns,
                     "/// `{unit}`.\n#[allow(unused_mut, unused_variables, unreachable_code, unused_assignments, unused_parens, clippy::all)]\n\
                      #[inline(always)]\n\
-                     fn {name}<const VIEW: bool, const TRACK: bool>(buf: &[u8], s: &mut [Slot], cx: &mut Cx) -> usize {{\n\
+                     fn {name}<const VIEW: bool, const TRACK: bool, const IN_PLACE: bool>(buf: &[u8], s: &mut [Slot], cx: &mut Cx) -> usize {{\n\
                      if s.len() < {slots} {{ cx.high = 0; return FALLBACK; }}\n\
                      let mut pos = 0usize;\nlet mut high = 0usize;\n{body}\
                      if TRACK {{ cx.high = high; }}\npos\n}}\n\n\
                      /// `{unit}`, message after message.\n\
                      fn batch_{id}<const VIEW: bool>(buf: &[u8], b: &mut Batch, cx: &mut Cx) -> usize {{\n\
-                     batch::<{slots}>(buf, b, cx, {name}::<VIEW, {{ tracks_rows({slots}) }}>)\n}}\n\n",
+                     batch::<{slots}>(buf, b, cx, {name}::<VIEW, {{ tracks_rows({slots}) }}, false>)\n}}\n\n",
                     unit = info.name,
                     slots = info.slots,
                     body = u.resolve_unsets(),
                 );
-                let (view, batch_view) = if u.views {
-                    (
-                        format!("{name}::<true, true>"),
-                        format!("batch_{id}::<true>"),
-                    )
-                } else {
-                    ("no_view".to_string(), "no_batch".to_string())
-                };
+                // Code that hands slots to the evaluator needs them stored.
+                let in_place = u.in_place_ok && u.exprs.is_empty();
+                let pick =
+                    |yes: bool, f: String, none: &str| if yes { f } else { none.to_string() };
+                let view = pick(u.views, format!("{name}::<true, true, false>"), "no_view");
+                let batch_view = pick(u.views, format!("batch_{id}::<true>"), "no_batch");
+                let in_place_full =
+                    pick(in_place, format!("{name}::<false, true, true>"), "no_view");
+                let in_place_view = pick(
+                    in_place && u.views,
+                    format!("{name}::<true, true, true>"),
+                    "no_view",
+                );
                 let _ = writeln!(
                     table,
-                    "    CompiledUnit {{ unit: {:?}, full: {name}::<false, true>, view: {view}, batch_full: batch_{id}::<false>, batch_view: {batch_view} }},",
+                    "    CompiledUnit {{ unit: {:?}, full: {name}::<false, true, false>, view: {view}, batch_full: batch_{id}::<false>, batch_view: {batch_view}, in_place: {in_place_full}, in_place_view: {in_place_view} }},",
                     info.name
                 );
                 units.push(Some(GeneratedUnit {
                     exprs: u.exprs,
                     views: u.views,
+                    in_place,
                 }));
             }
             Err(Unsupported(why)) => {
@@ -233,6 +245,11 @@ struct UnitGen<'g> {
     exprs: Vec<CExpr>,
     /// Slots every view keeps: stored unconditionally.
     min_view: std::sync::Arc<[bool]>,
+    /// Slots of fields read in place, which `IN_PLACE` code leaves
+    /// unstored.
+    in_place: std::sync::Arc<[bool]>,
+    /// No code reads a slot of `in_place` back from the slots.
+    in_place_ok: bool,
     views: bool,
     next: usize,
     depth: usize,
@@ -328,7 +345,12 @@ impl UnitGen<'_> {
             // A slot not set on this path may still hold the last
             // message's value; the interpreter would see it unset.
             None if !sc.assigned.contains(&sc.base.at(rel)) => "Slot::Unset".to_string(),
-            None => format!("s[{}]", sc.base.at(rel)),
+            None => {
+                if self.is_in_place(sc, rel) {
+                    self.in_place_ok = false;
+                }
+                format!("s[{}]", sc.base.at(rel))
+            }
         }
     }
 
@@ -356,7 +378,11 @@ impl UnitGen<'_> {
             Base::Dyn(_) => false,
         };
         self.line(&format!("let {v}: Slot = {val};"));
-        let set = format!("s[{idx}] = {v}; if TRACK && high < {idx} + 1 {{ high = {idx} + 1; }}");
+        let mut set =
+            format!("s[{idx}] = {v}; if TRACK && high < {idx} + 1 {{ high = {idx} + 1; }}");
+        if self.is_in_place(sc, rel) {
+            set = format!("if !IN_PLACE {{ {set} }}");
+        }
         if guarded {
             let kept = match sc.base {
                 Base::Static(b) if b + (rel as usize) < crate::rt::KEEP_BITS => {
@@ -375,6 +401,14 @@ impl UnitGen<'_> {
         }
         sc.vals.insert(rel, v.clone());
         Some(v)
+    }
+
+    /// Whether slot `rel` of the scope holds a field read in place.
+    fn is_in_place(&self, sc: &Scope, rel: u16) -> bool {
+        match sc.base {
+            Base::Static(b) => self.in_place.get(b + rel as usize) == Some(&true),
+            Base::Dyn(_) => false,
+        }
     }
 
     /// Notes that the code being generated stores slot `idx`, and which
@@ -484,7 +518,7 @@ impl UnitGen<'_> {
                 _,
             ) if *n >= 0 && *n <= *max as i128 => Some(*n as usize),
             (StepKind::Scalar, OpKind::Scalar(Scalar::Literal { bytes, .. })) => Some(bytes.len()),
-            (StepKind::Var(_) | StepKind::Nothing, _) => Some(0),
+            (StepKind::Var(_) | StepKind::Nothing | StepKind::Mark, _) => Some(0),
             _ => None,
         }
     }
@@ -535,6 +569,7 @@ impl UnitGen<'_> {
                     self.store(sc, step.slot, &v, false);
                 }
                 (StepKind::Var(e), _) => self.var_step(b, step.op as usize, e, step.slot, sc)?,
+                (StepKind::Mark, _) => self.mark(sc, step.slot, &format!("pos + {off}")),
                 _ => {}
             }
             if let Some(c) = &step.check {
@@ -546,6 +581,12 @@ impl UnitGen<'_> {
             self.line(&format!("pos += {width};"));
         }
         Ok(())
+    }
+
+    /// Where the unit begins, `at`, stored whatever the view (every view
+    /// keeps it).
+    fn mark(&mut self, sc: &mut Scope, slot: Option<u16>, at: &str) {
+        self.store(sc, slot, &format!("Slot::Int(({at}) as u64)"), true);
     }
 
     /// `&requires`: the check's expression, with `$$` the field's slot.
@@ -603,6 +644,7 @@ impl UnitGen<'_> {
             (StepKind::Scalar, OpKind::Scalar(s)) => self.scalar(s, op, sc, step.slot)?,
             (StepKind::Var(e), _) => self.var_step(b, step.op as usize, e, step.slot, sc)?,
             (StepKind::Nothing, _) => {}
+            (StepKind::Mark, _) => self.mark(sc, step.slot, "pos"),
             (StepKind::Switch(sw), _) => self.switch(sw, sc)?,
             (StepKind::Unit(inner), _) => {
                 let mut isc = Scope {

@@ -126,6 +126,7 @@ impl<'a> Compiler<'a> {
             fields: Vec::new(),
         };
         let block = self.block(&decl.items, &mut cx);
+        self.mark_fixed(block, &mut cx);
         self.active.pop();
         if let Some(status) = decl.error {
             self.default_status(block, status);
@@ -306,6 +307,39 @@ impl<'a> Compiler<'a> {
         }
     }
 
+    /// Notes the unit's fields that can be read in place, and gives the
+    /// unit a slot, set first, for where it begins.
+    fn mark_fixed(&mut self, block: BlockId, cx: &mut UnitCx) {
+        let fixed = crate::in_place::leading_fixed(&self.blocks[block as usize], &self.blocks);
+        if fixed.is_empty() || cx.next_slot >= u16::MAX as u32 {
+            return;
+        }
+        let start = self.alloc(cx, 1);
+        for (slot, offset, kind) in fixed {
+            let field = cx
+                .fields
+                .iter_mut()
+                .find(|f| f.slot == slot && matches!(f.kind, FieldKind::Int | FieldKind::Bytes));
+            if let Some(f) = field {
+                f.fixed = Some(Fixed {
+                    start,
+                    offset,
+                    kind,
+                });
+            }
+        }
+        let mark = Op {
+            kind: OpKind::Mark,
+            field: Arc::from("(start)"),
+            slot: Some(start),
+            requires: None,
+            status: None,
+            stream: false,
+            forbid: None,
+        };
+        self.blocks[block as usize].insert(0, mark);
+    }
+
     fn alloc(&mut self, cx: &mut UnitCx, n: u32) -> u16 {
         let s = cx.next_slot;
         cx.next_slot += n;
@@ -464,6 +498,7 @@ impl<'a> Compiler<'a> {
             slot,
             kind,
             max_bytes: None,
+            fixed: None,
         });
     }
 

@@ -31,6 +31,9 @@ pub(crate) struct FastParse {
     pub batch: BatchFn,
     /// Both, under a view, if the code honours views.
     pub view: Option<(ParseFn, BatchFn)>,
+    /// `full` and, if the code honours views, `view`, leaving the fields
+    /// read in place unstored, if the code can.
+    pub in_place: Option<(ParseFn, Option<ParseFn>)>,
     pub cx: Cx,
 }
 
@@ -39,9 +42,19 @@ pub(crate) struct FastParse {
 #[derive(Debug)]
 pub(crate) struct Fingerprint {
     pub fingerprint: u64,
-    pub units: Vec<Option<(Arc<[CExpr]>, bool)>>,
+    pub units: Vec<Option<UnitCode>>,
     /// The keep-everything of parsers without a view, shared.
     pub no_view: Arc<[bool]>,
+}
+
+/// What a unit's generated code evaluates, and the variants it has.
+#[derive(Debug)]
+pub(crate) struct UnitCode {
+    exprs: Arc<[CExpr]>,
+    /// It honours views.
+    views: bool,
+    /// It can leave fields in place.
+    in_place: bool,
 }
 
 /// The generated parser of `unit`, if one is registered for `g` as loaded.
@@ -57,7 +70,13 @@ pub(crate) fn lookup(g: &Grammar, unit: UnitId) -> Option<FastParse> {
             units: gen
                 .units
                 .into_iter()
-                .map(|u| u.map(|u| (Arc::from(u.exprs), u.views)))
+                .map(|u| {
+                    u.map(|u| UnitCode {
+                        exprs: Arc::from(u.exprs),
+                        views: u.views,
+                        in_place: u.in_place,
+                    })
+                })
                 .collect(),
             no_view: Arc::from(&[][..]),
         }
@@ -65,13 +84,18 @@ pub(crate) fn lookup(g: &Grammar, unit: UnitId) -> Option<FastParse> {
     if fp.fingerprint != compiled.fingerprint {
         return None;
     }
-    let (exprs, views) = fp.units.get(unit)?.as_ref()?;
+    let UnitCode {
+        exprs,
+        views,
+        in_place,
+    } = fp.units.get(unit)?.as_ref()?;
     let name = &g.units[unit].name;
     let cu = compiled.units.iter().find(|u| u.unit == name)?;
     Some(FastParse {
         full: cu.full,
         batch: cu.batch_full,
         view: views.then_some((cu.view, cu.batch_view)),
+        in_place: in_place.then_some((cu.in_place, views.then_some(cu.in_place_view))),
         cx: Cx::new(exprs.clone(), fp.no_view.clone()),
     })
 }

@@ -19,6 +19,7 @@ pub mod compiled;
 mod error;
 mod eval;
 pub mod grammar;
+mod in_place;
 mod int_expr;
 mod message;
 mod parse;
@@ -36,9 +37,9 @@ pub mod stock;
 pub use batch::Batch;
 pub use compile::{DEFAULT_BYTES_MAX, DEFAULT_LIST_MAX};
 pub use error::{GrammarError, WireError, WireErrorKind};
-pub use message::{List, Message, Value};
+pub use message::{FieldRef, List, Message, Value};
 pub use parse::{Parser, Progress};
-pub use program::{FieldInfo, FieldKind, ForwardContext, Slot, UnitId, UnitInfo};
+pub use program::{FieldInfo, FieldKind, Fixed, FixedKind, ForwardContext, Slot, UnitId, UnitInfo};
 pub use serialize::{write_vlong, Builder};
 
 use program::{CExpr, Elem, Len, Op, OpKind, Scalar, Stop};
@@ -64,6 +65,10 @@ pub struct Grammar {
     pub(crate) plan: plan::Plan,
     /// Per unit, its fields by name.
     pub(crate) field_index: Vec<message::FieldIndex>,
+    /// Per unit, by slot of its layout (its nested units' included), the
+    /// fields read in place, their start slots counted in that layout;
+    /// empty for a unit with none.
+    pub(crate) fixed_at: Vec<Box<[Option<Fixed>]>>,
     /// What code generated from this grammar looks like, once asked for
     /// (to match it with a compiled grammar).
     pub(crate) generated: std::sync::OnceLock<compiled::Fingerprint>,
@@ -87,11 +92,15 @@ impl Grammar {
             .map(|u| message::FieldIndex::new(&u.fields))
             .collect();
         let plan = plan::Plan::new(&compiled.blocks, &compiled.units);
+        let fixed_at = (0..compiled.units.len())
+            .map(|u| in_place::layout(&compiled.units, u))
+            .collect();
         Ok(Grammar {
             name,
             units: compiled.units,
             plan,
             field_index,
+            fixed_at,
             blocks: compiled.blocks,
             generated: std::sync::OnceLock::new(),
         })
@@ -118,6 +127,35 @@ impl Grammar {
     pub fn field_slot(&self, unit: UnitId, name: &str) -> Option<u16> {
         let fields = &self.units.get(unit)?.fields;
         self.field_index[unit].find(fields, name).map(|f| f.slot)
+    }
+
+    /// Field `path` of `unit` (`src_port`, or `tcp4.src_port` in a
+    /// nested unit), resolved once for reading it from every message with
+    /// [`Message::uint_of`] and [`Message::bytes_of`].
+    pub fn field_ref(&self, unit: UnitId, path: &str) -> Option<FieldRef> {
+        let mut base = 0usize;
+        let mut unit = unit;
+        let mut rest = path;
+        loop {
+            let (head, tail) = match rest.split_once('.') {
+                Some((h, t)) => (h, Some(t)),
+                None => (rest, None),
+            };
+            let fields = &self.units.get(unit)?.fields;
+            let f = self.field_index[unit].find(fields, head)?;
+            let at = base + f.slot as usize;
+            match (tail, &f.kind) {
+                (None, FieldKind::Int | FieldKind::Bytes) => {
+                    let fixed = f.fixed.map(|x| Fixed {
+                        start: (base + x.start as usize) as u16,
+                        ..x
+                    });
+                    return Some(FieldRef::new(u16::try_from(at).ok()?, fixed));
+                }
+                (Some(t), FieldKind::Unit(u)) => (base, unit, rest) = (at, *u, t),
+                _ => return None,
+            }
+        }
     }
 
     pub fn units(&self) -> &[UnitInfo] {
@@ -379,7 +417,7 @@ impl Grammar {
             let n = match &op.kind {
                 _ if op.stream => 0,
                 OpKind::Scalar(s) => scalar_max(s),
-                OpKind::Var(_) | OpKind::SerializeVar { .. } => 0,
+                OpKind::Var(_) | OpKind::SerializeVar { .. } | OpKind::Mark => 0,
                 OpKind::Switch { cases, default, .. } => cases
                     .iter()
                     .map(|(_, b)| *b)
@@ -501,6 +539,12 @@ impl Grammar {
                 OpKind::Scalar(Scalar::Bytes {
                     len: Len::Expr(e), ..
                 }) => exprs.push(e),
+                // Every view finds its fields read in place from here.
+                OpKind::Mark => {
+                    if let Some(s) = op.slot {
+                        mark(keep, base + s as usize);
+                    }
+                }
                 OpKind::Var(_) if self.droppable_var(block, i) => deferred.push((block, i, base)),
                 OpKind::Var(e) => {
                     exprs.push(e);

@@ -2,7 +2,8 @@
 //! the bytes it was parsed from.
 
 use crate::eval::{slot_val, Val};
-use crate::program::{FieldInfo, FieldKind, Slot, UnitId};
+use crate::in_place::decode;
+use crate::program::{FieldInfo, FieldKind, Fixed, FixedKind, Slot, UnitId};
 use crate::Grammar;
 
 /// A short summary of a field name (its length, first and last bytes):
@@ -75,6 +76,55 @@ impl FieldIndex {
             }
             h = (h + 1) & (size - 1);
         }
+    }
+}
+
+/// A field resolved once ([`Grammar::field_ref`]) for reading it from
+/// every message: its slot and, for a field read in place, where it lies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FieldRef {
+    slot: u16,
+    /// A big-endian integer read in place, as eight bytes loaded at
+    /// `offset` from where the slot `start` says its unit begins, shifted
+    /// right by `drop` and masked; `start` is `u16::MAX` for other fields.
+    start: u16,
+    offset: u16,
+    drop: u8,
+    mask: u64,
+}
+
+impl FieldRef {
+    pub(crate) fn new(slot: u16, fixed: Option<Fixed>) -> FieldRef {
+        let mut r = FieldRef {
+            slot,
+            start: u16::MAX,
+            offset: 0,
+            drop: 0,
+            mask: 0,
+        };
+        if let Some(Fixed {
+            start,
+            offset,
+            kind:
+                FixedKind::Int {
+                    width,
+                    little: false,
+                    shift,
+                    mask,
+                },
+        }) = fixed
+        {
+            let drop = 64 - 8 * width as u32 + shift as u32;
+            if drop < 64 && start != u16::MAX {
+                (r.start, r.offset, r.drop, r.mask) = (start, offset, drop as u8, mask);
+            }
+        }
+        r
+    }
+
+    /// The field's slot in its unit's layout.
+    pub fn slot(&self) -> u16 {
+        self.slot
     }
 }
 
@@ -187,7 +237,11 @@ impl<'a> Message<'a> {
         };
         let at = self.base + f.slot as usize;
         match &f.kind {
-            FieldKind::Int | FieldKind::Bytes => value(slot_val(self.slots, self.data, at)),
+            FieldKind::Int | FieldKind::Bytes => match self.slots.get(at) {
+                // Read in place: decoded into a slot of its own.
+                Some(Slot::Unset) => value(slot_val(&[self.in_place(f.slot)], self.data, 0)),
+                _ => value(slot_val(self.slots, self.data, at)),
+            },
             FieldKind::List {
                 elem_unit,
                 elem_slots,
@@ -210,11 +264,88 @@ impl<'a> Message<'a> {
 
     /// The slot of a scalar field (or variable) called `name`.
     #[inline]
-    fn scalar(&self, name: &str) -> Option<&'a Slot> {
+    fn scalar(&self, name: &str) -> Option<Slot> {
         let fields = &self.grammar.unit(self.unit).fields;
         let f = self.grammar.field_index[self.unit].find(fields, name)?;
         match f.kind {
-            FieldKind::Int | FieldKind::Bytes => self.slots.get(self.base + f.slot as usize),
+            FieldKind::Int | FieldKind::Bytes => self.slot(f.slot),
+            _ => None,
+        }
+    }
+
+    /// Slot `slot` of the message, a field read in place decoded from
+    /// the bytes if a parser left it there ([`Parser::in_place`]).
+    ///
+    /// [`Parser::in_place`]: crate::Parser::in_place
+    #[inline(always)]
+    fn slot(&self, slot: u16) -> Option<Slot> {
+        match self.slots.get(self.base + slot as usize)? {
+            Slot::Unset => Some(self.in_place(slot)),
+            s => Some(*s),
+        }
+    }
+
+    /// The field read in place at `slot`, if there is one and its unit
+    /// was parsed; `Slot::Unset` otherwise.
+    #[cold]
+    fn in_place(&self, slot: u16) -> Slot {
+        let fixed = self.grammar.fixed_at[self.unit].get(slot as usize);
+        match fixed.copied().flatten() {
+            Some(x) => self.decode_fixed(x).unwrap_or(Slot::Unset),
+            None => Slot::Unset,
+        }
+    }
+
+    /// A field read in place, from where its unit began.
+    #[inline(always)]
+    fn decode_fixed(&self, x: Fixed) -> Option<Slot> {
+        let Slot::Int(p) = *self.slots.get(self.base + x.start as usize)? else {
+            return None;
+        };
+        decode(x.kind, p as usize + x.offset as usize, self.data)
+    }
+
+    /// The unsigned integer `field` holds: a `uint8`..`uint64` field, or a
+    /// variable whose value is not negative. A program resolves its fields
+    /// once ([`Grammar::field_ref`]) and reads them with this, a field
+    /// read in place straight from the message's bytes.
+    ///
+    /// [`Grammar::field_ref`]: crate::Grammar::field_ref
+    ///
+    /// A field read in place is read from the bytes whether or not the
+    /// parser also stored it: the message's bytes hold the same value.
+    #[inline(always)]
+    pub fn uint_of(&self, field: &FieldRef) -> Option<u64> {
+        if field.start == u16::MAX {
+            return self.uint_at(field.slot);
+        }
+        let Slot::Int(p) = *self.slots.get(self.base + field.start as usize)? else {
+            return None;
+        };
+        // Eight bytes in one load where the message has them.
+        let at = (p as usize).wrapping_add(field.offset as usize);
+        match self.data.get(at..).and_then(|b| b.first_chunk::<8>()) {
+            Some(b) => Some((u64::from_be_bytes(*b) >> field.drop) & field.mask),
+            None => self.uint_decoded(field),
+        }
+    }
+
+    #[cold]
+    fn uint_decoded(&self, f: &FieldRef) -> Option<u64> {
+        match self.in_place(f.slot) {
+            Slot::Int(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The bytes `field` holds, as [`Message::uint_of`].
+    #[inline(always)]
+    pub fn bytes_of(&self, field: &FieldRef) -> Option<&'a [u8]> {
+        match self.slot(field.slot)? {
+            Slot::Bytes { start, len } => {
+                let s = start as usize;
+                Some(self.data.get(s..s + len as usize).unwrap_or(&[]))
+            }
             _ => None,
         }
     }
@@ -223,9 +354,9 @@ impl<'a> Message<'a> {
     // programs read scalars by name on every message.
     pub fn int(&self, name: &str) -> Option<i128> {
         match self.scalar(name)? {
-            Slot::Int(v) => Some(*v as i128),
-            Slot::SInt(v) => Some(*v as i128),
-            Slot::Count(n) => Some(*n as i128),
+            Slot::Int(v) => Some(v as i128),
+            Slot::SInt(v) => Some(v as i128),
+            Slot::Count(n) => Some(n as i128),
             _ => None,
         }
     }
@@ -233,8 +364,8 @@ impl<'a> Message<'a> {
     pub fn bytes(&self, name: &str) -> Option<&'a [u8]> {
         match self.scalar(name)? {
             Slot::Bytes { start, len } => {
-                let s = *start as usize;
-                Some(self.data.get(s..s + *len as usize).unwrap_or(&[]))
+                let s = start as usize;
+                Some(self.data.get(s..s + len as usize).unwrap_or(&[]))
             }
             _ => None,
         }

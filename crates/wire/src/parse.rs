@@ -161,6 +161,24 @@ impl Parser {
         p
     }
 
+    /// The same parser leaving the fields read in place
+    /// ([`FieldInfo::fixed`](crate::FieldInfo)) in the message's bytes:
+    /// generated code stores where their unit begins and not them, and
+    /// [`Message`] decodes one when it is read, as a program reading a
+    /// few fields of a packet's headers wants. Its slots ([`Parser::slots`])
+    /// then leave those fields unset; read messages through [`Message`].
+    /// Without generated code that can, nothing changes.
+    pub fn in_place(mut self) -> Parser {
+        if let Some(f) = &mut self.fast {
+            match (f.in_place, self.st.keep.is_some()) {
+                (Some((full, _)), false) => f.full = full,
+                (Some((_, Some(view))), true) => f.full = view,
+                _ => {}
+            }
+        }
+        self
+    }
+
     /// The same parser without generated code: every message interpreted.
     pub fn interpreted(mut self) -> Parser {
         self.fast = None;
@@ -580,6 +598,11 @@ impl State {
                     }
                 }
                 StepKind::Nothing => {}
+                StepKind::Mark => {
+                    if let Some(at) = at {
+                        self.set_slot(at, Slot::Int(self.pos as u64));
+                    }
+                }
                 StepKind::Switch(sw) => {
                     let env = self.env(base, buf);
                     let v = env

@@ -73,6 +73,8 @@ pub(crate) enum StepKind {
     Stream,
     /// Writes nothing when parsing (`&serialize` of a variable).
     Nothing,
+    /// Stores where the unit begins (`OpKind::Mark`).
+    Mark,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -409,6 +411,7 @@ fn step(index: u32, op: &Op) -> Step {
         OpKind::Scalar(_) => StepKind::Scalar,
         OpKind::Var(e) => StepKind::Var(val_expr(e)),
         OpKind::SerializeVar { .. } => StepKind::Nothing,
+        OpKind::Mark => StepKind::Mark,
         OpKind::Switch { on, cases, default } => StepKind::Switch(Box::new(Switch {
             on: val_expr(on),
             cases: const_cases(cases),

@@ -191,6 +191,10 @@ pub enum OpKind {
         /// `&max_bytes`: the most bytes the whole list may take.
         max_bytes: Option<u32>,
     },
+    /// Where the unit begins in the message, stored in `slot` so that its
+    /// fields read in place ([`Fixed`]) can be found. First in a unit's
+    /// block, and only in units that have such fields.
+    Mark,
     /// `&serialize` of a variable: after lengths are known, set `target`.
     SerializeVar {
         var: u16,
@@ -276,6 +280,38 @@ pub struct FieldInfo {
     pub kind: FieldKind,
     /// The most bytes the value can have, for scalar fields.
     pub max_bytes: Option<u64>,
+    /// Where the value lies in the message, for a field at a fixed offset
+    /// in its unit (see [`Fixed`]).
+    pub fixed: Option<Fixed>,
+}
+
+/// A field at a fixed offset from the start of its unit, which a parser
+/// may leave in the message's bytes and a reader decode when asked
+/// ([`Parser::in_place`](crate::Parser::in_place)): a header's fixed
+/// part, and the bit fields and copies of its unsigned integers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fixed {
+    /// The unit's slot that says where it begins ([`OpKind::Mark`]),
+    /// relative to the unit.
+    pub start: u16,
+    /// Bytes from the unit's start to the field's first byte.
+    pub offset: u16,
+    pub kind: FixedKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FixedKind {
+    /// An unsigned integer of `width` bytes, shifted right by `shift` and
+    /// masked with `mask`.
+    Int {
+        width: u8,
+        little: bool,
+        shift: u8,
+        mask: u64,
+    },
+    Bytes {
+        len: u16,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -386,6 +386,9 @@ pub struct CompiledUnit {
     pub view: ParseFn,
     pub batch_full: BatchFn,
     pub batch_view: BatchFn,
+    /// `full` and `view` leaving the fields read in place unstored.
+    pub in_place: ParseFn,
+    pub in_place_view: ParseFn,
 }
 
 /// A grammar's generated parsers, as `codegen` writes them.

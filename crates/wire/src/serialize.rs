@@ -255,7 +255,7 @@ impl Grammar {
                 OpKind::Scalar(s) => {
                     emit_scalar(op, s, at.map_or(Slot::Unset, |a| slots[a]), data, out)?
                 }
-                OpKind::Var(_) | OpKind::SerializeVar { .. } => {}
+                OpKind::Var(_) | OpKind::SerializeVar { .. } | OpKind::Mark => {}
                 OpKind::Switch { .. } | OpKind::Unit { .. } => {
                     let n = self.nested(op, slots, base, data)?;
                     for at in n.bases() {
