@@ -102,6 +102,20 @@ fn frames() -> Vec<Vec<u8>> {
     ]
 }
 
+/// `n` numbers below `kinds`, in an order that puts every kind after
+/// every other somewhere.
+fn shuffled(kinds: usize, n: usize) -> Vec<usize> {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    (0..n)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % kinds as u64) as usize
+        })
+        .collect()
+}
+
 /// Frames of every kind in a shuffled order through one generated
 /// parser, one batch, and views naming fields of the headers: each frame
 /// shows exactly what it shows parsed alone by the interpreter, however
@@ -112,15 +126,7 @@ fn frames_in_any_order_show_nothing_of_the_one_before() {
     let g = Grammar::stock("packet").unwrap();
     let frame = g.unit_id("frame").unwrap();
     let kinds = frames();
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let order: Vec<usize> = (0..400)
-        .map(|_| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % kinds.len() as u64) as usize
-        })
-        .collect();
+    let order = shuffled(kinds.len(), 400);
     let stream: Vec<u8> = order.iter().flat_map(|&k| kinds[k].clone()).collect();
     let views: [Option<&[&str]>; 3] = [
         None,
@@ -256,4 +262,43 @@ fn fields_in_place_show_nothing_of_the_frame_before() {
         one.compiled_messages(),
         2 * (kinds.len() * kinds.len()) as u64
     );
+
+    // The same in bursts (`parse_each`), leaving fields in place or not.
+    let order = shuffled(kinds.len(), 400);
+    for mut p in [g.parser(frame).in_place(), g.parser(frame)] {
+        let mut rows = p.batch(5);
+        for burst in order.chunks(5) {
+            let msgs: Vec<&[u8]> = burst.iter().map(|&k| kinds[k].as_slice()).collect();
+            assert_eq!(p.parse_each(&msgs, &mut rows), msgs.len());
+            for (m, &k) in rows.messages_in(&msgs).zip(burst) {
+                let got: Vec<_> = refs
+                    .iter()
+                    .map(|r| (m.uint_of(r), m.bytes_of(r).map(<[u8]>::to_vec)))
+                    .collect();
+                assert_eq!(got, alone[k], "kind {k} in a burst");
+            }
+        }
+    }
+}
+
+/// A burst stops at the first message the generated code does not
+/// finish; the parser then takes that one and says what is wrong.
+#[test]
+fn a_burst_stops_at_a_frame_it_cannot_finish() {
+    flick_grammars::install();
+    let g = Grammar::stock("packet").unwrap();
+    let frame = g.unit_id("frame").unwrap();
+    let kinds = frames();
+    let short = &kinds[0][..20];
+    let msgs: [&[u8]; 4] = [&kinds[0], &kinds[1], short, &kinds[2]];
+    for mut p in [g.parser(frame).in_place(), g.parser(frame)] {
+        let mut rows = p.batch(4);
+        assert_eq!(p.parse_each(&msgs, &mut rows), 2);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(p.parse(short).unwrap(), Progress::NeedMore);
+        // A batch made for another parser is not filled.
+        let mut other = g.parser(g.unit_id("ipv4").unwrap()).batch(4);
+        p.reset();
+        assert_eq!(p.parse_each(&msgs, &mut other), 0);
+    }
 }

@@ -129,3 +129,57 @@ fn batches_allocate_nothing_per_message() {
         assert!(messages > inputs.len() / 2, "{name}: batches barely ran");
     }
 }
+
+/// Nor do bursts of messages each in its own buffer, parsed by parsers
+/// that leave fields in place, with every field read where it lies.
+#[test]
+fn bursts_in_place_allocate_nothing_per_message() {
+    flick_grammars::install();
+    for name in flick_wire::stock::NAMES {
+        let g = Grammar::stock(name).expect("a stock grammar");
+        let inputs = corpus(name);
+        let units = g.units().len();
+        let mut parsers: Vec<_> = (0..units).map(|u| g.parser(u).in_place()).collect();
+        let mut batches: Vec<_> = parsers.iter().map(|p| p.batch(4)).collect();
+        let refs: Vec<Vec<_>> = (0..units)
+            .map(|u| {
+                let fields = &g.unit(u).fields;
+                fields
+                    .iter()
+                    .filter_map(|f| g.field_ref(u, &f.name))
+                    .collect()
+            })
+            .collect();
+        // Each input is one buffer; bursts of four inputs of a unit.
+        let mut by_unit: Vec<Vec<&[u8]>> = vec![Vec::new(); units];
+        for (unit, data) in &inputs {
+            by_unit[*unit as usize % units].push(data);
+        }
+        let (mut messages, mut read) = (0, 0);
+        ALLOCATIONS.store(0, Ordering::SeqCst);
+        COUNTING.with(|c| c.set(true));
+        for (u, msgs) in by_unit.iter().enumerate() {
+            let (p, batch) = (&mut parsers[u], &mut batches[u]);
+            let mut rest = &msgs[..];
+            while !rest.is_empty() {
+                let burst = &rest[..rest.len().min(4)];
+                let n = p.parse_each(burst, batch);
+                for m in batch.messages_in(burst) {
+                    messages += 1;
+                    for r in &refs[u] {
+                        read += usize::from(m.uint_of(r).is_some() || m.bytes_of(r).is_some());
+                    }
+                }
+                // A message the code does not finish is skipped here.
+                rest = &rest[(n + 1).min(rest.len())..];
+            }
+        }
+        COUNTING.with(|c| c.set(false));
+        let allocations = ALLOCATIONS.load(Ordering::SeqCst);
+        eprintln!(
+            "{name}: {messages} messages in bursts, {read} fields read, {allocations} allocations"
+        );
+        assert_eq!(allocations, 0, "{name}");
+        assert!(messages > 0, "{name}: bursts never ran");
+    }
+}

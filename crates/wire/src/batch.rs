@@ -8,15 +8,24 @@ use crate::{Grammar, Message};
 use std::ops::Range;
 use std::sync::Arc;
 
-/// Messages of one unit parsed in one go from the start of a buffer.
+/// Messages of one unit parsed in one go: a run of them from the start of
+/// a buffer ([`Parser::parse_batch`]), or one from the start of each of
+/// several buffers ([`Parser::parse_each`]).
 ///
-/// Made by [`Parser::batch`](crate::Parser::batch) and filled only by
-/// parsers of the same grammar, unit and view: a row keeps what its last
-/// message set until the next message there overwrites or unsets it.
+/// Made by [`Parser::batch`] and filled only by parsers of the same
+/// grammar, unit and view that leave the same fields in place: a row
+/// keeps what its last message set until the next message there
+/// overwrites or unsets it.
+///
+/// [`Parser::parse_batch`]: crate::Parser::parse_batch
+/// [`Parser::parse_each`]: crate::Parser::parse_each
+/// [`Parser::batch`]: crate::Parser::batch
 pub struct Batch {
     grammar: Arc<Grammar>,
     unit: UnitId,
     keep: Option<Arc<[bool]>>,
+    /// Filled by parsers that leave fields in place.
+    in_place: bool,
     width: usize,
     pub(crate) slots: Vec<Slot>,
     /// Where each message ends in the buffer parsed.
@@ -35,6 +44,7 @@ impl Batch {
         grammar: Arc<Grammar>,
         unit: UnitId,
         keep: Option<Arc<[bool]>>,
+        in_place: bool,
         rows: usize,
     ) -> Batch {
         let width = (grammar.units[unit].slots as usize).max(1);
@@ -42,6 +52,7 @@ impl Batch {
             grammar,
             unit,
             keep,
+            in_place,
             width,
             slots: vec![Slot::Unset; width * rows],
             ends: vec![0; rows],
@@ -51,19 +62,24 @@ impl Batch {
         }
     }
 
-    /// Whether a parser of `grammar`'s `unit` under `keep` may fill it.
+    /// Whether a parser of `grammar`'s `unit` under `keep`, leaving fields
+    /// in place or not, may fill it.
     pub(crate) fn made_for(
         &self,
         grammar: &Arc<Grammar>,
         unit: UnitId,
         keep: Option<&Arc<[bool]>>,
+        in_place: bool,
     ) -> bool {
         let same_view = match (&self.keep, keep) {
             (None, None) => true,
             (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
             _ => false,
         };
-        Arc::ptr_eq(&self.grammar, grammar) && self.unit == unit && same_view
+        Arc::ptr_eq(&self.grammar, grammar)
+            && self.unit == unit
+            && same_view
+            && self.in_place == in_place
     }
 
     /// How many messages the last parse gave.
@@ -124,5 +140,36 @@ impl Batch {
     pub fn message<'a>(&'a self, i: usize, buf: &'a [u8]) -> Message<'a> {
         let span = self.span(i);
         Message::new(&self.grammar, self.unit, self.slots(i), 0, &buf[span])
+    }
+
+    /// The messages of a batch filled by [`Parser::parse_each`], in
+    /// order, each over its buffer among `msgs` (those given to it).
+    ///
+    /// [`Parser::parse_each`]: crate::Parser::parse_each
+    #[inline]
+    pub fn messages_in<'a>(
+        &'a self,
+        msgs: &'a [&'a [u8]],
+    ) -> impl Iterator<Item = Message<'a>> + 'a {
+        let (g, unit) = (&*self.grammar, self.unit);
+        self.slots
+            .chunks_exact(self.width)
+            .zip(&self.ends[..self.len])
+            .zip(msgs)
+            .map(move |((row, &end), msg)| {
+                Message::new(g, unit, row, 0, &msg[..(end as usize).min(msg.len())])
+            })
+    }
+
+    /// Message `i` of a batch filled by [`Parser::parse_each`], over
+    /// `msg`, the buffer it was parsed from (the `i`th of those given).
+    ///
+    /// [`Parser::parse_each`]: crate::Parser::parse_each
+    #[inline]
+    pub fn message_in<'a>(&'a self, i: usize, msg: &'a [u8]) -> Message<'a> {
+        assert!(i < self.len, "message {i} of a batch of {}", self.len);
+        let row = &self.slots[i * self.width..(i + 1) * self.width];
+        let end = (self.ends[i] as usize).min(msg.len());
+        Message::new(&self.grammar, self.unit, row, 0, &msg[..end])
     }
 }

@@ -110,29 +110,43 @@ pub fn generate(g: &Grammar) -> Generated {
                      if s.len() < {slots} {{ cx.high = 0; return FALLBACK; }}\n\
                      let mut pos = 0usize;\nlet mut high = 0usize;\n{body}\
                      if TRACK {{ cx.high = high; }}\npos\n}}\n\n\
+                     /// `{unit}` in a batch's loop.\n\
+                     struct Rows{id}<const VIEW: bool, const IN_PLACE: bool>;\n\
+                     impl<const VIEW: bool, const IN_PLACE: bool> UnitFn for Rows{id}<VIEW, IN_PLACE> {{\n\
+                     #[inline(always)]\n\
+                     fn parse(buf: &[u8], s: &mut [Slot], cx: &mut Cx) -> usize {{ {name}::<VIEW, {{ tracks_rows({slots}) }}, IN_PLACE>(buf, s, cx) }}\n}}\n\n\
                      /// `{unit}`, message after message.\n\
-                     fn batch_{id}<const VIEW: bool>(buf: &[u8], b: &mut Batch, cx: &mut Cx) -> usize {{\n\
-                     batch::<{slots}>(buf, b, cx, {name}::<VIEW, {{ tracks_rows({slots}) }}, false>)\n}}\n\n",
+                     fn batch_{id}<const VIEW: bool, const IN_PLACE: bool>(buf: &[u8], b: &mut Batch, cx: &mut Cx) -> usize {{\n\
+                     batch::<{slots}, Rows{id}<VIEW, IN_PLACE>>(buf, b, cx)\n}}\n\n\
+                     /// `{unit}`, a message from each buffer.\n\
+                     fn each_{id}<const VIEW: bool, const IN_PLACE: bool>(m: &[&[u8]], b: &mut Batch, cx: &mut Cx) -> usize {{\n\
+                     each::<{slots}, Rows{id}<VIEW, IN_PLACE>>(m, b, cx)\n}}\n\n",
                     unit = info.name,
                     slots = info.slots,
                     body = u.resolve_unsets(),
                 );
                 // Code that hands slots to the evaluator needs them stored.
                 let in_place = u.in_place_ok && u.exprs.is_empty();
-                let pick =
-                    |yes: bool, f: String, none: &str| if yes { f } else { none.to_string() };
-                let view = pick(u.views, format!("{name}::<true, true, false>"), "no_view");
-                let batch_view = pick(u.views, format!("batch_{id}::<true>"), "no_batch");
-                let in_place_full =
-                    pick(in_place, format!("{name}::<false, true, true>"), "no_view");
-                let in_place_view = pick(
-                    in_place && u.views,
-                    format!("{name}::<true, true, true>"),
-                    "no_view",
-                );
+                // Each variant, `[view][in place]`, or what stands for one
+                // the code cannot honour.
+                let variants = |f: &dyn Fn(bool, bool) -> String, none: &str| {
+                    let one = |v: bool, p: bool| {
+                        if (v && !u.views) || (p && !in_place) {
+                            none.to_string()
+                        } else {
+                            f(v, p)
+                        }
+                    };
+                    let (a, b) = (one(false, false), one(false, true));
+                    let (c, d) = (one(true, false), one(true, true));
+                    format!("[[{a}, {b}], [{c}, {d}]]")
+                };
+                let one = variants(&|v, p| format!("{name}::<{v}, true, {p}>"), "no_view");
+                let each = variants(&|v, p| format!("each_{id}::<{v}, {p}>"), "no_each");
+                let batch = variants(&|v, p| format!("batch_{id}::<{v}, {p}>"), "no_batch");
                 let _ = writeln!(
                     table,
-                    "    CompiledUnit {{ unit: {:?}, full: {name}::<false, true, false>, view: {view}, batch_full: batch_{id}::<false>, batch_view: {batch_view}, in_place: {in_place_full}, in_place_view: {in_place_view} }},",
+                    "    CompiledUnit {{ unit: {:?}, one: {one}, batch: {batch}, each: {each} }},",
                     info.name
                 );
                 units.push(Some(GeneratedUnit {
@@ -151,6 +165,7 @@ pub fn generate(g: &Grammar) -> Generated {
         "use flick_wire::rt::*;\n\n{fns}\
          #[allow(dead_code)]\nfn no_view(_: &[u8], _: &mut [Slot], cx: &mut Cx) -> usize {{ cx.high = 0; FALLBACK }}\n\n\
          #[allow(dead_code)]\nfn no_batch(_: &[u8], _: &mut Batch, _: &mut Cx) -> usize {{ 0 }}\n\n\
+         #[allow(dead_code)]\nfn no_each(_: &[&[u8]], _: &mut Batch, _: &mut Cx) -> usize {{ 0 }}\n\n\
          pub static UNITS: &[CompiledUnit] = &[\n{table}];\n"
     );
     let mut h = Fnv::default();

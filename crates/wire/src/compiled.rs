@@ -8,7 +8,7 @@
 
 use crate::codegen;
 use crate::program::{CExpr, UnitId};
-use crate::rt::{BatchFn, CompiledGrammar, Cx, ParseFn};
+use crate::rt::{BatchFn, CompiledGrammar, CompiledUnit, Cx, EachFn, ParseFn};
 use crate::Grammar;
 use std::sync::{Arc, RwLock};
 
@@ -26,15 +26,34 @@ pub fn register(g: &'static CompiledGrammar) {
 /// What a parser runs before the interpreter, and what that reads and
 /// reports.
 pub(crate) struct FastParse {
+    /// The variant in use: one message, a run of them in one buffer, and
+    /// a message from each of several buffers.
     pub full: ParseFn,
-    /// `full` over a run of messages.
     pub batch: BatchFn,
-    /// Both, under a view, if the code honours views.
-    pub view: Option<(ParseFn, BatchFn)>,
-    /// `full` and, if the code honours views, `view`, leaving the fields
-    /// read in place unstored, if the code can.
-    pub in_place: Option<(ParseFn, Option<ParseFn>)>,
+    pub each: EachFn,
     pub cx: Cx,
+    code: &'static CompiledUnit,
+    /// The code honours views, and can leave fields in place.
+    views: bool,
+    in_place: bool,
+    /// The variant in use leaves fields in place.
+    pub leaves_in_place: bool,
+}
+
+impl FastParse {
+    /// Runs the variant under a view or not, leaving fields in place or
+    /// not; `false`, and nothing changed, if the code has no such variant.
+    pub fn select(&mut self, view: bool, in_place: bool) -> bool {
+        if (view && !self.views) || (in_place && !self.in_place) {
+            return false;
+        }
+        let (v, p) = (view as usize, in_place as usize);
+        self.full = self.code.one[v][p];
+        self.batch = self.code.batch[v][p];
+        self.each = self.code.each[v][p];
+        self.leaves_in_place = in_place;
+        true
+    }
 }
 
 /// What generating code from a loaded grammar gave: its fingerprint and,
@@ -92,10 +111,13 @@ pub(crate) fn lookup(g: &Grammar, unit: UnitId) -> Option<FastParse> {
     let name = &g.units[unit].name;
     let cu = compiled.units.iter().find(|u| u.unit == name)?;
     Some(FastParse {
-        full: cu.full,
-        batch: cu.batch_full,
-        view: views.then_some((cu.view, cu.batch_view)),
-        in_place: in_place.then_some((cu.in_place, views.then_some(cu.in_place_view))),
+        full: cu.one[0][0],
+        batch: cu.batch[0][0],
+        each: cu.each[0][0],
         cx: Cx::new(exprs.clone(), fp.no_view.clone()),
+        code: cu,
+        views: *views,
+        in_place: *in_place,
+        leaves_in_place: false,
     })
 }

@@ -322,10 +322,14 @@ impl<'a> Message<'a> {
         let Slot::Int(p) = *self.slots.get(self.base + field.start as usize)? else {
             return None;
         };
-        // Eight bytes in one load where the message has them.
-        let at = (p as usize).wrapping_add(field.offset as usize);
-        match self.data.get(at..).and_then(|b| b.first_chunk::<8>()) {
-            Some(b) => Some((u64::from_be_bytes(*b) >> field.drop) & field.mask),
+        // Eight bytes in one load where the message has them. Offsets are
+        // 32-bit, so the end of the load cannot overflow: one test.
+        let at = (p as u32).wrapping_add(field.offset as u32) as usize;
+        match self.data.get(at..at + 8) {
+            Some(b) => {
+                let b: [u8; 8] = b.try_into().unwrap_or_default();
+                Some((u64::from_be_bytes(b) >> field.drop) & field.mask)
+            }
             None => self.uint_decoded(field),
         }
     }

@@ -149,14 +149,8 @@ impl Parser {
         }
         p.st.keep = Some(keep);
         // Generated code that cannot honour a view is not used under one.
-        if let Some(f) = &mut p.fast {
-            match f.view {
-                Some((full, batch)) => {
-                    f.full = full;
-                    f.batch = batch;
-                }
-                None => p.fast = None,
-            }
+        if p.fast.as_mut().is_some_and(|f| !f.select(true, false)) {
+            p.fast = None;
         }
         p
     }
@@ -169,11 +163,12 @@ impl Parser {
     /// then leave those fields unset; read messages through [`Message`].
     /// Without generated code that can, nothing changes.
     pub fn in_place(mut self) -> Parser {
-        if let Some(f) = &mut self.fast {
-            match (f.in_place, self.st.keep.is_some()) {
-                (Some((full, _)), false) => f.full = full,
-                (Some((_, Some(view))), true) => f.full = view,
-                _ => {}
+        let view = self.st.keep.is_some();
+        if self.fast.as_mut().is_some_and(|f| f.select(view, true)) {
+            // What the code stored before is not overwritten now.
+            self.st.slots.fill(Slot::Unset);
+            if let Some(f) = &mut self.fast {
+                f.cx.arms = 0;
             }
         }
         self
@@ -315,7 +310,8 @@ impl Parser {
         let (true, Some(f)) = (self.st.fresh, &mut self.fast) else {
             return 0;
         };
-        if !batch.made_for(&self.grammar, self.unit, self.st.keep.as_ref()) {
+        let in_place = f.leaves_in_place;
+        if !batch.made_for(&self.grammar, self.unit, self.st.keep.as_ref(), in_place) {
             return 0;
         }
         // The arm bits say what the parser's own slots may hold; the
@@ -328,10 +324,37 @@ impl Parser {
         batch.consumed()
     }
 
+    /// Parses the message at the start of each of `msgs` (a burst of
+    /// packets), each into its own row of `batch`, and returns how many it
+    /// parsed; read message `i` with [`Batch::message_in`]. Like
+    /// [`Parser::parse_batch`] it stops early at a message generated code
+    /// does not finish, and parses none for a parser without generated
+    /// code or a batch made for another parser: [`Parser::parse`] then
+    /// takes that message and says what is wrong.
+    #[inline]
+    pub fn parse_each(&mut self, msgs: &[&[u8]], batch: &mut Batch) -> usize {
+        batch.len = 0;
+        let (true, Some(f)) = (self.st.fresh, &mut self.fast) else {
+            return 0;
+        };
+        let in_place = f.leaves_in_place;
+        if !batch.made_for(&self.grammar, self.unit, self.st.keep.as_ref(), in_place) {
+            return 0;
+        }
+        let arms = f.cx.arms;
+        let n = (f.each)(msgs, batch, &mut f.cx);
+        f.cx.arms = arms;
+        batch.len = n;
+        self.compiled += n as u64;
+        n
+    }
+
     /// Room for `rows` messages of this parser's unit, for
-    /// [`Parser::parse_batch`].
+    /// [`Parser::parse_batch`] and [`Parser::parse_each`].
     pub fn batch(&self, rows: usize) -> Batch {
-        Batch::new(self.grammar.clone(), self.unit, self.st.keep.clone(), rows)
+        let in_place = self.fast.as_ref().is_some_and(|f| f.leaves_in_place);
+        let keep = self.st.keep.clone();
+        Batch::new(self.grammar.clone(), self.unit, keep, in_place, rows)
     }
 
     #[inline(never)]

@@ -328,15 +328,17 @@ pub type ParseFn = fn(&[u8], &mut [Slot], &mut Cx) -> usize;
 /// byte. It returns how many messages it parsed.
 pub type BatchFn = fn(&[u8], &mut Batch, &mut Cx) -> usize;
 
+/// A unit's generated parser of one message, as a type: a batch's loop
+/// calls it directly, so that it is inlined there however large it is
+/// (through a closure or a function pointer it may not be).
+pub trait UnitFn {
+    fn parse(buf: &[u8], s: &mut [Slot], cx: &mut Cx) -> usize;
+}
+
 /// The loop of every unit's [`BatchFn`], over rows of `W` slots, with the
-/// unit's parser `unit` inlined into it.
+/// unit's parser `U` inlined into it.
 #[inline(always)]
-pub fn batch<const W: usize>(
-    buf: &[u8],
-    b: &mut Batch,
-    cx: &mut Cx,
-    unit: impl Fn(&[u8], &mut [Slot], &mut Cx) -> usize,
-) -> usize {
+pub fn batch<const W: usize, U: UnitFn>(buf: &[u8], b: &mut Batch, cx: &mut Cx) -> usize {
     let (mut at, mut k) = (0, 0);
     let mut most = b.high;
     let rows = b.slots.chunks_exact_mut(W.max(1));
@@ -347,7 +349,7 @@ pub fn batch<const W: usize>(
         if tracks_rows(W) {
             cx.arms = *arms;
         }
-        let n = unit(&buf[at..], row, cx);
+        let n = U::parse(&buf[at..], row, cx);
         if n == FALLBACK {
             // Generated code counts on a row holding a whole message's
             // slots or none (a list's count says which elements to
@@ -370,6 +372,41 @@ pub fn batch<const W: usize>(
     k
 }
 
+/// A unit's generated parser over messages each at the start of its own
+/// buffer (a burst of packets), one row of a batch each; returns how many
+/// it parsed.
+pub type EachFn = fn(&[&[u8]], &mut Batch, &mut Cx) -> usize;
+
+/// The loop of every unit's [`EachFn`], as [`batch`].
+#[inline(always)]
+pub fn each<const W: usize, U: UnitFn>(msgs: &[&[u8]], b: &mut Batch, cx: &mut Cx) -> usize {
+    let mut k = 0;
+    let mut most = b.high;
+    let rows = b.slots.chunks_exact_mut(W.max(1));
+    let places = rows.zip(b.ends.iter_mut()).zip(b.arms.iter_mut());
+    for (((row, end), arms), msg) in places.zip(msgs) {
+        if tracks_rows(W) {
+            cx.arms = *arms;
+        }
+        let n = U::parse(msg, row, cx);
+        if n == FALLBACK {
+            // As in `batch`: a row holds a whole message's slots or none.
+            let high = if tracks_rows(W) { cx.high.max(most) } else { W }.min(row.len());
+            row[..high].fill(Slot::Unset);
+            *arms = 0;
+            break;
+        }
+        if tracks_rows(W) {
+            *arms = cx.arms;
+            most = most.max(cx.high);
+        }
+        *end = n as u32;
+        k += 1;
+    }
+    b.high = most;
+    k
+}
+
 /// Whether a batch of a unit of `width` slots keeps each row's arm bits
 /// and highest slot set. A small unit's rows are unset whole when needed,
 /// and its arms unset what they may every time: the generated code then
@@ -378,17 +415,15 @@ pub const fn tracks_rows(width: usize) -> bool {
     width > 64
 }
 
-/// A unit's generated parsers: decoding every field, and under a view;
-/// one message at a time, and a batch.
+/// A unit's generated parsers: one message at a time, a run of messages
+/// in one buffer, and messages each at the start of its own buffer.
+/// Indexed `[under a view][leaving fields in place]`; a variant the code
+/// cannot honour finishes nothing (`no_view`, `no_batch`, `no_each`).
 pub struct CompiledUnit {
     pub unit: &'static str,
-    pub full: ParseFn,
-    pub view: ParseFn,
-    pub batch_full: BatchFn,
-    pub batch_view: BatchFn,
-    /// `full` and `view` leaving the fields read in place unstored.
-    pub in_place: ParseFn,
-    pub in_place_view: ParseFn,
+    pub one: [[ParseFn; 2]; 2],
+    pub batch: [[BatchFn; 2]; 2],
+    pub each: [[EachFn; 2]; 2],
 }
 
 /// A grammar's generated parsers, as `codegen` writes them.
