@@ -22,7 +22,12 @@
 //! (f) the stream parsed by one parser a batch of two messages at a time
 //!     (`Parser::parse_batch`) and one message by itself after each batch,
 //!     gives the same messages as whole up to the first one that streams
-//!     or fails, with and without the view.
+//!     or fails, with and without the view;
+//! (g) a parser that leaves fields in place (`Parser::in_place`) gives the
+//!     same run, its messages read field by field; and the messages of the
+//!     stream, each in its own buffer, parsed in one burst
+//!     (`Parser::parse_each`) give the same messages as whole, as far as
+//!     the burst goes.
 //!
 //! `crates/wire/tests/fuzz_corpus.rs` includes this module, to replay the
 //! corpora with plain `cargo test`.
@@ -247,6 +252,28 @@ fn batched(p: &mut Parser, stream: &[u8]) -> Vec<String> {
     out
 }
 
+/// (g): a parser leaving fields in place, message by message and in a
+/// burst of the stream's messages, each in its own buffer.
+fn in_place(g: &Arc<Grammar>, unit: UnitId, stream: &[u8], whole: &Run) {
+    let mut p = g.parser(unit).in_place();
+    let run = drive(&mut p, &[stream], &mut |_, _, _| {});
+    assert_eq!(whole, &run, "a parser leaving fields in place differs");
+    let mut msgs: Vec<&[u8]> = Vec::new();
+    let mut at = 0;
+    for e in &whole.events {
+        let Event::Done { len, msg: Some(_) } = e else {
+            break;
+        };
+        msgs.push(&stream[at..]);
+        at += len;
+    }
+    let mut rows = p.batch(msgs.len().max(1));
+    p.reset();
+    let n = p.parse_each(&msgs, &mut rows);
+    let burst: Vec<String> = rows.messages_in(&msgs).map(|m| format!("{m:?}")).collect();
+    assert_eq!(burst[..], leading(whole)[..n], "a burst and whole differ");
+}
+
 /// The values of the messages a run gave whole, up to the first that
 /// streamed.
 fn leading(run: &Run) -> Vec<String> {
@@ -259,7 +286,7 @@ fn leading(run: &Run) -> Vec<String> {
         .collect()
 }
 
-/// Runs checks (a) to (f) on one input for grammar `name`.
+/// Runs checks (a) to (g) on one input for grammar `name`.
 pub fn check(name: &str, data: &[u8]) {
     static INSTALL: std::sync::Once = std::sync::Once::new();
     INSTALL.call_once(flick_grammars::install);
@@ -290,6 +317,9 @@ pub fn check(name: &str, data: &[u8]) {
         leading(&whole),
         "batches and whole differ"
     );
+
+    // (g): fields in place, and in a burst.
+    in_place(&g, unit, stream, &whole);
 
     // (e): the interpreter alone, whole and split.
     assert!(p.is_compiled(), "unit {unit} has no generated parser");
