@@ -4,7 +4,9 @@
 //! checks (EtherType, IP version and header length, TCP data offset), and
 //! against the packet parsers of two Rust network stacks: smoltcp's `wire`
 //! module (checked views, as the hand-written one) and etherparse's
-//! `SlicedPacket` (every header of the frame sliced and checked).
+//! `SlicedPacket` (every header of the frame sliced and checked). The
+//! `frame` unit is also parsed leaving the headers' fixed fields in place,
+//! read where they lie, one frame at a time and in bursts.
 //!
 //! `cargo bench -p flick-wire --bench packet` (results: `docs/performance.md`)
 
