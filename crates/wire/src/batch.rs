@@ -160,16 +160,4 @@ impl Batch {
                 Message::new(g, unit, row, 0, &msg[..(end as usize).min(msg.len())])
             })
     }
-
-    /// Message `i` of a batch filled by [`Parser::parse_each`], over
-    /// `msg`, the buffer it was parsed from (the `i`th of those given).
-    ///
-    /// [`Parser::parse_each`]: crate::Parser::parse_each
-    #[inline]
-    pub fn message_in<'a>(&'a self, i: usize, msg: &'a [u8]) -> Message<'a> {
-        assert!(i < self.len, "message {i} of a batch of {}", self.len);
-        let row = &self.slots[i * self.width..(i + 1) * self.width];
-        let end = (self.ends[i] as usize).min(msg.len());
-        Message::new(&self.grammar, self.unit, row, 0, &msg[..end])
-    }
 }

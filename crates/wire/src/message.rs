@@ -237,10 +237,9 @@ impl<'a> Message<'a> {
         };
         let at = self.base + f.slot as usize;
         match &f.kind {
-            FieldKind::Int | FieldKind::Bytes => match self.slots.get(at) {
-                // Read in place: decoded into a slot of its own.
-                Some(Slot::Unset) => value(slot_val(&[self.in_place(f.slot)], self.data, 0)),
-                _ => value(slot_val(self.slots, self.data, at)),
+            FieldKind::Int | FieldKind::Bytes => match self.slot(f.slot) {
+                Some(s) => value(slot_val(&[s], self.data, 0)),
+                None => Value::Absent,
             },
             FieldKind::List {
                 elem_unit,
@@ -280,15 +279,15 @@ impl<'a> Message<'a> {
     #[inline(always)]
     fn slot(&self, slot: u16) -> Option<Slot> {
         match self.slots.get(self.base + slot as usize)? {
-            Slot::Unset => Some(self.in_place(slot)),
+            Slot::Unset => Some(self.decoded(slot)),
             s => Some(*s),
         }
     }
 
-    /// The field read in place at `slot`, if there is one and its unit
-    /// was parsed; `Slot::Unset` otherwise.
+    /// The field read in place at `slot`, decoded, if there is one and its
+    /// unit was parsed; `Slot::Unset` otherwise.
     #[cold]
-    fn in_place(&self, slot: u16) -> Slot {
+    fn decoded(&self, slot: u16) -> Slot {
         let fixed = self.grammar.fixed_at[self.unit].get(slot as usize);
         match fixed.copied().flatten() {
             Some(x) => self.decode_fixed(x).unwrap_or(Slot::Unset),
@@ -336,7 +335,7 @@ impl<'a> Message<'a> {
 
     #[cold]
     fn uint_decoded(&self, f: &FieldRef) -> Option<u64> {
-        match self.in_place(f.slot) {
+        match self.decoded(f.slot) {
             Slot::Int(v) => Some(v),
             _ => None,
         }

@@ -306,6 +306,18 @@ impl Parser {
     /// `reset` per message: the generated parser runs in one loop.
     #[inline]
     pub fn parse_batch(&mut self, buf: &[u8], batch: &mut Batch) -> usize {
+        self.fill(batch, |f, batch| (f.batch)(buf, batch, &mut f.cx));
+        batch.consumed()
+    }
+
+    /// Fills `batch` with `parse`, the generated code's loop, if this
+    /// parser may; returns how many messages it parsed.
+    #[inline(always)]
+    fn fill(
+        &mut self,
+        batch: &mut Batch,
+        parse: impl FnOnce(&mut FastParse, &mut Batch) -> usize,
+    ) -> usize {
         batch.len = 0;
         let (true, Some(f)) = (self.st.fresh, &mut self.fast) else {
             return 0;
@@ -317,36 +329,23 @@ impl Parser {
         // The arm bits say what the parser's own slots may hold; the
         // batch loads and keeps each row's in their place.
         let arms = f.cx.arms;
-        let n = (f.batch)(buf, batch, &mut f.cx);
+        let n = parse(f, batch);
         f.cx.arms = arms;
         batch.len = n;
         self.compiled += n as u64;
-        batch.consumed()
+        n
     }
 
     /// Parses the message at the start of each of `msgs` (a burst of
     /// packets), each into its own row of `batch`, and returns how many it
-    /// parsed; read message `i` with [`Batch::message_in`]. Like
+    /// parsed; read them with [`Batch::messages_in`]. Like
     /// [`Parser::parse_batch`] it stops early at a message generated code
     /// does not finish, and parses none for a parser without generated
     /// code or a batch made for another parser: [`Parser::parse`] then
     /// takes that message and says what is wrong.
     #[inline]
     pub fn parse_each(&mut self, msgs: &[&[u8]], batch: &mut Batch) -> usize {
-        batch.len = 0;
-        let (true, Some(f)) = (self.st.fresh, &mut self.fast) else {
-            return 0;
-        };
-        let in_place = f.leaves_in_place;
-        if !batch.made_for(&self.grammar, self.unit, self.st.keep.as_ref(), in_place) {
-            return 0;
-        }
-        let arms = f.cx.arms;
-        let n = (f.each)(msgs, batch, &mut f.cx);
-        f.cx.arms = arms;
-        batch.len = n;
-        self.compiled += n as u64;
-        n
+        self.fill(batch, |f, batch| (f.each)(msgs, batch, &mut f.cx))
     }
 
     /// Room for `rows` messages of this parser's unit, for

@@ -346,30 +346,51 @@ pub fn batch<const W: usize, U: UnitFn>(buf: &[u8], b: &mut Batch, cx: &mut Cx) 
         if at >= buf.len() {
             break;
         }
-        if tracks_rows(W) {
-            cx.arms = *arms;
-        }
-        let n = U::parse(&buf[at..], row, cx);
-        if n == FALLBACK {
-            // Generated code counts on a row holding a whole message's
-            // slots or none (a list's count says which elements to
-            // unset); a message cut short leaves neither, so the row is
-            // unset as far as anything may have set it.
-            let high = if tracks_rows(W) { cx.high.max(most) } else { W }.min(row.len());
-            row[..high].fill(Slot::Unset);
-            *arms = 0;
+        let Some(n) = into_row::<W, U>(&buf[at..], row, arms, &mut most, cx) else {
             break;
-        }
-        if tracks_rows(W) {
-            *arms = cx.arms;
-            most = most.max(cx.high);
-        }
+        };
         at += n;
         *end = at as u32;
         k += 1;
     }
     b.high = most;
     k
+}
+
+/// One message of a batch into its row, with the row's arm bits; `None`
+/// if the code gives up on it.
+#[inline(always)]
+fn into_row<const W: usize, U: UnitFn>(
+    msg: &[u8],
+    row: &mut [Slot],
+    arms: &mut u64,
+    most: &mut usize,
+    cx: &mut Cx,
+) -> Option<usize> {
+    if tracks_rows(W) {
+        cx.arms = *arms;
+    }
+    let n = U::parse(msg, row, cx);
+    if n == FALLBACK {
+        // Generated code counts on a row holding a whole message's slots
+        // or none (a list's count says which elements to unset); a
+        // message cut short leaves neither, so the row is unset as far as
+        // anything may have set it.
+        let high = if tracks_rows(W) {
+            cx.high.max(*most)
+        } else {
+            W
+        }
+        .min(row.len());
+        row[..high].fill(Slot::Unset);
+        *arms = 0;
+        return None;
+    }
+    if tracks_rows(W) {
+        *arms = cx.arms;
+        *most = (*most).max(cx.high);
+    }
+    Some(n)
 }
 
 /// A unit's generated parser over messages each at the start of its own
@@ -385,21 +406,9 @@ pub fn each<const W: usize, U: UnitFn>(msgs: &[&[u8]], b: &mut Batch, cx: &mut C
     let rows = b.slots.chunks_exact_mut(W.max(1));
     let places = rows.zip(b.ends.iter_mut()).zip(b.arms.iter_mut());
     for (((row, end), arms), msg) in places.zip(msgs) {
-        if tracks_rows(W) {
-            cx.arms = *arms;
-        }
-        let n = U::parse(msg, row, cx);
-        if n == FALLBACK {
-            // As in `batch`: a row holds a whole message's slots or none.
-            let high = if tracks_rows(W) { cx.high.max(most) } else { W }.min(row.len());
-            row[..high].fill(Slot::Unset);
-            *arms = 0;
+        let Some(n) = into_row::<W, U>(msg, row, arms, &mut most, cx) else {
             break;
-        }
-        if tracks_rows(W) {
-            *arms = cx.arms;
-            most = most.max(cx.high);
-        }
+        };
         *end = n as u32;
         k += 1;
     }
