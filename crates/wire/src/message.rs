@@ -316,7 +316,11 @@ impl<'a> Message<'a> {
     #[inline(always)]
     pub fn uint_of(&self, field: &FieldRef) -> Option<u64> {
         if field.start == u16::MAX {
-            return self.uint_at(field.slot);
+            // Stored, or in place but not a big-endian integer.
+            return match self.slot(field.slot)? {
+                Slot::Int(v) => Some(v),
+                _ => None,
+            };
         }
         let Slot::Int(p) = *self.slots.get(self.base + field.start as usize)? else {
             return None;
