@@ -133,8 +133,8 @@ impl FieldRef {
 pub struct Message<'a> {
     grammar: &'a Grammar,
     unit: UnitId,
+    /// The unit's slots, from its first.
     slots: &'a [Slot],
-    base: usize,
     data: &'a [u8],
 }
 
@@ -220,8 +220,7 @@ impl<'a> Message<'a> {
         Message {
             grammar,
             unit,
-            slots,
-            base,
+            slots: slots.get(base..).unwrap_or(&[]),
             data,
         }
     }
@@ -235,7 +234,7 @@ impl<'a> Message<'a> {
         let Some(f) = self.grammar.field_index[self.unit].find(fields, name) else {
             return Value::Absent;
         };
-        let at = self.base + f.slot as usize;
+        let at = f.slot as usize;
         match &f.kind {
             FieldKind::Int | FieldKind::Bytes => match self.slot(f.slot) {
                 Some(s) => value(slot_val(&[s], self.data, 0)),
@@ -278,7 +277,7 @@ impl<'a> Message<'a> {
     /// [`Parser::in_place`]: crate::Parser::in_place
     #[inline(always)]
     fn slot(&self, slot: u16) -> Option<Slot> {
-        match self.slots.get(self.base + slot as usize)? {
+        match self.slots.get(slot as usize)? {
             Slot::Unset => Some(self.decoded(slot)),
             s => Some(*s),
         }
@@ -298,7 +297,7 @@ impl<'a> Message<'a> {
     /// A field read in place, from where its unit began.
     #[inline(always)]
     fn decode_fixed(&self, x: Fixed) -> Option<Slot> {
-        let Slot::Int(p) = *self.slots.get(self.base + x.start as usize)? else {
+        let Slot::Int(p) = *self.slots.get(x.start as usize)? else {
             return None;
         };
         decode(x.kind, p as usize + x.offset as usize, self.data)
@@ -322,7 +321,7 @@ impl<'a> Message<'a> {
                 _ => None,
             };
         }
-        let Slot::Int(p) = *self.slots.get(self.base + field.start as usize)? else {
+        let Slot::Int(p) = *self.slots.get(field.start as usize)? else {
             return None;
         };
         // Eight bytes in one load where the message has them. Offsets are
@@ -383,7 +382,7 @@ impl<'a> Message<'a> {
     /// field it resolved when it loaded.
     #[inline(always)]
     pub fn int_at(&self, slot: u16) -> Option<i128> {
-        match self.slots.get(self.base + slot as usize)? {
+        match self.slots.get(slot as usize)? {
             Slot::Int(v) => Some(*v as i128),
             Slot::SInt(v) => Some(*v as i128),
             Slot::Count(n) => Some(*n as i128),
@@ -397,7 +396,7 @@ impl<'a> Message<'a> {
     /// field's type.
     #[inline(always)]
     pub fn uint_at(&self, slot: u16) -> Option<u64> {
-        match self.slots.get(self.base + slot as usize)? {
+        match self.slots.get(slot as usize)? {
             Slot::Int(v) => Some(*v),
             _ => None,
         }
@@ -406,7 +405,7 @@ impl<'a> Message<'a> {
     /// The bytes in slot `slot` of the message, as [`Message::int_at`].
     #[inline(always)]
     pub fn bytes_at(&self, slot: u16) -> Option<&'a [u8]> {
-        match self.slots.get(self.base + slot as usize)? {
+        match self.slots.get(slot as usize)? {
             Slot::Bytes { start, len } => {
                 let s = *start as usize;
                 Some(self.data.get(s..s + *len as usize).unwrap_or(&[]))
