@@ -310,8 +310,10 @@ impl<'a> Message<'a> {
     ///
     /// [`Grammar::field_ref`]: crate::Grammar::field_ref
     ///
-    /// A field read in place is read from the bytes whether or not the
-    /// parser also stored it: the message's bytes hold the same value.
+    /// A big-endian integer read in place is read from the bytes whether
+    /// or not the parser also stored it: the message's bytes hold the
+    /// same value. Other fields are read from their slot, or decoded in
+    /// place if it is unset.
     #[inline(always)]
     pub fn uint_of(&self, field: &FieldRef) -> Option<u64> {
         if field.start == u16::MAX {
