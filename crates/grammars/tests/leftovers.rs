@@ -102,6 +102,14 @@ fn frames() -> Vec<Vec<u8>> {
     ]
 }
 
+/// The packet grammar, with generated code, and its `frame` unit.
+fn packet_frame() -> (std::sync::Arc<Grammar>, flick_wire::UnitId) {
+    flick_grammars::install();
+    let g = Grammar::stock("packet").unwrap();
+    let frame = g.unit_id("frame").unwrap();
+    (g, frame)
+}
+
 /// `n` numbers below `kinds`, in an order that puts every kind after
 /// every other somewhere.
 fn shuffled(kinds: usize, n: usize) -> Vec<usize> {
@@ -122,9 +130,7 @@ fn shuffled(kinds: usize, n: usize) -> Vec<usize> {
 /// its switches went in the frame before.
 #[test]
 fn frames_in_any_order_show_nothing_of_the_one_before() {
-    flick_grammars::install();
-    let g = Grammar::stock("packet").unwrap();
-    let frame = g.unit_id("frame").unwrap();
+    let (g, frame) = packet_frame();
     let kinds = frames();
     let order = shuffled(kinds.len(), 400);
     let stream: Vec<u8> = order.iter().flat_map(|&k| kinds[k].clone()).collect();
@@ -178,9 +184,7 @@ fn frames_in_any_order_show_nothing_of_the_one_before() {
 /// frame parsed after a batch shows nothing of the frame parsed before it.
 #[test]
 fn batches_between_single_frames_leave_them_nothing() {
-    flick_grammars::install();
-    let g = Grammar::stock("packet").unwrap();
-    let frame = g.unit_id("frame").unwrap();
+    let (g, frame) = packet_frame();
     let kinds = frames();
     let alone: Vec<Vec<(usize, Slot)>> = kinds
         .iter()
@@ -213,9 +217,7 @@ fn batches_between_single_frames_leave_them_nothing() {
 /// and this one lacks are not there.
 #[test]
 fn fields_in_place_show_nothing_of_the_frame_before() {
-    flick_grammars::install();
-    let g = Grammar::stock("packet").unwrap();
-    let frame = g.unit_id("frame").unwrap();
+    let (g, frame) = packet_frame();
     let paths = [
         "eth.dst",
         "eth.vlan_id",
@@ -285,9 +287,7 @@ fn fields_in_place_show_nothing_of_the_frame_before() {
 /// finish; the parser then takes that one and says what is wrong.
 #[test]
 fn a_burst_stops_at_a_frame_it_cannot_finish() {
-    flick_grammars::install();
-    let g = Grammar::stock("packet").unwrap();
-    let frame = g.unit_id("frame").unwrap();
+    let (g, frame) = packet_frame();
     let kinds = frames();
     let short = &kinds[0][..20];
     let msgs: [&[u8]; 4] = [&kinds[0], &kinds[1], short, &kinds[2]];
