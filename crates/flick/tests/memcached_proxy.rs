@@ -12,8 +12,8 @@ use support::{
     connect, flick_run, memcached, memcached_on, request, request_with_opaque, response, Procs,
 };
 
-/// The load test keeps both cores busy for half a minute; a test that
-/// compares behaviour with a time limit of its own (`memccapable`) does not
+/// The load test keeps both cores busy for half a minute; a test with a
+/// time limit of its own (`memccapable`, the hung backend's timeout) does not
 /// run beside it.
 static LOAD: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -219,6 +219,7 @@ fn a_dead_backend_gives_error_replies_not_hangs() {
 /// it resumes it is used again.
 #[test]
 fn a_hung_backend_times_out() {
+    let _alone = LOAD.lock().unwrap_or_else(|e| e.into_inner());
     let mut procs = Procs(Vec::new());
     let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
     let proxy = flick_proxy(&mut procs, &backends);
@@ -238,10 +239,16 @@ fn a_hung_backend_times_out() {
             .success());
     };
     stop("-STOP");
+    // `kill` returns once the signal is queued, and the kernel wakes one
+    // thread to start the stop; a worker woken by the GET could answer first.
+    wait_stopped(procs.0[1].id());
     let started = Instant::now();
-    let (status, _) = get(&mut c, on1);
+    let (status, value) = get(&mut c, on1);
     let waited = started.elapsed();
-    assert_eq!(status, 0x86, "a fault reply, not a hang");
+    assert_eq!(
+        status, 0x86,
+        "a fault reply, not a hang (value {value:?} after {waited:?})"
+    );
     assert!(
         waited >= Duration::from_millis(1500) && waited < Duration::from_secs(6),
         "after the 2 s timeout: {waited:?}"
@@ -259,6 +266,24 @@ fn a_hung_backend_times_out() {
             "the backend was never used again"
         );
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Waits until every thread of `pid` is in the stopped state (`T`).
+fn wait_stopped(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let stopped = || {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+        tasks.map(|t| t.unwrap().path().join("stat")).all(|stat| {
+            let stat = std::fs::read_to_string(stat).unwrap_or_default();
+            // The state follows the command name, which is in parentheses.
+            let state = stat.rsplit_once(") ").map(|(_, rest)| rest);
+            state.is_some_and(|s| s.starts_with('T'))
+        })
+    };
+    while !stopped() {
+        assert!(Instant::now() < deadline, "pid {pid} never stopped");
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
