@@ -37,6 +37,27 @@ pub static ALL: [&flick_wire::rt::CompiledGrammar; 5] = [
     &generated::packet::GRAMMAR,
 ];
 
+/// Each unit's fields of a compiled grammar as constants, by unit name
+/// (`generated::NAME::fields::UNITS`).
+pub type FieldTables = &'static [(
+    &'static str,
+    &'static [(&'static str, flick_wire::FieldRef)],
+)];
+
+/// Every stock grammar's field constants, by grammar name: for code that
+/// reads fields of the stock grammars at offsets known when it compiles
+/// (`generated::packet::fields::frame::IP4_SRC`).
+pub static FIELDS: [(&str, FieldTables); 5] = [
+    ("http", generated::http::fields::UNITS),
+    (
+        "memcached_binary",
+        generated::memcached_binary::fields::UNITS,
+    ),
+    ("memcached_ascii", generated::memcached_ascii::fields::UNITS),
+    ("hadoop_ifile", generated::hadoop_ifile::fields::UNITS),
+    ("packet", generated::packet::fields::UNITS),
+];
+
 /// Registers every compiled stock grammar; call it before making parsers.
 pub fn install() {
     for g in ALL {

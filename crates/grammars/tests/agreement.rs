@@ -218,7 +218,7 @@ fn agree(name: &str) -> Tally {
     let mut batches: Vec<Batch> = batched.iter().map(|p| p.batch(3)).collect();
     let mut in_place: Vec<Parser> = (0..units).map(|u| g.parser(u).in_place()).collect();
     let mut read: Vec<Parser> = (0..units).map(|u| g.parser(u).interpreted()).collect();
-    let refs: Vec<Vec<(String, FieldRef)>> = (0..units).map(|u| field_refs(&g, u)).collect();
+    let refs = compiled_refs(&g);
     let mut rows: Vec<Batch> = in_place.iter().map(|p| p.batch(1)).collect();
     for input in &inputs {
         let Some(&u) = input.first() else { continue };
@@ -259,6 +259,28 @@ fn agree(name: &str) -> Tally {
         }
     }
     tally
+}
+
+/// Every unit's fields as the constants generated for them, checked to be
+/// what the grammar resolves at run time, path for path.
+fn compiled_refs(g: &Grammar) -> Vec<Vec<(String, FieldRef)>> {
+    let (_, tables) = flick_grammars::FIELDS
+        .iter()
+        .find(|(name, _)| *name == g.name)
+        .expect("constants for every stock grammar");
+    assert_eq!(tables.len(), g.units().len());
+    let mut all = Vec::new();
+    for (unit, (unit_name, consts)) in tables.iter().enumerate() {
+        assert_eq!(*unit_name, g.units()[unit].name);
+        let mut consts: Vec<(String, FieldRef)> =
+            consts.iter().map(|(p, r)| (p.to_string(), *r)).collect();
+        let mut want = field_refs(g, unit);
+        consts.sort_by(|a, b| a.0.cmp(&b.0));
+        want.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(consts, want, "{}: constants of unit {unit_name}", g.name);
+        all.push(consts);
+    }
+    all
 }
 
 /// Every integer and bytes field of `unit`, by path, resolved once.

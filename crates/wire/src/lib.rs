@@ -18,6 +18,7 @@ mod compile;
 pub mod compiled;
 mod error;
 mod eval;
+mod field_consts;
 pub mod grammar;
 mod in_place;
 mod int_expr;

@@ -122,6 +122,28 @@ impl FieldRef {
         r
     }
 
+    /// A reference from its parts, as generated code names one
+    /// ([`codegen::field_consts`](crate::codegen::field_consts)); the parts
+    /// are those [`Grammar::field_ref`] resolved.
+    #[doc(hidden)]
+    pub const fn compiled(slot: u16, start: u16, offset: u16, drop: u8, mask: u64) -> FieldRef {
+        FieldRef {
+            slot,
+            start,
+            offset,
+            drop,
+            mask,
+        }
+    }
+
+    /// The Rust expression that builds this reference.
+    pub(crate) fn source(&self) -> String {
+        format!(
+            "FieldRef::compiled({}, {}, {}, {}, {:#x})",
+            self.slot, self.start, self.offset, self.drop, self.mask
+        )
+    }
+
     /// The field's slot in its unit's layout.
     pub fn slot(&self) -> u16 {
         self.slot

@@ -1,0 +1,113 @@
+//! Every field of a grammar's units as a [`FieldRef`] constant, written
+//! out as Rust: for code compiled against a grammar known ahead of time
+//! (the stock grammars), whose reads then name slots and offsets the
+//! compiler sees, not ones loaded from a reference at run time.
+//!
+//! Each constant is what [`Grammar::field_ref`] resolves for the same path,
+//! so it reads messages of that grammar only; on another grammar's message
+//! it reads the wrong slot or bytes, never out of bounds.
+
+use crate::{FieldKind, FieldRef, Grammar, UnitId};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Each unit module's table of its constants; a field of this name gets none.
+const TABLE: &str = "FIELDS";
+
+/// How deep field paths go into units inside units.
+const MAX_DEPTH: usize = 8;
+
+/// A `pub mod fields` with a module per unit, holding a constant per field
+/// path (`ip4.src` in `frame` is `fields::frame::IP4_SRC`) and a table
+/// of them by path (`fields::frame::FIELDS`); `fields::UNITS` lists the
+/// tables.
+pub fn field_consts(g: &Grammar) -> String {
+    let mut out = String::from(
+        "/// Every field of each unit, resolved as `Grammar::field_ref` resolves it\n\
+         /// when this grammar was compiled: `fields::UNIT::PATH`.\n\
+         #[allow(dead_code)]\npub mod fields {\n",
+    );
+    let mut units = String::new();
+    for (id, info) in g.units.iter().enumerate() {
+        let mut paths = Vec::new();
+        collect(g, id, "", 0, &mut paths);
+        let mut consts: BTreeMap<String, Option<(String, FieldRef)>> = BTreeMap::new();
+        for path in paths {
+            let Some(r) = g.field_ref(id, &path) else {
+                continue;
+            };
+            let name = path.replace('.', "_").to_ascii_uppercase();
+            if name == TABLE {
+                continue;
+            }
+            // Two paths with one name (`a.b_c`, `a_b.c`): neither is written.
+            consts
+                .entry(name)
+                .and_modify(|c| *c = None)
+                .or_insert(Some((path, r)));
+        }
+        let module = module_name(&info.name);
+        let _ = writeln!(out, "    /// `{}`.\n    pub mod {module} {{", info.name);
+        let mut all = String::new();
+        for (name, (path, r)) in consts.into_iter().filter_map(|(n, c)| Some((n, c?))) {
+            let _ = writeln!(
+                out,
+                "        /// `{path}`.\n        pub const {name}: flick_wire::FieldRef = flick_wire::{};",
+                r.source()
+            );
+            let _ = write!(all, "({path:?}, {name}), ");
+        }
+        let _ = writeln!(
+            out,
+            "        /// Every constant above, by its path.\n        \
+             pub const {TABLE}: &[(&str, flick_wire::FieldRef)] = &[{all}];\n    }}"
+        );
+        let _ = write!(units, "({:?}, {module}::{TABLE}), ", info.name);
+    }
+    let _ = writeln!(
+        out,
+        "    /// Every unit's table, by the unit's name.\n    \
+         pub const UNITS: &[(&str, &[(&str, flick_wire::FieldRef)])] = &[{units}];\n}}"
+    );
+    out
+}
+
+/// The paths of `unit`'s scalar fields, through the units inside it.
+fn collect(g: &Grammar, unit: UnitId, prefix: &str, depth: usize, out: &mut Vec<String>) {
+    for f in &g.units[unit].fields {
+        if !is_ident(&f.name) {
+            continue;
+        }
+        let path = format!("{prefix}{}", f.name);
+        match f.kind {
+            FieldKind::Int | FieldKind::Bytes => out.push(path),
+            FieldKind::Unit(u) if depth < MAX_DEPTH => {
+                collect(g, u, &format!("{path}."), depth + 1, out)
+            }
+            _ => {}
+        }
+    }
+}
+
+fn is_ident(s: &str) -> bool {
+    let mut cs = s.chars();
+    cs.next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && cs.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A unit's name as a module's: raw where it is a Rust keyword.
+fn module_name(unit: &str) -> String {
+    const KEYWORDS: &[&str] = &[
+        "as", "break", "const", "continue", "else", "enum", "extern", "false", "fn", "for", "if",
+        "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return",
+        "static", "struct", "trait", "true", "type", "unsafe", "use", "where", "while", "async",
+        "await", "dyn", "abstract", "become", "box", "do", "final", "macro", "override", "priv",
+        "typeof", "unsized", "virtual", "yield", "try", "gen",
+    ];
+    if KEYWORDS.contains(&unit) {
+        format!("r#{unit}")
+    } else {
+        unit.to_string()
+    }
+}
