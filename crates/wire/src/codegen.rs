@@ -93,6 +93,8 @@ pub fn generate(g: &Grammar) -> Generated {
             unset_groups: Vec::new(),
             list_elems: HashMap::new(),
             ints: HashMap::new(),
+            high_bound: 0,
+            high_dynamic: false,
         };
         let mut scope = Scope {
             base: Base::Static(0),
@@ -296,6 +298,11 @@ struct UnitGen<'g> {
     /// Locals of type `Slot` known to hold an integer, with that integer
     /// as an `i128` expression.
     ints: HashMap<String, String>,
+    /// One past the highest slot the code so far stores at a constant
+    /// index, and whether a loop or a computed index came first
+    /// ([`UnitGen::high_after`]).
+    high_bound: usize,
+    high_dynamic: bool,
 }
 
 /// A switch arm's code, with what it sets: its slots, and the
@@ -396,8 +403,7 @@ impl UnitGen<'_> {
             Base::Dyn(_) => false,
         };
         self.line(&format!("let {v}: Slot = {val};"));
-        let mut set =
-            format!("s[{idx}] = {v}; if TRACK && high < {idx} + 1 {{ high = {idx} + 1; }}");
+        let mut set = format!("s[{idx}] = {v}; {}", self.high_after(&idx));
         if self.is_in_place(sc, rel) {
             set = format!("if !IN_PLACE {{ {set} }}");
         }
@@ -431,6 +437,23 @@ impl UnitGen<'_> {
 
     /// Notes that the code being generated stores slot `idx`, and which
     /// arm's bit says it may be set.
+    /// The code that keeps `high` past slot `idx`, just stored. Slots are
+    /// numbered in the order the grammar writes its fields, so before any
+    /// loop or slot computed at run time the highest slot stored on a path
+    /// is the highest in the code so far: a constant, not a comparison.
+    fn high_after(&mut self, idx: &str) -> String {
+        match idx.parse::<usize>() {
+            Ok(i) if !self.high_dynamic => {
+                self.high_bound = self.high_bound.max(i + 1);
+                format!("if TRACK {{ high = {}; }}", self.high_bound)
+            }
+            _ => {
+                self.high_dynamic = true;
+                format!("if TRACK && high < {idx} + 1 {{ high = {idx} + 1; }}")
+            }
+        }
+    }
+
     fn stored(&mut self, idx: &str) {
         match self.arm_stack.last() {
             Some(&(bit, _)) if bit != 0 => *self.setters.entry(idx.to_string()).or_default() |= bit,
@@ -1129,9 +1152,12 @@ impl UnitGen<'_> {
         // The elements the last message left past this one's count are
         // unset once the list ends, so that no slot outlives its message.
         let old = self.fresh("lo");
+        let high = self.high_after(&count);
         self.line(&format!(
-            "let {lb} = {count}; let {old} = list_len(s[{lb}]); s[{lb}] = Slot::Count(0); if TRACK && high < {lb} + 1 {{ high = {lb} + 1; }} let {start} = pos; let mut {li}: u32 = 0;"
+            "let {lb} = {count}; let {old} = list_len(s[{lb}]); s[{lb}] = Slot::Count(0); {high} let {start} = pos; let mut {li}: u32 = 0;"
         ));
+        // A loop's body may run again after stores written below it.
+        self.high_dynamic = true;
         // An arm sets the count, and unsets the list through it; what the
         // elements set is the list's own.
         self.stored(&count);
