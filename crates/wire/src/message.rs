@@ -89,8 +89,14 @@ pub struct FieldRef {
     /// right by `drop` and masked; `start` is `u16::MAX` for other fields.
     start: u16,
     offset: u16,
+    /// The integer's own bytes, all a read needs where fewer than eight
+    /// are left.
+    width: u8,
     drop: u8,
     mask: u64,
+    /// Whether a parser may leave the field in place: only then is an
+    /// unset slot worth decoding.
+    in_place: bool,
 }
 
 impl FieldRef {
@@ -99,8 +105,10 @@ impl FieldRef {
             slot,
             start: u16::MAX,
             offset: 0,
+            width: 0,
             drop: 0,
             mask: 0,
+            in_place: fixed.is_some(),
         };
         if let Some(Fixed {
             start,
@@ -116,7 +124,8 @@ impl FieldRef {
         {
             let drop = 64 - 8 * width as u32 + shift as u32;
             if drop < 64 && start != u16::MAX {
-                (r.start, r.offset, r.drop, r.mask) = (start, offset, drop as u8, mask);
+                (r.start, r.offset, r.width) = (start, offset, width);
+                (r.drop, r.mask) = (drop as u8, mask);
             }
         }
         r
@@ -124,23 +133,31 @@ impl FieldRef {
 
     /// A reference from its parts, as generated code names one
     /// ([`codegen::field_consts`](crate::codegen::field_consts)); the parts
-    /// are those [`Grammar::field_ref`] resolved.
+    /// are those [`Grammar::field_ref`] resolved, in [`FieldRef::source`]'s
+    /// order.
     #[doc(hidden)]
-    pub const fn compiled(slot: u16, start: u16, offset: u16, drop: u8, mask: u64) -> FieldRef {
+    pub const fn compiled(
+        slot: u16,
+        (start, offset, width): (u16, u16, u8),
+        (drop, mask): (u8, u64),
+        in_place: bool,
+    ) -> FieldRef {
         FieldRef {
             slot,
             start,
             offset,
+            width,
             drop,
             mask,
+            in_place,
         }
     }
 
     /// The Rust expression that builds this reference.
     pub(crate) fn source(&self) -> String {
         format!(
-            "FieldRef::compiled({}, {}, {}, {}, {:#x})",
-            self.slot, self.start, self.offset, self.drop, self.mask
+            "FieldRef::compiled({}, ({}, {}, {}), ({}, {:#x}), {})",
+            self.slot, self.start, self.offset, self.width, self.drop, self.mask, self.in_place
         )
     }
 
@@ -338,10 +355,13 @@ impl<'a> Message<'a> {
     /// place if it is unset.
     #[inline(always)]
     pub fn uint_of(&self, field: &FieldRef) -> Option<u64> {
+        // No path below calls out, so that reads of several fields of one
+        // header share the loads and tests of its start.
         if field.start == u16::MAX {
             // Stored, or in place but not a big-endian integer.
-            return match self.slot(field.slot)? {
+            return match *self.slots.get(field.slot as usize)? {
                 Slot::Int(v) => Some(v),
+                Slot::Unset if field.in_place => self.uint_decoded(field),
                 _ => None,
             };
         }
@@ -351,13 +371,17 @@ impl<'a> Message<'a> {
         // Eight bytes in one load where the message has them. Offsets are
         // 32-bit, so the end of the load cannot overflow: one test.
         let at = (p as u32).wrapping_add(field.offset as u32) as usize;
-        match self.data.get(at..at + 8) {
-            Some(b) => {
-                let b: [u8; 8] = b.try_into().unwrap_or_default();
-                Some((u64::from_be_bytes(b) >> field.drop) & field.mask)
+        let word = match self.data.get(at..at + 8) {
+            Some(b) => u64::from_be_bytes(b.try_into().unwrap_or_default()),
+            // Near the end: the integer's own bytes, padded.
+            None => {
+                let b = self.data.get(at..at + field.width as usize)?;
+                let mut w = [0u8; 8];
+                w[..b.len()].copy_from_slice(b);
+                u64::from_be_bytes(w)
             }
-            None => self.uint_decoded(field),
-        }
+        };
+        Some((word >> field.drop) & field.mask)
     }
 
     #[cold]
