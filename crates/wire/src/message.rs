@@ -133,8 +133,8 @@ impl FieldRef {
 
     /// A reference from its parts, as generated code names one
     /// ([`codegen::field_consts`](crate::codegen::field_consts)); the parts
-    /// are those [`Grammar::field_ref`] resolved, in [`FieldRef::source`]'s
-    /// order.
+    /// are those [`Grammar::field_ref`] resolved, in the order the
+    /// generated code writes them. Parts no reference has fail to compile.
     #[doc(hidden)]
     pub const fn compiled(
         slot: u16,
@@ -142,6 +142,8 @@ impl FieldRef {
         (drop, mask): (u8, u64),
         in_place: bool,
     ) -> FieldRef {
+        // What `uint_of` counts on: a shift and a load that cannot panic.
+        assert!(drop < 64 && width <= 8, "not a field reference");
         FieldRef {
             slot,
             start,

@@ -1,6 +1,7 @@
 //! The field constants written for a compiled grammar: one per field path
 //! of each unit, named by the path, with the names Rust or the tables
-//! would reject left out.
+//! would reject left out; and any reference, whatever its parts, reads
+//! any message without panicking.
 
 use flick_wire::codegen::field_consts;
 use flick_wire::Grammar;
@@ -46,4 +47,45 @@ fn each_field_path_is_a_constant_named_by_it() {
     assert!(!out.contains("pub const FIELDS: flick_wire::FieldRef"));
     assert!(out.contains("pub const FIELDS: &[(&str, flick_wire::FieldRef)]"));
     assert!(out.contains("(\"match\", r#match::FIELDS)"), "{out}");
+}
+
+#[test]
+#[should_panic(expected = "not a field reference")]
+fn parts_no_reference_has_are_refused() {
+    // A shift of 64 would panic in every read.
+    let _ = flick_wire::FieldRef::compiled(0, (0, 0, 2), (64, 0xffff), true);
+}
+
+#[test]
+fn any_reference_reads_any_message_without_panicking() {
+    let g = std::sync::Arc::new(Grammar::from_source("names", GRAMMAR).unwrap());
+    let unit = g.unit_id("match").unwrap();
+    let bytes = [1, 2, 3, 4, 5, 2, b'h', b'i'];
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for in_place in [false, true] {
+        let p = g.parser(unit);
+        let mut p = if in_place { p.in_place() } else { p };
+        assert!(matches!(p.parse(&bytes), Ok(flick_wire::Progress::Done(8))));
+        for cut in 0..=bytes.len() {
+            // The message over fewer bytes than it was parsed from.
+            let m = p.message(&bytes[..cut]);
+            for _ in 0..2000 {
+                let r = next();
+                let parts = (
+                    (r >> 8) as u16 % 16,
+                    (r >> 16) as u16 % 16,
+                    (r >> 32) as u8 % 9,
+                );
+                let shift = ((r >> 40) as u8 % 64, next());
+                let f = flick_wire::FieldRef::compiled(r as u16 % 12, parts, shift, r >> 63 == 1);
+                let _ = (m.uint_of(&f), m.bytes_of(&f));
+            }
+        }
+    }
 }
