@@ -29,6 +29,9 @@ pub fn field_consts(g: &Grammar) -> String {
     );
     let mut units = String::new();
     for (id, info) in g.units.iter().enumerate() {
+        if !is_ident(&info.name) {
+            continue;
+        }
         let mut paths = Vec::new();
         collect(g, id, "", 0, &mut paths);
         let mut consts: BTreeMap<String, Option<(String, FieldRef)>> = BTreeMap::new();
@@ -89,6 +92,7 @@ fn collect(g: &Grammar, unit: UnitId, prefix: &str, depth: usize, out: &mut Vec<
     }
 }
 
+/// Whether `s` can name a Rust item as it is.
 fn is_ident(s: &str) -> bool {
     let mut cs = s.chars();
     cs.next()
@@ -96,8 +100,12 @@ fn is_ident(s: &str) -> bool {
         && cs.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// A unit's name as a module's: raw where it is a Rust keyword.
+/// A unit's name as a module's: raw where it is a Rust keyword, and with
+/// a `_` after it where it is one no raw name can take (`crate_`).
 fn module_name(unit: &str) -> String {
+    if ["self", "Self", "super", "crate"].contains(&unit) {
+        return format!("{unit}_");
+    }
     const KEYWORDS: &[&str] = &[
         "as", "break", "const", "continue", "else", "enum", "extern", "false", "fn", "for", "if",
         "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return",

@@ -18,6 +18,10 @@ type other = unit {
     c : uint8;
 };
 
+type crate = unit {
+    y : uint8;
+};
+
 type match = unit {
     a      : inner;
     a_b    : other;
@@ -47,6 +51,8 @@ fn each_field_path_is_a_constant_named_by_it() {
     assert!(!out.contains("pub const FIELDS: flick_wire::FieldRef"));
     assert!(out.contains("pub const FIELDS: &[(&str, flick_wire::FieldRef)]"));
     assert!(out.contains("(\"match\", r#match::FIELDS)"), "{out}");
+    // A keyword no raw name can take.
+    assert!(out.contains("pub mod crate_ {"), "{out}");
 }
 
 #[test]
