@@ -92,7 +92,7 @@ fn collect(g: &Grammar, unit: UnitId, prefix: &str, depth: usize, out: &mut Vec<
     }
 }
 
-/// Whether `s` can name a Rust item as it is.
+/// Whether `s` is made as a Rust identifier is (keywords included).
 fn is_ident(s: &str) -> bool {
     let mut cs = s.chars();
     cs.next()
