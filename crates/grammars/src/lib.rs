@@ -58,6 +58,28 @@ pub static FIELDS: [(&str, FieldTables); 5] = [
     ("packet", generated::packet::fields::UNITS),
 ];
 
+/// Each unit's headers of a compiled grammar, by unit name: each
+/// header's path, start slot and length
+/// (`generated::NAME::headers::UNITS`).
+pub type HeaderTables = &'static [(&'static str, &'static [(&'static str, u16, usize)])];
+
+/// Every stock grammar's header constants, by grammar name: for code that
+/// takes a header whole and reads its fields at offsets known when it
+/// compiles (`generated::packet::headers::frame::IP4`).
+pub static HEADERS: [(&str, HeaderTables); 5] = [
+    ("http", generated::http::headers::UNITS),
+    (
+        "memcached_binary",
+        generated::memcached_binary::headers::UNITS,
+    ),
+    (
+        "memcached_ascii",
+        generated::memcached_ascii::headers::UNITS,
+    ),
+    ("hadoop_ifile", generated::hadoop_ifile::headers::UNITS),
+    ("packet", generated::packet::headers::UNITS),
+];
+
 /// Registers every compiled stock grammar; call it before making parsers.
 pub fn install() {
     for g in ALL {

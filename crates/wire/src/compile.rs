@@ -75,6 +75,7 @@ pub(crate) fn compile(file: &GrammarFile) -> (Compiled, Vec<Diagnostic>) {
                 reject: Vec::new(),
                 properties: Vec::new(),
                 forward: None,
+                fixed_run: None,
             })
         })
         .collect();
@@ -126,7 +127,7 @@ impl<'a> Compiler<'a> {
             fields: Vec::new(),
         };
         let block = self.block(&decl.items, &mut cx);
-        self.mark_fixed(block, &mut cx);
+        let fixed_run = self.mark_fixed(block, &mut cx);
         self.active.pop();
         if let Some(status) = decl.error {
             self.default_status(block, status);
@@ -184,6 +185,7 @@ impl<'a> Compiler<'a> {
             reject,
             properties,
             forward,
+            fixed_run,
         });
         self.units[id].as_ref()
     }
@@ -309,10 +311,11 @@ impl<'a> Compiler<'a> {
 
     /// Notes the unit's fields that can be read in place, and gives the
     /// unit a slot, set first, for where it begins.
-    fn mark_fixed(&mut self, block: BlockId, cx: &mut UnitCx) {
-        let fixed = crate::in_place::leading_fixed(&self.blocks[block as usize], &self.blocks);
+    fn mark_fixed(&mut self, block: BlockId, cx: &mut UnitCx) -> Option<FixedRun> {
+        let (fixed, len) =
+            crate::in_place::leading_fixed(&self.blocks[block as usize], &self.blocks);
         if fixed.is_empty() || cx.next_slot >= u16::MAX as u32 {
-            return;
+            return None;
         }
         let start = self.alloc(cx, 1);
         for (slot, offset, kind) in fixed {
@@ -338,6 +341,7 @@ impl<'a> Compiler<'a> {
             forbid: None,
         };
         self.blocks[block as usize].insert(0, mark);
+        Some(FixedRun { start, len })
     }
 
     fn alloc(&mut self, cx: &mut UnitCx, n: u32) -> u16 {

@@ -1,7 +1,9 @@
-//! Every field of a grammar's units as a [`FieldRef`] constant, written
-//! out as Rust: for code compiled against a grammar known ahead of time
-//! (the stock grammars), whose reads then name slots and offsets the
-//! compiler sees, not ones loaded from a reference at run time.
+//! Every field of a grammar's units as a [`FieldRef`] constant, and every
+//! header (a unit's leading fixed fields) as a
+//! [`HeaderRef`](crate::HeaderRef) constant, written out as Rust: for code
+//! compiled against a grammar known ahead of time (the stock grammars),
+//! whose reads then name slots and offsets the compiler sees, not ones
+//! loaded from a reference at run time.
 //!
 //! Each constant is what [`Grammar::field_ref`] resolves for the same path,
 //! so it reads messages of that grammar only; on another grammar's message
@@ -13,6 +15,9 @@ use std::fmt::Write;
 
 /// Each unit module's table of its constants; a field of this name gets none.
 const TABLE: &str = "FIELDS";
+
+/// The same, of a unit's headers.
+const HEADER_TABLE: &str = "HEADERS";
 
 /// How deep field paths go into units inside units.
 const MAX_DEPTH: usize = 8;
@@ -72,7 +77,85 @@ pub fn field_consts(g: &Grammar) -> String {
         "    /// Every unit's table, by the unit's name.\n    \
          pub const UNITS: &[(&str, &[(&str, flick_wire::FieldRef)])] = &[{units}];\n}}"
     );
+    out.push_str(&header_consts(g));
     out
+}
+
+/// A `pub mod headers` with a module per unit, holding a
+/// [`HeaderRef`](crate::HeaderRef) constant, of the run's whole length,
+/// for the unit's own header (`UNIT`) and for each unit inside it that has
+/// one (`ip4` in `frame` is `headers::frame::IP4`); `headers::UNITS` lists
+/// each unit's headers by path, with their start slots and lengths.
+fn header_consts(g: &Grammar) -> String {
+    let mut out = String::from(
+        "/// Each unit's headers, resolved as `Grammar::header_ref` resolves them\n\
+         /// when this grammar was compiled: `headers::UNIT::PATH`.\n\
+         #[allow(dead_code)]\npub mod headers {\n",
+    );
+    let mut units = String::new();
+    for (id, info) in g.units.iter().enumerate() {
+        if !is_ident(&info.name) {
+            continue;
+        }
+        let mut paths = vec![String::new()];
+        collect_units(g, id, "", 0, &mut paths);
+        let mut consts: BTreeMap<String, Option<(String, u16, u16)>> = BTreeMap::new();
+        for path in paths {
+            let Some((start, len)) = g.header_run(id, &path) else {
+                continue;
+            };
+            let name = match path.as_str() {
+                "" => "UNIT".to_string(),
+                p => p.replace('.', "_").to_ascii_uppercase(),
+            };
+            if name == HEADER_TABLE {
+                continue;
+            }
+            consts
+                .entry(name)
+                .and_modify(|c| *c = None)
+                .or_insert(Some((path, start, len)));
+        }
+        let module = module_name(&info.name);
+        let _ = writeln!(out, "    /// `{}`.\n    pub mod {module} {{", info.name);
+        let mut all = String::new();
+        for (name, (path, start, len)) in consts.into_iter().filter_map(|(n, c)| Some((n, c?))) {
+            let what = match path.as_str() {
+                "" => "The unit's own header.".to_string(),
+                p => format!("`{p}`."),
+            };
+            let _ = writeln!(
+                out,
+                "        /// {what}\n        pub const {name}: flick_wire::HeaderRef<{len}> = \
+                 flick_wire::HeaderRef::compiled({start});"
+            );
+            let _ = write!(all, "({path:?}, {name}.start(), {name}.len()), ");
+        }
+        let _ = writeln!(
+            out,
+            "        /// Every constant above, by its path: start slot, length.\n        \
+             pub const {HEADER_TABLE}: &[(&str, u16, usize)] = &[{all}];\n    }}"
+        );
+        let _ = write!(units, "({:?}, {module}::{HEADER_TABLE}), ", info.name);
+    }
+    let _ = writeln!(
+        out,
+        "    /// Every unit's table, by the unit's name.\n    \
+         #[allow(clippy::type_complexity)]\n    \
+         pub const UNITS: &[(&str, &[(&str, u16, usize)])] = &[{units}];\n}}"
+    );
+    out
+}
+
+/// The paths of the units inside `unit`, through the units inside them.
+fn collect_units(g: &Grammar, unit: UnitId, prefix: &str, depth: usize, out: &mut Vec<String>) {
+    for f in &g.units[unit].fields {
+        if let (FieldKind::Unit(u), true, true) = (&f.kind, is_ident(&f.name), depth < MAX_DEPTH) {
+            let path = format!("{prefix}{}", f.name);
+            out.push(path.clone());
+            collect_units(g, *u, &format!("{path}."), depth + 1, out);
+        }
+    }
 }
 
 /// The paths of `unit`'s scalar fields, through the units inside it.

@@ -15,8 +15,10 @@ use crate::plan::{val_expr, ValExpr};
 use crate::program::{CExpr, FieldKind, Fixed, FixedKind, Len, Op, OpKind, Scalar, UnitInfo};
 
 /// The fields of `ops` (a unit's block) that can be read in place, by
-/// slot: their offset from the unit's start and how to decode them.
-pub(crate) fn leading_fixed(ops: &[Op], blocks: &[Vec<Op>]) -> Vec<(u16, u16, FixedKind)> {
+/// slot: their offset from the unit's start and how to decode them; and
+/// the length of the run they lie in, which every message of the unit
+/// holds whole.
+pub(crate) fn leading_fixed(ops: &[Op], blocks: &[Vec<Op>]) -> (Vec<(u16, u16, FixedKind)>, u16) {
     let mut out = Vec::new();
     let mut ints: Vec<(u16, u16, u8, bool)> = Vec::new();
     let mut offset: u32 = 0;
@@ -71,7 +73,7 @@ pub(crate) fn leading_fixed(ops: &[Op], blocks: &[Vec<Op>]) -> Vec<(u16, u16, Fi
     // A slot that something else in the unit also sets (a variable of the
     // same name in a switch case) is not the field's alone.
     out.retain(|(s, ..)| setters(ops, blocks, *s, 0) == 1);
-    out
+    (out, offset.min(u16::MAX as u32) as u16)
 }
 
 fn int(width: u8, little: bool, shift: u8, mask: u64) -> FixedKind {

@@ -20,6 +20,7 @@ mod error;
 mod eval;
 mod field_consts;
 pub mod grammar;
+mod header;
 mod in_place;
 mod int_expr;
 mod message;
@@ -38,9 +39,12 @@ pub mod stock;
 pub use batch::Batch;
 pub use compile::{DEFAULT_BYTES_MAX, DEFAULT_LIST_MAX};
 pub use error::{GrammarError, WireError, WireErrorKind};
+pub use header::{Header, HeaderRef};
 pub use message::{FieldRef, List, Message, Value};
 pub use parse::{Parser, Progress};
-pub use program::{FieldInfo, FieldKind, Fixed, FixedKind, ForwardContext, Slot, UnitId, UnitInfo};
+pub use program::{
+    FieldInfo, FieldKind, Fixed, FixedKind, FixedRun, ForwardContext, Slot, UnitId, UnitInfo,
+};
 pub use serialize::{write_vlong, Builder};
 
 use program::{CExpr, Elem, Len, Op, OpKind, Scalar, Stop};
@@ -157,6 +161,35 @@ impl Grammar {
                 _ => return None,
             }
         }
+    }
+
+    /// The header of `N` bytes at the start of `unit` (`path` empty) or
+    /// of a unit inside it (`ip4` in `frame`), resolved once for taking
+    /// it from every message with [`Message::header`]: `None` unless that
+    /// unit's leading fixed-width fields ([`UnitInfo::fixed_run`]) span
+    /// at least `N` bytes.
+    pub fn header_ref<const N: usize>(&self, unit: UnitId, path: &str) -> Option<HeaderRef<N>> {
+        let (start, len) = self.header_run(unit, path)?;
+        (N <= len as usize).then_some(HeaderRef::compiled(start))
+    }
+
+    /// Where the header at `path` in `unit` begins (a slot of `unit`'s
+    /// layout) and its length.
+    pub(crate) fn header_run(&self, unit: UnitId, path: &str) -> Option<(u16, u16)> {
+        let (mut base, mut unit) = (0usize, unit);
+        for head in path.split('.').filter(|_| !path.is_empty()) {
+            let fields = &self.units.get(unit)?.fields;
+            match self.field_index[unit].find(fields, head)? {
+                FieldInfo {
+                    kind: FieldKind::Unit(u),
+                    slot,
+                    ..
+                } => (base, unit) = (base + *slot as usize, *u),
+                _ => return None,
+            }
+        }
+        let run = self.units.get(unit)?.fixed_run?;
+        Some((u16::try_from(base + run.start as usize).ok()?, run.len))
     }
 
     pub fn units(&self) -> &[UnitInfo] {

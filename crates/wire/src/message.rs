@@ -2,6 +2,7 @@
 //! the bytes it was parsed from.
 
 use crate::eval::{slot_val, Val};
+use crate::header::{Header, HeaderRef};
 use crate::in_place::decode;
 use crate::program::{FieldInfo, FieldKind, Fixed, FixedKind, Slot, UnitId};
 use crate::Grammar;
@@ -87,13 +88,13 @@ pub struct FieldRef {
     /// A big-endian integer read in place, as eight bytes loaded at
     /// `offset` from where the slot `start` says its unit begins, shifted
     /// right by `drop` and masked; `start` is `u16::MAX` for other fields.
-    start: u16,
-    offset: u16,
+    pub(crate) start: u16,
+    pub(crate) offset: u16,
     /// The integer's own bytes, all a read needs where fewer than eight
     /// are left.
-    width: u8,
-    drop: u8,
-    mask: u64,
+    pub(crate) width: u8,
+    pub(crate) drop: u8,
+    pub(crate) mask: u64,
     /// Whether a parser may leave the field in place: only then is an
     /// unset slot worth decoding.
     in_place: bool,
@@ -384,6 +385,21 @@ impl<'a> Message<'a> {
             }
         };
         Some((word >> field.drop) & field.mask)
+    }
+
+    /// The header `h` names, its bytes checked once to be in the message:
+    /// reads of its fields ([`Header::uint`]) then test nothing more.
+    /// `None` if the message lacks that header (a frame of another
+    /// protocol).
+    #[inline(always)]
+    pub fn header<const N: usize>(&self, h: &HeaderRef<N>) -> Option<Header<'a, N>> {
+        let Slot::Int(p) = *self.slots.get(h.start as usize)? else {
+            return None;
+        };
+        // Offsets are 32-bit, so the end cannot overflow.
+        let at = p as u32 as usize;
+        let bytes = self.data.get(at..at + N)?.try_into().ok()?;
+        Some(Header::new(bytes, h.start))
     }
 
     #[cold]

@@ -222,6 +222,21 @@ pub struct UnitInfo {
     /// `%forward`: edits to a top-level list of units when a proxy passes
     /// a message on.
     pub forward: Option<Forward>,
+    /// The leading run of fixed-width fields, where the unit has fields
+    /// read in place: a header read whole ([`Message::header`]).
+    ///
+    /// [`Message::header`]: crate::Message::header
+    pub fixed_run: Option<FixedRun>,
+}
+
+/// A unit's leading fixed-width fields as one run of bytes: every message
+/// of the unit begins with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FixedRun {
+    /// The unit's slot that says where it begins ([`OpKind::Mark`]).
+    pub start: u16,
+    /// The run's length in bytes.
+    pub len: u16,
 }
 
 /// `%forward`, compiled: which list, which elements to leave out, and

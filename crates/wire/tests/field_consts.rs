@@ -4,7 +4,7 @@
 //! any message without panicking.
 
 use flick_wire::codegen::field_consts;
-use flick_wire::Grammar;
+use flick_wire::{Grammar, HeaderRef};
 
 const GRAMMAR: &str = r#"
 grammar names;
@@ -56,6 +56,34 @@ fn each_field_path_is_a_constant_named_by_it() {
 }
 
 #[test]
+fn each_header_is_a_constant_of_its_length() {
+    let g = Grammar::from_source("names", GRAMMAR).unwrap();
+    let out = field_consts(&g);
+    let unit = g.unit_id("match").unwrap();
+    let a = g.header_ref::<3>(unit, "a").unwrap();
+    assert!(
+        out.contains(&format!(
+            "/// `a`.\n        pub const A: flick_wire::HeaderRef<3> = \
+             flick_wire::HeaderRef::compiled({});",
+            a.start()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("pub const A_B: flick_wire::HeaderRef<1>"),
+        "{out}"
+    );
+    // A unit's own header, and none for one that begins with a unit.
+    assert!(
+        out.contains("pub const UNIT: flick_wire::HeaderRef<3>"),
+        "{out}"
+    );
+    assert_eq!(g.header_ref::<1>(unit, ""), None);
+    assert!(out.contains("(\"match\", r#match::HEADERS)"), "{out}");
+    assert!(out.contains("(\"a\", A.start(), A.len())"), "{out}");
+}
+
+#[test]
 #[should_panic(expected = "not a field reference")]
 fn parts_no_reference_has_are_refused() {
     // A shift of 64 would panic in every read.
@@ -91,6 +119,14 @@ fn any_reference_reads_any_message_without_panicking() {
                 let shift = ((r >> 40) as u8 % 64, next());
                 let f = flick_wire::FieldRef::compiled(r as u16 % 12, parts, shift, r >> 63 == 1);
                 let _ = (m.uint_of(&f), m.bytes_of(&f));
+                // A header of any start and length, and any field of it.
+                let start = (r >> 20) as u16 % 16;
+                if let Some(h) = m.header(&HeaderRef::<3>::compiled(start)) {
+                    let _ = h.uint(&f);
+                }
+                if let Some(h) = m.header(&HeaderRef::<1>::compiled(start)) {
+                    let _ = h.uint(&f);
+                }
             }
         }
     }

@@ -1,0 +1,93 @@
+//! Headers read whole: a unit's leading run of fixed-width fields taken
+//! from a message as one array of bytes, checked once, so that reads of
+//! its fields need no test of their own (a packet function reading a
+//! 5-tuple, as hand-written code slices a header once and reads at
+//! constant offsets).
+//!
+//! A [`HeaderRef`] names where a header begins, its length fixed in its
+//! type; [`Message::header`](crate::Message::header) takes the header's
+//! bytes from a message; [`Header::uint`] reads a field of it through the
+//! field's [`FieldRef`]. The stock grammars have both as constants
+//! (`headers::frame::IP4`, `fields::frame::IP4_SRC`), so that every offset
+//! and width is one the compiler sees.
+
+use crate::FieldRef;
+
+/// A header of `N` bytes at the start of a unit, resolved once
+/// ([`Grammar::header_ref`](crate::Grammar::header_ref)) for taking it
+/// from every message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeaderRef<const N: usize> {
+    /// The slot that says where the unit begins.
+    pub(crate) start: u16,
+}
+
+impl<const N: usize> HeaderRef<N> {
+    /// A reference from the slot that says where its unit begins, as
+    /// generated code names one; [`Grammar::header_ref`] resolves the
+    /// same.
+    ///
+    /// [`Grammar::header_ref`]: crate::Grammar::header_ref
+    #[doc(hidden)]
+    pub const fn compiled(start: u16) -> HeaderRef<N> {
+        HeaderRef { start }
+    }
+
+    /// The slot that says where the header's unit begins.
+    pub const fn start(&self) -> u16 {
+        self.start
+    }
+
+    /// The header's length in bytes.
+    pub const fn len(&self) -> usize {
+        N
+    }
+
+    /// Whether the header has no bytes (never, for one a grammar has).
+    pub const fn is_empty(&self) -> bool {
+        N == 0
+    }
+}
+
+/// A header's bytes in a parsed message.
+#[derive(Clone, Copy, Debug)]
+pub struct Header<'a, const N: usize> {
+    bytes: &'a [u8; N],
+    start: u16,
+}
+
+impl<'a, const N: usize> Header<'a, N> {
+    #[inline(always)]
+    pub(crate) fn new(bytes: &'a [u8; N], start: u16) -> Header<'a, N> {
+        Header { bytes, start }
+    }
+
+    /// The unsigned integer `field` holds, if it is a big-endian integer
+    /// (or a bit field or copy of one) of this header; `None` for any
+    /// other field, which [`Message::uint_of`](crate::Message::uint_of)
+    /// reads. With `field` a constant, every test here is decided when
+    /// the code compiles, and the read is a load at a constant offset.
+    #[inline(always)]
+    pub fn uint(&self, field: &FieldRef) -> Option<u64> {
+        if field.start != self.start {
+            return None;
+        }
+        let at = field.offset as usize;
+        let b = self.bytes.get(at..at + field.width as usize)?;
+        let v = match *b {
+            [a] => a as u64,
+            [a, b] => u16::from_be_bytes([a, b]) as u64,
+            [a, b, c, d] => u32::from_be_bytes([a, b, c, d]) as u64,
+            _ => b.iter().fold(0u64, |v, c| v << 8 | *c as u64),
+        };
+        // `drop` shifts an eight-byte load; this one loaded `width` bytes.
+        let shift = (field.drop as u32 + 8 * field.width as u32).checked_sub(64)?;
+        Some(v.checked_shr(shift).unwrap_or(0) & field.mask)
+    }
+
+    /// The header's bytes.
+    #[inline(always)]
+    pub fn as_bytes(&self) -> &'a [u8; N] {
+        self.bytes
+    }
+}
