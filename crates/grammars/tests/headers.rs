@@ -107,13 +107,14 @@ fn corpus(name: &str) -> Vec<Vec<u8>> {
 }
 
 /// Reads header `h` (at `start`, of `N` bytes) of `m` whole, checks it
-/// against the message's bytes and every field of `fields` against its
-/// read one by one; returns how many fields it read through the header.
+/// against the message's bytes and every field of `fields` (with how it
+/// lies in place, if it does) against its read one by one; returns how
+/// many fields it read through the header.
 fn check_header<const N: usize>(
     m: &Message<'_>,
     data: &[u8],
     start: u16,
-    fields: &[(&FieldRef, bool)],
+    fields: &[(&FieldRef, Option<FixedKind>)],
 ) -> usize {
     let h = HeaderRef::<N>::compiled(start);
     let Some(hdr) = m.header(&h) else {
@@ -123,14 +124,22 @@ fn check_header<const N: usize>(
     let at = m.uint_at(start).expect("the header's start") as usize;
     assert_eq!(&hdr.as_bytes()[..], &data[at..at + N]);
     let mut read = 0;
-    for (r, big_endian_int) in fields {
-        match hdr.uint(r) {
-            Some(v) => {
-                assert_eq!(Some(v), m.uint_of(r), "field at slot {}", r.slot());
-                read += 1;
+    for (r, fixed) in fields {
+        let slot = r.slot();
+        match fixed {
+            Some(FixedKind::Int { .. }) => {
+                assert_eq!(hdr.uint(r), m.uint_of(r), "integer at slot {slot}");
+                assert!(hdr.uint(r).is_some(), "integer at slot {slot} read");
+                assert_eq!(hdr.bytes(r), None);
             }
-            None => assert!(!big_endian_int, "field at slot {} not read", r.slot()),
+            Some(FixedKind::Bytes { .. }) => {
+                assert_eq!(hdr.bytes(r), m.bytes_of(r), "bytes at slot {slot}");
+                assert!(hdr.bytes(r).is_some(), "bytes at slot {slot} read");
+                assert_eq!(hdr.uint(r), None);
+            }
+            None => assert_eq!((hdr.uint(r), hdr.bytes(r)), (None, None)),
         }
+        read += usize::from(fixed.is_some());
     }
     read
 }
@@ -152,7 +161,7 @@ fn read_headers(g: &Grammar, unit: usize, p: &mut Parser, data: &[u8]) -> usize 
         for &(path, start, len) in headers {
             let inner = unit_at(g, unit, path);
             // The fields directly in this header's unit.
-            let mine: Vec<(&FieldRef, bool)> = fields
+            let mine: Vec<(&FieldRef, Option<FixedKind>)> = fields
                 .iter()
                 .filter_map(|(f, r)| {
                     let name = match path {
@@ -160,11 +169,7 @@ fn read_headers(g: &Grammar, unit: usize, p: &mut Parser, data: &[u8]) -> usize 
                         p => f.strip_prefix(p)?.strip_prefix('.')?,
                     };
                     let info = g.unit(inner).fields.iter().find(|i| i.name == name)?;
-                    let big_endian_int = matches!(
-                        info.fixed.map(|x| x.kind),
-                        Some(FixedKind::Int { little: false, .. })
-                    );
-                    Some((r, big_endian_int))
+                    Some((r, info.fixed.map(|x| x.kind)))
                 })
                 .collect();
             read += match len {
@@ -271,6 +276,8 @@ fn a_frame_gives_its_five_tuple_through_its_headers() {
             assert_eq!(m.header(&header::UDP4).map(|_| ()), None);
             assert_eq!(m.header(&header::IP6).map(|_| ()), None);
             let eth = m.header(&header::ETH).expect("an Ethernet header");
+            assert_eq!(eth.bytes(&field::ETH_SRC), Some(&f[6..12]));
+            assert_eq!(eth.uint(&field::ETH_SRC), None, "bytes, not an integer");
             let ethertype = if vlan { 0x8100 } else { 0x0800 };
             assert_eq!(eth.uint(&field::ETH_ETHERTYPE), Some(ethertype));
             // The next frame, UDP, shows no TCP header of this one.

@@ -6,8 +6,8 @@
 //!
 //! A [`HeaderRef`] names where a header begins, its length fixed in its
 //! type; [`Message::header`](crate::Message::header) takes the header's
-//! bytes from a message; [`Header::uint`] reads a field of it through the
-//! field's [`FieldRef`]. The stock grammars have both as constants
+//! bytes from a message; [`Header::uint`] and [`Header::bytes`] read a
+//! field of it through the field's [`FieldRef`]. The stock grammars have both as constants
 //! (`headers::frame::IP4`, `fields::frame::IP4_SRC`), so that every offset
 //! and width is one the compiler sees.
 
@@ -62,27 +62,37 @@ impl<'a, const N: usize> Header<'a, N> {
         Header { bytes, start }
     }
 
-    /// The unsigned integer `field` holds, if it is a big-endian integer
-    /// (or a bit field or copy of one) of this header; `None` for any
-    /// other field, which [`Message::uint_of`](crate::Message::uint_of)
-    /// reads. With `field` a constant, every test here is decided when
-    /// the code compiles, and the read is a load at a constant offset.
+    /// The unsigned integer `field` holds, if it is an integer (or a bit
+    /// field or copy of one) of this header; `None` for any other field,
+    /// which [`Message::uint_of`](crate::Message::uint_of) reads. With
+    /// `field` a constant, every test here is decided when the code
+    /// compiles, and the read is a load at a constant offset.
     #[inline(always)]
     pub fn uint(&self, field: &FieldRef) -> Option<u64> {
-        if field.start != self.start {
+        if field.header != self.start || field.width == 0 {
             return None;
         }
         let at = field.offset as usize;
         let b = self.bytes.get(at..at + field.width as usize)?;
-        let v = match *b {
-            [a] => a as u64,
-            [a, b] => u16::from_be_bytes([a, b]) as u64,
-            [a, b, c, d] => u32::from_be_bytes([a, b, c, d]) as u64,
-            _ => b.iter().fold(0u64, |v, c| v << 8 | *c as u64),
+        let v = match (b, field.little) {
+            (&[a], _) => a as u64,
+            (&[a, b], false) => u16::from_be_bytes([a, b]) as u64,
+            (&[a, b, c, d], false) => u32::from_be_bytes([a, b, c, d]) as u64,
+            (_, false) => b.iter().fold(0u64, |v, c| v << 8 | *c as u64),
+            (_, true) => b.iter().rev().fold(0u64, |v, c| v << 8 | *c as u64),
         };
-        // `drop` shifts an eight-byte load; this one loaded `width` bytes.
-        let shift = (field.drop as u32 + 8 * field.width as u32).checked_sub(64)?;
-        Some(v.checked_shr(shift).unwrap_or(0) & field.mask)
+        Some(v.checked_shr(field.shift as u32).unwrap_or(0) & field.mask)
+    }
+
+    /// The bytes `field` holds, if it is bytes of a constant length in this
+    /// header (an Ethernet or IPv6 address); `None` for any other field.
+    #[inline(always)]
+    pub fn bytes(&self, field: &FieldRef) -> Option<&'a [u8]> {
+        if field.header != self.start || field.width != 0 {
+            return None;
+        }
+        let at = field.offset as usize;
+        self.bytes.get(at..at + field.len as usize)
     }
 
     /// The header's bytes.

@@ -91,13 +91,20 @@ pub struct FieldRef {
     pub(crate) start: u16,
     pub(crate) offset: u16,
     /// The integer's own bytes, all a read needs where fewer than eight
-    /// are left.
+    /// are left; 0 for bytes.
     pub(crate) width: u8,
     pub(crate) drop: u8,
     pub(crate) mask: u64,
     /// Whether a parser may leave the field in place: only then is an
     /// unset slot worth decoding.
     in_place: bool,
+    /// For any field read in place, the start slot of the header it lies
+    /// in ([`Header`](crate::Header)), `u16::MAX` for other fields; with
+    /// the integer's byte order and shift, or the bytes' length.
+    pub(crate) header: u16,
+    pub(crate) little: bool,
+    pub(crate) shift: u8,
+    pub(crate) len: u16,
 }
 
 impl FieldRef {
@@ -110,24 +117,35 @@ impl FieldRef {
             drop: 0,
             mask: 0,
             in_place: fixed.is_some(),
+            header: u16::MAX,
+            little: false,
+            shift: 0,
+            len: 0,
         };
-        if let Some(Fixed {
+        let Some(Fixed {
             start,
             offset,
-            kind:
-                FixedKind::Int {
-                    width,
-                    little: false,
-                    shift,
-                    mask,
-                },
+            kind,
         }) = fixed
-        {
-            let drop = 64 - 8 * width as u32 + shift as u32;
-            if drop < 64 && start != u16::MAX {
-                (r.start, r.offset, r.width) = (start, offset, width);
-                (r.drop, r.mask) = (drop as u8, mask);
+        else {
+            return r;
+        };
+        (r.header, r.offset) = (start, offset);
+        match kind {
+            FixedKind::Int {
+                width,
+                little,
+                shift,
+                mask,
+            } if shift < 64 => {
+                (r.width, r.little, r.shift, r.mask) = (width, little, shift, mask);
+                let drop = 64 - 8 * width as u32 + shift as u32;
+                if drop < 64 && !little && start != u16::MAX {
+                    (r.start, r.drop) = (start, drop as u8);
+                }
             }
+            FixedKind::Int { .. } => r.header = u16::MAX,
+            FixedKind::Bytes { len } => r.len = len,
         }
         r
     }
@@ -142,9 +160,13 @@ impl FieldRef {
         (start, offset, width): (u16, u16, u8),
         (drop, mask): (u8, u64),
         in_place: bool,
+        (header, little, shift, len): (u16, bool, u8, u16),
     ) -> FieldRef {
-        // What `uint_of` counts on: a shift and a load that cannot panic.
-        assert!(drop < 64 && width <= 8, "not a field reference");
+        // What the reads count on: shifts and loads that cannot panic.
+        assert!(
+            drop < 64 && width <= 8 && shift < 64,
+            "not a field reference"
+        );
         FieldRef {
             slot,
             start,
@@ -153,14 +175,28 @@ impl FieldRef {
             drop,
             mask,
             in_place,
+            header,
+            little,
+            shift,
+            len,
         }
     }
 
     /// The Rust expression that builds this reference.
     pub(crate) fn source(&self) -> String {
         format!(
-            "FieldRef::compiled({}, ({}, {}, {}), ({}, {:#x}), {})",
-            self.slot, self.start, self.offset, self.width, self.drop, self.mask, self.in_place
+            "FieldRef::compiled({}, ({}, {}, {}), ({}, {:#x}), {}, ({}, {}, {}, {}))",
+            self.slot,
+            self.start,
+            self.offset,
+            self.width,
+            self.drop,
+            self.mask,
+            self.in_place,
+            self.header,
+            self.little,
+            self.shift,
+            self.len
         )
     }
 

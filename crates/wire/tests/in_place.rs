@@ -1,7 +1,7 @@
 //! Which fields a grammar can read in place, and reading them: a unit's
 //! leading fixed-width fields in either byte order, bytes of a constant
 //! length and bit fields of its integers, up to the first field whose
-//! width depends on the message.
+//! width depends on the message; and that run read whole as a header.
 
 use flick_wire::{FixedKind, Grammar, Progress};
 
@@ -90,4 +90,25 @@ fn the_leading_fixed_fields_are_read_in_place() {
     assert_eq!(m.int("c"), Some(0x0102_0304));
     assert_eq!(m.bytes("tag"), Some(&b"xyz"[..]));
     assert_eq!(m.uint_at(a as u16), None, "slot reads read slots only");
+
+    // The run as one header of 11 bytes, each field read from it: in
+    // either byte order, bit fields and bytes; not the signed field, nor
+    // any past the run.
+    assert_eq!(g.unit(unit).fixed_run.map(|r| r.len), Some(11));
+    assert_eq!(g.header_ref::<12>(unit, ""), None);
+    let h = g.header_ref::<11>(unit, "").unwrap();
+    let hdr = m.header(&h).expect("the run is in the message");
+    assert_eq!(hdr.as_bytes(), &bytes[..11]);
+    assert_eq!(hdr.uint(&field("a")), Some(0x1b34));
+    assert_eq!(hdr.uint(&field("hi")), Some(0xb));
+    assert_eq!(hdr.uint(&field("c")), Some(0x0102_0304));
+    assert_eq!(hdr.uint(&field("n")), Some(2));
+    assert_eq!(hdr.bytes(&field("tag")), Some(&b"xyz"[..]));
+    assert_eq!(hdr.uint(&field("tag")), None);
+    assert_eq!(hdr.bytes(&field("a")), None);
+    assert_eq!(hdr.uint(&field("b")), None);
+    assert_eq!(hdr.uint(&field("after")), None);
+    assert_eq!(hdr.bytes(&field("body")), None);
+    // A message cut inside the run has no header.
+    assert!(v.message(&bytes[..10]).header(&h).is_none());
 }
