@@ -1,12 +1,11 @@
 //! Headers read whole (`Message::header`): the generated constants are
-//! what the grammar resolves, every header of every stock grammar's
-//! fuzz-corpus messages reads as its fields read one by one, and the
-//! packet grammar's frames give their 5-tuples through their headers,
-//! with a header a frame lacks absent.
+//! what the grammar resolves, and the packet grammar's frames give their
+//! 5-tuples through their headers, with a header a frame lacks absent.
+//! Every header of every fuzz-corpus message reading as its fields read
+//! one by one is the wire fuzz targets' check (h).
 
 use flick_grammars::generated::packet::{fields::frame as field, headers::frame as header};
-use flick_wire::{FieldKind, FieldRef, FixedKind, Grammar, HeaderRef, Message, Parser, Progress};
-use std::path::PathBuf;
+use flick_wire::{FieldKind, Grammar, Progress};
 use std::sync::Arc;
 
 /// The unit at `path` inside `unit` ("" for `unit` itself).
@@ -38,14 +37,6 @@ fn headers_of(grammar: &str) -> flick_grammars::HeaderTables {
         .iter()
         .find(|(name, _)| *name == grammar)
         .expect("headers for every stock grammar")
-        .1
-}
-
-fn fields_of(grammar: &str) -> flick_grammars::FieldTables {
-    flick_grammars::FIELDS
-        .iter()
-        .find(|(name, _)| *name == grammar)
-        .expect("fields for every stock grammar")
         .1
 }
 
@@ -94,128 +85,6 @@ fn header_constants_are_what_the_grammar_resolves() {
     assert_eq!(g.header_ref::<20>(frame, "nothing"), None);
     // `frame` itself begins with a nested unit, not fixed fields.
     assert_eq!(g.header_ref::<1>(frame, ""), None);
-}
-
-fn corpus(name: &str) -> Vec<Vec<u8>> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
-    let Ok(entries) = std::fs::read_dir(root.join(format!("wire_{name}"))) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = entries.map(|e| e.unwrap().path()).collect();
-    files.sort();
-    files.iter().map(|p| std::fs::read(p).unwrap()).collect()
-}
-
-/// Reads header `h` (at `start`, of `N` bytes) of `m` whole, checks it
-/// against the message's bytes and every field of `fields` (with how it
-/// lies in place, if it does) against its read one by one; returns how
-/// many fields it read through the header.
-fn check_header<const N: usize>(
-    m: &Message<'_>,
-    data: &[u8],
-    start: u16,
-    fields: &[(&FieldRef, Option<FixedKind>)],
-) -> usize {
-    let h = HeaderRef::<N>::compiled(start);
-    let Some(hdr) = m.header(&h) else {
-        assert_eq!(m.uint_at(start), None, "a header whose start is set reads");
-        return 0;
-    };
-    let at = m.uint_at(start).expect("the header's start") as usize;
-    assert_eq!(&hdr.as_bytes()[..], &data[at..at + N]);
-    let mut read = 0;
-    for (r, fixed) in fields {
-        let slot = r.slot();
-        match fixed {
-            Some(FixedKind::Int { .. }) => {
-                assert_eq!(hdr.uint(r), m.uint_of(r), "integer at slot {slot}");
-                assert!(hdr.uint(r).is_some(), "integer at slot {slot} read");
-                assert_eq!(hdr.bytes(r), None);
-            }
-            Some(FixedKind::Bytes { .. }) => {
-                assert_eq!(hdr.bytes(r), m.bytes_of(r), "bytes at slot {slot}");
-                assert!(hdr.bytes(r).is_some(), "bytes at slot {slot} read");
-                assert_eq!(hdr.uint(r), None);
-            }
-            None => assert_eq!((hdr.uint(r), hdr.bytes(r)), (None, None)),
-        }
-        read += usize::from(fixed.is_some());
-    }
-    read
-}
-
-/// Every header of every message of `data` (of `unit`) read whole.
-fn read_headers(g: &Grammar, unit: usize, p: &mut Parser, data: &[u8]) -> usize {
-    let grammar = g.name.as_str();
-    let (_, headers) = headers_of(grammar)[unit];
-    let (_, fields) = fields_of(grammar)[unit];
-    let (mut at, mut read) = (0, 0);
-    while at < data.len() {
-        p.reset();
-        let buf = &data[at..];
-        let n = match p.finish(buf) {
-            Ok(Progress::Done(n)) if n > 0 => n,
-            _ => break,
-        };
-        let m = p.message(&buf[..n]);
-        for &(path, start, len) in headers {
-            let inner = unit_at(g, unit, path);
-            // The fields directly in this header's unit.
-            let mine: Vec<(&FieldRef, Option<FixedKind>)> = fields
-                .iter()
-                .filter_map(|(f, r)| {
-                    let name = match path {
-                        "" => *f,
-                        p => f.strip_prefix(p)?.strip_prefix('.')?,
-                    };
-                    let info = g.unit(inner).fields.iter().find(|i| i.name == name)?;
-                    Some((r, info.fixed.map(|x| x.kind)))
-                })
-                .collect();
-            read += match len {
-                4 => check_header::<4>(&m, &buf[..n], start, &mine),
-                8 => check_header::<8>(&m, &buf[..n], start, &mine),
-                14 => check_header::<14>(&m, &buf[..n], start, &mine),
-                20 => check_header::<20>(&m, &buf[..n], start, &mine),
-                24 => check_header::<24>(&m, &buf[..n], start, &mine),
-                28 => check_header::<28>(&m, &buf[..n], start, &mine),
-                40 => check_header::<40>(&m, &buf[..n], start, &mine),
-                n => panic!("{grammar}: a header of {n} bytes; add its length here"),
-            };
-        }
-        at += n;
-    }
-    read
-}
-
-/// Every corpus message of `name`'s units, parsed storing every field and
-/// leaving them in place.
-fn headers_agree(name: &str) -> usize {
-    flick_grammars::install();
-    let g = Grammar::stock(name).unwrap();
-    let units = g.units().len();
-    let inputs = corpus(name);
-    assert!(!inputs.is_empty(), "no corpus for {name}");
-    let mut read = 0;
-    for input in &inputs {
-        let Some(&u) = input.first() else { continue };
-        let unit = u as usize % units;
-        let data = input.get(2..).unwrap_or(&[]);
-        for mut p in [g.parser(unit), g.parser(unit).in_place()] {
-            read += read_headers(&g, unit, &mut p, data);
-        }
-    }
-    read
-}
-
-#[test]
-fn packet_headers_read_as_their_fields() {
-    assert!(headers_agree("packet") > 1000);
-}
-
-#[test]
-fn memcached_binary_headers_read_as_their_fields() {
-    assert!(headers_agree("memcached_binary") > 1000);
 }
 
 /// Ethernet, with an 802.1Q tag if `vlan`, IPv4 from 10.0.0.1 to

@@ -27,12 +27,20 @@
 //!     same run, its messages read field by field; and the messages of the
 //!     stream, each in its own buffer, parsed in one burst
 //!     (`Parser::parse_each`) give the same messages as whole, as far as
-//!     the burst goes.
+//!     the burst goes;
+//! (h) every header of every message parsed whole, by the full parser and
+//!     by one leaving fields in place, taken whole (`Message::header`)
+//!     holds the message's bytes at its start, and each of its fields
+//!     reads through it (`Header::uint`, `Header::bytes`) as it reads one
+//!     by one (`Message::uint_of`, `bytes_of`).
 //!
 //! `crates/wire/tests/fuzz_corpus.rs` includes this module, to replay the
 //! corpora with plain `cargo test`.
 
-use flick_wire::{Grammar, Parser, Progress, UnitId, WireErrorKind};
+use flick_wire::{
+    FieldKind, FieldRef, FixedKind, Grammar, HeaderRef, Message, Parser, Progress, UnitId,
+    WireErrorKind,
+};
 use std::sync::{Arc, OnceLock};
 
 /// The stock grammars, loaded once.
@@ -256,7 +264,9 @@ fn batched(p: &mut Parser, stream: &[u8]) -> Vec<String> {
 /// burst of the stream's messages, each in its own buffer.
 fn in_place(g: &Arc<Grammar>, unit: UnitId, stream: &[u8], whole: &Run) {
     let mut p = g.parser(unit).in_place();
-    let run = drive(&mut p, &[stream], &mut |_, _, _| {});
+    let run = drive(&mut p, &[stream], &mut |p, buf, n| {
+        headers(g, unit, &p.message(&buf[..n]), &buf[..n])
+    });
     assert_eq!(whole, &run, "a parser leaving fields in place differs");
     let mut msgs: Vec<&[u8]> = Vec::new();
     let mut at = 0;
@@ -274,6 +284,96 @@ fn in_place(g: &Arc<Grammar>, unit: UnitId, stream: &[u8], whole: &Run) {
     assert_eq!(burst[..], leading(whole)[..n], "a burst and whole differ");
 }
 
+/// (h): every header of `m` (of `unit`, parsed from `data`), its own and
+/// its nested units', read whole and field by field.
+fn headers(g: &Grammar, unit: UnitId, m: &Message<'_>, data: &[u8]) {
+    // Paths as `header_ref` resolves them: a name's first declaration.
+    let mut paths = vec![(String::new(), unit)];
+    let mut i = 0;
+    while let Some((path, u)) = paths.get(i).cloned() {
+        i += 1;
+        for f in &g.unit(u).fields {
+            let nested = format!("{path}{}{}", if path.is_empty() { "" } else { "." }, f.name);
+            let first = g.unit(u).fields.iter().find(|x| x.name == f.name);
+            if let (FieldKind::Unit(inner), true) =
+                (&f.kind, first.is_some_and(|x| std::ptr::eq(x, f)))
+            {
+                if paths.len() < 64 {
+                    paths.push((nested, *inner));
+                }
+            }
+        }
+    }
+    for (path, inner) in paths {
+        let Some(run) = g.unit(inner).fixed_run else {
+            continue;
+        };
+        let fields: Vec<(FieldRef, Option<FixedKind>)> = g
+            .unit(inner)
+            .fields
+            .iter()
+            .filter(|f| matches!(f.kind, FieldKind::Int | FieldKind::Bytes))
+            .filter_map(|f| {
+                let full = if path.is_empty() {
+                    f.name.clone()
+                } else {
+                    format!("{path}.{}", f.name)
+                };
+                Some((g.field_ref(unit, &full)?, f.fixed.map(|x| x.kind)))
+            })
+            .collect();
+        match run.len {
+            4 => header::<4>(g, unit, &path, (m, data), &fields),
+            8 => header::<8>(g, unit, &path, (m, data), &fields),
+            14 => header::<14>(g, unit, &path, (m, data), &fields),
+            20 => header::<20>(g, unit, &path, (m, data), &fields),
+            24 => header::<24>(g, unit, &path, (m, data), &fields),
+            28 => header::<28>(g, unit, &path, (m, data), &fields),
+            40 => header::<40>(g, unit, &path, (m, data), &fields),
+            n => panic!("a header of {n} bytes: add its length here"),
+        }
+    }
+}
+
+/// (h) for the header at `path`, of `N` bytes.
+fn header<const N: usize>(
+    g: &Grammar,
+    unit: UnitId,
+    path: &str,
+    (m, data): (&Message<'_>, &[u8]),
+    fields: &[(FieldRef, Option<FixedKind>)],
+) {
+    let h: HeaderRef<N> = g.header_ref(unit, path).expect("the header of a fixed run");
+    let at = m.uint_at(h.start());
+    let Some(hdr) = m.header(&h) else {
+        assert_eq!(at, None, "header {path:?} begins but cannot be read");
+        return;
+    };
+    let at = at.expect("a header's start") as usize;
+    assert_eq!(
+        hdr.as_bytes().get(..),
+        data.get(at..at + N),
+        "header {path:?}"
+    );
+    for (r, fixed) in fields {
+        let read = (hdr.uint(r), hdr.bytes(r));
+        let want = match fixed {
+            Some(FixedKind::Int { .. }) => (m.uint_of(r), None),
+            Some(FixedKind::Bytes { .. }) => (None, m.bytes_of(r)),
+            None => (None, None),
+        };
+        assert_eq!(read, want, "field at slot {} of header {path:?}", r.slot());
+        if fixed.is_some() {
+            assert_ne!(
+                read,
+                (None, None),
+                "field at slot {} of header {path:?}",
+                r.slot()
+            );
+        }
+    }
+}
+
 /// The values of the messages a run gave whole, up to the first that
 /// streamed.
 fn leading(run: &Run) -> Vec<String> {
@@ -286,7 +386,7 @@ fn leading(run: &Run) -> Vec<String> {
         .collect()
 }
 
-/// Runs checks (a) to (g) on one input for grammar `name`.
+/// Runs checks (a) to (h) on one input for grammar `name`.
 pub fn check(name: &str, data: &[u8]) {
     static INSTALL: std::sync::Once = std::sync::Once::new();
     INSTALL.call_once(flick_grammars::install);
@@ -301,7 +401,8 @@ pub fn check(name: &str, data: &[u8]) {
     // (a) and (c): the whole stream at once, serialising each message.
     let mut p = g.parser(unit);
     let whole = drive(&mut p, &[stream], &mut |p, buf, n| {
-        round_trip(&g, unit, p, buf, n)
+        round_trip(&g, unit, p, buf, n);
+        headers(&g, unit, &p.message(&buf[..n]), &buf[..n]);
     });
 
     // (b): split in two.
