@@ -1,6 +1,7 @@
 //! Generated parsers allocate nothing per message: a counting global
 //! allocator watches every stock grammar's parsers run over its fuzz
-//! corpus, after a first round that may size buffers.
+//! corpus, after a first round that may size buffers, and the reads of
+//! their fields, through references and through whole headers.
 
 use flick_wire::{Grammar, Progress};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -169,6 +170,7 @@ fn bursts_in_place_allocate_nothing_per_message() {
                     for r in &refs[u] {
                         read += usize::from(m.uint_of(r).is_some() || m.bytes_of(r).is_some());
                     }
+                    read += header_reads(name, &g.unit(u).name, &m);
                 }
                 // A message the code does not finish is skipped here.
                 rest = &rest[(n + 1).min(rest.len())..];
@@ -182,4 +184,40 @@ fn bursts_in_place_allocate_nothing_per_message() {
         assert_eq!(allocations, 0, "{name}");
         assert!(messages > 0, "{name}: bursts never ran");
     }
+}
+
+/// Fields read through whole headers (`Message::header`), as a packet
+/// function or a Memcached router reads them: how many were there.
+fn header_reads(grammar: &str, unit: &str, m: &flick_wire::Message<'_>) -> usize {
+    use flick_grammars::generated::{memcached_binary, packet};
+    let mut read = 0;
+    match (grammar, unit) {
+        ("packet", "frame") => {
+            use packet::{fields::frame as f, headers::frame as h};
+            if let Some(eth) = m.header(&h::ETH) {
+                read += usize::from(eth.bytes(&f::ETH_SRC).is_some());
+            }
+            if let Some(ip) = m.header(&h::IP4) {
+                read += usize::from(ip.uint(&f::IP4_SRC).is_some());
+            }
+            if let Some(ip) = m.header(&h::IP6) {
+                read += usize::from(ip.bytes(&f::IP6_SRC).is_some());
+            }
+            if let Some(tcp) = m.header(&h::TCP4) {
+                read += usize::from(tcp.uint(&f::TCP4_DST_PORT).is_some());
+            }
+            if let Some(udp) = m.header(&h::UDP4) {
+                read += usize::from(udp.uint(&f::UDP4_DST_PORT).is_some());
+            }
+        }
+        ("memcached_binary", "cmd") => {
+            use memcached_binary::{fields::cmd as f, headers::cmd as h};
+            if let Some(head) = m.header(&h::UNIT) {
+                read += usize::from(head.uint(&f::KEY_LEN).is_some());
+                read += usize::from(head.uint(&f::TOTAL_LEN).is_some());
+            }
+        }
+        _ => {}
+    }
+    read
 }
