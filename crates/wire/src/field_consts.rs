@@ -97,13 +97,12 @@ fn header_consts(g: &Grammar) -> String {
         if !is_ident(&info.name) {
             continue;
         }
-        let mut paths = vec![String::new()];
-        collect_units(g, id, "", 0, &mut paths);
         let mut consts: BTreeMap<String, Option<(String, u16, u16)>> = BTreeMap::new();
-        for path in paths {
-            let Some((start, len)) = g.header_run(id, &path) else {
+        for h in g.headers(id) {
+            let (path, start, len) = (h.path, h.start, h.len);
+            if !path.split('.').all(|p| p.is_empty() || is_ident(p)) {
                 continue;
-            };
+            }
             let name = match path.as_str() {
                 "" => "UNIT".to_string(),
                 p => p.replace('.', "_").to_ascii_uppercase(),
@@ -145,17 +144,6 @@ fn header_consts(g: &Grammar) -> String {
          pub const UNITS: &[(&str, &[(&str, u16, usize)])] = &[{units}];\n}}"
     );
     out
-}
-
-/// The paths of the units inside `unit`, through the units inside them.
-fn collect_units(g: &Grammar, unit: UnitId, prefix: &str, depth: usize, out: &mut Vec<String>) {
-    for f in &g.units[unit].fields {
-        if let (FieldKind::Unit(u), true, true) = (&f.kind, is_ident(&f.name), depth < MAX_DEPTH) {
-            let path = format!("{prefix}{}", f.name);
-            out.push(path.clone());
-            collect_units(g, *u, &format!("{path}."), depth + 1, out);
-        }
-    }
 }
 
 /// The paths of `unit`'s scalar fields, through the units inside it.

@@ -11,7 +11,23 @@
 //! (`headers::frame::IP4`, `fields::frame::IP4_SRC`), so that every offset
 //! and width is one the compiler sees.
 
-use crate::FieldRef;
+use crate::{FieldRef, UnitId};
+
+/// A header of a unit, as [`Grammar::headers`](crate::Grammar::headers)
+/// lists them: where [`Grammar::header_ref`](crate::Grammar::header_ref)
+/// finds it, and what it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeaderInfo {
+    /// Its path from the unit (`ip4`; empty for the unit's own).
+    pub path: String,
+    /// The unit whose leading fixed fields it is.
+    pub unit: UnitId,
+    /// The slot, in the layout of the unit it was listed for, that says
+    /// where it begins.
+    pub start: u16,
+    /// Its length in bytes.
+    pub len: u16,
+}
 
 /// A header of `N` bytes at the start of a unit, resolved once
 /// ([`Grammar::header_ref`](crate::Grammar::header_ref)) for taking it

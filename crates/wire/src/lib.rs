@@ -39,7 +39,7 @@ pub mod stock;
 pub use batch::Batch;
 pub use compile::{DEFAULT_BYTES_MAX, DEFAULT_LIST_MAX};
 pub use error::{GrammarError, WireError, WireErrorKind};
-pub use header::{Header, HeaderRef};
+pub use header::{Header, HeaderInfo, HeaderRef};
 pub use message::{FieldRef, List, Message, Value};
 pub use parse::{Parser, Progress};
 pub use program::{
@@ -171,6 +171,41 @@ impl Grammar {
     pub fn header_ref<const N: usize>(&self, unit: UnitId, path: &str) -> Option<HeaderRef<N>> {
         let (start, len) = self.header_run(unit, path)?;
         (N <= len as usize).then_some(HeaderRef::compiled(start))
+    }
+
+    /// Every header of `unit`: its own, and those of the units inside it
+    /// at any depth up to eight, each by the path `header_ref` resolves
+    /// (a name's first declaration, where switch cases declare it again).
+    pub fn headers(&self, unit: UnitId) -> Vec<HeaderInfo> {
+        let mut out = Vec::new();
+        let mut walk = vec![(String::new(), unit, 0usize, 0usize)];
+        while let Some((path, u, base, depth)) = walk.pop() {
+            let Some(info) = self.units.get(u) else {
+                continue;
+            };
+            let run = info.fixed_run;
+            let start = run.and_then(|r| u16::try_from(base + r.start as usize).ok());
+            if let (Some(run), Some(start)) = (run, start) {
+                out.push(HeaderInfo {
+                    path: path.clone(),
+                    unit: u,
+                    start,
+                    len: run.len,
+                });
+            }
+            for (i, f) in info.fields.iter().enumerate() {
+                let first = !info.fields[..i].iter().any(|g| g.name == f.name);
+                if let (FieldKind::Unit(inner), true, true) = (&f.kind, first, depth < 8) {
+                    let nested = match path.as_str() {
+                        "" => f.name.clone(),
+                        p => format!("{p}.{}", f.name),
+                    };
+                    walk.push((nested, *inner, base + f.slot as usize, depth + 1));
+                }
+            }
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        out
     }
 
     /// Where the header at `path` in `unit` begins (a slot of `unit`'s

@@ -88,6 +88,8 @@ pub struct FieldRef {
     /// A big-endian integer read in place, as eight bytes loaded at
     /// `offset` from where the slot `start` says its unit begins, shifted
     /// right by `drop` and masked; `start` is `u16::MAX` for other fields.
+    /// Both are derived from the parts below (`compiled`), kept for the
+    /// one test `uint_of` makes.
     pub(crate) start: u16,
     pub(crate) offset: u16,
     /// The integer's own bytes, all a read needs where fewer than eight
@@ -109,70 +111,58 @@ pub struct FieldRef {
 
 impl FieldRef {
     pub(crate) fn new(slot: u16, fixed: Option<Fixed>) -> FieldRef {
-        let mut r = FieldRef {
-            slot,
-            start: u16::MAX,
-            offset: 0,
-            width: 0,
-            drop: 0,
-            mask: 0,
-            in_place: fixed.is_some(),
-            header: u16::MAX,
-            little: false,
-            shift: 0,
-            len: 0,
+        let (header, offset, int, len) = match fixed {
+            None => (u16::MAX, 0, (0, false, 0, 0), 0),
+            Some(Fixed {
+                start,
+                offset,
+                kind:
+                    FixedKind::Int {
+                        width,
+                        little,
+                        shift,
+                        mask,
+                    },
+            }) if shift < 64 => (start, offset, (width, little, shift, mask), 0),
+            Some(Fixed {
+                kind: FixedKind::Int { .. },
+                ..
+            }) => (u16::MAX, 0, (0, false, 0, 0), 0),
+            Some(Fixed {
+                start,
+                offset,
+                kind: FixedKind::Bytes { len },
+            }) => (start, offset, (0, false, 0, 0), len),
         };
-        let Some(Fixed {
-            start,
-            offset,
-            kind,
-        }) = fixed
-        else {
-            return r;
-        };
-        (r.header, r.offset) = (start, offset);
-        match kind {
-            FixedKind::Int {
-                width,
-                little,
-                shift,
-                mask,
-            } if shift < 64 => {
-                (r.width, r.little, r.shift, r.mask) = (width, little, shift, mask);
-                let drop = 64 - 8 * width as u32 + shift as u32;
-                if drop < 64 && !little && start != u16::MAX {
-                    (r.start, r.drop) = (start, drop as u8);
-                }
-            }
-            FixedKind::Int { .. } => r.header = u16::MAX,
-            FixedKind::Bytes { len } => r.len = len,
-        }
-        r
+        FieldRef::compiled(slot, fixed.is_some(), (header, offset), int, len)
     }
 
-    /// A reference from its parts, as generated code names one
-    /// ([`codegen::field_consts`](crate::codegen::field_consts)); the parts
-    /// are those [`Grammar::field_ref`] resolved, in the order the
-    /// generated code writes them. Parts no reference has fail to compile.
+    /// A reference from its parts, as [`Grammar::field_ref`] resolves
+    /// them and generated code names them
+    /// ([`codegen::field_consts`](crate::codegen::field_consts)): the
+    /// field's slot, whether a parser may leave it in place, the start
+    /// slot of its header and its offset there, an integer's width, byte
+    /// order, shift and mask (width 0 for bytes), and the bytes' length.
+    /// Parts no reference has fail to compile.
     #[doc(hidden)]
     pub const fn compiled(
         slot: u16,
-        (start, offset, width): (u16, u16, u8),
-        (drop, mask): (u8, u64),
         in_place: bool,
-        (header, little, shift, len): (u16, bool, u8, u16),
+        (header, offset): (u16, u16),
+        (width, little, shift, mask): (u8, bool, u8, u64),
+        len: u16,
     ) -> FieldRef {
         // What the reads count on: shifts and loads that cannot panic.
-        assert!(
-            drop < 64 && width <= 8 && shift < 64,
-            "not a field reference"
-        );
+        assert!(width <= 8 && shift < 64, "not a field reference");
+        // `uint_of` reads a big-endian integer with one eight-byte load.
+        let drop = 64 + shift as u32 - 8 * width as u32;
+        let one_load = width > 0 && !little && drop < 64 && header != u16::MAX;
         FieldRef {
             slot,
-            start,
+            start: if one_load { header } else { u16::MAX },
             offset,
             width,
-            drop,
+            drop: if one_load { drop as u8 } else { 0 },
             mask,
             in_place,
             header,
@@ -185,17 +175,15 @@ impl FieldRef {
     /// The Rust expression that builds this reference.
     pub(crate) fn source(&self) -> String {
         format!(
-            "FieldRef::compiled({}, ({}, {}, {}), ({}, {:#x}), {}, ({}, {}, {}, {}))",
+            "FieldRef::compiled({}, {}, ({}, {}), ({}, {}, {}, {:#x}), {})",
             self.slot,
-            self.start,
-            self.offset,
-            self.width,
-            self.drop,
-            self.mask,
             self.in_place,
             self.header,
+            self.offset,
+            self.width,
             self.little,
             self.shift,
+            self.mask,
             self.len
         )
     }

@@ -87,7 +87,7 @@ fn each_header_is_a_constant_of_its_length() {
 #[should_panic(expected = "not a field reference")]
 fn parts_no_reference_has_are_refused() {
     // A shift of 64 would panic in every read.
-    let _ = flick_wire::FieldRef::compiled(0, (0, 0, 2), (64, 0xffff), true, (0, false, 0, 0));
+    let _ = flick_wire::FieldRef::compiled(0, true, (0, 0), (2, false, 64, 0xffff), 0);
 }
 
 #[test]
@@ -111,25 +111,16 @@ fn any_reference_reads_any_message_without_panicking() {
             let m = p.message(&bytes[..cut]);
             for _ in 0..2000 {
                 let r = next();
-                let parts = (
-                    (r >> 8) as u16 % 16,
-                    (r >> 16) as u16 % 16,
+                let int = (
                     (r >> 32) as u8 % 9,
-                );
-                let shift = ((r >> 40) as u8 % 64, next());
-                let header = (
-                    (r >> 24) as u16 % 16,
                     r >> 62 & 1 == 1,
-                    (r >> 48) as u8 % 64,
-                    (r >> 52) as u16 % 24,
+                    (r >> 40) as u8 % 64,
+                    next(),
                 );
-                let f = flick_wire::FieldRef::compiled(
-                    r as u16 % 12,
-                    parts,
-                    shift,
-                    r >> 63 == 1,
-                    header,
-                );
+                let place = ((r >> 8) as u16 % 16, (r >> 16) as u16 % 16);
+                let len = (r >> 52) as u16 % 24;
+                let f =
+                    flick_wire::FieldRef::compiled(r as u16 % 12, r >> 63 == 1, place, int, len);
                 let _ = (m.uint_of(&f), m.bytes_of(&f));
                 // A header of any start and length, and any field of it.
                 let start = (r >> 20) as u16 % 16;

@@ -38,8 +38,8 @@
 //! corpora with plain `cargo test`.
 
 use flick_wire::{
-    FieldKind, FieldRef, FixedKind, Grammar, HeaderRef, Message, Parser, Progress, UnitId,
-    WireErrorKind,
+    FieldKind, FieldRef, FixedKind, Grammar, HeaderInfo, HeaderRef, Message, Parser, Progress,
+    UnitId, WireErrorKind,
 };
 use std::sync::{Arc, OnceLock};
 
@@ -287,49 +287,29 @@ fn in_place(g: &Arc<Grammar>, unit: UnitId, stream: &[u8], whole: &Run) {
 /// (h): every header of `m` (of `unit`, parsed from `data`), its own and
 /// its nested units', read whole and field by field.
 fn headers(g: &Grammar, unit: UnitId, m: &Message<'_>, data: &[u8]) {
-    // Paths as `header_ref` resolves them: a name's first declaration.
-    let mut paths = vec![(String::new(), unit)];
-    let mut i = 0;
-    while let Some((path, u)) = paths.get(i).cloned() {
-        i += 1;
-        for f in &g.unit(u).fields {
-            let nested = format!("{path}{}{}", if path.is_empty() { "" } else { "." }, f.name);
-            let first = g.unit(u).fields.iter().find(|x| x.name == f.name);
-            if let (FieldKind::Unit(inner), true) =
-                (&f.kind, first.is_some_and(|x| std::ptr::eq(x, f)))
-            {
-                if paths.len() < 64 {
-                    paths.push((nested, *inner));
-                }
-            }
-        }
-    }
-    for (path, inner) in paths {
-        let Some(run) = g.unit(inner).fixed_run else {
-            continue;
-        };
+    for h in g.headers(unit) {
+        let (path, inner) = (h.path.as_str(), h.unit);
         let fields: Vec<(FieldRef, Option<FixedKind>)> = g
             .unit(inner)
             .fields
             .iter()
             .filter(|f| matches!(f.kind, FieldKind::Int | FieldKind::Bytes))
             .filter_map(|f| {
-                let full = if path.is_empty() {
-                    f.name.clone()
-                } else {
-                    format!("{path}.{}", f.name)
+                let full = match path {
+                    "" => f.name.clone(),
+                    p => format!("{p}.{}", f.name),
                 };
                 Some((g.field_ref(unit, &full)?, f.fixed.map(|x| x.kind)))
             })
             .collect();
-        match run.len {
-            4 => header::<4>(g, unit, &path, (m, data), &fields),
-            8 => header::<8>(g, unit, &path, (m, data), &fields),
-            14 => header::<14>(g, unit, &path, (m, data), &fields),
-            20 => header::<20>(g, unit, &path, (m, data), &fields),
-            24 => header::<24>(g, unit, &path, (m, data), &fields),
-            28 => header::<28>(g, unit, &path, (m, data), &fields),
-            40 => header::<40>(g, unit, &path, (m, data), &fields),
+        match h.len {
+            4 => header::<4>(g, (unit, &h), (m, data), &fields),
+            8 => header::<8>(g, (unit, &h), (m, data), &fields),
+            14 => header::<14>(g, (unit, &h), (m, data), &fields),
+            20 => header::<20>(g, (unit, &h), (m, data), &fields),
+            24 => header::<24>(g, (unit, &h), (m, data), &fields),
+            28 => header::<28>(g, (unit, &h), (m, data), &fields),
+            40 => header::<40>(g, (unit, &h), (m, data), &fields),
             n => panic!("a header of {n} bytes: add its length here"),
         }
     }
@@ -338,12 +318,17 @@ fn headers(g: &Grammar, unit: UnitId, m: &Message<'_>, data: &[u8]) {
 /// (h) for the header at `path`, of `N` bytes.
 fn header<const N: usize>(
     g: &Grammar,
-    unit: UnitId,
-    path: &str,
+    (unit, info): (UnitId, &HeaderInfo),
     (m, data): (&Message<'_>, &[u8]),
     fields: &[(FieldRef, Option<FixedKind>)],
 ) {
+    let path = &info.path;
     let h: HeaderRef<N> = g.header_ref(unit, path).expect("the header of a fixed run");
+    assert_eq!(
+        h.start(),
+        info.start,
+        "header {path:?} listed and resolved apart"
+    );
     let at = m.uint_at(h.start());
     let Some(hdr) = m.header(&h) else {
         assert_eq!(at, None, "header {path:?} begins but cannot be read");
