@@ -40,17 +40,27 @@ struct Members {
     list: Vec<Member>,
 }
 
+/// A request written on a shared connection and not yet answered.
+struct InFlight {
+    /// The member whose request it is.
+    member: u32,
+    /// What its reply will echo (`%correlate`).
+    corr: Option<i128>,
+    /// What the reply's parse needs to know (`%reply_context`).
+    context: i128,
+    /// A quiet request written with the grammar's `%fence` after it: its
+    /// replies run up to the fence's reply (`%fenced`).
+    fenced: bool,
+}
+
 /// One shared connection to a backend.
 pub struct SharedConn {
     pub conn: Arc<Conn>,
     pub reader: TaskId,
     writer: TaskId,
     members: Mutex<Members>,
-    /// Whose requests were written, oldest first, with their correlation.
-    /// Requests written and not answered: the member's key, what the reply
-    /// will echo (`%correlate`) and what the reply's parse needs to know
-    /// (`%reply_context`).
-    inflight: Mutex<VecDeque<(u32, Option<i128>, i128)>>,
+    /// Whose requests were written and not answered, oldest first.
+    inflight: Mutex<VecDeque<InFlight>>,
     dead: AtomicBool,
     chan: u16,
     index: Option<u32>,
@@ -226,20 +236,25 @@ impl SharedWriter {
     /// so its reply finds its way back.
     fn record(&self, key: u32, m: &Msg) {
         // A reply is awaited for a whole request or a head, unless it is
-        // quiet in a protocol whose replies do not say what they answer
-        // (Memcached's noreply): then none comes.
+        // quiet in a protocol whose replies do not say what they answer and
+        // that has no fence: then none comes. (The instance wrote the fence
+        // after a quiet request, as `peers.rs` decides.)
         if !matches!(m.part, Part::Whole | Part::Head) {
             return;
         }
-        let corr = self
-            .grammar
-            .property(self.unit, "correlate", &m.slots, &m.bytes);
         let quiet = self
             .grammar
             .property(self.unit, "quiet", &m.slots, &m.bytes)
             .unwrap_or(0)
             != 0;
-        if quiet && corr.is_none() {
+        let fenced = quiet && m.part == Part::Whole && self.grammar.fence(self.unit).is_some();
+        let corr = match fenced {
+            true => None,
+            false => self
+                .grammar
+                .property(self.unit, "correlate", &m.slots, &m.bytes),
+        };
+        if quiet && !fenced && corr.is_none() {
             return;
         }
         let context = self
@@ -250,7 +265,12 @@ impl SharedWriter {
             .inflight
             .lock()
             .expect("inflight lock")
-            .push_back((key, corr, context));
+            .push_back(InFlight {
+                member: key,
+                corr,
+                context,
+                fenced,
+            });
     }
 }
 
@@ -330,7 +350,7 @@ impl SharedReader {
                 .lock()
                 .expect("inflight lock")
                 .front()
-                .map_or(0, |(_, _, c)| *c);
+                .map_or(0, |f| f.context);
             self.read.set_reply_context(context);
             let m = match self.read.next(&self.shared.conn.stream, &self.pool) {
                 Inbound::Message(m) => m,
@@ -361,20 +381,39 @@ impl SharedReader {
                         != 0);
             let owner = {
                 let mut inflight = self.shared.inflight.lock().expect("inflight lock");
-                // Quiet requests that got no reply.
-                while let Some((_, c, _)) = inflight.front() {
-                    match (c, corr) {
-                        (Some(a), Some(b)) if *a != b => {
+                match inflight.front() {
+                    // A fenced quiet request owns every reply up to its
+                    // fence's, which ends it (the member sees that too).
+                    Some(f) if f.fenced => {
+                        let owner = f.member;
+                        let fence = m.part == Part::Whole
+                            && self
+                                .grammar
+                                .property(self.unit, "fenced", &m.slots, &m.bytes)
+                                .unwrap_or(0)
+                                != 0;
+                        if fence {
                             inflight.pop_front();
                         }
-                        _ => break,
+                        Some(owner)
+                    }
+                    _ => {
+                        // Quiet requests that got no reply.
+                        while let Some(f) = inflight.front() {
+                            match (f.corr, corr) {
+                                (Some(a), Some(b)) if a != b => {
+                                    inflight.pop_front();
+                                }
+                                _ => break,
+                            }
+                        }
+                        let owner = inflight.front().map(|f| f.member);
+                        if !more {
+                            inflight.pop_front();
+                        }
+                        owner
                     }
                 }
-                let owner = inflight.front().map(|(k, _, _)| *k);
-                if !more {
-                    inflight.pop_front();
-                }
-                owner
             };
             match owner {
                 Some(key) => self.pending = Some((key, m)),

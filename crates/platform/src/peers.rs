@@ -60,6 +60,9 @@ pub struct Pending {
     /// Whether its final reply reaches the client: not for the parts of a
     /// split request (`%split`) but the last, whose final reply ends them all.
     pub keep_final: bool,
+    /// A quiet request followed by the grammar's `%fence`: its replies, if
+    /// any, are those before the fence's reply, which ends it.
+    pub fenced: bool,
 }
 
 /// A reply on its way to the rule that reads its channel.
@@ -140,6 +143,10 @@ impl GraphHost {
         // Pieces of a body carry no values.
         let quiet = matches!(request.part, Part::Whole | Part::Head)
             && self.out_property(chan, "quiet", &request).unwrap_or(0) != 0;
+        // A quiet request with a fence after it is answered like any other:
+        // the fence's reply says where its replies end.
+        let fenced = quiet && request.part == Part::Whole && self.fence(chan).is_some();
+        let quiet = quiet && !fenced;
         if !broadcast {
             // A full channel sends nothing: the request keeps no number.
             // Nor does a peer owing as many replies as are remembered: the
@@ -173,7 +180,7 @@ impl GraphHost {
                 return Sent::Full;
             }
             let seq = (answers && !quiet).then(|| self.order.take_seq());
-            return self.send_one(out, request, None, seq);
+            return self.send_one(out, request, None, seq, fenced);
         }
         let targets: Vec<usize> = (0..self.outputs.len())
             .filter(|o| self.outputs[*o].chan == chan)
@@ -189,7 +196,7 @@ impl GraphHost {
         let group = self.new_group(targets.len() as u32, seq);
         for o in targets {
             let copy = self.pool.copy(&request);
-            self.send_one(o, copy, Some(group), seq);
+            self.send_one(o, copy, Some(group), seq, fenced);
         }
         self.pool.give(request);
         Sent::Done
@@ -213,13 +220,27 @@ impl GraphHost {
         }
     }
 
-    fn send_one(&mut self, out: usize, request: Msg, group: Option<u32>, seq: Option<u64>) -> Sent {
+    /// The `%fence` written after a quiet request sent on `chan`.
+    fn fence(&self, chan: u16) -> Option<&[u8]> {
+        let unit = self.out_units.get(chan as usize).copied().flatten()?;
+        self.grammar.fence(unit)
+    }
+
+    fn send_one(
+        &mut self,
+        out: usize,
+        request: Msg,
+        group: Option<u32>,
+        seq: Option<u64>,
+        fenced: bool,
+    ) -> Sent {
         let answers = self.peers[out].answers;
         let chan = self.outputs[out].chan;
         // A quiet request of a protocol whose replies do not say what they
-        // answer (`noreply`) gets no reply at all: nothing waits for one.
-        // What its reply will echo, worked out once.
-        let corr = answers
+        // answer, and that has no fence, gets no reply at all: nothing
+        // waits for one. What its reply will echo, worked out once (a
+        // fenced request needs no echo: the fence ends its replies).
+        let corr = (answers && !fenced)
             .then(|| self.out_property(chan, "correlate", &request))
             .flatten();
         let silent = answers && seq.is_none() && corr.is_none();
@@ -246,6 +267,9 @@ impl GraphHost {
         // is remembered keeps the values it was parsed with.
         let mut request = request;
         self.edit_forwarded(out, &mut request);
+        if let (true, Some(fence)) = (fenced, self.fence(chan)) {
+            request.bytes.extend_from_slice(fence);
+        }
         let Some(tx) = &self.outputs[out].tx else {
             unreachable!("an output with no connection returned above")
         };
@@ -270,6 +294,7 @@ impl GraphHost {
                         sent: Instant::now(),
                         seq,
                         keep_final,
+                        fenced,
                     });
                     if self.peers[out].outstanding.len() > MAX_OUTSTANDING {
                         let old = self.peers[out]
@@ -471,6 +496,27 @@ impl GraphHost {
         let more = matches!(reply.part, Part::Head | Part::Body)
             || (reply.part == Part::Whole && self.property(chan, "more", &reply).unwrap_or(0) != 0);
 
+        // A quiet request's replies run up to its fence's reply, which
+        // ends it and goes no further.
+        let mut more = more;
+        if self.peers[out]
+            .outstanding
+            .front()
+            .is_some_and(|p| p.fenced)
+        {
+            if reply.part == Part::Whole && self.property(chan, "fenced", &reply).unwrap_or(0) != 0
+            {
+                let p = self.peers[out].outstanding.pop_front().expect("a front");
+                self.pool.give(p.request);
+                self.pool.give(reply);
+                match p.group {
+                    Some(g) => self.settle_group(g, None),
+                    None => self.reply_for(p.seq, None, true),
+                }
+                return;
+            }
+            more = true;
+        }
         // Earlier requests whose replies never came were quiet ones.
         while let Some(front) = self.peers[out].outstanding.front() {
             match (front.corr, corr) {

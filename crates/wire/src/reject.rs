@@ -1,7 +1,9 @@
 //! Requests that do not parse, for protocols that answer them and read on
 //! (Memcached's text protocol answers `ERROR` and takes the next line):
 //! `%reject` on the reply unit says what the answer is, `%resync` on the
-//! request unit where the next request starts.
+//! request unit where the next request starts. Also the fence a proxy
+//! writes after a request that may get no reply (`%fence`), so that it
+//! knows where that request's replies end.
 
 use crate::program::{CExpr, Slot, UnitId};
 use crate::{eval, Grammar, WireError};
@@ -31,11 +33,24 @@ impl Grammar {
     /// just past the next occurrence of these bytes (`%resync`); `None` if
     /// the connection cannot recover.
     pub fn resync(&self, unit: UnitId) -> Option<&[u8]> {
+        self.bytes_property(unit, "resync")
+    }
+
+    /// What a proxy writes after a quiet request of `unit` (`%fence`): a
+    /// request that is always answered, so the quiet request's replies,
+    /// if any, are those before the fence's reply (`%fenced`); `None` if
+    /// the unit has none.
+    pub fn fence(&self, unit: UnitId) -> Option<&[u8]> {
+        self.bytes_property(unit, "fence")
+    }
+
+    /// A property of `unit` whose value is a string literal.
+    fn bytes_property(&self, unit: UnitId, name: &str) -> Option<&[u8]> {
         self.units[unit]
             .properties
             .iter()
             .find_map(|(n, e)| match e {
-                CExpr::Str(s) if n == "resync" => Some(&s[..]),
+                CExpr::Str(s) if n == name => Some(&s[..]),
                 _ => None,
             })
     }

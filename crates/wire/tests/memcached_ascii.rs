@@ -1067,8 +1067,21 @@ fn routing_properties() {
     assert_eq!(prop(b"set a 0 0 1 noreply\r\nx\r\n", "quiet"), 1);
     assert_eq!(prop(b"delete a noreply\r\n", "quiet"), 1);
     assert_eq!(prop(b"delete a\r\n", "quiet"), 0);
+    // Meta commands with `q` are quiet too; the fence after a quiet
+    // request is `mn`, whose `MN` ends the quiet request's replies.
+    assert_eq!(prop(b"mg a v q\r\n", "quiet"), 1);
+    assert_eq!(prop(b"ms a 1 q T0\r\nx\r\n", "quiet"), 1);
+    assert_eq!(prop(b"mg a v\r\n", "quiet"), 0);
+    assert_eq!(g.fence(req), Some(&b"mn\r\n"[..]));
     assert_eq!(prop(b"quit\r\n", "ends"), 1);
     let resp = g.unit_id("response").unwrap();
+    let fenced = |bytes: &[u8]| {
+        let p = parse_one("response", bytes);
+        g.property(resp, "fenced", p.slots(), bytes).unwrap_or(0)
+    };
+    assert_eq!(fenced(b"MN\r\n"), 1);
+    assert_eq!(fenced(b"EN\r\n"), 0);
+    assert_eq!(fenced(b"END\r\n"), 0);
     let more = |bytes: &[u8]| {
         let p = parse_one("response", bytes);
         g.property(resp, "more", p.slots(), bytes).unwrap_or(0)

@@ -239,3 +239,30 @@ fn a_request_no_backend_answers_gets_the_fault_reply() {
     );
     assert_eq!(reply.len(), 24 + 32, "no extras, no key");
 }
+
+/// The fence a proxy writes after a quiet request is a no-op request that
+/// parses, is not quiet itself, and whose reply is the one `%fenced` marks.
+#[test]
+fn the_fence_after_a_quiet_request_is_a_noop() {
+    let g = Grammar::stock("memcached_binary").unwrap();
+    let unit = g.unit_id("cmd").unwrap();
+    let fence = g.fence(unit).expect("a fence").to_vec();
+    let mut p = g.parser(unit);
+    assert_eq!(p.parse(&fence).unwrap(), Progress::Done(24));
+    let m = p.message(&fence);
+    assert_eq!((m.int("magic"), m.int("opcode")), (Some(0x80), Some(0x0a)));
+    assert_eq!(g.property(unit, "quiet", p.slots(), &fence), Some(0));
+    let prop = |bytes: &[u8], name: &str| {
+        let mut p = g.parser(unit);
+        assert_eq!(p.parse(bytes).unwrap(), Progress::Done(bytes.len()));
+        g.property(unit, name, p.slots(), bytes)
+    };
+    let mut getq = hex(GET_REQUEST);
+    getq[1] = 0x09;
+    assert_eq!(prop(&getq, "quiet"), Some(1));
+    assert_eq!(prop(&hex(GET_REQUEST), "quiet"), Some(0));
+    let mut noop_reply = fence.clone();
+    noop_reply[0] = 0x81;
+    assert_eq!(prop(&noop_reply, "fenced"), Some(1));
+    assert_eq!(prop(&hex(GET_RESPONSE), "fenced"), Some(0));
+}

@@ -166,6 +166,8 @@ pub const ROUTING: &[&str] = &[
     "quiet",
     "split",
     "resync",
+    "fence",
+    "fenced",
 ];
 type PResult<T> = Result<T, Reported>;
 
