@@ -180,6 +180,9 @@ pub struct Function {
     /// Registers a frame of this function needs.
     pub regs: u16,
     pub code: Vec<Op>,
+    /// Per operation, the source offset of the expression or statement it
+    /// was lowered from: where a run-time fault is reported.
+    pub spans: Vec<u32>,
 }
 
 /// One process, compiled: what each rule runs on a message.
@@ -213,6 +216,16 @@ pub struct Module {
 }
 
 impl Module {
+    /// The source offset operation `pc` of function `func` was lowered
+    /// from (where [`Vm::fault_site`](crate::Vm::fault_site) points).
+    pub fn source_offset(&self, func: FuncId, pc: u32) -> Option<u32> {
+        self.functions
+            .get(func as usize)?
+            .spans
+            .get(pc as usize)
+            .copied()
+    }
+
     /// Whether any function calls built-in `f` (the host keeps what
     /// `least_connections` needs only for programs that call it).
     pub fn calls(&self, f: Builtin) -> bool {

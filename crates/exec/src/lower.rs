@@ -26,6 +26,10 @@ enum Name {
 
 struct FnBuilder {
     code: Vec<Op>,
+    /// Per operation, where in the source it comes from (`Function::spans`).
+    spans: Vec<u32>,
+    /// The source offset of what is being lowered now.
+    at: u32,
     next: u16,
     scopes: Vec<Vec<(String, Name)>>,
 }
@@ -39,6 +43,8 @@ impl FnBuilder {
     fn with_refs(params: &[String], refs: &[bool]) -> FnBuilder {
         let mut b = FnBuilder {
             code: Vec::new(),
+            spans: Vec::new(),
+            at: 0,
             next: 0,
             scopes: vec![Vec::new()],
         };
@@ -71,12 +77,19 @@ impl FnBuilder {
         self.code.len() as u32
     }
 
+    /// Appends `op`, lowered from what is at source offset `self.at`.
+    fn emit(&mut self, op: Op) {
+        self.code.push(op);
+        self.spans.push(self.at);
+    }
+
     fn finish(self, name: &str, params: u16) -> Function {
         Function {
             name: name.to_string(),
             params,
             regs: self.next.max(1),
             code: self.code,
+            spans: self.spans,
         }
     }
 }
@@ -127,13 +140,14 @@ pub fn lower(program: &Program, checked: &CheckedProgram) -> Result<Module, Unsu
             params: f.params.len() as u16,
             regs: 0,
             code: Vec::new(),
+            spans: Vec::new(),
         });
     }
     for (i, f) in funs.iter().enumerate() {
         let params: Vec<String> = f.params.iter().map(|p| p.name.name.clone()).collect();
         let mut b = FnBuilder::with_refs(&params, &l.refs[f.name.name.as_str()]);
         let v = l.block(&mut b, &f.body)?;
-        b.code.push(Op::Return { src: v });
+        b.emit(Op::Return { src: v });
         l.module.functions[i] = b.finish(&f.name.name, params.len() as u16);
     }
     for d in &program.decls {
@@ -176,16 +190,16 @@ impl<'a> Lowerer<'a> {
         for item in &p.items {
             if let ProcItem::State(s) = item {
                 let v = self.expr(&mut b, &s.init)?;
-                b.code.push(Op::StoreState { state: n, src: v });
+                b.emit(Op::StoreState { state: n, src: v });
                 n += 1;
             }
         }
         let unit = b.reg();
-        b.code.push(Op::Const {
+        b.emit(Op::Const {
             dst: unit,
             value: Const::Unit,
         });
-        b.code.push(Op::Return { src: unit });
+        b.emit(Op::Return { src: unit });
         let init = self.add_function(b.finish(&format!("{}.init", p.name.name), 0));
         let mut items = Vec::new();
         for item in &p.items {
@@ -221,12 +235,12 @@ impl<'a> Lowerer<'a> {
                 ProcItem::Guarded(g) => {
                     let c = self.expr(&mut b, &g.cond)?;
                     let out = b.reg();
-                    b.code.push(Op::Const {
+                    b.emit(Op::Const {
                         dst: out,
                         value: Const::Unit,
                     });
                     let jump = b.code.len();
-                    b.code.push(Op::JumpIfFalse { cond: c, to: 0 });
+                    b.emit(Op::JumpIfFalse { cond: c, to: 0 });
                     self.block(&mut b, &g.body)?;
                     let end = b.here();
                     b.code[jump] = Op::JumpIfFalse { cond: c, to: end };
@@ -235,7 +249,7 @@ impl<'a> Lowerer<'a> {
                 ProcItem::Handler(h) => self.block(&mut b, &h.body)?,
                 ProcItem::State(_) => unreachable!(),
             };
-            b.code.push(Op::Return { src: result });
+            b.emit(Op::Return { src: result });
             let func = self
                 .add_function(b.finish(&format!("{}.{name}", p.name.name), params.len() as u16));
             items.push(ItemCode {
@@ -262,7 +276,7 @@ impl<'a> Lowerer<'a> {
                     let mut regs = self.args(b, &f.name, args)?;
                     regs.push(flowing);
                     let dst = b.reg();
-                    b.code.push(Op::Call {
+                    b.emit(Op::Call {
                         dst,
                         func: self.funcs[f.name.as_str()],
                         args: regs.into(),
@@ -271,9 +285,9 @@ impl<'a> Lowerer<'a> {
                 }
                 _ => {
                     let chan = self.expr(b, step)?;
-                    b.code.push(Op::Send { src: flowing, chan });
+                    b.emit(Op::Send { src: flowing, chan });
                     let unit = b.reg();
-                    b.code.push(Op::Const {
+                    b.emit(Op::Const {
                         dst: unit,
                         value: Const::Unit,
                     });
@@ -295,7 +309,7 @@ impl<'a> Lowerer<'a> {
             Some(r) => r,
             None => {
                 let r = b.reg();
-                b.code.push(Op::Const {
+                b.emit(Op::Const {
                     dst: r,
                     value: Const::Unit,
                 });
@@ -306,12 +320,13 @@ impl<'a> Lowerer<'a> {
 
     /// Lowers a statement; returns its value's register if it has one.
     fn stmt(&mut self, b: &mut FnBuilder, s: &Stmt) -> Result<Option<Reg>, Unsupported> {
+        b.at = s.span.start;
         match &s.kind {
             StmtKind::Let { name, value, .. } => {
                 let v = self.expr(b, value)?;
                 // A fresh register, so later rebinding cannot clobber it.
                 let r = b.reg();
-                b.code.push(Op::Move { dst: r, src: v });
+                b.emit(Op::Move { dst: r, src: v });
                 b.scopes
                     .last_mut()
                     .unwrap()
@@ -322,15 +337,15 @@ impl<'a> Lowerer<'a> {
                 let v = self.expr(b, value)?;
                 match &place.kind {
                     ExprKind::Var(x) => match b.lookup(&x.name) {
-                        Some(Name::State(i)) => b.code.push(Op::StoreState { state: i, src: v }),
-                        Some(Name::Reg(r)) => b.code.push(Op::Move { dst: r, src: v }),
-                        Some(Name::RefReg(r)) => b.code.push(Op::StoreRef { target: r, src: v }),
+                        Some(Name::State(i)) => b.emit(Op::StoreState { state: i, src: v }),
+                        Some(Name::Reg(r)) => b.emit(Op::Move { dst: r, src: v }),
+                        Some(Name::RefReg(r)) => b.emit(Op::StoreRef { target: r, src: v }),
                         _ => return Err(self.unsupported("this assignment", place.span)),
                     },
                     ExprKind::Index(base, index) => {
                         let base = self.expr(b, base)?;
                         let index = self.expr(b, index)?;
-                        b.code.push(Op::IndexSet {
+                        b.emit(Op::IndexSet {
                             base,
                             index,
                             src: v,
@@ -343,7 +358,7 @@ impl<'a> Lowerer<'a> {
             StmtKind::Send { value, channel } => {
                 let v = self.expr(b, value)?;
                 let c = self.expr(b, channel)?;
-                b.code.push(Op::Send { src: v, chan: c });
+                b.emit(Op::Send { src: v, chan: c });
                 Ok(None)
             }
             StmtKind::If {
@@ -354,11 +369,11 @@ impl<'a> Lowerer<'a> {
                 let c = self.expr(b, cond)?;
                 let out = b.reg();
                 let jump_else = b.code.len();
-                b.code.push(Op::JumpIfFalse { cond: c, to: 0 });
+                b.emit(Op::JumpIfFalse { cond: c, to: 0 });
                 let t = self.block(b, then)?;
-                b.code.push(Op::Move { dst: out, src: t });
+                b.emit(Op::Move { dst: out, src: t });
                 let jump_end = b.code.len();
-                b.code.push(Op::Jump { to: 0 });
+                b.emit(Op::Jump { to: 0 });
                 let else_at = b.here();
                 b.code[jump_else] = Op::JumpIfFalse {
                     cond: c,
@@ -367,9 +382,9 @@ impl<'a> Lowerer<'a> {
                 match otherwise {
                     Some(o) => {
                         let e = self.block(b, o)?;
-                        b.code.push(Op::Move { dst: out, src: e });
+                        b.emit(Op::Move { dst: out, src: e });
                     }
-                    None => b.code.push(Op::Const {
+                    None => b.emit(Op::Const {
                         dst: out,
                         value: Const::Unit,
                     }),
@@ -391,11 +406,19 @@ impl<'a> Lowerer<'a> {
 
     fn constant(b: &mut FnBuilder, value: Const) -> Reg {
         let dst = b.reg();
-        b.code.push(Op::Const { dst, value });
+        b.emit(Op::Const { dst, value });
         dst
     }
 
+    /// Lowers `e`; its operations are marked with where it starts.
     fn expr(&mut self, b: &mut FnBuilder, e: &Expr) -> Result<Reg, Unsupported> {
+        let outer = std::mem::replace(&mut b.at, e.span.start);
+        let r = self.expr_here(b, e);
+        b.at = outer;
+        r
+    }
+
+    fn expr_here(&mut self, b: &mut FnBuilder, e: &Expr) -> Result<Reg, Unsupported> {
         Ok(match &e.kind {
             ExprKind::Int { value, .. } => Self::constant(b, Const::Int(*value as i64)),
             ExprKind::Str(s) => Self::constant(b, Const::Str(s.as_bytes().into())),
@@ -406,22 +429,22 @@ impl<'a> Lowerer<'a> {
                 Some(Name::Reg(r)) => r,
                 Some(Name::RefReg(r)) => {
                     let dst = b.reg();
-                    b.code.push(Op::Deref { dst, src: r });
+                    b.emit(Op::Deref { dst, src: r });
                     dst
                 }
                 Some(Name::State(i)) => {
                     let dst = b.reg();
-                    b.code.push(Op::LoadState { dst, state: i });
+                    b.emit(Op::LoadState { dst, state: i });
                     dst
                 }
                 Some(Name::Chan(i)) => {
                     let dst = b.reg();
-                    b.code.push(Op::Chan { dst, chan: i });
+                    b.emit(Op::Chan { dst, chan: i });
                     dst
                 }
                 None if v.name == "empty_dict" => {
                     let dst = b.reg();
-                    b.code.push(Op::Builtin {
+                    b.emit(Op::Builtin {
                         f: Builtin::EmptyDict,
                         dst,
                         args: Box::new([]),
@@ -433,28 +456,28 @@ impl<'a> Lowerer<'a> {
             ExprKind::Unary(op, x) => {
                 let src = self.expr(b, x)?;
                 let dst = b.reg();
-                b.code.push(Op::Unary { op: *op, dst, src });
+                b.emit(Op::Unary { op: *op, dst, src });
                 dst
             }
             ExprKind::Binary(op @ (BinOp::And | BinOp::Or), x, y) => {
                 // Short-circuit: the right side runs only when it decides.
                 let dst = b.reg();
                 let l = self.expr(b, x)?;
-                b.code.push(Op::Move { dst, src: l });
+                b.emit(Op::Move { dst, src: l });
                 let skip = b.code.len();
                 let test = b.reg();
                 if *op == BinOp::Or {
-                    b.code.push(Op::Unary {
+                    b.emit(Op::Unary {
                         op: UnOp::Not,
                         dst: test,
                         src: l,
                     });
                 } else {
-                    b.code.push(Op::Move { dst: test, src: l });
+                    b.emit(Op::Move { dst: test, src: l });
                 }
-                b.code.push(Op::JumpIfFalse { cond: test, to: 0 });
+                b.emit(Op::JumpIfFalse { cond: test, to: 0 });
                 let r = self.expr(b, y)?;
-                b.code.push(Op::Move { dst, src: r });
+                b.emit(Op::Move { dst, src: r });
                 let end = b.here();
                 b.code[skip + 1] = Op::JumpIfFalse {
                     cond: test,
@@ -466,7 +489,7 @@ impl<'a> Lowerer<'a> {
                 let a = self.expr(b, x)?;
                 let c = self.expr(b, y)?;
                 let dst = b.reg();
-                b.code.push(Op::Binary {
+                b.emit(Op::Binary {
                     op: *op,
                     dst,
                     a,
@@ -497,7 +520,7 @@ impl<'a> Lowerer<'a> {
                     .position(|n| n == f.name)
                     .ok_or_else(|| self.unsupported("an unknown field", f.span))?;
                 let dst = b.reg();
-                b.code.push(Op::Field {
+                b.emit(Op::Field {
                     dst,
                     src,
                     record: record as u16,
@@ -509,7 +532,7 @@ impl<'a> Lowerer<'a> {
                 let base = self.expr(b, x)?;
                 let index = self.expr(b, i)?;
                 let dst = b.reg();
-                b.code.push(Op::Index { dst, base, index });
+                b.emit(Op::Index { dst, base, index });
                 dst
             }
             ExprKind::Call(f, args) if matches!(f.name.as_str(), "fold" | "map" | "filter") => {
@@ -520,13 +543,13 @@ impl<'a> Lowerer<'a> {
                 let dst = b.reg();
                 let name = f.name.as_str();
                 if let Some(&func) = self.funcs.get(name) {
-                    b.code.push(Op::Call {
+                    b.emit(Op::Call {
                         dst,
                         func,
                         args: regs.into(),
                     });
                 } else if let Some(&record) = self.records.get(name) {
-                    b.code.push(Op::Record {
+                    b.emit(Op::Record {
                         dst,
                         record,
                         args: regs.into(),
@@ -540,7 +563,7 @@ impl<'a> Lowerer<'a> {
                         "all_ready" => Builtin::AllReady,
                         _ => return Err(self.unsupported(&format!("`{name}`"), f.span)),
                     };
-                    b.code.push(Op::Builtin {
+                    b.emit(Op::Builtin {
                         f,
                         dst,
                         args: regs.into(),
@@ -554,7 +577,7 @@ impl<'a> Lowerer<'a> {
                     items.push(self.expr(b, x)?);
                 }
                 let dst = b.reg();
-                b.code.push(Op::Tuple {
+                b.emit(Op::Tuple {
                     dst,
                     items: items.into(),
                 });
@@ -566,7 +589,7 @@ impl<'a> Lowerer<'a> {
                     items.push(self.expr(b, x)?);
                 }
                 let dst = b.reg();
-                b.code.push(Op::List {
+                b.emit(Op::List {
                     dst,
                     items: items.into(),
                 });
@@ -593,7 +616,7 @@ impl Lowerer<'_> {
             let r = match name {
                 Some(Name::State(s)) => {
                     let dst = b.reg();
-                    b.code.push(Op::StateRef { dst, state: s });
+                    b.emit(Op::StateRef { dst, state: s });
                     dst
                 }
                 Some(Name::RefReg(r)) => r,
@@ -626,7 +649,7 @@ impl Lowerer<'_> {
         let record = record as u16;
         let chans = self.expr(b, &f.channels)?;
         let acc = b.reg();
-        b.code.push(Op::Merge {
+        b.emit(Op::Merge {
             dst: acc,
             chans,
             record,
@@ -634,22 +657,22 @@ impl Lowerer<'_> {
             key: None,
         });
         let first = b.reg();
-        b.code.push(Op::Move {
+        b.emit(Op::Move {
             dst: first,
             src: acc,
         });
         let none = Self::constant(b, Const::None);
         let some = b.reg();
-        b.code.push(Op::Binary {
+        b.emit(Op::Binary {
             op: BinOp::Ne,
             dst: some,
             a: acc,
             b: none,
         });
         let empty = b.code.len();
-        b.code.push(Op::JumpIfFalse { cond: some, to: 0 });
+        b.emit(Op::JumpIfFalse { cond: some, to: 0 });
         let key = b.reg();
-        b.code.push(Op::Field {
+        b.emit(Op::Field {
             dst: key,
             src: acc,
             record,
@@ -657,7 +680,7 @@ impl Lowerer<'_> {
         });
         let head = b.here();
         let next = b.reg();
-        b.code.push(Op::Merge {
+        b.emit(Op::Merge {
             dst: next,
             chans,
             record,
@@ -665,14 +688,14 @@ impl Lowerer<'_> {
             key: Some(key),
         });
         let more = b.reg();
-        b.code.push(Op::Binary {
+        b.emit(Op::Binary {
             op: BinOp::Ne,
             dst: more,
             a: next,
             b: none,
         });
         let exit = b.code.len();
-        b.code.push(Op::JumpIfFalse { cond: more, to: 0 });
+        b.emit(Op::JumpIfFalse { cond: more, to: 0 });
         b.scopes.push(vec![
             (f.left.name.clone(), Name::Reg(acc)),
             (f.right.name.clone(), Name::Reg(next)),
@@ -682,17 +705,17 @@ impl Lowerer<'_> {
         b.scopes.pop();
         // The step's inputs are dead unless the body passed one on; the
         // first element stays, since the key's bytes are in it.
-        b.code.push(Op::Release {
+        b.emit(Op::Release {
             src: acc,
             unless: Box::new([v, first]),
         });
-        b.code.push(Op::Release {
+        b.emit(Op::Release {
             src: next,
             unless: Box::new([v, first]),
         });
-        b.code.push(Op::Move { dst: acc, src: v });
-        b.code.push(Op::CheckSlice);
-        b.code.push(Op::Jump { to: head });
+        b.emit(Op::Move { dst: acc, src: v });
+        b.emit(Op::CheckSlice);
+        b.emit(Op::Jump { to: head });
         let end = b.here();
         b.code[empty] = Op::JumpIfFalse {
             cond: some,
@@ -727,15 +750,15 @@ impl Lowerer<'_> {
         match f.name.as_str() {
             "fold" => {
                 let acc = self.expr(b, &args[1])?;
-                b.code.push(Op::Move { dst: out, src: acc });
+                b.emit(Op::Move { dst: out, src: acc });
             }
-            _ => b.code.push(Op::List {
+            _ => b.emit(Op::List {
                 dst: out,
                 items: Box::new([]),
             }),
         }
         let n = b.reg();
-        b.code.push(Op::Builtin {
+        b.emit(Op::Builtin {
             f: Builtin::Len,
             dst: n,
             args: Box::new([xs]),
@@ -744,16 +767,16 @@ impl Lowerer<'_> {
         let one = Self::constant(b, Const::Int(1));
         let more = b.reg();
         let head = b.here();
-        b.code.push(Op::Binary {
+        b.emit(Op::Binary {
             op: BinOp::Lt,
             dst: more,
             a: i,
             b: n,
         });
         let exit = b.code.len();
-        b.code.push(Op::JumpIfFalse { cond: more, to: 0 });
+        b.emit(Op::JumpIfFalse { cond: more, to: 0 });
         let elem = b.reg();
-        b.code.push(Op::Index {
+        b.emit(Op::Index {
             dst: elem,
             base: xs,
             index: i,
@@ -764,14 +787,14 @@ impl Lowerer<'_> {
         } else {
             Box::new([elem])
         };
-        b.code.push(Op::Call { dst: r, func, args });
+        b.emit(Op::Call { dst: r, func, args });
         match f.name.as_str() {
-            "fold" => b.code.push(Op::Move { dst: out, src: r }),
-            "map" => b.code.push(Op::Push { list: out, src: r }),
+            "fold" => b.emit(Op::Move { dst: out, src: r }),
+            "map" => b.emit(Op::Push { list: out, src: r }),
             _ => {
                 let skip = b.code.len();
-                b.code.push(Op::JumpIfFalse { cond: r, to: 0 });
-                b.code.push(Op::Push {
+                b.emit(Op::JumpIfFalse { cond: r, to: 0 });
+                b.emit(Op::Push {
                     list: out,
                     src: elem,
                 });
@@ -779,14 +802,14 @@ impl Lowerer<'_> {
                 b.code[skip] = Op::JumpIfFalse { cond: r, to: after };
             }
         }
-        b.code.push(Op::Binary {
+        b.emit(Op::Binary {
             op: BinOp::Add,
             dst: i,
             a: i,
             b: one,
         });
-        b.code.push(Op::CheckSlice);
-        b.code.push(Op::Jump { to: head });
+        b.emit(Op::CheckSlice);
+        b.emit(Op::Jump { to: head });
         let end = b.here();
         b.code[exit] = Op::JumpIfFalse {
             cond: more,

@@ -165,6 +165,19 @@ impl Vm {
         }
     }
 
+    /// Where the last run stopped: after [`Vm::run`] returned a fault, the
+    /// function and the operation that faulted (see
+    /// [`Module::source_offset`](crate::Module::source_offset)).
+    pub fn fault_site(&self) -> Option<(FuncId, u32)> {
+        self.frames.last().map(|f| (f.func, f.pc))
+    }
+
+    /// Abandons the run in progress (after a fault: it cannot resume).
+    pub fn stop(&mut self) {
+        self.frames.clear();
+        self.regs.clear();
+    }
+
     /// Whether a run is in progress (blocked or yielded).
     pub fn is_running(&self) -> bool {
         !self.frames.is_empty()

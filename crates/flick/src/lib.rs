@@ -9,6 +9,7 @@
 
 pub mod bounds_report;
 pub mod config;
+pub mod logging;
 pub mod metrics;
 pub mod render;
 pub mod views;

@@ -30,7 +30,7 @@ enum Command {
         files: Vec<String>,
     },
     /// Run a program: listen for clients and connect to backends.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print a program's task graphs as Graphviz DOT, or render them.
     Graph {
         /// The program.
@@ -99,6 +99,13 @@ struct RunArgs {
     /// Validate the program and the configuration, then exit (like `nginx -t`).
     #[arg(long)]
     check: bool,
+    /// What to log: error, warn, info, debug or trace, or `RUST_LOG`
+    /// directives [default: RUST_LOG, else info].
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+    /// How log lines on standard error are written.
+    #[arg(long, value_name = "FORMAT", default_value = "text")]
+    log_format: flick::logging::LogFormat,
 }
 
 #[derive(Subcommand)]
@@ -225,6 +232,35 @@ fn grammar_command(cmd: GrammarCommand, color: bool) -> ExitCode {
     }
 }
 
+/// `flick run` serves one process: a file with more is refused, at its
+/// second `proc`, rather than served in part.
+fn several_processes(program: &flick_syntax::ast::Program) -> Option<flick_span::Diagnostic> {
+    let procs: Vec<&flick_syntax::ast::ProcDecl> = program
+        .decls
+        .iter()
+        .filter_map(|d| match d {
+            flick_syntax::ast::Decl::Proc(p) => Some(p),
+            _ => None,
+        })
+        .collect();
+    let second = procs.get(1)?;
+    Some(
+        flick_span::Diagnostic::error(
+            "E0801",
+            format!(
+                "`flick run` serves one process, and this file has {}",
+                procs.len()
+            ),
+            second.name.span,
+        )
+        .label(format!("`{}` would not be served", second.name.name))
+        .hint(format!(
+            "put each process in a file of its own and run each, or keep `{}` only",
+            procs[0].name.name
+        )),
+    )
+}
+
 fn run_command(args: RunArgs, color: bool) -> ExitCode {
     use flick::config::{check_bindings, resolve, FileConfig, Overrides};
     use std::sync::atomic::Ordering;
@@ -282,6 +318,10 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         eprint!("{}", render(&file, &diags, color));
         return ExitCode::FAILURE;
     }
+    if let Some(d) = several_processes(&program) {
+        eprint!("{}", render(&file, &[d], color));
+        return ExitCode::FAILURE;
+    }
     let found = match &checked.grammar {
         Some(gname) => flick::views::find_grammar(gname, &settings.program),
         // Records that describe their own layout are the grammar.
@@ -301,7 +341,10 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         }
     };
     let loaded = match flick_platform::Loaded::new(&program, &checked, grammar) {
-        Ok(l) => l,
+        Ok(mut l) => {
+            l.source = Some(Arc::new(file.clone()));
+            l
+        }
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
@@ -338,6 +381,10 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
             None => println!("{program_path}: program and configuration are valid"),
         }
         return ExitCode::SUCCESS;
+    }
+    if let Err(e) = flick::logging::init(args.log_level.as_deref(), args.log_format) {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
     }
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -437,7 +484,7 @@ fn main() -> ExitCode {
     let color = std::io::stderr().is_terminal();
     match cli.command {
         Command::Grammar(cmd) => grammar_command(cmd, color),
-        Command::Run(args) => run_command(args, color),
+        Command::Run(args) => run_command(*args, color),
         Command::Graph { file: path, svg } => {
             let file = match read(&path) {
                 Ok(f) => f,

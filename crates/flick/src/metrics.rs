@@ -32,6 +32,8 @@ pub struct Sample {
     pub channels: Vec<(String, u64, u64)>,
     pub malformed: u64,
     pub backend_connect_errors: u64,
+    pub compute_faults: u64,
+    pub fault_replies: u64,
     /// Per worker.
     pub queue_lengths: Vec<usize>,
     pub tasks_live: usize,
@@ -54,6 +56,8 @@ impl Sample {
                 .collect(),
             malformed: get(&s.malformed),
             backend_connect_errors: get(&s.backend_connect_errors),
+            compute_faults: get(&s.compute_faults),
+            fault_replies: get(&s.fault_replies),
             queue_lengths: service.queue_lengths(),
             tasks_live: service.live_tasks(),
             pooled_messages: service.pooled_messages(),
@@ -111,7 +115,7 @@ impl Sample {
         family(
             "flick_malformed_messages_total",
             "counter",
-            "Messages that did not parse (each closes its connection).",
+            "Messages that did not parse: answered with the grammar's reject reply, or their connection closed.",
             &one(self.malformed),
         );
         family(
@@ -119,6 +123,18 @@ impl Sample {
             "counter",
             "Failed connections to backends.",
             &one(self.backend_connect_errors),
+        );
+        family(
+            "flick_compute_faults_total",
+            "counter",
+            "Rules stopped by a run-time fault of the program (each logged with its position).",
+            &one(self.compute_faults),
+        );
+        family(
+            "flick_fault_replies_total",
+            "counter",
+            "Requests answered with the grammar's fault reply: a backend down, too slow or broken, or a compute fault.",
+            &one(self.fault_replies),
         );
         let queues: Vec<(String, u64)> = self
             .queue_lengths

@@ -89,11 +89,17 @@ fn port_of(line: &str) -> u16 {
 }
 
 fn start(procs: &mut Procs, args: &[&str]) -> Running {
+    start_logging(procs, args, Stdio::inherit())
+}
+
+/// `start`, with the log (standard error) going to `log`.
+fn start_logging(procs: &mut Procs, args: &[&str], log: Stdio) -> Running {
     let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
         .current_dir(ROOT)
         .arg("run")
         .args(args)
         .stdout(Stdio::piped())
+        .stderr(log)
         .spawn()
         .unwrap();
     let pid = child.id();
@@ -416,4 +422,106 @@ fn help_lists_the_run_options() {
     ] {
         assert!(help.contains(option), "{option} missing from:\n{help}");
     }
+}
+
+/// Reads from `s` until what came ends with `end`; panics after 10 s.
+fn read_until(s: &mut TcpStream, end: &[u8]) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(end) {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("{e} after {:?}", String::from_utf8_lossy(&got)),
+        }
+    }
+    String::from_utf8(got).unwrap()
+}
+
+/// A run-time fault in compute code (a backend index out of range) gets
+/// the client the grammar's fault reply in the request's place, the
+/// connection reads on, one JSON log line names the rule and the program
+/// position, and the metrics count the fault and the reply.
+#[test]
+fn a_compute_fault_gets_an_error_reply_a_log_line_and_a_metric() {
+    let mut procs = Procs(Vec::new());
+    let backends = [memcached(&mut procs), memcached(&mut procs)];
+    let dir = TempDir::new("fault");
+    let log_path = dir.0.join("stderr.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let connect_to = format!(
+        "backends=127.0.0.1:{},127.0.0.1:{}",
+        backends[0], backends[1]
+    );
+    let program = "crates/flick/tests/programs/faulting_router.flick";
+    let run = start_logging(
+        &mut procs,
+        &[
+            program,
+            "--listen",
+            "client=127.0.0.1:0",
+            "--connect",
+            &connect_to,
+            "--metrics",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ],
+        Stdio::from(log),
+    );
+    let mut c = connect(run.port);
+    c.write_all(b"set abc 0 0 1\r\nx\r\nget a\r\nget abc\r\n")
+        .unwrap();
+    assert_eq!(
+        read_until(&mut c, b"END\r\n"),
+        "STORED\r\nSERVER_ERROR backend unavailable\r\nVALUE abc 0 1\r\nx\r\nEND\r\n"
+    );
+    let (_, body) = http_get(run.metrics, "/metrics");
+    let samples = parse_exposition(&body);
+    assert_eq!(value(&samples, "flick_compute_faults_total"), 1.0);
+    assert_eq!(value(&samples, "flick_fault_replies_total"), 1.0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        let text = std::fs::read_to_string(&log_path).unwrap();
+        if let Some(l) = text.lines().find(|l| l.contains("compute fault")) {
+            break l.to_string();
+        }
+        assert!(Instant::now() < deadline, "no log line in {text:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(line.starts_with('{') && line.ends_with('}'), "{line}");
+    assert!(line.contains("\"level\":\"WARN\""), "{line}");
+    assert!(
+        line.contains("index -2 is out of range (length 2)"),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("\"at\":\"{program}:18:10\"")),
+        "{line}"
+    );
+    assert!(
+        line.contains("client => by_length(backends), in by_length"),
+        "{line}"
+    );
+}
+
+/// `flick run` serves one process: a file with two is refused with a
+/// diagnostic at the second, not served in part.
+#[test]
+fn a_file_with_two_processes_is_refused_at_the_second() {
+    let dir = TempDir::new("two-procs");
+    let text = std::fs::read_to_string(program()).unwrap();
+    let second = "proc Second: (cmd/cmd client, [cmd/cmd] backends)\n  \
+                  | backends => client\n  | client => target_backend(backends)\n";
+    let file = dir.file("two.flick", &format!("{text}\n{second}"));
+    let out = flick(&["run", "--check", &file, "--listen", "client=127.0.0.1:0"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("E0801"), "{err}");
+    assert!(
+        err.contains("serves one process, and this file has 2"),
+        "{err}"
+    );
+    assert!(err.contains("`Second` would not be served"), "{err}");
+    assert!(err.contains("two.flick:"), "{err}");
 }

@@ -105,6 +105,7 @@ impl SharedConn {
                 retired: false,
                 follow: None,
                 sentinel: false,
+                last_body: false,
             },
             Output {
                 tx: Some(req_tx),
@@ -360,6 +361,14 @@ impl SharedReader {
                 // matched to requests any more.
                 Inbound::Malformed | Inbound::Rejected { .. } => {
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    static MALFORMED: crate::log::RateLimit = crate::log::RateLimit::new();
+                    crate::limited!(
+                        MALFORMED,
+                        warn,
+                        backend = %crate::conn::peer(&self.shared.conn),
+                        "a backend reply does not parse: its shared connection is closed, \
+                         and the requests in flight on it get fault replies"
+                    );
                     return self.finish();
                 }
             };

@@ -29,6 +29,9 @@ pub struct Input {
     /// nothing is read from it, and its closing first means the stream
     /// broke. It does not keep the instance alive.
     pub sentinel: bool,
+    /// The head read last ends the session but its body is still coming:
+    /// the input closes after the body's last piece, not before.
+    pub last_body: bool,
 }
 
 /// One output: where messages sent to `chan[index]` go.
@@ -74,6 +77,14 @@ pub struct Compute {
     pub held_piece: Option<(usize, Msg)>,
     /// Kept with the rest of the graph's storage (see [`GraphStorage`]).
     pub starting: Vec<(flick_runtime::TaskId, Box<dyn flick_runtime::Task>)>,
+    /// The program's text, for where a fault happened.
+    pub source: Option<Arc<flick_span::SourceFile>>,
+    /// The running rule started on a client's request (not a peer's reply).
+    pub rule_on_request: bool,
+    /// The function of the running rule, and the channel of the message
+    /// it started on.
+    pub rule: flick_exec::FuncId,
+    pub rule_chan: u16,
 }
 
 use crate::graph_pool::GraphStorage;
@@ -206,6 +217,9 @@ pub struct GraphHost {
     /// service's instances, and the peers this instance counts towards.
     pub balance: Arc<crate::balance::Balance>,
     pub balanced: Vec<u64>,
+    /// Messages the running rule has sent.
+    pub sends: u32,
+    pub stats: Arc<crate::stats::Stats>,
 }
 
 pub use crate::peers::{Group, Peer};
@@ -381,6 +395,9 @@ impl Host for GraphHost {
         let request = self.pool.copy(request);
         self.last_route = Some(out);
         let sent = self.route(out, request);
+        if sent == Sent::Done {
+            self.sends += 1;
+        }
         if let (Sent::Done, Some(index)) = (sent, *elem) {
             // From its first message there, the instance counts towards
             // this peer for `least_connections`.
@@ -498,11 +515,75 @@ impl Compute {
             }
             Ok(Outcome::Blocked) => Some(TaskStatus::Idle),
             Ok(Outcome::Yielded) => Some(TaskStatus::Yield),
-            Err(_fault) => {
-                // The message is dropped; its connection stays up.
-                self.host.release();
+            Err(fault) => {
+                self.fault(fault);
                 None
             }
+        }
+    }
+
+    /// A rule stopped by a fault: it is counted and logged with where in
+    /// the program it happened, and a client owed a reply gets the
+    /// grammar's `%fault` reply in its place. The connection stays up.
+    fn fault(&mut self, fault: flick_exec::Fault) {
+        self.host
+            .stats
+            .compute_faults
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        static FAULTS: crate::log::RateLimit = crate::log::RateLimit::new();
+        crate::limited!(
+            FAULTS,
+            warn,
+            rule = %self.rule_label(),
+            at = %self.fault_position(),
+            "compute fault: {fault}; the request gets an error reply"
+        );
+        // The message the rule started on, unless a send took it on.
+        let started_on = match self.host.sends {
+            0 => self.host.msgs.first_mut().and_then(Option::take),
+            _ => None,
+        };
+        self.host.release();
+        // The rule does not resume: its next step would fault again.
+        self.vm.stop();
+        if let Some(m) = started_on {
+            match self.rule_on_request {
+                true => self.host.answer_request(m, crate::peers::Answer::Fault),
+                false => self.host.fault_to_client(m, self.rule_chan),
+            }
+        }
+    }
+
+    /// The rule the interpreter is running, as the program writes it, and
+    /// the function that faulted if it is another.
+    fn rule_label(&self) -> String {
+        let code = self.code();
+        let rule = code
+            .items
+            .iter()
+            .find(|it| it.func == self.rule)
+            .map_or_else(|| code.name.clone(), |it| it.label.clone());
+        match self.vm.fault_site() {
+            Some((f, _)) if f != self.rule => {
+                format!("{rule}, in {}", self.module.functions[f as usize].name)
+            }
+            _ => rule,
+        }
+    }
+
+    /// `file:line:col` of the operation that faulted, or what is known.
+    fn fault_position(&self) -> String {
+        let offset = self
+            .vm
+            .fault_site()
+            .and_then(|(f, pc)| self.module.source_offset(f, pc));
+        match (offset, &self.source) {
+            (Some(o), Some(file)) => {
+                let at = file.line_col(o);
+                format!("{}:{}:{}", file.name, at.line, at.col)
+            }
+            (Some(o), None) => format!("byte {o}"),
+            _ => "unknown".to_string(),
         }
     }
 
@@ -518,6 +599,10 @@ impl Compute {
             self.host.pool.give(m);
             return;
         };
+        self.rule_on_request = chan == self.host.client_chan;
+        self.rule_chan = chan;
+        self.rule = func;
+        self.host.sends = 0;
         let v = self.host.hold(m);
         self.vm.start(&self.module, func, &[v]);
     }
@@ -881,6 +966,11 @@ impl Compute {
                 let follow = self.inputs[i].follow;
                 if m.part == Part::End {
                     self.inputs[i].follow = None;
+                    if self.inputs[i].last_body {
+                        // The session's last request is all through.
+                        self.inputs[i].last_body = false;
+                        self.inputs[i].open = false;
+                    }
                 }
                 match follow {
                     Some(out) => {
@@ -897,12 +987,17 @@ impl Compute {
                 self.host.last_route = None;
             }
             if let (true, Some(status)) = (self.client == Some(i), m.rejected) {
-                self.host.reject(m, status);
+                self.host
+                    .answer_request(m, crate::peers::Answer::Reject(status));
             } else if self.client == Some(i) {
                 if self.host.property(chan, "ends", &m).unwrap_or(0) != 0 {
                     self.host.ending = true;
-                    // Nothing after the last request is read.
-                    self.inputs[i].open = false;
+                    // Nothing after the last request is read, except the
+                    // body of that request itself (HTTP/1.0's POST).
+                    match m.part {
+                        Part::Head => self.inputs[i].last_body = true,
+                        _ => self.inputs[i].open = false,
+                    }
                 }
                 if let Some(m) = self.host.split(chan, index, m) {
                     self.host.part_last = None;

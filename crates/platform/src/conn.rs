@@ -357,12 +357,28 @@ impl Reader {
                 // This connection ends; others are not affected.
                 Inbound::Malformed => {
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    static MALFORMED: crate::log::RateLimit = crate::log::RateLimit::new();
+                    crate::limited!(
+                        MALFORMED,
+                        info,
+                        peer = %peer(&self.conn),
+                        "a message that does not parse: its connection is closed"
+                    );
                     return self.finish();
                 }
                 // The compute task answers it (`%reject`); the connection
                 // reads on, or ends once the answer is through.
                 Inbound::Rejected { status, resume } => {
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    static REJECTED: crate::log::RateLimit = crate::log::RateLimit::new();
+                    crate::limited!(
+                        REJECTED,
+                        info,
+                        peer = %peer(&self.conn),
+                        status = status.unwrap_or(0),
+                        reads_on = resume,
+                        "a request that does not parse gets the grammar's reject reply"
+                    );
                     let mut m = self.pool.take();
                     m.rejected = Some(status.unwrap_or(0));
                     if !resume {
@@ -434,4 +450,11 @@ impl Writer {
             }
         }
     }
+}
+
+/// The address at the other end of `conn`, for log lines.
+pub(crate) fn peer(conn: &Conn) -> String {
+    conn.stream
+        .peer_addr()
+        .map_or_else(|_| "unknown".to_string(), |a| a.to_string())
 }

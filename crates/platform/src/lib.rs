@@ -14,6 +14,7 @@ mod compute;
 mod conn;
 mod forward;
 mod graph_pool;
+pub mod log;
 mod merge;
 mod msg;
 mod outbox;

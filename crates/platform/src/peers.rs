@@ -14,6 +14,7 @@ use crate::msg::{Msg, Part};
 use flick_exec::Sent;
 use flick_runtime::TrySendError;
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// A connection that answers what it is sent.
@@ -38,6 +39,17 @@ pub enum Cause {
     Timeout = 2,
     /// The peer's connection broke with the request unanswered.
     Lost = 3,
+    /// The program faulted handling the request or its reply.
+    Internal = 4,
+}
+
+/// What a request answered here, not by a peer, gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The grammar's `%reject` reply, with the status of the parse error.
+    Reject(u16),
+    /// The grammar's `%fault` reply for a compute fault.
+    Fault,
 }
 
 /// The first wait before reconnecting, doubled after each failure.
@@ -391,23 +403,38 @@ impl GraphHost {
         }
     }
 
-    /// A client request that did not parse (`%resync` skipped it): it gets
-    /// the grammar's `%reject` reply in its place among the replies, passed
-    /// on as if a peer had answered it.
-    pub(crate) fn reject(&mut self, request: Msg, status: u16) {
-        self.pool.give(request);
+    /// A client request answered here rather than by a peer: one that did
+    /// not parse (`%resync` skipped it) gets the grammar's `%reject` reply,
+    /// one whose rule faulted the `%fault` reply, in its place among the
+    /// replies, passed on as if a peer had answered it. Where the grammar
+    /// has no such reply, the client's connection closes, so that it does
+    /// not wait for a reply that will not come.
+    pub(crate) fn answer_request(&mut self, request: Msg, answer: Answer) {
         let client = self.client_chan as usize;
         let Some(unit) = self.out_units.get(client).copied().flatten() else {
+            self.pool.give(request);
+            self.broken = true;
             return;
         };
         let mut reply = self.pool.take();
-        let status = (status != 0).then_some(status);
-        if !matches!(
-            self.grammar.reject_reply(unit, status, &mut reply.bytes),
-            Ok(true)
-        ) {
+        let made = match answer {
+            Answer::Reject(status) => {
+                let status = (status != 0).then_some(status);
+                self.grammar.reject_reply(unit, status, &mut reply.bytes)
+            }
+            Answer::Fault => {
+                let read_as = self.units.get(client).copied().flatten();
+                self.fault_bytes(unit, read_as, &request, Cause::Internal, &mut reply.bytes)
+            }
+        };
+        self.pool.give(request);
+        if !matches!(made, Ok(true)) {
             self.pool.give(reply);
+            self.broken = true;
             return;
+        }
+        if answer == Answer::Fault {
+            self.stats.fault_replies.fetch_add(1, Ordering::Relaxed);
         }
         // The reply goes on with the values it is written from (`%forward`
         // edits them), read as the peers' replies are.
@@ -445,6 +472,65 @@ impl GraphHost {
                 self.reply_for(Some(seq), Some((chan, index, reply)), true);
             }
         }
+    }
+
+    /// The `%fault` reply of unit `unit` for `request`, a message of unit
+    /// `request_unit`, into `out`: built from the request's values when the
+    /// two are of one unit (Memcached's binary `cmd` echoes the opcode and
+    /// opaque), else from none.
+    fn fault_bytes(
+        &self,
+        unit: flick_wire::UnitId,
+        request_unit: Option<flick_wire::UnitId>,
+        request: &Msg,
+        cause: Cause,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, flick_wire::WireError> {
+        match Some(unit) == request_unit {
+            true => {
+                self.grammar
+                    .fault_reply(unit, &request.slots, &request.bytes, cause as u16, out)
+            }
+            false => {
+                let unset = vec![flick_wire::Slot::Unset; self.grammar.unit(unit).slots as usize];
+                self.grammar
+                    .fault_reply(unit, &unset, &[], cause as u16, out)
+            }
+        }
+    }
+
+    /// A peer's reply whose rule faulted before passing it on: the client
+    /// gets the grammar's `%fault` reply in its place, straight away (the
+    /// reply's turn among the client's replies is now), or its connection
+    /// closes where there is none.
+    pub(crate) fn fault_to_client(&mut self, reply: Msg, from: u16) {
+        let client = self.client_chan;
+        let out = self.outputs.iter().position(|o| o.chan == client);
+        let unit = self.out_units.get(client as usize).copied().flatten();
+        let (Some(out), Some(unit)) = (out, unit) else {
+            self.pool.give(reply);
+            self.broken = true;
+            return;
+        };
+        let mut m = self.pool.take();
+        let read_as = self.units.get(from as usize).copied().flatten();
+        let made = self.fault_bytes(unit, read_as, &reply, Cause::Internal, &mut m.bytes);
+        self.pool.give(reply);
+        let mut parser = self.grammar.parser(unit);
+        let parsed = matches!(made, Ok(true))
+            && matches!(
+                parser.parse(&m.bytes),
+                Ok(flick_wire::Progress::Done(_) | flick_wire::Progress::Head(_))
+            );
+        if !parsed {
+            self.pool.give(m);
+            self.broken = true;
+            return;
+        }
+        let values = crate::msg::Values::parsed(&parser);
+        self.pool.copy_values(&mut m, values, parser.slots());
+        self.stats.fault_replies.fetch_add(1, Ordering::Relaxed);
+        let _ = self.route(out, m);
     }
 
     /// A stream the instance writes to a peer that answers nothing (a
@@ -581,25 +667,30 @@ impl GraphHost {
         cause: Cause,
     ) {
         let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
+        self.stats.fault_replies.fetch_add(1, Ordering::Relaxed);
+        static FAULTS: crate::log::RateLimit = crate::log::RateLimit::new();
+        crate::limited!(
+            FAULTS,
+            warn,
+            cause = ?cause,
+            backend = %self.outputs[out]
+                .conn
+                .as_ref()
+                .map_or_else(|| format!("{:?}", index), |(c, _)| crate::conn::peer(c)),
+            "a request gets the grammar's fault reply: its backend {}",
+            match cause {
+                Cause::Unreachable => "cannot be reached",
+                Cause::Timeout => "did not answer in time",
+                Cause::Lost => "closed or broke the connection",
+                Cause::Internal => "was not reached: the program faulted",
+            }
+        );
         // The reply is a message read from the peer's channel; when that
         // is the unit requests are written in, it starts from the request.
         let unit = self.units.get(chan as usize).copied().flatten();
-        let same = unit == self.out_units.get(chan as usize).copied().flatten();
+        let sent_as = self.out_units.get(chan as usize).copied().flatten();
         let mut bytes = Vec::new();
-        let made = unit.map(|u| match same {
-            true => self.grammar.fault_reply(
-                u,
-                &request.slots,
-                &request.bytes,
-                cause as u16,
-                &mut bytes,
-            ),
-            false => {
-                let unset = vec![flick_wire::Slot::Unset; self.grammar.unit(u).slots as usize];
-                self.grammar
-                    .fault_reply(u, &unset, &[], cause as u16, &mut bytes)
-            }
-        });
+        let made = unit.map(|u| self.fault_bytes(u, sent_as, &request, cause, &mut bytes));
         self.pool.give(request);
         let reply = match (unit, made) {
             (Some(u), Some(Ok(true))) => {

@@ -41,6 +41,8 @@ pub struct Loaded {
     /// Per process channel: whether a rule reads it; the messages of a
     /// readable channel no rule reads wait for a `foldt` to take them.
     pub ruled: Vec<bool>,
+    /// The program's text, for the positions of run-time faults in logs.
+    pub source: Option<Arc<flick_span::SourceFile>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -155,6 +157,7 @@ impl Loaded {
             fields: Arc::new(fields),
             global: Arc::new(global),
             arrays,
+            source: None,
         })
     }
 
@@ -574,6 +577,7 @@ fn connection(
             retired: false,
             follow: None,
             sentinel: false,
+            last_body: false,
         },
         output: Output {
             tx: Some(out_tx),
@@ -709,10 +713,12 @@ fn dial(p: &Parts, addr: SocketAddr) -> Option<TcpStream> {
             let _ = stream.set_nodelay(true);
             Some(stream)
         }
-        Err(_) => {
+        Err(e) => {
             p.stats
                 .backend_connect_errors
                 .fetch_add(1, Ordering::Relaxed);
+            static DIAL: crate::log::RateLimit = crate::log::RateLimit::new();
+            crate::limited!(DIAL, warn, backend = %addr, "cannot connect to a backend: {e}");
             None
         }
     }
@@ -949,6 +955,8 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
             id: compute_id,
             last_route: None,
             broken: false,
+            sends: 0,
+            stats: p.stats.clone(),
         },
         vm: g.vm,
         next_input: 0,
@@ -959,6 +967,10 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
         following: None,
         held_piece: None,
         starting,
+        source: p.loaded.source.clone(),
+        rule_on_request: false,
+        rule: 0,
+        rule_chan: 0,
     };
     let stats = p.stats.clone();
     stats.graphs_live.fetch_add(1, Ordering::Relaxed);

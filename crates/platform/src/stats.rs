@@ -17,6 +17,11 @@ pub struct Stats {
     pub messages_out: AtomicU64,
     pub malformed: AtomicU64,
     pub backend_connect_errors: AtomicU64,
+    /// Rules stopped by a run-time fault of compute code.
+    pub compute_faults: AtomicU64,
+    /// Requests answered with the grammar's `%fault` reply (a backend down,
+    /// too slow or broken, or a compute fault) instead of a peer's reply.
+    pub fault_replies: AtomicU64,
     /// The same message counts per process channel, in the process's order
     /// of channels (a channel array counts all its connections).
     pub channels: Vec<ChannelStats>,
