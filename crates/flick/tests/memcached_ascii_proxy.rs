@@ -133,3 +133,87 @@ fn a_dead_backend_gives_server_errors_not_hangs() {
     let r = exchange(&mut c, format!("get {live}\r\n").as_bytes(), b"END\r\n");
     assert_eq!(r, format!("VALUE {live} 0 1\r\nx\r\nEND\r\n"));
 }
+
+/// Sends `request` and then `mn`, and reads up to the `MN` that answers it:
+/// everything the request got, or nothing for a request with no reply.
+fn exchange_fenced(s: &mut TcpStream, request: &[u8]) -> String {
+    s.write_all(request).unwrap();
+    exchange(s, b"mn\r\n", b"MN\r\n")
+}
+
+/// Malformed and oversized requests get, through the proxy, exactly what
+/// memcached itself answers, and the connection goes on as memcached's
+/// does: a data block over the item size limit or not ended by "\r\n" is
+/// read and dropped (never run as commands), `noreply` silences a storage
+/// command's errors, `delete <key> 0` is taken.
+#[test]
+fn malformed_requests_get_memcacheds_own_replies() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
+    let port = proxy(&mut procs, &backends);
+    let big = |n: usize, fill: u8| vec![fill; n];
+    let mut cases: Vec<Vec<u8>> = vec![
+        b"set k 0 0 3\r\nabcde\r\nget k\r\n".to_vec(),
+        b"set k abc 0 1\r\nx\r\n".to_vec(),
+        [
+            b"set ".to_vec(),
+            big(300, b'k'),
+            b" 0 0 1\r\nx\r\n".to_vec(),
+        ]
+        .concat(),
+        b"get\r\n".to_vec(),
+        b"bogus\r\n".to_vec(),
+        b"set k 0 0 -1\r\nx\r\n".to_vec(),
+        b"incr k abc\r\n".to_vec(),
+        b"set k 0 0 3 noreply\r\nabcde\r\n".to_vec(),
+        b"mg k v q zz\r\n".to_vec(),
+        b"delete k 0\r\n".to_vec(),
+        b"delete k 5\r\n".to_vec(),
+        b"delete k 0 noreply\r\n".to_vec(),
+        b"delete k noreply 0\r\n".to_vec(),
+        b"delete k 0 noreply extra\r\n".to_vec(),
+    ];
+    for (line, n) in [
+        (&b"set k 0 0 2000000\r\n"[..], 2_000_000),
+        (b"set k 0 0 1048577\r\n", 1_048_577),
+        (b"set k 0 0 2000000 noreply\r\n", 2_000_000),
+        (b"ms k 2000000 q\r\n", 2_000_000),
+    ] {
+        cases.push([line.to_vec(), big(n, b'x'), b"\r\nget k\r\n".to_vec()].concat());
+    }
+    for case in &cases {
+        let direct = exchange_fenced(&mut connect(backends[0]), case);
+        let proxied = exchange_fenced(&mut connect(port), case);
+        let shown = String::from_utf8_lossy(&case[..case.len().min(40)]).into_owned();
+        assert_eq!(proxied, direct, "{shown:?}");
+    }
+}
+
+/// A value over the item size limit that holds a storage command: the
+/// command is never run, through the proxy as against memcached.
+#[test]
+fn an_oversized_value_is_never_run_as_commands() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
+    let port = proxy(&mut procs, &backends);
+    let inner = b"\r\nset smuggled 0 0 5\r\nhello\r\n";
+    let n = 1_100_000;
+    let mut value = vec![b'a'; n];
+    value[1000..1000 + inner.len()].copy_from_slice(inner);
+    let request = [
+        format!("set big 0 0 {n}\r\n").into_bytes(),
+        value,
+        b"\r\n".to_vec(),
+    ]
+    .concat();
+    let mut c = connect(port);
+    assert_eq!(
+        exchange_fenced(&mut c, &request),
+        "SERVER_ERROR object too large for cache\r\nMN\r\n"
+    );
+    assert_eq!(exchange(&mut c, b"get smuggled\r\n", b"END\r\n"), "END\r\n");
+    for b in &backends {
+        let r = exchange(&mut connect(*b), b"get smuggled\r\n", b"END\r\n");
+        assert_eq!(r, "END\r\n", "nothing stored on {b}");
+    }
+}

@@ -51,8 +51,13 @@ pub enum Inbound {
     Malformed,
     /// A message that did not parse, with the status the grammar gives its
     /// error; with `resume`, it was skipped through the grammar's `%resync`
-    /// delimiter and the connection reads on.
-    Rejected { status: Option<u16>, resume: bool },
+    /// delimiter and the connection reads on; with `quiet`, its parsed
+    /// part says it gets no reply even so (`%quiet_reject`).
+    Rejected {
+        status: Option<u16>,
+        resume: bool,
+        quiet: bool,
+    },
 }
 
 /// A connection's read side: a buffer of received bytes, parsed into
@@ -68,6 +73,10 @@ pub struct ReadSide {
     /// (`%resync`), and whether input is being skipped up to it.
     resync: Option<Arc<[u8]>>,
     skipping: bool,
+    /// Bytes still to discard once past the `%resync` delimiter: the rest
+    /// of a request whose extent its parsed part gave (`%discard`, a
+    /// Memcached data block memcached itself would read and drop).
+    discard: u64,
     /// A message is streaming (`&stream`): its head went out, its body
     /// goes in pieces; `head` bytes at the buffer start were in the head.
     streaming: bool,
@@ -94,6 +103,7 @@ impl ReadSide {
             max,
             resync,
             skipping: false,
+            discard: 0,
             streaming: false,
             head: 0,
             after_head: None,
@@ -121,8 +131,15 @@ impl ReadSide {
         m
     }
 
-    /// Skips through the `%resync` delimiter; `true` once past it.
+    /// Skips through the `%resync` delimiter, then the bytes `%discard`
+    /// said to drop after it; `true` once past them.
     fn skip(&mut self) -> bool {
+        if !self.skipping {
+            let n = self.discard.min((self.end - self.start) as u64);
+            self.start += n as usize;
+            self.discard -= n;
+            return self.discard == 0;
+        }
         let Some(d) = &self.resync else {
             return true;
         };
@@ -132,7 +149,7 @@ impl ReadSide {
                 self.start += at + d.len();
                 self.skipping = false;
                 self.parser.reset();
-                true
+                self.skip()
             }
             None => {
                 // Keep what could be the start of the delimiter.
@@ -154,6 +171,7 @@ impl ReadSide {
         self.start = 0;
         self.end = 0;
         self.skipping = false;
+        self.discard = 0;
         self.streaming = false;
         self.head = 0;
         self.after_head = None;
@@ -165,8 +183,9 @@ impl ReadSide {
     /// when the buffer runs dry.
     pub fn next(&mut self, stream: &TcpStream, pool: &MsgPool) -> Inbound {
         loop {
-            if self.skipping && !self.skip() {
-                // Nothing to parse until the delimiter comes.
+            if (self.skipping || self.discard > 0) && !self.skip() {
+                // Nothing to parse until the delimiter comes, and what
+                // is discarded after it.
             } else if self.end > self.start || self.after_head.is_some() || self.streaming {
                 // (A body may be over with nothing buffered: `Done(0)`.)
                 let progress = match self.after_head.take() {
@@ -202,6 +221,7 @@ impl ReadSide {
                                 return Inbound::Rejected {
                                     status,
                                     resume: false,
+                                    quiet: false,
                                 };
                             }
                             Ok(p) => self.after_head = Some(p),
@@ -229,14 +249,29 @@ impl ReadSide {
                         let status = e.status;
                         if self.resync.is_some() && !self.streaming {
                             self.skipping = true;
+                            // What the part that parsed says of the rest.
+                            let said = |name| {
+                                self.parser.grammar().property(
+                                    self.parser.unit(),
+                                    name,
+                                    self.parser.slots(),
+                                    &self.buf[self.start..self.end],
+                                )
+                            };
+                            let quiet = said("quiet_reject").is_some_and(|q| q != 0);
+                            self.discard = said("discard")
+                                .and_then(|n| u64::try_from(n).ok())
+                                .unwrap_or(0);
                             return Inbound::Rejected {
                                 status,
                                 resume: true,
+                                quiet,
                             };
                         }
                         return Inbound::Rejected {
                             status,
                             resume: false,
+                            quiet: false,
                         };
                     }
                 }
@@ -368,7 +403,23 @@ impl Reader {
                 }
                 // The compute task answers it (`%reject`); the connection
                 // reads on, or ends once the answer is through.
-                Inbound::Rejected { status, resume } => {
+                Inbound::Rejected {
+                    status,
+                    resume: true,
+                    quiet: true,
+                } => {
+                    // No reply is due: nothing goes to the compute task.
+                    self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    static DROPPED: crate::log::RateLimit = crate::log::RateLimit::new();
+                    crate::limited!(
+                        DROPPED,
+                        info,
+                        peer = %peer(&self.conn),
+                        status = status.unwrap_or(0),
+                        "a quiet request that does not parse is dropped without a reply"
+                    );
+                }
+                Inbound::Rejected { status, resume, .. } => {
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     static REJECTED: crate::log::RateLimit = crate::log::RateLimit::new();
                     crate::limited!(

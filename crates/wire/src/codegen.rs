@@ -1447,6 +1447,11 @@ impl UnitGen<'_> {
         let opt = |x: String| format!("(match {x} {{ Some(v) => v, None => {FB} }})");
         Ok(match f {
             Builtin::ReplyContext => "Val::Int(cx.context)".to_string(),
+            Builtin::Choose => {
+                let c = self.int_c(arg(0)?, sc, dollar)?;
+                let (a, b) = (self.val(arg(1)?, sc, dollar)?, self.val(arg(2)?, sc, dollar)?);
+                format!("(if {c} != 0 {{ {a} }} else {{ {b} }})")
+            }
             Builtin::Len => format!(
                 "(match {} {{ Val::Bytes(b) => Val::Int(b.len() as i128), Val::List {{ count, .. }} => Val::Int(count as i128), _ => {FB} }})",
                 self.val(arg(0)?, sc, dollar)?

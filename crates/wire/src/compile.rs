@@ -1028,9 +1028,10 @@ impl<'a> Compiler<'a> {
             "before" => (Builtin::Before, 2),
             "elem" => (Builtin::Elem, 3),
             "reply_context" => (Builtin::ReplyContext, 0),
+            "choose" => (Builtin::Choose, 3),
             _ => {
                 self.diags.push(Diagnostic::error("W0112", format!("unknown function `{name}`"), span).hint(
-                    "the functions are len, to_int, hex_to_int, eq_nocase, last_token_nocase, has_token_nocase, before, lookup, count, all_same, ends_with_ws, starts_with_ws, is_dec, is_hex, is_token, present, elem, reply_context",
+                    "the functions are len, to_int, hex_to_int, eq_nocase, last_token_nocase, has_token_nocase, before, lookup, count, all_same, ends_with_ws, starts_with_ws, is_dec, is_hex, is_token, present, elem, reply_context, choose",
                 ));
                 return None;
             }

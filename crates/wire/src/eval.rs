@@ -171,6 +171,10 @@ impl<'a> Env<'a> {
         let bool = |b: bool| Ok(Val::Int(i128::from(b)));
         match f {
             Builtin::ReplyContext => Ok(Val::Int(self.context)),
+            Builtin::Choose => match self.truthy(&args[0])? {
+                true => self.eval(&args[1]),
+                false => self.eval(&args[2]),
+            },
             Builtin::Len => match self.eval(&args[0])? {
                 Val::Bytes(b) => Ok(Val::Int(b.len() as i128)),
                 Val::List { count, .. } => Ok(Val::Int(count as i128)),

@@ -58,6 +58,9 @@ pub enum Builtin {
     /// `reply_context()`: what the request being answered said of its
     /// reply (`%reply_context`).
     ReplyContext,
+    /// `choose(c, a, b)`: `a` if `c` holds, else `b` (only the one chosen
+    /// is evaluated): a reply's text by the status of an error.
+    Choose,
     /// Is bytes a non-empty HTTP token (RFC 9110 `tchar`s)?
     IsToken,
     /// Does a comma-separated list contain the token, case-insensitively?

@@ -722,76 +722,118 @@ fn built_messages_recompute_the_length() {
 #[test]
 fn malformed_requests_are_errors() {
     let long_key = "k".repeat(251);
-    let cases: Vec<(String, WireErrorKind)> = vec![
+    let cases: Vec<(String, WireErrorKind, Option<u16>)> = vec![
         // A key over 250 bytes.
         (
             format!("set {long_key} 0 0 1\r\nx\r\n"),
             WireErrorKind::TooLong { max: 250 },
+            Some(1),
         ),
         (
             format!("get a {long_key}\r\n"),
             WireErrorKind::TooLong { max: 250 },
+            None,
         ),
         (
             format!("mg {long_key} v\r\n"),
             WireErrorKind::TooLong { max: 250 },
+            None,
         ),
         // A length, or another number, that is not one.
-        ("set k 0 0 abc\r\nabc\r\n".into(), WireErrorKind::BadNumber),
-        ("set k 0 0 -3\r\nabc\r\n".into(), WireErrorKind::BadNumber),
-        ("set k x 0 3\r\nabc\r\n".into(), WireErrorKind::BadNumber),
+        (
+            "set k 0 0 abc\r\nabc\r\n".into(),
+            WireErrorKind::BadNumber,
+            Some(1),
+        ),
+        (
+            "set k 0 0 -3\r\nabc\r\n".into(),
+            WireErrorKind::BadNumber,
+            Some(1),
+        ),
+        (
+            "set k x 0 3\r\nabc\r\n".into(),
+            WireErrorKind::BadNumber,
+            Some(1),
+        ),
         (
             "set k 4294967296 0 3\r\nabc\r\n".into(),
             WireErrorKind::BadNumber,
+            Some(1),
         ),
-        ("incr k -1\r\n".into(), WireErrorKind::BadNumber),
+        ("incr k -1\r\n".into(), WireErrorKind::BadNumber, Some(4)),
         (
             "incr k 18446744073709551616\r\n".into(),
             WireErrorKind::BadNumber,
+            Some(4),
         ),
-        ("ms k two\r\nhi\r\n".into(), WireErrorKind::BadNumber),
-        ("flush_all soon\r\n".into(), WireErrorKind::Invalid),
+        ("ms k two\r\nhi\r\n".into(), WireErrorKind::BadNumber, None),
+        ("flush_all soon\r\n".into(), WireErrorKind::Invalid, None),
         // A data block not followed by "\r\n", or over 1 MiB.
-        ("set k 0 0 3\r\nabcd\r\n".into(), WireErrorKind::Mismatch),
-        ("ms k 1 T0\r\nab\r\n".into(), WireErrorKind::Mismatch),
+        (
+            "set k 0 0 3\r\nabcd\r\n".into(),
+            WireErrorKind::Mismatch,
+            Some(3),
+        ),
+        (
+            "ms k 1 T0\r\nab\r\n".into(),
+            WireErrorKind::Mismatch,
+            Some(3),
+        ),
         (
             "set k 0 0 1048577\r\n".into(),
             WireErrorKind::TooLong { max: 1048576 },
+            Some(2),
         ),
         // Unknown commands (names are case-sensitive).
-        ("bogus k\r\n".into(), WireErrorKind::NoCase),
-        ("GET k\r\n".into(), WireErrorKind::NoCase),
-        ("\r\n".into(), WireErrorKind::Mismatch),
+        ("bogus k\r\n".into(), WireErrorKind::NoCase, None),
+        ("GET k\r\n".into(), WireErrorKind::NoCase, None),
+        ("\r\n".into(), WireErrorKind::Mismatch, None),
         (
             "lru_crawler_metadump all\r\n".into(),
             WireErrorKind::TooLong { max: 16 },
+            None,
         ),
         // Missing, extra or misplaced arguments.
-        ("get\r\n".into(), WireErrorKind::Invalid),
-        ("get \r\n".into(), WireErrorKind::Mismatch),
-        ("get a  b\r\n".into(), WireErrorKind::Mismatch),
-        ("set k 0 0\r\nabc\r\n".into(), WireErrorKind::Mismatch),
-        ("cas k 0 0 3\r\nabc\r\n".into(), WireErrorKind::Mismatch),
-        ("delete k 0 noreply\r\n".into(), WireErrorKind::Mismatch),
+        ("get\r\n".into(), WireErrorKind::Invalid, None),
+        ("get \r\n".into(), WireErrorKind::Mismatch, None),
+        ("get a  b\r\n".into(), WireErrorKind::Mismatch, None),
+        ("set k 0 0\r\nabc\r\n".into(), WireErrorKind::Mismatch, None),
+        (
+            "cas k 0 0 3\r\nabc\r\n".into(),
+            WireErrorKind::Mismatch,
+            None,
+        ),
         (
             "delete k noreply noreply\r\n".into(),
-            WireErrorKind::TooMany { max: 1 },
+            WireErrorKind::Invalid,
+            Some(5),
         ),
-        ("touch k\r\n".into(), WireErrorKind::Mismatch),
-        ("flush_all 1 2\r\n".into(), WireErrorKind::NoCase),
-        ("flush_all noreply 10\r\n".into(), WireErrorKind::NoCase),
+        // memcached reads `delete k 0 noreply` (and `delete k 0`).
+        (
+            "delete k 0 noreply extra\r\n".into(),
+            WireErrorKind::TooMany { max: 2 },
+            None,
+        ),
+        ("touch k\r\n".into(), WireErrorKind::Mismatch, None),
+        ("flush_all 1 2\r\n".into(), WireErrorKind::NoCase, None),
+        (
+            "flush_all noreply 10\r\n".into(),
+            WireErrorKind::NoCase,
+            None,
+        ),
         (
             "flush_all noreply noreply\r\n".into(),
             WireErrorKind::Invalid,
+            None,
         ),
-        ("verbosity 1 2 3\r\n".into(), WireErrorKind::NoCase),
-        ("mn\n".into(), WireErrorKind::Mismatch),
-        ("get k\n".into(), WireErrorKind::Mismatch),
+        ("verbosity 1 2 3\r\n".into(), WireErrorKind::NoCase, None),
+        ("mn\n".into(), WireErrorKind::Mismatch, None),
+        ("get k\n".into(), WireErrorKind::Mismatch, None),
     ];
-    for (bytes, kind) in cases {
+    for (bytes, kind, status) in cases {
         let e = parse_err("request", bytes.as_bytes());
         assert_eq!(e.kind, kind, "{bytes:?}: {e}");
-        assert_eq!(e.status, None);
+        assert_eq!(e.status, status, "{bytes:?}: {e}");
     }
 }
 
@@ -1093,4 +1135,41 @@ fn routing_properties() {
     let mut fault = Vec::new();
     assert!(g.fault_reply(resp, &unset, &[], 1, &mut fault).unwrap());
     assert_eq!(fault, b"SERVER_ERROR backend unavailable\r\n");
+}
+
+/// The reply to a request that does not parse is memcached's for its
+/// error (`%reject`, through `choose`), and what the part that parsed says
+/// of the rest: how much of a data block to drop (`%discard`) and whether
+/// a `noreply` silences the reply (`%quiet_reject`).
+#[test]
+fn rejected_requests_get_memcacheds_replies() {
+    let g = Grammar::stock("memcached_ascii").unwrap();
+    let (req, resp) = (g.unit_id("request").unwrap(), g.unit_id("response").unwrap());
+    let reply = |status: Option<u16>| {
+        let mut out = Vec::new();
+        assert!(g.reject_reply(resp, status, &mut out).unwrap());
+        String::from_utf8(out).unwrap()
+    };
+    assert_eq!(reply(None), "ERROR\r\n");
+    assert_eq!(reply(Some(1)), "CLIENT_ERROR bad command line format\r\n");
+    assert_eq!(reply(Some(2)), "SERVER_ERROR object too large for cache\r\n");
+    assert_eq!(reply(Some(3)), "CLIENT_ERROR bad data chunk\r\n");
+    assert_eq!(reply(Some(4)), "CLIENT_ERROR invalid numeric delta argument\r\n");
+    assert_eq!(
+        reply(Some(5)),
+        "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n"
+    );
+    // What the parsed part of a failed request says.
+    let said = |bytes: &[u8], name: &str| {
+        let mut p = g.parser(req);
+        assert!(p.parse(bytes).is_err(), "{:?}", String::from_utf8_lossy(bytes));
+        g.property(req, name, p.slots(), bytes)
+    };
+    assert_eq!(said(b"set k 0 0 2000000\r\n", "discard"), Some(2_000_002));
+    assert_eq!(said(b"set k 0 0 3\r\nabcde\r\n", "discard"), Some(5));
+    assert_eq!(said(b"set k 0 0 x\r\n", "discard"), None);
+    assert_eq!(said(b"bogus\r\n", "discard"), None);
+    assert_eq!(said(b"set k 0 0 2000000 noreply\r\n", "quiet_reject"), Some(1));
+    assert_eq!(said(b"set k 0 0 2000000\r\n", "quiet_reject"), Some(0));
+    assert_eq!(said(b"ms k 2000000 q\r\n", "quiet_reject"), Some(0));
 }

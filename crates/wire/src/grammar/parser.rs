@@ -168,6 +168,8 @@ pub const ROUTING: &[&str] = &[
     "resync",
     "fence",
     "fenced",
+    "discard",
+    "quiet_reject",
 ];
 type PResult<T> = Result<T, Reported>;
 
