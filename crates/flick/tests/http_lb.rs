@@ -217,7 +217,7 @@ fn bad_requests_and_dead_backends_get_error_statuses() {
         (format!("GET {long_target} HTTP/1.1\r\n\r\n"), 414),
         (format!("GET / HTTP/1.1\r\n{many_headers}\r\n"), 431),
         (
-            "POST / HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n".to_string(),
+            "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999999\r\n\r\n".to_string(),
             413,
         ),
     ];
@@ -324,8 +324,10 @@ fn the_static_server_answers_every_request_with_its_page() {
     assert_eq!(resp.header("connection"), Some("close"));
     assert!(closed(&mut r), "HTTP/1.0 closes");
     let (mut s, mut r) = connect(port);
-    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nConnection: close\r\n\r\n")
-        .unwrap();
+    s.write_all(
+        b"GET / HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
     assert_eq!(read_response(&mut r).header("connection"), None);
     assert_eq!(read_response(&mut r).header("connection"), Some("close"));
     assert!(closed(&mut r), "closed after Connection: close");
@@ -668,4 +670,170 @@ fn a_response_framed_by_its_connections_close_arrives_whole() {
         assert_eq!(resp.status, 200, "round {i}");
         assert_eq!(resp.body, b"all of the body", "round {i}");
     }
+}
+
+/// A status line and header lines, up to the empty line: (status, lines).
+fn read_head(r: &mut BufReader<TcpStream>) -> (u16, Vec<String>) {
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let status = line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("a status line, not {line:?}"));
+    let mut lines = Vec::new();
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).unwrap();
+        if h == "\r\n" || h.is_empty() {
+            break;
+        }
+        lines.push(h.trim_end().to_string());
+    }
+    (status, lines)
+}
+
+/// A client that sends `Expect: 100-continue` gets the backend's interim
+/// `100 Continue` (RFC 9110 section 10.1.1) and then, after its body, the
+/// final response: an interim response does not answer the request
+/// (`%more`), so the final one is not taken for the answer to whatever the
+/// shared backend connection carries next. Another client meanwhile gets
+/// its own response, and both connections go on.
+#[test]
+fn interim_100_continue_reaches_its_client_before_the_final_response() {
+    let mut procs = Procs(Vec::new());
+    let a = site("continue");
+    let backends = [flick_testkit::nginx(&mut procs, &a, "a")];
+    let port = balancer(&mut procs, &backends);
+    for round in 0..4 {
+        let (mut s, mut r) = connect(port);
+        s.write_all(
+            b"POST /echo HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+        )
+        .unwrap();
+        let (status, _) = read_head(&mut r);
+        assert_eq!(status, 100, "round {round}: the interim response first");
+        // A second client, while the first has its body still to send.
+        let (mut s2, mut r2) = connect(port);
+        write!(s2, "GET /f{round}.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        s.write_all(b"hello").unwrap();
+        let resp = read_response(&mut r);
+        assert_eq!(resp.status, 200, "round {round}");
+        assert!(
+            resp.body.starts_with(b"xff=127.0.0.1"),
+            "round {round}: {:?}",
+            String::from_utf8_lossy(&resp.body)
+        );
+        let other = read_response(&mut r2);
+        assert_eq!(other.status, 200, "round {round}: the other client");
+        assert_eq!(other.body, format!("file {round}\n").as_bytes());
+        // Both connections go on.
+        write!(s, "GET /f5.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        assert_eq!(read_response(&mut r).body, b"file 5\n", "round {round}");
+        write!(s2, "GET /f6.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        assert_eq!(read_response(&mut r2).body, b"file 6\n", "round {round}");
+    }
+}
+
+/// A backend that answers one request per connection with `reply`.
+fn scripted_backend(reply: &'static [u8]) -> u16 {
+    let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = backend.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in backend.incoming() {
+            let Ok(mut c) = c else { return };
+            let mut buf = [0u8; 4096];
+            let _ = c.read(&mut buf);
+            let _ = c.write_all(reply);
+            // Held open, as a keep-alive backend would.
+            std::thread::spawn(move || {
+                let _ = c.read(&mut buf);
+            });
+        }
+    });
+    port
+}
+
+/// A response the balancer must not pass on is the backend's fault: the
+/// client gets 502. `101 Switching Protocols` (the balancer does not
+/// switch protocols), and a field value with a bare LF, which a client
+/// would read as a field of its own.
+#[test]
+fn switching_protocols_and_split_response_fields_are_502() {
+    let mut procs = Procs(Vec::new());
+    for (what, reply) in [
+        (
+            "101",
+            &b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"[..],
+        ),
+        (
+            "bare LF",
+            b"HTTP/1.1 200 OK\r\nX-A: a\nSet-Cookie: s=1\r\nContent-Length: 0\r\n\r\n",
+        ),
+    ] {
+        let port = balancer_with_timeout(&mut procs, &[scripted_backend(reply)], 5000);
+        let (mut s, mut r) = connect(port);
+        s.write_all(
+            b"GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        )
+        .unwrap();
+        let resp = read_response(&mut r);
+        assert_eq!(resp.status, 502, "{what}");
+        assert_eq!(resp.header("set-cookie"), None, "{what}");
+    }
+}
+
+/// Requests a backend might read otherwise than the balancer are refused
+/// before any backend sees them, and their connection closes: a field
+/// value with a bare LF (a second request inside the first), a bare CR or
+/// a NUL, more than one Host, and a transfer coding other than `chunked`
+/// alone (501).
+#[test]
+fn split_fields_extra_hosts_and_unknown_transfer_codings_are_refused() {
+    let mut procs = Procs(Vec::new());
+    let a = site("refuse");
+    let backends = [flick_testkit::nginx(&mut procs, &a, "a")];
+    let port = balancer(&mut procs, &backends);
+    let cases: [(&[u8], u16); 8] = [
+        (
+            b"GET /f1.txt HTTP/1.1\r\nHost: t\r\nX: a\nGET /f2.txt HTTP/1.1\r\n\r\n",
+            400,
+        ),
+        (b"GET /f1.txt HTTP/1.1\r\nHost: t\r\nX: a\rb\r\n\r\n", 400),
+        (b"GET /f1.txt HTTP/1.1\r\nHost: t\r\nX: a\0b\r\n\r\n", 400),
+        (b"GET /f1.txt HTTP/1.1\r\nHost: t\r\nHost: u\r\n\r\n", 400),
+        (
+            b"POST /f1.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+            501,
+        ),
+        (
+            b"POST /f1.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+            501,
+        ),
+        (
+            b"POST /f1.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: identity\r\n\r\n",
+            501,
+        ),
+        (
+            b"POST /f1.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            501,
+        ),
+    ];
+    for (request, status) in cases {
+        let what = String::from_utf8_lossy(request);
+        let (mut s, mut r) = connect(port);
+        // Earlier requests on the connection are still answered first.
+        s.write_all(b"GET /f0.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        s.write_all(request).unwrap();
+        assert_eq!(read_response(&mut r).body, b"file 0\n", "{what:?}");
+        let resp = read_response(&mut r);
+        assert_eq!(resp.status, status, "{what:?}");
+        assert!(resp.body.is_empty(), "{what:?}");
+    }
+    // `chunked` alone, in any case, is fine.
+    let (mut s, mut r) = connect(port);
+    s.write_all(b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: Chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut r).status, 200);
 }
