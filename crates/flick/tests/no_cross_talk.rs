@@ -135,3 +135,79 @@ fn quiet_binary_requests_never_shift_replies_between_clients() {
         }
     });
 }
+
+/// Binary requests that memcached answers by closing its connection (a
+/// get, set or delete with no key) or does not know (an unknown opcode,
+/// the response magic) are answered by the proxy itself, with the status
+/// memcached gives, and never reach the connections other clients share:
+/// their requests in flight meanwhile all get their own values.
+#[test]
+fn requests_memcached_would_close_on_hurt_no_other_client() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
+    let port = flick_run(&mut procs, "examples/memcached_proxy.flick", &backends);
+    const GET: u8 = 0x00;
+    const SET: u8 = 0x01;
+    const DELETE: u8 = 0x04;
+    let bad: Vec<(Vec<u8>, u16)> = vec![
+        (request_with_opaque(GET, b"", b"", b"", 7), 0x04),
+        (request_with_opaque(SET, b"", b"v", &[0; 8], 7), 0x04),
+        (request_with_opaque(DELETE, b"", b"", b"", 7), 0x04),
+        (request_with_opaque(0x50, b"k", b"", b"", 7), 0x81),
+        (
+            {
+                let mut r = request_with_opaque(GET, b"k", b"", b"", 7);
+                r[0] = 0x81;
+                r
+            },
+            0x04,
+        ),
+    ];
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    thread::scope(|s| {
+        // Clients whose gets go over the shared connections all along.
+        let good: Vec<_> = (0..4)
+            .map(|c| {
+                let stop = &stop;
+                s.spawn(move || {
+                    let mut conn = connect(port);
+                    let key = format!("good-{c}");
+                    let set = request_with_opaque(SET, key.as_bytes(), key.as_bytes(), &[0; 8], 1);
+                    conn.write_all(&set).unwrap();
+                    assert_eq!(support::response(&mut conn).0, 0);
+                    let mut rounds = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) && rounds < 2000 {
+                        let get = request_with_opaque(GET, key.as_bytes(), b"", b"", 2);
+                        conn.write_all(&get).unwrap();
+                        assert_eq!(
+                            support::response(&mut conn),
+                            (0, key.clone().into_bytes()),
+                            "client {c} round {rounds}"
+                        );
+                        rounds += 1;
+                    }
+                    rounds
+                })
+            })
+            .collect();
+        for (request, status) in &bad {
+            for _ in 0..20 {
+                let mut conn = connect(port);
+                conn.write_all(request).unwrap();
+                let h = support::response_header(&mut conn);
+                let (_, value) = support::response_body(&mut conn, &h);
+                assert_eq!(support::status(&h), *status, "{value:?}");
+                assert_eq!((h[0], h[1]), (0x81, request[1]), "the opcode is echoed");
+                assert_eq!(&h[12..16], &7u32.to_be_bytes(), "the opaque is echoed");
+                // The connection reads on.
+                conn.write_all(&request_with_opaque(GET, b"missing", b"", b"", 3))
+                    .unwrap();
+                assert_eq!(support::response(&mut conn).0, 0x01, "not found");
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for g in good {
+            assert!(g.join().expect("a good client's replies were its own") > 0);
+        }
+    });
+}

@@ -522,6 +522,28 @@ impl Compute {
         }
     }
 
+    /// The status a client's request is refused with, before any rule or
+    /// peer sees it (`%refuse`: a Memcached binary request that memcached
+    /// would answer by closing a connection other clients share).
+    fn refused(&self, input: usize, chan: u16, m: &Msg) -> Option<u16> {
+        if self.client != Some(input) || !matches!(m.part, Part::Whole | Part::Head) {
+            return None;
+        }
+        let status = self.host.property(chan, "refuse", m).filter(|s| *s != 0)?;
+        self.host
+            .stats
+            .malformed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        static REFUSED: crate::log::RateLimit = crate::log::RateLimit::new();
+        crate::limited!(
+            REFUSED,
+            info,
+            status,
+            "a request the grammar refuses gets its reject reply and goes to no backend"
+        );
+        Some(u16::try_from(status).unwrap_or(u16::MAX))
+    }
+
     /// A rule stopped by a fault: it is counted and logged with where in
     /// the program it happened, and a client owed a reply gets the
     /// grammar's `%fault` reply in its place. The connection stays up.
@@ -987,6 +1009,9 @@ impl Compute {
                 self.host.last_route = None;
             }
             if let (true, Some(status)) = (self.client == Some(i), m.rejected) {
+                self.host
+                    .answer_request(m, crate::peers::Answer::Reject(status));
+            } else if let Some(status) = self.refused(i, chan, &m) {
                 self.host
                     .answer_request(m, crate::peers::Answer::Reject(status));
             } else if self.client == Some(i) {

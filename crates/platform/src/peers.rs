@@ -420,7 +420,22 @@ impl GraphHost {
         let made = match answer {
             Answer::Reject(status) => {
                 let status = (status != 0).then_some(status);
-                self.grammar.reject_reply(unit, status, &mut reply.bytes)
+                let read_as = self.units.get(client).copied().flatten();
+                match (read_as == Some(unit), request.rejected.is_none()) {
+                    // A request that parsed, of the reply's own unit.
+                    (true, true) => self.grammar.reject_reply_to(
+                        unit,
+                        &request.slots,
+                        &request.bytes,
+                        status,
+                        &mut reply.bytes,
+                    ),
+                    // A reply that echoes its request (Memcached's binary
+                    // opcode and opaque) cannot be made for bytes that did
+                    // not parse: the connection closes.
+                    (true, false) => Ok(false),
+                    (false, _) => self.grammar.reject_reply(unit, status, &mut reply.bytes),
+                }
             }
             Answer::Fault => {
                 let read_as = self.units.get(client).copied().flatten();

@@ -19,13 +19,27 @@ impl Grammar {
         status: Option<u16>,
         out: &mut Vec<u8>,
     ) -> Result<bool, WireError> {
+        let unset = vec![Slot::Unset; self.units[unit].slots as usize];
+        self.reject_reply_to(unit, &unset, &[], status, out)
+    }
+
+    /// `reject_reply` for a request of `unit` itself that parsed but is
+    /// refused (`%refuse`): the reply starts from the request's values, as
+    /// `%fault`'s does (a binary reply echoes the opcode and opaque).
+    pub fn reject_reply_to(
+        &self,
+        unit: UnitId,
+        slots: &[Slot],
+        bytes: &[u8],
+        status: Option<u16>,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, WireError> {
         let info = &self.units[unit];
         if info.reject.is_empty() {
             return Ok(false);
         }
-        let unset = vec![Slot::Unset; info.slots as usize];
         let dollar = status.map_or(eval::Val::Unset, |s| eval::Val::Int(s as i128));
-        self.assign(unit, &info.reject, "%reject", &unset, &[], dollar, out)?;
+        self.assign(unit, &info.reject, "%reject", slots, bytes, dollar, out)?;
         Ok(true)
     }
 

@@ -170,6 +170,7 @@ pub const ROUTING: &[&str] = &[
     "fenced",
     "discard",
     "quiet_reject",
+    "refuse",
 ];
 type PResult<T> = Result<T, Reported>;
 
