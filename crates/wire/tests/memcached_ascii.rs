@@ -1144,7 +1144,10 @@ fn routing_properties() {
 #[test]
 fn rejected_requests_get_memcacheds_replies() {
     let g = Grammar::stock("memcached_ascii").unwrap();
-    let (req, resp) = (g.unit_id("request").unwrap(), g.unit_id("response").unwrap());
+    let (req, resp) = (
+        g.unit_id("request").unwrap(),
+        g.unit_id("response").unwrap(),
+    );
     let reply = |status: Option<u16>| {
         let mut out = Vec::new();
         assert!(g.reject_reply(resp, status, &mut out).unwrap());
@@ -1152,9 +1155,15 @@ fn rejected_requests_get_memcacheds_replies() {
     };
     assert_eq!(reply(None), "ERROR\r\n");
     assert_eq!(reply(Some(1)), "CLIENT_ERROR bad command line format\r\n");
-    assert_eq!(reply(Some(2)), "SERVER_ERROR object too large for cache\r\n");
+    assert_eq!(
+        reply(Some(2)),
+        "SERVER_ERROR object too large for cache\r\n"
+    );
     assert_eq!(reply(Some(3)), "CLIENT_ERROR bad data chunk\r\n");
-    assert_eq!(reply(Some(4)), "CLIENT_ERROR invalid numeric delta argument\r\n");
+    assert_eq!(
+        reply(Some(4)),
+        "CLIENT_ERROR invalid numeric delta argument\r\n"
+    );
     assert_eq!(
         reply(Some(5)),
         "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n"
@@ -1162,14 +1171,21 @@ fn rejected_requests_get_memcacheds_replies() {
     // What the parsed part of a failed request says.
     let said = |bytes: &[u8], name: &str| {
         let mut p = g.parser(req);
-        assert!(p.parse(bytes).is_err(), "{:?}", String::from_utf8_lossy(bytes));
+        assert!(
+            p.parse(bytes).is_err(),
+            "{:?}",
+            String::from_utf8_lossy(bytes)
+        );
         g.property(req, name, p.slots(), bytes)
     };
     assert_eq!(said(b"set k 0 0 2000000\r\n", "discard"), Some(2_000_002));
     assert_eq!(said(b"set k 0 0 3\r\nabcde\r\n", "discard"), Some(5));
     assert_eq!(said(b"set k 0 0 x\r\n", "discard"), None);
     assert_eq!(said(b"bogus\r\n", "discard"), None);
-    assert_eq!(said(b"set k 0 0 2000000 noreply\r\n", "quiet_reject"), Some(1));
+    assert_eq!(
+        said(b"set k 0 0 2000000 noreply\r\n", "quiet_reject"),
+        Some(1)
+    );
     assert_eq!(said(b"set k 0 0 2000000\r\n", "quiet_reject"), Some(0));
     assert_eq!(said(b"ms k 2000000 q\r\n", "quiet_reject"), Some(0));
 }
