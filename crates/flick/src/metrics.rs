@@ -34,6 +34,7 @@ pub struct Sample {
     pub backend_connect_errors: u64,
     pub compute_faults: u64,
     pub fault_replies: u64,
+    pub jobs_failed: u64,
     /// Per worker.
     pub queue_lengths: Vec<usize>,
     pub tasks_live: usize,
@@ -58,6 +59,7 @@ impl Sample {
             backend_connect_errors: get(&s.backend_connect_errors),
             compute_faults: get(&s.compute_faults),
             fault_replies: get(&s.fault_replies),
+            jobs_failed: get(&s.jobs_failed),
             queue_lengths: service.queue_lengths(),
             tasks_live: service.live_tasks(),
             pooled_messages: service.pooled_messages(),
@@ -129,6 +131,12 @@ impl Sample {
             "counter",
             "Rules stopped by a run-time fault of the program (each logged with its position).",
             &one(self.compute_faults),
+        );
+        family(
+            "flick_jobs_failed_total",
+            "counter",
+            "Jobs whose merged streams were truncated, out of order or had a wrong checksum: their output was aborted.",
+            &one(self.jobs_failed),
         );
         family(
             "flick_fault_replies_total",

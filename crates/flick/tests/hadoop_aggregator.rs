@@ -343,3 +343,126 @@ fn an_unreachable_reducer_closes_the_mappers_connections() {
         }
     }
 }
+
+/// How a hostile mapper ends its stream.
+#[derive(Clone, Copy, Debug)]
+enum Ending {
+    /// Its connection closes after the bytes.
+    Close,
+    /// Its connection is reset after the bytes.
+    Reset,
+}
+
+/// Three mappers: two send good streams, one sends `bad` and ends as
+/// `ending` says. Returns what the reducer got (all of it, up to its end
+/// or a reset) and whether each mapper's connection was closed or reset
+/// by the aggregator, within 10 s.
+fn aggregate_with_a_hostile_mapper(bad: Vec<u8>, ending: Ending) -> (Vec<u8>, Vec<bool>) {
+    let reducer = TcpListener::bind("127.0.0.1:0").unwrap();
+    let rport = reducer.local_addr().unwrap().port();
+    let mut procs = Procs(Vec::new());
+    let port = start(&mut procs, 3, rport);
+    let received = std::thread::spawn(move || {
+        let (mut s, _) = reducer.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => all.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("the reducer's connection neither ended nor reset: {e}"),
+            }
+        }
+        all
+    });
+    let good = |seed: u64| {
+        ifile(&map_output(&words(
+            seed,
+            200,
+            &["alpha".into(), "beta".into(), "gamma".into()],
+        )))
+    };
+    let streams = [good(1), bad, good(2)];
+    let mut conns: Vec<TcpStream> = Vec::new();
+    for (i, bytes) in streams.iter().enumerate() {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        // The aggregator may have closed already: a failed write is fine.
+        let _ = s.write_all(bytes);
+        if i == 1 {
+            match ending {
+                Ending::Close => {
+                    let _ = s.shutdown(std::net::Shutdown::Write);
+                }
+                Ending::Reset => {
+                    socket2::SockRef::from(&s)
+                        .set_linger(Some(Duration::ZERO))
+                        .unwrap();
+                    drop(s);
+                    continue;
+                }
+            }
+        }
+        conns.push(s);
+    }
+    let out = received.join().unwrap();
+    let ended: Vec<bool> = conns
+        .iter_mut()
+        .map(|c| {
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut rest = Vec::new();
+            match c.read_to_end(&mut rest) {
+                Ok(_) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            }
+        })
+        .collect();
+    (out, ended)
+}
+
+/// A mapper's stream that is truncated, reset, without its end marker,
+/// with a wrong CRC, out of key order, or garbage fails the job: the
+/// reducer never gets a well-formed stream (Hadoop's reader, like
+/// `read_ifile`, fails on it), and every mapper's connection ends.
+#[test]
+fn a_hostile_mapper_fails_the_job_visibly() {
+    let good = ifile(&map_output(&words(
+        9,
+        200,
+        &["delta".into(), "omega".into()],
+    )));
+    let records_only = good[..good.len() - 6].to_vec();
+    let mut bad_crc = good.clone();
+    *bad_crc.last_mut().unwrap() ^= 0x55;
+    let unsorted = ifile(&[("zeta".into(), 1), ("alpha".into(), 1)]);
+    let garbage: Vec<u8> = (0..500u32).map(|i| (i * 131 % 251) as u8).collect();
+    let cases: Vec<(&str, Vec<u8>, Ending)> = vec![
+        (
+            "truncated mid-record",
+            good[..good.len() / 2].to_vec(),
+            Ending::Close,
+        ),
+        (
+            "reset mid-record",
+            good[..good.len() / 2].to_vec(),
+            Ending::Reset,
+        ),
+        ("no end marker", records_only, Ending::Close),
+        ("a wrong CRC", bad_crc, Ending::Close),
+        ("keys out of order", unsorted, Ending::Close),
+        ("garbage", garbage, Ending::Close),
+    ];
+    for (what, bytes, ending) in cases {
+        let (out, ended) = aggregate_with_a_hostile_mapper(bytes, ending);
+        assert!(
+            read_ifile(&out).is_err(),
+            "{what}: the reducer got a well-formed stream of {} bytes",
+            out.len()
+        );
+        assert!(
+            ended.iter().all(|e| *e),
+            "{what}: mappers' connections {ended:?}"
+        );
+    }
+}

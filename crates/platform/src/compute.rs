@@ -219,6 +219,9 @@ pub struct GraphHost {
     pub balanced: Vec<u64>,
     /// Messages the running rule has sent.
     pub sends: u32,
+    /// A stream merged into the instance failed its checks: the instance
+    /// ends with its connections aborted.
+    pub job_failed: bool,
     pub stats: Arc<crate::stats::Stats>,
 }
 
@@ -262,7 +265,9 @@ impl GraphHost {
     /// whose grammar has one (`%end`); `false` while such an output is
     /// full (the task is woken when it has room, and calls again).
     pub(crate) fn close_outputs(&mut self) -> bool {
-        for o in &mut self.outputs {
+        // A failed job's streams must not look whole.
+        let end_them = !self.job_failed;
+        for o in self.outputs.iter_mut().filter(|_| end_them) {
             let (Some(tx), Some(crc)) = (&o.tx, &o.crc) else {
                 continue;
             };
@@ -809,11 +814,20 @@ impl Compute {
     /// them) and nothing more is written.
     fn break_up(&mut self) -> TaskStatus {
         self.host.release();
+        self.vm.stop();
         self.inputs.clear();
         self.host.merges.clear();
         for o in &mut self.host.outputs {
             o.crc = None;
             o.tx = None;
+            if let (true, Some((conn, reader))) = (self.host.job_failed, &o.conn) {
+                // Aborted, not closed: a reset, so that no peer takes what
+                // it got for a whole stream.
+                let _ = socket2::SockRef::from(&conn.stream)
+                    .set_linger(Some(std::time::Duration::ZERO));
+                let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+                self.host.waker.wake(*reader);
+            }
         }
         TaskStatus::Done
     }
@@ -954,6 +968,10 @@ impl Compute {
                     Guards::Suspended(s) => return s,
                     Guards::Ran => continue,
                     Guards::Idle => {}
+                }
+                if self.host.broken {
+                    // A merge found a stream broken: no output ends well.
+                    return self.break_up();
                 }
                 let closing = self.host.ending && self.host.settled();
                 if closing

@@ -826,7 +826,7 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
                 if p.loaded.ruled[p.client_chan] {
                     g.inputs.push(c.input);
                 } else {
-                    let merge = crate::merge::MergeInput::new(c.input.rx, p.client_chan as u16);
+                    let merge = crate::merge::MergeInput::new(c.input.rx, p.client_chan as u16, i);
                     g.merges.push(merge);
                 }
                 g.outputs.push(c.output);
@@ -956,6 +956,7 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
             last_route: None,
             broken: false,
             sends: 0,
+            job_failed: false,
             stats: p.stats.clone(),
         },
         vm: g.vm,

@@ -19,6 +19,9 @@ pub struct Stats {
     pub backend_connect_errors: AtomicU64,
     /// Rules stopped by a run-time fault of compute code.
     pub compute_faults: AtomicU64,
+    /// Jobs failed because a stream merged into them was truncated, had a
+    /// wrong checksum or was out of order.
+    pub jobs_failed: AtomicU64,
     /// Requests answered with the grammar's `%fault` reply (a backend down,
     /// too slow or broken, or a compute fault) instead of a peer's reply.
     pub fault_replies: AtomicU64,
