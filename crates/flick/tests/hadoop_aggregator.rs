@@ -7,7 +7,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::{Procs, ROOT};
@@ -141,6 +141,7 @@ fn map_output(words: &[String]) -> Vec<(String, i32)> {
 /// writing to `reducer`; returns the port the mappers connect to.
 fn start(procs: &mut Procs, mappers: usize, reducer: u16) -> u16 {
     let fan_in = format!("mappers={mappers}");
+    let listen = format!("mappers=127.0.0.1:{}", support::free_port());
     let reducer = format!("reducer=127.0.0.1:{reducer}");
     support::start_flick(
         procs,
@@ -148,7 +149,7 @@ fn start(procs: &mut Procs, mappers: usize, reducer: u16) -> u16 {
             "run",
             "examples/hadoop_wordcount.flick",
             "--listen",
-            "mappers=127.0.0.1:0",
+            &listen,
             "--fan-in",
             &fan_in,
             "--connect",
@@ -160,7 +161,7 @@ fn start(procs: &mut Procs, mappers: usize, reducer: u16) -> u16 {
 /// Sends each mapper's stream on its own connection, in pieces, and
 /// returns everything the reducer receives.
 fn aggregate(streams: Vec<Vec<u8>>) -> Vec<u8> {
-    let reducer = TcpListener::bind("127.0.0.1:0").unwrap();
+    let reducer = support::listener();
     let rport = reducer.local_addr().unwrap().port();
     let mut procs = Procs(Vec::new());
     let port = start(&mut procs, streams.len(), rport);
@@ -358,7 +359,7 @@ enum Ending {
 /// or a reset) and whether each mapper's connection was closed or reset
 /// by the aggregator, within 10 s.
 fn aggregate_with_a_hostile_mapper(bad: Vec<u8>, ending: Ending) -> (Vec<u8>, Vec<bool>) {
-    let reducer = TcpListener::bind("127.0.0.1:0").unwrap();
+    let reducer = support::listener();
     let rport = reducer.local_addr().unwrap().port();
     let mut procs = Procs(Vec::new());
     let port = start(&mut procs, 3, rport);

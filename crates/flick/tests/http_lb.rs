@@ -257,7 +257,7 @@ fn bad_requests_and_dead_backends_get_error_statuses() {
 #[test]
 fn slow_and_broken_backends_get_504_and_502() {
     let mut procs = Procs(Vec::new());
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = support::listener();
     let silent_port = silent.local_addr().unwrap().port();
     let held = std::thread::spawn(move || {
         // Accept, say nothing, and keep the connection open a while.
@@ -274,7 +274,7 @@ fn slow_and_broken_backends_get_504_and_502() {
     assert!(started.elapsed() < Duration::from_secs(3));
     held.join().unwrap();
 
-    let breaking = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let breaking = support::listener();
     let breaking_port = breaking.local_addr().unwrap().port();
     std::thread::spawn(move || {
         // Read a request, then hang up without a word.
@@ -297,14 +297,10 @@ fn slow_and_broken_backends_get_504_and_502() {
 #[test]
 fn the_static_server_answers_every_request_with_its_page() {
     let mut procs = Procs(Vec::new());
+    let listen = format!("client=127.0.0.1:{}", support::free_port());
     let port = support::start_flick(
         &mut procs,
-        &[
-            "run",
-            "examples/static_web.flick",
-            "--listen",
-            "client=127.0.0.1:0",
-        ],
+        &["run", "examples/static_web.flick", "--listen", &listen],
     );
     let (mut s, mut r) = connect(port);
     s.write_all(&b"GET /any HTTP/1.1\r\nHost: t\r\n\r\n".repeat(5))
@@ -496,11 +492,13 @@ fn forwarded_requests_keep_pooled_backend_connections_and_carry_x_forwarded_for(
 fn run_balancer_with_metrics(procs: &mut Procs, program: &str, backends: &[u16]) -> (u16, u16) {
     use std::process::{Command, Stdio};
     let list: Vec<String> = backends.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let listen = format!("client=127.0.0.1:{}", support::free_port());
+    let metrics = format!("127.0.0.1:{}", support::free_port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
         .current_dir(support::ROOT)
-        .args(["run", program, "--listen", "client=127.0.0.1:0"])
+        .args(["run", program, "--listen", &listen])
         .args(["--connect", &format!("backends={}", list.join(","))])
-        .args(["--metrics", "127.0.0.1:0", "--workers", "2"])
+        .args(["--metrics", &metrics, "--workers", "2"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -650,7 +648,7 @@ fn head_responses_have_no_body_and_connect_is_refused() {
 #[test]
 fn a_response_framed_by_its_connections_close_arrives_whole() {
     let mut procs = Procs(Vec::new());
-    let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend = support::listener();
     let backend_port = backend.local_addr().unwrap().port();
     const ROUNDS: usize = 20;
     std::thread::spawn(move || {
@@ -737,7 +735,7 @@ fn interim_100_continue_reaches_its_client_before_the_final_response() {
 
 /// A backend that answers one request per connection with `reply`.
 fn scripted_backend(reply: &'static [u8]) -> u16 {
-    let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend = support::listener();
     let port = backend.local_addr().unwrap().port();
     std::thread::spawn(move || {
         for c in backend.incoming() {

@@ -51,10 +51,24 @@ fn proxy_config(backends: &[u16]) -> String {
         .map(|p| format!("\"127.0.0.1:{p}\""))
         .collect();
     format!(
-        "program = {:?}\nworkers = 2\nmetrics = \"127.0.0.1:0\"\n\n[listen]\nclient = \"127.0.0.1:0\"\n\n[connect]\nbackends = [{}]\n",
+        "program = {:?}\nworkers = 2\nmetrics = \"127.0.0.1:{}\"\n\n[listen]\nclient = \"127.0.0.1:{}\"\n\n[connect]\nbackends = [{}]\n",
         program(),
+        free_port(),
+        free_port(),
         list.join(", ")
     )
+}
+
+/// `text` with the value after `key` on its line replaced by `value`.
+fn replace_value(text: &str, key: &str, value: &str) -> String {
+    text.lines()
+        .map(|l| match l.strip_prefix(key) {
+            Some(_) => format!("{key}{value}"),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
 }
 
 fn flick(args: &[&str]) -> Output {
@@ -279,12 +293,12 @@ fn check_rejects_bad_configs_naming_the_problem() {
         ),
         (
             "bad_address.toml",
-            good.replace("client = \"127.0.0.1:0\"", "client = \"127.0.0.1\""),
+            replace_value(&good, "client = ", "\"127.0.0.1\""),
             "listen.client: `127.0.0.1`: invalid socket address",
         ),
         (
             "bad_metrics.toml",
-            good.replace("metrics = \"127.0.0.1:0\"", "metrics = \"9100\""),
+            replace_value(&good, "metrics = ", "\"9100\""),
             "metrics: `9100`: invalid socket address",
         ),
         (
@@ -459,11 +473,11 @@ fn a_compute_fault_gets_an_error_reply_a_log_line_and_a_metric() {
         &[
             program,
             "--listen",
-            "client=127.0.0.1:0",
+            &format!("client=127.0.0.1:{}", free_port()),
             "--connect",
             &connect_to,
             "--metrics",
-            "127.0.0.1:0",
+            &format!("127.0.0.1:{}", free_port()),
             "--log-format",
             "json",
         ],

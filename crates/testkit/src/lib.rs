@@ -22,13 +22,34 @@ impl Drop for Procs {
     }
 }
 
-/// A loopback port nothing listened on a moment ago.
+/// A loopback port nothing listened on a moment ago, below 32768: ports
+/// from 32768 up are the kernel's for outgoing connections, and a listener
+/// there can collide with one under load. Ports are tried from a place
+/// that differs by process and call, so parallel tests rarely meet.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    const FIRST: u32 = 20000;
+    const SPAN: u32 = 32768 - FIRST;
+    let seed = std::process::id().wrapping_mul(7919)
+        ^ CALLS.fetch_add(1, Ordering::Relaxed).wrapping_mul(104729);
+    for i in 0..SPAN {
+        let port = (FIRST + (seed.wrapping_add(i)) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port below 32768");
+}
+
+/// A listener on a free loopback port below 32768 (see [`free_port`]).
+pub fn listener() -> TcpListener {
+    for _ in 0..100 {
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", free_port())) {
+            return l;
+        }
+    }
+    panic!("no free loopback port below 32768");
 }
 
 /// Waits up to 10 s for something to listen on loopback `port`.

@@ -12,7 +12,9 @@ use std::time::Duration;
 /// The workspace root, where `flick run` is started.
 pub const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
-pub use flick_testkit::{free_port, memcached, memcached_on, memcached_pid, root, wait_for, Procs};
+pub use flick_testkit::{
+    free_port, listener, memcached, memcached_on, memcached_pid, root, wait_for, Procs,
+};
 
 /// Starts `flick run program` (relative to the workspace root) in front of
 /// `backends`, with two workers; returns the port it listens on.
@@ -24,14 +26,8 @@ pub fn flick_run(procs: &mut Procs, program: &str, backends: &[u16]) -> u16 {
 pub fn flick_run_with(procs: &mut Procs, program: &str, backends: &[u16], more: &[&str]) -> u16 {
     let list: Vec<String> = backends.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     let connect = format!("backends={}", list.join(","));
-    let mut args = vec![
-        "run",
-        program,
-        "--listen",
-        "client=127.0.0.1:0",
-        "--connect",
-        &connect,
-    ];
+    let listen = format!("client=127.0.0.1:{}", free_port());
+    let mut args = vec!["run", program, "--listen", &listen, "--connect", &connect];
     args.extend(more);
     start_flick(procs, &args)
 }

@@ -37,7 +37,12 @@ pub fn serve(example: &str, backends: &[u16], config: ServiceConfig) -> Service 
     Service::start(
         loaded,
         ServiceConfig {
-            listen: vec![("client".into(), "127.0.0.1:0".parse().unwrap())],
+            listen: vec![(
+                "client".into(),
+                format!("127.0.0.1:{}", flick_testkit::free_port())
+                    .parse()
+                    .unwrap(),
+            )],
             connect: vec![(
                 "backends".into(),
                 backends
