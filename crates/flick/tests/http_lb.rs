@@ -792,7 +792,7 @@ fn split_fields_extra_hosts_and_unknown_transfer_codings_are_refused() {
     let a = site("refuse");
     let backends = [flick_testkit::nginx(&mut procs, &a, "a")];
     let port = balancer(&mut procs, &backends);
-    let cases: [(&[u8], u16); 8] = [
+    let cases: [(&[u8], u16); 9] = [
         (
             b"GET /f1.txt HTTP/1.1\r\nHost: t\r\nX: a\nGET /f2.txt HTTP/1.1\r\n\r\n",
             400,
@@ -800,6 +800,7 @@ fn split_fields_extra_hosts_and_unknown_transfer_codings_are_refused() {
         (b"GET /f1.txt HTTP/1.1\r\nHost: t\r\nX: a\rb\r\n\r\n", 400),
         (b"GET /f1.txt HTTP/1.1\r\nHost: t\r\nX: a\0b\r\n\r\n", 400),
         (b"GET /f1.txt HTTP/1.1\r\nHost: t\r\nHost: u\r\n\r\n", 400),
+        (b"GET /f1.txt HTTP/1.1\r\n\r\n", 400),
         (
             b"POST /f1.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
             501,

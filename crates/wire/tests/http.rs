@@ -441,13 +441,16 @@ fn field_values_with_nul_cr_or_lf_are_refused() {
 }
 
 /// More than one Host field is 400 (RFC 9112 section 3.2), in HTTP/1.0
-/// too; an HTTP/1.0 request without one is fine.
+/// too, and so is none in HTTP/1.1; an HTTP/1.0 request without one is
+/// fine.
 #[test]
 fn more_than_one_host_is_refused() {
     for bytes in [
         &b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"[..],
         b"GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n",
         b"GET / HTTP/1.0\r\nHost: a\r\nHOST: b\r\n\r\n",
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nX-Host: a\r\n\r\n",
     ] {
         assert_eq!(
             status_of("request", bytes),

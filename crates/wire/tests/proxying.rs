@@ -58,12 +58,12 @@ fn an_http_1_0_request_asks_the_backend_to_keep_the_connection() {
 fn an_earlier_x_forwarded_for_is_kept_and_the_client_added_after_it() {
     let (out, _) = forwarded(
         "request",
-        b"GET / HTTP/1.1\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n",
         CLIENT,
     );
     assert_eq!(
         out,
-        "GET / HTTP/1.1\r\nX-Forwarded-For: 10.0.0.1\r\nConnection: keep-alive\r\nX-Forwarded-For: 127.0.0.7\r\n\r\n"
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.0.0.1\r\nConnection: keep-alive\r\nX-Forwarded-For: 127.0.0.7\r\n\r\n"
     );
 }
 
@@ -71,13 +71,13 @@ fn an_earlier_x_forwarded_for_is_kept_and_the_client_added_after_it() {
 fn a_streaming_request_is_written_up_to_its_body() {
     let (out, head_only) = forwarded(
         "request",
-        b"POST /u HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+        b"POST /u HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
         CLIENT,
     );
     assert!(head_only);
     assert_eq!(
         out,
-        "POST /u HTTP/1.1\r\nContent-Length: 5\r\nConnection: keep-alive\r\nX-Forwarded-For: 127.0.0.7\r\n\r\n"
+        "POST /u HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: keep-alive\r\nX-Forwarded-For: 127.0.0.7\r\n\r\n"
     );
 }
 

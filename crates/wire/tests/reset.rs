@@ -33,7 +33,7 @@ fn http_headers_of_earlier_heads_are_cleared() {
         "http",
         "request",
         &[broken, many],
-        b"GET / HTTP/1.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: h\r\n\r\n",
     );
 }
 
