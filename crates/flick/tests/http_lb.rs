@@ -836,3 +836,52 @@ fn split_fields_extra_hosts_and_unknown_transfer_codings_are_refused() {
         .unwrap();
     assert_eq!(read_response(&mut r).status, 200);
 }
+
+/// The body of a request that closes the client's connection (HTTP/1.0,
+/// or `Connection: close`) is passed on whole, not only its head: else the
+/// pooled backend connection it went over would be left mid-request, and
+/// closed (failing the requests of other clients on it) or, worse, read on.
+/// The backend connections the balancer had before such a request are the
+/// ones it has after it: nginx's `$connection` numbers stay the same.
+#[test]
+fn a_closing_requests_body_is_forwarded_whole() {
+    let mut procs = Procs(Vec::new());
+    let a = site("closing-body");
+    let backends = [flick_testkit::nginx(&mut procs, &a, "a")];
+    let port = balancer(&mut procs, &backends);
+    let backend_connection = || {
+        let (mut s, mut r) = connect(port);
+        write!(s, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let resp = read_response(&mut r);
+        assert_eq!(resp.status, 200);
+        echo(&resp)["conn"].clone()
+    };
+    // Enough clients to reach both workers' pooled connections.
+    let before: std::collections::HashSet<String> = (0..12).map(|_| backend_connection()).collect();
+    // A body that would read as a request of its own if left behind.
+    let body = "GET /f1.txt HTTP/1.1\r\nHost: smuggled\r\n\r\n";
+    for (i, head) in [
+        "POST /echo HTTP/1.0\r\n",
+        "POST /echo HTTP/1.1\r\nHost: t\r\nConnection: close\r\n",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (mut s, mut r) = connect(port);
+        write!(s, "{head}Content-Length: {}\r\n\r\n", body.len()).unwrap();
+        // The body after the head has gone on, as a client that waits a
+        // moment sends it.
+        std::thread::sleep(Duration::from_millis(50));
+        s.write_all(body.as_bytes()).unwrap();
+        let resp = read_response(&mut r);
+        assert_eq!(resp.status, 200, "closing request {i}");
+        assert!(closed(&mut r), "closing request {i}: the connection closes");
+        for j in 0..12 {
+            let conn = backend_connection();
+            assert!(
+                before.contains(&conn),
+                "closing request {i}, client {j} after it: backend connection {conn} is new (had {before:?})"
+            );
+        }
+    }
+}

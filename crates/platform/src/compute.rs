@@ -527,6 +527,14 @@ impl Compute {
         }
     }
 
+    /// The last request's body is still coming (its response may be in
+    /// already: a backend that answers from the head): the instance stays
+    /// until it is through, so that the backend connection it goes over is
+    /// not left mid-request.
+    fn last_body_coming(&self) -> bool {
+        self.inputs.iter().any(|i| i.open && i.last_body)
+    }
+
     /// The status a client's request is refused with, before any rule or
     /// peer sees it (`%refuse`: a Memcached binary request that memcached
     /// would answer by closing a connection other clients share).
@@ -895,7 +903,11 @@ impl Compute {
                     return TaskStatus::Idle;
                 }
             }
-            if self.host.ending && !self.vm.is_running() && self.host.settled() {
+            if self.host.ending
+                && !self.vm.is_running()
+                && self.host.settled()
+                && !self.last_body_coming()
+            {
                 // Every reply is through: close the connections.
                 if !self.host.close_outputs() {
                     return TaskStatus::Idle;
@@ -973,7 +985,8 @@ impl Compute {
                     // A merge found a stream broken: no output ends well.
                     return self.break_up();
                 }
-                let closing = self.host.ending && self.host.settled();
+                let closing =
+                    self.host.ending && self.host.settled() && !self.last_body_coming();
                 if closing
                     && self.host.outputs.iter().any(|o| o.tx.is_some())
                     && !self.host.close_outputs()
