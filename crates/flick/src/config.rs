@@ -13,6 +13,7 @@
 //! dict_capacity = 1024
 //! response_timeout_ms = 2000
 //! backend_connections = 1             # per backend and worker; 0: per client
+//! backend_sharing = "pipelined"       # or "exclusive"; default: as the grammar says
 //!
 //! [listen]
 //! client = "127.0.0.1:11311"
@@ -69,6 +70,8 @@ pub struct FileConfig {
     pub response_timeout_ms: Option<u64>,
     /// Connections to each backend shared by all clients (0: per client).
     pub backend_connections: Option<usize>,
+    /// `pipelined` or `exclusive`.
+    pub backend_sharing: Option<String>,
     /// Listening channel array name to the connections that make up one
     /// instance.
     #[serde(default)]
@@ -127,6 +130,7 @@ pub struct Overrides {
     pub dict_capacity: Option<usize>,
     pub response_timeout_ms: Option<u64>,
     pub backend_connections: Option<usize>,
+    pub backend_sharing: Option<String>,
     /// `CHANNEL=N`
     pub fan_in: Vec<String>,
 }
@@ -148,6 +152,8 @@ pub struct Settings {
     pub dict_capacity: usize,
     pub response_timeout_ms: u64,
     pub backend_connections: usize,
+    /// `None`: as the grammar says.
+    pub backend_sharing: Option<flick_platform::Sharing>,
     /// In channel-name order.
     pub fan_in: Vec<(String, usize)>,
 }
@@ -361,6 +367,22 @@ pub fn resolve(
     .map_or(defaults.backend_connections, |(o, v)| {
         ranged(&mut errors, &o, v, &BACKEND_CONNECTIONS)
     });
+    let backend_sharing = setting(
+        &at,
+        "backend_sharing",
+        flags.backend_sharing.clone(),
+        cfg.backend_sharing.clone(),
+    )
+    .and_then(|(o, v)| match v.as_str() {
+        "pipelined" => Some(flick_platform::Sharing::Pipelined),
+        "exclusive" => Some(flick_platform::Sharing::Exclusive),
+        _ => {
+            errors.push(format!(
+                "{o}: `{v}` is not a way of sharing: pipelined or exclusive"
+            ));
+            None
+        }
+    });
     match program {
         Some(program) if errors.is_empty() => Ok(Settings {
             program,
@@ -374,6 +396,7 @@ pub fn resolve(
             dict_capacity,
             response_timeout_ms,
             backend_connections,
+            backend_sharing,
             fan_in,
         }),
         _ => Err(errors),

@@ -92,6 +92,12 @@ struct RunArgs {
     /// [default: 1].
     #[arg(long, value_name = "N")]
     backend_connections: Option<usize>,
+    /// How clients share a backend connection: `pipelined` (requests of
+    /// many clients interleaved) or `exclusive` (one client at a time, then
+    /// back to the idle ones) [default: as the grammar says: exclusive for
+    /// HTTP, pipelined for Memcached].
+    #[arg(long, value_name = "MODE")]
+    backend_sharing: Option<String>,
     /// For a listening channel array: how many connections, in order of
     /// arrival, make up one instance (the mappers of an aggregator).
     #[arg(long, value_name = "CHANNEL=N")]
@@ -296,6 +302,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         dict_capacity: args.dict_capacity,
         response_timeout_ms: args.response_timeout_ms,
         backend_connections: args.backend_connections,
+        backend_sharing: args.backend_sharing.clone(),
         fan_in: args.fan_in.clone(),
     };
     let settings = match resolve(file_config.as_ref().map(|(c, p)| (c, p.as_path())), &flags) {
@@ -370,6 +377,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         dict_capacity: settings.dict_capacity,
         response_timeout: std::time::Duration::from_millis(settings.response_timeout_ms),
         backend_connections: settings.backend_connections,
+        backend_sharing: settings.backend_sharing,
         ..flick_platform::ServiceConfig::default()
     };
     if let Some(w) = settings.workers {

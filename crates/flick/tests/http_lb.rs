@@ -885,3 +885,65 @@ fn a_closing_requests_body_is_forwarded_whole() {
         }
     }
 }
+
+/// Backend connections are exclusive for HTTP (the grammar's `%exclusive`):
+/// a client whose request body comes one byte at a time for longer than
+/// the response timeout, and one whose chunked body breaks its framing
+/// half way, hold up and hurt no other client: those get every response
+/// (a request queued behind the slow body would get 504 instead).
+#[test]
+fn a_slow_or_broken_body_holds_up_no_other_client() {
+    let mut procs = Procs(Vec::new());
+    let a = site("exclusive");
+    let backends = [flick_testkit::nginx(&mut procs, &a, "a")];
+    let port = balancer_with_timeout(&mut procs, &backends, 1000);
+    std::thread::scope(|scope| {
+        let slow = scope.spawn(|| {
+            let (mut s, mut r) = connect(port);
+            let body = [b'x'; 60];
+            write!(
+                s,
+                "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .unwrap();
+            // 60 bytes, one per 30 ms: 1.8 s, past the 1 s timeout.
+            for b in body.chunks(1) {
+                if s.write_all(b).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(30));
+            }
+            let _ = read_response(&mut r);
+        });
+        let broken = scope.spawn(|| {
+            let (mut s, mut r) = connect(port);
+            s.write_all(
+                b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+            )
+            .unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            // Not a chunk size: the request's framing is lost.
+            let _ = s.write_all(b"zz\r\nmore\r\n");
+            let mut rest = Vec::new();
+            let _ = r.read_to_end(&mut rest);
+        });
+        // Meanwhile, other clients, on both workers.
+        std::thread::sleep(Duration::from_millis(50));
+        let started = Instant::now();
+        for i in 0..40 {
+            let (mut s, mut r) = connect(port);
+            write!(s, "GET /f3.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+            let resp = read_response(&mut r);
+            assert_eq!(
+                (resp.status, resp.body.as_slice()),
+                (200, &b"file 3\n"[..]),
+                "client {i}"
+            );
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        assert!(started.elapsed() < Duration::from_secs(20));
+        slow.join().unwrap();
+        broken.join().unwrap();
+    });
+}

@@ -302,6 +302,14 @@ fn check_rejects_bad_configs_naming_the_problem() {
             "metrics: `9100`: invalid socket address",
         ),
         (
+            "bad_sharing.toml",
+            good.replace(
+                "workers = 2",
+                "workers = 2\nbackend_sharing = \"sometimes\"",
+            ),
+            "`sometimes` is not a way of sharing: pipelined or exclusive",
+        ),
+        (
             "not_toml.toml",
             "program = \n".to_string(),
             "TOML parse error at line 1",

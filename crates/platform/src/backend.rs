@@ -3,6 +3,14 @@
 //! reply goes back to the instance whose request it answers, in order (the
 //! way twemproxy multiplexes).
 //!
+//! Or, where the grammar asks for it (`%exclusive`, HTTP), exclusively: a
+//! connection serves one instance at a time and goes back to its worker's
+//! idle connections when that instance is done with it (no request in
+//! flight, no body half sent), for the next instance to take (the way
+//! nginx's upstream `keepalive` and HAProxy's `http-reuse safe` reuse
+//! connections). One client's slow body, broken framing or timeout then
+//! touches its own connection only.
+//!
 //! An instance joins a shared connection as a member with two task
 //! channels of its own, requests in and replies out, so to the instance a
 //! shared connection looks like one of its own. The connection's writer
@@ -78,8 +86,33 @@ impl SharedConn {
         compute: TaskId,
         graphs: &crate::graph_pool::GraphPool,
     ) -> Option<(Input, Output)> {
+        self.join_when(compute, graphs, false)
+    }
+
+    /// Adds instance `compute` as a member only if the connection is idle:
+    /// alive, with no member and no request in flight.
+    pub fn join_if_idle(
+        self: &Arc<Self>,
+        compute: TaskId,
+        graphs: &crate::graph_pool::GraphPool,
+    ) -> Option<(Input, Output)> {
+        self.join_when(compute, graphs, true)
+    }
+
+    fn join_when(
+        self: &Arc<Self>,
+        compute: TaskId,
+        graphs: &crate::graph_pool::GraphPool,
+        idle_only: bool,
+    ) -> Option<(Input, Output)> {
         let mut members = self.members.lock().expect("members lock");
         if self.is_dead() {
+            return None;
+        }
+        if idle_only
+            && (!members.list.is_empty()
+                || !self.inflight.lock().expect("inflight lock").is_empty())
+        {
             return None;
         }
         let (req_tx, req_rx) = graphs.links.channel();
@@ -437,10 +470,12 @@ pub struct Backend {
     pub chan: u16,
     pub index: Option<u32>,
     pub addr: std::net::SocketAddr,
-    /// `per_worker` slots for each worker, worker by worker.
+    /// Pipelined: `per_worker` slots for each worker, worker by worker.
     pub slots: Mutex<Vec<Option<Arc<SharedConn>>>>,
     pub per_worker: usize,
     pub next: std::sync::atomic::AtomicUsize,
+    /// Exclusive: each worker's connections, one instance on each at most.
+    pub exclusive: Option<Mutex<Vec<Vec<Arc<SharedConn>>>>>,
 }
 
 impl Backend {
@@ -450,6 +485,7 @@ impl Backend {
         addr: std::net::SocketAddr,
         per_worker: usize,
         workers: usize,
+        exclusive: bool,
     ) -> Backend {
         let per_worker = per_worker.max(1);
         Backend {
@@ -459,18 +495,51 @@ impl Backend {
             slots: Mutex::new(vec![None; per_worker * workers.max(1)]),
             per_worker,
             next: std::sync::atomic::AtomicUsize::new(0),
+            exclusive: exclusive.then(|| Mutex::new(vec![Vec::new(); workers.max(1)])),
         }
     }
 
     /// Live shared connections.
     pub fn live(&self) -> usize {
-        self.slots
+        let pipelined = self
+            .slots
             .lock()
             .expect("slots lock")
             .iter()
             .flatten()
             .filter(|c| !c.is_dead())
-            .count()
+            .count();
+        let exclusive = self.exclusive.as_ref().map_or(0, |e| {
+            let pools = e.lock().expect("pools lock");
+            pools.iter().flatten().filter(|c| !c.is_dead()).count()
+        });
+        pipelined + exclusive
+    }
+
+    /// Instance `compute` on `worker` takes an idle connection of that
+    /// worker's, or one `open` dials for it; `None` if the backend cannot
+    /// be reached. Only for an exclusive backend.
+    pub fn take_exclusive(
+        &self,
+        worker: usize,
+        compute: TaskId,
+        graphs: &crate::graph_pool::GraphPool,
+        open: impl FnOnce(u16, Option<u32>) -> Option<Arc<SharedConn>>,
+    ) -> Option<(Input, Output)> {
+        let pools = self.exclusive.as_ref()?;
+        let mut pools = pools.lock().expect("pools lock");
+        let n = pools.len();
+        let pool = &mut pools[worker % n];
+        pool.retain(|c| !c.is_dead());
+        for c in pool.iter() {
+            if let Some(joined) = c.join_if_idle(compute, graphs) {
+                return Some(joined);
+            }
+        }
+        let c = open(self.chan, self.index)?;
+        let joined = c.join(compute, graphs);
+        pool.push(c);
+        joined
     }
 
     /// A live shared connection of `worker`'s, in turn; `open` dials a new

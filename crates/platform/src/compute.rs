@@ -985,8 +985,7 @@ impl Compute {
                     // A merge found a stream broken: no output ends well.
                     return self.break_up();
                 }
-                let closing =
-                    self.host.ending && self.host.settled() && !self.last_body_coming();
+                let closing = self.host.ending && self.host.settled() && !self.last_body_coming();
                 if closing
                     && self.host.outputs.iter().any(|o| o.tx.is_some())
                     && !self.host.close_outputs()

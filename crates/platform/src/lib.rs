@@ -24,5 +24,5 @@ mod state;
 mod stats;
 
 pub use msg::{Msg, MsgPool};
-pub use service::{LoadError, Loaded, Service, ServiceConfig, StartError};
+pub use service::{LoadError, Loaded, Service, ServiceConfig, Sharing, StartError};
 pub use stats::{ChannelStats, Stats};

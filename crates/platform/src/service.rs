@@ -193,6 +193,32 @@ pub struct ServiceConfig {
     /// instances on that worker, with requests pipelined; 0 gives each
     /// instance connections of its own.
     pub backend_connections: usize,
+    /// How backend connections are shared; `None`: as the grammar says
+    /// (`%exclusive` on the unit of requests).
+    pub backend_sharing: Option<Sharing>,
+}
+
+/// How instances share a backend connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sharing {
+    /// Requests of many instances interleaved, replies matched in order.
+    Pipelined,
+    /// One instance at a time; back to the idle ones when it is done.
+    Exclusive,
+}
+
+/// Whether connections to the peers of channel `chan` are exclusive.
+fn exclusive(loaded: &Loaded, chan: usize, sharing: Option<Sharing>) -> bool {
+    match sharing {
+        Some(s) => s == Sharing::Exclusive,
+        None => loaded.out_units[chan].is_some_and(|u| {
+            loaded
+                .grammar
+                .property(u, "exclusive", &[], &[])
+                .unwrap_or(0)
+                != 0
+        }),
+    }
 }
 
 impl Default for ServiceConfig {
@@ -208,6 +234,7 @@ impl Default for ServiceConfig {
             dict_capacity: 1024,
             response_timeout: std::time::Duration::from_secs(2),
             backend_connections: 1,
+            backend_sharing: None,
         }
     }
 }
@@ -353,6 +380,7 @@ impl Service {
                         *a,
                         config.backend_connections,
                         scheduler.workers(),
+                        exclusive(&loaded, *chan, config.backend_sharing),
                     ));
                 }
             }
@@ -702,7 +730,11 @@ fn join_shared(
     let addr = backend.addr;
     // The instance uses its worker's connections, served on that worker.
     let worker = p.scheduler.home_of(compute);
-    let conn = backend.pick(worker, |c, i| open_shared(p, c, i, addr, worker))?;
+    let open = |c, i| open_shared(p, c, i, addr, worker);
+    if backend.exclusive.is_some() {
+        return backend.take_exclusive(worker, compute, &p.graphs, open);
+    }
+    let conn = backend.pick(worker, open)?;
     conn.join(compute, &p.graphs)
 }
 

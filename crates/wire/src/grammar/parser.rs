@@ -171,6 +171,7 @@ pub const ROUTING: &[&str] = &[
     "discard",
     "quiet_reject",
     "refuse",
+    "exclusive",
 ];
 type PResult<T> = Result<T, Reported>;
 
