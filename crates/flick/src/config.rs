@@ -21,6 +21,8 @@
 //! [connect]
 //! backends = ["127.0.0.1:11212", "127.0.0.1:11213"]
 //!
+//! fan_in_timeout_ms = 10000           # a fan-in group not full by then fails
+//!
 //! [fan_in]            # a listening channel array: connections per instance
 //! mappers = 8
 //! ```
@@ -72,6 +74,8 @@ pub struct FileConfig {
     pub backend_connections: Option<usize>,
     /// `pipelined` or `exclusive`.
     pub backend_sharing: Option<String>,
+    /// How long a fan-in group may wait for its last connection.
+    pub fan_in_timeout_ms: Option<u64>,
     /// Listening channel array name to the connections that make up one
     /// instance.
     #[serde(default)]
@@ -131,6 +135,7 @@ pub struct Overrides {
     pub response_timeout_ms: Option<u64>,
     pub backend_connections: Option<usize>,
     pub backend_sharing: Option<String>,
+    pub fan_in_timeout_ms: Option<u64>,
     /// `CHANNEL=N`
     pub fan_in: Vec<String>,
 }
@@ -154,6 +159,7 @@ pub struct Settings {
     pub backend_connections: usize,
     /// `None`: as the grammar says.
     pub backend_sharing: Option<flick_platform::Sharing>,
+    pub fan_in_timeout_ms: u64,
     /// In channel-name order.
     pub fan_in: Vec<(String, usize)>,
 }
@@ -383,6 +389,15 @@ pub fn resolve(
             None
         }
     });
+    let fan_in_timeout_ms = setting(
+        &at,
+        "fan_in_timeout_ms",
+        flags.fan_in_timeout_ms,
+        cfg.fan_in_timeout_ms,
+    )
+    .map_or(defaults.fan_in_timeout.as_millis() as u64, |(o, v)| {
+        ranged(&mut errors, &o, v, &RESPONSE_TIMEOUT_MS)
+    });
     match program {
         Some(program) if errors.is_empty() => Ok(Settings {
             program,
@@ -397,6 +412,7 @@ pub fn resolve(
             response_timeout_ms,
             backend_connections,
             backend_sharing,
+            fan_in_timeout_ms,
             fan_in,
         }),
         _ => Err(errors),

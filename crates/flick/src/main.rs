@@ -98,6 +98,10 @@ struct RunArgs {
     /// HTTP, pipelined for Memcached].
     #[arg(long, value_name = "MODE")]
     backend_sharing: Option<String>,
+    /// How long a fan-in group may wait for its last connection before its
+    /// job fails and its connections are reset, in ms [default: 10000].
+    #[arg(long, value_name = "MS")]
+    fan_in_timeout_ms: Option<u64>,
     /// For a listening channel array: how many connections, in order of
     /// arrival, make up one instance (the mappers of an aggregator).
     #[arg(long, value_name = "CHANNEL=N")]
@@ -303,6 +307,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         response_timeout_ms: args.response_timeout_ms,
         backend_connections: args.backend_connections,
         backend_sharing: args.backend_sharing.clone(),
+        fan_in_timeout_ms: args.fan_in_timeout_ms,
         fan_in: args.fan_in.clone(),
     };
     let settings = match resolve(file_config.as_ref().map(|(c, p)| (c, p.as_path())), &flags) {
@@ -378,6 +383,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         response_timeout: std::time::Duration::from_millis(settings.response_timeout_ms),
         backend_connections: settings.backend_connections,
         backend_sharing: settings.backend_sharing,
+        fan_in_timeout: std::time::Duration::from_millis(settings.fan_in_timeout_ms),
         ..flick_platform::ServiceConfig::default()
     };
     if let Some(w) = settings.workers {

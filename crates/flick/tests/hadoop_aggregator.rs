@@ -467,3 +467,76 @@ fn a_hostile_mapper_fails_the_job_visibly() {
         );
     }
 }
+
+/// A fan-in group that does not fill within `--fan-in-timeout-ms` fails:
+/// its mappers' connections end, and the next job's connections make a
+/// group of their own, so the reducer gets that job's words only.
+#[test]
+fn a_group_that_never_fills_times_out_and_mixes_no_jobs() {
+    let reducer = support::listener();
+    let rport = reducer.local_addr().unwrap().port();
+    let mut procs = Procs(Vec::new());
+    let listen = format!("mappers=127.0.0.1:{}", support::free_port());
+    let connect = format!("reducer=127.0.0.1:{rport}");
+    let port = support::start_flick(
+        &mut procs,
+        &[
+            "run",
+            "examples/hadoop_wordcount.flick",
+            "--listen",
+            &listen,
+            "--fan-in",
+            "mappers=3",
+            "--connect",
+            &connect,
+            "--fan-in-timeout-ms",
+            "300",
+        ],
+    );
+    let stream = |words: &[&str]| {
+        let w: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+        ifile(&map_output(&w))
+    };
+    // Job A: two of its three mappers come; the third never does.
+    let mut lonely: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            s.write_all(&stream(&["stale"])).unwrap();
+            s
+        })
+        .collect();
+    for s in &mut lonely {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut rest = Vec::new();
+        match s.read_to_end(&mut rest) {
+            Ok(_) => {}
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+        }
+    }
+    // Job B: three mappers, one group of its own.
+    let received = std::thread::spawn(move || {
+        let (mut s, _) = reducer.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut all = Vec::new();
+        s.read_to_end(&mut all).unwrap();
+        all
+    });
+    let mappers: Vec<TcpStream> = [["fresh", "word"], ["fresh", "fresh"], ["word", "zebra"]]
+        .iter()
+        .map(|words| {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            s.write_all(&stream(words)).unwrap();
+            s
+        })
+        .collect();
+    let out = received.join().unwrap();
+    drop(mappers);
+    assert_eq!(
+        read_ifile(&out).unwrap(),
+        vec![
+            ("fresh".to_string(), 3),
+            ("word".to_string(), 2),
+            ("zebra".to_string(), 1)
+        ]
+    );
+}

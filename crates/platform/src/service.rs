@@ -196,6 +196,9 @@ pub struct ServiceConfig {
     /// How backend connections are shared; `None`: as the grammar says
     /// (`%exclusive` on the unit of requests).
     pub backend_sharing: Option<Sharing>,
+    /// How long a fan-in group may wait for its last connection before its
+    /// job fails.
+    pub fan_in_timeout: std::time::Duration,
 }
 
 /// How instances share a backend connection.
@@ -235,6 +238,7 @@ impl Default for ServiceConfig {
             response_timeout: std::time::Duration::from_secs(2),
             backend_connections: 1,
             backend_sharing: None,
+            fan_in_timeout: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -268,7 +272,9 @@ struct Parts {
     /// Connections that make up one instance (1 unless it is an array).
     fan_in: usize,
     /// Connections accepted for an instance that is not complete yet.
-    arriving: Mutex<Vec<TcpStream>>,
+    /// Connections of a fan-in group that is not full yet, and when its
+    /// first arrived.
+    arriving: Mutex<(Vec<TcpStream>, Option<std::time::Instant>)>,
     /// Per connect binding: (channel index, addresses).
     backends: Vec<(usize, Vec<SocketAddr>)>,
     /// Set on shutdown: every instance finishes what it has and closes.
@@ -439,7 +445,7 @@ impl Service {
             stats,
             client_chan,
             fan_in,
-            arriving: Mutex::new(Vec::new()),
+            arriving: Mutex::new((Vec::new(), None)),
             backends,
             draining: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             computes: Mutex::new(std::collections::HashSet::with_capacity(
@@ -450,6 +456,13 @@ impl Service {
             balance,
         });
         let hooks = hooks(&parts);
+        if fan_in > 1 {
+            let weak = Arc::downgrade(&parts);
+            std::thread::Builder::new()
+                .name("flick-fan-in".into())
+                .spawn(move || reap_groups(weak))
+                .map_err(|e| StartError::Listen(laddr, e))?;
+        }
         // The reactor owns the registration; the callback accepts from
         // the listener while the service still accepts.
         let accepting = Arc::new(Mutex::new(None::<TcpListener>));
@@ -815,11 +828,58 @@ fn arrive(p: &Arc<Parts>, hooks: &Hooks, client: TcpStream) {
     }
     let complete = {
         let mut arriving = p.arriving.lock().expect("arriving lock");
-        arriving.push(client);
-        (arriving.len() == p.fan_in).then(|| std::mem::take(&mut *arriving))
+        // A group that waited past the fan-in timeout is not this
+        // connection's job: it fails, and this one starts a new group.
+        expire_group(p, &mut arriving);
+        let (group, since) = &mut *arriving;
+        group.push(client);
+        since.get_or_insert_with(std::time::Instant::now);
+        (group.len() == p.fan_in).then(|| {
+            *since = None;
+            std::mem::take(group)
+        })
     };
     if let Some(clients) = complete {
         instantiate(p, hooks, clients.into_iter());
+    }
+}
+
+/// Fails a fan-in group that has waited longer than the fan-in timeout:
+/// its connections are reset (its mappers see their job fail rather than
+/// wait, and none of them joins the next job's group), with a log line and
+/// `jobs_failed`.
+fn expire_group(p: &Parts, arriving: &mut (Vec<TcpStream>, Option<std::time::Instant>)) {
+    let (group, since) = arriving;
+    let Some(first) = *since else { return };
+    if first.elapsed() < p.config.fan_in_timeout {
+        return;
+    }
+    static EXPIRED: crate::log::RateLimit = crate::log::RateLimit::new();
+    crate::limited!(
+        EXPIRED,
+        error,
+        connections = group.len(),
+        wanted = p.fan_in,
+        "job failed: its fan-in group did not fill within {:?}; its connections are reset",
+        p.config.fan_in_timeout
+    );
+    p.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
+    for c in group.drain(..) {
+        let _ = socket2::SockRef::from(&c).set_linger(Some(std::time::Duration::ZERO));
+    }
+    *since = None;
+}
+
+/// Expires the fan-in group of a service every tenth of its timeout, for
+/// as long as the service runs: a group whose last connection never comes
+/// fails without waiting for another job's first.
+fn reap_groups(parts: std::sync::Weak<Parts>) {
+    loop {
+        let Some(p) = parts.upgrade() else { return };
+        let wait = (p.config.fan_in_timeout / 10).max(std::time::Duration::from_millis(10));
+        expire_group(&p, &mut p.arriving.lock().expect("arriving lock"));
+        drop(p);
+        std::thread::sleep(wait);
     }
 }
 
