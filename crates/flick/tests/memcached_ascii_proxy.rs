@@ -217,3 +217,31 @@ fn an_oversized_value_is_never_run_as_commands() {
         assert_eq!(r, "END\r\n", "nothing stored on {b}");
     }
 }
+
+/// Commands that administer one server (`shutdown`, `cache_memlimit`,
+/// `slabs`, `lru_crawler`, ...) are refused by the proxy with a
+/// `CLIENT_ERROR` that says why, and reach no server: after `shutdown`
+/// every backend still answers.
+#[test]
+fn commands_for_one_server_are_refused_and_reach_none() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
+    let port = proxy(&mut procs, &backends);
+    let mut c = connect(port);
+    for command in [
+        "shutdown\r\n",
+        "cache_memlimit 100\r\n",
+        "slabs reassign 1 2\r\n",
+        "lru_crawler metadump all\r\n",
+    ] {
+        assert_eq!(
+            exchange_fenced(&mut c, command.as_bytes()),
+            "CLIENT_ERROR not supported through the proxy: send it to each server\r\nMN\r\n",
+            "{command:?}"
+        );
+    }
+    for b in &backends {
+        let r = exchange(&mut connect(*b), b"version\r\n", b"\r\n");
+        assert!(r.starts_with("VERSION "), "backend {b} is up: {r:?}");
+    }
+}
