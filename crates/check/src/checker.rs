@@ -21,6 +21,9 @@ pub(crate) enum BindKind {
 pub(crate) struct Binding {
     pub ty: Ty,
     pub kind: BindKind,
+    /// A `let` of `E mod len(A)`: the name of `A`, which this value always
+    /// indexes in range.
+    pub index_of: Option<String>,
 }
 
 pub(crate) struct Checker<'p> {
@@ -120,10 +123,14 @@ impl<'p> Checker<'p> {
     }
 
     pub(crate) fn bind(&mut self, name: &str, ty: Ty, kind: BindKind) {
-        self.scopes
-            .last_mut()
-            .expect("a scope is open")
-            .push((name.to_string(), Binding { ty, kind }));
+        self.scopes.last_mut().expect("a scope is open").push((
+            name.to_string(),
+            Binding {
+                ty,
+                kind,
+                index_of: None,
+            },
+        ));
     }
 
     pub(crate) fn lookup(&self, name: &str) -> Option<&Binding> {

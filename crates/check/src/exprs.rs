@@ -6,6 +6,7 @@ use crate::suggest::closest;
 use crate::types::{ChanTy, Ty};
 use flick_span::{Diagnostic, Span};
 use flick_syntax::ast::*;
+use flick_syntax::format_expr;
 
 impl Checker<'_> {
     pub(crate) fn expr(&mut self, e: &Expr) -> Ty {
@@ -120,6 +121,13 @@ impl Checker<'_> {
         let name = format!("`{}`", op.symbol());
         match op {
             BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod => {
+                if matches!(op, BinOp::Div | BinOp::Mod) && !self.nonzero(b) {
+                    self.out.warnings.push(
+                        Diagnostic::warning("E0902", format!("{name} may divide by zero"), b.span)
+                            .label("this may be 0 at run time")
+                            .hint("a fault answers the request with the grammar's error reply; divide by a constant or by `len` of a channel array, which is never 0"),
+                    );
+                }
                 let ok_a = self.operand(&ta, &Ty::int(), a.span, &name);
                 let ok_b = self.operand(&tb, &Ty::int(), b.span, &name);
                 // The operator's error stands for its result's, too.
@@ -230,6 +238,51 @@ impl Checker<'_> {
         }
     }
 
+    /// Warns of `x[i]` unless `i` is provably in range: `E mod len(x)`, or
+    /// a name `let` to that.
+    fn may_fault_index(&mut self, x: &Expr, i: &Expr) {
+        let ExprKind::Var(base) = &x.kind else {
+            return self.warn_index(x, i);
+        };
+        let proven = match &i.kind {
+            ExprKind::Var(v) => self
+                .lookup(&v.name)
+                .and_then(|b| b.index_of.as_deref())
+                .is_some_and(|a| a == base.name),
+            _ => in_range_of(i).is_some_and(|a| a == base.name),
+        };
+        if !proven {
+            self.warn_index(x, i);
+        }
+    }
+
+    fn warn_index(&mut self, x: &Expr, i: &Expr) {
+        let base = format_expr(x, 0, 0);
+        self.out.warnings.push(
+            Diagnostic::warning("E0901", format!("this index of `{base}` may be out of range"), i.span)
+                .label("not known to lie in range")
+                .hint(format!(
+                    "a fault answers the request with the grammar's error reply; an index `E mod len({base})` is always in range"
+                )),
+        );
+    }
+
+    /// Whether `e` is never 0: a constant other than 0, or the length of a
+    /// channel array (bound to one peer at least).
+    fn nonzero(&self, e: &Expr) -> bool {
+        match &e.kind {
+            ExprKind::Int { value, .. } => *value != 0,
+            ExprKind::Call(f, args) if f.name == "len" && args.len() == 1 => matches!(
+                self.out
+                    .expr_types
+                    .get(&args[0].span)
+                    .map(|t| self.uni.resolve(t)),
+                Some(Ty::ChanArray(..))
+            ),
+            _ => false,
+        }
+    }
+
     fn index(&mut self, x: &Expr, i: &Expr) -> Ty {
         let t = self.expr(x);
         let ti = self.expr(i);
@@ -241,14 +294,17 @@ impl Checker<'_> {
             }
             Ty::ChanArray(c, _) => {
                 self.expect_ty(&ti, &Ty::int(), i.span, "channel index");
+                self.may_fault_index(x, i);
                 Ty::Chan(c.clone())
             }
             Ty::List(e, _) => {
                 self.expect_ty(&ti, &Ty::int(), i.span, "list index");
+                self.may_fault_index(x, i);
                 (**e).clone()
             }
             Ty::Str { .. } | Ty::Bytes { .. } => {
                 self.expect_ty(&ti, &Ty::int(), i.span, "byte index");
+                self.may_fault_index(x, i);
                 Ty::Int {
                     signed: false,
                     bytes: 1,
@@ -822,6 +878,11 @@ impl Checker<'_> {
                     );
                 }
                 self.bind(&name.name, t, BindKind::Let);
+                if let Some(array) = in_range_of(value) {
+                    if let Some((_, b)) = self.scopes.last_mut().and_then(|s| s.last_mut()) {
+                        b.index_of = Some(array);
+                    }
+                }
                 Ty::unit()
             }
             StmtKind::Assign { place, value } => {
@@ -1004,4 +1065,22 @@ fn quoted(names: &[String]) -> String {
         .map(|n| format!("`{n}`"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `E mod len(A)`, with `A` a name: `A`, which it always indexes in range
+/// (`mod` is Euclidean: never negative).
+fn in_range_of(e: &Expr) -> Option<String> {
+    let ExprKind::Binary(BinOp::Mod, _, d) = &e.kind else {
+        return None;
+    };
+    let ExprKind::Call(f, args) = &d.kind else {
+        return None;
+    };
+    match (f.name.as_str(), args.as_slice()) {
+        ("len", [a]) => match &a.kind {
+            ExprKind::Var(v) => Some(v.name.clone()),
+            _ => None,
+        },
+        _ => None,
+    }
 }

@@ -2,7 +2,7 @@
 //! graphs) consume instead of the raw tree.
 
 use crate::types::Ty;
-use flick_span::Span;
+use flick_span::{Diagnostic, Span};
 use flick_syntax::ast::{Expr, StateScope};
 use std::collections::HashMap;
 
@@ -16,6 +16,10 @@ pub struct CheckedProgram {
     pub processes: Vec<Process>,
     /// The type of every expression, by its span.
     pub expr_types: HashMap<Span, Ty>,
+    /// Operations that may fault at run time (an index out of range, a
+    /// division by zero): the program is accepted, and `flick check` says
+    /// where. A fault answers the request with the grammar's error reply.
+    pub warnings: Vec<Diagnostic>,
 }
 
 impl CheckedProgram {

@@ -536,7 +536,15 @@ fn main() -> ExitCode {
                 let (checked, diags) =
                     flick::views::check_program(std::path::Path::new(path), &file.text);
                 if diags.is_empty() {
-                    println!("{path}: ok");
+                    // Operations that may fault: accepted, and said where.
+                    if !checked.warnings.is_empty() {
+                        eprint!("{}", render(&file, &checked.warnings, color));
+                    }
+                    match checked.warnings.len() {
+                        0 => println!("{path}: ok"),
+                        1 => println!("{path}: ok, 1 operation may fault"),
+                        n => println!("{path}: ok, {n} operations may fault"),
+                    }
                     if bounds {
                         print!("{}", bounds_report(&checked));
                     }

@@ -1,6 +1,6 @@
 //! Rendering diagnostics with source context, through miette.
 
-use flick_span::{Diagnostic, SourceFile};
+use flick_span::{Diagnostic, Severity, SourceFile};
 use miette::{
     GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource, ThemeCharacters, ThemeStyles,
 };
@@ -21,9 +21,13 @@ impl fmt::Debug for Report<'_> {
 
 impl fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.diag.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
         write!(
             f,
-            "{}: error[{}]: {}",
+            "{}: {kind}[{}]: {}",
             self.at, self.diag.code, self.diag.message
         )
     }
@@ -32,6 +36,13 @@ impl fmt::Display for Report<'_> {
 impl std::error::Error for Report<'_> {}
 
 impl miette::Diagnostic for Report<'_> {
+    fn severity(&self) -> Option<miette::Severity> {
+        Some(match self.diag.severity {
+            Severity::Error => miette::Severity::Error,
+            Severity::Warning => miette::Severity::Warning,
+        })
+    }
+
     fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
         self.diag
             .hint

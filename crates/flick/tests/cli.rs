@@ -159,3 +159,54 @@ fn graph_prints_dot_and_renders_svg() {
         "an SVG of the graph"
     );
 }
+
+/// `flick check` accepts a program with operations that may fault at run
+/// time and says where each is (file, line, column, a caret), with exit
+/// code 0; an index `E mod len(A)`, directly or through a `let`, and a
+/// division by `len` of a channel array are proved safe and not flagged.
+#[test]
+fn check_warns_of_operations_that_may_fault() {
+    let o = flick(&["check", "crates/flick/tests/programs/faulting_router.flick"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("ok, 1 operation may fault"),
+        "{}",
+        stdout(&o)
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains("faulting_router.flick:18:19: warning[E0901]: this index of `backends` may be out of range"),
+        "{err}"
+    );
+    assert!(err.contains("^^^^^^"), "{err}");
+    let dir = std::env::temp_dir().join(format!("flick-cli-warn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("divide.flick");
+    std::fs::write(
+        &file,
+        "grammar memcached_binary\n\ntype cmd: record\n  key : string\n\n\
+         proc P: (cmd/cmd client, [cmd/cmd] backends)\n  | backends => client\n  | client => pick(backends)\n\n\
+         fun pick: ([-/cmd] backends, req: cmd) -> ()\n  \
+         let n = len(req.key)\n  \
+         let a = hash(req.key) mod len(backends)\n  \
+         let b = (hash(req.key) / len(backends)) mod len(backends)\n  \
+         let c = 100 / n\n  \
+         req => backends[a]\n",
+    )
+    .unwrap();
+    let o = flick(&["check", file.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.matches("warning[").count(), 1, "{err}");
+    assert!(
+        err.contains("divide.flick:14:17: warning[E0902]: `/` may divide by zero"),
+        "{err}"
+    );
+    let o = flick(&[
+        "check",
+        "examples/memcached_proxy.flick",
+        "examples/http_lb.flick",
+    ]);
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+}

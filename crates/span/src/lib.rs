@@ -132,6 +132,14 @@ impl Diagnostic {
         }
     }
 
+    /// A warning: the program is accepted, and the user is told.
+    pub fn warning(code: &'static str, message: impl Into<String>, span: Span) -> Diagnostic {
+        Diagnostic {
+            severity: Severity::Warning,
+            ..Diagnostic::error(code, message, span)
+        }
+    }
+
     /// Sets the text shown under the primary span.
     pub fn label(mut self, message: impl Into<String>) -> Diagnostic {
         self.labels[0].message = message.into();
