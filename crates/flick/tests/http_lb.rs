@@ -245,7 +245,11 @@ fn bad_requests_and_dead_backends_get_error_statuses() {
         let (mut s, mut r) = connect(port);
         s.write_all(b"GET /f0.txt HTTP/1.1\r\nHost: t\r\n\r\n")
             .unwrap();
-        assert_eq!(read_response(&mut r).status, 503);
+        // 503 where the connecting is refused; 502 where the request went
+        // over a pooled connection the kill broke (nginx answers 502 for
+        // both).
+        let status = read_response(&mut r).status;
+        assert!(status == 503 || status == 502, "{status}");
         assert!(closed(&mut r));
     }
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -838,27 +842,17 @@ fn split_fields_extra_hosts_and_unknown_transfer_codings_are_refused() {
 }
 
 /// The body of a request that closes the client's connection (HTTP/1.0,
-/// or `Connection: close`) is passed on whole, not only its head: else the
-/// pooled backend connection it went over would be left mid-request, and
-/// closed (failing the requests of other clients on it) or, worse, read on.
-/// The backend connections the balancer had before such a request are the
-/// ones it has after it: nginx's `$connection` numbers stay the same.
+/// or `Connection: close`) is passed on whole, not only its head, even when
+/// the backend answers from the head: the body, which would read as a
+/// request of its own if left behind, never reaches the backend as one
+/// (nginx would answer its `/f1.txt` as the next response on that
+/// connection), and the clients after it get their own responses.
 #[test]
 fn a_closing_requests_body_is_forwarded_whole() {
     let mut procs = Procs(Vec::new());
     let a = site("closing-body");
     let backends = [flick_testkit::nginx(&mut procs, &a, "a")];
     let port = balancer(&mut procs, &backends);
-    let backend_connection = || {
-        let (mut s, mut r) = connect(port);
-        write!(s, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
-        let resp = read_response(&mut r);
-        assert_eq!(resp.status, 200);
-        echo(&resp)["conn"].clone()
-    };
-    // Enough clients to reach both workers' pooled connections.
-    let before: std::collections::HashSet<String> = (0..12).map(|_| backend_connection()).collect();
-    // A body that would read as a request of its own if left behind.
     let body = "GET /f1.txt HTTP/1.1\r\nHost: smuggled\r\n\r\n";
     for (i, head) in [
         "POST /echo HTTP/1.0\r\n",
@@ -877,10 +871,13 @@ fn a_closing_requests_body_is_forwarded_whole() {
         assert_eq!(resp.status, 200, "closing request {i}");
         assert!(closed(&mut r), "closing request {i}: the connection closes");
         for j in 0..12 {
-            let conn = backend_connection();
-            assert!(
-                before.contains(&conn),
-                "closing request {i}, client {j} after it: backend connection {conn} is new (had {before:?})"
+            let (mut s, mut r) = connect(port);
+            write!(s, "GET /f2.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+            let resp = read_response(&mut r);
+            assert_eq!(
+                (resp.status, resp.body.as_slice()),
+                (200, &b"file 2\n"[..]),
+                "closing request {i}, client {j} after it"
             );
         }
     }
@@ -945,5 +942,44 @@ fn a_slow_or_broken_body_holds_up_no_other_client() {
         assert!(started.elapsed() < Duration::from_secs(20));
         slow.join().unwrap();
         broken.join().unwrap();
+    });
+}
+
+/// A backend that closes its connections after a few requests (nginx's
+/// `keepalive_requests`, an idle timeout) costs clients nothing: the
+/// balancer gives up a connection the backend says it closes and sends
+/// the next request over a new one, so every request of every client gets
+/// its response.
+#[test]
+fn a_backend_that_closes_its_connections_costs_no_request() {
+    let mut procs = Procs(Vec::new());
+    let a = site("closing-backend");
+    let backends = [flick_testkit::nginx_with(
+        &mut procs,
+        &a,
+        "a",
+        "keepalive_requests 3;",
+    )];
+    let port = balancer(&mut procs, &backends);
+    std::thread::scope(|scope| {
+        for c in 0..4 {
+            scope.spawn(move || {
+                let (mut s, mut r) = connect(port);
+                for i in 0..25 {
+                    write!(s, "GET /f{}.txt HTTP/1.1\r\nHost: t\r\n\r\n", i % 8).unwrap();
+                    let resp = read_response(&mut r);
+                    assert_eq!(
+                        (resp.status, resp.body.clone()),
+                        (200, format!("file {}\n", i % 8).into_bytes()),
+                        "client {c}, request {i}"
+                    );
+                    if resp.header("connection") == Some("close") {
+                        // The backend's close ended this client's session:
+                        // it goes on over a new connection, as clients do.
+                        (s, r) = connect(port);
+                    }
+                }
+            });
+        }
     });
 }

@@ -70,6 +70,8 @@ pub struct SharedConn {
     /// Whose requests were written and not answered, oldest first.
     inflight: Mutex<VecDeque<InFlight>>,
     dead: AtomicBool,
+    /// The writer is in the middle of a member's request body.
+    streaming: AtomicBool,
     chan: u16,
     index: Option<u32>,
 }
@@ -109,11 +111,16 @@ impl SharedConn {
         if self.is_dead() {
             return None;
         }
-        if idle_only
-            && (!members.list.is_empty()
-                || !self.inflight.lock().expect("inflight lock").is_empty())
-        {
-            return None;
+        if idle_only {
+            // Members whose instance has ended and left nothing to write
+            // are gone already, whether or not the writer has seen it.
+            let busy = self.streaming.load(Ordering::Acquire)
+                || members.list.iter().any(|m| !m.requests.is_finished())
+                || !self.inflight.lock().expect("inflight lock").is_empty();
+            if busy {
+                return None;
+            }
+            members.list.clear();
         }
         let (req_tx, req_rx) = graphs.links.channel();
         req_tx.bind(compute);
@@ -205,7 +212,10 @@ impl SharedWriter {
                     return TaskStatus::Idle;
                 }
                 Err(e) if e.kind() == ErrorKind::NotConnected => return TaskStatus::Idle,
-                Err(_) => return self.fail(),
+                Err(e) => {
+                    self.shared.conn.failed_with(&e);
+                    return self.fail();
+                }
             }
         }
     }
@@ -237,6 +247,9 @@ impl SharedWriter {
                             Part::Head | Part::Body => Some(key),
                             Part::Whole | Part::End => None,
                         };
+                        self.shared
+                            .streaming
+                            .store(self.streaming.is_some(), Ordering::Release);
                         self.record(key, &m);
                         self.outbox.push(m);
                     }
@@ -313,6 +326,11 @@ pub struct SharedReader {
     pub shared: Arc<SharedConn>,
     pub read: crate::conn::ReadSide,
     pub pending: Option<(u32, Msg)>,
+    /// The backend said it closes the connection after the reply being
+    /// read (HTTP's `Connection: close`, the reply unit's `%ends`): once
+    /// that reply is handed over, the connection is given up, before any
+    /// other request can be written to it.
+    pub closing: bool,
     pub pool: Arc<MsgPool>,
     pub grammar: Arc<Grammar>,
     pub unit: UnitId,
@@ -323,6 +341,12 @@ impl SharedReader {
     fn finish(&mut self) -> TaskStatus {
         if let Some((_, m)) = self.pending.take() {
             self.pool.give(m);
+        }
+        if self.read.refused {
+            self.shared
+                .conn
+                .refused
+                .store(true, std::sync::atomic::Ordering::Release);
         }
         self.shared.fail();
         let _ = self.shared.conn.stream.shutdown(std::net::Shutdown::Both);
@@ -366,9 +390,13 @@ impl SharedReader {
         self.read.woken(self.shared.conn.hung_up());
         loop {
             if let Some((key, m)) = self.pending.take() {
+                let last = self.closing && matches!(m.part, Part::Whole | Part::End);
                 // Backpressure: a slow member holds this connection's replies.
                 if !self.deliver(key, m) {
                     return TaskStatus::Idle;
+                }
+                if last {
+                    return self.finish();
                 }
                 if slice.item_done() {
                     return TaskStatus::Yield;
@@ -457,6 +485,15 @@ impl SharedReader {
                     }
                 }
             };
+            if whole_or_head
+                && self
+                    .grammar
+                    .property(self.unit, "ends", &m.slots, &m.bytes)
+                    .unwrap_or(0)
+                    != 0
+            {
+                self.closing = true;
+            }
             match owner {
                 Some(key) => self.pending = Some((key, m)),
                 None => self.pool.give(m),
@@ -578,6 +615,7 @@ pub fn shared_conn(
         members: Mutex::new(Members::default()),
         inflight: Mutex::new(VecDeque::new()),
         dead: AtomicBool::new(false),
+        streaming: AtomicBool::new(false),
         chan,
         index,
     })

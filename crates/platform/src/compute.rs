@@ -219,6 +219,11 @@ pub struct GraphHost {
     pub balanced: Vec<u64>,
     /// Messages the running rule has sent.
     pub sends: u32,
+    /// A request is being sent again over a new connection.
+    pub resending: bool,
+    /// Requests lost with their connection, to send again (kept, so that
+    /// nothing is allocated each time).
+    pub retry: Vec<crate::peers::Pending>,
     /// A stream merged into the instance failed its checks: the instance
     /// ends with its connections aborted.
     pub job_failed: bool,
@@ -960,7 +965,17 @@ impl Compute {
                                 .iter()
                                 .position(|o| o.chan == chan && o.index == index)
                             {
-                                self.host.peer_gone(out, crate::peers::Cause::Lost);
+                                // Never reached (its connecting was refused),
+                                // or lost.
+                                let refused =
+                                    self.host.outputs[out].conn.as_ref().is_some_and(|(c, _)| {
+                                        c.refused.load(std::sync::atomic::Ordering::Acquire)
+                                    });
+                                let cause = match refused {
+                                    true => crate::peers::Cause::Unreachable,
+                                    false => crate::peers::Cause::Lost,
+                                };
+                                self.host.peer_gone(out, cause);
                             }
                         }
                         if self.client == Some(i) {

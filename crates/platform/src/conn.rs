@@ -10,7 +10,7 @@ use flick_runtime::{Receiver, Sender, TaskStatus, Timeslice, TryRecvError, TrySe
 use flick_wire::{Parser, Progress};
 use mio::net::TcpStream;
 use std::io::{ErrorKind, Read};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// A socket shared by its two tasks; dropping the last one closes it.
@@ -21,9 +21,19 @@ pub struct Conn {
     pub stats: Arc<Stats>,
     /// The process channel this connection serves, for per-channel counters.
     pub chan: usize,
+    /// Its connecting was refused: the peer was never reached (so its
+    /// requests get the fault reply for an unreachable peer).
+    pub refused: AtomicBool,
 }
 
 impl Conn {
+    /// Notes an error of a read or write on the connection.
+    pub fn failed_with(&self, e: &std::io::Error) {
+        if e.kind() == ErrorKind::ConnectionRefused {
+            self.refused.store(true, Ordering::Release);
+        }
+    }
+
     /// Whether the peer may have closed since the last wake-up.
     pub fn hung_up(&self) -> bool {
         self.token.is_none_or(|t| self.reactor.take_hangup(t))
@@ -90,6 +100,8 @@ pub struct ReadSide {
     /// The peer may have closed: reads go on until one says so, as the end
     /// of the stream may have come with the last bytes.
     hangup: bool,
+    /// A read said the connecting was refused.
+    pub refused: bool,
 }
 
 impl ReadSide {
@@ -109,6 +121,7 @@ impl ReadSide {
             after_head: None,
             drained: false,
             hangup: false,
+            refused: false,
         }
     }
 
@@ -177,6 +190,7 @@ impl ReadSide {
         self.after_head = None;
         self.drained = false;
         self.hangup = false;
+        self.refused = false;
     }
 
     /// The next message: parsed from what is buffered, reading the socket
@@ -308,7 +322,10 @@ impl ReadSide {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Inbound::Idle,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return Inbound::Closed,
+                Err(e) => {
+                    self.refused |= e.kind() == ErrorKind::ConnectionRefused;
+                    return Inbound::Closed;
+                }
             }
         }
     }
@@ -336,6 +353,9 @@ impl Reader {
     fn finish(&mut self) -> TaskStatus {
         if let Some(m) = self.pending.take() {
             self.pool.give(m);
+        }
+        if self.read.as_ref().is_some_and(|r| r.refused) {
+            self.conn.refused.store(true, Ordering::Release);
         }
         // Closing the channel tells the compute task the peer is gone.
         self.out = None;
@@ -497,7 +517,10 @@ impl Writer {
                     return TaskStatus::Idle;
                 }
                 Err(e) if e.kind() == ErrorKind::NotConnected => return TaskStatus::Idle,
-                Err(_) => return self.finish(),
+                Err(e) => {
+                    self.conn.failed_with(&e);
+                    return self.finish();
+                }
             }
         }
     }

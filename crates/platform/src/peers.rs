@@ -27,6 +27,11 @@ pub struct Peer {
     pub retry_at: Option<Instant>,
     /// The wait before the next reconnection attempt.
     pub backoff: Duration,
+    /// Its connection closed with nothing owed (a backend closing a
+    /// connection it keeps no longer, as HTTP servers do after so many
+    /// requests or so long idle): the next request reconnects at once
+    /// rather than failing.
+    pub closed_clean: bool,
 }
 
 /// Why a request gets its grammar's `%fault` reply: `$$` in `%fault`
@@ -75,6 +80,8 @@ pub struct Pending {
     /// A quiet request followed by the grammar's `%fence`: its replies, if
     /// any, are those before the fence's reply, which ends it.
     pub fenced: bool,
+    /// It was sent again after its connection was lost.
+    pub retried: bool,
 }
 
 /// A reply on its way to the rule that reads its channel.
@@ -257,6 +264,10 @@ impl GraphHost {
             .flatten();
         let silent = answers && seq.is_none() && corr.is_none();
         let keep_final = self.part_last.unwrap_or(true);
+        let gone = self.peers[out].dead || self.outputs[out].tx.is_none();
+        if answers && gone && self.peers[out].closed_clean {
+            self.reconnect_now(out);
+        }
         if answers && (self.peers[out].dead || self.outputs[out].tx.is_none()) {
             if silent || !keep_final {
                 self.pool.give(request);
@@ -307,6 +318,7 @@ impl GraphHost {
                         seq,
                         keep_final,
                         fenced,
+                        retried: self.resending,
                     });
                     if self.peers[out].outstanding.len() > MAX_OUTSTANDING {
                         let old = self.peers[out]
@@ -331,8 +343,24 @@ impl GraphHost {
             }
             // The connection is gone: a peer's requests get fault replies.
             Err(TrySendError::Closed(m)) => {
-                if let Some(r) = remember {
-                    self.pool.give(r);
+                // Closed with nothing owed (the backend closed a connection
+                // it keeps no longer), this request not written: it goes
+                // over a new connection, once, as it was before its edits.
+                let clean = answers
+                    && !self.resending
+                    && self.peers[out].outstanding.is_empty()
+                    && !self.peers[out].dead;
+                match (clean, remember) {
+                    (true, Some(r)) => {
+                        self.pool.give(m);
+                        self.peer_gone(out, Cause::Lost);
+                        self.resending = true;
+                        let sent = self.send_one(out, r, group, seq, fenced);
+                        self.resending = false;
+                        return sent;
+                    }
+                    (_, Some(r)) => self.pool.give(r),
+                    (_, None) => {}
                 }
                 if answers {
                     self.peer_gone(out, Cause::Unreachable);
@@ -729,16 +757,36 @@ impl GraphHost {
         }
     }
 
+    /// Reconnects a peer whose connection closed with nothing owed, now;
+    /// `true` if it is connected again.
+    fn reconnect_now(&mut self, out: usize) -> bool {
+        self.peers[out].closed_clean = false;
+        let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
+        let Some((input, output)) = (self.reconnect)(self.id, chan, index) else {
+            return false;
+        };
+        self.outputs[out] = output;
+        self.new_inputs.push(input);
+        let peer = &mut self.peers[out];
+        peer.dead = false;
+        peer.retry_at = None;
+        peer.backoff = FIRST_BACKOFF;
+        true
+    }
+
     /// A peer's connection is gone: what it owed gets fault replies, and so
     /// will what is sent to it from now on.
     pub fn peer_gone(&mut self, out: usize, cause: Cause) {
         if self.peers[out].dead {
             return;
         }
+        self.peers[out].closed_clean =
+            cause == Cause::Lost && self.peers[out].outstanding.is_empty();
         self.peers[out].dead = true;
         let backoff = self.peers[out].backoff;
         self.peers[out].retry_at = Some(Instant::now() + backoff);
         let chan = self.outputs[out].chan;
+        let mut again = std::mem::take(&mut self.retry);
         while let Some(p) = self.peers[out].outstanding.pop_front() {
             // In a session that is ending, a peer closing is expected after
             // a request that may get no reply, and after the request that
@@ -747,14 +795,39 @@ impl GraphHost {
                 && cause == Cause::Lost
                 && (p.seq.is_none()
                     || self.out_property(chan, "ends", &p.request).unwrap_or(0) != 0);
+            // A request that is safe to send twice (`%idempotent`: HTTP's
+            // GET without a body), lost with its connection (a keep-alive
+            // connection the backend closed as the request went out), goes
+            // again over a new connection, once.
+            let retry = cause == Cause::Lost
+                && !p.retried
+                && p.group.is_none()
+                && self
+                    .out_property(chan, "idempotent", &p.request)
+                    .unwrap_or(0)
+                    != 0;
             if expected || (self.ending && p.seq.is_none()) {
                 self.forget(p);
+            } else if retry {
+                again.push(p);
             } else {
                 // A request the client waits for is answered, even when it
                 // is the last one.
                 self.fault(out, p.request, p.group, p.seq, cause);
             }
         }
+        if !again.is_empty() && self.reconnect_now(out) {
+            let resending = std::mem::replace(&mut self.resending, true);
+            for p in again.drain(..) {
+                let _ = self.send_one(out, p.request, p.group, p.seq, p.fenced);
+            }
+            self.resending = resending;
+        }
+        // No new connection: the peer cannot be reached now.
+        for p in again.drain(..) {
+            self.fault(out, p.request, p.group, p.seq, Cause::Unreachable);
+        }
+        self.retry = again;
     }
 
     /// A peer that stopped answering: its connection is closed, and what it

@@ -682,6 +682,7 @@ fn attach(
         reactor: p.reactor.clone(),
         stats: p.stats.clone(),
         chan,
+        refused: std::sync::atomic::AtomicBool::new(false),
     });
     Some((conn, rid, wid))
 }
@@ -703,6 +704,7 @@ fn open_shared(
         shared: shared.clone(),
         read: crate::conn::ReadSide::new(p.loaded.grammar.parser(unit), 16384, max),
         pending: None,
+        closing: false,
         pool: p.pool.clone(),
         grammar: p.loaded.grammar.clone(),
         unit,
@@ -985,6 +987,7 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
             dead: o.tx.is_none(),
             retry_at: o.tx.is_none().then_some(now + crate::peers::FIRST_BACKOFF),
             backoff: crate::peers::FIRST_BACKOFF,
+            closed_clean: false,
             outstanding: match g.peers.get_mut(i) {
                 Some(old) => std::mem::take(&mut old.outstanding),
                 None => std::collections::VecDeque::new(),
@@ -1048,6 +1051,8 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
             last_route: None,
             broken: false,
             sends: 0,
+            resending: false,
+            retry: Vec::new(),
             job_failed: false,
             stats: p.stats.clone(),
         },

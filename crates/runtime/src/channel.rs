@@ -252,6 +252,11 @@ impl<T> Receiver<T> {
         self.inner().queue.len()
     }
 
+    /// The sender is gone and nothing is left to receive.
+    pub fn is_finished(&self) -> bool {
+        self.inner().closed.load(Ordering::Acquire) && self.inner().queue.is_empty()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.inner().queue.is_empty()
     }

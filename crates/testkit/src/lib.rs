@@ -152,6 +152,13 @@ pub fn memcached_pid(port: u16) -> Option<u32> {
 /// requests. One process (no master), so killing it at the end of the
 /// test leaves nothing behind.
 pub fn nginx(procs: &mut Procs, root: &std::path::Path, name: &str) -> u16 {
+    nginx_with(procs, root, name, "keepalive_requests 1000000;")
+}
+
+/// `nginx`, with `server` directives of the caller's instead of the
+/// default `keepalive_requests 1000000;` (a server that closes its
+/// connections after a few requests: `keepalive_requests 3;`).
+pub fn nginx_with(procs: &mut Procs, root: &std::path::Path, name: &str, server: &str) -> u16 {
     for _ in 0..20 {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("flick-nginx-{}-{port}", std::process::id()));
@@ -168,7 +175,7 @@ pub fn nginx(procs: &mut Procs, root: &std::path::Path, name: &str) -> u16 {
                  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
                  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
                  server {{\n    listen 127.0.0.1:{port};\n    root {};\n\
-                 keepalive_requests 1000000;\n    add_header X-Served-By {name};\n\
+                 {server}\n    add_header X-Served-By {name};\n\
                  location = /echo {{ return 200 \"xff=$http_x_forwarded_for \
                  connection=$http_connection conn=$connection \
                  requests=$connection_requests\\n\"; }}\n  }}\n}}\n",

@@ -172,6 +172,7 @@ pub const ROUTING: &[&str] = &[
     "quiet_reject",
     "refuse",
     "exclusive",
+    "idempotent",
 ];
 type PResult<T> = Result<T, Reported>;
 
