@@ -815,7 +815,7 @@ fn split_fields_extra_hosts_and_unknown_transfer_codings_are_refused() {
         ),
         (
             b"POST /f1.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: identity\r\n\r\n",
-            501,
+            400,
         ),
         (
             b"POST /f1.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
