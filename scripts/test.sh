@@ -13,8 +13,10 @@ missing=()
 command -v memcached >/dev/null || missing+=(memcached)
 command -v memccapable >/dev/null || missing+=(libmemcached-tools)
 command -v dot >/dev/null || missing+=(graphviz)
-# nginx web servers behind the HTTP load balancer's tests.
+# nginx web servers behind the HTTP load balancer's tests; HAProxy beside
+# it in the HTTP request vectors.
 command -v nginx >/dev/null || missing+=(nginx-light)
+command -v haproxy >/dev/null || missing+=(haproxy)
 # Hadoop's IFile classes for the aggregator's interop test (interop/hadoop).
 command -v javac >/dev/null || missing+=(default-jdk-headless)
 command -v mvn >/dev/null || missing+=(maven)
@@ -25,6 +27,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+# Client libraries in other languages, run through the Memcached proxies.
+interop/clients/install.sh
 
 # --- the tests -------------------------------------------------------------
 echo "== cargo fmt --check"

@@ -1741,39 +1741,12 @@ fn known_differences() {
         &backends,
         &["--response-timeout-ms", "20000"],
     );
-    let long = "L".repeat(250);
     let over = "K".repeat(251);
     let big = 1_048_577;
-    let cases: Vec<(&str, Vec<u8>)> =
-        vec![
-        (
-            "an mg miss with k: memcached's EN carries flags, which the grammar's EN does not take",
-            b"mg missing-1 k v\r\n".to_vec(),
-        ),
-        ("an mg miss with O: EN with flags", b"mg missing-2 O1\r\n".to_vec()),
-        (
-            "k of a 250-byte key: the meta reply's 251-byte flag is over arg's 250",
-            format!("set {long} 0 0 1\r\nx\r\nmg {long} k v\r\n").into_bytes(),
-        ),
+    let cases: Vec<(&str, Vec<u8>)> = vec![
         (
             "a get of a 251-byte key: ERROR, not CLIENT_ERROR",
             format!("get {over}\r\n").into_bytes(),
-        ),
-        (
-            "an mg of a 251-byte key: ERROR, not CLIENT_ERROR",
-            format!("mg {over} v\r\n").into_bytes(),
-        ),
-        (
-            "touch with an exptime that is not a number",
-            b"touch key-3 abc\r\n".to_vec(),
-        ),
-        (
-            "gat with an exptime that is not a number",
-            b"gat abc key-4\r\n".to_vec(),
-        ),
-        (
-            "ms with a length that is not a number",
-            b"ms key-5 abc\r\nx\r\n".to_vec(),
         ),
         (
             "incr with a fourth token, which memcached ignores",
@@ -1913,4 +1886,39 @@ fn python_binary_memcached_works_through_the_binary_proxy() {
         "bmemcached_scenario.py",
         "examples/memcached_proxy.flick",
     );
+}
+
+/// Differences the suite found and Flick no longer has: meta misses whose
+/// `EN` carries flags, a meta reply flag longer than a key, and memcached's
+/// `CLIENT_ERROR`s for a key over 250 bytes in `mg`, a `touch` or `gat`
+/// exptime and an `ms` length that are not numbers. The first two made a
+/// backend reply that did not parse, which closed the shared connection
+/// and failed every request in flight on it, other clients' too.
+#[test]
+fn replies_that_once_differed_now_match() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
+    let direct = memcached(&mut procs);
+    let proxy = flick_run_with(
+        &mut procs,
+        "examples/memcached_ascii_proxy.flick",
+        &backends,
+        &["--response-timeout-ms", "20000"],
+    );
+    let long = "L".repeat(250);
+    let over = "K".repeat(251);
+    let cases: Vec<Vec<u8>> = vec![
+        b"mg missing-1 k v\r\n".to_vec(),
+        b"mg missing-2 O1\r\n".to_vec(),
+        format!("set {long} 0 0 1\r\nx\r\nmg {long} k v\r\n").into_bytes(),
+        format!("mg {over} v\r\n").into_bytes(),
+        b"touch key-3 abc\r\n".to_vec(),
+        b"gat abc key-4\r\n".to_vec(),
+        b"ms key-5 abc\r\nx\r\n".to_vec(),
+    ];
+    for case in &cases {
+        let want = exchange_fenced(direct, case);
+        let got = exchange_fenced(proxy, case);
+        assert_eq!(show(&got), show(&want), "{}", show(case));
+    }
 }

@@ -737,7 +737,7 @@ fn malformed_requests_are_errors() {
         (
             format!("mg {long_key} v\r\n"),
             WireErrorKind::TooLong { max: 250 },
-            None,
+            Some(1),
         ),
         // A length, or another number, that is not one.
         (
@@ -766,7 +766,7 @@ fn malformed_requests_are_errors() {
             WireErrorKind::BadNumber,
             Some(4),
         ),
-        ("ms k two\r\nhi\r\n".into(), WireErrorKind::BadNumber, None),
+        ("ms k two\r\nhi\r\n".into(), WireErrorKind::BadNumber, Some(1)),
         ("flush_all soon\r\n".into(), WireErrorKind::Invalid, None),
         // A data block not followed by "\r\n", or over 1 MiB.
         (
