@@ -158,6 +158,17 @@ fn start(procs: &mut Procs, mappers: usize, reducer: u16) -> u16 {
     )
 }
 
+/// Accepts the reducer's connection on `reducer` and reads all of it.
+fn receive(reducer: std::net::TcpListener) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let (mut s, _) = reducer.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut all = Vec::new();
+        s.read_to_end(&mut all).unwrap();
+        all
+    })
+}
+
 /// Sends each mapper's stream on its own connection, in pieces, and
 /// returns everything the reducer receives.
 fn aggregate(streams: Vec<Vec<u8>>) -> Vec<u8> {
@@ -165,13 +176,7 @@ fn aggregate(streams: Vec<Vec<u8>>) -> Vec<u8> {
     let rport = reducer.local_addr().unwrap().port();
     let mut procs = Procs(Vec::new());
     let port = start(&mut procs, streams.len(), rport);
-    let received = std::thread::spawn(move || {
-        let (mut s, _) = reducer.accept().unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut all = Vec::new();
-        s.read_to_end(&mut all).unwrap();
-        all
-    });
+    let received = receive(reducer);
     let senders: Vec<_> = streams
         .into_iter()
         .map(|bytes| {
@@ -514,13 +519,7 @@ fn a_group_that_never_fills_times_out_and_mixes_no_jobs() {
         }
     }
     // Job B: three mappers, one group of its own.
-    let received = std::thread::spawn(move || {
-        let (mut s, _) = reducer.accept().unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut all = Vec::new();
-        s.read_to_end(&mut all).unwrap();
-        all
-    });
+    let received = receive(reducer);
     let mappers: Vec<TcpStream> = [["fresh", "word"], ["fresh", "fresh"], ["word", "zebra"]]
         .iter()
         .map(|words| {

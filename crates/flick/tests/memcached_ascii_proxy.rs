@@ -21,16 +21,7 @@ fn home(key: &str, n: u64) -> usize {
 /// Sends `request` and reads until the reply ends with `end` (or 10 s pass).
 fn exchange(s: &mut TcpStream, request: &[u8], end: &[u8]) -> String {
     s.write_all(request).unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !got.ends_with(end) {
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e) => panic!("{e} after {:?}", String::from_utf8_lossy(&got)),
-        }
-    }
-    String::from_utf8(got).unwrap()
+    String::from_utf8(support::read_until(s, end)).unwrap()
 }
 
 /// `memccapable` in ASCII mode through the proxy in front of four

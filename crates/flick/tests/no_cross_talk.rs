@@ -18,20 +18,6 @@ const CLIENTS: usize = 8;
 /// Rounds per client: bounded, each a few pipelined requests.
 const ROUNDS: usize = 60;
 
-/// Reads from `s` until what came ends with `end`; panics after 10 s.
-fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !got.ends_with(end) {
-        match s.read(&mut buf) {
-            Ok(0) => panic!("closed after {:?}", String::from_utf8_lossy(&got)),
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e) => panic!("{e} after {:?}", String::from_utf8_lossy(&got)),
-        }
-    }
-    got
-}
-
 /// Runs `client(i)` for every client at once; each panics on a wrong reply.
 fn all_clients(client: impl Fn(usize) + Sync) {
     thread::scope(|s| {
@@ -75,7 +61,7 @@ fn quiet_text_requests_never_shift_replies_between_clients() {
                 len = value.len()
             );
             s.write_all(round.as_bytes()).unwrap();
-            let got = read_until(&mut s, b"MN\r\n");
+            let got = support::read_until(&mut s, b"MN\r\n");
             // memcached 1.6 answers a quiet md of a missing key with NF.
             let want = format!(
                 "NF\r\nVA {len}\r\n{value}\r\nVALUE other-{c} 0 {len}\r\n{value}\r\nEND\r\nMN\r\n",

@@ -446,20 +446,6 @@ fn help_lists_the_run_options() {
     }
 }
 
-/// Reads from `s` until what came ends with `end`; panics after 10 s.
-fn read_until(s: &mut TcpStream, end: &[u8]) -> String {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !got.ends_with(end) {
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e) => panic!("{e} after {:?}", String::from_utf8_lossy(&got)),
-        }
-    }
-    String::from_utf8(got).unwrap()
-}
-
 /// A run-time fault in compute code (a backend index out of range) gets
 /// the client the grammar's fault reply in the request's place, the
 /// connection reads on, one JSON log line names the rule and the program
@@ -495,7 +481,7 @@ fn a_compute_fault_gets_an_error_reply_a_log_line_and_a_metric() {
     c.write_all(b"set abc 0 0 1\r\nx\r\nget a\r\nget abc\r\n")
         .unwrap();
     assert_eq!(
-        read_until(&mut c, b"END\r\n"),
+        String::from_utf8(support::read_until(&mut c, b"END\r\n")).unwrap(),
         "STORED\r\nSERVER_ERROR backend unavailable\r\nVALUE abc 0 1\r\nx\r\nEND\r\n"
     );
     let (_, body) = http_get(run.metrics, "/metrics");

@@ -160,3 +160,19 @@ pub fn same_passes(direct: &[(String, bool)], proxied: &[(String, bool)]) {
         );
     }
 }
+
+/// Reads from `s` until what came ends with `end`, or the peer closes;
+/// panics on a read error (a connection from `connect` gives up after
+/// 10 s).
+pub fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(end) {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("{e} after {:?}", String::from_utf8_lossy(&got)),
+        }
+    }
+    got
+}
