@@ -766,7 +766,11 @@ fn malformed_requests_are_errors() {
             WireErrorKind::BadNumber,
             Some(4),
         ),
-        ("ms k two\r\nhi\r\n".into(), WireErrorKind::BadNumber, Some(1)),
+        (
+            "ms k two\r\nhi\r\n".into(),
+            WireErrorKind::BadNumber,
+            Some(1),
+        ),
         ("flush_all soon\r\n".into(), WireErrorKind::Invalid, None),
         // A data block not followed by "\r\n", or over 1 MiB.
         (
