@@ -5,6 +5,7 @@
 //! A dev-dependency only: no library or binary of the workspace may depend
 //! on it, and it knows nothing of Flick's crates.
 
+pub mod toxiproxy;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
