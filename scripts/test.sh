@@ -30,6 +30,8 @@ fi
 
 # Client libraries in other languages, run through the Memcached proxies.
 interop/clients/install.sh
+# Toxiproxy, the fault injector of the fault-invariant suite (with Go).
+scripts/install_toxiproxy.sh >/dev/null
 
 # --- the tests -------------------------------------------------------------
 echo "== cargo fmt --check"

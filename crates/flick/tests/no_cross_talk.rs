@@ -7,8 +7,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::thread;
 use support::{connect, flick_run, memcached, request_with_opaque, Procs};
 
