@@ -221,6 +221,10 @@ pub struct GraphHost {
     pub sends: u32,
     /// A request is being sent again over a new connection.
     pub resending: bool,
+    /// Peers whose connection was given up (timed out, or replaced after a
+    /// failure): replies still queued from it answer requests that already
+    /// got fault replies, and are never read.
+    pub given_up: Vec<(u16, Option<u32>)>,
     /// Requests lost with their connection, to send again (kept, so that
     /// nothing is allocated each time).
     pub retry: Vec<crate::peers::Pending>,
@@ -532,6 +536,16 @@ impl Compute {
         }
     }
 
+    /// Stops reading the replies of peer `chan[index]`'s connection: it was
+    /// given up, and what it still sends answers requests already answered.
+    fn close_inputs_of(&mut self, chan: u16, index: Option<u32>) {
+        for (i, input) in self.inputs.iter_mut().enumerate() {
+            if Some(i) != self.client && input.chan == chan && input.index == index {
+                input.open = false;
+            }
+        }
+    }
+
     /// The last request's body is still coming (its response may be in
     /// already: a backend that answers from the head): the instance stays
     /// until it is through, so that the backend connection it goes over is
@@ -690,6 +704,7 @@ impl Compute {
                 let (chan, index) = (self.host.outputs[out].chan, self.host.outputs[out].index);
                 match (self.host.reconnect)(self.host.id, chan, index) {
                     Some((input, output)) => {
+                        self.close_inputs_of(chan, index);
                         self.inputs.push(input);
                         self.host.outputs[out] = output;
                         let peer = &mut self.host.peers[out];
@@ -871,6 +886,9 @@ impl Compute {
         loop {
             if self.host.broken || self.sentinel_closed() {
                 return self.break_up();
+            }
+            for (chan, index) in std::mem::take(&mut self.host.given_up) {
+                self.close_inputs_of(chan, index);
             }
             if !self.host.new_inputs.is_empty() {
                 // A rule switched a peer to a connection of its own: the

@@ -82,6 +82,10 @@ pub struct Pending {
     pub fenced: bool,
     /// It was sent again after its connection was lost.
     pub retried: bool,
+    /// Part of its reply has gone on to the client (a head, a VALUE line,
+    /// a quiet request's hit): it must get no other reply, and is not
+    /// sent again.
+    pub replied: bool,
 }
 
 /// A reply on its way to the rule that reads its channel.
@@ -319,6 +323,7 @@ impl GraphHost {
                         keep_final,
                         fenced,
                         retried: self.resending,
+                        replied: false,
                     });
                     if self.peers[out].outstanding.len() > MAX_OUTSTANDING {
                         let old = self.peers[out]
@@ -662,6 +667,11 @@ impl GraphHost {
             return;
         };
         let (group, seq, keep) = (front.group, front.seq, front.keep_final);
+        if more {
+            if let Some(p) = self.peers[out].outstanding.front_mut() {
+                p.replied = true;
+            }
+        }
         if !more {
             if let Some(p) = self.peers[out].outstanding.pop_front() {
                 self.pool.give(p.request);
@@ -762,6 +772,7 @@ impl GraphHost {
     fn reconnect_now(&mut self, out: usize) -> bool {
         self.peers[out].closed_clean = false;
         let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
+        self.given_up.push((chan, index));
         let Some((input, output)) = (self.reconnect)(self.id, chan, index) else {
             return false;
         };
@@ -801,6 +812,7 @@ impl GraphHost {
             // again over a new connection, once.
             let retry = cause == Cause::Lost
                 && !p.retried
+                && !p.replied
                 && p.group.is_none()
                 && self
                     .out_property(chan, "idempotent", &p.request)
@@ -808,6 +820,14 @@ impl GraphHost {
                     != 0;
             if expected || (self.ending && p.seq.is_none()) {
                 self.forget(p);
+            } else if p.replied && p.fenced {
+                // A quiet request whose hit came: that was its reply.
+                self.forget(p);
+            } else if p.replied {
+                // Its reply is cut short: the client's connection closes
+                // rather than take a fault reply inside it.
+                self.pool.give(p.request);
+                self.broken = true;
             } else if retry {
                 again.push(p);
             } else {
@@ -834,6 +854,8 @@ impl GraphHost {
     /// owed gets fault replies.
     pub fn give_up(&mut self, out: usize) {
         self.outputs[out].tx = None;
+        self.given_up
+            .push((self.outputs[out].chan, self.outputs[out].index));
         if let Some((conn, reader)) = self.outputs[out].conn.take() {
             let _ = conn.stream.shutdown(std::net::Shutdown::Both);
             self.waker.wake(reader);

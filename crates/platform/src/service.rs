@@ -1052,6 +1052,7 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
             broken: false,
             sends: 0,
             resending: false,
+            given_up: Vec::new(),
             retry: Vec::new(),
             job_failed: false,
             stats: p.stats.clone(),
