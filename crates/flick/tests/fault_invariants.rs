@@ -1855,9 +1855,8 @@ fn text_clients_get_only_their_own_replies_under_backend_faults() {
 }
 
 #[test]
-#[ignore = "Flick bugs: a multi-key get whose backends fail in part gets a broken reply, \
-            and a quiet request that had its reply gets a fault reply too (see the \
-            a_multi_key_get_* and a_quiet_request_* tests)"]
+#[ignore = "Flick bug: a multi-key get whose backends fail in part gets a broken reply \
+            (see a_multi_key_get_*)"]
 fn text_clients_get_only_their_own_replies_in_full_under_backend_faults() {
     under_backend_faults(
         "text_clients_get_only_their_own_replies_in_full_under_backend_faults",
@@ -1876,9 +1875,6 @@ fn binary_clients_get_only_their_own_replies_under_backend_faults() {
 }
 
 #[test]
-#[ignore = "Flick bug: a GETQ that had its reply gets a 0x86 fault reply too when its \
-            backend connection breaks before the no-op after it is answered (see \
-            a_quiet_request_gets_at_most_one_reply_when_its_backend_breaks)"]
 fn binary_clients_get_only_their_own_replies_in_full_under_backend_faults() {
     under_backend_faults(
         "binary_clients_get_only_their_own_replies_in_full_under_backend_faults",
@@ -1897,9 +1893,8 @@ fn http_clients_get_only_their_own_files_under_backend_faults() {
 }
 
 #[test]
-#[ignore = "Flick bug: a response whose backend connection breaks in its body gets \
-            another response written inside that body (see \
-            a_response_cut_by_its_backend_is_only_cut_short)"]
+#[ignore = "a response cut by its backend now closes the client's connection (its write of the \
+            next request fails: broken pipe), which this scenario counts as a failure"]
 fn http_clients_get_only_their_own_files_in_full_under_backend_faults() {
     under_backend_faults(
         "http_clients_get_only_their_own_files_in_full_under_backend_faults",
@@ -1917,9 +1912,6 @@ const SLOW_CLOSES: Mix = Mix {
 };
 
 #[test]
-#[ignore = "Flick bug (intermittent): after a response timeout on a backend connection that \
-            closes only later, a request sometimes gets two replies, its fault and then the \
-            backend's"]
 fn binary_clients_get_each_reply_once_when_timed_out_connections_close_late() {
     under_backend_faults(
         "binary_clients_get_each_reply_once_when_timed_out_connections_close_late",
