@@ -82,9 +82,9 @@ pub struct Pending {
     pub fenced: bool,
     /// It was sent again after its connection was lost.
     pub retried: bool,
-    /// Part of its reply has gone on to the client (a head, a VALUE line,
-    /// a quiet request's hit): it must get no other reply, and is not
-    /// sent again.
+    /// Part of its reply has gone on to the client (a streaming reply's
+    /// head, a quiet request's hit): it must get no other reply, and is
+    /// not sent again.
     pub replied: bool,
 }
 
@@ -667,9 +667,13 @@ impl GraphHost {
             return;
         };
         let (group, seq, keep) = (front.group, front.seq, front.keep_final);
+        // Part of the reply goes on: a quiet request's hit is its reply, and
+        // a streaming reply's head or body piece can only be cut short
+        // after it, not followed by another reply.
+        let streaming = matches!(reply.part, Part::Head | Part::Body);
         if more {
             if let Some(p) = self.peers[out].outstanding.front_mut() {
-                p.replied = true;
+                p.replied |= streaming || p.fenced;
             }
         }
         if !more {
