@@ -35,6 +35,7 @@ pub struct Sample {
     pub compute_faults: u64,
     pub fault_replies: u64,
     pub jobs_failed: u64,
+    pub clients_closed: u64,
     /// Per worker.
     pub queue_lengths: Vec<usize>,
     pub tasks_live: usize,
@@ -60,6 +61,7 @@ impl Sample {
             compute_faults: get(&s.compute_faults),
             fault_replies: get(&s.fault_replies),
             jobs_failed: get(&s.jobs_failed),
+            clients_closed: get(&s.clients_closed),
             queue_lengths: service.queue_lengths(),
             tasks_live: service.live_tasks(),
             pooled_messages: service.pooled_messages(),
@@ -137,6 +139,12 @@ impl Sample {
             "counter",
             "Jobs whose merged streams were truncated, out of order or had a wrong checksum: their output was aborted.",
             &one(self.jobs_failed),
+        );
+        family(
+            "flick_clients_closed_total",
+            "counter",
+            "Client connections closed because a reply could not be given whole (cut short by its backend, no error reply to write).",
+            &one(self.clients_closed),
         );
         family(
             "flick_fault_replies_total",

@@ -887,7 +887,7 @@ impl Compute {
             if self.host.broken || self.sentinel_closed() {
                 return self.break_up();
             }
-            for (chan, index) in std::mem::take(&mut self.host.given_up) {
+            while let Some((chan, index)) = self.host.given_up.pop() {
                 self.close_inputs_of(chan, index);
             }
             if !self.host.new_inputs.is_empty() {

@@ -446,7 +446,7 @@ impl GraphHost {
         let client = self.client_chan as usize;
         let Some(unit) = self.out_units.get(client).copied().flatten() else {
             self.pool.give(request);
-            self.broken = true;
+            self.close_client("no error reply can be written for a request it sent");
             return;
         };
         let mut reply = self.pool.take();
@@ -478,7 +478,7 @@ impl GraphHost {
         self.pool.give(request);
         if !matches!(made, Ok(true)) {
             self.pool.give(reply);
-            self.broken = true;
+            self.close_client("no error reply can be written for a request it sent");
             return;
         }
         if answer == Answer::Fault {
@@ -557,7 +557,7 @@ impl GraphHost {
         let unit = self.out_units.get(client as usize).copied().flatten();
         let (Some(out), Some(unit)) = (out, unit) else {
             self.pool.give(reply);
-            self.broken = true;
+            self.close_client("no fault reply can be written in place of a reply");
             return;
         };
         let mut m = self.pool.take();
@@ -572,7 +572,7 @@ impl GraphHost {
             );
         if !parsed {
             self.pool.give(m);
-            self.broken = true;
+            self.close_client("no fault reply can be written in place of a reply");
             return;
         }
         let values = crate::msg::Values::parsed(&parser);
@@ -585,9 +585,18 @@ impl GraphHost {
     /// reducer) is gone: what it would carry cannot be delivered, so the
     /// instance ends and its clients see their connections close rather
     /// than their data vanish.
+    /// Ends the instance, closing its client's connection, because a reply
+    /// cannot be given whole: logged and counted, never silent.
+    pub(crate) fn close_client(&mut self, why: &str) {
+        self.broken = true;
+        self.stats.clients_closed.fetch_add(1, Ordering::Relaxed);
+        static CLOSED: crate::log::RateLimit = crate::log::RateLimit::new();
+        crate::limited!(CLOSED, warn, "a client's connection is closed: {why}");
+    }
+
     fn lost_stream(&mut self, out: usize) {
         if self.outputs[out].chan != self.client_chan {
-            self.broken = true;
+            self.close_client("a stream it feeds is lost");
         }
     }
 
@@ -831,7 +840,7 @@ impl GraphHost {
                 // Its reply is cut short: the client's connection closes
                 // rather than take a fault reply inside it.
                 self.pool.give(p.request);
-                self.broken = true;
+                self.close_client("its reply was cut short by its backend");
             } else if retry {
                 again.push(p);
             } else {

@@ -19,6 +19,10 @@ pub struct Stats {
     pub backend_connect_errors: AtomicU64,
     /// Rules stopped by a run-time fault of compute code.
     pub compute_faults: AtomicU64,
+    /// Client connections the proxy closed because a reply could not be
+    /// given whole (cut short by its backend, no error reply to write, a
+    /// stream the instance feeds lost).
+    pub clients_closed: AtomicU64,
     /// Jobs failed because a stream merged into them was truncated, had a
     /// wrong checksum or was out of order.
     pub jobs_failed: AtomicU64,
