@@ -42,13 +42,17 @@ enum Command {
     /// Check message grammars, or parse bytes with one.
     #[command(subcommand)]
     Grammar(GrammarCommand),
-    /// Print a program in canonical layout.
+    /// Print programs in canonical layout, or rewrite them in place.
     Fmt {
-        /// Exit non-zero, printing nothing, if the file is not already canonical.
-        #[arg(long)]
+        /// Exit non-zero, naming each file not already canonical; change nothing.
+        #[arg(long, conflicts_with = "write")]
         check: bool,
-        /// The program to format.
-        file: String,
+        /// Rewrite the files in place instead of printing them.
+        #[arg(long)]
+        write: bool,
+        /// Programs, or directories searched for `*.flick` files.
+        #[arg(required = true)]
+        paths: Vec<String>,
     },
 }
 
@@ -561,26 +565,87 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
         }
-        Command::Fmt { check, file: path } => {
-            let file = match read(&path) {
-                Ok(f) => f,
-                Err(code) => return code,
-            };
-            let (program, comments, diags) = flick_syntax::parse_with_comments(&file.text);
-            if !diags.is_empty() {
-                eprint!("{}", render(&file, &diags, color));
-                return ExitCode::FAILURE;
-            }
-            let text = flick_syntax::format_with_comments(&program, &comments);
-            if check {
-                if text != file.text {
-                    eprintln!("{path}: not in canonical layout (run `flick fmt {path}`)");
-                    return ExitCode::FAILURE;
-                }
-            } else {
-                print!("{text}");
-            }
-            ExitCode::SUCCESS
+        Command::Fmt {
+            check,
+            write,
+            paths,
+        } => fmt_files(&paths, check, write, color),
+    }
+}
+
+/// `flick fmt`: each program printed in canonical layout, checked (`--check`)
+/// or rewritten (`--write`); directories are searched for `*.flick` files.
+fn fmt_files(paths: &[String], check: bool, write: bool, color: bool) -> ExitCode {
+    let mut files = Vec::new();
+    for p in paths {
+        if let Err(e) = flick_files(std::path::Path::new(p), &mut files) {
+            eprintln!("error: {p}: {e}");
+            return ExitCode::FAILURE;
         }
     }
+    if files.len() > 1 && !check && !write {
+        eprintln!("error: printing several files would join them: use --write or --check");
+        return ExitCode::FAILURE;
+    }
+    let mut failed = false;
+    for path in files {
+        let path = path.display().to_string();
+        let file = match read(&path) {
+            Ok(f) => f,
+            Err(_) => {
+                failed = true;
+                continue;
+            }
+        };
+        let (program, comments, diags) = flick_syntax::parse_with_comments(&file.text);
+        if !diags.is_empty() {
+            eprint!("{}", render(&file, &diags, color));
+            failed = true;
+            continue;
+        }
+        let text = flick_syntax::format_with_comments(&program, &comments);
+        if check {
+            if text != file.text {
+                eprintln!("{path}: not in canonical layout (run `flick fmt --write {path}`)");
+                failed = true;
+            }
+        } else if write {
+            if text != file.text {
+                if let Err(e) = std::fs::write(&path, &text) {
+                    eprintln!("error: {path}: {e}");
+                    failed = true;
+                    continue;
+                }
+                println!("{path}: formatted");
+            }
+        } else {
+            print!("{text}");
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `path` itself if it is a file, else every `*.flick` file below it, sorted.
+fn flick_files(path: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
+    if !path.is_dir() {
+        std::fs::metadata(path)?;
+        out.push(path.to_path_buf());
+        return Ok(());
+    }
+    let mut entries: Vec<_> = std::fs::read_dir(path)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    entries.sort();
+    for e in entries {
+        if e.is_dir() {
+            flick_files(&e, out)?;
+        } else if e.extension().is_some_and(|x| x == "flick") {
+            out.push(e);
+        }
+    }
+    Ok(())
 }

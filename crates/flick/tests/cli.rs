@@ -86,12 +86,54 @@ fn fmt_prints_canonical_layout_and_check_mode_detects_drift() {
     assert!(o.status.success());
     let text = stdout(&o);
     assert!(text.contains("proc memcached: (cmd/cmd client, [cmd/cmd] backends)\n"));
-    let o = flick(&["fmt", "--check", "examples/memcached_cache_router.flick"]);
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "the listing's layout is not canonical"
+    assert!(text.contains("\n  | client => test_cache(client, backends, cache)\n"));
+    // The examples are kept canonical (CI runs this too).
+    let o = flick(&["fmt", "--check", "examples/"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let dir = std::env::temp_dir().join(format!("flick-fmt-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    let drifted = "proc P: (integer/integer c)\n  c=>c\n";
+    std::fs::write(dir.join("a.flick"), drifted).unwrap();
+    std::fs::write(dir.join("sub/b.flick"), drifted).unwrap();
+    std::fs::write(dir.join("notes.txt"), "not a program").unwrap();
+    let d = dir.to_str().unwrap();
+    let o = flick(&["fmt", "--check", d]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("a.flick: not in canonical layout") && err.contains("b.flick: not in"),
+        "{err}"
     );
+    // Several files are never printed one after another.
+    assert_eq!(flick(&["fmt", d]).status.code(), Some(1));
+    let o = flick(&["fmt", "--write", d]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want = "proc P: (integer/integer c)\n  | c => c\n";
+    assert_eq!(std::fs::read_to_string(dir.join("a.flick")).unwrap(), want);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("sub/b.flick")).unwrap(),
+        want
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.txt")).unwrap(),
+        "not a program"
+    );
+    assert!(flick(&["fmt", "--check", d]).status.success());
+    // A file that does not parse is reported and left alone.
+    std::fs::write(dir.join("bad.flick"), "proc P: (\n").unwrap();
+    let o = flick(&["fmt", "--write", d]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("bad.flick:2:1: error"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("bad.flick")).unwrap(),
+        "proc P: (\n"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

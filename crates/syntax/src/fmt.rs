@@ -149,7 +149,8 @@ fn proc_decl(out: &mut Out, p: &ProcDecl) {
                 expr_line(out, &s.init, 1);
             }
             ProcItem::Rule(r) => {
-                let _ = write!(out, "{INDENT}{}", expr(&r.source, 0, 1));
+                // Rules keep the paper's leading bar (`| client => ...`).
+                let _ = write!(out, "{INDENT}| {}", expr(&r.source, 0, 1));
                 for s in &r.steps {
                     let _ = write!(out, " => {}", expr(s, 0, 1));
                 }
