@@ -53,14 +53,14 @@ servers="--servers=127.0.0.1:$PROXY_PORT --binary"
 echo
 echo "== through the proxy: store README.md under its name, read it back"
 memccp $servers README.md
-memccat $servers README.md | head -3
+memccat $servers README.md | sed -n 1,3p
 echo
 echo "The proxy listens on 127.0.0.1:$PROXY_PORT (Memcached binary protocol) in"
 echo "front of ${backends[*]}. Try:"
 echo "  memccp  $servers FILE        # store a file"
 echo "  memccat $servers FILE        # read it back"
-echo "  memccapable -b -p $PROXY_PORT      # libmemcached's protocol tests"
-echo "Ctrl-C stops everything."
+echo "  memccapable -h 127.0.0.1 -p $PROXY_PORT -b   # libmemcached's protocol tests"
+echo "Ctrl-C (or kill $$) stops the proxy and the memcached servers it started."
 if [ -n "${DEMO_SECONDS:-}" ]; then
     sleep "$DEMO_SECONDS"
 else

@@ -54,4 +54,7 @@ if target/release/flick check examples/errors/*.flick 2>/dev/null; then
     exit 1
 fi
 
+echo "== deploy/: Dockerfile, systemd unit, sample configuration"
+scripts/check_deploy.sh target/release/flick
+
 echo "all tests passed"

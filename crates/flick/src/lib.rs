@@ -11,5 +11,6 @@ pub mod bounds_report;
 pub mod config;
 pub mod logging;
 pub mod metrics;
+pub mod notify;
 pub mod render;
 pub mod views;

@@ -448,9 +448,14 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
             }
         }
     };
+    // Under systemd (`Type=notify`, deploy/flick.service): started now.
+    if let Err(e) = flick::notify::notify("READY=1") {
+        tracing::warn!("cannot tell the service manager it is ready: {e}");
+    }
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    let _ = flick::notify::notify("STOPPING=1");
     if let Some(m) = metrics {
         m.stop();
     }

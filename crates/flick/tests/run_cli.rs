@@ -426,6 +426,48 @@ fn sigterm_stops_the_service_cleanly() {
 }
 
 #[test]
+fn a_service_manager_hears_ready_once_it_listens_and_stopping_on_sigterm() {
+    use std::os::unix::net::UnixDatagram;
+    let mut procs = Procs(Vec::new());
+    let backends = [memcached(&mut procs)];
+    let dir = TempDir::new("notify");
+    let cfg = dir.file("proxy.toml", &proxy_config(&backends));
+    // What systemd does for `Type=notify`: a datagram socket in NOTIFY_SOCKET.
+    let sock_path = dir.0.join("notify.sock");
+    let manager = UnixDatagram::bind(&sock_path).unwrap();
+    manager
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(ROOT)
+        .args(["run", "--config", &cfg, "--workers", "1"])
+        .env("NOTIFY_SOCKET", &sock_path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    procs.0.push(child);
+    let mut buf = [0u8; 64];
+    let n = manager.recv(&mut buf).expect("READY=1 within 10 s");
+    assert_eq!(&buf[..n], b"READY=1");
+    // Ready means listening: a client is served at once.
+    let mut listening = String::new();
+    out.read_line(&mut listening).unwrap();
+    drop(traffic(port_of(&listening), 2));
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let n = manager.recv(&mut buf).expect("STOPPING=1 within 10 s");
+    assert_eq!(&buf[..n], b"STOPPING=1");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("flick: stopped"), "{rest:?}");
+}
+
+#[test]
 fn help_lists_the_run_options() {
     let o = flick(&["run", "--help"]);
     assert!(o.status.success());
