@@ -1,6 +1,6 @@
-//! `flick`: check, format and (in later versions) run Flick programs.
+//! `flick`: check, format, draw and run Flick programs.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use flick::bounds_report::bounds_report;
 use flick::render::render;
 use flick_span::SourceFile;
@@ -42,6 +42,19 @@ enum Command {
     /// Check message grammars, or parse bytes with one.
     #[command(subcommand)]
     Grammar(GrammarCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff): `flick man | man -l -`, `flick man run`.
+    Man {
+        /// A command's own page (`flick-run(1)`) instead of `flick(1)`.
+        command: Option<String>,
+        /// Write every page (flick.1, flick-run.1, ...) into this directory.
+        #[arg(long, value_name = "DIR", conflicts_with = "command")]
+        dir: Option<String>,
+    },
     /// Print programs in canonical layout, or rewrite them in place.
     Fmt {
         /// Exit non-zero, naming each file not already canonical; change nothing.
@@ -575,6 +588,11 @@ fn main() -> ExitCode {
             write,
             paths,
         } => fmt_files(&paths, check, write, color),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "flick", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man { command, dir } => man_pages(command.as_deref(), dir.as_deref()),
     }
 }
 
@@ -653,4 +671,30 @@ fn flick_files(path: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> std
         }
     }
     Ok(())
+}
+
+/// `flick man`: `flick(1)`, one command's page, or every page into a directory.
+fn man_pages(command: Option<&str>, dir: Option<&str>) -> ExitCode {
+    let cli = Cli::command();
+    let result = if let Some(dir) = dir {
+        clap_mangen::generate_to(cli, dir)
+    } else if let Some(name) = command {
+        // Built as `generate_to` builds it, so the page is flick-run(1).
+        let mut cli = cli.disable_help_subcommand(true);
+        cli.build();
+        let Some(sub) = cli.find_subcommand(name) else {
+            eprintln!("error: no command `{name}` (see `flick --help`)");
+            return ExitCode::FAILURE;
+        };
+        clap_mangen::Man::new(sub.clone()).render(&mut std::io::stdout())
+    } else {
+        clap_mangen::Man::new(cli).render(&mut std::io::stdout())
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

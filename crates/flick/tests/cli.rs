@@ -252,3 +252,53 @@ fn check_warns_of_operations_that_may_fault() {
     ]);
     assert!(stderr(&o).is_empty(), "{}", stderr(&o));
 }
+
+#[test]
+fn completions_and_man_pages_come_from_the_command_line_definition() {
+    let o = flick(&["completions", "bash"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let script = stdout(&o);
+    assert!(script.contains("fmt") && script.contains("--max-instances"));
+    // The script is valid bash.
+    let dir = std::env::temp_dir().join(format!("flick-man-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("flick.bash"), &script).unwrap();
+    let syntax = Command::new("bash")
+        .arg("-n")
+        .arg(dir.join("flick.bash"))
+        .status()
+        .expect("bash runs");
+    assert!(syntax.success());
+    for shell in ["zsh", "fish"] {
+        assert!(flick(&["completions", shell]).status.success());
+    }
+    assert_eq!(flick(&["completions", "cmd.exe"]).status.code(), Some(2));
+
+    let o = flick(&["man"]);
+    assert!(o.status.success());
+    let page = stdout(&o);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH flick 1"),
+        "{page}"
+    );
+    assert!(page.contains("flick\\-run(1)"), "{page}");
+    let o = flick(&["man", "run"]);
+    assert!(o.status.success());
+    let page = stdout(&o);
+    assert!(
+        page.contains(".TH flick-run 1") && page.contains("\\-\\-listen"),
+        "{page}"
+    );
+    assert_eq!(flick(&["man", "nope"]).status.code(), Some(1));
+    let o = flick(&["man", "--dir", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for page in [
+        "flick.1",
+        "flick-run.1",
+        "flick-fmt.1",
+        "flick-grammar-parse.1",
+    ] {
+        assert!(dir.join(page).is_file(), "{page}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
