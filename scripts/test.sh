@@ -43,6 +43,16 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test --workspace --quiet
 
+# The runtime's task state word, wake-ups and channels under every
+# interleaving loom explores (up to 3 preemptions; crates/runtime/src/sync.rs
+# swaps in its types). `--cfg loom` rebuilds every crate, so in a target
+# directory of its own. About 40 s from a clean one on two cores; the
+# timeout catches a change that blows up the models' state space.
+echo "== loom: the scheduler's and channels' protocols"
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    timeout 300 cargo test -p flick-runtime --release --quiet \
+    --test loom_scheduler --test loom_channel
+
 echo "== the examples check and are canonically formatted"
 cargo build --release --quiet
 for program in examples/*.flick; do

@@ -12,9 +12,13 @@
 
 use crate::scheduler::Waker;
 use crate::task::TaskId;
-use crossbeam_queue::ArrayQueue;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Weak};
+// loom's types (and a loom-modelled queue) under `cfg(loom)`:
+// `tests/loom_channel.rs` model-checks the wake-ups, closing and the pool.
+use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use crate::sync::{Arc, ArrayQueue};
+// The pool itself is held in std's `Arc` in every build (loom has no
+// `Weak`); its count is not part of the protocol the models check.
+use std::sync::Weak;
 
 const NOBODY: u32 = u32::MAX;
 
@@ -38,8 +42,18 @@ struct Inner<T> {
     queue: ArrayQueue<T>,
     consumer: AtomicU32,
     producer: AtomicU32,
+    /// Set by a producer that found the queue full, then cleared by the
+    /// receive that wakes it. `SeqCst` where it is set and cleared: each
+    /// side writes one of the flag and the queue and then reads the other
+    /// (a Dekker pattern), and only sequential consistency, with the
+    /// queue's own (crossbeam's head update and full check are `SeqCst`),
+    /// rules out both reading the old value and the wake-up being lost.
+    /// loom cannot see this (it treats `SeqCst` as `AcqRel`, and its queue
+    /// stand-in is a lock); the model checks the rest of the protocol.
     producer_waiting: AtomicBool,
     closed: AtomicBool,
+    /// Ends not yet dropped: 2 while the channel is in use.
+    ends: AtomicU8,
     waker: Waker,
     /// The pool the storage returns to once both ends are gone.
     home: Weak<ChannelPool<T>>,
@@ -82,14 +96,23 @@ pub struct ChannelPool<T> {
 impl<T> ChannelPool<T> {
     /// A pool keeping up to `keep` channels of `capacity` values, `prefill`
     /// of them made now.
-    pub fn new(capacity: usize, prefill: usize, keep: usize, waker: Waker) -> Arc<ChannelPool<T>> {
-        let pool = Arc::new(ChannelPool {
+    pub fn new(
+        capacity: usize,
+        prefill: usize,
+        keep: usize,
+        waker: Waker,
+    ) -> std::sync::Arc<ChannelPool<T>> {
+        let pool = std::sync::Arc::new(ChannelPool {
             free: ArrayQueue::new(keep.max(1)),
             capacity,
             waker,
         });
         for _ in 0..prefill.min(keep) {
-            let inner = Inner::new(capacity, pool.waker.clone(), Arc::downgrade(&pool));
+            let inner = Inner::new(
+                capacity,
+                pool.waker.clone(),
+                std::sync::Arc::downgrade(&pool),
+            );
             let _ = pool.free.push(Arc::new(inner));
         }
         pool
@@ -97,12 +120,12 @@ impl<T> ChannelPool<T> {
 
     /// A channel from the pool, or a new one (which joins the pool when it
     /// is done) if the pool is empty.
-    pub fn channel(self: &Arc<Self>) -> (Sender<T>, Receiver<T>) {
+    pub fn channel(self: &std::sync::Arc<Self>) -> (Sender<T>, Receiver<T>) {
         let inner = self.free.pop().unwrap_or_else(|| {
             Arc::new(Inner::new(
                 self.capacity,
                 self.waker.clone(),
-                Arc::downgrade(self),
+                std::sync::Arc::downgrade(self),
             ))
         });
         ends(inner)
@@ -115,20 +138,27 @@ impl<T> ChannelPool<T> {
 }
 
 /// Gives a channel's storage back to its pool if this was its last end.
-fn recycle<T>(mut inner: Arc<Inner<T>>) {
+fn recycle<T>(inner: Arc<Inner<T>>) {
+    // The end that counts itself out last puts the channel back. Each end
+    // has closed it and woken the other before it counts itself out, and
+    // touches nothing but its reference after, so the last has it alone.
+    // (Waiting to see the `Arc` unique instead, with `Arc::get_mut`, lost
+    // the channel when both ends dropped at once: each still saw the
+    // other's reference. The loom model of the pool found it.)
+    if inner.ends.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return;
+    }
     let Some(pool) = inner.home.upgrade() else {
         return;
     };
-    // Unique only after the other end is gone; if both ends drop at once,
-    // neither may see it unique and the storage is freed instead.
-    if let Some(i) = Arc::get_mut(&mut inner) {
-        while i.queue.pop().is_some() {}
-        *i.consumer.get_mut() = NOBODY;
-        *i.producer.get_mut() = NOBODY;
-        *i.producer_waiting.get_mut() = false;
-        *i.closed.get_mut() = false;
-        let _ = pool.free.push(inner);
-    }
+    while inner.queue.pop().is_some() {}
+    // Relaxed: the pool's queue hands these to the channel's next user.
+    inner.consumer.store(NOBODY, Ordering::Relaxed);
+    inner.producer.store(NOBODY, Ordering::Relaxed);
+    inner.producer_waiting.store(false, Ordering::Relaxed);
+    inner.closed.store(false, Ordering::Relaxed);
+    inner.ends.store(2, Ordering::Relaxed);
+    let _ = pool.free.push(inner);
 }
 
 impl<T> Inner<T> {
@@ -139,6 +169,7 @@ impl<T> Inner<T> {
             producer: AtomicU32::new(NOBODY),
             producer_waiting: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            ends: AtomicU8::new(2),
             waker,
             home,
         }
@@ -172,7 +203,7 @@ impl<T> Sender<T> {
                 Ok(())
             }
             Err(value) => {
-                self.inner().producer_waiting.store(true, Ordering::Release);
+                self.inner().producer_waiting.store(true, Ordering::SeqCst);
                 // Room may have been made between the push and the flag.
                 match self.inner().queue.push(value) {
                     Ok(()) => {
@@ -207,7 +238,7 @@ impl<T> Sender<T> {
         if !inner.queue.is_full() {
             return true;
         }
-        inner.producer_waiting.store(true, Ordering::Release);
+        inner.producer_waiting.store(true, Ordering::SeqCst);
         // Room may have been made between the check and the flag.
         !inner.queue.is_full()
     }
@@ -235,7 +266,7 @@ impl<T> Receiver<T> {
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
         match self.inner().queue.pop() {
             Some(v) => {
-                if self.inner().producer_waiting.swap(false, Ordering::AcqRel) {
+                if self.inner().producer_waiting.swap(false, Ordering::SeqCst) {
                     self.inner().wake(&self.inner().producer);
                 }
                 Ok(v)

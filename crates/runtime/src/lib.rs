@@ -10,6 +10,7 @@
 pub mod channel;
 pub mod io;
 mod scheduler;
+mod sync;
 mod task;
 
 pub use channel::{channel, ChannelPool, Receiver, Sender, TryRecvError, TrySendError};

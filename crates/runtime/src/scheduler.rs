@@ -23,9 +23,11 @@
 
 use crate::io::IoShared;
 use crate::task::{Policy, Task, TaskId, TaskStatus, Timeslice};
+// loom's types under `cfg(loom)`: `tests/loom_scheduler.rs` model-checks
+// the state word, the queues and the wake-up path.
+use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::{Arc, Condvar, Mutex};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -90,6 +92,31 @@ struct Shared {
 }
 
 impl Shared {
+    fn new(config: &SchedulerConfig) -> (Arc<Shared>, Vec<mio::Poll>) {
+        let workers = config.workers.max(1);
+        let capacity = config.capacity.max(1);
+        let (io, polls) = IoShared::new(workers, capacity).expect("an epoll instance per worker");
+        let shared = Arc::new(Shared {
+            policy: config.policy,
+            slots: (0..capacity)
+                .map(|_| Slot {
+                    state: AtomicU8::new(FREE),
+                    task: Mutex::new(None),
+                })
+                .collect(),
+            free: Mutex::new((0..capacity as u32).rev().collect()),
+            queues: (0..workers)
+                .map(|_| Mutex::new(VecDeque::with_capacity(capacity)))
+                .collect(),
+            live: AtomicUsize::new(0),
+            sleep: Mutex::new(0),
+            io,
+            stop: AtomicBool::new(false),
+            all_done: Condvar::new(),
+        });
+        (shared, polls)
+    }
+
     fn home(&self, id: u32) -> usize {
         // Fibonacci hashing spreads consecutive ids over the queues.
         (id.wrapping_mul(0x9E37_79B9) as usize >> 8) % self.queues.len()
@@ -117,14 +144,22 @@ impl Shared {
         let state = &self.slots[id as usize].state;
         let mut s = state.load(Ordering::Acquire);
         loop {
+            // A task already `QUEUED` or `NOTIFIED` is written with the
+            // same value rather than left alone: the write is what makes
+            // the waker's own writes (a sent value, a flag) visible to the
+            // run this wake promises, which begins with the worker's
+            // exchange on this word. A bare load gives no such order: loom
+            // found a run that missed the input of a wake that had found
+            // its task queued (tests/loom_scheduler.rs).
             let next = match s {
                 IDLE => QUEUED,
                 RUNNING => NOTIFIED,
+                QUEUED | NOTIFIED => s,
                 _ => return,
             };
             match state.compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    if next == QUEUED {
+                    if s == IDLE {
                         self.enqueue(id);
                     }
                     return;
@@ -166,7 +201,10 @@ impl Shared {
             TaskStatus::Done => {
                 *guard = None;
                 drop(guard);
-                slot.state.store(FREE, Ordering::Release);
+                // An exchange for loom's sake: its model lets a plain store
+                // fall between the read and the write of a wake's exchange
+                // (tokio-rs/loom#254), leaving a freed slot `NOTIFIED`.
+                slot.state.swap(FREE, Ordering::AcqRel);
                 self.free.lock().expect("free lock").push(id);
                 if self.live.fetch_sub(1, Ordering::AcqRel) == 1 {
                     let _g = self.sleep.lock().expect("sleep lock");
@@ -175,7 +213,9 @@ impl Shared {
             }
             TaskStatus::Yield => {
                 drop(guard);
-                slot.state.store(QUEUED, Ordering::Release);
+                // An exchange, not a store: it takes in the writes of any
+                // wake that marked the task `NOTIFIED` while it ran.
+                slot.state.swap(QUEUED, Ordering::AcqRel);
                 self.enqueue(id);
             }
             TaskStatus::Idle => {
@@ -186,17 +226,18 @@ impl Shared {
                     .is_err()
                 {
                     // Woken while running: its new input must not wait.
-                    slot.state.store(QUEUED, Ordering::Release);
+                    // (An exchange, as for `Yield`, so that the writes of a
+                    // wake since the failed exchange are taken in too.)
+                    slot.state.swap(QUEUED, Ordering::AcqRel);
                     self.enqueue(id);
                 }
             }
         }
     }
 
-    fn worker(self: &Arc<Self>, me: usize, mut poll: mio::Poll) {
-        let waker = Waker {
-            shared: self.clone(),
-        };
+    /// Worker `me`'s loop; `waker` wakes tasks of this scheduler. (Not a
+    /// method of `Arc<Self>`: loom's `Arc` cannot be a receiver.)
+    fn worker(&self, waker: Waker, me: usize, mut poll: mio::Poll) {
         let mut events = mio::Events::with_capacity(256);
         let mut ran = 0;
         while !self.stop.load(Ordering::Acquire) {
@@ -260,27 +301,7 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn start(config: SchedulerConfig) -> Scheduler {
-        let workers = config.workers.max(1);
-        let capacity = config.capacity.max(1);
-        let (io, polls) = IoShared::new(workers, capacity).expect("an epoll instance per worker");
-        let shared = Arc::new(Shared {
-            policy: config.policy,
-            slots: (0..capacity)
-                .map(|_| Slot {
-                    state: AtomicU8::new(FREE),
-                    task: Mutex::new(None),
-                })
-                .collect(),
-            free: Mutex::new((0..capacity as u32).rev().collect()),
-            queues: (0..workers)
-                .map(|_| Mutex::new(VecDeque::with_capacity(capacity)))
-                .collect(),
-            live: AtomicUsize::new(0),
-            sleep: Mutex::new(0),
-            io,
-            stop: AtomicBool::new(false),
-            all_done: Condvar::new(),
-        });
+        let (shared, polls) = Shared::new(&config);
         let cores = if config.pin {
             core_affinity::get_core_ids().unwrap_or_default()
         } else {
@@ -298,7 +319,10 @@ impl Scheduler {
                         if let Some(c) = core {
                             core_affinity::set_for_current(c);
                         }
-                        shared.worker(i, poll);
+                        let waker = Waker {
+                            shared: shared.clone(),
+                        };
+                        shared.worker(waker, i, poll);
                     })
                     .expect("spawn a worker thread")
             })
@@ -426,6 +450,53 @@ impl Scheduler {
         self.shared.io.interrupt_all();
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+    }
+}
+
+/// What the loom models (`tests/loom_*.rs`) drive: a scheduler without
+/// worker threads (a worker sleeps in epoll, which loom cannot model), its
+/// workers' turns taken by the models' own threads.
+#[cfg(loom)]
+#[doc(hidden)]
+impl Scheduler {
+    pub fn model(workers: usize, capacity: usize) -> Scheduler {
+        let config = SchedulerConfig {
+            workers,
+            policy: Policy::RunToCompletion,
+            capacity,
+            pin: false,
+        };
+        let (shared, _polls) = Shared::new(&config);
+        Scheduler {
+            shared,
+            threads: Vec::new(),
+        }
+    }
+
+    /// A turn of worker `me`: the next task, from its own queue or
+    /// scavenged, run once; `false` if every queue was empty.
+    pub fn run_next(&self, me: usize) -> bool {
+        let Some(id) = self.shared.next(me) else {
+            return false;
+        };
+        self.shared.run_one(id);
+        true
+    }
+
+    /// Task `id`'s state word, by name.
+    pub fn task_state(&self, id: TaskId) -> &'static str {
+        match self.shared.slots[id.0 as usize]
+            .state
+            .load(Ordering::Acquire)
+        {
+            IDLE => "idle",
+            QUEUED => "queued",
+            RUNNING => "running",
+            NOTIFIED => "notified",
+            FREE => "free",
+            RESERVED => "reserved",
+            _ => "invalid",
         }
     }
 }

@@ -1,0 +1,211 @@
+//! The scheduler's task state word (`IDLE`, `QUEUED`, `RUNNING`,
+//! `NOTIFIED`), its queues and the wake-up path, model-checked with loom
+//! over every interleaving of the threads below (bounded by
+//! `LOOM_MAX_PREEMPTIONS`, 3 unless set). Threads stand in for workers:
+//! `Scheduler::model` has none, and a model's thread takes a worker's turn
+//! with `run_next` (the real scheduler's `next` and `run_one`).
+//!
+//! Run with
+//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p flick-runtime --release --test loom_scheduler`.
+#![cfg(loom)]
+
+use flick_runtime::{Scheduler, Task, TaskId, TaskStatus, Timeslice};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+
+fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(3);
+    }
+    builder.check(f);
+}
+
+/// What a probe task saw: input is counted before each wake, and each run
+/// records how much input it saw, so a run after the last wake sees all.
+#[derive(Clone)]
+struct Probe {
+    input: Arc<AtomicUsize>,
+    seen: Arc<AtomicUsize>,
+    runs: Arc<AtomicUsize>,
+    running: Arc<AtomicBool>,
+}
+
+impl Probe {
+    fn new() -> Probe {
+        Probe {
+            input: Arc::new(AtomicUsize::new(0)),
+            seen: Arc::new(AtomicUsize::new(0)),
+            runs: Arc::new(AtomicUsize::new(0)),
+            running: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// A task that reports `first` on its first run and `Idle` after.
+    fn task(&self, first: TaskStatus) -> Box<dyn Task> {
+        let probe = self.clone();
+        Box::new(move |_: &mut Timeslice| {
+            assert!(
+                !probe.running.swap(true, Ordering::AcqRel),
+                "a task ran on two workers at once"
+            );
+            let run = probe.runs.fetch_add(1, Ordering::AcqRel);
+            probe
+                .seen
+                .store(probe.input.load(Ordering::Acquire), Ordering::Release);
+            probe.running.store(false, Ordering::Release);
+            if run == 0 {
+                first
+            } else {
+                TaskStatus::Idle
+            }
+        })
+    }
+
+    /// New input, then a wake, as a channel's send does.
+    fn feed(&self, waker: &flick_runtime::Waker, id: TaskId) {
+        self.input.fetch_add(1, Ordering::Release);
+        waker.wake(id);
+    }
+
+    fn runs(&self) -> usize {
+        self.runs.load(Ordering::Acquire)
+    }
+
+    fn seen(&self) -> usize {
+        self.seen.load(Ordering::Acquire)
+    }
+}
+
+/// Runs what is queued until every queue is empty, as the workers would.
+fn drain(sched: &Scheduler) {
+    for _ in 0..8 {
+        if !sched.run_next(0) {
+            return;
+        }
+    }
+    panic!("the queues never emptied");
+}
+
+/// Two wakers wake an idle task at once: it is queued exactly once, runs
+/// exactly once more, and that run sees both inputs.
+#[test]
+fn two_wakes_of_an_idle_task_queue_it_once() {
+    model(|| {
+        let sched = Scheduler::model(1, 1);
+        let probe = Probe::new();
+        let id = sched.spawn(probe.task(TaskStatus::Idle)).unwrap();
+        assert!(sched.run_next(0));
+        assert_eq!(sched.task_state(id), "idle");
+
+        let wakers: Vec<_> = (0..2)
+            .map(|_| {
+                let (probe, waker) = (probe.clone(), sched.waker());
+                thread::spawn(move || probe.feed(&waker, id))
+            })
+            .collect();
+        for w in wakers {
+            w.join().unwrap();
+        }
+
+        assert_eq!(sched.queue_lengths(), vec![1], "queued once");
+        assert!(sched.run_next(0));
+        assert!(!sched.run_next(0), "queued twice");
+        assert_eq!(probe.runs(), 2, "ran exactly once more");
+        assert_eq!(probe.seen(), 2, "a wake-up was lost");
+        assert_eq!(sched.task_state(id), "idle");
+    });
+}
+
+/// Two wakers race a worker that runs the task meanwhile (and a second,
+/// scavenging worker): however they interleave, the task never runs on two
+/// workers at once, is never queued twice, and its last run comes after
+/// the last wake-up.
+#[test]
+fn wakes_racing_two_workers_are_never_lost() {
+    model(|| {
+        let sched = Arc::new(Scheduler::model(2, 1));
+        let probe = Probe::new();
+        let id = sched.spawn(probe.task(TaskStatus::Idle)).unwrap();
+        let home = sched.waker().home_of(id);
+
+        let wakers: Vec<_> = (0..2)
+            .map(|_| {
+                let (probe, waker) = (probe.clone(), sched.waker());
+                thread::spawn(move || probe.feed(&waker, id))
+            })
+            .collect();
+        let other = {
+            let sched = sched.clone();
+            // The other worker: finds the task only by scavenging.
+            thread::spawn(move || {
+                sched.run_next(1 - home);
+            })
+        };
+        sched.run_next(home);
+        for w in wakers {
+            w.join().unwrap();
+        }
+        other.join().unwrap();
+        assert!(
+            sched.queue_lengths().iter().sum::<usize>() <= 1,
+            "queued twice"
+        );
+        drain(&sched);
+
+        assert_eq!(probe.seen(), 2, "a wake-up was lost");
+        assert!((1..=3).contains(&probe.runs()), "{} runs", probe.runs());
+        assert_eq!(sched.task_state(id), "idle");
+    });
+}
+
+/// A wake-up while the task runs (`RUNNING` -> `NOTIFIED`) queues it again
+/// when it returns, whether it returns `Idle` or `Yield`; one that comes as
+/// it returns `Done` is ignored, and its slot is freed once.
+fn wake_during_a_run(first: TaskStatus) {
+    model(move || {
+        let sched = Scheduler::model(1, 1);
+        let probe = Probe::new();
+        let id = sched.spawn(probe.task(first)).unwrap();
+
+        let waker = {
+            let (probe, waker) = (probe.clone(), sched.waker());
+            thread::spawn(move || probe.feed(&waker, id))
+        };
+        assert!(sched.run_next(0));
+        waker.join().unwrap();
+        drain(&sched);
+
+        if first == TaskStatus::Done {
+            assert_eq!(probe.runs(), 1);
+            assert_eq!(sched.task_state(id), "free");
+            assert_eq!(sched.live(), 0);
+            // The freed slot is taken again, once.
+            let again = sched.spawn(probe.task(TaskStatus::Done)).unwrap();
+            assert_eq!(again, id);
+            assert!(sched.spawn(probe.task(TaskStatus::Done)).is_err());
+            drain(&sched);
+        } else {
+            assert_eq!(probe.seen(), 1, "a wake-up during a run was lost");
+            assert!((1..=3).contains(&probe.runs()), "{} runs", probe.runs());
+            assert_eq!(sched.task_state(id), "idle");
+            assert_eq!(sched.live(), 1);
+        }
+    });
+}
+
+#[test]
+fn a_wake_during_a_run_that_goes_idle_runs_it_again() {
+    wake_during_a_run(TaskStatus::Idle);
+}
+
+#[test]
+fn a_wake_during_a_run_that_yields_runs_it_again() {
+    wake_during_a_run(TaskStatus::Yield);
+}
+
+#[test]
+fn a_wake_during_a_run_that_ends_is_ignored() {
+    wake_during_a_run(TaskStatus::Done);
+}
