@@ -142,6 +142,23 @@ pub enum Op {
         field: u16,
         key: Option<Reg>,
     },
+    /// Every further element with key `key` of the `foldt` merge over
+    /// `chans`, folded natively by the host with the compiled body `fold`
+    /// into the running values in `accs` (taken from the first element
+    /// `first` while `count`, the steps taken, is 0). It suspends here like
+    /// [`Op::Merge`]; where the host cannot fold these records, it goes on
+    /// at `fallback`, the interpreted loop.
+    MergeFold {
+        chans: Reg,
+        record: u16,
+        field: u16,
+        key: Reg,
+        first: Reg,
+        accs: Box<[Reg]>,
+        count: Reg,
+        fold: std::sync::Arc<crate::fold::FoldSpec>,
+        fallback: u32,
+    },
     /// The record in `src` is dead unless it is one of `unless`: its
     /// storage can go back to the host (a `foldt` step's inputs).
     Release {

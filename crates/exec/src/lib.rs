@@ -1,5 +1,6 @@
 //! Execution of compute code: checked programs lowered to register-machine
-//! code ([`lower`]) and the interpreter that runs it ([`Vm`]).
+//! code ([`lower`]) and the interpreter that runs it ([`Vm`]); `foldt`
+//! bodies of plain integer arithmetic compiled to closures ([`fold`]).
 //!
 //! This crate owns what one compute task does with one message. It must
 //! not own threads, sockets or buffers: the runtime drives the [`Vm`] and
@@ -8,9 +9,11 @@
 //! a long `fold` yields to the scheduler and resumes where it stopped.
 
 pub mod code;
+pub mod fold;
 mod lower;
 mod vm;
 
 pub use code::{FuncId, Module};
+pub use fold::{FoldSpec, FoldStep};
 pub use lower::{lower, Unsupported};
-pub use vm::{fnv1a, Fault, Host, Outcome, Sent, Value, Vm};
+pub use vm::{fnv1a, Fault, FoldCall, Host, Outcome, Sent, Value, Vm};

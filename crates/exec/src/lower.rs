@@ -100,6 +100,8 @@ struct Lowerer<'a> {
     /// Per function, which parameters are `ref`.
     refs: HashMap<&'a str, Vec<bool>>,
     records: HashMap<&'a str, u16>,
+    /// Function declarations by name, for compiling `foldt` bodies.
+    decls: HashMap<&'a str, &'a FunDecl>,
     module: Module,
 }
 
@@ -110,6 +112,7 @@ pub fn lower(program: &Program, checked: &CheckedProgram) -> Result<Module, Unsu
         funcs: HashMap::new(),
         refs: HashMap::new(),
         records: HashMap::new(),
+        decls: HashMap::new(),
         module: Module::default(),
     };
     for (i, r) in checked.records.iter().enumerate() {
@@ -129,6 +132,7 @@ pub fn lower(program: &Program, checked: &CheckedProgram) -> Result<Module, Unsu
         .collect();
     for (i, f) in funs.iter().enumerate() {
         l.funcs.insert(&f.name.name, i as FuncId);
+        l.decls.insert(&f.name.name, f);
         let refs = f
             .params
             .iter()
@@ -678,6 +682,62 @@ impl Lowerer<'_> {
             record,
             field,
         });
+        // A body the host can fold natively goes first; the interpreted
+        // loop after it runs where the host cannot.
+        let native = self.fold_spec(f, record, field).map(|spec| {
+            let accs: Box<[Reg]> = spec
+                .accs
+                .iter()
+                .map(|_| Self::constant(b, Const::Int(0)))
+                .collect();
+            let count = Self::constant(b, Const::Int(0));
+            let at = b.code.len();
+            let args = spec
+                .args
+                .iter()
+                .map(|a| match a {
+                    crate::fold::FoldArg::Key => key,
+                    crate::fold::FoldArg::Acc(i) => accs[*i as usize],
+                })
+                .collect();
+            b.emit(Op::MergeFold {
+                chans,
+                record,
+                field,
+                key,
+                first,
+                accs,
+                count,
+                fold: std::sync::Arc::new(spec),
+                fallback: 0,
+            });
+            // One element: the result is that element, as the loop leaves it.
+            let zero = Self::constant(b, Const::Int(0));
+            let folded = b.reg();
+            b.emit(Op::Binary {
+                op: BinOp::Ne,
+                dst: folded,
+                a: count,
+                b: zero,
+            });
+            let single = b.code.len();
+            b.emit(Op::JumpIfFalse {
+                cond: folded,
+                to: 0,
+            });
+            b.emit(Op::Record {
+                dst: acc,
+                record,
+                args,
+            });
+            let done = b.code.len();
+            b.emit(Op::Jump { to: 0 });
+            let fallback = b.here();
+            if let Op::MergeFold { fallback: to, .. } = &mut b.code[at] {
+                *to = fallback;
+            }
+            (single, done)
+        });
         let head = b.here();
         let next = b.reg();
         b.emit(Op::Merge {
@@ -725,8 +785,207 @@ impl Lowerer<'_> {
             cond: more,
             to: end,
         };
+        if let Some((single, done)) = native {
+            if let Op::JumpIfFalse { to, .. } = &mut b.code[single] {
+                *to = end;
+            }
+            b.code[done] = Op::Jump { to: end };
+        }
         Ok(acc)
     }
+
+    /// The body of `f` as a [`FoldSpec`](crate::fold::FoldSpec), where it
+    /// builds the element record again from the key (in the ordering
+    /// field) and integer arithmetic over the two elements' fields,
+    /// through `let`s and calls of functions of the same kind; `None` for
+    /// anything else (the interpreter runs it).
+    fn fold_spec(&self, f: &Foldt, record: u16, field: u16) -> Option<crate::fold::FoldSpec> {
+        use crate::fold::{FoldArg, FoldExpr, MAX_ACCS};
+        let names = &self.module.records.get(record as usize)?.1;
+        if names.len() > MAX_ACCS + 1 {
+            return None;
+        }
+        let mut fx = FoldCx {
+            names,
+            key_field: field,
+            next_fields: Vec::new(),
+        };
+        let mut env = vec![
+            (f.left.name.as_str(), Sym::Left),
+            (f.right.name.as_str(), Sym::Right),
+            (f.key.name.as_str(), Sym::Key),
+        ];
+        let last = self.fold_block(&f.body, &mut env, &mut fx, 0)?;
+        let ExprKind::Call(ctor, args) = &last.kind else {
+            return None;
+        };
+        let ctor = ctor.name.as_str();
+        if self.funcs.contains_key(ctor) || self.records.get(ctor) != Some(&record) {
+            return None;
+        }
+        if args.len() != names.len() {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut accs = Vec::new();
+        for (i, a) in args.iter().enumerate() {
+            match (self.fold_value(a, &env, &mut fx, 0)?, i == field as usize) {
+                (FoldVal::Key, true) => out.push(FoldArg::Key),
+                (FoldVal::Int(e), false) => {
+                    out.push(FoldArg::Acc(accs.len() as u16));
+                    accs.push((i as u16, e));
+                }
+                _ => return None,
+            }
+        }
+        // (Running values are numbered as the fields that are not the key,
+        // as `fold_value` numbers `A.f`.)
+        let accs: Vec<(u16, FoldExpr)> = accs;
+        if fx.next_fields.len() > MAX_ACCS {
+            return None;
+        }
+        Some(crate::fold::FoldSpec::new(out, accs, fx.next_fields))
+    }
+
+    /// The `let`s of `block` into `env`; its last statement's expression.
+    fn fold_block<'b>(
+        &self,
+        block: &'b Block,
+        env: &mut Vec<(&'b str, Sym)>,
+        fx: &mut FoldCx,
+        depth: usize,
+    ) -> Option<&'b Expr> {
+        let (last, lets) = block.stmts.split_last()?;
+        for s in lets {
+            let StmtKind::Let { name, value, .. } = &s.kind else {
+                return None;
+            };
+            let v = match self.fold_value(value, env, fx, depth)? {
+                FoldVal::Int(e) => Sym::Val(e),
+                FoldVal::Key => Sym::Key,
+            };
+            env.push((name.name.as_str(), v));
+        }
+        match &last.kind {
+            StmtKind::Expr(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    fn fold_value(
+        &self,
+        e: &Expr,
+        env: &[(&str, Sym)],
+        fx: &mut FoldCx,
+        depth: usize,
+    ) -> Option<FoldVal> {
+        use crate::fold::FoldExpr;
+        if depth > 64 {
+            return None;
+        }
+        let lookup = |n: &str| env.iter().rev().find(|(m, _)| *m == n).map(|(_, s)| s);
+        let int = |v: Option<FoldVal>| match v? {
+            FoldVal::Int(e) => Some(e),
+            FoldVal::Key => None,
+        };
+        Some(match &e.kind {
+            ExprKind::Int { value, .. } => {
+                FoldVal::Int(FoldExpr::Const(i64::try_from(*value).ok()?))
+            }
+            ExprKind::Var(id) => match lookup(&id.name)? {
+                Sym::Val(x) => FoldVal::Int(x.clone()),
+                Sym::Key => FoldVal::Key,
+                Sym::Left | Sym::Right => return None,
+            },
+            ExprKind::Field(inner, name) => {
+                let ExprKind::Var(id) = &inner.kind else {
+                    return None;
+                };
+                let side = lookup(&id.name)?;
+                let i = fx.names.iter().position(|n| *n == name.name)?;
+                if i == fx.key_field as usize {
+                    // Equal to the key in both elements.
+                    return matches!(side, Sym::Left | Sym::Right).then_some(FoldVal::Key);
+                }
+                match side {
+                    Sym::Left => {
+                        // Running value: numbered among the fields that are
+                        // not the key, as `fold_spec` numbers them.
+                        let acc = i - usize::from(i > fx.key_field as usize);
+                        FoldVal::Int(FoldExpr::Acc(acc as u16))
+                    }
+                    Sym::Right => {
+                        let j = match fx.next_fields.iter().position(|&f| f as usize == i) {
+                            Some(j) => j,
+                            None => {
+                                fx.next_fields.push(i as u16);
+                                fx.next_fields.len() - 1
+                            }
+                        };
+                        FoldVal::Int(FoldExpr::Next(j as u16))
+                    }
+                    _ => return None,
+                }
+            }
+            ExprKind::Unary(UnOp::Neg, x) => FoldVal::Int(FoldExpr::Neg(Box::new(int(
+                self.fold_value(x, env, fx, depth + 1)
+            )?))),
+            ExprKind::Binary(
+                op @ (BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod),
+                x,
+                y,
+            ) => {
+                let x = int(self.fold_value(x, env, fx, depth + 1))?;
+                let y = int(self.fold_value(y, env, fx, depth + 1))?;
+                FoldVal::Int(FoldExpr::Bin(*op, Box::new(x), Box::new(y)))
+            }
+            ExprKind::Call(name, args) => {
+                let decl = *self.decls.get(name.name.as_str())?;
+                if decl.params.len() != args.len()
+                    || decl
+                        .params
+                        .iter()
+                        .any(|p| matches!(p.ty.kind, TypeKind::Ref(_)))
+                {
+                    return None;
+                }
+                // The function sees its parameters, not the caller's names.
+                let mut inner: Vec<(&str, Sym)> = Vec::new();
+                for (p, a) in decl.params.iter().zip(args) {
+                    let v = match self.fold_value(a, env, fx, depth + 1)? {
+                        FoldVal::Int(e) => Sym::Val(e),
+                        FoldVal::Key => Sym::Key,
+                    };
+                    inner.push((p.name.name.as_str(), v));
+                }
+                let last = self.fold_block(&decl.body, &mut inner, fx, depth + 1)?;
+                self.fold_value(last, &inner, fx, depth + 1)?
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// What a name in a `foldt` body being compiled stands for.
+#[derive(Clone)]
+enum Sym {
+    Val(crate::fold::FoldExpr),
+    Key,
+    /// The running record and the next element.
+    Left,
+    Right,
+}
+
+/// A value in a `foldt` body being compiled.
+enum FoldVal {
+    Int(crate::fold::FoldExpr),
+    Key,
+}
+
+struct FoldCx<'n> {
+    names: &'n [String],
+    key_field: u16,
+    next_fields: Vec<u16>,
 }
 
 impl Lowerer<'_> {

@@ -3,6 +3,7 @@
 //! an expired timeslice and resume at the same operation later.
 
 use crate::code::*;
+use crate::fold::{FoldSpec, FoldStep};
 use flick_runtime::Timeslice;
 use flick_syntax::ast::{BinOp, UnOp};
 use std::sync::Arc;
@@ -68,6 +69,22 @@ pub enum Sent {
     Full,
 }
 
+/// One [`Host::merge_fold`]: the merge, the fold's key and first element,
+/// its compiled body and running values (updated in place), and the
+/// timeslice, which the host checks between elements.
+pub struct FoldCall<'a> {
+    pub chan: u16,
+    pub record: u16,
+    pub field: u16,
+    pub key: &'a Value,
+    pub first: &'a Value,
+    pub fold: &'a FoldSpec,
+    pub accs: &'a mut [i64],
+    /// Steps taken so far; the running values come from `first` while 0.
+    pub count: &'a mut i64,
+    pub slice: &'a mut Timeslice,
+}
+
 /// What compute code needs from the task running it: messages, channels,
 /// state. The runtime implements it; tests implement it with plain data.
 pub trait Host {
@@ -98,6 +115,13 @@ pub trait Host {
         Err(Fault::Host(
             "`foldt` needs a host that merges channels".into(),
         ))
+    }
+    /// For `foldt`: folds every further element with key `call.key` into
+    /// `call.accs` with the compiled body (see [`Op::MergeFold`]). The
+    /// default folds nothing natively: the interpreted loop runs.
+    fn merge_fold(&mut self, call: FoldCall<'_>) -> Result<FoldStep, Fault> {
+        let _ = call;
+        Ok(FoldStep::Unsupported)
     }
     /// A record value that compute code no longer uses.
     fn release(&mut self, v: &Value) {
@@ -427,6 +451,48 @@ impl Vm {
                         Some(v) => self.set(base, *dst, v),
                         // Stay on this operation: it runs again on resume.
                         None => return Ok(Outcome::Blocked),
+                    }
+                }
+                Op::MergeFold {
+                    chans,
+                    record,
+                    field,
+                    key,
+                    first,
+                    accs,
+                    count,
+                    fold,
+                    fallback,
+                } => {
+                    let Value::Chan { chan, .. } = self.reg(base, *chans) else {
+                        return Err(Fault::Kind("a channel array"));
+                    };
+                    let mut vals = [0i64; crate::fold::MAX_ACCS];
+                    for (v, r) in vals.iter_mut().zip(accs.iter()) {
+                        *v = self.int(base, *r)?;
+                    }
+                    let mut n = self.int(base, *count)?;
+                    let step = host.merge_fold(FoldCall {
+                        chan: *chan,
+                        record: *record,
+                        field: *field,
+                        key: self.reg(base, *key),
+                        first: self.reg(base, *first),
+                        fold,
+                        accs: &mut vals[..accs.len()],
+                        count: &mut n,
+                        slice,
+                    })?;
+                    for (v, r) in vals.iter().zip(accs.iter()) {
+                        self.set(base, *r, Value::Int(*v));
+                    }
+                    self.set(base, *count, Value::Int(n));
+                    match step {
+                        FoldStep::Done => {}
+                        // Stay on this operation: it runs again on resume.
+                        FoldStep::Blocked => return Ok(Outcome::Blocked),
+                        FoldStep::Yielded => return Ok(Outcome::Yielded),
+                        FoldStep::Unsupported => next = *fallback,
                     }
                 }
                 Op::Release { src, unless } => {

@@ -208,6 +208,8 @@ pub struct GraphHost {
     pub merges: Vec<crate::merge::MergeInput>,
     /// Messages merges have taken, to tell whether a guard made progress.
     pub taken: u64,
+    /// What native folds over the merges keep between calls.
+    pub fold: crate::merge::FoldState,
     /// Records the program builds: per record, its grammar unit's builder
     /// and a parser to find the values in the built bytes (made on first use).
     pub builders: Vec<Option<crate::build::RecordBuilder>>,
@@ -473,6 +475,13 @@ impl Host for GraphHost {
         key: Option<&Value>,
     ) -> Result<Option<Value>, Fault> {
         self.merge_take_msg(chan, record, field, key)
+    }
+
+    fn merge_fold(
+        &mut self,
+        call: flick_exec::FoldCall<'_>,
+    ) -> Result<flick_exec::FoldStep, Fault> {
+        self.merge_fold_native(call)
     }
 
     fn connection_hash(&mut self, chan: u16, elem: Option<u32>) -> Result<u64, Fault> {

@@ -16,6 +16,7 @@ mod forward;
 mod graph_pool;
 pub mod log;
 mod merge;
+mod merge_read;
 mod msg;
 mod outbox;
 mod peers;

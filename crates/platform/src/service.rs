@@ -588,19 +588,33 @@ fn connection(
     out_tx.bind(compute);
     out_rx.bind(wid);
     let client = chan == p.client_chan;
-    let read = match client {
-        true => p.graphs.read_side(|| read_side(&p.loaded, unit)),
-        false => read_side(&p.loaded, unit),
-    };
-    let mut reader = Reader {
-        conn: conn.clone(),
-        read: Some(read),
-        graphs: client.then(|| p.graphs.clone()),
-        out: Some(in_tx),
-        pool: p.pool.clone(),
-        pending: None,
-        stats: p.stats.clone(),
-        draining: (chan == p.client_chan).then(|| p.draining.clone()),
+    let reader: Box<dyn flick_runtime::Task> = if client && !p.loaded.ruled[chan] {
+        // A stream a `foldt` merges: its bytes go in chunks, parsed where
+        // they are merged (merge.rs).
+        let mut r = crate::merge_read::ChunkReader::new(
+            conn.clone(),
+            in_tx,
+            p.pool.clone(),
+            p.stats.clone(),
+            p.draining.clone(),
+        );
+        Box::new(move |sl: &mut flick_runtime::Timeslice| r.run(sl))
+    } else {
+        let read = match client {
+            true => p.graphs.read_side(|| read_side(&p.loaded, unit)),
+            false => read_side(&p.loaded, unit),
+        };
+        let mut r = Reader {
+            conn: conn.clone(),
+            read: Some(read),
+            graphs: client.then(|| p.graphs.clone()),
+            out: Some(in_tx),
+            pool: p.pool.clone(),
+            pending: None,
+            stats: p.stats.clone(),
+            draining: (chan == p.client_chan).then(|| p.draining.clone()),
+        };
+        Box::new(move |sl: &mut flick_runtime::Timeslice| r.run(sl))
     };
     let mut writer = Writer {
         conn: conn.clone(),
@@ -629,10 +643,7 @@ fn connection(
             shared: false,
         },
         tasks: [
-            (
-                rid,
-                Box::new(move |sl: &mut flick_runtime::Timeslice| reader.run(sl)),
-            ),
+            (rid, reader),
             (
                 wid,
                 Box::new(move |sl: &mut flick_runtime::Timeslice| writer.run(sl)),
@@ -1033,6 +1044,7 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
             part_slots: Vec::new(),
             part_parser: None,
             taken: 0,
+            fold: Default::default(),
             builders: Vec::new(),
             records: p.loaded.records.clone(),
             balance: p.balance.clone(),

@@ -25,7 +25,9 @@ mod in_place;
 mod int_expr;
 mod message;
 mod parse;
+mod plain;
 mod plan;
+mod property;
 pub mod program;
 mod ranges;
 mod reject;
@@ -42,6 +44,8 @@ pub use error::{GrammarError, WireError, WireErrorKind};
 pub use header::{Header, HeaderInfo, HeaderRef};
 pub use message::{FieldRef, List, Message, Value};
 pub use parse::{Parser, Progress};
+pub use plain::PlainInt;
+pub use property::PropertyRef;
 pub use program::{
     FieldInfo, FieldKind, Fixed, FixedKind, FixedRun, ForwardContext, Slot, UnitId, UnitInfo,
 };

@@ -1,0 +1,128 @@
+//! The input task of a stream a `foldt` merges: the connection's bytes
+//! go to the compute task as they arrive, in pooled chunks, unparsed. The
+//! merge parses them where they lie, many records at a time
+//! (`merge.rs`), so a record costs no message, channel hop or task switch
+//! of its own.
+
+use crate::conn::Conn;
+use crate::msg::{Msg, MsgPool};
+use crate::stats::Stats;
+use flick_runtime::{Sender, TaskStatus, Timeslice, TrySendError};
+use std::io::{ErrorKind, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The most bytes one chunk carries: enough for the merge to parse in
+/// long runs, few enough that the pooled messages stay small.
+pub const CHUNK: usize = 32 * 1024;
+
+/// Reads a merged stream's connection into chunks for the compute task.
+pub struct ChunkReader {
+    pub conn: Arc<Conn>,
+    /// `None` once finished: closing it tells the merge the stream ended.
+    pub out: Option<Sender<Msg>>,
+    pub pool: Arc<MsgPool>,
+    pub pending: Option<Msg>,
+    pub stats: Arc<Stats>,
+    /// Set when the service shuts down: the reader stops once it has read
+    /// what already arrived.
+    pub draining: Arc<AtomicBool>,
+    /// The last read took less than there was room for (see
+    /// `conn::ReadSide`): wait for the next wake-up.
+    drained: bool,
+    hangup: bool,
+}
+
+impl ChunkReader {
+    pub fn new(
+        conn: Arc<Conn>,
+        out: Sender<Msg>,
+        pool: Arc<MsgPool>,
+        stats: Arc<Stats>,
+        draining: Arc<AtomicBool>,
+    ) -> ChunkReader {
+        ChunkReader {
+            conn,
+            out: Some(out),
+            pool,
+            pending: None,
+            stats,
+            draining,
+            drained: false,
+            hangup: false,
+        }
+    }
+
+    fn finish(&mut self) -> TaskStatus {
+        if let Some(m) = self.pending.take() {
+            self.pool.give(m);
+        }
+        self.out = None;
+        let _ = self.conn.stream.shutdown(std::net::Shutdown::Read);
+        TaskStatus::Done
+    }
+
+    pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
+        self.drained = false;
+        self.hangup |= self.conn.hung_up();
+        loop {
+            let Some(out) = &self.out else {
+                return self.finish();
+            };
+            if let Some(m) = self.pending.take() {
+                match out.try_send(m) {
+                    Ok(()) => {
+                        self.stats.message_in(self.conn.chan);
+                        if slice.item_done() {
+                            return TaskStatus::Yield;
+                        }
+                    }
+                    // Backpressure: stop reading until the merge takes it.
+                    Err(TrySendError::Full(m)) => {
+                        self.pending = Some(m);
+                        return TaskStatus::Idle;
+                    }
+                    Err(TrySendError::Closed(m)) => {
+                        self.pending = Some(m);
+                        return self.finish();
+                    }
+                }
+            }
+            if self.drained && !self.hangup {
+                return self.idle();
+            }
+            let mut m = self.pool.take();
+            m.bytes.resize(CHUNK, 0);
+            let read = (&self.conn.stream).read(&mut m.bytes);
+            match read {
+                Ok(0) => {
+                    self.pool.give(m);
+                    return self.finish();
+                }
+                Ok(n) => {
+                    m.bytes.truncate(n);
+                    self.drained = n < CHUNK;
+                    self.pending = Some(m);
+                }
+                Err(e) => {
+                    self.pool.give(m);
+                    match e.kind() {
+                        ErrorKind::WouldBlock => return self.idle(),
+                        ErrorKind::Interrupted => {}
+                        _ => {
+                            self.conn.failed_with(&e);
+                            return self.finish();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn idle(&mut self) -> TaskStatus {
+        if self.draining.load(Ordering::Acquire) {
+            return self.finish();
+        }
+        TaskStatus::Idle
+    }
+}
