@@ -30,6 +30,12 @@ fi
 
 # Client libraries in other languages, run through the Memcached proxies.
 interop/clients/install.sh
+# The Prometheus project's parsers, which read `flick run --metrics` back
+# (crates/flick/tests/run_cli.rs). A Debian Python refuses user installs
+# unless told (PEP 668).
+python3 -c 'import prometheus_client' 2>/dev/null \
+    || python3 -m pip install --user --quiet prometheus_client \
+    || python3 -m pip install --user --quiet --break-system-packages prometheus_client
 # Toxiproxy, the fault injector of the fault-invariant suite (with Go).
 scripts/install_toxiproxy.sh >/dev/null
 

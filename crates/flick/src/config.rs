@@ -8,6 +8,7 @@
 //! workers = 4
 //! timeslice_us = 50
 //! metrics = "127.0.0.1:9100"
+//! access_log = "/var/log/flick/access.log"   # or "-": standard output
 //! max_instances = 1024
 //! channel_capacity = 64
 //! dict_capacity = 1024
@@ -65,6 +66,8 @@ pub struct FileConfig {
     pub timeslice_us: Option<u64>,
     /// Address of the Prometheus `/metrics` endpoint.
     pub metrics: Option<String>,
+    /// Where a line per answered request goes (`-`: standard output).
+    pub access_log: Option<String>,
     pub max_instances: Option<usize>,
     pub channel_capacity: Option<usize>,
     pub dict_capacity: Option<usize>,
@@ -129,6 +132,7 @@ pub struct Overrides {
     pub workers: Option<usize>,
     pub timeslice_us: Option<u64>,
     pub metrics: Option<String>,
+    pub access_log: Option<String>,
     pub max_instances: Option<usize>,
     pub channel_capacity: Option<usize>,
     pub dict_capacity: Option<usize>,
@@ -152,6 +156,8 @@ pub struct Settings {
     pub workers: Option<usize>,
     pub timeslice_us: u64,
     pub metrics: Option<SocketAddr>,
+    /// A path, or `-` for standard output; `None`: no access log.
+    pub access_log: Option<String>,
     pub max_instances: usize,
     pub channel_capacity: usize,
     pub dict_capacity: usize,
@@ -332,6 +338,19 @@ pub fn resolve(
             .ok(),
         (None, None) => None,
     };
+    let access_log = setting(
+        &at,
+        "access_log",
+        flags.access_log.clone(),
+        cfg.access_log.clone(),
+    )
+    .and_then(|(o, v)| match v.is_empty() {
+        true => {
+            errors.push(format!("{o}: an empty path; give a file or `-`"));
+            None
+        }
+        false => Some(v),
+    });
 
     let defaults = flick_platform::ServiceConfig::default();
     let workers = setting(&at, "workers", flags.workers, cfg.workers)
@@ -406,6 +425,7 @@ pub fn resolve(
             workers,
             timeslice_us,
             metrics,
+            access_log,
             max_instances,
             channel_capacity,
             dict_capacity,

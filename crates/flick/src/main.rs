@@ -91,6 +91,12 @@ struct RunArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
+    /// Write a line per answered request to FILE (appended), or to standard
+    /// output for `-`: time, client, channel, backend, outcome (reply,
+    /// fault, reject, refused), request and reply bytes, microseconds
+    /// [default: none].
+    #[arg(long, value_name = "FILE|-")]
+    access_log: Option<String>,
     /// The most instances (client connections) alive at once [default: 1024].
     #[arg(long, value_name = "N")]
     max_instances: Option<usize>,
@@ -318,6 +324,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         workers: args.workers,
         timeslice_us: args.timeslice_us,
         metrics: args.metrics.clone(),
+        access_log: args.access_log.clone(),
         max_instances: args.max_instances,
         channel_capacity: args.channel_capacity,
         dict_capacity: args.dict_capacity,
@@ -432,6 +439,18 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
             }
         },
     };
+    // Opened before the service starts, so that a bad path fails early.
+    let access_log = match &settings.access_log {
+        None => None,
+        Some(dest) => match flick_platform::access_log::AccessLog::open(dest, config.workers) {
+            Ok(log) => Some(log),
+            Err(e) => {
+                eprintln!("error: cannot open the access log {dest}: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    config.access_log = access_log.clone();
     let service = match flick_platform::Service::start(loaded, config) {
         Ok(s) => Arc::new(s),
         Err(e) => {
@@ -446,9 +465,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
     let metrics = match metrics_listener {
         None => None,
         Some(l) => {
-            let s = service.clone();
-            let render: flick::metrics::Render =
-                Arc::new(move || flick::metrics::Sample::of(&s).render());
+            let render = flick::metrics::render_service(service.clone());
             match flick::metrics::MetricsServer::start(l, render) {
                 Ok(m) => {
                     println!("flick: metrics on http://{}/metrics", m.local_addr());
@@ -479,6 +496,10 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         && std::time::Instant::now() < deadline
     {
         std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // The lines of the requests answered in the drain are written out.
+    if let Some(log) = &access_log {
+        log.close();
     }
     println!("flick: stopped");
     ExitCode::SUCCESS

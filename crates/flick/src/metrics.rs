@@ -1,13 +1,25 @@
-//! `flick run --metrics ADDR`: the service's counters in the Prometheus
-//! text exposition format (version 0.0.4), served at `GET /metrics` by a
-//! small HTTP/1.1 server on its own threads.
+//! `flick run --metrics ADDR`: the service's counters, gauges and latency
+//! histograms, encoded by the Prometheus project's client library
+//! (`prometheus-client`) and served at `GET /metrics` by a small HTTP/1.1
+//! server on its own threads (the library has none). A scraper that asks
+//! for OpenMetrics (`Accept: application/openmetrics-text`, as Prometheus
+//! does) gets it; anything else gets the text format 0.0.4.
+//!
+//! The service's atomics are read at each scrape by a [`Collector`], so
+//! nothing on the request path touches the library.
 //!
 //! The server answers one request per connection and closes it. Requests
 //! are bounded in size ([`MAX_REQUEST`]) and in time ([`REQUEST_TIMEOUT`]),
 //! at most [`MAX_CLIENTS`] are served at once, and no input makes it panic:
 //! anything that is not `GET /metrics` (or `HEAD`) gets a 4xx answer.
 
-use std::fmt::Write as _;
+use flick_platform::{HistogramSnapshot, LATENCY_BOUNDS_US};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -21,6 +33,35 @@ pub const MAX_REQUEST: usize = 8192;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections served at once; more are closed unanswered.
 pub const MAX_CLIENTS: usize = 8;
+
+/// The exposition formats served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// The Prometheus text format, version 0.0.4.
+    Text,
+    /// OpenMetrics 1.0 text (counters typed without `_total`, `# EOF`).
+    OpenMetrics,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+/// A backend's health and latency at one moment.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct BackendSample {
+    pub channel: String,
+    pub address: String,
+    pub up: bool,
+    pub consecutive_failures: u64,
+    pub connect_failures: u64,
+    pub latency: HistogramSnapshot,
+}
 
 /// The counters and gauges of a service at one moment.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -40,6 +81,10 @@ pub struct Sample {
     pub queue_lengths: Vec<usize>,
     pub tasks_live: usize,
     pub pooled_messages: usize,
+    /// Per listening channel: its requests' latency.
+    pub requests: Vec<(String, HistogramSnapshot)>,
+    pub backends: Vec<BackendSample>,
+    pub access_log_dropped: u64,
 }
 
 impl Sample {
@@ -47,6 +92,11 @@ impl Sample {
     pub fn of(service: &flick_platform::Service) -> Sample {
         let s = service.stats();
         let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let name = |chan: u16| {
+            s.channels
+                .get(chan as usize)
+                .map_or_else(String::new, |c| c.name.clone())
+        };
         Sample {
             connections_accepted: get(&s.connections_accepted),
             connections_open: get(&s.connections_open),
@@ -65,141 +115,295 @@ impl Sample {
             queue_lengths: service.queue_lengths(),
             tasks_live: service.live_tasks(),
             pooled_messages: service.pooled_messages(),
+            requests: s
+                .listening
+                .and_then(|c| s.channels.get(c))
+                .map(|c| (c.name.clone(), c.latency.snapshot()))
+                .into_iter()
+                .collect(),
+            backends: s
+                .backends
+                .iter()
+                .map(|b| BackendSample {
+                    channel: name(b.chan),
+                    address: b.addr.to_string(),
+                    up: b.up.load(Ordering::Relaxed),
+                    consecutive_failures: get(&b.consecutive_failures),
+                    connect_failures: get(&b.connect_failures),
+                    latency: b.latency.snapshot(),
+                })
+                .collect(),
+            access_log_dropped: s.access_log.as_ref().map_or(0, |l| l.dropped()),
         }
     }
 
-    /// The sample in the Prometheus text format: per metric a `# HELP` and a
-    /// `# TYPE` line, then its samples.
-    pub fn render(&self) -> String {
-        let mut out = String::with_capacity(2048);
-        let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (labels, v) in samples {
-                let _ = writeln!(out, "{name}{labels} {v}");
-            }
-        };
-        let one = |v: u64| [(String::new(), v)];
-        family(
-            "flick_connections_accepted_total",
-            "counter",
-            "Client connections accepted.",
-            &one(self.connections_accepted),
-        );
-        family(
-            "flick_connections_open",
-            "gauge",
-            "Connections open now, to clients and to backends.",
-            &one(self.connections_open),
-        );
-        family(
-            "flick_instances_live",
-            "gauge",
-            "Instances (task graphs, one per client connection) alive now.",
-            &one(self.instances_live),
-        );
-        let per_channel = |f: fn(&(String, u64, u64)) -> u64| -> Vec<(String, u64)> {
-            self.channels
-                .iter()
-                .map(|c| (format!("{{channel=\"{}\"}}", escape(&c.0)), f(c)))
-                .collect()
-        };
-        family(
-            "flick_messages_in_total",
-            "counter",
-            "Messages read and parsed, per channel of the process.",
-            &per_channel(|c| c.1),
-        );
-        family(
-            "flick_messages_out_total",
-            "counter",
-            "Messages written, per channel of the process.",
-            &per_channel(|c| c.2),
-        );
-        family(
-            "flick_malformed_messages_total",
-            "counter",
-            "Messages that did not parse: answered with the grammar's reject reply, or their connection closed.",
-            &one(self.malformed),
-        );
-        family(
-            "flick_backend_connect_errors_total",
-            "counter",
-            "Failed connections to backends.",
-            &one(self.backend_connect_errors),
-        );
-        family(
-            "flick_compute_faults_total",
-            "counter",
-            "Rules stopped by a run-time fault of the program (each logged with its position).",
-            &one(self.compute_faults),
-        );
-        family(
-            "flick_jobs_failed_total",
-            "counter",
-            "Jobs whose merged streams were truncated, out of order or had a wrong checksum: their output was aborted.",
-            &one(self.jobs_failed),
-        );
-        family(
-            "flick_clients_closed_total",
-            "counter",
-            "Client connections closed because a reply could not be given whole (cut short by its backend, no error reply to write).",
-            &one(self.clients_closed),
-        );
-        family(
-            "flick_fault_replies_total",
-            "counter",
-            "Requests answered with the grammar's fault reply: a backend down, too slow or broken, or a compute fault.",
-            &one(self.fault_replies),
-        );
-        let queues: Vec<(String, u64)> = self
-            .queue_lengths
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (format!("{{worker=\"{i}\"}}"), *n as u64))
-            .collect();
-        family(
-            "flick_scheduler_queue_length",
-            "gauge",
-            "Tasks waiting in each worker's run queue.",
-            &queues,
-        );
-        family(
-            "flick_tasks_live",
-            "gauge",
-            "Tasks alive in the scheduler.",
-            &one(self.tasks_live as u64),
-        );
-        family(
-            "flick_pooled_messages",
-            "gauge",
-            "Message buffers available in the shared pool.",
-            &one(self.pooled_messages as u64),
-        );
-        out
+    /// The sample in `format`, through a registry of its own.
+    pub fn render(&self, format: Format) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self.clone()));
+        encode(&registry, format)
     }
 }
 
-/// A label value with `\`, `"` and newlines escaped.
-fn escape(v: &str) -> String {
-    let mut s = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => s.push_str("\\\\"),
-            '"' => s.push_str("\\\""),
-            '\n' => s.push_str("\\n"),
-            c => s.push(c),
-        }
+/// The registry a running service's metrics are read from, at each scrape.
+pub fn registry(service: Arc<flick_platform::Service>) -> Registry {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(ServiceCollector(service)));
+    registry
+}
+
+/// `registry` in `format`.
+pub fn encode(registry: &Registry, format: Format) -> String {
+    let mut out = String::with_capacity(8192);
+    // Writing to a String cannot fail, nor can our collectors.
+    let _ = match format {
+        Format::Text => prometheus_client::encoding::prometheus_text::encode(&mut out, registry),
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, registry),
+    };
+    out
+}
+
+/// What `/metrics` serves for a running service.
+pub fn render_service(service: Arc<flick_platform::Service>) -> Render {
+    let registry = registry(service);
+    Arc::new(move |format| encode(&registry, format))
+}
+
+/// Reads the service at each scrape.
+struct ServiceCollector(Arc<flick_platform::Service>);
+
+impl std::fmt::Debug for ServiceCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServiceCollector")
     }
-    s
+}
+
+impl Collector for ServiceCollector {
+    fn encode(&self, encoder: DescriptorEncoder) -> Encoded {
+        Sample::of(&self.0).encode(encoder)
+    }
+}
+
+type Encoded = std::result::Result<(), std::fmt::Error>;
+
+/// A family of counters (`name` without `_total`: the encoder adds it).
+fn counters<L: EncodeLabelSet>(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (L, u64)>,
+) -> Encoded {
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in series {
+        ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> Encoded {
+    let m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+    ConstCounter::new(v).encode(m)
+}
+
+fn gauges<L: EncodeLabelSet>(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (L, u64)>,
+) -> Encoded {
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in series {
+        ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> Encoded {
+    let m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    ConstGauge::new(v).encode(m)
+}
+
+fn histograms<'a, L: EncodeLabelSet + 'a>(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (L, &'a HistogramSnapshot)>,
+) -> Encoded {
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (labels, h) in series {
+        let mut buckets = [(f64::INFINITY, 0); flick_platform::BUCKETS];
+        for (i, b) in buckets.iter_mut().enumerate() {
+            let le = LATENCY_BOUNDS_US
+                .get(i)
+                .map_or(f64::INFINITY, |us| *us as f64 / 1e6);
+            *b = (le, h.counts[i]);
+        }
+        m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
+            h.sum,
+            h.count(),
+            &buckets,
+            None,
+        )?;
+    }
+    Ok(())
+}
+
+impl Collector for Sample {
+    fn encode(&self, mut e: DescriptorEncoder) -> Encoded {
+        let e = &mut e;
+        counter(
+            e,
+            "flick_connections_accepted",
+            "Client connections accepted.",
+            self.connections_accepted,
+        )?;
+        gauge(
+            e,
+            "flick_connections_open",
+            "Connections open now, to clients and to backends.",
+            self.connections_open,
+        )?;
+        gauge(
+            e,
+            "flick_instances_live",
+            "Instances (task graphs, one per client connection) alive now.",
+            self.instances_live,
+        )?;
+        let per_channel = |f: fn(&(String, u64, u64)) -> u64| {
+            self.channels
+                .iter()
+                .map(move |c| ([("channel", c.0.as_str())], f(c)))
+        };
+        counters(
+            e,
+            "flick_messages_in",
+            "Messages read and parsed, per channel of the process.",
+            per_channel(|c| c.1),
+        )?;
+        counters(
+            e,
+            "flick_messages_out",
+            "Messages written, per channel of the process.",
+            per_channel(|c| c.2),
+        )?;
+        counter(
+            e,
+            "flick_malformed_messages",
+            "Messages that did not parse: answered with the grammar's reject reply, or their connection closed.",
+            self.malformed,
+        )?;
+        counter(
+            e,
+            "flick_backend_connect_errors",
+            "Failed connections to backends.",
+            self.backend_connect_errors,
+        )?;
+        counter(
+            e,
+            "flick_compute_faults",
+            "Rules stopped by a run-time fault of the program (each logged with its position).",
+            self.compute_faults,
+        )?;
+        counter(
+            e,
+            "flick_jobs_failed",
+            "Jobs whose merged streams were truncated, out of order or had a wrong checksum: their output was aborted.",
+            self.jobs_failed,
+        )?;
+        counter(
+            e,
+            "flick_clients_closed",
+            "Client connections closed because a reply could not be given whole (cut short by its backend, no error reply to write).",
+            self.clients_closed,
+        )?;
+        counter(
+            e,
+            "flick_fault_replies",
+            "Requests answered with the grammar's fault reply: a backend down, too slow or broken, or a compute fault.",
+            self.fault_replies,
+        )?;
+        let workers: Vec<String> = (0..self.queue_lengths.len())
+            .map(|i| i.to_string())
+            .collect();
+        gauges(
+            e,
+            "flick_scheduler_queue_length",
+            "Tasks waiting in each worker's run queue.",
+            self.queue_lengths
+                .iter()
+                .zip(&workers)
+                .map(|(n, w)| ([("worker", w.as_str())], *n as u64)),
+        )?;
+        gauge(
+            e,
+            "flick_tasks_live",
+            "Tasks alive in the scheduler.",
+            self.tasks_live as u64,
+        )?;
+        gauge(
+            e,
+            "flick_pooled_messages",
+            "Message buffers available in the shared pool.",
+            self.pooled_messages as u64,
+        )?;
+        histograms(
+            e,
+            "flick_request_duration_seconds",
+            "Client requests, from their arrival to their last reply passed on to the client's writer, per listening channel.",
+            self.requests
+                .iter()
+                .map(|(c, h)| ([("channel", c.as_str())], h)),
+        )?;
+        let backend = |b: &'_ BackendSample| {
+            [
+                ("channel", b.channel.clone()),
+                ("backend", b.address.clone()),
+            ]
+        };
+        histograms(
+            e,
+            "flick_backend_response_duration_seconds",
+            "Requests to a backend, from being written to it to their last reply matched.",
+            self.backends.iter().map(|b| (backend(b), &b.latency)),
+        )?;
+        gauges(
+            e,
+            "flick_backend_up",
+            "1 if the last connection made to the backend succeeded and none has failed since; 0 if it refused, timed out or broke with requests owed (or none was made yet).",
+            self.backends.iter().map(|b| (backend(b), u64::from(b.up))),
+        )?;
+        gauges(
+            e,
+            "flick_backend_consecutive_connect_failures",
+            "Failed connection attempts to the backend since the last one that succeeded.",
+            self.backends
+                .iter()
+                .map(|b| (backend(b), b.consecutive_failures)),
+        )?;
+        counters(
+            e,
+            "flick_backend_connect_failures",
+            "Failed connection attempts, per backend.",
+            self.backends
+                .iter()
+                .map(|b| (backend(b), b.connect_failures)),
+        )?;
+        counter(
+            e,
+            "flick_access_log_dropped",
+            "Access log lines dropped because a worker's buffer was full (the disk too slow).",
+            self.access_log_dropped,
+        )
+    }
 }
 
 /// What the server answers to one request.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Route {
-    /// 200 with the metrics; `false` for `HEAD` (no body).
+    /// 200 with the metrics in `format`; `body` is `false` for `HEAD`.
     Metrics {
         body: bool,
+        format: Format,
     },
     NotFound,
     MethodNotAllowed,
@@ -223,16 +427,34 @@ pub fn route(head: &[u8]) -> Route {
         return Route::BadRequest;
     }
     let path = target.split(['?', '#']).next().unwrap_or("");
+    let format = negotiate(&head[line_end.min(head.len())..]);
     match (method, path) {
-        ("GET", "/metrics") => Route::Metrics { body: true },
-        ("HEAD", "/metrics") => Route::Metrics { body: false },
+        ("GET", "/metrics") => Route::Metrics { body: true, format },
+        ("HEAD", "/metrics") => Route::Metrics {
+            body: false,
+            format,
+        },
         ("GET" | "HEAD", _) => Route::NotFound,
         _ => Route::MethodNotAllowed,
     }
 }
 
-/// Produces the body of `/metrics` at each request.
-pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
+/// OpenMetrics if an `Accept` header among `headers` names it, else the
+/// text format.
+fn negotiate(headers: &[u8]) -> Format {
+    let openmetrics = headers.split(|&b| b == b'\n').any(|line| {
+        let line = String::from_utf8_lossy(line).to_ascii_lowercase();
+        line.strip_prefix("accept:")
+            .is_some_and(|v| v.contains("application/openmetrics-text"))
+    });
+    match openmetrics {
+        true => Format::OpenMetrics,
+        false => Format::Text,
+    }
+}
+
+/// Produces the body of `/metrics`, in a format, at each request.
+pub type Render = Arc<dyn Fn(Format) -> String + Send + Sync>;
 
 /// A running metrics endpoint; [`MetricsServer::stop`] ends it.
 pub struct MetricsServer {
@@ -325,7 +547,7 @@ fn accept_loop(listener: TcpListener, render: Render, stop: Arc<AtomicBool>) {
 }
 
 /// Reads one request head (bounded in size and time) and answers it.
-fn serve(mut stream: TcpStream, render: &(dyn Fn() -> String + Send + Sync)) {
+fn serve(mut stream: TcpStream, render: &(dyn Fn(Format) -> String + Send + Sync)) {
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
     let mut buf = vec![0u8; MAX_REQUEST];
@@ -360,11 +582,12 @@ fn serve(mut stream: TcpStream, render: &(dyn Fn() -> String + Send + Sync)) {
         }
     };
     match route(&buf[..head_end]) {
-        Route::Metrics { body } => {
-            let text = render();
+        Route::Metrics { body, format } => {
+            let text = render(format);
             let mut head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
+                "HTTP/1.1 200 OK\r\nContent-Type: {}\r\n\
                  Content-Length: {}\r\nConnection: close\r\n\r\n",
+                format.content_type(),
                 text.len()
             );
             if body {
@@ -428,17 +651,27 @@ mod tests {
 
     #[test]
     fn routes() {
+        let get = |format| Route::Metrics { body: true, format };
         assert_eq!(
             route(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
-            Route::Metrics { body: true }
+            get(Format::Text)
         );
         assert_eq!(
             route(b"GET /metrics?x=1 HTTP/1.0\r\n\r\n"),
-            Route::Metrics { body: true }
+            get(Format::Text)
+        );
+        assert_eq!(
+            route(
+                b"GET /metrics HTTP/1.1\r\nHost: x\r\nACCEPT: application/openmetrics-text;version=1.0.0,text/plain;q=0.5\r\n\r\n"
+            ),
+            get(Format::OpenMetrics)
         );
         assert_eq!(
             route(b"HEAD /metrics HTTP/1.1\r\n\r\n"),
-            Route::Metrics { body: false }
+            Route::Metrics {
+                body: false,
+                format: Format::Text
+            }
         );
         assert_eq!(route(b"GET / HTTP/1.1\r\n\r\n"), Route::NotFound);
         assert_eq!(
@@ -458,24 +691,56 @@ mod tests {
         }
     }
 
-    #[test]
-    fn exposition_format() {
-        let s = Sample {
+    fn sample() -> Sample {
+        let mut latency = HistogramSnapshot::default();
+        latency.counts[0] = 2;
+        latency.counts[4] = 1;
+        latency.sum = 0.0012;
+        Sample {
             connections_accepted: 3,
             channels: vec![("client".into(), 5, 6), ("a\"b".into(), 0, 1)],
             queue_lengths: vec![0, 2],
+            requests: vec![("client".into(), latency.clone())],
+            backends: vec![BackendSample {
+                channel: "backends".into(),
+                address: "127.0.0.1:11211".into(),
+                up: true,
+                latency,
+                ..BackendSample::default()
+            }],
             ..Sample::default()
-        };
-        let text = s.render();
-        assert!(text.contains(
-            "# HELP flick_connections_accepted_total Client connections accepted.\n\
-             # TYPE flick_connections_accepted_total counter\n\
-             flick_connections_accepted_total 3\n"
-        ));
+        }
+    }
+
+    #[test]
+    fn text_format() {
+        let text = sample().render(Format::Text);
+        assert!(
+            text.contains(
+                "# HELP flick_connections_accepted_total Client connections accepted.\n\
+                 # TYPE flick_connections_accepted_total counter\n\
+                 flick_connections_accepted_total 3\n"
+            ),
+            "{text}"
+        );
         assert!(text.contains("flick_messages_in_total{channel=\"client\"} 5\n"));
         assert!(text.contains("flick_messages_out_total{channel=\"a\\\"b\"} 1\n"));
         assert!(text.contains("flick_scheduler_queue_length{worker=\"1\"} 2\n"));
-        assert!(text.ends_with('\n'));
+        assert!(text.contains("# TYPE flick_request_duration_seconds histogram\n"));
+        assert!(
+            text.contains(
+                "flick_request_duration_seconds_bucket{channel=\"client\",le=\"5e-05\"} 2\n"
+            ),
+            "{text}"
+        );
+        assert!(text
+            .contains("flick_request_duration_seconds_bucket{channel=\"client\",le=\"+Inf\"} 3\n"));
+        assert!(text.contains("flick_request_duration_seconds_count{channel=\"client\"} 3\n"));
+        assert!(
+            text.contains("flick_backend_up{channel=\"backends\",backend=\"127.0.0.1:11211\"} 1\n")
+        );
+        assert!(text.contains("flick_access_log_dropped_total 0\n"));
+        assert!(text.ends_with('\n') && !text.contains("# EOF"));
         // Every family has HELP and TYPE before its samples.
         let mut typed = std::collections::HashSet::new();
         for line in text.lines() {
@@ -483,15 +748,31 @@ mod tests {
                 typed.insert(rest.split(' ').next().unwrap().to_string());
             } else if !line.starts_with('#') {
                 let name = line.split(['{', ' ']).next().unwrap();
-                assert!(typed.contains(name), "{line}");
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s).filter(|f| typed.contains(*f)))
+                    .unwrap_or(name);
+                assert!(typed.contains(family), "{line}");
             }
         }
     }
 
     #[test]
+    fn openmetrics_format() {
+        let text = sample().render(Format::OpenMetrics);
+        assert!(text.contains("# TYPE flick_connections_accepted counter\n"));
+        assert!(text.contains("flick_connections_accepted_total 3\n"));
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
     fn the_server_answers_and_survives_bad_requests() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let server = MetricsServer::start(l, Arc::new(|| "flick_x 1\n".to_string())).unwrap();
+        let render: Render = Arc::new(|f| match f {
+            Format::Text => "flick_x 1\n".to_string(),
+            Format::OpenMetrics => "flick_x 1\n# EOF\n".to_string(),
+        });
+        let server = MetricsServer::start(l, render).unwrap();
         let ask = |req: &[u8]| -> String {
             let mut s = TcpStream::connect(server.local_addr()).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -502,7 +783,17 @@ mod tests {
         };
         let ok = ask(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        assert!(
+            ok.contains("Content-Type: text/plain; version=0.0.4"),
+            "{ok}"
+        );
         assert!(ok.ends_with("\r\n\r\nflick_x 1\n"), "{ok}");
+        let om = ask(b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text\r\n\r\n");
+        assert!(
+            om.contains("Content-Type: application/openmetrics-text"),
+            "{om}"
+        );
+        assert!(om.ends_with("# EOF\n"), "{om}");
         assert!(ask(b"GET /nope HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
         assert!(ask(b"DELETE /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
         assert!(ask(b"\0\0\0\r\n\r\n").starts_with("HTTP/1.1 400"));

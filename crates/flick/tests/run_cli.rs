@@ -1,5 +1,7 @@
 //! `flick run` as an operator uses it: `--config` files, `--check`,
-//! `--metrics` (Prometheus text format) and a clean stop on SIGTERM, with
+//! `--metrics` (Prometheus text format and OpenMetrics, read back by the
+//! Prometheus project's Python parsers), `--access-log` and a clean stop
+//! on SIGTERM, with
 //! the Memcached proxy in front of real memcached servers (Debian package
 //! `memcached`). Every wait here is bounded in time and every loop in count.
 
@@ -150,8 +152,13 @@ fn traffic(port: u16, n: usize) -> TcpStream {
 
 /// One HTTP request; (status line, headers and body).
 fn http_get(port: u16, path: &str) -> (String, String) {
+    http_get_with(port, path, "")
+}
+
+/// `http_get` with more header lines (each ending in CRLF).
+fn http_get_with(port: u16, path: &str, headers: &str) -> (String, String) {
     let mut s = connect(port);
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}\r\n").unwrap();
     let mut raw = Vec::new();
     s.take(1 << 20).read_to_end(&mut raw).unwrap();
     let text = String::from_utf8(raw).expect("UTF-8 answer");
@@ -167,7 +174,8 @@ fn http_get(port: u16, path: &str) -> (String, String) {
 }
 
 /// Checks the Prometheus text format (0.0.4): `# HELP`/`# TYPE` comments,
-/// each family typed once before its samples, and every other line
+/// each family typed once before its samples (a histogram's samples named
+/// with `_bucket`, `_sum` and `_count` after it), and every other line
 /// `name value` or `name{label="value",...} value`. Returns the samples.
 fn parse_exposition(text: &str) -> Vec<(String, f64)> {
     fn is_name(s: &str, colon: bool) -> bool {
@@ -177,6 +185,7 @@ fn parse_exposition(text: &str) -> Vec<(String, f64)> {
     }
     assert!(text.ends_with('\n'), "ends with a newline");
     let mut typed = std::collections::HashSet::new();
+    let mut histograms = std::collections::HashSet::new();
     let mut samples = Vec::new();
     for line in text.lines() {
         if let Some(c) = line.strip_prefix('#') {
@@ -193,6 +202,9 @@ fn parse_exposition(text: &str) -> Vec<(String, f64)> {
                     );
                     if *kind == "counter" {
                         assert!(name.ends_with("_total"), "counter named _total: {line}");
+                    }
+                    if *kind == "histogram" {
+                        histograms.insert(name.to_string());
                     }
                     assert!(typed.insert(name.to_string()), "typed twice: {line}");
                 }
@@ -231,7 +243,11 @@ fn parse_exposition(text: &str) -> Vec<(String, f64)> {
             }
         };
         assert!(is_name(name, true), "{line}");
-        assert!(typed.contains(name), "sample before its TYPE: {line}");
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|f| histograms.contains(*f)))
+            .unwrap_or(name);
+        assert!(typed.contains(family), "sample before its TYPE: {line}");
         samples.push((series.to_string(), value));
     }
     samples
@@ -479,6 +495,7 @@ fn help_lists_the_run_options() {
         "--workers",
         "--timeslice-us",
         "--metrics",
+        "--access-log",
         "--max-instances",
         "--channel-capacity",
         "--dict-capacity",
@@ -574,4 +591,267 @@ fn a_file_with_two_processes_is_refused_at_the_second() {
     );
     assert!(err.contains("`Second` would not be served"), "{err}");
     assert!(err.contains("two.flick:"), "{err}");
+}
+
+/// Reads an exposition with the Prometheus project's Python parser
+/// (`prometheus_client`, installed by scripts/test.sh): the text-format
+/// parser, or with `openmetrics` the OpenMetrics one, which also refuses
+/// a histogram whose buckets are not cumulative or lack `+Inf`. For every
+/// histogram the script checks that much itself too, and that its `+Inf`
+/// bucket is its count. Returns the samples as the parser read them,
+/// `name{label="value",...}` with labels in name order.
+fn python_parse(body: &str, openmetrics: bool) -> Vec<(String, f64)> {
+    const SCRIPT: &str = r#"
+import math, sys
+if sys.argv[1] == "openmetrics":
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+else:
+    from prometheus_client.parser import text_string_to_metric_families
+for fam in text_string_to_metric_families(sys.stdin.read()):
+    series = {}
+    for s in fam.samples:
+        labels = ",".join('%s="%s"' % kv for kv in sorted(s.labels.items()))
+        print("%s{%s}\t%r" % (s.name, labels, float(s.value)) if labels else "%s\t%r" % (s.name, float(s.value)))
+        if fam.type == "histogram":
+            key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+            h = series.setdefault(key, {"buckets": [], "count": None})
+            if s.name.endswith("_bucket"):
+                h["buckets"].append((float(s.labels["le"]), s.value))
+            elif s.name.endswith("_count"):
+                h["count"] = s.value
+    for key, h in series.items():
+        b = sorted(h["buckets"])
+        assert b and math.isinf(b[-1][0]), (fam.name, key, "no +Inf bucket")
+        assert all(x[1] <= y[1] for x, y in zip(b, b[1:])), (fam.name, key, "not cumulative")
+        assert b[-1][1] == h["count"], (fam.name, key, "+Inf is not the count")
+"#;
+    let mut child = Command::new("timeout")
+        .args(["60", "python3", "-c", SCRIPT])
+        .arg(if openmetrics { "openmetrics" } else { "text" })
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the Prometheus parser refused /metrics (is prometheus_client installed? scripts/test.sh does): {}\n{body}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (series, v) = l.split_once('\t').unwrap();
+            (series.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+/// `/metrics`, read by the Prometheus project's parsers, has a latency
+/// histogram of the client's requests and one per backend, whose counts
+/// are the requests sent, and a health gauge per backend: 1 while it
+/// answers, 0 once it is killed and the proxy cannot reach it.
+#[test]
+fn metrics_read_by_prometheus_parsers_have_latency_histograms_and_backend_health() {
+    let mut procs = Procs(Vec::new());
+    let b0 = memcached(&mut procs);
+    let killed = procs.0.len() - 1;
+    let b1 = memcached(&mut procs);
+    let dir = TempDir::new("histograms");
+    let cfg = dir.file("proxy.toml", &proxy_config(&[b0, b1]));
+    let run = start(&mut procs, &["--config", &cfg]);
+    let requests = 20;
+    let mut client = traffic(run.port, requests);
+    let n = (2 * requests) as f64;
+    let (head, body) = http_get(run.metrics, "/metrics");
+    assert!(
+        head.contains("Content-Type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    parse_exposition(&body);
+    let samples = python_parse(&body, false);
+    let v = |samples: &[(String, f64)], s: &str| value(samples, s);
+    // Recorded as each reply is passed on, before the client reads it.
+    let client_series =
+        |what: &str| format!("flick_request_duration_seconds_{what}{{channel=\"client\"}}");
+    assert_eq!(v(&samples, &client_series("count")), n);
+    assert!(v(&samples, &client_series("sum")) > 0.0);
+    let buckets: Vec<&(String, f64)> = samples
+        .iter()
+        .filter(|(s, _)| s.starts_with("flick_request_duration_seconds_bucket{"))
+        .collect();
+    assert_eq!(buckets.len(), 17, "16 bounds and +Inf: {buckets:?}");
+    assert_eq!(
+        v(
+            &samples,
+            "flick_request_duration_seconds_bucket{channel=\"client\",le=\"+Inf\"}"
+        ),
+        n
+    );
+    assert!(buckets.iter().any(|(s, _)| s.contains("le=\"5e-05\"")));
+    let backend = |samples: &[(String, f64)], what: &str, port: u16| {
+        v(
+            samples,
+            &format!("{what}{{backend=\"127.0.0.1:{port}\",channel=\"backends\"}}"),
+        )
+    };
+    let answered = |samples: &[(String, f64)], port| {
+        backend(
+            samples,
+            "flick_backend_response_duration_seconds_count",
+            port,
+        )
+    };
+    // Every request went to one backend or the other, and was answered.
+    assert_eq!(answered(&samples, b0) + answered(&samples, b1), n);
+    assert!(answered(&samples, b0) > 0.0 && answered(&samples, b1) > 0.0);
+    for port in [b0, b1] {
+        assert_eq!(backend(&samples, "flick_backend_up", port), 1.0);
+        assert_eq!(
+            backend(&samples, "flick_backend_consecutive_connect_failures", port),
+            0.0
+        );
+    }
+    assert_eq!(v(&samples, "flick_access_log_dropped_total"), 0.0);
+
+    // OpenMetrics for a scraper that asks for it, read by its own parser.
+    let (head, body) = http_get_with(
+        run.metrics,
+        "/metrics",
+        "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n",
+    );
+    assert!(
+        head.contains("Content-Type: application/openmetrics-text"),
+        "{head}"
+    );
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    let samples = python_parse(&body, true);
+    assert_eq!(v(&samples, &client_series("count")), n);
+
+    // The first backend dies: requests for its keys get fault replies, and
+    // it shows as down once the proxy finds it cannot reconnect.
+    procs.0[killed].kill().unwrap();
+    procs.0[killed].wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let samples = loop {
+        for i in 0..8 {
+            let key = format!("key:{i}");
+            client
+                .write_all(&request(0x00, key.as_bytes(), b"", b""))
+                .unwrap();
+            response(&mut client);
+        }
+        let samples = python_parse(&http_get(run.metrics, "/metrics").1, false);
+        if backend(&samples, "flick_backend_up", b0) == 0.0
+            && backend(&samples, "flick_backend_connect_failures_total", b0) >= 1.0
+        {
+            break samples;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the killed backend still shows as up: {samples:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(backend(&samples, "flick_backend_consecutive_connect_failures", b0) >= 1.0);
+    assert_eq!(backend(&samples, "flick_backend_up", b1), 1.0);
+    assert!(v(&samples, "flick_fault_replies_total") >= 1.0);
+}
+
+/// `--access-log FILE` (over the file's `access_log`) writes a line per
+/// request answered, with its time, client, channel, backend, outcome,
+/// sizes and duration: `reply` for the live backend's requests, `fault`
+/// for those of a backend nothing listens on.
+#[test]
+fn the_access_log_has_a_line_per_request_answered() {
+    let mut procs = Procs(Vec::new());
+    let live = memcached(&mut procs);
+    let dead = free_port();
+    let dir = TempDir::new("access-log");
+    let ignored = dir.0.join("ignored.log");
+    let log_path = dir.0.join("access.log");
+    let cfg = dir.file(
+        "proxy.toml",
+        &format!(
+            "access_log = {:?}\n{}",
+            ignored.to_string_lossy(),
+            proxy_config(&[live, dead])
+        ),
+    );
+    let run = start(
+        &mut procs,
+        &[
+            "--config",
+            &cfg,
+            "--access-log",
+            &log_path.to_string_lossy(),
+        ],
+    );
+    let mut c = connect(run.port);
+    let requests = 12;
+    let mut sent = Vec::new();
+    for i in 0..requests {
+        let key = format!("key:{i}");
+        let req = request(0x01, key.as_bytes(), b"value", &[0; 8]);
+        c.write_all(&req).unwrap();
+        let h = support::response_header(&mut c);
+        let (_, body) = support::response_body(&mut c, &h);
+        sent.push((req.len(), support::status(&h), 24 + body.len()));
+    }
+    let statuses: Vec<u16> = sent.iter().map(|s| s.1).collect();
+    assert!(
+        statuses.contains(&0),
+        "some set reached the live backend: {statuses:?}"
+    );
+    assert!(
+        statuses.iter().any(|s| *s != 0),
+        "some got fault replies: {statuses:?}"
+    );
+    // Written by the log's thread within a flush or two.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if text.lines().count() >= requests || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), requests, "a line per request:\n{text}");
+    let client = c.local_addr().unwrap().to_string();
+    for (line, (request_bytes, status, reply_bytes)) in lines.iter().zip(&sent) {
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!(f.len(), 8, "{line}");
+        // 2026-05-01T12:00:00.123456Z
+        assert!(
+            f[0].len() == 27 && f[0].ends_with('Z') && f[0].as_bytes()[10] == b'T',
+            "{line}"
+        );
+        assert_eq!(f[1], client, "{line}");
+        assert_eq!(f[2], "client", "{line}");
+        let (backend, outcome) = match status {
+            0 => (live, "reply"),
+            _ => (dead, "fault"),
+        };
+        assert_eq!(f[3], format!("127.0.0.1:{backend}"), "{line}");
+        assert_eq!(f[4], outcome, "{line}");
+        assert_eq!(f[5], request_bytes.to_string(), "{line}");
+        assert_eq!(f[6], reply_bytes.to_string(), "{line}");
+        let micros: u64 = f[7].parse().unwrap_or_else(|_| panic!("{line}"));
+        assert!(micros < 10_000_000, "{line}");
+    }
+    assert!(
+        !ignored.exists(),
+        "the flag overrides the file's access_log"
+    );
+    let samples = parse_exposition(&http_get(run.metrics, "/metrics").1);
+    assert_eq!(value(&samples, "flick_access_log_dropped_total"), 0.0);
 }

@@ -70,6 +70,9 @@ pub struct SharedConn {
     /// Whose requests were written and not answered, oldest first.
     inflight: Mutex<VecDeque<InFlight>>,
     dead: AtomicBool,
+    /// Its connecting was refused and the backend's stats were told, once
+    /// for all its members.
+    refusal_counted: AtomicBool,
     /// The writer is in the middle of a member's request body.
     streaming: AtomicBool,
     chan: u16,
@@ -158,6 +161,16 @@ impl SharedConn {
         ))
     }
 
+    /// Counts a refused connecting against the backend, once: whichever
+    /// of the reader and the writer saw it first.
+    fn note_refused(&self, stats: &Stats) {
+        if self.conn.refused.load(Ordering::Acquire)
+            && !self.refusal_counted.swap(true, Ordering::AcqRel)
+        {
+            stats.connect_failed(self.chan, self.index);
+        }
+    }
+
     /// The connection failed: every member hears of it.
     fn fail(&self) {
         self.dead.store(true, Ordering::Release);
@@ -183,6 +196,7 @@ pub struct SharedWriter {
 impl SharedWriter {
     fn fail(&mut self) -> TaskStatus {
         self.outbox.clear(&self.pool);
+        self.shared.note_refused(&self.stats);
         self.shared.fail();
         let _ = self.shared.conn.stream.shutdown(std::net::Shutdown::Both);
         TaskStatus::Done
@@ -348,6 +362,7 @@ impl SharedReader {
                 .refused
                 .store(true, std::sync::atomic::Ordering::Release);
         }
+        self.shared.note_refused(&self.stats);
         self.shared.fail();
         let _ = self.shared.conn.stream.shutdown(std::net::Shutdown::Both);
         TaskStatus::Done
@@ -615,6 +630,7 @@ pub fn shared_conn(
         members: Mutex::new(Members::default()),
         inflight: Mutex::new(VecDeque::new()),
         dead: AtomicBool::new(false),
+        refusal_counted: AtomicBool::new(false),
         streaming: AtomicBool::new(false),
         chan,
         index,

@@ -7,6 +7,7 @@
 //! output tasks, and keeps process state. It must not contain language or
 //! protocol rules of its own: those come from the program and its grammar.
 
+pub mod access_log;
 mod backend;
 mod balance;
 mod build;
@@ -26,4 +27,6 @@ mod stats;
 
 pub use msg::{Msg, MsgPool};
 pub use service::{LoadError, Loaded, Service, ServiceConfig, Sharing, StartError};
-pub use stats::{ChannelStats, Stats};
+pub use stats::{
+    BackendStats, ChannelStats, Histogram, HistogramSnapshot, Stats, BUCKETS, LATENCY_BOUNDS_US,
+};

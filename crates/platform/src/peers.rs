@@ -9,11 +9,13 @@
 //! `%ends` (a request that ends the client's session) and `%fault` (the
 //! reply for a request no peer will answer).
 
+use crate::access_log::{Entry, Outcome, Target};
 use crate::compute::GraphHost;
 use crate::msg::{Msg, Part};
 use flick_exec::Sent;
 use flick_runtime::TrySendError;
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -110,6 +112,52 @@ pub struct Order {
     /// per request once warm.
     held: VecDeque<Held>,
     spare: Vec<Held>,
+    /// Requests `deliver..next_seq`, in order: what the latency histogram
+    /// and the access log need of each (kept, so nothing is allocated).
+    records: VecDeque<Record>,
+    /// The parts of a split request answered so far, whose line and
+    /// latency are its last part's.
+    carry: Option<Record>,
+    /// The client's address, looked up once for the access log.
+    client: Option<Option<SocketAddr>>,
+}
+
+/// A client request waiting for its last reply.
+#[derive(Clone, Copy)]
+struct Record {
+    arrived: Instant,
+    request_bytes: u64,
+    reply_bytes: u64,
+    /// The output it went to (`None`: answered here; `Some(u16::MAX)`:
+    /// every peer of a channel array).
+    out: Option<u16>,
+    outcome: Outcome,
+    /// A part of a split request other than the last (`%split`).
+    part: bool,
+}
+
+/// `Record::out` for a request sent to every peer.
+const ALL: u16 = u16::MAX;
+
+impl Record {
+    /// This part of a split request and the `later` one, as one request.
+    fn joined(self, later: Record) -> Record {
+        Record {
+            arrived: self.arrived,
+            request_bytes: self.request_bytes + later.request_bytes,
+            reply_bytes: self.reply_bytes + later.reply_bytes,
+            out: if self.out == later.out {
+                self.out
+            } else {
+                Some(ALL)
+            },
+            outcome: match self.outcome {
+                Outcome::Reply => later.outcome,
+                o => o,
+            },
+            part: later.part,
+        }
+    }
 }
 
 /// A request sent to every peer: its replies still to come, and the final
@@ -129,6 +177,9 @@ impl Order {
     pub fn reset(&mut self) {
         self.next_seq = 0;
         self.deliver = 0;
+        self.records.clear();
+        self.carry = None;
+        self.client = None;
         for mut h in self.held.drain(..) {
             h.replies.clear();
             h.done = false;
@@ -136,9 +187,31 @@ impl Order {
         }
     }
 
-    fn take_seq(&mut self) -> u64 {
+    /// The next request's number, noting when it arrived and its size.
+    fn take_seq(&mut self, out: Option<u16>, request_bytes: usize, part: bool) -> u64 {
+        self.records.push_back(Record {
+            arrived: Instant::now(),
+            request_bytes: request_bytes as u64,
+            reply_bytes: 0,
+            out,
+            outcome: Outcome::Reply,
+            part,
+        });
         self.next_seq += 1;
         self.next_seq - 1
+    }
+
+    /// The last number taken goes back: its request was not sent.
+    fn untake(&mut self, seq: Option<u64>) {
+        if seq.is_some_and(|s| s + 1 == self.next_seq) {
+            self.next_seq -= 1;
+            self.records.pop_back();
+        }
+    }
+
+    fn record(&mut self, seq: Option<u64>) -> Option<&mut Record> {
+        let at = seq?.checked_sub(self.deliver)?;
+        self.records.get_mut(at as usize)
     }
 }
 
@@ -202,7 +275,11 @@ impl GraphHost {
                 self.pool.give(request);
                 return Sent::Full;
             }
-            let seq = (answers && !quiet).then(|| self.order.take_seq());
+            let part = !self.part_last.unwrap_or(true);
+            let seq = (answers && !quiet).then(|| {
+                self.order
+                    .take_seq(Some(out as u16), request.bytes.len(), part)
+            });
             return self.send_one(out, request, None, seq, fenced);
         }
         let targets: Vec<usize> = (0..self.outputs.len())
@@ -215,7 +292,8 @@ impl GraphHost {
             self.pool.give(request);
             return Sent::Full;
         }
-        let seq = (!quiet).then(|| self.order.take_seq());
+        let part = !self.part_last.unwrap_or(true);
+        let seq = (!quiet).then(|| self.order.take_seq(Some(ALL), request.bytes.len(), part));
         let group = self.new_group(targets.len() as u32, seq);
         for o in targets {
             let copy = self.pool.copy(&request);
@@ -341,9 +419,7 @@ impl GraphHost {
                     self.pool.give(r);
                 }
                 // Not sent: its number goes back, or later replies would wait for it.
-                if seq.is_some_and(|s| s + 1 == self.order.next_seq) {
-                    self.order.next_seq -= 1;
-                }
+                self.order.untake(seq);
                 Sent::Full
             }
             // The connection is gone: a peer's requests get fault replies.
@@ -396,6 +472,9 @@ impl GraphHost {
             self.ready.extend(reply);
             return;
         };
+        if let (Some(r), Some((_, _, m))) = (self.order.record(Some(seq)), &reply) {
+            r.reply_bytes += m.bytes.len() as u64;
+        }
         let order = &mut self.order;
         if seq < order.deliver {
             // A late extra reply to a request already answered.
@@ -410,6 +489,8 @@ impl GraphHost {
                     order.spare.push(h);
                 }
                 order.deliver += 1;
+                let done = order.records.pop_front();
+                self.answered(done);
             } else if order.held.is_empty() {
                 let h = order.spare.pop().unwrap_or_default();
                 order.held.push_back(h);
@@ -433,7 +514,63 @@ impl GraphHost {
             h.done = false;
             self.order.spare.push(h);
             self.order.deliver += 1;
+            let done = self.order.records.pop_front();
+            self.answered(done);
         }
+    }
+
+    /// A client request's last reply is passed on: its latency is
+    /// recorded, and its access log line written.
+    fn answered(&mut self, record: Option<Record>) {
+        let Some(mut r) = record else { return };
+        if let Some(earlier) = self.order.carry.take() {
+            r = earlier.joined(r);
+        }
+        if r.part {
+            // The parts of a split request are one request to its client.
+            self.order.carry = Some(r);
+            return;
+        }
+        let took = r.arrived.elapsed();
+        let client = self.client_chan as usize;
+        if let Some(c) = self.stats.channels.get(client) {
+            c.latency.record(took);
+        }
+        if self.stats.access_log.is_none() {
+            return;
+        }
+        let address = *self.order.client.get_or_insert_with(|| {
+            self.outputs
+                .iter()
+                .find(|o| o.chan == client as u16)
+                .and_then(|o| o.conn.as_ref())
+                .and_then(|c| c.0.stream.peer_addr().ok())
+        });
+        let backend = match r.out {
+            None => Target::None,
+            Some(ALL) => Target::All,
+            Some(out) => self
+                .outputs
+                .get(out as usize)
+                .and_then(|o| self.stats.backend(o.chan, o.index))
+                .map_or(Target::None, |b| Target::Backend(b.addr)),
+        };
+        let channel = self.stats.channels.get(client).map_or("-", |c| &c.name);
+        let Some(log) = &self.stats.access_log else {
+            return;
+        };
+        log.log(
+            self.waker.home_of(self.id),
+            &Entry {
+                client: address,
+                channel,
+                backend,
+                outcome: r.outcome,
+                request_bytes: r.request_bytes,
+                reply_bytes: r.reply_bytes,
+                duration: took,
+            },
+        );
     }
 
     /// A client request answered here rather than by a peer: one that did
@@ -448,6 +585,13 @@ impl GraphHost {
             self.pool.give(request);
             self.close_client("no error reply can be written for a request it sent");
             return;
+        };
+        let request_bytes = request.bytes.len();
+        let outcome = match answer {
+            // A request that parsed was refused (`%refuse`).
+            Answer::Reject(_) if request.rejected.is_none() => Outcome::Refused,
+            Answer::Reject(_) => Outcome::Reject,
+            Answer::Fault => Outcome::Fault,
         };
         let mut reply = self.pool.take();
         let made = match answer {
@@ -516,8 +660,11 @@ impl GraphHost {
             },
             Some(out) => {
                 let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
-                let seq = self.order.take_seq();
-                self.reply_for(Some(seq), Some((chan, index, reply)), true);
+                let seq = Some(self.order.take_seq(None, request_bytes, false));
+                if let Some(r) = self.order.record(seq) {
+                    r.outcome = outcome;
+                }
+                self.reply_for(seq, Some((chan, index, reply)), true);
             }
         }
     }
@@ -650,6 +797,7 @@ impl GraphHost {
             if reply.part == Part::Whole && self.property(chan, "fenced", &reply).unwrap_or(0) != 0
             {
                 let p = self.peers[out].outstanding.pop_front().expect("a front");
+                self.replied_in(chan, index, p.sent);
                 self.pool.give(p.request);
                 self.pool.give(reply);
                 match p.group {
@@ -687,6 +835,7 @@ impl GraphHost {
         }
         if !more {
             if let Some(p) = self.peers[out].outstanding.pop_front() {
+                self.replied_in(chan, index, p.sent);
                 self.pool.give(p.request);
             }
             if !keep {
@@ -699,6 +848,13 @@ impl GraphHost {
         match group {
             Some(g) if !more => self.settle_group(g, Some((chan, index, reply))),
             _ => self.reply_for(seq, Some((chan, index, reply)), !more),
+        }
+    }
+
+    /// Peer `chan[index]` gave its last reply to a request sent at `sent`.
+    fn replied_in(&self, chan: u16, index: Option<u32>, sent: Instant) {
+        if let Some(b) = self.stats.backend(chan, index) {
+            b.answered(sent.elapsed());
         }
     }
 
@@ -734,6 +890,13 @@ impl GraphHost {
     ) {
         let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
         self.stats.fault_replies.fetch_add(1, Ordering::Relaxed);
+        let client_seq = match group {
+            Some(g) => self.groups.get(g as usize).and_then(|x| x.as_ref()?.seq),
+            None => seq,
+        };
+        if let Some(r) = self.order.record(client_seq) {
+            r.outcome = Outcome::Fault;
+        }
         static FAULTS: crate::log::RateLimit = crate::log::RateLimit::new();
         crate::limited!(
             FAULTS,
@@ -806,6 +969,23 @@ impl GraphHost {
         }
         self.peers[out].closed_clean =
             cause == Cause::Lost && self.peers[out].outstanding.is_empty();
+        // A backend closing a connection it keeps no longer, or one a
+        // session's last request ends, is not failing.
+        let expected = self.peers[out].closed_clean || (self.ending && cause == Cause::Lost);
+        if !expected {
+            let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
+            // A shared connection refused is counted once, by its reader
+            // or writer (backend.rs); one of this instance's own, here.
+            let refused = !self.outputs[out].shared
+                && self.outputs[out]
+                    .conn
+                    .as_ref()
+                    .is_some_and(|(c, _)| c.refused.load(Ordering::Acquire));
+            match refused {
+                true => self.stats.connect_failed(chan, index),
+                false => self.stats.backend_failed(chan, index),
+            }
+        }
         self.peers[out].dead = true;
         let backoff = self.peers[out].backoff;
         self.peers[out].retry_at = Some(Instant::now() + backoff);

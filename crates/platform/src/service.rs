@@ -199,6 +199,8 @@ pub struct ServiceConfig {
     /// How long a fan-in group may wait for its last connection before its
     /// job fails.
     pub fan_in_timeout: std::time::Duration,
+    /// Where a line per answered request goes (`--access-log`), if anywhere.
+    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
 }
 
 /// How instances share a backend connection.
@@ -239,6 +241,7 @@ impl Default for ServiceConfig {
             backend_connections: 1,
             backend_sharing: None,
             fan_in_timeout: std::time::Duration::from_secs(10),
+            access_log: None,
         }
     }
 }
@@ -421,9 +424,18 @@ impl Service {
             scheduler.waker(),
             || read_side(&loaded, client_unit),
         ));
-        let stats = Arc::new(Stats::for_channels(
-            &loaded.module.processes[loaded.process].channels,
-        ));
+        let stats = Arc::new(
+            Stats::for_channels(&loaded.module.processes[loaded.process].channels)
+                .with_backends(backends.iter().flat_map(|(c, addrs)| {
+                    let array = loaded.arrays[*c];
+                    let at = move |(i, a): (usize, &SocketAddr)| {
+                        (*c as u16, array.then_some(i as u32), *a)
+                    };
+                    addrs.iter().enumerate().map(at)
+                }))
+                .with_listening(client_chan)
+                .with_access_log(config.access_log.clone()),
+        );
         let balanced = loaded
             .module
             .calls(flick_exec::code::Builtin::LeastConnections);
@@ -775,6 +787,7 @@ fn dial(p: &Parts, addr: SocketAddr) -> Option<TcpStream> {
             p.stats
                 .backend_connect_errors
                 .fetch_add(1, Ordering::Relaxed);
+            p.stats.connect_failed_to(addr);
             static DIAL: crate::log::RateLimit = crate::log::RateLimit::new();
             crate::limited!(DIAL, warn, backend = %addr, "cannot connect to a backend: {e}");
             None

@@ -1,7 +1,12 @@
 //! Counters of a running service, for `/metrics` and for tests that check
-//! nothing leaks.
+//! nothing leaks: plain atomics, bumped on the hot path without locks or
+//! allocation, and read whole at scrape time.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::access_log::AccessLog;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -32,6 +37,12 @@ pub struct Stats {
     /// The same message counts per process channel, in the process's order
     /// of channels (a channel array counts all its connections).
     pub channels: Vec<ChannelStats>,
+    /// The channel clients connect to (whose requests' latency is kept).
+    pub listening: Option<usize>,
+    /// Per backend address bound with `--connect`, in binding order.
+    pub backends: Vec<BackendStats>,
+    /// Where a line per answered request goes, if anywhere.
+    pub access_log: Option<Arc<AccessLog>>,
 }
 
 #[derive(Debug)]
@@ -39,6 +50,28 @@ pub struct ChannelStats {
     pub name: String,
     pub messages_in: AtomicU64,
     pub messages_out: AtomicU64,
+    /// For a listening channel: from a request's arrival at its instance
+    /// to its last reply passed on towards the client's writer.
+    pub latency: Histogram,
+}
+
+/// A backend address: its replies' latency and whether it can be reached.
+#[derive(Debug)]
+pub struct BackendStats {
+    /// The process channel it is bound to, and its place in a channel array.
+    pub chan: u16,
+    pub index: Option<u32>,
+    pub addr: SocketAddr,
+    /// From a request written to it to its last reply matched.
+    pub latency: Histogram,
+    /// Up: it has answered a request since it last failed. Down (as at
+    /// start, before it has answered anything): a connection to it was
+    /// refused or could not be made, timed out, or broke with requests owed.
+    pub up: AtomicBool,
+    /// Failed connection attempts since it last answered.
+    pub consecutive_failures: AtomicU64,
+    /// Failed connection attempts in all.
+    pub connect_failures: AtomicU64,
 }
 
 impl Stats {
@@ -51,10 +84,43 @@ impl Stats {
                     name: n.clone(),
                     messages_in: AtomicU64::new(0),
                     messages_out: AtomicU64::new(0),
+                    latency: Histogram::default(),
                 })
                 .collect(),
             ..Stats::default()
         }
+    }
+
+    /// With an entry per backend: (channel, index in its array, address).
+    pub fn with_backends(
+        mut self,
+        backends: impl IntoIterator<Item = (u16, Option<u32>, SocketAddr)>,
+    ) -> Stats {
+        self.backends = backends
+            .into_iter()
+            .map(|(chan, index, addr)| BackendStats {
+                chan,
+                index,
+                addr,
+                latency: Histogram::default(),
+                up: AtomicBool::new(false),
+                consecutive_failures: AtomicU64::new(0),
+                connect_failures: AtomicU64::new(0),
+            })
+            .collect();
+        self
+    }
+
+    /// With `chan` the channel clients connect to.
+    pub fn with_listening(mut self, chan: usize) -> Stats {
+        self.listening = Some(chan);
+        self
+    }
+
+    /// With an access log (`None`: none is written).
+    pub fn with_access_log(mut self, log: Option<Arc<AccessLog>>) -> Stats {
+        self.access_log = log;
+        self
     }
 
     /// A message read on channel `chan` went to compute.
@@ -74,5 +140,163 @@ impl Stats {
         if let Some(c) = self.channels.get(chan) {
             c.messages_out.fetch_add(n as u64, Ordering::Relaxed);
         }
+    }
+
+    /// The backend bound to `chan[index]` (a short scan: there are few).
+    pub fn backend(&self, chan: u16, index: Option<u32>) -> Option<&BackendStats> {
+        self.backends
+            .iter()
+            .find(|b| b.chan == chan && b.index == index)
+    }
+
+    /// A connection to `addr` could not even be started.
+    pub fn connect_failed_to(&self, addr: SocketAddr) {
+        for b in self.backends.iter().filter(|b| b.addr == addr) {
+            b.connect_failed();
+        }
+    }
+
+    /// A connection to backend `chan[index]` was refused.
+    pub fn connect_failed(&self, chan: u16, index: Option<u32>) {
+        if let Some(b) = self.backend(chan, index) {
+            b.connect_failed();
+        }
+    }
+
+    /// A connection to backend `chan[index]` timed out or broke with
+    /// requests owed: down until it answers again.
+    pub fn backend_failed(&self, chan: u16, index: Option<u32>) {
+        if let Some(b) = self.backend(chan, index) {
+            b.up.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+impl BackendStats {
+    fn connect_failed(&self) {
+        self.up.store(false, Ordering::Relaxed);
+        self.consecutive_failures.fetch_add(1, Ordering::Relaxed);
+        self.connect_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// It answered a request (given its last reply's latency): up. A load
+    /// first, so that a healthy backend's line is only read, not written.
+    pub fn answered(&self, latency: Duration) {
+        self.latency.record(latency);
+        if !self.up.load(Ordering::Relaxed) {
+            self.up.store(true, Ordering::Relaxed);
+            self.consecutive_failures.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Upper bounds of the latency buckets, in microseconds (50 µs to 5 s;
+/// slower goes to the `+Inf` bucket).
+pub const LATENCY_BOUNDS_US: [u64; 16] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000,
+];
+
+/// The longest observation counted as it is, in nanoseconds (an hour).
+const MAX_NS: u64 = 3_600_000_000_000;
+
+/// Buckets: one per bound and the `+Inf` one.
+pub const BUCKETS: usize = LATENCY_BOUNDS_US.len() + 1;
+
+/// A latency histogram of fixed buckets: recording is one search of a
+/// constant array and two relaxed atomic adds, with no lock or allocation.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Observations per bucket (not cumulative): `counts[i]` those above
+    /// bound `i - 1` and at most bound `i`.
+    counts: [AtomicU64; BUCKETS],
+    sum_ns: AtomicU64,
+}
+
+/// A histogram read at one moment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HistogramSnapshot {
+    /// Per bucket, not cumulative; the last is `+Inf`.
+    pub counts: [u64; BUCKETS],
+    /// Sum of the observations, in seconds.
+    pub sum: f64,
+}
+
+impl HistogramSnapshot {
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+}
+
+impl Histogram {
+    pub fn record(&self, d: Duration) {
+        // Capped at an hour, so that the sum cannot wrap.
+        let ns = u64::try_from(d.as_nanos()).map_or(MAX_NS, |n| n.min(MAX_NS));
+        let i = LATENCY_BOUNDS_US.partition_point(|&b| b * 1_000 < ns);
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let mut counts = [0; BUCKETS];
+        for (c, a) in counts.iter_mut().zip(&self.counts) {
+            *c = a.load(Ordering::Relaxed);
+        }
+        HistogramSnapshot {
+            counts,
+            sum: self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observations_land_in_the_first_bucket_that_holds_them() {
+        let h = Histogram::default();
+        h.record(Duration::ZERO);
+        h.record(Duration::from_micros(50)); // on a bound: that bucket
+        h.record(Duration::from_nanos(50_001));
+        h.record(Duration::from_millis(3));
+        h.record(Duration::from_secs(5));
+        h.record(Duration::from_secs(6));
+        h.record(Duration::MAX);
+        let s = h.snapshot();
+        assert_eq!(s.counts[0], 2);
+        assert_eq!(s.counts[1], 1);
+        assert_eq!(s.counts[6], 1); // 2.5 ms < 3 ms <= 5 ms
+        assert_eq!(s.counts[15], 1);
+        assert_eq!(s.counts[16], 2);
+        assert_eq!(s.count(), 7);
+        assert!(s.sum > 3_611.0 && s.sum < 3_612.0, "{}", s.sum);
+    }
+
+    #[test]
+    fn health_follows_connections() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:2".parse().unwrap();
+        let s = Stats::default().with_backends([(1, Some(0), a), (1, Some(1), b)]);
+        let up = |i: usize| s.backends[i].up.load(Ordering::Relaxed);
+        let failures = |i: usize| {
+            let b = &s.backends[i];
+            (
+                b.consecutive_failures.load(Ordering::Relaxed),
+                b.connect_failures.load(Ordering::Relaxed),
+            )
+        };
+        assert!(!up(0), "down until it answers");
+        s.backends[0].answered(Duration::from_micros(70));
+        assert!(up(0) && !up(1));
+        assert_eq!(s.backends[0].latency.snapshot().counts[1], 1);
+        s.connect_failed_to(b);
+        s.connect_failed(1, Some(1));
+        assert_eq!(failures(1), (2, 2));
+        s.backends[1].answered(Duration::ZERO);
+        assert_eq!(failures(1), (0, 2));
+        s.backend_failed(1, Some(0));
+        assert!(!up(0) && up(1));
+        assert_eq!(failures(0), (0, 0));
     }
 }
