@@ -9,7 +9,7 @@
 //! timeslice_us = 50
 //! metrics = "127.0.0.1:9100"
 //! access_log = "/var/log/flick/access.log"   # or "-": standard output
-//! max_instances = 1024
+//! max_instances = 10000              # client connections open at once
 //! channel_capacity = 64
 //! dict_capacity = 1024
 //! response_timeout_ms = 2000

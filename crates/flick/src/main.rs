@@ -97,7 +97,8 @@ struct RunArgs {
     /// [default: none].
     #[arg(long, value_name = "FILE|-")]
     access_log: Option<String>,
-    /// The most instances (client connections) alive at once [default: 1024].
+    /// The most client connections open at once; past it, new ones wait in
+    /// the listen backlog until one closes [default: 10000].
     #[arg(long, value_name = "N")]
     max_instances: Option<usize>,
     /// Capacity of every task channel, in messages [default: 64].

@@ -161,6 +161,15 @@ impl SharedConn {
         ))
     }
 
+    /// Alive, with no member and nothing in flight.
+    fn is_idle(&self) -> bool {
+        let members = self.members.lock().expect("members lock");
+        !self.is_dead()
+            && !self.streaming.load(Ordering::Acquire)
+            && members.list.iter().all(|m| m.requests.is_finished())
+            && self.inflight.lock().expect("inflight lock").is_empty()
+    }
+
     /// Counts a refused connecting against the backend, once: whichever
     /// of the reader and the writer saw it first.
     fn note_refused(&self, stats: &Stats) {
@@ -592,6 +601,36 @@ impl Backend {
         let joined = c.join(compute, graphs);
         pool.push(c);
         joined
+    }
+
+    /// Closes each worker's idle exclusive connections beyond `keep` (what
+    /// a burst opened), as nginx's upstream `keepalive` caches a few; how
+    /// many. Their tasks see the socket shut and end.
+    pub fn close_idle(&self, keep: usize) -> usize {
+        let Some(pools) = &self.exclusive else {
+            return 0;
+        };
+        let mut closed = 0;
+        for pool in pools.lock().expect("pools lock").iter_mut() {
+            let mut idle = 0;
+            pool.retain(|c| {
+                if c.is_dead() {
+                    return false;
+                }
+                if !c.is_idle() {
+                    return true;
+                }
+                idle += 1;
+                if idle <= keep {
+                    return true;
+                }
+                c.fail();
+                let _ = c.conn.stream.shutdown(std::net::Shutdown::Both);
+                closed += 1;
+                false
+            });
+        }
+        closed
     }
 
     /// A live shared connection of `worker`'s, in turn; `open` dials a new

@@ -10,8 +10,29 @@ use flick_runtime::{Receiver, Sender, TaskStatus, Timeslice, TryRecvError, TrySe
 use flick_wire::{Parser, Progress};
 use mio::net::TcpStream;
 use std::io::{ErrorKind, Read};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
+
+/// Where a client connection goes when its last task lets go of it: back
+/// to the service to wait for its next bytes with no instance (parked), or
+/// closed.
+pub trait ClientSlot: Send + Sync {
+    /// Takes an idle connection whose instance ended.
+    fn park(&self, stream: TcpStream);
+    /// A client connection closed.
+    fn closed(&self);
+}
+
+/// [`Conn::rest`]'s low two bits: the connection's reader is reading (or
+/// may be), ...
+const OPEN: u32 = 0;
+/// ... it is idle at a message boundary with nothing buffered, ...
+pub const RESTING: u32 = 1;
+/// ... the instance gave the connection up to be parked: the reader reads
+/// no more and nothing shuts the socket down, ...
+const PARKED: u32 = 2;
+/// ... or it is to be closed even so (the instance ended badly).
+const CLOSING: u32 = 3;
 
 /// A socket shared by its two tasks; dropping the last one closes it.
 pub struct Conn {
@@ -24,6 +45,15 @@ pub struct Conn {
     /// Its connecting was refused: the peer was never reached (so its
     /// requests get the fault reply for an unreachable peer).
     pub refused: AtomicBool,
+    /// A client connection: what its closing (or parking) tells the service.
+    pub client: Option<Arc<dyn ClientSlot>>,
+    /// Whether the reader says when it rests, so that the instance may
+    /// park the connection (see [`Conn::rest`]).
+    pub parkable: bool,
+    /// The reader's state in the low two bits (`OPEN`, `RESTING`, `PARKED`,
+    /// `CLOSING`), above them a count of its wake-ups from rest, so that a
+    /// rest seen twice is known to be one rest, unbroken.
+    pub rest: AtomicU32,
 }
 
 impl Conn {
@@ -38,6 +68,61 @@ impl Conn {
     pub fn hung_up(&self) -> bool {
         self.token.is_none_or(|t| self.reactor.take_hangup(t))
     }
+
+    /// The reader is idle with nothing buffered.
+    fn resting(&self) {
+        let _ = self
+            .rest
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
+                (w & 3 == OPEN).then_some(w | RESTING)
+            });
+    }
+
+    /// The reader was woken: `false` if the connection was parked, and
+    /// the reader must read no more.
+    fn wake_from_rest(&self) -> bool {
+        let r = self
+            .rest
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| match w & 3 {
+                RESTING => Some((w & !3).wrapping_add(4) | OPEN),
+                _ => None,
+            });
+        !matches!(r, Err(w) if w & 3 == PARKED)
+    }
+
+    /// The rest word: compare two readings to tell an unbroken rest.
+    pub fn rest_word(&self) -> u32 {
+        self.rest.load(Ordering::Acquire)
+    }
+
+    /// Parks the connection if its reader has rested since `word` was read;
+    /// the reader must then be woken, to let go.
+    pub fn park(&self, word: u32) -> bool {
+        word & 3 == RESTING
+            && self
+                .rest
+                .compare_exchange(
+                    word,
+                    (word & !3) | PARKED,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+    }
+
+    /// Whether the connection is being parked (not shut down or closed).
+    pub fn parked(&self) -> bool {
+        self.rest.load(Ordering::Acquire) & 3 == PARKED
+    }
+
+    /// Closes the connection after all, when its last task lets go.
+    pub fn unpark(&self) {
+        let _ = self
+            .rest
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |w| {
+                (w & 3 == PARKED).then_some((w & !3) | CLOSING)
+            });
+    }
 }
 
 impl Drop for Conn {
@@ -45,7 +130,19 @@ impl Drop for Conn {
         if let Some(t) = self.token {
             self.reactor.deregister_stream(&mut self.stream, t);
         }
+        if let (Some(client), true) = (&self.client, self.parked()) {
+            // The socket outlives this record: a duplicate of its
+            // descriptor waits in the service, and this one closes.
+            use std::os::fd::AsFd;
+            if let Ok(fd) = self.stream.as_fd().try_clone_to_owned() {
+                client.park(TcpStream::from_std(std::net::TcpStream::from(fd)));
+                return;
+            }
+        }
         self.stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+        if let Some(client) = &self.client {
+            client.closed();
+        }
     }
 }
 
@@ -176,6 +273,16 @@ impl ReadSide {
     /// (`%reply_context`).
     pub fn set_reply_context(&mut self, context: i128) {
         self.parser.set_reply_context(context);
+    }
+
+    /// At a message boundary with nothing buffered: what comes next
+    /// starts a new message.
+    pub fn at_rest(&self) -> bool {
+        self.start == self.end
+            && !self.streaming
+            && !self.skipping
+            && self.discard == 0
+            && self.after_head.is_none()
     }
 
     /// Empty, for another connection.
@@ -359,7 +466,9 @@ impl Reader {
         }
         // Closing the channel tells the compute task the peer is gone.
         self.out = None;
-        let _ = self.conn.stream.shutdown(std::net::Shutdown::Read);
+        if !self.conn.parked() {
+            let _ = self.conn.stream.shutdown(std::net::Shutdown::Read);
+        }
         if let (Some(r), Some(g)) = (self.read.take(), &self.graphs) {
             g.give_read_side(r);
         }
@@ -367,6 +476,11 @@ impl Reader {
     }
 
     pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
+        if self.conn.parkable && !self.conn.wake_from_rest() {
+            // The instance let the connection go while it was idle: what
+            // comes next starts another instance.
+            return self.finish();
+        }
         if let Some(r) = &mut self.read {
             r.woken(self.conn.hung_up());
         }
@@ -405,6 +519,9 @@ impl Reader {
                         .is_some_and(|d| d.load(Ordering::Acquire));
                     if draining {
                         return self.finish();
+                    }
+                    if self.conn.parkable && self.read.as_ref().is_some_and(ReadSide::at_rest) {
+                        self.conn.resting();
                     }
                     return TaskStatus::Idle;
                 }
@@ -481,7 +598,9 @@ impl Writer {
         while let Ok(m) = self.rx.try_recv() {
             self.pool.give(m);
         }
-        let _ = self.conn.stream.shutdown(std::net::Shutdown::Write);
+        if !self.conn.parked() {
+            let _ = self.conn.stream.shutdown(std::net::Shutdown::Write);
+        }
         TaskStatus::Done
     }
 

@@ -13,6 +13,7 @@ use crate::state::SharedState;
 use flick_exec::Vm;
 use flick_runtime::{ChannelPool, Task, TaskId, Waker};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// What one instance's compute task keeps between messages, reused from
@@ -65,11 +66,18 @@ impl GraphStorage {
 
 /// Graphs ready for new instances. The most recently returned graph is
 /// taken first: its storage has grown to what instances need and is
-/// likely still in cache.
+/// likely still in cache. What goes unused after a burst is trimmed
+/// ([`GraphPool::trim`]).
 pub struct GraphPool {
     storage: Mutex<Vec<GraphStorage>>,
     reads: Mutex<Vec<ReadSide>>,
+    /// The fewest graphs (read sides) pooled since the last trim: that
+    /// many went unused all along.
+    storage_low: AtomicUsize,
+    reads_low: AtomicUsize,
     keep: usize,
+    links_per_graph: usize,
+    replies_per_graph: usize,
     /// Channels between a connection's tasks and the compute task, and an
     /// instance's request channels to shared backend connections.
     pub links: Arc<ChannelPool<Msg>>,
@@ -115,7 +123,11 @@ impl GraphPool {
         let pool = GraphPool {
             storage: Mutex::new(Vec::with_capacity(keep)),
             reads: Mutex::new(Vec::with_capacity(keep)),
+            storage_low: AtomicUsize::new(usize::MAX),
+            reads_low: AtomicUsize::new(usize::MAX),
             keep,
+            links_per_graph: config.links_per_graph,
+            replies_per_graph: config.replies_per_graph,
             links,
             replies,
             nstate: config.nstate,
@@ -139,12 +151,12 @@ impl GraphPool {
 
     /// A graph's storage: a pooled one, or a new one if all are in use.
     pub fn take(&self) -> GraphStorage {
-        let mut s = self
-            .storage
-            .lock()
-            .expect("pool lock")
-            .pop()
-            .unwrap_or_default();
+        let mut s = {
+            let mut storage = self.storage.lock().expect("pool lock");
+            let s = storage.pop();
+            self.storage_low.fetch_min(storage.len(), Ordering::Relaxed);
+            s.unwrap_or_default()
+        };
         if s.locals.is_none() {
             s.locals = Some(Arc::new(self.new_locals()));
         }
@@ -162,7 +174,12 @@ impl GraphPool {
 
     /// A client connection's read side: a pooled one, or `make()`.
     pub fn read_side(&self, make: impl FnOnce() -> ReadSide) -> ReadSide {
-        let pooled = self.reads.lock().expect("pool lock").pop();
+        let pooled = {
+            let mut reads = self.reads.lock().expect("pool lock");
+            let r = reads.pop();
+            self.reads_low.fetch_min(reads.len(), Ordering::Relaxed);
+            r
+        };
         pooled.unwrap_or_else(make)
     }
 
@@ -172,6 +189,37 @@ impl GraphPool {
         if reads.len() < self.keep {
             reads.push(r);
         }
+    }
+
+    /// Frees the graphs, read sides and channels that went unused since
+    /// the last trim, keeping at least `keep` graphs' worth; how many
+    /// things were freed.
+    pub fn trim(&self, keep: usize) -> usize {
+        fn trim_stack<T>(stack: &Mutex<Vec<T>>, low: &AtomicUsize, keep: usize) -> usize {
+            let freed: Vec<T> = {
+                let mut stack = stack.lock().expect("pool lock");
+                let unused = low.load(Ordering::Relaxed).min(stack.len());
+                let n = unused.min(stack.len().saturating_sub(keep));
+                // The oldest go: the most recently used stay warm on top.
+                let freed = stack.drain(..n).collect();
+                if stack.len() < stack.capacity() / 4 {
+                    let room = stack.len().max(keep);
+                    stack.shrink_to(room);
+                }
+                low.store(stack.len(), Ordering::Relaxed);
+                freed
+            };
+            // Dropped outside the lock.
+            freed.len()
+        }
+        let mut freed = trim_stack(&self.storage, &self.storage_low, keep);
+        freed += trim_stack(&self.reads, &self.reads_low, keep);
+        // Channels for the graphs kept; an instance that ended returned
+        // its channels here.
+        let graphs = self.available().max(keep);
+        freed += self.links.trim(graphs * self.links_per_graph.max(1));
+        freed += self.replies.trim(graphs * self.replies_per_graph.max(1));
+        freed
     }
 
     /// Graphs ready in the pool.

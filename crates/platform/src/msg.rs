@@ -92,6 +92,9 @@ pub struct MsgPool {
     id: usize,
     /// Messages in threads' caches.
     cached: AtomicUsize,
+    /// The fewest messages the shared queue held since the last trim:
+    /// that many went unused all along.
+    low: AtomicUsize,
 }
 
 impl MsgPool {
@@ -125,6 +128,7 @@ impl MsgPool {
             grammar,
             id: POOLS.fetch_add(1, Ordering::Relaxed),
             cached: AtomicUsize::new(0),
+            low: AtomicUsize::new(usize::MAX),
         };
         for _ in 0..prefill.min(capacity) {
             let _ = pool.free.push(Msg {
@@ -147,7 +151,12 @@ impl MsgPool {
         if local.is_some() {
             self.cached.fetch_sub(1, Ordering::Relaxed);
         }
-        match local.or_else(|| self.free.pop()) {
+        let taken = local.or_else(|| {
+            let m = self.free.pop();
+            self.low.fetch_min(self.free.len(), Ordering::Relaxed);
+            m
+        });
+        match taken {
             Some(mut m) => {
                 m.bytes.clear();
                 m.rejected = None;
@@ -221,6 +230,20 @@ impl MsgPool {
             Values::Parsed { .. } if self.grammar.is_none() => Values::Any,
             v => v,
         };
+    }
+
+    /// Frees the messages that went unused since the last trim, keeping at
+    /// least `keep`; how many were freed. (After a burst, what it took is
+    /// given back over the next trims instead of held at its peak.)
+    pub fn trim(&self, keep: usize) -> usize {
+        let len = self.free.len();
+        let unused = self.low.load(Ordering::Relaxed).min(len);
+        let mut freed = 0;
+        while freed < unused.min(len.saturating_sub(keep)) && self.free.pop().is_some() {
+            freed += 1;
+        }
+        self.low.store(self.free.len(), Ordering::Relaxed);
+        freed
     }
 
     /// Messages waiting in the pool (and in threads' caches).

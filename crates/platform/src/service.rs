@@ -180,7 +180,9 @@ pub struct ServiceConfig {
     pub connect: Vec<(String, Vec<SocketAddr>)>,
     pub workers: usize,
     pub policy: Policy,
-    /// The most instances (client connections) alive at once.
+    /// The most client connections open at once (each an instance while
+    /// it has something in flight); past it, new connections wait in the
+    /// listen backlog until one closes.
     pub max_instances: usize,
     /// Capacity of every task channel, in messages.
     pub channel_capacity: usize,
@@ -201,6 +203,13 @@ pub struct ServiceConfig {
     pub fan_in_timeout: std::time::Duration,
     /// Where a line per answered request goes (`--access-log`), if anywhere.
     pub access_log: Option<Arc<crate::access_log::AccessLog>>,
+    /// How long a client connection stays idle (nothing buffered, nothing
+    /// in flight) before its instance ends and the connection waits with
+    /// no tasks, channels or buffers until its next bytes; `None` keeps
+    /// instances for as long as their connections. Only programs whose
+    /// instances keep nothing between requests (no `local` state, no
+    /// connections of their own, no `least_connections`) park.
+    pub park_after: Option<std::time::Duration>,
 }
 
 /// How instances share a backend connection.
@@ -234,7 +243,7 @@ impl Default for ServiceConfig {
             connect: Vec::new(),
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             policy: Policy::default(),
-            max_instances: 1024,
+            max_instances: 10_000,
             channel_capacity: 64,
             dict_capacity: 1024,
             response_timeout: std::time::Duration::from_secs(2),
@@ -242,6 +251,7 @@ impl Default for ServiceConfig {
             backend_sharing: None,
             fan_in_timeout: std::time::Duration::from_secs(10),
             access_log: None,
+            park_after: Some(std::time::Duration::from_secs(1)),
         }
     }
 }
@@ -291,6 +301,197 @@ struct Parts {
     /// Live instances per peer of each channel array bound to peers, for
     /// `least_connections` (nothing is counted if the program never calls it).
     balance: Arc<crate::balance::Balance>,
+    /// The listener, while the service accepts.
+    accepting: Arc<Mutex<Option<TcpListener>>>,
+    /// Client connections open (parked ones too), against `max_instances`.
+    clients: std::sync::atomic::AtomicUsize,
+    /// Accepting stopped at the limit: the next close accepts again.
+    accept_paused: std::sync::atomic::AtomicBool,
+    /// Whether idle client connections give up their instances.
+    parkable: bool,
+    /// Idle client connections with no instance, by key.
+    parked: Mutex<Parked>,
+    /// What client connections tell the service when they close or park.
+    slot: std::sync::OnceLock<Arc<dyn crate::conn::ClientSlot>>,
+}
+
+/// Parked connections: a slab, so a readiness event finds its stream by
+/// the key in its token.
+#[derive(Default)]
+struct Parked {
+    streams: Vec<Option<(TcpStream, flick_runtime::io::IoToken)>>,
+    free: Vec<usize>,
+}
+
+/// The service as its client connections see it.
+struct Clients {
+    parts: std::sync::Weak<Parts>,
+    hooks: Hooks,
+}
+
+impl crate::conn::ClientSlot for Clients {
+    fn park(&self, mut stream: TcpStream) {
+        let Some(p) = self.parts.upgrade() else {
+            return;
+        };
+        if p.draining.load(Ordering::Acquire) {
+            drop(stream);
+            return client_lost(&p, &self.hooks, true);
+        }
+        let mut parked = p.parked.lock().expect("parked lock");
+        let key = match parked.free.pop() {
+            Some(k) => k,
+            None => {
+                parked.streams.push(None);
+                parked.streams.len() - 1
+            }
+        };
+        let worker = key % p.scheduler.workers().max(1);
+        match p.reactor.register_parked(&mut stream, key, worker) {
+            Ok(token) => parked.streams[key] = Some((stream, token)),
+            Err(_) => {
+                parked.free.push(key);
+                drop(parked);
+                drop(stream);
+                client_lost(&p, &self.hooks, true);
+            }
+        }
+    }
+
+    fn closed(&self) {
+        if let Some(p) = self.parts.upgrade() {
+            client_closed(&p, &self.hooks);
+        }
+    }
+}
+
+/// A client connection closed without a `Conn` to say so (it never had
+/// one, or it was parked): counted as closed.
+fn client_lost(p: &Arc<Parts>, hooks: &Hooks, counted_open: bool) {
+    if counted_open {
+        p.stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+    client_closed(p, hooks);
+}
+
+/// One client connection fewer: accepting resumes if it stopped at the
+/// limit.
+fn client_closed(p: &Arc<Parts>, hooks: &Hooks) {
+    p.clients.fetch_sub(1, Ordering::AcqRel);
+    if p.accept_paused.swap(false, Ordering::AcqRel) {
+        accept_ready(p, hooks, true);
+    }
+}
+
+/// Accepts connections until the backlog is empty or the limit of open
+/// client connections is reached; at the limit the rest wait in the
+/// backlog, and the next connection to close accepts again. `nested`: a
+/// call from a connection closing, which may be inside an accept on this
+/// thread, so it does not wait for the listener.
+fn accept_ready(p: &Arc<Parts>, hooks: &Hooks, nested: bool) {
+    loop {
+        let guard = match nested {
+            false => p.accepting.lock().expect("listener lock"),
+            true => match p.accepting.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    // Whoever holds the listener looks again when done.
+                    p.accept_paused.store(true, Ordering::Release);
+                    return;
+                }
+            },
+        };
+        let Some(l) = guard.as_ref() else { return };
+        let mut at_limit = false;
+        // Accept until the backlog is empty: readiness is edge-triggered,
+        // so stopping early would strand connections until the next one
+        // arrives (or, at the limit, until one closes).
+        loop {
+            if p.clients.load(Ordering::Acquire) >= p.config.max_instances {
+                p.accept_paused.store(true, Ordering::Release);
+                at_limit = true;
+                break;
+            }
+            match l.accept() {
+                Ok((stream, _)) => {
+                    p.clients.fetch_add(1, Ordering::AcqRel);
+                    p.stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
+                    arrive(p, hooks, stream);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                // A client gone before it was accepted, or a signal.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::Interrupted
+                            | std::io::ErrorKind::ConnectionAborted
+                            | std::io::ErrorKind::ConnectionReset
+                    ) => {}
+                // Out of descriptors or memory: try again on the next
+                // readiness event rather than spin.
+                Err(_) => break,
+            }
+        }
+        drop(guard);
+        // A connection that closed while the listener was held may have
+        // found it taken: look again.
+        if at_limit
+            && p.clients.load(Ordering::Acquire) < p.config.max_instances
+            && p.accept_paused.swap(false, Ordering::AcqRel)
+        {
+            continue;
+        }
+        return;
+    }
+}
+
+/// A parked connection has bytes (or closed): a new instance for it.
+fn unpark(p: &Arc<Parts>, hooks: &Hooks, key: usize) {
+    let taken = {
+        let mut parked = p.parked.lock().expect("parked lock");
+        let taken = parked.streams.get_mut(key).and_then(Option::take);
+        if taken.is_some() {
+            parked.free.push(key);
+        }
+        taken
+    };
+    let Some((mut stream, token)) = taken else {
+        return;
+    };
+    p.reactor.deregister_stream(&mut stream, token);
+    // A client that closed (most parked connections end so) needs no
+    // instance to say goodbye to: a burst of closes would otherwise make a
+    // burst of instances, each joining its backends.
+    let mut byte = [0u8; 1];
+    match stream.peek(&mut byte) {
+        Ok(n) if n > 0 => instantiate(p, hooks, std::iter::once(stream), true),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            // Nothing after all: back to waiting.
+            if let Some(slot) = p.slot.get() {
+                slot.park(stream);
+            }
+        }
+        _ => {
+            drop(stream);
+            client_lost(p, hooks, true);
+        }
+    }
+}
+
+/// Listen backlog: connections past the limit wait here (the kernel caps
+/// it at `net.core.somaxconn`).
+const LISTEN_BACKLOG: i32 = 65_535;
+
+/// A non-blocking listener with a deep backlog.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    socket.set_nonblocking(true)?;
+    Ok(TcpListener::from_std(socket.into()))
 }
 
 /// What every instance's compute task calls back into the service with.
@@ -302,7 +503,6 @@ struct Hooks {
 
 pub struct Service {
     parts: Arc<Parts>,
-    accepting: Arc<Mutex<Option<TcpListener>>>,
     local: SocketAddr,
 }
 
@@ -367,11 +567,13 @@ impl Service {
             .map(|u| u.slots as usize)
             .max()
             .unwrap_or(1);
-        // Room for every message that can be in flight, so that steady traffic
-        // never frees messages the next burst would allocate again.
+        // Room for the messages in flight under load, so that steady traffic
+        // never frees messages the next burst would allocate again; not for
+        // every message that could be (a queue slot per message of every
+        // channel of every possible instance), and surplus is trimmed.
         let pool = MsgPool::for_grammar(
             loaded.grammar.clone(),
-            config.max_instances * config.channel_capacity * 2,
+            (config.max_instances * config.channel_capacity * 2).min(MSG_POOL_MAX),
             slots,
             256,
             256,
@@ -394,7 +596,7 @@ impl Service {
                 }
             }
         }
-        let mut listener = TcpListener::bind(laddr).map_err(|e| StartError::Listen(laddr, e))?;
+        let mut listener = listen(laddr).map_err(|e| StartError::Listen(laddr, e))?;
         let local = listener
             .local_addr()
             .map_err(|e| StartError::Listen(laddr, e))?;
@@ -447,6 +649,18 @@ impl Service {
                 .map(|(c, addrs)| (*c, addrs.len() as u32)),
         ));
         let config_max_instances = config.max_instances;
+        // An instance may end while its client is idle, and a new one take
+        // over at its next bytes, only if nothing of the old one would be
+        // missed: no `local` state, no connection of its own (peers only
+        // written to, or connections not shared), no count of live
+        // instances per peer, one connection per instance.
+        let parkable = config.park_after.is_some()
+            && fan_in == 1
+            && loaded.ruled[client_chan]
+            && loaded.global.iter().all(|g| *g)
+            && !balanced
+            && backends.iter().all(|(c, _)| loaded.readable[*c])
+            && (backends.is_empty() || config.backend_connections > 0);
         let parts = Arc::new(Parts {
             loaded,
             config,
@@ -461,12 +675,30 @@ impl Service {
             backends,
             draining: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             computes: Mutex::new(std::collections::HashSet::with_capacity(
-                config_max_instances,
+                config_max_instances.min(4096),
             )),
             shared,
             graphs,
             balance,
+            accepting: Arc::new(Mutex::new(None)),
+            clients: std::sync::atomic::AtomicUsize::new(0),
+            accept_paused: std::sync::atomic::AtomicBool::new(false),
+            parkable,
+            parked: Mutex::new(Parked::default()),
+            slot: std::sync::OnceLock::new(),
         });
+        let _ = parts.slot.set(Arc::new(Clients {
+            parts: Arc::downgrade(&parts),
+            hooks: hooks(&parts),
+        }));
+        {
+            let (weak, hooks) = (Arc::downgrade(&parts), hooks(&parts));
+            reactor.on_parked(Box::new(move |key| {
+                if let Some(p) = weak.upgrade() {
+                    unpark(&p, &hooks, key);
+                }
+            }));
+        }
         let hooks = hooks(&parts);
         if fan_in > 1 {
             let weak = Arc::downgrade(&parts);
@@ -475,48 +707,24 @@ impl Service {
                 .spawn(move || reap_groups(weak))
                 .map_err(|e| StartError::Listen(laddr, e))?;
         }
+        {
+            let weak = Arc::downgrade(&parts);
+            std::thread::Builder::new()
+                .name("flick-trim".into())
+                .spawn(move || trim_pools(weak))
+                .map_err(|e| StartError::Listen(laddr, e))?;
+        }
         // The reactor owns the registration; the callback accepts from
         // the listener while the service still accepts.
-        let accepting = Arc::new(Mutex::new(None::<TcpListener>));
-        let (p, a) = (parts.clone(), accepting.clone());
+        let p = parts.clone();
         reactor
             .register_listener(
                 &mut listener,
-                Box::new(move || {
-                    let guard = a.lock().expect("listener lock");
-                    let Some(l) = guard.as_ref() else { return };
-                    // Accept until the backlog is empty: readiness is
-                    // edge-triggered, so stopping early would strand
-                    // connections until the next one arrives.
-                    loop {
-                        match l.accept() {
-                            Ok((stream, _)) => {
-                                p.stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
-                                arrive(&p, &hooks, stream);
-                            }
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                            // A client gone before it was accepted, or a signal.
-                            Err(e)
-                                if matches!(
-                                    e.kind(),
-                                    std::io::ErrorKind::Interrupted
-                                        | std::io::ErrorKind::ConnectionAborted
-                                        | std::io::ErrorKind::ConnectionReset
-                                ) => {}
-                            // Out of descriptors or memory: try again on the
-                            // next readiness event rather than spin.
-                            Err(_) => break,
-                        }
-                    }
-                }),
+                Box::new(move || accept_ready(&p, &hooks, false)),
             )
             .map_err(|e| StartError::Listen(laddr, e))?;
-        *accepting.lock().expect("listener lock") = Some(listener);
-        Ok(Service {
-            parts,
-            accepting,
-            local,
-        })
+        *parts.accepting.lock().expect("listener lock") = Some(listener);
+        Ok(Service { parts, local })
     }
 
     /// The address the service listens on (useful with port 0).
@@ -554,16 +762,42 @@ impl Service {
         self.parts.scheduler.queue_lengths()
     }
 
+    /// Client connections open now, parked ones included.
+    pub fn client_connections(&self) -> usize {
+        self.parts.clients.load(Ordering::Acquire)
+    }
+
+    /// Idle client connections waiting with no instance.
+    pub fn parked_connections(&self) -> usize {
+        let parked = self.parts.parked.lock().expect("parked lock");
+        parked.streams.len() - parked.free.len()
+    }
+
     /// Stops accepting; instances already running finish on their own.
     pub fn stop_accepting(&self) {
-        *self.accepting.lock().expect("listener lock") = None;
+        *self.parts.accepting.lock().expect("listener lock") = None;
     }
 
     /// Stops accepting, and has every instance stop reading its client,
-    /// answer what it has read, and close: a clean shutdown.
+    /// answer what it has read, and close: a clean shutdown. Parked
+    /// connections, which have nothing in flight, close now.
     pub fn drain(&self) {
         self.stop_accepting();
         self.parts.draining.store(true, Ordering::Release);
+        let parked: Vec<_> = {
+            let mut parked = self.parts.parked.lock().expect("parked lock");
+            let Parked { streams, free } = &mut *parked;
+            free.clear();
+            streams.drain(..).flatten().collect()
+        };
+        if !parked.is_empty() {
+            let hooks = hooks(&self.parts);
+            for (mut stream, token) in parked {
+                self.parts.reactor.deregister_stream(&mut stream, token);
+                drop(stream);
+                client_lost(&self.parts, &hooks, true);
+            }
+        }
         let waker = self.parts.scheduler.waker();
         for id in self.parts.computes.lock().expect("computes lock").iter() {
             waker.wake(*id);
@@ -588,10 +822,11 @@ fn connection(
     chan: usize,
     index: Option<u32>,
     stream: TcpStream,
+    reopened: bool,
 ) -> Option<Connection> {
     // A connection's tasks run on its instance's worker.
     let worker = p.scheduler.home_of(compute);
-    let (conn, rid, wid) = attach(p, stream, chan, worker)?;
+    let (conn, rid, wid) = attach(p, stream, chan, worker, reopened)?;
     let unit = p.loaded.units[chan].expect("checked: channels carry grammar units");
     let (in_tx, in_rx) = p.graphs.links.channel();
     in_tx.bind(rid);
@@ -673,13 +908,15 @@ fn read_side(loaded: &Loaded, unit: UnitId) -> crate::conn::ReadSide {
 
 /// Takes task ids for a socket's reader and writer and registers the
 /// socket with the reactor for them; `None` when the scheduler is out of
-/// task slots.
+/// task slots. `reopened`: a parked client connection, already counted.
 fn attach(
     p: &Arc<Parts>,
     mut stream: TcpStream,
     chan: usize,
     worker: usize,
+    reopened: bool,
 ) -> Option<(Arc<Conn>, TaskId, TaskId)> {
+    let client = chan == p.client_chan;
     let s = &p.scheduler;
     let (rid, wid) = match (s.reserve_on(worker), s.reserve_on(worker)) {
         (Ok(r), Ok(w)) => (r, w),
@@ -691,6 +928,15 @@ fn attach(
                     Box::new(|_: &mut flick_runtime::Timeslice| flick_runtime::TaskStatus::Done),
                 );
             }
+            if client {
+                drop(stream);
+                if let Some(slot) = p.slot.get() {
+                    if reopened {
+                        p.stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    slot.closed();
+                }
+            }
             return None;
         }
     };
@@ -698,7 +944,9 @@ fn attach(
         .reactor
         .register_stream(&mut stream, Some(rid), Some(wid))
         .ok();
-    p.stats.connections_open.fetch_add(1, Ordering::Relaxed);
+    if !reopened {
+        p.stats.connections_open.fetch_add(1, Ordering::Relaxed);
+    }
     let conn = Arc::new(Conn {
         stream,
         token,
@@ -706,6 +954,9 @@ fn attach(
         stats: p.stats.clone(),
         chan,
         refused: std::sync::atomic::AtomicBool::new(false),
+        client: client.then(|| p.slot.get().cloned()).flatten(),
+        parkable: client && p.parkable,
+        rest: std::sync::atomic::AtomicU32::new(0),
     });
     Some((conn, rid, wid))
 }
@@ -718,7 +969,7 @@ fn open_shared(
     addr: SocketAddr,
     worker: usize,
 ) -> Option<Arc<crate::backend::SharedConn>> {
-    let (conn, rid, wid) = attach(p, dial(p, addr)?, chan as usize, worker)?;
+    let (conn, rid, wid) = attach(p, dial(p, addr)?, chan as usize, worker, false)?;
     let s = &p.scheduler;
     let unit = p.loaded.units[chan as usize].expect("checked: channels carry grammar units");
     let shared = crate::backend::shared_conn(conn, rid, wid, chan, index);
@@ -838,7 +1089,7 @@ fn own_connection(
 ) -> Option<(Input, Output)> {
     let addrs = &p.backends.iter().find(|(c, _)| *c == chan as usize)?.1;
     let addr = *addrs.get(index.unwrap_or(0) as usize)?;
-    let c = connection(p, compute, chan as usize, index, dial(p, addr)?)?;
+    let c = connection(p, compute, chan as usize, index, dial(p, addr)?, false)?;
     for (id, t) in c.tasks {
         p.scheduler.start_task(id, t);
     }
@@ -850,7 +1101,7 @@ fn own_connection(
 fn arrive(p: &Arc<Parts>, hooks: &Hooks, client: TcpStream) {
     let _ = client.set_nodelay(true);
     if p.fan_in == 1 {
-        return instantiate(p, hooks, std::iter::once(client));
+        return instantiate(p, hooks, std::iter::once(client), false);
     }
     let complete = {
         let mut arriving = p.arriving.lock().expect("arriving lock");
@@ -866,7 +1117,7 @@ fn arrive(p: &Arc<Parts>, hooks: &Hooks, client: TcpStream) {
         })
     };
     if let Some(clients) = complete {
-        instantiate(p, hooks, clients.into_iter());
+        instantiate(p, hooks, clients.into_iter(), false);
     }
 }
 
@@ -892,6 +1143,7 @@ fn expire_group(p: &Parts, arriving: &mut (Vec<TcpStream>, Option<std::time::Ins
     p.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
     for c in group.drain(..) {
         let _ = socket2::SockRef::from(&c).set_linger(Some(std::time::Duration::ZERO));
+        p.clients.fetch_sub(1, Ordering::AcqRel);
     }
     *since = None;
 }
@@ -925,10 +1177,24 @@ fn unconnected(chan: usize, index: Option<u32>) -> Output {
 /// A new instance of the process for its client connections (one, or
 /// the fan-in of a listening channel array, in order of arrival), on a
 /// graph from the pool.
-fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<Item = TcpStream>) {
+///
+/// `reopened`: the client connection was parked, and is counted as open.
+fn instantiate(
+    p: &Arc<Parts>,
+    hooks: &Hooks,
+    clients: impl ExactSizeIterator<Item = TcpStream>,
+    reopened: bool,
+) {
     let s = &p.scheduler;
     let nchan = p.loaded.module.processes[p.loaded.process].channels.len();
-    let Ok(compute_id) = s.reserve() else { return };
+    let Ok(compute_id) = s.reserve() else {
+        // Out of task slots: the connections close.
+        for c in clients {
+            drop(c);
+            client_lost(p, hooks, reopened);
+        }
+        return;
+    };
     let mut g = p.graphs.take();
     g.widths.resize(nchan, 1);
     // The instance counts towards no peer yet.
@@ -939,7 +1205,7 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
     let mut incomplete = false;
     for (i, client) in clients.enumerate() {
         let index = client_array.then_some(i as u32);
-        match connection(p, compute_id, p.client_chan, index, client) {
+        match connection(p, compute_id, p.client_chan, index, client, reopened) {
             Some(c) => {
                 if p.loaded.ruled[p.client_chan] {
                     g.inputs.push(c.input);
@@ -984,7 +1250,7 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
             // A connection of this instance's own: to a peer it only
             // writes to (a reducer, whose stream is this instance's), or
             // to every backend when connections are not shared.
-            match dial(p, *a).and_then(|st| connection(p, compute_id, *chan, index, st)) {
+            match dial(p, *a).and_then(|st| connection(p, compute_id, *chan, index, st, false)) {
                 Some(mut c) => {
                     c.input.sentinel = !readable;
                     g.inputs.push(c.input);
@@ -1100,11 +1366,24 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
     stats.graphs_live.fetch_add(1, Ordering::Relaxed);
     p.computes.lock().expect("computes lock").insert(compute_id);
     let parts = p.clone();
+    let park_after = p.config.park_after.filter(|_| p.parkable);
+    let mut armed = None;
     s.start_task(
         compute_id,
         Box::new(move |sl: &mut flick_runtime::Timeslice| {
             let r = compute.run(sl);
+            if let (flick_runtime::TaskStatus::Idle, Some(after)) = (r, park_after) {
+                consider_parking(&mut compute, &mut armed, after);
+            }
             if r == flick_runtime::TaskStatus::Done {
+                if compute.host.broken || compute.host.job_failed {
+                    // Ended badly after all: its client's connection closes.
+                    for o in &compute.host.outputs {
+                        if let Some((conn, _)) = &o.conn {
+                            conn.unpark();
+                        }
+                    }
+                }
                 parts
                     .computes
                     .lock()
@@ -1118,3 +1397,122 @@ fn instantiate(p: &Arc<Parts>, hooks: &Hooks, clients: impl ExactSizeIterator<It
         }),
     );
 }
+
+/// Whether an instance has nothing in flight: no rule running or waiting
+/// for room, no request unanswered, nothing queued on its inputs, nothing
+/// held back, and it is not ending.
+fn quiescent(c: &Compute) -> bool {
+    let h = &c.host;
+    !c.vm.is_running()
+        && c.held_piece.is_none()
+        && c.following.is_none()
+        && !c.guards_due
+        && !h.ending
+        && !h.broken
+        && !h.job_failed
+        && !h.resending
+        && h.settled()
+        && h.parts.is_empty()
+        && h.new_inputs.is_empty()
+        && h.given_up.is_empty()
+        && h.retry.is_empty()
+        && h.groups.iter().all(Option::is_none)
+        && h.merges.is_empty()
+        && !h.draining.load(Ordering::Acquire)
+        && c.inputs
+            .iter()
+            .all(|i| i.follow.is_none() && !i.last_body && i.rx.is_empty())
+}
+
+/// Parks an instance's client connection once the instance has had
+/// nothing in flight, and its reader has rested unbroken, for `after`:
+/// the reader is told to let go, which ends the instance as a client's
+/// close would, and the connection waits in the service with no tasks,
+/// channels or buffers (`Conn`'s drop hands it over). `armed`: the rest
+/// word seen and when to look again, one timer per instance at a time.
+fn consider_parking(
+    c: &mut Compute,
+    armed: &mut Option<(u32, std::time::Instant)>,
+    after: std::time::Duration,
+) {
+    if !quiescent(c) {
+        *armed = None;
+        return;
+    }
+    let client = c.host.client_chan;
+    let Some((conn, reader)) = c
+        .host
+        .outputs
+        .iter()
+        .find(|o| o.chan == client)
+        .and_then(|o| o.conn.as_ref())
+    else {
+        return;
+    };
+    let word = conn.rest_word();
+    let now = std::time::Instant::now();
+    if let Some((seen, due)) = *armed {
+        if now < due {
+            return;
+        }
+        // Unchanged since it was armed: the reader has not woken since.
+        if seen == word && conn.park(word) {
+            *armed = None;
+            c.host.waker.wake(*reader);
+            return;
+        }
+    }
+    let due = now + after;
+    *armed = Some((word, due));
+    (c.host.wake_at)(c.host.id, due);
+}
+
+/// Trims the pools once a second, for as long as the service runs: what a
+/// burst made and nothing used since is freed (down to what a service
+/// makes ahead), and the allocator gives freed memory back to the system,
+/// so that memory follows the load rather than its peak.
+fn trim_pools(parts: std::sync::Weak<Parts>) {
+    let mut peak = 0;
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let Some(p) = parts.upgrade() else { return };
+        let mut freed = p.graphs.trim(GRAPHS_MADE_AHEAD);
+        freed += p.pool.trim(MSGS_KEPT);
+        for b in &p.shared {
+            freed += b.close_idle(IDLE_BACKEND_KEPT);
+        }
+        // Connections that closed since the last look freed their storage.
+        let open = p.clients.load(Ordering::Relaxed);
+        peak = peak.max(open);
+        if freed > 0 || peak >= open + 64 {
+            peak = open;
+            release_free_memory();
+        }
+    }
+}
+
+/// Idle exclusive backend connections kept per backend and worker.
+const IDLE_BACKEND_KEPT: usize = 16;
+
+/// Messages the pool keeps however long they go unused.
+const MSGS_KEPT: usize = 1024;
+
+/// The most messages the pool holds.
+const MSG_POOL_MAX: usize = 16_384;
+
+/// Gives the allocator's free pages back to the system: glibc keeps what
+/// is freed in its arenas, and the resident size would stay at the peak.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn release_free_memory() {
+    extern "C" {
+        fn malloc_trim(pad: usize) -> std::ffi::c_int;
+    }
+    // SAFETY: malloc_trim takes no pointers and only releases memory the
+    // allocator holds free; it is safe to call from any thread.
+    unsafe {
+        malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_free_memory() {}

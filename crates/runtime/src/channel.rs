@@ -135,6 +135,15 @@ impl<T> ChannelPool<T> {
     pub fn available(&self) -> usize {
         self.free.len()
     }
+
+    /// Frees pooled channels beyond `keep` (what a burst left); how many.
+    pub fn trim(&self, keep: usize) -> usize {
+        let mut freed = 0;
+        while self.free.len() > keep && self.free.pop().is_some() {
+            freed += 1;
+        }
+        freed
+    }
 }
 
 /// Gives a channel's storage back to its pool if this was its last end.

@@ -28,6 +28,9 @@ use std::time::{Duration, Instant};
 const WAKE: Token = Token(usize::MAX);
 /// Tokens with this bit name a listener by its index.
 const LISTENER: usize = 1 << 63;
+/// Tokens with this bit name a parked stream (a connection with no tasks,
+/// waiting for its next bytes) by its key.
+const PARKED: usize = 1 << 62;
 /// The longest a worker blocks in `epoll_wait`: timers fire within it.
 pub const TICK: Duration = Duration::from_millis(10);
 
@@ -44,6 +47,8 @@ fn stream_tasks(t: Token) -> (Option<u32>, Option<u32>) {
 }
 
 type OnReady = Box<dyn FnMut() + Send>;
+/// Called with a parked stream's key when it becomes readable (or closes).
+pub type OnParked = Box<dyn Fn(usize) + Send + Sync>;
 
 /// The workers' epoll instances as the rest of the scheduler sees them.
 pub(crate) struct IoShared {
@@ -52,6 +57,8 @@ pub(crate) struct IoShared {
     /// Worker `i` is blocked (or about to block) in `epoll_wait`.
     sleeping: Vec<AtomicBool>,
     listeners: Mutex<Vec<Option<OnReady>>>,
+    /// What a parked stream's readiness calls; set once, by its service.
+    on_parked: std::sync::OnceLock<OnParked>,
     /// Tasks to wake at a time, earliest first.
     timers: Mutex<BinaryHeap<Reverse<(Instant, u32)>>>,
     registrations: AtomicUsize,
@@ -80,6 +87,7 @@ impl IoShared {
                 wakers,
                 sleeping: (0..workers).map(|_| AtomicBool::new(false)).collect(),
                 listeners: Mutex::new(Vec::new()),
+                on_parked: std::sync::OnceLock::new(),
                 timers: Mutex::new(BinaryHeap::new()),
                 registrations: AtomicUsize::new(0),
                 hangups: (0..tasks).map(|_| AtomicBool::new(false)).collect(),
@@ -157,6 +165,12 @@ impl IoShared {
             }
             if t.0 & LISTENER != 0 {
                 self.accept(t.0 & !LISTENER);
+                continue;
+            }
+            if t.0 & PARKED != 0 {
+                if let Some(f) = self.on_parked.get() {
+                    f(t.0 & !PARKED);
+                }
                 continue;
             }
             let (reader, writer) = stream_tasks(t);
@@ -266,6 +280,34 @@ impl Reactor {
         })
     }
 
+    /// Calls `on_parked` with a parked stream's key when it has bytes to
+    /// read or closes; the first call wins (one service per reactor).
+    pub fn on_parked(&self, on_parked: OnParked) {
+        let _ = self.io().on_parked.set(on_parked);
+    }
+
+    /// Watches a stream that has no tasks (an idle connection whose
+    /// instance ended) on `worker`'s epoll: its readiness calls the
+    /// parked handler with `key` (below 2^62). Readiness present at
+    /// registration is reported too, so bytes that came before are not
+    /// missed.
+    pub fn register_parked(
+        &self,
+        stream: &mut TcpStream,
+        key: usize,
+        worker: usize,
+    ) -> io::Result<IoToken> {
+        debug_assert!(key & (PARKED | LISTENER) == 0);
+        let worker = worker % self.io().registries.len();
+        self.io().registries[worker].register(stream, Token(PARKED | key), Interest::READABLE)?;
+        self.io().registrations.fetch_add(1, Ordering::Relaxed);
+        Ok(IoToken {
+            worker,
+            listener: None,
+            reader: None,
+        })
+    }
+
     pub fn deregister_stream(&self, stream: &mut TcpStream, token: IoToken) {
         if self.io().registries[token.worker]
             .deregister(stream)
@@ -334,6 +376,7 @@ mod tests {
             (Some(0), None)
         );
         assert_eq!(t.0 & LISTENER, 0);
+        assert_eq!(t.0 & PARKED, 0);
         assert_ne!(t, WAKE);
     }
 }
