@@ -140,6 +140,12 @@ fn map_output(words: &[String]) -> Vec<(String, i32)> {
 /// Starts the aggregator with `mappers` mapper connections per instance,
 /// writing to `reducer`; returns the port the mappers connect to.
 fn start(procs: &mut Procs, mappers: usize, reducer: u16) -> u16 {
+    start_program(procs, "examples/hadoop_wordcount.flick", mappers, reducer)
+}
+
+/// Starts `program` (a path from the repository root, or absolute) as
+/// [`start`] starts the aggregator.
+fn start_program(procs: &mut Procs, program: &str, mappers: usize, reducer: u16) -> u16 {
     let fan_in = format!("mappers={mappers}");
     let listen = format!("mappers=127.0.0.1:{}", support::free_port());
     let reducer = format!("reducer=127.0.0.1:{reducer}");
@@ -147,7 +153,7 @@ fn start(procs: &mut Procs, mappers: usize, reducer: u16) -> u16 {
         procs,
         &[
             "run",
-            "examples/hadoop_wordcount.flick",
+            program,
             "--listen",
             &listen,
             "--fan-in",
@@ -172,10 +178,15 @@ fn receive(reducer: std::net::TcpListener) -> std::thread::JoinHandle<Vec<u8>> {
 /// Sends each mapper's stream on its own connection, in pieces, and
 /// returns everything the reducer receives.
 fn aggregate(streams: Vec<Vec<u8>>) -> Vec<u8> {
+    aggregate_with("examples/hadoop_wordcount.flick", streams)
+}
+
+/// [`aggregate`] through `program`.
+fn aggregate_with(program: &str, streams: Vec<Vec<u8>>) -> Vec<u8> {
     let reducer = support::listener();
     let rport = reducer.local_addr().unwrap().port();
     let mut procs = Procs(Vec::new());
-    let port = start(&mut procs, streams.len(), rport);
+    let port = start_program(&mut procs, program, streams.len(), rport);
     let received = receive(reducer);
     let senders: Vec<_> = streams
         .into_iter()
@@ -237,6 +248,63 @@ fn mapper_streams_are_merged_by_key_and_summed_into_one_ifile() {
         got, want,
         "sorted by key, one record per word, counts summed"
     );
+}
+
+/// The word count's fold body runs natively (compiled when the program
+/// loads); the same body with a line the compiler leaves to the
+/// interpreter runs the interpreted loop. Both give the same bytes: sums
+/// that overflow wrap as an IntWritable does, and keys long enough to lie
+/// across the chunks a stream is read in are merged whole.
+#[test]
+fn native_and_interpreted_folds_give_the_same_stream() {
+    let src = std::fs::read_to_string(format!("{}/examples/hadoop_wordcount.flick", support::ROOT))
+        .unwrap();
+    let interpreted = src.replace(
+        "        let v = combine(e1.value, e2.value)\n",
+        "        let v = combine(e1.value, e2.value)\n        let bigger = e1.value > e2.value\n",
+    );
+    assert_ne!(src, interpreted);
+    let path = std::env::temp_dir().join(format!(
+        "flick-interpreted-fold-{}.flick",
+        std::process::id()
+    ));
+    std::fs::write(&path, interpreted).unwrap();
+    let long = |c: char, n: usize| std::iter::repeat_n(c, n).collect::<String>();
+    let mut keys: Vec<String> = (0..40).map(|i| format!("key{i:03}")).collect();
+    keys.push(long('m', 70_000 / 2));
+    keys.push(long('n', 200));
+    keys.push(long('z', 40_000));
+    keys.sort();
+    let streams: Vec<Vec<u8>> = (0..3)
+        .map(|m| {
+            let mut records = Vec::new();
+            for (i, k) in keys.iter().enumerate() {
+                for r in 0..(i + m) % 5 {
+                    let v = match (i + r) % 3 {
+                        0 => i32::MAX - r as i32,
+                        1 => i32::MIN + 7,
+                        _ => (i * 31 + r) as i32,
+                    };
+                    records.push((k.clone(), v));
+                }
+            }
+            ifile(&records)
+        })
+        .collect();
+    let native = aggregate(streams.clone());
+    let interpreted = aggregate_with(path.to_str().unwrap(), streams.clone());
+    let _ = std::fs::remove_file(&path);
+    let records = read_ifile(&native).unwrap();
+    assert_eq!(native, interpreted);
+    // IntWritable sums: 32-bit two's complement.
+    let mut want: BTreeMap<String, i32> = BTreeMap::new();
+    for s in &streams {
+        for (k, v) in read_ifile(s).unwrap() {
+            let e = want.entry(k).or_default();
+            *e = e.wrapping_add(v);
+        }
+    }
+    assert_eq!(records, want.into_iter().collect::<Vec<_>>());
 }
 
 #[test]
