@@ -4,7 +4,8 @@
 //! The cost model counts one operation per expression node, statement and
 //! rule step; a call costs its body; `fold`, `map` and `filter` cost their
 //! function once per element of the list's maximum length; `foldt` costs its
-//! body once per channel of the array. Memory counts, per instance, one
+//! body once per channel of the array; a string built-in costs operations
+//! in proportion to its arguments' maximum lengths. Memory counts, per instance, one
 //! message in flight in each direction of each channel, the `local` state,
 //! and every value a handler binds with `let` (in the functions it calls
 //! too). Programs are checked free of recursion before bounds are computed,
@@ -26,6 +27,9 @@ struct Cost {
     ops: u64,
     live: u64,
     peak: u64,
+    /// Bytes string built-ins add to the interpreter's scratch buffer,
+    /// which keeps them until the message is handled: they add up.
+    scratch: u64,
 }
 
 impl Cost {
@@ -34,6 +38,7 @@ impl Cost {
             ops,
             live: 0,
             peak: 0,
+            scratch: 0,
         }
     }
 
@@ -43,6 +48,7 @@ impl Cost {
             ops: self.ops.saturating_add(o.ops),
             live: self.live.saturating_add(o.live),
             peak: self.peak.max(self.live.saturating_add(o.peak)),
+            scratch: self.scratch.saturating_add(o.scratch),
         }
     }
 
@@ -53,9 +59,9 @@ impl Cost {
         }
     }
 
-    /// The most bytes held at once.
+    /// The most bytes held at once, the scratch buffer included.
     fn bytes(self) -> u64 {
-        self.peak.max(self.live)
+        self.peak.max(self.live).saturating_add(self.scratch)
     }
 
     /// Code whose bindings end with it (a call, a branch): its memory is
@@ -64,7 +70,8 @@ impl Cost {
         Cost {
             ops: self.ops,
             live: 0,
-            peak: self.bytes(),
+            peak: self.peak.max(self.live),
+            scratch: self.scratch,
         }
     }
 }
@@ -178,6 +185,7 @@ impl Checker<'_> {
                         ops: 1,
                         live: held,
                         peak: held,
+                        scratch: 0,
                     };
                     self.cost_expr(value, memo).add(bound)
                 }
@@ -199,6 +207,7 @@ impl Checker<'_> {
                         ops: t.ops.max(o.ops),
                         live: 0,
                         peak: t.peak.max(o.peak),
+                        scratch: t.scratch.max(o.scratch),
                     };
                     self.cost_expr(cond, memo).add(branch)
                 }
@@ -232,8 +241,18 @@ impl Checker<'_> {
                     ops: n.saturating_mul(body.ops.saturating_add(1)),
                     live: 0,
                     peak: body.peak,
+                    scratch: n.saturating_mul(body.scratch),
                 });
             }
+        }
+        if crate::builtins::STRING_BUILTINS.contains(&f.name.as_str()) {
+            let s = self.string_cost(&f.name, args);
+            c = c.add(Cost {
+                ops: s.ops,
+                live: 0,
+                peak: 0,
+                scratch: s.scratch,
+            });
         }
         c
     }
@@ -265,6 +284,7 @@ impl Checker<'_> {
                     ops: n.saturating_mul(body.ops.saturating_add(1)),
                     live: 0,
                     peak: body.peak,
+                    scratch: n.saturating_mul(body.scratch),
                 })
             }
         }

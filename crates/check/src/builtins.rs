@@ -10,7 +10,32 @@ pub const BUILTINS: &[&str] = &[
     "fold",
     "map",
     "filter",
+    "starts_with",
+    "ends_with",
+    "contains",
+    "lower",
+    "substring",
+    "to_int",
+    "to_string",
+    "split_once",
+    "header",
 ];
+
+/// The built-ins on strings (and bytes), checked in `strings.rs`.
+pub const STRING_BUILTINS: &[&str] = &[
+    "starts_with",
+    "ends_with",
+    "contains",
+    "lower",
+    "substring",
+    "to_int",
+    "to_string",
+    "split_once",
+    "header",
+];
+
+/// The most bytes `to_string` gives: `-9223372036854775808`.
+pub const INT_STRING_MAX: u64 = 20;
 
 pub fn is_builtin(name: &str) -> bool {
     BUILTINS.contains(&name)

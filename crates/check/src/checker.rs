@@ -56,6 +56,8 @@ pub(crate) struct Checker<'p> {
     pub wire_max: Option<u64>,
     /// Whole-message sizes of records that view wire-grammar units.
     pub wire_messages: HashMap<String, u64>,
+    /// Header lists of the units records view, by record name.
+    pub header_lists: HashMap<String, crate::HeaderList>,
 }
 
 impl<'p> Checker<'p> {
@@ -80,6 +82,7 @@ impl<'p> Checker<'p> {
             wire_limits: HashMap::new(),
             wire_max: None,
             wire_messages: HashMap::new(),
+            header_lists: HashMap::new(),
         }
     }
 

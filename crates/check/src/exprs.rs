@@ -99,7 +99,7 @@ impl Checker<'_> {
 
     /// Checks an operand against `want`, as an operator error; returns
     /// whether it matched.
-    fn operand(&mut self, t: &Ty, want: &Ty, span: Span, op: &str) -> bool {
+    pub(crate) fn operand(&mut self, t: &Ty, want: &Ty, span: Span, op: &str) -> bool {
         if self.uni.unify(t, want).is_err() {
             let found = self.uni.resolve(t);
             self.diags.push(
@@ -302,6 +302,24 @@ impl Checker<'_> {
                 self.may_fault_index(x, i);
                 (**e).clone()
             }
+            Ty::Tuple(ts) if !ts.is_empty() => {
+                let n = ts.len();
+                match &i.kind {
+                    ExprKind::Int { value, .. } if *value < n as u64 => ts[*value as usize].clone(),
+                    _ => {
+                        self.diags.push(
+                            Diagnostic::error(
+                                "E0205",
+                                format!("a tuple of {n} is indexed by a constant from 0 to {}", n - 1),
+                                i.span,
+                            )
+                            .label("not such a constant")
+                            .hint("`split_once(s, sep)[0]` is the part before the separator, `[1]` the part after"),
+                        );
+                        Ty::Error
+                    }
+                }
+            }
             Ty::Str { .. } | Ty::Bytes { .. } => {
                 self.expect_ty(&ti, &Ty::int(), i.span, "byte index");
                 self.may_fault_index(x, i);
@@ -315,7 +333,7 @@ impl Checker<'_> {
                 self.diags.push(
                     Diagnostic::error("E0205", format!("`{other}` cannot be indexed"), x.span)
                         .label(format!("this is `{other}`"))
-                        .hint("dictionaries, lists, strings and channel arrays can be indexed"),
+                        .hint("dictionaries, lists, strings, tuples and channel arrays can be indexed"),
                 );
                 Ty::Error
             }
@@ -352,13 +370,11 @@ impl Checker<'_> {
                 .chain(self.record_ids.keys())
                 .cloned()
                 .chain(crate::builtins::BUILTINS.iter().map(|s| s.to_string()));
-            let mut d =
-                Diagnostic::error("E0102", format!("unknown function `{}`", f.name), f.span)
-                    .label("not defined");
-            if let Some(s) = closest(&f.name, known) {
-                d = d.hint(format!("did you mean `{s}`?"));
-            }
-            self.diags.push(d);
+            let d = Diagnostic::error("E0102", format!("unknown function `{}`", f.name), f.span)
+                .label("not defined");
+            let near = closest(&f.name, known);
+            self.diags
+                .push(d.hint(unknown_function_hint(&f.name, near)));
         }
         for a in args {
             self.expr(a);
@@ -366,7 +382,14 @@ impl Checker<'_> {
         Ty::Error
     }
 
-    fn arity(&mut self, f: &Ident, expected: usize, found: usize, span: Span, note: &str) -> bool {
+    pub(crate) fn arity(
+        &mut self,
+        f: &Ident,
+        expected: usize,
+        found: usize,
+        span: Span,
+        note: &str,
+    ) -> bool {
         if expected == found {
             return true;
         }
@@ -644,6 +667,9 @@ impl Checker<'_> {
                 Ty::Bool
             }
             "fold" | "map" | "filter" => self.iteration(f, args, span),
+            n if crate::builtins::STRING_BUILTINS.contains(&n) => {
+                self.string_builtin(f, args, span)
+            }
             _ => unreachable!("every built-in is handled"),
         }
     }
@@ -1053,6 +1079,33 @@ impl Checker<'_> {
                 false
             }
         }
+    }
+}
+
+/// What an unknown function's diagnostic says exists: the nearest name,
+/// the built-ins with similar names, or else every built-in.
+fn unknown_function_hint(name: &str, near: Option<String>) -> String {
+    let builtins = crate::builtins::BUILTINS;
+    let similar: Vec<String> = crate::suggest::similar(name, builtins)
+        .into_iter()
+        .filter(|b| near.as_deref() != Some(*b))
+        .map(|b| format!("`{b}`"))
+        .collect();
+    match (near, similar.is_empty()) {
+        (Some(n), true) => format!("did you mean `{n}`?"),
+        (Some(n), false) => format!(
+            "did you mean `{n}`? Built-ins with similar names: {}",
+            similar.join(", ")
+        ),
+        (None, false) => format!("built-ins with similar names: {}", similar.join(", ")),
+        (None, true) => format!(
+            "no function of that name is defined; the built-ins are {}",
+            builtins
+                .iter()
+                .map(|b| format!("`{b}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 

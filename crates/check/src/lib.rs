@@ -14,6 +14,7 @@ mod exprs;
 mod items;
 pub mod limits;
 mod program;
+mod strings;
 mod suggest;
 pub mod types;
 
@@ -38,6 +39,22 @@ pub trait WireLimits {
     /// The most bytes a whole message takes (a view's unread fields are
     /// carried along), which bounds messages on channels.
     fn message_max(&self, record: &str) -> Option<u64>;
+    /// The header fields of the unit a record views (HTTP's `headers`
+    /// list of `name` and `value`), which `header(msg, NAME)` searches;
+    /// `None` where the unit has none.
+    fn header_list(&self, record: &str) -> Option<HeaderList> {
+        let _ = record;
+        None
+    }
+}
+
+/// What bounds a unit's list of header fields: how many, and how long a
+/// name and a value can be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeaderList {
+    pub count_max: u64,
+    pub name_max: u64,
+    pub value_max: u64,
 }
 
 /// Checks `program` whose records view units of a wire grammar.
@@ -52,6 +69,9 @@ pub fn check_with(program: &Program, wire: &dyn WireLimits) -> (CheckedProgram, 
         };
         if let Some(max) = wire.message_max(&t.name.name) {
             c.wire_messages.insert(t.name.name.clone(), max);
+        }
+        if let Some(h) = wire.header_list(&t.name.name) {
+            c.header_lists.insert(t.name.name.clone(), h);
         }
         for f in fields.iter().filter_map(|f| f.name.as_ref()) {
             if let Some(max) = wire.field_max(&t.name.name, &f.name) {

@@ -13,6 +13,37 @@ pub fn closest(name: &str, candidates: impl IntoIterator<Item = String>) -> Opti
         .map(|(_, c)| c)
 }
 
+/// Up to five of `candidates` that look like `name`: near it by edit
+/// distance, containing it or contained in it, or sharing a word of three
+/// letters or more (`str_contains` and `contains`, `startswith` and
+/// `starts_with`), nearest first.
+pub fn similar<'c>(name: &str, candidates: &[&'c str]) -> Vec<&'c str> {
+    let lower = name.to_ascii_lowercase();
+    let squashed = |s: &str| s.replace('_', "");
+    let words = |s: &str| -> Vec<String> {
+        s.split('_')
+            .filter(|w| w.len() >= 3)
+            .map(str::to_string)
+            .collect()
+    };
+    let mine = words(&lower);
+    let limit = (name.chars().count() / 2).max(2);
+    let mut found: Vec<(usize, &str)> = candidates
+        .iter()
+        .filter(|c| **c != name)
+        .filter_map(|c| {
+            let d = edit_distance(&lower, c);
+            let near = d <= limit
+                || squashed(&lower).contains(&squashed(c))
+                || squashed(c).contains(&squashed(&lower))
+                || words(c).iter().any(|w| mine.contains(w));
+            near.then_some((d, *c))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().take(5).map(|(_, c)| c).collect()
+}
+
 /// Edits (insertions, deletions, substitutions and swaps of two adjacent
 /// characters) turning `a` into `b`: the optimal string alignment distance,
 /// so that a transposition such as `hsah` for `hash` counts as one typo.
@@ -45,5 +76,16 @@ mod tests {
         assert_eq!(super::closest("backend", names()), Some("backends".into()));
         assert_eq!(super::closest("zzz", names()), None);
         assert_eq!(super::closest("clinet", names()), Some("client".into()));
+    }
+
+    #[test]
+    fn similar_names_share_words_or_letters() {
+        let b = crate::builtins::BUILTINS;
+        assert_eq!(super::similar("startswith", b)[0], "starts_with");
+        assert!(super::similar("str_contains", b).contains(&"contains"));
+        assert!(super::similar("tolower", b).contains(&"lower"));
+        assert_eq!(super::similar("toint", b)[0], "to_int");
+        assert!(super::similar("substr", b).contains(&"substring"));
+        assert!(super::similar("qqqqqqqq", b).is_empty());
     }
 }

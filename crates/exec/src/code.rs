@@ -30,6 +30,50 @@ pub enum Builtin {
     LeastConnections,
     EmptyDict,
     AllReady,
+    /// `starts_with(s, prefix)`.
+    StartsWith,
+    /// `ends_with(s, suffix)`.
+    EndsWith,
+    /// `contains(s, part)`.
+    Contains,
+    /// `lower(s)`: ASCII letters in lower case.
+    Lower,
+    /// `substring(s, start, count)`.
+    Substring,
+    /// `to_int(s)`: a decimal integer, or `None`.
+    ToInt,
+    /// `to_string(i)`: an integer in decimal.
+    ToString,
+    /// `split_once(s, sep)`: the parts before and after the first `sep`.
+    SplitOnce,
+    /// `header(msg, name)`: the value of the message's first header field
+    /// named `name` (ignoring case), of a message of record `record`.
+    Header {
+        record: u16,
+    },
+}
+
+impl Builtin {
+    /// The built-in a program calls by `name` (`header` is made with its
+    /// record by the lowering).
+    pub fn by_name(name: &str) -> Option<Builtin> {
+        Some(match name {
+            "hash" => Builtin::Hash,
+            "len" => Builtin::Len,
+            "least_connections" => Builtin::LeastConnections,
+            "empty_dict" => Builtin::EmptyDict,
+            "all_ready" => Builtin::AllReady,
+            "starts_with" => Builtin::StartsWith,
+            "ends_with" => Builtin::EndsWith,
+            "contains" => Builtin::Contains,
+            "lower" => Builtin::Lower,
+            "substring" => Builtin::Substring,
+            "to_int" => Builtin::ToInt,
+            "to_string" => Builtin::ToString,
+            "split_once" => Builtin::SplitOnce,
+            _ => return None,
+        })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

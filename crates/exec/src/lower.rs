@@ -7,6 +7,9 @@ use flick_syntax::ast::*;
 use flick_syntax::format_expr;
 use std::collections::HashMap;
 
+/// The most bytes `to_int` reads, and `to_string` writes.
+pub(crate) const INT_STRING_MAX: usize = flick_check::builtins::INT_STRING_MAX as usize;
+
 /// A construct the interpreter does not run yet.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{what} cannot be compiled yet")]
@@ -559,12 +562,22 @@ impl<'a> Lowerer<'a> {
                         args: regs.into(),
                     });
                 } else {
-                    let f = match name {
-                        "hash" => Builtin::Hash,
-                        "len" => Builtin::Len,
-                        "least_connections" => Builtin::LeastConnections,
-                        "empty_dict" => Builtin::EmptyDict,
-                        "all_ready" => Builtin::AllReady,
+                    let f = match (name, Builtin::by_name(name)) {
+                        (_, Some(b)) => b,
+                        ("header", None) => match self
+                            .checked
+                            .expr_types
+                            .get(&args[0].span)
+                            .map(Ty::behind_refs)
+                        {
+                            Some(Ty::Record(id, _)) => Builtin::Header { record: *id as u16 },
+                            _ => {
+                                return Err(self.unsupported(
+                                    "`header` of a value that is not a record",
+                                    args[0].span,
+                                ))
+                            }
+                        },
                         _ => return Err(self.unsupported(&format!("`{name}`"), f.span)),
                     };
                     b.emit(Op::Builtin {

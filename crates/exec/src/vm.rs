@@ -30,6 +30,23 @@ pub enum Value {
     },
     /// Bytes the host owns for the value's lifetime (dictionary keys).
     Bytes(Arc<[u8]>),
+    /// Bytes in the interpreter's scratch buffer (what `lower` and
+    /// `to_string` make): `start..start+len`, kept until the next run
+    /// starts. Stored anywhere that outlives the run, they are copied.
+    Scratch {
+        start: u32,
+        len: u32,
+    },
+    /// What `split_once` gives: two ranges, `a` and `b`, of message `msg`'s
+    /// bytes, or of the scratch buffer where `msg` is [`SCRATCH`]; `[0]`
+    /// and `[1]` read them.
+    Halves {
+        msg: u32,
+        a: u32,
+        a_len: u32,
+        b: u32,
+        b_len: u32,
+    },
     /// A record: a message the host holds.
     Msg(u32),
     /// A process channel, or one channel of a channel array.
@@ -46,6 +63,9 @@ pub enum Value {
     List(Arc<Vec<Value>>),
     Tuple(Arc<[Value]>),
 }
+
+/// The `msg` of a [`Value::Halves`] in the scratch buffer.
+pub const SCRATCH: u32 = u32::MAX;
 
 /// A run-time failure of compute code: the message being handled is
 /// dropped and the host decides what the connection sees.
@@ -139,6 +159,13 @@ pub trait Host {
         let _ = chan;
         Err(Fault::Host("this host counts no connections".into()))
     }
+    /// `header(msg, name)` for `msg`, a record of type `record`: the value
+    /// of its first header field named `name` (ASCII case ignored), without
+    /// the blanks that end it, or `Value::None` where it has none.
+    fn header(&self, msg: &Value, record: u16, name: &[u8]) -> Result<Value, Fault> {
+        let _ = (msg, record, name);
+        Err(Fault::Host("this host reads no header fields".into()))
+    }
 }
 
 /// How a run of the interpreter ended.
@@ -166,6 +193,10 @@ struct Frame {
 pub struct Vm {
     frames: Vec<Frame>,
     regs: Vec<Value>,
+    /// Bytes string built-ins make while a run handles one message; emptied
+    /// when the next run starts, its storage kept, so that once it has
+    /// grown to what the messages need nothing more is allocated.
+    scratch: Vec<u8>,
 }
 
 /// 64-bit FNV-1a: the `hash` of the language, stable across runs and
@@ -186,6 +217,7 @@ impl Vm {
         Vm {
             frames: Vec::with_capacity(frames),
             regs: Vec::with_capacity(regs),
+            scratch: Vec::new(),
         }
     }
 
@@ -200,6 +232,7 @@ impl Vm {
     pub fn stop(&mut self) {
         self.frames.clear();
         self.regs.clear();
+        self.scratch.clear();
     }
 
     /// Whether a run is in progress (blocked or yielded).
@@ -211,6 +244,7 @@ impl Vm {
     pub fn start(&mut self, module: &Module, func: FuncId, args: &[Value]) {
         self.frames.clear();
         self.regs.clear();
+        self.scratch.clear();
         let f = &module.functions[func as usize];
         self.regs.resize(f.regs as usize, Value::Unit);
         for (i, a) in args.iter().enumerate() {
@@ -294,7 +328,8 @@ impl Vm {
                     self.set(base, *dst, v);
                 }
                 Op::StoreState { state, src } => {
-                    host.store_state(*state, self.reg(base, *src).clone())?
+                    let v = self.detach(module, &*host, self.reg(base, *src));
+                    host.store_state(*state, v)?
                 }
                 Op::Field {
                     dst,
@@ -319,7 +354,8 @@ impl Vm {
                     src,
                 } => match self.reg(base, *b) {
                     Value::Dict { state } => {
-                        host.dict_set(*state, self.reg(base, *index), self.reg(base, *src))?;
+                        let key = self.detach(module, &*host, self.reg(base, *index));
+                        host.dict_set(*state, &key, self.reg(base, *src))?;
                     }
                     _ => return Err(Fault::Kind("a dictionary")),
                 },
@@ -373,6 +409,7 @@ impl Vm {
                             Value::Chan { chan, .. } => Value::Bool(host.all_ready(*chan)),
                             _ => return Err(Fault::Kind("a channel array")),
                         },
+                        g => self.string_builtin(module, &*host, base, *g, args)?,
                     };
                     self.set(base, *dst, v);
                 }
@@ -380,12 +417,7 @@ impl Vm {
                     // Constants become owned bytes: the host cannot see code.
                     let fields: Vec<Value> = args
                         .iter()
-                        .map(|r| match self.reg(base, *r) {
-                            v @ Value::ConstBytes { .. } => self
-                                .bytes_of(module, host, v)
-                                .map_or(Value::None, |b| Value::Bytes(b.into())),
-                            v => v.clone(),
-                        })
+                        .map(|r| self.detach(module, &*host, self.reg(base, *r)))
                         .collect();
                     let v = host.record(*record, &fields)?;
                     self.set(base, *dst, v);
@@ -513,7 +545,11 @@ impl Vm {
                 Op::StoreRef { target, src } => {
                     let v = self.reg(base, *src).clone();
                     match self.reg(base, *target) {
-                        Value::StateRef(s) => host.store_state(*s, v)?,
+                        Value::StateRef(s) => {
+                            let s = *s;
+                            let v = self.detach(module, &*host, &v);
+                            host.store_state(s, v)?
+                        }
                         _ => self.set(base, *target, v),
                     }
                 }
@@ -539,22 +575,177 @@ impl Vm {
     }
 
     fn bytes_of<'a>(
-        &self,
+        &'a self,
         module: &'a Module,
         host: &'a dyn Host,
         v: &'a Value,
     ) -> Option<&'a [u8]> {
         match v {
-            Value::ConstBytes { func, op } => {
-                match &module.functions[*func as usize].code[*op as usize] {
-                    Op::Const {
-                        value: Const::Str(s),
-                        ..
-                    } => Some(s),
-                    _ => None,
-                }
+            Value::Scratch { start, len } => self
+                .scratch
+                .get(*start as usize..*start as usize + *len as usize),
+            _ => outside_bytes(module, host, v),
+        }
+    }
+
+    /// `v` as it may be kept past this run (in state, a record or a
+    /// dictionary's keys): bytes of code or of the scratch buffer copied.
+    fn detach(&self, module: &Module, host: &dyn Host, v: &Value) -> Value {
+        match v {
+            Value::ConstBytes { .. } | Value::Scratch { .. } => self
+                .bytes_of(module, host, v)
+                .map_or(Value::None, |b| Value::Bytes(b.into())),
+            Value::Halves { .. } => Value::Tuple(
+                [0, 1]
+                    .map(|i| self.detach(module, host, &half(v, i)))
+                    .into(),
+            ),
+            v => v.clone(),
+        }
+    }
+
+    /// Appends bytes `range` of `v` to the scratch buffer; where they now
+    /// are.
+    fn copy_to_scratch(
+        &mut self,
+        module: &Module,
+        host: &dyn Host,
+        v: &Value,
+        range: std::ops::Range<usize>,
+    ) -> Result<(u32, u32), Fault> {
+        let at = self.scratch.len();
+        match v {
+            Value::Scratch { start, .. } => {
+                let s = *start as usize;
+                self.scratch
+                    .extend_from_within(s + range.start..s + range.end);
             }
-            _ => host.bytes(v),
+            _ => {
+                let b = outside_bytes(module, host, v).ok_or(Fault::Kind("a string"))?;
+                self.scratch.extend_from_slice(&b[range]);
+            }
+        }
+        Ok((at as u32, (self.scratch.len() - at) as u32))
+    }
+
+    /// The built-ins on strings, and `header`. None fails: `None` given
+    /// (or found) gives `None`, or `False` from a test.
+    fn string_builtin(
+        &mut self,
+        module: &Module,
+        host: &dyn Host,
+        base: u32,
+        f: Builtin,
+        args: &[Reg],
+    ) -> Result<Value, Fault> {
+        let arg = |i: usize| self.reg(base, args[i]);
+        if let Builtin::StartsWith | Builtin::EndsWith | Builtin::Contains = f {
+            if matches!(arg(0), Value::None) || matches!(arg(1), Value::None) {
+                return Ok(Value::Bool(false));
+            }
+            let s = self
+                .bytes_of(module, host, arg(0))
+                .ok_or(Fault::Kind("a string"))?;
+            let p = self
+                .bytes_of(module, host, arg(1))
+                .ok_or(Fault::Kind("a string"))?;
+            return Ok(Value::Bool(match f {
+                Builtin::StartsWith => s.starts_with(p),
+                Builtin::EndsWith => s.ends_with(p),
+                _ => find(s, p).is_some(),
+            }));
+        }
+        if f == Builtin::ToString {
+            let i = self.int(base, args[0])?;
+            let at = self.scratch.len();
+            // Writing to a Vec cannot fail.
+            let _ = std::io::Write::write_fmt(&mut self.scratch, format_args!("{i}"));
+            return Ok(Value::Scratch {
+                start: at as u32,
+                len: (self.scratch.len() - at) as u32,
+            });
+        }
+        let v = arg(0).clone();
+        if matches!(v, Value::None) {
+            return Ok(Value::None);
+        }
+        match f {
+            Builtin::Header { record } => {
+                let name = arg(1);
+                if matches!(name, Value::None) {
+                    return Ok(Value::None);
+                }
+                let name = self
+                    .bytes_of(module, host, name)
+                    .ok_or(Fault::Kind("a string"))?;
+                host.header(&v, record, name)
+            }
+            Builtin::Lower => {
+                let n = self
+                    .bytes_of(module, host, &v)
+                    .ok_or(Fault::Kind("a string"))?
+                    .len();
+                let (start, len) = self.copy_to_scratch(module, host, &v, 0..n)?;
+                self.scratch[start as usize..].make_ascii_lowercase();
+                Ok(Value::Scratch { start, len })
+            }
+            Builtin::ToInt => Ok(self
+                .bytes_of(module, host, &v)
+                .ok_or(Fault::Kind("a string"))
+                .map(parse_int)?
+                .map_or(Value::None, Value::Int)),
+            Builtin::Substring => {
+                let n = self
+                    .bytes_of(module, host, &v)
+                    .ok_or(Fault::Kind("a string"))?
+                    .len();
+                let from = self.int(base, args[1])?.clamp(0, n as i64) as usize;
+                let count = self.int(base, args[2])?.clamp(0, (n - from) as i64) as usize;
+                Ok(match v {
+                    Value::MsgBytes { msg, start, .. } => Value::MsgBytes {
+                        msg,
+                        start: start + from as u32,
+                        len: count as u32,
+                    },
+                    Value::Scratch { start, .. } => Value::Scratch {
+                        start: start + from as u32,
+                        len: count as u32,
+                    },
+                    v => {
+                        let (start, len) =
+                            self.copy_to_scratch(module, host, &v, from..from + count)?;
+                        Value::Scratch { start, len }
+                    }
+                })
+            }
+            Builtin::SplitOnce => {
+                if matches!(arg(1), Value::None) {
+                    return Ok(Value::None);
+                }
+                let s = self
+                    .bytes_of(module, host, &v)
+                    .ok_or(Fault::Kind("a string"))?;
+                let sep = self
+                    .bytes_of(module, host, arg(1))
+                    .ok_or(Fault::Kind("a string"))?;
+                let (n, k) = (s.len(), sep.len());
+                let Some(i) = find(s, sep) else {
+                    return Ok(Value::None);
+                };
+                let (msg, start) = match v {
+                    Value::MsgBytes { msg, start, .. } => (msg, start),
+                    Value::Scratch { start, .. } => (SCRATCH, start),
+                    v => (SCRATCH, self.copy_to_scratch(module, host, &v, 0..n)?.0),
+                };
+                Ok(Value::Halves {
+                    msg,
+                    a: start,
+                    a_len: i as u32,
+                    b: start + (i + k) as u32,
+                    b_len: (n - i - k) as u32,
+                })
+            }
+            _ => Err(Fault::Kind("a built-in")),
         }
     }
 
@@ -578,7 +769,23 @@ impl Vm {
                     elem: Some(i as u32),
                 })
             }
-            Value::Dict { state } => host.dict_get(state, self.reg(base, i)),
+            Value::Dict { state } => {
+                let key = self.detach(module, &*host, self.reg(base, i));
+                host.dict_get(state, &key)
+            }
+            // A part of what `split_once` did not find.
+            Value::None => Ok(Value::None),
+            h @ Value::Halves { .. } => match self.int(base, i)? {
+                i @ (0 | 1) => Ok(half(&h, i as u8)),
+                i => Err(Fault::OutOfRange { index: i, len: 2 }),
+            },
+            Value::Tuple(t) => {
+                let i = self.int(base, i)?;
+                t.get(i as usize).cloned().ok_or(Fault::OutOfRange {
+                    index: i,
+                    len: t.len() as i64,
+                })
+            }
             Value::List(l) => {
                 let i = self.int(base, i)?;
                 l.get(i as usize).cloned().ok_or(Fault::OutOfRange {
@@ -669,5 +876,108 @@ impl Vm {
                 _ => a == b,
             },
         })
+    }
+}
+
+/// Bytes that do not live in the interpreter: a constant's, or the host's.
+fn outside_bytes<'a>(module: &'a Module, host: &'a dyn Host, v: &'a Value) -> Option<&'a [u8]> {
+    match v {
+        Value::ConstBytes { func, op } => {
+            match &module.functions[*func as usize].code[*op as usize] {
+                Op::Const {
+                    value: Const::Str(s),
+                    ..
+                } => Some(s),
+                _ => None,
+            }
+        }
+        _ => host.bytes(v),
+    }
+}
+
+/// Part `i` (0 or 1) of a [`Value::Halves`].
+fn half(v: &Value, i: u8) -> Value {
+    let Value::Halves {
+        msg,
+        a,
+        a_len,
+        b,
+        b_len,
+    } = *v
+    else {
+        return Value::None;
+    };
+    let (start, len) = if i == 0 { (a, a_len) } else { (b, b_len) };
+    if msg == SCRATCH {
+        Value::Scratch { start, len }
+    } else {
+        Value::MsgBytes { msg, start, len }
+    }
+}
+
+/// Where `part` first occurs in `s` (at 0 if it is empty).
+fn find(s: &[u8], part: &[u8]) -> Option<usize> {
+    if part.is_empty() {
+        return Some(0);
+    }
+    let (first, rest) = (part[0], &part[1..]);
+    let last = s.len().checked_sub(part.len())?;
+    (0..=last).find(|&i| s[i] == first && &s[i + 1..i + part.len()] == rest)
+}
+
+/// A decimal integer, with an optional `-` or `+`: `to_int`. Anything else,
+/// or a number outside 64 signed bits, is `None`.
+fn parse_int(b: &[u8]) -> Option<i64> {
+    if b.len() > crate::lower::INT_STRING_MAX {
+        return None;
+    }
+    let (neg, digits) = match b.first() {
+        Some(b'-') => (true, &b[1..]),
+        Some(b'+') => (false, &b[1..]),
+        _ => (false, b),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut n: i64 = 0;
+    for d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        let d = (d - b'0') as i64;
+        n = n.checked_mul(10)?.checked_add(if neg { -d } else { d })?;
+    }
+    Some(n)
+}
+
+#[cfg(test)]
+mod strings {
+    #[test]
+    fn parse_int_takes_decimal_numbers_only() {
+        assert_eq!(super::parse_int(b"42"), Some(42));
+        assert_eq!(super::parse_int(b"-7"), Some(-7));
+        assert_eq!(super::parse_int(b"+7"), Some(7));
+        assert_eq!(super::parse_int(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(super::parse_int(b"9223372036854775808"), None);
+        for bad in [
+            &b""[..],
+            b"-",
+            b"1 ",
+            b" 1",
+            b"0x1",
+            b"1a",
+            b"99999999999999999999999",
+        ] {
+            assert_eq!(super::parse_int(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn find_finds_the_first_occurrence() {
+        assert_eq!(super::find(b"a:b:c", b":"), Some(1));
+        assert_eq!(super::find(b"abc", b""), Some(0));
+        assert_eq!(super::find(b"abc", b"bc"), Some(1));
+        assert_eq!(super::find(b"abc", b"abcd"), None);
+        assert_eq!(super::find(b"", b"a"), None);
     }
 }

@@ -182,4 +182,46 @@ impl flick_check::WireLimits for GrammarLimits<'_> {
     fn message_max(&self, record: &str) -> Option<u64> {
         self.0.unit_id(record).map(|u| self.0.max_bytes(u))
     }
+
+    fn header_list(&self, record: &str) -> Option<flick_check::HeaderList> {
+        header_list(self.0, record)
+    }
+}
+
+/// The header fields `header(msg, NAME)` searches in a message of unit
+/// `record`: a field `headers`, a list of units with `name` and `value`
+/// bytes fields (HTTP's requests and responses), where the platform's
+/// host looks for them too.
+pub fn header_list(grammar: &Grammar, record: &str) -> Option<flick_check::HeaderList> {
+    let unit = grammar.unit(grammar.unit_id(record)?);
+    let list = unit.fields.iter().find(|f| f.name == "headers")?;
+    let FieldKind::List {
+        elem_unit: Some(elem),
+        elem_slots,
+    } = list.kind
+    else {
+        return None;
+    };
+    let bytes = |name: &str| {
+        let f = grammar.unit(elem).fields.iter().find(|f| f.name == name)?;
+        matches!(f.kind, FieldKind::Bytes).then_some(
+            f.max_bytes
+                .unwrap_or(flick_check::limits::DEFAULT_BYTES_MAX),
+        )
+    };
+    // The list's elements have the slots from the count's to the next
+    // field's (or the unit's end): as many as it holds at most.
+    let end = unit
+        .fields
+        .iter()
+        .map(|f| f.slot)
+        .filter(|s| *s > list.slot)
+        .min()
+        .unwrap_or(unit.slots);
+    let count_max = (end - list.slot).saturating_sub(1) / elem_slots.max(1);
+    Some(flick_check::HeaderList {
+        count_max: count_max.into(),
+        name_max: bytes("name")?,
+        value_max: bytes("value")?,
+    })
 }

@@ -507,6 +507,77 @@ impl Host for GraphHost {
         Ok(flick_exec::fnv1a(&key))
     }
 
+    fn header(&self, msg: &Value, record: u16, name: &[u8]) -> Result<Value, Fault> {
+        let Value::Msg(h) = msg else {
+            return Err(Fault::Kind("a record"));
+        };
+        let m = self.msg(msg)?;
+        // The unit's `headers` list of `name` and `value` fields, as the
+        // checker requires of `header`'s record (`flick::views`).
+        let g = &self.grammar;
+        let unit = self
+            .records
+            .get(record as usize)
+            .and_then(|(r, _)| g.unit_id(r));
+        let list = unit.and_then(|u| g.unit(u).fields.iter().find(|f| f.name == "headers"));
+        let Some(flick_wire::FieldInfo {
+            slot,
+            kind:
+                FieldKind::List {
+                    elem_unit: Some(elem),
+                    elem_slots,
+                },
+            ..
+        }) = list
+        else {
+            return Err(Fault::Host("a record without header fields".into()));
+        };
+        let (Some(name_at), Some(value_at)) = (
+            g.field_slot(*elem, "name").map(usize::from),
+            g.field_slot(*elem, "value").map(usize::from),
+        ) else {
+            return Err(Fault::Host("header fields without a name and value".into()));
+        };
+        let count = match m.slots.get(*slot as usize) {
+            Some(Slot::Count(n)) => *n as usize,
+            _ => 0,
+        };
+        let bytes_at = |at: usize| match m.slots.get(at) {
+            Some(Slot::Bytes { start, len }) => Some((*start, *len)),
+            _ => None,
+        };
+        for i in 0..count {
+            let base = *slot as usize + 1 + i * *elem_slots as usize;
+            let Some((start, len)) = bytes_at(base + name_at) else {
+                continue;
+            };
+            let found = m.bytes.get(start as usize..(start + len) as usize);
+            if !found.is_some_and(|n| n.eq_ignore_ascii_case(name)) {
+                continue;
+            }
+            let Some((start, len)) = bytes_at(base + value_at) else {
+                return Ok(Value::None);
+            };
+            let value = m
+                .bytes
+                .get(start as usize..(start + len) as usize)
+                .unwrap_or(&[]);
+            // A field value ends before its trailing blanks (RFC 9110 5.5).
+            let kept = value.len()
+                - value
+                    .iter()
+                    .rev()
+                    .take_while(|c| matches!(c, b' ' | b'\t'))
+                    .count();
+            return Ok(Value::MsgBytes {
+                msg: *h,
+                start,
+                len: kept as u32,
+            });
+        }
+        Ok(Value::None)
+    }
+
     fn least_connections(&mut self, chan: u16) -> Result<u64, Fault> {
         self.balance.least(chan).ok_or_else(|| {
             Fault::Host("`least_connections` counts only channel arrays bound to peers".into())

@@ -468,6 +468,34 @@ impl Lexer<'_> {
         let start = self.pos;
         let c = self.peek(0);
         let n = self.peek(1);
+        // Other languages' spellings of `=`, `<>`, `mod` and `not`: an
+        // error that names Flick's, read as it so that parsing goes on.
+        let other = match (c, n) {
+            (b'=', b'=') => Some((Tok::Eq, 2, "use `=` for equality")),
+            (b'!', b'=') => Some((Tok::Ne, 2, "use `<>` for inequality")),
+            (b'%', _) => Some((
+                Tok::Mod,
+                1,
+                "use `mod` for the remainder, as in `hash(k) mod n`",
+            )),
+            (b'!', _) => Some((Tok::Not, 1, "use `not` for negation")),
+            _ => None,
+        };
+        if let Some((tok, len, hint)) = other {
+            let text = &self.src[start..start + len];
+            self.diags.push(
+                Diagnostic::error(
+                    "E0001",
+                    format!("`{text}` is not an operator in Flick"),
+                    Span::new(start, start + len),
+                )
+                .label(format!("`{text}`"))
+                .hint(hint),
+            );
+            self.pos += len;
+            self.push(tok, start);
+            return;
+        }
         let (tok, len) = match (c, n) {
             (b':', b'=') => (Tok::Assign, 2),
             (b'=', b'>') => (Tok::Arrow, 2),
