@@ -9,7 +9,9 @@
 
 pub mod bounds_report;
 pub mod config;
+pub mod ide;
 pub mod logging;
+pub mod lsp;
 pub mod metrics;
 pub mod notify;
 pub mod render;

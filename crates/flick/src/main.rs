@@ -47,6 +47,8 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Serve the Language Server Protocol on standard input and output, for editors.
+    Lsp,
     /// Print the manual page (roff): `flick man | man -l -`, `flick man run`.
     Man {
         /// A command's own page (`flick-run(1)`) instead of `flick(1)`.
@@ -614,6 +616,13 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut Cli::command(), "flick", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
+        Command::Lsp => match flick::lsp::serve_stdio() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: flick lsp: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Man { command, dir } => man_pages(command.as_deref(), dir.as_deref()),
     }
 }

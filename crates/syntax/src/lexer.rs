@@ -147,6 +147,13 @@ pub struct Token {
     pub span: Span,
 }
 
+/// Every reserved word (for editors' highlighting; `keyword` decides).
+pub const KEYWORDS: &[&str] = &[
+    "type", "proc", "fun", "grammar", "global", "local", "let", "if", "else", "on", "foldt",
+    "ordering", "by", "as", "and", "or", "not", "mod", "True", "true", "False", "false", "None",
+    "while", "for", "loop",
+];
+
 fn keyword(word: &str) -> Option<Tok> {
     Some(match word {
         "type" => Tok::Type,
@@ -539,5 +546,19 @@ impl Lexer<'_> {
         }
         self.pos += len;
         self.push(tok, start);
+    }
+}
+
+#[cfg(test)]
+mod keyword_list {
+    #[test]
+    fn keywords_lists_exactly_the_reserved_words() {
+        for w in super::KEYWORDS {
+            assert!(super::keyword(w).is_some(), "{w}");
+        }
+        // Words that are only names stay out of the list.
+        for w in ["record", "elem", "ref", "hash"] {
+            assert!(super::keyword(w).is_none() && !super::KEYWORDS.contains(&w));
+        }
     }
 }

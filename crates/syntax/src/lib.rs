@@ -13,4 +13,5 @@ mod parser;
 pub use fmt::{
     expr as format_expr, format_program, format_with_comments, type_expr as format_type,
 };
+pub use lexer::KEYWORDS;
 pub use parser::{parse, parse_with_comments, MAX_NESTING};
