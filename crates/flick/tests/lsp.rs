@@ -1,7 +1,9 @@
 //! `flick lsp` driven as an editor drives it: JSON-RPC messages with
 //! `Content-Length` framing over the server's standard input and output,
 //! the initialize handshake, a document opened with an error, hover, go to
-//! definition, formatting, and a clean shutdown. Every read is bounded.
+//! definition, formatting, and a clean shutdown; then the same through
+//! pygls, the Python ecosystem's LSP client library
+//! (`interop/lsp/client.py`). Every read is bounded.
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -192,4 +194,44 @@ fn an_editor_gets_diagnostics_hover_definition_and_formatting() {
         waited.expect("flick lsp exits within 10 s of `exit`")
     };
     assert!(status.success(), "{status}");
+}
+
+/// Whether the tests run under CI (`CI` set, and not to `false` or `0`).
+fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+#[test]
+fn pygls_a_client_library_gets_the_same_answers() {
+    let has_pygls = Command::new("timeout")
+        .args(["60", "python3", "-c", "import pygls"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_pygls {
+        assert!(
+            !under_ci(),
+            "python3 cannot import pygls and CI is set: interop/clients/install.sh installs it"
+        );
+        // Straight to the terminal: a skip must show.
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED pygls client: python3 cannot import pygls; interop/clients/install.sh \
+             installs it (with CI set this fails)"
+        );
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../interop/lsp/client.py");
+    let out = Command::new("timeout")
+        .args(["90", "python3", script, env!("CARGO_BIN_EXE_flick")])
+        .output()
+        .expect("timeout runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{}:\n{text}", out.status);
+    assert!(text.contains("as expected"), "{text}");
 }
