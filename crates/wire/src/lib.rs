@@ -27,8 +27,8 @@ mod message;
 mod parse;
 mod plain;
 mod plan;
-mod property;
 pub mod program;
+mod property;
 mod ranges;
 mod reject;
 #[doc(hidden)]
@@ -45,10 +45,10 @@ pub use header::{Header, HeaderInfo, HeaderRef};
 pub use message::{FieldRef, List, Message, Value};
 pub use parse::{Parser, Progress};
 pub use plain::PlainInt;
-pub use property::PropertyRef;
 pub use program::{
     FieldInfo, FieldKind, Fixed, FixedKind, FixedRun, ForwardContext, Slot, UnitId, UnitInfo,
 };
+pub use property::PropertyRef;
 pub use serialize::{write_vlong, Builder};
 
 use program::{CExpr, Elem, Len, Op, OpKind, Scalar, Stop};
