@@ -100,6 +100,25 @@ pub fn check_views(program: &CheckedProgram, grammar: &Grammar) -> Vec<Diagnosti
                     | (Ty::List(..), FieldKind::List { .. })
                     | (Ty::Record(..), FieldKind::Unit(_))
             );
+            if fits && matches!(wire.kind, FieldKind::List { .. }) {
+                // A view reads scalars and byte ranges from the message's
+                // slots; a list there has no value form yet, so reading it
+                // would fault at run time. Refuse it here instead.
+                diags.push(
+                    Diagnostic::error(
+                        "E0704",
+                        format!("field `{name}` is a list in the grammar, which a view cannot read"),
+                        field.span,
+                    )
+                    .label("a list of the message")
+                    .hint(if name == "headers" {
+                        "read one header with `header(msg, \"Name\")`, and leave `headers` out of the record".to_string()
+                    } else {
+                        format!("leave `{name}` out of the record; a proxy passes it on unread")
+                    }),
+                );
+                continue;
+            }
             if !fits {
                 diags.push(
                     Diagnostic::error(

@@ -302,3 +302,26 @@ fn completions_and_man_pages_come_from_the_command_line_definition() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_view_cannot_declare_a_list_field_it_could_not_read() {
+    let dir = std::env::temp_dir().join(format!("flick-view-list-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("headers.flick");
+    std::fs::write(
+        &path,
+        "grammar http\n\ntype hdr: record\n  name : string\n  value : string\n\n\
+         type request: record\n  target : string\n  headers : list<hdr> {max=100}\n\n\
+         type response: record\n  reason : string\n\n\
+         proc P: (request/response client, [response/request] backends)\n  | backends => client\n  | client => backends[0]\n",
+    )
+    .unwrap();
+    let o = flick(&["check", path.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("E0704") && err.contains("header(msg, \"Name\")") && err.contains(":9:3"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
