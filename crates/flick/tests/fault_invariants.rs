@@ -611,8 +611,9 @@ const FULL: Mix = Mix {
 };
 
 /// All but what meets a known Flick bug when backends fail, so that the
-/// scenario can catch anything else: gets of several keys
-/// (`a_multi_key_get_with_a_failed_backend_gets_one_whole_reply`), quiet
+/// scenario can catch anything else: gets of several keys (once
+/// `a_multi_key_get_with_a_failed_backend_gets_one_whole_reply`; fixed, and
+/// the text `*_in_full_*` scenario, which sends them, runs by default), quiet
 /// requests (`a_quiet_request_gets_at_most_one_reply_when_its_backend_breaks`);
 /// and HTTP counts a response written inside a body cut short
 /// (`a_response_cut_by_its_backend_is_only_cut_short`) rather than failing;
@@ -1865,8 +1866,6 @@ fn text_clients_get_only_their_own_replies_under_backend_faults() {
 }
 
 #[test]
-#[ignore = "Flick bug: a multi-key get whose backends fail in part gets a broken reply \
-            (see a_multi_key_get_*)"]
 fn text_clients_get_only_their_own_replies_in_full_under_backend_faults() {
     under_backend_faults(
         "text_clients_get_only_their_own_replies_in_full_under_backend_faults",
@@ -2720,14 +2719,12 @@ fn key_on(b: usize, n: u64, skip: usize) -> String {
 
 /// A get of several keys, one of whose backends is down, must still get
 /// one reply: its VALUEs and one END, or a SERVER_ERROR that ends it; and
-/// END only if every stored key is in it. Flick answers
+/// END only if every stored key is in it. Flick used to answer
 /// `get live dead live2` with `VALUE live`, `SERVER_ERROR`, `VALUE live2`,
 /// `END` (two ends: a client takes the rest for the reply to its next
 /// request), and `get dead live` with `VALUE live`, `END` (the stored key
 /// reported missing).
 #[test]
-#[ignore = "Flick bug: a multi-key get with one backend down gets SERVER_ERROR between \
-            its VALUEs and then END, or END with a stored key left out"]
 fn a_multi_key_get_with_a_failed_backend_gets_one_whole_reply() {
     let mut procs = Procs(Vec::new());
     let backends: Vec<u16> = (0..2).map(|_| support::memcached(&mut procs)).collect();

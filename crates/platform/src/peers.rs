@@ -351,7 +351,9 @@ impl GraphHost {
             self.reconnect_now(out);
         }
         if answers && (self.peers[out].dead || self.outputs[out].tx.is_none()) {
-            if silent || !keep_final {
+            // A part of a split request gets the fault reply like any
+            // request: left out, its keys would read as misses.
+            if silent {
                 self.pool.give(request);
                 match group {
                     Some(g) => self.settle_group(g, None),
@@ -475,6 +477,7 @@ impl GraphHost {
         if let (Some(r), Some((_, _, m))) = (self.order.record(Some(seq)), &reply) {
             r.reply_bytes += m.bytes.len() as u64;
         }
+        let dropping = self.ending_split();
         let order = &mut self.order;
         if seq < order.deliver {
             // A late extra reply to a request already answered.
@@ -483,7 +486,10 @@ impl GraphHost {
         }
         if seq == order.deliver && order.held.front().is_none_or(|h| h.replies.is_empty()) {
             // In order, the common case: straight through.
-            self.ready.extend(reply);
+            match reply {
+                Some((_, _, m)) if dropping => self.pool.give(m),
+                r => self.ready.extend(r),
+            }
             if last {
                 if let Some(h) = order.held.pop_front() {
                     order.spare.push(h);
@@ -505,8 +511,18 @@ impl GraphHost {
             order.held[at].replies.extend(reply);
             order.held[at].done |= last;
         }
-        while let Some(h) = self.order.held.front_mut() {
-            self.ready.extend(h.replies.drain(..));
+        loop {
+            let dropping = self.ending_split();
+            let Some(h) = self.order.held.front_mut() else {
+                break;
+            };
+            if dropping {
+                for (_, _, m) in h.replies.drain(..) {
+                    self.pool.give(m);
+                }
+            } else {
+                self.ready.extend(h.replies.drain(..));
+            }
             if !h.done {
                 break;
             }
@@ -517,6 +533,16 @@ impl GraphHost {
             let done = self.order.records.pop_front();
             self.answered(done);
         }
+    }
+
+    /// Whether the request next in order is a later part of a split
+    /// request an earlier part of which got the fault reply: that reply
+    /// ended the client's reply (one `SERVER_ERROR` for a get of several
+    /// keys), so the later parts' replies are dropped, their `END` too.
+    fn ending_split(&self) -> bool {
+        self.order
+            .carry
+            .is_some_and(|c| c.outcome == Outcome::Fault)
     }
 
     /// A client request's last reply is passed on: its latency is
