@@ -15,6 +15,7 @@
 //! response_timeout_ms = 2000
 //! backend_connections = 1             # per backend and worker; 0: per client
 //! backend_sharing = "pipelined"       # or "exclusive"; default: as the grammar says
+//! accept = "per-worker"               # or "single": only the first worker accepts
 //!
 //! [listen]
 //! client = "127.0.0.1:11311"
@@ -77,6 +78,8 @@ pub struct FileConfig {
     pub backend_connections: Option<usize>,
     /// `pipelined` or `exclusive`.
     pub backend_sharing: Option<String>,
+    /// `per-worker` or `single`.
+    pub accept: Option<String>,
     /// How long a fan-in group may wait for its last connection.
     pub fan_in_timeout_ms: Option<u64>,
     /// Listening channel array name to the connections that make up one
@@ -139,6 +142,7 @@ pub struct Overrides {
     pub response_timeout_ms: Option<u64>,
     pub backend_connections: Option<usize>,
     pub backend_sharing: Option<String>,
+    pub accept: Option<String>,
     pub fan_in_timeout_ms: Option<u64>,
     /// `CHANNEL=N`
     pub fan_in: Vec<String>,
@@ -165,6 +169,7 @@ pub struct Settings {
     pub backend_connections: usize,
     /// `None`: as the grammar says.
     pub backend_sharing: Option<flick_platform::Sharing>,
+    pub accept: flick_platform::Accept,
     pub fan_in_timeout_ms: u64,
     /// In channel-name order.
     pub fan_in: Vec<(String, usize)>,
@@ -408,6 +413,19 @@ pub fn resolve(
             None
         }
     });
+    let accept = setting(&at, "accept", flags.accept.clone(), cfg.accept.clone()).map_or(
+        defaults.accept,
+        |(o, v)| match v.as_str() {
+            "per-worker" => flick_platform::Accept::PerWorker,
+            "single" => flick_platform::Accept::Single,
+            _ => {
+                errors.push(format!(
+                    "{o}: `{v}` is not a way of accepting: per-worker or single"
+                ));
+                defaults.accept
+            }
+        },
+    );
     let fan_in_timeout_ms = setting(
         &at,
         "fan_in_timeout_ms",
@@ -432,6 +450,7 @@ pub fn resolve(
             response_timeout_ms,
             backend_connections,
             backend_sharing,
+            accept,
             fan_in_timeout_ms,
             fan_in,
         }),
@@ -574,6 +593,32 @@ one = "127.0.0.1:3"
         assert_eq!(s.timeslice_us, 7);
         assert_eq!(s.listen[0].1.port(), 5);
         assert_eq!(s.connect[0].1, vec!["127.0.0.1:6".parse().unwrap()]);
+    }
+
+    #[test]
+    fn accepting_is_per_worker_unless_said() {
+        let cfg = FileConfig::parse("program = \"p.flick\"\naccept = \"single\"\n").unwrap();
+        let s = resolve(Some((&cfg, Path::new("f.toml"))), &Overrides::default()).unwrap();
+        assert_eq!(s.accept, flick_platform::Accept::Single);
+        let s = resolve(
+            None,
+            &Overrides {
+                program: Some("p.flick".into()),
+                ..Overrides::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(s.accept, flick_platform::Accept::PerWorker);
+        let flags = Overrides {
+            program: Some("p.flick".into()),
+            accept: Some("every".into()),
+            ..Overrides::default()
+        };
+        let e = resolve(None, &flags).unwrap_err();
+        assert_eq!(
+            e,
+            vec!["--accept: `every` is not a way of accepting: per-worker or single".to_string()]
+        );
     }
 
     #[test]

@@ -124,6 +124,13 @@ struct RunArgs {
     /// HTTP, pipelined for Memcached].
     #[arg(long, value_name = "MODE")]
     backend_sharing: Option<String>,
+    /// Which workers accept client connections: `per-worker` (a listening
+    /// socket per worker, `SO_REUSEPORT`, each worker running the
+    /// instances it accepts) or `single` (the first worker accepts them
+    /// all) [default: per-worker; a `--fan-in` channel array accepts on
+    /// one worker].
+    #[arg(long, value_name = "MODE")]
+    accept: Option<String>,
     /// How long a fan-in group may wait for its last connection before its
     /// job fails and its connections are reset, in ms [default: 10000].
     #[arg(long, value_name = "MS")]
@@ -334,6 +341,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         response_timeout_ms: args.response_timeout_ms,
         backend_connections: args.backend_connections,
         backend_sharing: args.backend_sharing.clone(),
+        accept: args.accept.clone(),
         fan_in_timeout_ms: args.fan_in_timeout_ms,
         fan_in: args.fan_in.clone(),
     };
@@ -410,6 +418,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         response_timeout: std::time::Duration::from_millis(settings.response_timeout_ms),
         backend_connections: settings.backend_connections,
         backend_sharing: settings.backend_sharing,
+        accept: settings.accept,
         fan_in_timeout: std::time::Duration::from_millis(settings.fan_in_timeout_ms),
         ..flick_platform::ServiceConfig::default()
     };

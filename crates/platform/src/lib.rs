@@ -26,7 +26,7 @@ mod state;
 mod stats;
 
 pub use msg::{Msg, MsgPool};
-pub use service::{LoadError, Loaded, Service, ServiceConfig, Sharing, StartError};
+pub use service::{Accept, LoadError, Loaded, Service, ServiceConfig, Sharing, StartError};
 pub use stats::{
     BackendStats, ChannelStats, Histogram, HistogramSnapshot, Stats, BUCKETS, LATENCY_BOUNDS_US,
 };

@@ -210,6 +210,23 @@ pub struct ServiceConfig {
     /// instances keep nothing between requests (no `local` state, no
     /// connections of their own, no `least_connections`) park.
     pub park_after: Option<std::time::Duration>,
+    /// Which workers accept client connections.
+    pub accept: Accept,
+}
+
+/// Which workers accept client connections.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Accept {
+    /// A listening socket per worker, all bound to the same address with
+    /// `SO_REUSEPORT` and each on its worker's epoll: the kernel spreads
+    /// connections over them by hash, and a worker places the instances it
+    /// accepts on itself. A channel array with `--fan-in` gathers its
+    /// groups in one place, so it accepts on one worker regardless.
+    #[default]
+    PerWorker,
+    /// One listening socket, on the first worker, which accepts every
+    /// connection and spreads the instances over the workers.
+    Single,
 }
 
 /// How instances share a backend connection.
@@ -252,6 +269,7 @@ impl Default for ServiceConfig {
             fan_in_timeout: std::time::Duration::from_secs(10),
             access_log: None,
             park_after: Some(std::time::Duration::from_secs(1)),
+            accept: Accept::default(),
         }
     }
 }
@@ -301,8 +319,11 @@ struct Parts {
     /// Live instances per peer of each channel array bound to peers, for
     /// `least_connections` (nothing is counted if the program never calls it).
     balance: Arc<crate::balance::Balance>,
-    /// The listener, while the service accepts.
-    accepting: Arc<Mutex<Option<TcpListener>>>,
+    /// The listeners (one, or one per worker), while the service accepts.
+    accepting: Vec<Acceptor>,
+    /// Where the next resumption after the limit starts, so that no
+    /// listener's backlog is always served last.
+    resume_from: std::sync::atomic::AtomicUsize,
     /// Client connections open (parked ones too), against `max_instances`.
     clients: std::sync::atomic::AtomicUsize,
     /// Accepting stopped at the limit: the next close accepts again.
@@ -313,6 +334,16 @@ struct Parts {
     parked: Mutex<Parked>,
     /// What client connections tell the service when they close or park.
     slot: std::sync::OnceLock<Arc<dyn crate::conn::ClientSlot>>,
+}
+
+/// A listening socket and where the instances it accepts run.
+struct Acceptor {
+    listener: Mutex<Option<TcpListener>>,
+    /// The worker whose epoll it is registered on, which runs its
+    /// instances; `None`: instances go wherever free task ids fall.
+    worker: Option<usize>,
+    /// Connections it accepted.
+    accepted: std::sync::atomic::AtomicU64,
 }
 
 /// Parked connections: a slab, so a readiness event finds its stream by
@@ -379,7 +410,13 @@ fn client_lost(p: &Arc<Parts>, hooks: &Hooks, counted_open: bool) {
 fn client_closed(p: &Arc<Parts>, hooks: &Hooks) {
     p.clients.fetch_sub(1, Ordering::AcqRel);
     if p.accept_paused.swap(false, Ordering::AcqRel) {
-        accept_ready(p, hooks, true);
+        // Every listener may have connections waiting in its backlog, and
+        // edge-triggered readiness will not say so again.
+        let n = p.accepting.len();
+        let from = p.resume_from.fetch_add(1, Ordering::Relaxed);
+        for i in 0..n {
+            accept_ready(p, hooks, (from + i) % n, true);
+        }
     }
 }
 
@@ -388,11 +425,12 @@ fn client_closed(p: &Arc<Parts>, hooks: &Hooks) {
 /// backlog, and the next connection to close accepts again. `nested`: a
 /// call from a connection closing, which may be inside an accept on this
 /// thread, so it does not wait for the listener.
-fn accept_ready(p: &Arc<Parts>, hooks: &Hooks, nested: bool) {
+fn accept_ready(p: &Arc<Parts>, hooks: &Hooks, which: usize, nested: bool) {
+    let acceptor = &p.accepting[which];
     loop {
         let guard = match nested {
-            false => p.accepting.lock().expect("listener lock"),
-            true => match p.accepting.try_lock() {
+            false => acceptor.listener.lock().expect("listener lock"),
+            true => match acceptor.listener.try_lock() {
                 Ok(g) => g,
                 Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
                 Err(std::sync::TryLockError::WouldBlock) => {
@@ -417,7 +455,8 @@ fn accept_ready(p: &Arc<Parts>, hooks: &Hooks, nested: bool) {
                 Ok((stream, _)) => {
                     p.clients.fetch_add(1, Ordering::AcqRel);
                     p.stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
-                    arrive(p, hooks, stream);
+                    acceptor.accepted.fetch_add(1, Ordering::Relaxed);
+                    arrive(p, hooks, stream, acceptor.worker);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 // A client gone before it was accepted, or a signal.
@@ -465,7 +504,7 @@ fn unpark(p: &Arc<Parts>, hooks: &Hooks, key: usize) {
     // burst of instances, each joining its backends.
     let mut byte = [0u8; 1];
     match stream.peek(&mut byte) {
-        Ok(n) if n > 0 => instantiate(p, hooks, std::iter::once(stream), true),
+        Ok(n) if n > 0 => instantiate(p, hooks, std::iter::once(stream), true, None),
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
             // Nothing after all: back to waiting.
             if let Some(slot) = p.slot.get() {
@@ -483,11 +522,16 @@ fn unpark(p: &Arc<Parts>, hooks: &Hooks, key: usize) {
 /// it at `net.core.somaxconn`).
 const LISTEN_BACKLOG: i32 = 65_535;
 
-/// A non-blocking listener with a deep backlog.
-fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+/// A non-blocking listener with a deep backlog; `shared`: one of several
+/// bound to the same address (`SO_REUSEPORT`), among which the kernel
+/// spreads connections.
+fn listen(addr: SocketAddr, shared: bool) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
+    if shared {
+        socket.set_reuse_port(true)?;
+    }
     socket.bind(&addr.into())?;
     socket.listen(LISTEN_BACKLOG)?;
     socket.set_nonblocking(true)?;
@@ -596,10 +640,21 @@ impl Service {
                 }
             }
         }
-        let mut listener = listen(laddr).map_err(|e| StartError::Listen(laddr, e))?;
-        let local = listener
+        // A listener per worker, unless a fan-in group needs one place to
+        // gather its connections in order of arrival. The first is bound as
+        // asked; the others to its actual address, so that port 0 gives
+        // every worker the same port.
+        let per_worker = config.accept == Accept::PerWorker && fan_in == 1 && workers > 1;
+        let first = listen(laddr, per_worker).map_err(|e| StartError::Listen(laddr, e))?;
+        let local = first
             .local_addr()
             .map_err(|e| StartError::Listen(laddr, e))?;
+        let mut listeners = vec![first];
+        if per_worker {
+            for _ in 1..workers {
+                listeners.push(listen(local, true).map_err(|e| StartError::Listen(local, e))?);
+            }
+        }
         let client_unit = loaded.units[client_chan].expect("checked: channels carry grammar units");
         let links_per_graph = 2 * fan_in
             + backends
@@ -680,7 +735,14 @@ impl Service {
             shared,
             graphs,
             balance,
-            accepting: Arc::new(Mutex::new(None)),
+            accepting: (0..listeners.len())
+                .map(|w| Acceptor {
+                    listener: Mutex::new(None),
+                    worker: per_worker.then_some(w),
+                    accepted: std::sync::atomic::AtomicU64::new(0),
+                })
+                .collect(),
+            resume_from: std::sync::atomic::AtomicUsize::new(0),
             clients: std::sync::atomic::AtomicUsize::new(0),
             accept_paused: std::sync::atomic::AtomicBool::new(false),
             parkable,
@@ -699,7 +761,6 @@ impl Service {
                 }
             }));
         }
-        let hooks = hooks(&parts);
         if fan_in > 1 {
             let weak = Arc::downgrade(&parts);
             std::thread::Builder::new()
@@ -714,16 +775,19 @@ impl Service {
                 .spawn(move || trim_pools(weak))
                 .map_err(|e| StartError::Listen(laddr, e))?;
         }
-        // The reactor owns the registration; the callback accepts from
-        // the listener while the service still accepts.
-        let p = parts.clone();
-        reactor
-            .register_listener(
-                &mut listener,
-                Box::new(move || accept_ready(&p, &hooks, false)),
-            )
-            .map_err(|e| StartError::Listen(laddr, e))?;
-        *parts.accepting.lock().expect("listener lock") = Some(listener);
+        // The reactor owns the registrations, each on its worker's epoll;
+        // a callback accepts from its listener while the service accepts.
+        for (i, mut listener) in listeners.into_iter().enumerate() {
+            let (p, hooks) = (parts.clone(), hooks(&parts));
+            reactor
+                .register_listener_on(
+                    &mut listener,
+                    Box::new(move || accept_ready(&p, &hooks, i, false)),
+                    i,
+                )
+                .map_err(|e| StartError::Listen(local, e))?;
+            *parts.accepting[i].listener.lock().expect("listener lock") = Some(listener);
+        }
         Ok(Service { parts, local })
     }
 
@@ -773,9 +837,34 @@ impl Service {
         parked.streams.len() - parked.free.len()
     }
 
-    /// Stops accepting; instances already running finish on their own.
+    /// Connections accepted per worker so far (all on the first with one
+    /// listener).
+    pub fn accepted_per_worker(&self) -> Vec<u64> {
+        let workers = self.parts.scheduler.workers().max(1);
+        let mut per = vec![0; workers];
+        for a in &self.parts.accepting {
+            per[a.worker.unwrap_or(0) % workers] += a.accepted.load(Ordering::Relaxed);
+        }
+        per
+    }
+
+    /// Listening sockets open now: one per worker, one, or none once
+    /// accepting stopped.
+    pub fn listeners(&self) -> usize {
+        self.parts
+            .accepting
+            .iter()
+            .filter(|a| a.listener.lock().expect("listener lock").is_some())
+            .count()
+    }
+
+    /// Stops accepting on every listener (closing them: what waits in
+    /// their backlogs is refused); instances already running finish on
+    /// their own.
     pub fn stop_accepting(&self) {
-        *self.parts.accepting.lock().expect("listener lock") = None;
+        for a in &self.parts.accepting {
+            *a.listener.lock().expect("listener lock") = None;
+        }
     }
 
     /// Stops accepting, and has every instance stop reading its client,
@@ -1098,10 +1187,10 @@ fn own_connection(
 
 /// A connection accepted: an instance of its own, or one of the
 /// connections that make up an instance of a listening channel array.
-fn arrive(p: &Arc<Parts>, hooks: &Hooks, client: TcpStream) {
+fn arrive(p: &Arc<Parts>, hooks: &Hooks, client: TcpStream, worker: Option<usize>) {
     let _ = client.set_nodelay(true);
     if p.fan_in == 1 {
-        return instantiate(p, hooks, std::iter::once(client), false);
+        return instantiate(p, hooks, std::iter::once(client), false, worker);
     }
     let complete = {
         let mut arriving = p.arriving.lock().expect("arriving lock");
@@ -1117,7 +1206,7 @@ fn arrive(p: &Arc<Parts>, hooks: &Hooks, client: TcpStream) {
         })
     };
     if let Some(clients) = complete {
-        instantiate(p, hooks, clients.into_iter(), false);
+        instantiate(p, hooks, clients.into_iter(), false, None);
     }
 }
 
@@ -1179,15 +1268,22 @@ fn unconnected(chan: usize, index: Option<u32>) -> Output {
 /// graph from the pool.
 ///
 /// `reopened`: the client connection was parked, and is counted as open.
+/// `worker`: the worker to run on (the one that accepted it), else
+/// wherever a free task id falls.
 fn instantiate(
     p: &Arc<Parts>,
     hooks: &Hooks,
     clients: impl ExactSizeIterator<Item = TcpStream>,
     reopened: bool,
+    worker: Option<usize>,
 ) {
     let s = &p.scheduler;
     let nchan = p.loaded.module.processes[p.loaded.process].channels.len();
-    let Ok(compute_id) = s.reserve() else {
+    let reserved = match worker {
+        Some(w) => s.reserve_on(w).or_else(|_| s.reserve()),
+        None => s.reserve(),
+    };
+    let Ok(compute_id) = reserved else {
         // Out of task slots: the connections close.
         for c in clients {
             drop(c);

@@ -266,15 +266,28 @@ impl Reactor {
         listener: &mut TcpListener,
         on_ready: OnReady,
     ) -> io::Result<IoToken> {
+        self.register_listener_on(listener, on_ready, 0)
+    }
+
+    /// Like [`Reactor::register_listener`], on `worker`'s epoll: with a
+    /// listener per worker (`SO_REUSEPORT`), each worker accepts its share
+    /// of the connections itself.
+    pub fn register_listener_on(
+        &self,
+        listener: &mut TcpListener,
+        on_ready: OnReady,
+        worker: usize,
+    ) -> io::Result<IoToken> {
+        let worker = worker % self.io().registries.len();
         let i = {
             let mut table = self.io().listeners.lock().expect("listeners lock");
             table.push(Some(on_ready));
             table.len() - 1
         };
-        self.io().registries[0].register(listener, Token(LISTENER | i), Interest::READABLE)?;
+        self.io().registries[worker].register(listener, Token(LISTENER | i), Interest::READABLE)?;
         self.io().registrations.fetch_add(1, Ordering::Relaxed);
         Ok(IoToken {
-            worker: 0,
+            worker,
             listener: Some(i),
             reader: None,
         })
