@@ -2908,11 +2908,9 @@ fn a_request_line_without_a_space_is_answered_at_once() {
 }
 
 /// A binary set of a value over 1 MiB: memcached answers 0x03 ("Too
-/// large.") and reads on. Flick closes the client's connection, with
-/// whatever else the client had asked.
+/// large.") and reads on. Flick used to close the client's connection,
+/// with whatever else the client had asked.
 #[test]
-#[ignore = "Flick bug: a binary request with a value over 1 MiB closes the client's \
-            connection instead of being refused as memcached refuses it"]
 fn an_oversized_binary_value_is_refused_as_memcached_does() {
     let mut procs = Procs(Vec::new());
     let mc = support::memcached(&mut procs);

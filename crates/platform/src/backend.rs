@@ -444,7 +444,13 @@ impl SharedReader {
                 Inbound::Closed => return self.finish(),
                 // A backend's replies must all parse: the stream cannot be
                 // matched to requests any more.
-                Inbound::Malformed | Inbound::Rejected { .. } => {
+                bad @ (Inbound::Malformed | Inbound::Rejected { .. }) => {
+                    if let Inbound::Rejected {
+                        partial: Some(m), ..
+                    } = bad
+                    {
+                        self.pool.give(m);
+                    }
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     static MALFORMED: crate::log::RateLimit = crate::log::RateLimit::new();
                     crate::limited!(

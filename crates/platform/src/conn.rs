@@ -160,10 +160,14 @@ pub enum Inbound {
     /// error; with `resume`, it was skipped through the grammar's `%resync`
     /// delimiter and the connection reads on; with `quiet`, its parsed
     /// part says it gets no reply even so (`%quiet_reject`).
+    /// `partial` holds what parsed of it (its values, over its bytes so
+    /// far) where a reply must echo some of them: a binary request skipped
+    /// by the length its header gave (`%discard` without `%resync`).
     Rejected {
         status: Option<u16>,
         resume: bool,
         quiet: bool,
+        partial: Option<Msg>,
     },
 }
 
@@ -343,6 +347,7 @@ impl ReadSide {
                                     status,
                                     resume: false,
                                     quiet: false,
+                                    partial: None,
                                 };
                             }
                             Ok(p) => self.after_head = Some(p),
@@ -387,12 +392,44 @@ impl ReadSide {
                                 status,
                                 resume: true,
                                 quiet,
+                                partial: None,
+                            };
+                        }
+                        // No delimiter to resync at, but a header that said
+                        // how long the whole message is (Memcached binary):
+                        // that many bytes are skipped from its start, and
+                        // the reply echoes what the header said.
+                        let whole = (self.resync.is_none() && !self.streaming)
+                            .then(|| {
+                                self.parser.grammar().property(
+                                    self.parser.unit(),
+                                    "discard",
+                                    self.parser.slots(),
+                                    &self.buf[self.start..self.end],
+                                )
+                            })
+                            .flatten()
+                            .and_then(|n| u64::try_from(n).ok())
+                            .filter(|n| *n > 0);
+                        if let Some(n) = whole {
+                            let mut m = pool.take();
+                            m.bytes.extend_from_slice(&self.buf[self.start..self.end]);
+                            let values = Values::parsed(&self.parser);
+                            pool.copy_values(&mut m, values, self.parser.slots());
+                            self.parser.reset();
+                            self.discard = n;
+                            return Inbound::Rejected {
+                                status,
+                                resume: true,
+                                quiet: false,
+                                partial: Some(m),
                             };
                         }
                         return Inbound::Rejected {
                             status,
                             resume: false,
                             quiet: false,
+                            partial: None,
                         };
                     }
                 }
@@ -544,7 +581,11 @@ impl Reader {
                     status,
                     resume: true,
                     quiet: true,
+                    partial,
                 } => {
+                    if let Some(m) = partial {
+                        self.pool.give(m);
+                    }
                     // No reply is due: nothing goes to the compute task.
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     static DROPPED: crate::log::RateLimit = crate::log::RateLimit::new();
@@ -556,7 +597,12 @@ impl Reader {
                         "a quiet request that does not parse is dropped without a reply"
                     );
                 }
-                Inbound::Rejected { status, resume, .. } => {
+                Inbound::Rejected {
+                    status,
+                    resume,
+                    partial,
+                    ..
+                } => {
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     static REJECTED: crate::log::RateLimit = crate::log::RateLimit::new();
                     crate::limited!(
@@ -567,7 +613,7 @@ impl Reader {
                         reads_on = resume,
                         "a request that does not parse gets the grammar's reject reply"
                     );
-                    let mut m = self.pool.take();
+                    let mut m = partial.unwrap_or_else(|| self.pool.take());
                     m.rejected = Some(status.unwrap_or(0));
                     if !resume {
                         // Nothing more is read: the read side goes back now.

@@ -634,8 +634,17 @@ impl GraphHost {
                         &mut reply.bytes,
                     ),
                     // A reply that echoes its request (Memcached's binary
-                    // opcode and opaque) cannot be made for bytes that did
-                    // not parse: the connection closes.
+                    // opcode and opaque): from the part that parsed, where
+                    // the reader kept it (a header that gave the length to
+                    // skip); else it cannot be made, and the connection
+                    // closes.
+                    (true, false) if !request.bytes.is_empty() => self.grammar.reject_reply_to(
+                        unit,
+                        &request.slots,
+                        &request.bytes,
+                        status,
+                        &mut reply.bytes,
+                    ),
                     (true, false) => Ok(false),
                     (false, _) => self.grammar.reject_reply(unit, status, &mut reply.bytes),
                 }
