@@ -2828,8 +2828,12 @@ fn a_quiet_request_gets_at_most_one_reply_when_its_backend_breaks() {
                     break;
                 }
             }
+            // Where the backend's hit never reached the proxy before the
+            // cut (a loaded machine), the quiet get's one reply is its
+            // fault: still one reply each.
             let want = [(GETQ, 0, 1), (GET, 0x86, 2), (0x50, 0x81, 3)];
-            if got != want {
+            let cut_first = [(GETQ, 0x86, 1), (GET, 0x86, 2), (0x50, 0x81, 3)];
+            if got != want && got != cut_first {
                 wrong.push(format!(
                     "binary: (opcode, status, opaque) {got:x?}, not {want:x?}"
                 ));
@@ -2838,7 +2842,9 @@ fn a_quiet_request_gets_at_most_one_reply_when_its_backend_breaks() {
             w.send(b"mg k v q\r\nget k\r\nbogus\r\n").unwrap();
             let got = w.until(b"\r\nERROR\r\n", deadline(), 1 << 16).unwrap();
             let want = "VA 2\r\nv1\r\nSERVER_ERROR backend unavailable\r\nERROR\r\n";
-            if got != want.as_bytes() {
+            let cut_first =
+                "SERVER_ERROR backend unavailable\r\nSERVER_ERROR backend unavailable\r\nERROR\r\n";
+            if got != want.as_bytes() && got != cut_first.as_bytes() {
                 wrong.push(format!("text: {}, not {want:?}", show(&got)));
             }
         }
