@@ -77,12 +77,18 @@ impl FoldSpec {
 
     /// One step: the running values `accs` folded with the next element's
     /// fields `next`, with the interpreter's arithmetic.
-    #[inline]
+    #[inline(always)]
     pub fn step(&self, accs: &mut [i64], next: &[i64]) -> Result<(), Fault> {
         if let Some((i, j)) = self.sum {
             accs[i] = accs[i].wrapping_add(next[j]);
             return Ok(());
         }
+        self.step_general(accs, next)
+    }
+
+    /// A step of a body other than a lone sum.
+    #[inline(never)]
+    fn step_general(&self, accs: &mut [i64], next: &[i64]) -> Result<(), Fault> {
         let mut out = [0i64; MAX_ACCS];
         for (o, f) in out.iter_mut().zip(&self.step) {
             *o = f(accs, next)?;

@@ -231,6 +231,75 @@ impl MergeInput {
         self.crc_from = self.crc_to;
     }
 
+    /// Folds the rows of the batch after the record taken last while they
+    /// have key `want`, up to `most` of them: they are taken as the head
+    /// would be, without looking for the next one after each. Stops at a
+    /// row with another key, one that ends the stream (`%ends`) or the
+    /// batch's end, which `fill_one` then takes as usual; returns how many
+    /// it folded. The input's last key must be `want` already.
+    #[inline]
+    fn fold_rows(
+        &mut self,
+        grammar: &Grammar,
+        plan: &FoldPlan,
+        want: &Key,
+        fold: &flick_exec::FoldSpec,
+        accs: &mut [i64],
+        most: u32,
+    ) -> Result<u32, Fault> {
+        let (Some(batch), Some(chunk)) = (&self.batch, &self.chunk) else {
+            return Ok(0);
+        };
+        if self.head != Head::None || self.next_row >= self.rows {
+            return Ok(0);
+        }
+        let at = self.batch_at;
+        let rows = self.rows.min(self.next_row + most as usize);
+        let mut next = [0i64; flick_exec::fold::MAX_ACCS];
+        let mut row = self.next_row;
+        let mut end = self.crc_to;
+        let r = loop {
+            if row >= rows {
+                break Ok(());
+            }
+            let span = batch.span(row);
+            let bytes = &chunk.bytes[at + span.start..at + span.end];
+            let slots = batch.slots(row);
+            if let Some(p) = &self.ends {
+                if grammar.property_at(p, slots, bytes).unwrap_or(0) != 0 {
+                    break Ok(());
+                }
+            }
+            match same_key(slots, bytes, plan.key, want) {
+                Ok(true) => {}
+                Ok(false) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+            let step = (|| {
+                for (n, slot) in next.iter_mut().zip(&plan.next) {
+                    *n = slot_int(slots, *slot)?;
+                }
+                fold.step(accs, &next[..plan.next.len()])
+            })();
+            if let Err(e) = step {
+                // As `fill_one` would have left it: this row at the head.
+                self.head = Head::Row(row);
+                row += 1;
+                end = at + span.end;
+                break Err(e);
+            }
+            for (a, (_, int)) in accs.iter_mut().zip(&plan.accs) {
+                *a = int.wrap(*a);
+            }
+            row += 1;
+            end = at + span.end;
+        };
+        let taken = (row - self.next_row) as u32;
+        self.next_row = row;
+        self.crc_to = end;
+        r.map(|()| taken)
+    }
+
     /// Gives back what the input holds of the stream (it ended).
     fn let_go(&mut self, pool: &MsgPool) {
         self.head = Head::None;
@@ -786,16 +855,7 @@ impl GraphHost {
                 i += 1;
                 continue;
             };
-            let same = match (slots.get(plan.key as usize), &want) {
-                (Some(Slot::Bytes { start, len }), Key::Bytes(w)) => bytes
-                    .get(*start as usize..(*start + *len) as usize)
-                    .is_some_and(|k| same_bytes(k, w)),
-                (Some(Slot::Int(v)), Key::Int(w)) => *v as i128 == *w,
-                (Some(Slot::SInt(v)), Key::Int(w)) => *v as i128 == *w,
-                (Some(Slot::Bytes { .. } | Slot::Int(_) | Slot::SInt(_)), _) => false,
-                _ => return Err(Fault::Kind("a record with its ordering field")),
-            };
-            if !same {
+            if !same_key(slots, bytes, plan.key, &want)? {
                 i += 1;
                 continue;
             }
@@ -825,11 +885,17 @@ impl GraphHost {
                 // (from the key) comes where the interpreter's would.
                 self.check_build(record, &fold.args, key, accs)?;
             }
+            budget -= 1;
+            // The rows of the batch that follow with the same key, folded
+            // in one loop (its order held for this one, so for them too).
+            let run = self.merges[i].fold_rows(&self.grammar, plan, &want, fold, accs, budget)?;
+            *count += run as i64;
+            self.taken += run as u64;
+            budget -= run;
             self.fill_one(i);
             if self.merges[i].waiting() || self.broken {
                 return Ok(FoldStep::Blocked);
             }
-            budget -= 1;
             if budget == 0 {
                 budget = FOLD_SLICE;
                 if slice.expired() {
@@ -877,6 +943,20 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
         4..=7 => (word4(a, 0) ^ word4(b, 0)) | (word4(a, n - 4) ^ word4(b, n - 4)) == 0,
         _ => a == b,
     }
+}
+
+/// Whether the record (`bytes`, `slots`) has key `want` in `slot`.
+#[inline(always)]
+fn same_key(slots: &[Slot], bytes: &[u8], slot: u16, want: &Key) -> Result<bool, Fault> {
+    Ok(match (slots.get(slot as usize), want) {
+        (Some(Slot::Bytes { start, len }), Key::Bytes(w)) => bytes
+            .get(*start as usize..(*start + *len) as usize)
+            .is_some_and(|k| same_bytes(k, w)),
+        (Some(Slot::Int(v)), Key::Int(w)) => *v as i128 == *w,
+        (Some(Slot::SInt(v)), Key::Int(w)) => *v as i128 == *w,
+        (Some(Slot::Bytes { .. } | Slot::Int(_) | Slot::SInt(_)), _) => false,
+        _ => return Err(Fault::Kind("a record with its ordering field")),
+    })
 }
 
 #[inline]

@@ -16,6 +16,9 @@ use std::sync::Arc;
 /// long runs, few enough that the pooled messages stay small.
 pub const CHUNK: usize = 32 * 1024;
 
+/// The most chunks queued for the merge at once.
+pub const QUEUED: usize = 4;
+
 /// Reads a merged stream's connection into chunks for the compute task.
 pub struct ChunkReader {
     pub conn: Arc<Conn>,
@@ -90,6 +93,11 @@ impl ChunkReader {
             }
             if self.drained && !self.hangup {
                 return self.idle();
+            }
+            // A short queue: the merge parses chunks while they are still
+            // in the cache, and the rest waits in the socket's buffer.
+            if !out.has_room_within(QUEUED) {
+                return TaskStatus::Idle;
             }
             let mut m = self.pool.take();
             m.bytes.resize(CHUNK, 0);

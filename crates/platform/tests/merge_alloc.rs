@@ -90,7 +90,7 @@ fn aggregator(reducer: u16) -> Service {
             connect: vec![("reducer".into(), vec![addr(reducer)])],
             fan_in: vec![("mappers".into(), MAPPERS)],
             workers: 1,
-            max_instances: 4,
+            max_instances: 16,
             ..ServiceConfig::default()
         },
     )

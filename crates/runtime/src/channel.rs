@@ -253,6 +253,21 @@ impl<T> Sender<T> {
     }
 }
 
+impl<T> Sender<T> {
+    /// Whether fewer than `n` values are queued. If not, the producer is
+    /// woken when the consumer takes one, as after [`Sender::has_room`]:
+    /// a producer that keeps its consumer's queue short waits on this.
+    pub fn has_room_within(&self, n: usize) -> bool {
+        let inner = self.inner();
+        if inner.queue.len() < n {
+            return true;
+        }
+        inner.producer_waiting.store(true, Ordering::SeqCst);
+        // Values may have been taken between the check and the flag.
+        inner.queue.len() < n
+    }
+}
+
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
         self.close();
