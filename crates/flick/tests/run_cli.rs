@@ -855,3 +855,75 @@ fn the_access_log_has_a_line_per_request_answered() {
     let samples = parse_exposition(&http_get(run.metrics, "/metrics").1);
     assert_eq!(value(&samples, "flick_access_log_dropped_total"), 0.0);
 }
+
+/// A program that answers requests itself (no backend) logs and times
+/// them too: one access log line and one histogram count per request.
+#[test]
+fn requests_a_program_answers_itself_are_logged_and_timed() {
+    let mut procs = Procs(Vec::new());
+    let dir = TempDir::new("access-log-static");
+    let log_path = dir.0.join("access.log");
+    let port = free_port();
+    let metrics = free_port();
+    let run = start(
+        &mut procs,
+        &[
+            "examples/static_web.flick",
+            "--listen",
+            &format!("client=127.0.0.1:{port}"),
+            "--metrics",
+            &format!("127.0.0.1:{metrics}"),
+            "--access-log",
+            &log_path.to_string_lossy(),
+            "--workers",
+            "1",
+        ],
+    );
+    let requests = 5;
+    let mut c = TcpStream::connect(("127.0.0.1", run.port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut reply_bytes = 0;
+    for i in 0..requests {
+        write!(c, "GET /page{i} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        // The page is 137 bytes, head and body.
+        let mut page = [0u8; 137];
+        c.read_exact(&mut page).unwrap();
+        assert!(
+            page.starts_with(b"HTTP/1.1 200"),
+            "{:?}",
+            String::from_utf8_lossy(&page)
+        );
+        reply_bytes += page.len();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if text.lines().count() >= requests || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), requests, "a line per request:\n{text}");
+    let client = c.local_addr().unwrap().to_string();
+    for line in &lines {
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!(f.len(), 8, "{line}");
+        assert_eq!(
+            (f[1], f[2], f[3], f[4]),
+            (client.as_str(), "client", "-", "reply"),
+            "{line}"
+        );
+        assert_eq!(f[6], (reply_bytes / requests).to_string(), "{line}");
+    }
+    let (_, body) = http_get(run.metrics, "/metrics");
+    let samples = parse_exposition(&body);
+    assert_eq!(
+        value(
+            &samples,
+            "flick_request_duration_seconds_count{channel=\"client\"}"
+        ),
+        requests as f64,
+        "{body}"
+    );
+}

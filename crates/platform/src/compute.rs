@@ -604,6 +604,9 @@ impl Compute {
         let module = self.module.clone();
         match self.vm.run(&module, &mut self.host, slice) {
             Ok(Outcome::Done(_)) => {
+                if self.rule_on_request {
+                    self.host.request_ended();
+                }
                 self.host.release();
                 None
             }
@@ -734,6 +737,9 @@ impl Compute {
             return;
         };
         self.rule_on_request = chan == self.host.client_chan;
+        if self.rule_on_request {
+            self.host.request_started(m.bytes.len());
+        }
         self.rule_chan = chan;
         self.rule = func;
         self.host.sends = 0;

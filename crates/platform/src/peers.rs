@@ -120,6 +120,12 @@ pub struct Order {
     carry: Option<Record>,
     /// The client's address, looked up once for the access log.
     client: Option<Option<SocketAddr>>,
+    /// The client request whose rule runs now: when it arrived, its size,
+    /// and the request number then; if the rule sends it to no peer, it is
+    /// answered here (a static page) and counted when the rule ends.
+    local: Option<(Instant, u64, u64)>,
+    /// Bytes the running rule has sent to the client.
+    local_reply_bytes: u64,
 }
 
 /// A client request waiting for its last reply.
@@ -180,6 +186,7 @@ impl Order {
         self.records.clear();
         self.carry = None;
         self.client = None;
+        self.local = None;
         for mut h in self.held.drain(..) {
             h.replies.clear();
             h.done = false;
@@ -233,6 +240,9 @@ impl GraphHost {
     pub(crate) fn route(&mut self, out: usize, request: Msg) -> Sent {
         let chan = self.outputs[out].chan;
         let answers = self.peers[out].answers;
+        if !answers && chan == self.client_chan {
+            self.order.local_reply_bytes += request.bytes.len() as u64;
+        }
         let broadcast = answers
             && self.outputs[out].index.is_some()
             && self.out_property(chan, "broadcast", &request).unwrap_or(0) != 0;
@@ -543,6 +553,36 @@ impl GraphHost {
         self.order
             .carry
             .is_some_and(|c| c.outcome == Outcome::Fault)
+    }
+
+    /// A rule starts on a client request of `request_bytes`.
+    pub(crate) fn request_started(&mut self, request_bytes: usize) {
+        let o = &mut self.order;
+        o.local = Some((Instant::now(), request_bytes as u64, o.next_seq));
+        o.local_reply_bytes = 0;
+    }
+
+    /// The rule on a client request ended. If it sent the request to no
+    /// peer and wrote the client a reply itself, that request is answered
+    /// here: its latency and access log line are recorded now, as a
+    /// proxied request's are when its last reply is passed on.
+    pub(crate) fn request_ended(&mut self) {
+        let Some((arrived, request_bytes, seq)) = self.order.local.take() else {
+            return;
+        };
+        let o = &self.order;
+        if o.next_seq != seq || o.local_reply_bytes == 0 || o.carry.is_some() {
+            return;
+        }
+        let record = Record {
+            arrived,
+            request_bytes,
+            reply_bytes: o.local_reply_bytes,
+            out: None,
+            outcome: Outcome::Reply,
+            part: false,
+        };
+        self.answered(Some(record));
     }
 
     /// A client request's last reply is passed on: its latency is
