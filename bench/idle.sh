@@ -60,17 +60,8 @@ RUNS="$WORK/runs.jsonl"
 : >"$RUNS"
 pids=()
 
-# Stops a process group we started: TERM, KILL after 10 s.
-stop() {
-    local pid=$1 i
-    kill -TERM -- "-$pid" 2>/dev/null || return 0
-    for i in $(seq 100); do
-        kill -0 -- "-$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL -- "-$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
+# stop, start_group, finish, wait_port
+source bench/procs.sh
 
 cleanup() {
     local p
@@ -79,33 +70,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-# Starts a command in a process group of its own (nginx forks its workers);
-# its pid (and group id) is in $LAST_PID.
-start_group() {
-    local log=$1
-    shift
-    setsid "$@" >"$log" 2>&1 &
-    LAST_PID=$!
-    pids+=("$LAST_PID")
-}
-
-finish() {
-    local pid=$1 p keep=()
-    stop "$pid"
-    for p in "${pids[@]}"; do [ "$p" = "$pid" ] || keep+=("$p"); done
-    pids=("${keep[@]+"${keep[@]}"}")
-}
-
-wait_port() {
-    local port=$1 i
-    for i in $(seq 200); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-        sleep 0.05
-    done
-    echo "nothing listening on 127.0.0.1:$port after 10 s" >&2
-    return 1
-}
 
 # nginx configuration: DIR PORT WORKERS static|proxy (as bench/run.sh's).
 nginx_conf() {

@@ -100,21 +100,8 @@ SKIPPED="$WORK/skipped.jsonl"
 : >"$SKIPPED"
 pids=()
 
-# Stops one process we started: TERM (Flick then drains and exits), KILL
-# if it is still there after 10 s. A process started with `start_group`
-# leads its own process group (nginx's master and its workers): the whole
-# group gets the signals.
-stop() {
-    local pid=$1 i target=$1
-    [ "$(ps -o pgid= -p "$pid" 2>/dev/null | tr -d ' ')" = "$pid" ] && target=-$pid
-    kill -TERM -- "$target" 2>/dev/null || return 0
-    for i in $(seq 100); do
-        kill -0 -- "$target" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL -- "$target" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
+# stop, start_group, finish, wait_port
+source bench/procs.sh
 
 cleanup() {
     local p
@@ -135,36 +122,6 @@ start() {
     "$@" >"$log" 2>&1 &
     LAST_PID=$!
     pids+=("$LAST_PID")
-}
-
-# As `start`, in a new process group (setsid), so that `stop` reaches
-# whatever it forks.
-start_group() {
-    local log=$1
-    shift
-    setsid "$@" >"$log" 2>&1 &
-    LAST_PID=$!
-    pids+=("$LAST_PID")
-}
-
-# Stops a process started with `start` and forgets it.
-finish() {
-    local pid=$1 p keep=()
-    stop "$pid"
-    for p in "${pids[@]}"; do [ "$p" = "$pid" ] || keep+=("$p"); done
-    pids=("${keep[@]+"${keep[@]}"}")
-}
-
-# Waits until something accepts connections on the port (at most 10 s).
-# Only for services where a probe connection is harmless (not fan-in).
-wait_port() {
-    local port=$1 i
-    for i in $(seq 200); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-        sleep 0.05
-    done
-    echo "nothing listening on 127.0.0.1:$port after 10 s" >&2
-    return 1
 }
 
 skip() {

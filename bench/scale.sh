@@ -173,17 +173,9 @@ RUNS="$WORK/runs.jsonl"
 : >"$RUNS"
 pids=()
 
-stop() {
-    local pid=$1 i target=$1
-    [ "$(ps -o pgid= -p "$pid" 2>/dev/null | tr -d ' ')" = "$pid" ] && target=-$pid
-    kill -TERM -- "$target" 2>/dev/null || return 0
-    for i in $(seq 100); do
-        kill -0 -- "$target" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL -- "$target" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
+# stop, finish, wait_port
+source bench/procs.sh
+
 cleanup() {
     local p
     for p in "${pids[@]}"; do stop "$p"; done
@@ -201,21 +193,6 @@ start() {
     setsid taskset -c "$cores" $1 "${@:2}" >"$log" 2>&1 &
     LAST_PID=$!
     pids+=("$LAST_PID")
-}
-finish() {
-    local pid=$1 p keep=()
-    stop "$pid"
-    for p in "${pids[@]}"; do [ "$p" = "$pid" ] || keep+=("$p"); done
-    pids=("${keep[@]+"${keep[@]}"}")
-}
-wait_port() {
-    local i
-    for i in $(seq 200); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "nothing listening on 127.0.0.1:$1 after 10 s" >&2
-    return 1
 }
 record_failure() { # BENCH SYSTEM WORKERS REP CONNS WHY
     printf '{"bench": "%s", "system": "%s", "workers": %s, "rep": %s, "conns": %s, "ok": false, "error": "%s"}\n' \
