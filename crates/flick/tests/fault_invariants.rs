@@ -32,8 +32,10 @@
 //! (the last section), would fail these scenarios at random: so the
 //! scenarios that run by default ([`SAFE`]) send no request that meets one
 //! while backends fail, and count (print, not fail) the two that cannot be
-//! avoided; the `*_in_full_*` and `*_close_late` scenarios, ignored until
-//! those bugs are fixed, check everything
+//! avoided; the Memcached `*_in_full_*` scenarios ([`FULL_BUT_LATE`]) send
+//! everything and count only the late second reply; the HTTP `*_in_full_*`
+//! and the `*_close_late` scenarios, ignored until those bugs are fixed,
+//! check everything
 //! (`cargo test --release -p flick --test fault_invariants -- --ignored`).
 //!
 //! The toxiproxy scenarios need `toxiproxy-server`
@@ -610,6 +612,13 @@ const FULL: Mix = Mix {
     faults: &FAULTS,
 };
 
+/// Everything, every check, but a second reply to a request that already
+/// had its fault reply (the known late-reply bug, reproduced by the ignored
+/// `*_when_timed_out_connections_close_late` scenarios) is counted, not a
+/// violation: it comes now and then on a loaded machine, and would fail
+/// these scenarios at random.
+const FULL_BUT_LATE: Mix = Mix { dups: true, ..FULL };
+
 /// All but what meets a known Flick bug when backends fail, so that the
 /// scenario can catch anything else: gets of several keys (once
 /// `a_multi_key_get_with_a_failed_backend_gets_one_whole_reply`; fixed, and
@@ -618,8 +627,7 @@ const FULL: Mix = Mix {
 /// and HTTP counts a response written inside a body cut short
 /// (`a_response_cut_by_its_backend_is_only_cut_short`) rather than failing;
 /// and a request that gets two replies, its fault and then the backend's
-/// (`*_when_timed_out_connections_close_late`), is counted too. The `*_in_full_*` scenarios, ignored until those
-/// are fixed, run everything.
+/// (`*_when_timed_out_connections_close_late`), is counted too.
 const SAFE: Mix = Mix {
     multi: false,
     quiet: false,
@@ -1870,7 +1878,7 @@ fn text_clients_get_only_their_own_replies_in_full_under_backend_faults() {
     under_backend_faults(
         "text_clients_get_only_their_own_replies_in_full_under_backend_faults",
         Proto::Text,
-        FULL,
+        FULL_BUT_LATE,
     );
 }
 
@@ -1888,7 +1896,7 @@ fn binary_clients_get_only_their_own_replies_in_full_under_backend_faults() {
     under_backend_faults(
         "binary_clients_get_only_their_own_replies_in_full_under_backend_faults",
         Proto::Binary,
-        FULL,
+        FULL_BUT_LATE,
     );
 }
 
