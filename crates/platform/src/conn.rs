@@ -475,6 +475,48 @@ impl ReadSide {
     }
 }
 
+/// What became of a reader's pending message.
+pub(crate) enum HandedOn {
+    /// Sent (or there was none): read on.
+    ReadOn,
+    /// The task returns this: the channel is full (the message stays
+    /// pending), or the timeslice is used up.
+    Stop(TaskStatus),
+    /// The channel's receiver is gone (the message stays pending).
+    Closed,
+}
+
+/// Hands the message a reader holds to its channel, counting it in.
+pub(crate) fn hand_on(
+    out: &Sender<Msg>,
+    pending: &mut Option<Msg>,
+    stats: &Stats,
+    chan: usize,
+    slice: &mut Timeslice,
+) -> HandedOn {
+    let Some(m) = pending.take() else {
+        return HandedOn::ReadOn;
+    };
+    match out.try_send(m) {
+        Ok(()) => {
+            stats.message_in(chan);
+            if slice.item_done() {
+                return HandedOn::Stop(TaskStatus::Yield);
+            }
+            HandedOn::ReadOn
+        }
+        // Backpressure: stop reading until the channel has room.
+        Err(TrySendError::Full(m)) => {
+            *pending = Some(m);
+            HandedOn::Stop(TaskStatus::Idle)
+        }
+        Err(TrySendError::Closed(m)) => {
+            *pending = Some(m);
+            HandedOn::Closed
+        }
+    }
+}
+
 /// Reads a connection and parses its messages onto a task channel.
 pub struct Reader {
     pub conn: Arc<Conn>,
@@ -525,24 +567,10 @@ impl Reader {
             let Some(out) = &self.out else {
                 return self.finish();
             };
-            if let Some(m) = self.pending.take() {
-                match out.try_send(m) {
-                    Ok(()) => {
-                        self.stats.message_in(self.conn.chan);
-                        if slice.item_done() {
-                            return TaskStatus::Yield;
-                        }
-                    }
-                    // Backpressure: stop reading until the channel has room.
-                    Err(TrySendError::Full(m)) => {
-                        self.pending = Some(m);
-                        return TaskStatus::Idle;
-                    }
-                    Err(TrySendError::Closed(m)) => {
-                        self.pending = Some(m);
-                        return self.finish();
-                    }
-                }
+            match hand_on(out, &mut self.pending, &self.stats, self.conn.chan, slice) {
+                HandedOn::ReadOn => {}
+                HandedOn::Stop(status) => return status,
+                HandedOn::Closed => return self.finish(),
             }
             let Some(read) = &mut self.read else {
                 return self.finish();

@@ -4,10 +4,10 @@
 //! (`merge.rs`), so a record costs no message, channel hop or task switch
 //! of its own.
 
-use crate::conn::Conn;
+use crate::conn::{hand_on, Conn, HandedOn};
 use crate::msg::{Msg, MsgPool};
 use crate::stats::Stats;
-use flick_runtime::{Sender, TaskStatus, Timeslice, TrySendError};
+use flick_runtime::{Sender, TaskStatus, Timeslice};
 use std::io::{ErrorKind, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -72,24 +72,10 @@ impl ChunkReader {
             let Some(out) = &self.out else {
                 return self.finish();
             };
-            if let Some(m) = self.pending.take() {
-                match out.try_send(m) {
-                    Ok(()) => {
-                        self.stats.message_in(self.conn.chan);
-                        if slice.item_done() {
-                            return TaskStatus::Yield;
-                        }
-                    }
-                    // Backpressure: stop reading until the merge takes it.
-                    Err(TrySendError::Full(m)) => {
-                        self.pending = Some(m);
-                        return TaskStatus::Idle;
-                    }
-                    Err(TrySendError::Closed(m)) => {
-                        self.pending = Some(m);
-                        return self.finish();
-                    }
-                }
+            match hand_on(out, &mut self.pending, &self.stats, self.conn.chan, slice) {
+                HandedOn::ReadOn => {}
+                HandedOn::Stop(status) => return status,
+                HandedOn::Closed => return self.finish(),
             }
             if self.drained && !self.hangup {
                 return self.idle();
