@@ -45,7 +45,8 @@
 #   Four memcached servers (backend cores) serve both Memcached proxies.
 #
 # Writes OUT/scale.md (table of requests/s and p99 per system and worker
-# count, ratios per worker, scaling 1 -> max workers), OUT/scale.json (every
+# count, ratios per worker, scaling 1 -> max workers), OUT/runs.jsonl (each
+# run as it ends), OUT/scale.json (every
 # figure of every run) and OUT/scale.png. Not a test: never run from
 # scripts/test.sh. Every process started here is stopped on exit.
 set -euo pipefail
@@ -169,7 +170,10 @@ fi
 
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 WORK=$(mktemp -d -t flick-scale.XXXXXX)
-RUNS="$WORK/runs.jsonl"
+# Each run's figures go to OUT as they come, so a run stopped part way
+# (a time limit on a borrowed machine) still leaves what it measured.
+mkdir -p "$OUT"
+RUNS="$OUT/runs.jsonl"
 : >"$RUNS"
 pids=()
 
