@@ -355,7 +355,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         }
     };
     let program_path = settings.program.to_string_lossy().into_owned();
-    let file = match read(&program_path) {
+    let file = match read_program(&program_path) {
         Ok(f) => f,
         Err(code) => return code,
     };
@@ -537,6 +537,16 @@ fn render_svg(dot: &str, out: &str) -> std::io::Result<()> {
     }
 }
 
+/// A program file as the checker sees it: with the library its grammar
+/// brings (`grammar packet` brings lib/packet.flick) after the user's text.
+fn read_program(path: &str) -> Result<SourceFile, ExitCode> {
+    let file = read(path)?;
+    match flick::views::program_source(&file.text) {
+        std::borrow::Cow::Borrowed(_) => Ok(file),
+        std::borrow::Cow::Owned(text) => Ok(SourceFile::new(path, text)),
+    }
+}
+
 fn read(path: &str) -> Result<SourceFile, ExitCode> {
     match std::fs::read_to_string(path) {
         Ok(text) => Ok(SourceFile::new(path, text)),
@@ -555,7 +565,7 @@ fn main() -> ExitCode {
         Command::Grammar(cmd) => grammar_command(cmd, color),
         Command::Run(args) => run_command(*args, color),
         Command::Graph { file: path, svg } => {
-            let file = match read(&path) {
+            let file = match read_program(&path) {
                 Ok(f) => f,
                 Err(code) => return code,
             };
@@ -584,7 +594,7 @@ fn main() -> ExitCode {
         Command::Check { bounds, files } => {
             let mut failed = false;
             for path in &files {
-                let file = match read(path) {
+                let file = match read_program(path) {
                     Ok(f) => f,
                     Err(code) => return code,
                 };

@@ -244,3 +244,42 @@ pub fn header_list(grammar: &Grammar, record: &str) -> Option<flick_check::Heade
         value_max: bytes("value")?,
     })
 }
+
+/// The packet library (lib/packet.flick), loaded for every program that
+/// says `grammar packet`.
+pub const PACKET_LIBRARY: &str = include_str!("../../../lib/packet.flick");
+
+/// The text the checker reads for a program: the user's text, followed by
+/// the library of the grammar it names (only `grammar packet` has one).
+/// The library comes after the user's text, so spans in the user's part
+/// keep their offsets, lines and file name.
+pub fn program_source(text: &str) -> std::borrow::Cow<'_, str> {
+    if !names_packet_grammar(text) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut combined = String::with_capacity(text.len() + PACKET_LIBRARY.len() + 1);
+    combined.push_str(text);
+    if !text.ends_with('\n') {
+        combined.push('\n');
+    }
+    combined.push_str(PACKET_LIBRARY);
+    std::borrow::Cow::Owned(combined)
+}
+
+/// Where the library starts in a text made by [`program_source`], if it
+/// holds one: spans at or past it are the library's.
+pub fn library_start(combined: &str) -> Option<usize> {
+    combined
+        .len()
+        .checked_sub(PACKET_LIBRARY.len())
+        .filter(|start| combined[*start..] == *PACKET_LIBRARY && names_packet_grammar(combined))
+}
+
+/// Whether a line of `text` is `grammar packet` (a trailing comment allowed).
+fn names_packet_grammar(text: &str) -> bool {
+    text.lines().any(|line| {
+        let line = line.split('#').next().unwrap_or("");
+        let mut words = line.split_whitespace();
+        words.next() == Some("grammar") && words.next() == Some("packet") && words.next().is_none()
+    })
+}
