@@ -413,6 +413,157 @@ fn packet() {
     check("packet");
 }
 
+/// Frames of every kind the flat `packet` unit knows, each with the bytes
+/// its headers take (the message ends there; a payload after it is left).
+fn packet_frames() -> Vec<(&'static str, Vec<u8>, usize)> {
+    fn eth(t: u16) -> Vec<u8> {
+        let mut f: Vec<u8> = (1..=12).collect();
+        f.extend_from_slice(&t.to_be_bytes());
+        f
+    }
+    fn ip4(proto: u8, flags_frag: u16, options: &[u8]) -> Vec<u8> {
+        let ihl = 5 + options.len() as u8 / 4;
+        let mut h = vec![0x40 | ihl, 0xb8, 0, 60, 0, 1];
+        h.extend_from_slice(&flags_frag.to_be_bytes());
+        h.extend_from_slice(&[64, proto, 0, 0, 10, 0, 0, 1, 192, 168, 1, 2]);
+        h.extend_from_slice(options);
+        h
+    }
+    fn ip6(next: u8) -> Vec<u8> {
+        let mut h = vec![0x60, 0x01, 0x23, 0x45, 0, 8, next, 33];
+        h.extend((0..32).map(|i| i as u8));
+        h
+    }
+    let tcp = [
+        0x04, 0xd2, 0, 22, 0, 0, 0, 1, 0, 0, 0, 2, 0x50, 0x12, 0, 100, 0, 0, 0, 0,
+    ];
+    let tcp_options = [
+        0x04, 0xd2, 0, 22, 0, 0, 0, 1, 0, 0, 0, 2, 0x60, 0x02, 0, 100, 0, 0, 0, 0, 2, 4, 5, 0xb4,
+    ];
+    let udp = [0x14, 0xe9, 0, 53, 0, 8, 0, 0];
+    let icmp = [8, 0, 0, 0, 0, 1, 0, 7];
+    let arp_body = [
+        0, 1, 8, 0, 6, 4, 0, 1, 1, 2, 3, 4, 5, 6, 10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 2,
+    ];
+    let cat = |parts: &[&[u8]]| parts.concat();
+    let payload: &[u8] = b"payload";
+    vec![
+        (
+            "tcp4",
+            cat(&[&eth(0x0800), &ip4(6, 0, &[]), &tcp, payload]),
+            54,
+        ),
+        (
+            "tcp4 with options",
+            cat(&[&eth(0x0800), &ip4(6, 0x4000, &[1, 1, 1, 0]), &tcp_options]),
+            62,
+        ),
+        ("udp4", cat(&[&eth(0x0800), &ip4(17, 0, &[]), &udp]), 42),
+        ("icmp4", cat(&[&eth(0x0800), &ip4(1, 0, &[]), &icmp]), 42),
+        // A later fragment has no L4 header: the message ends at IPv4's.
+        (
+            "fragment",
+            cat(&[&eth(0x0800), &ip4(6, 0x0010, &[]), &tcp]),
+            34,
+        ),
+        (
+            "other ip protocol",
+            cat(&[&eth(0x0800), &ip4(47, 0, &[]), payload]),
+            34,
+        ),
+        (
+            "vlan udp4",
+            cat(&[
+                &eth(0x8100),
+                &[0x20, 0x05, 0x08, 0x00],
+                &ip4(17, 0, &[]),
+                &udp,
+            ]),
+            46,
+        ),
+        ("tcp6", cat(&[&eth(0x86dd), &ip6(6), &tcp]), 74),
+        ("udp6", cat(&[&eth(0x86dd), &ip6(17), &udp, payload]), 62),
+        ("icmp6", cat(&[&eth(0x86dd), &ip6(58), &icmp]), 54),
+        ("arp", cat(&[&eth(0x0806), &arp_body]), 42),
+        ("other ethertype", cat(&[&eth(0x88cc), payload]), 14),
+    ]
+}
+
+/// The flat `packet` unit: both parsers agree on frames of every kind,
+/// whole, cut anywhere (a truncated frame) and under views of each field;
+/// the generated code finishes the whole ones.
+#[test]
+fn packet_frames_of_every_kind() {
+    flick_grammars::install();
+    let g = Grammar::stock("packet").expect("a stock grammar");
+    let unit = g.unit_id("packet").expect("the flat unit");
+    for (kind, frame, header_len) in packet_frames() {
+        for cut in 0..=frame.len() {
+            let data = &frame[..cut];
+            let mut fast = g.parser(unit);
+            assert!(fast.is_compiled(), "the packet unit has generated code");
+            let mut slow = g.parser(unit).interpreted();
+            let want = drive(&mut slow, data, data.len());
+            assert_eq!(
+                drive(&mut fast, data, data.len()),
+                want,
+                "{kind}, cut at {cut}"
+            );
+            if cut >= header_len {
+                let done = format!("done {header_len} ");
+                assert!(want[0].starts_with(&done), "{kind}, cut at {cut}: {want:?}");
+                assert!(fast.compiled_messages() > 0, "{kind}: generated code ran");
+            } else {
+                assert!(
+                    !want[0].starts_with("done"),
+                    "{kind}, cut at {cut}: {want:?}"
+                );
+            }
+        }
+        views(&g, unit, &frame);
+    }
+}
+
+/// A field of a header the frame lacks is unset; a field the protocols
+/// share (`src_port` of TCP and UDP, `ttl` of IPv4 and IPv6) is one slot.
+#[test]
+fn packet_fields_of_absent_headers_are_unset() {
+    flick_grammars::install();
+    let g = Grammar::stock("packet").expect("a stock grammar");
+    let unit = g.unit_id("packet").expect("the flat unit");
+    let slot = |name: &str| {
+        g.unit(unit)
+            .fields
+            .iter()
+            .find(|f| f.name == name)
+            .unwrap_or_else(|| panic!("field {name}"))
+            .slot
+    };
+    for (kind, frame, _) in packet_frames() {
+        let mut p = g.parser(unit);
+        assert!(matches!(p.parse(&frame), Ok(Progress::Done(_))), "{kind}");
+        let port = &p.slots()[slot("src_port") as usize];
+        let ttl = &p.slots()[slot("ttl") as usize];
+        let has_port = [
+            "tcp4",
+            "tcp4 with options",
+            "udp4",
+            "vlan udp4",
+            "tcp6",
+            "udp6",
+        ];
+        assert_eq!(
+            *port != Slot::Unset,
+            has_port.contains(&kind),
+            "{kind}: {port:?}"
+        );
+        let has_ip = !matches!(kind, "arp" | "other ethertype");
+        assert_eq!(*ttl != Slot::Unset, has_ip, "{kind}: {ttl:?}");
+        let spa = &p.slots()[slot("arp_spa") as usize];
+        assert_eq!(*spa != Slot::Unset, kind == "arp", "{kind}");
+    }
+}
+
 /// A grammar that is not the one compiled gets no generated parser, even
 /// under a stock grammar's name.
 #[test]
