@@ -1,10 +1,13 @@
 //! Real peers for tests: memcached servers (Debian package `memcached`)
 //! and nginx web servers (`nginx-light`) started on loopback ports and
-//! killed when the test ends, however it ends.
+//! killed when the test ends, however it ends; and plain Rust models of
+//! the packet examples (`packet_model`), what their tests and benchmarks
+//! compare Flick with.
 //!
-//! A dev-dependency only: no library or binary of the workspace may depend
-//! on it, and it knows nothing of Flick's crates.
+//! For tests and benchmarks only: no library or product binary of the
+//! workspace may depend on it, and it knows nothing of Flick's crates.
 
+pub mod packet_model;
 pub mod toxiproxy;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
