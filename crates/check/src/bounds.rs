@@ -245,6 +245,15 @@ impl Checker<'_> {
                 });
             }
         }
+        if crate::builtins::PACKET_BUILTINS.contains(&f.name.as_str()) {
+            let s = self.packet_cost(&f.name, args);
+            c = c.add(Cost {
+                ops: s.ops,
+                live: 0,
+                peak: 0,
+                scratch: s.scratch,
+            });
+        }
         if crate::builtins::STRING_BUILTINS.contains(&f.name.as_str()) {
             let s = self.string_cost(&f.name, args);
             c = c.add(Cost {

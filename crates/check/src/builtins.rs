@@ -19,7 +19,16 @@ pub const BUILTINS: &[&str] = &[
     "to_string",
     "split_once",
     "header",
+    "pack",
+    "frame_len",
+    "broadcast",
+    "in_prefix",
+    "min",
+    "max",
 ];
+
+/// The built-ins of packet programs, checked in `packets.rs`.
+pub const PACKET_BUILTINS: &[&str] = &["pack", "frame_len", "broadcast", "in_prefix", "min", "max"];
 
 /// The built-ins on strings (and bytes), checked in `strings.rs`.
 pub const STRING_BUILTINS: &[&str] = &[

@@ -428,6 +428,7 @@ impl Checker<'_> {
             ""
         };
         let ok = self.arity(f, sig.params.len(), given, span, note);
+        self.prefix_arguments(id, args);
         for (i, a) in args.iter().enumerate() {
             let t = self.expr(a);
             if ok {
@@ -669,6 +670,9 @@ impl Checker<'_> {
             "fold" | "map" | "filter" => self.iteration(f, args, span),
             n if crate::builtins::STRING_BUILTINS.contains(&n) => {
                 self.string_builtin(f, args, span)
+            }
+            n if crate::builtins::PACKET_BUILTINS.contains(&n) => {
+                self.packet_builtin(f, args, span)
             }
             _ => unreachable!("every built-in is handled"),
         }

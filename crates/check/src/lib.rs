@@ -13,6 +13,7 @@ mod decls;
 mod exprs;
 mod items;
 pub mod limits;
+pub mod packets;
 mod program;
 mod strings;
 mod suggest;

@@ -51,11 +51,23 @@ pub enum Builtin {
     Header {
         record: u16,
     },
+    /// `pack(a, ...)`: the values as one string, each part a tag byte and
+    /// its value (see [`crate::vm`]), written into the scratch buffer.
+    Pack,
+    /// `frame_len(msg)`: the message's length in bytes, from the host.
+    FrameLen,
+    /// `in_prefix(addr, "A.B.C.D/N")`: whether an IPv4 address lies in
+    /// the prefix (`False` for `None` or a prefix that does not parse).
+    InPrefix,
+    /// `min(a, b)`, `max(a, b)` of integers (`None` if either is).
+    Min,
+    Max,
 }
 
 impl Builtin {
     /// The built-in a program calls by `name` (`header` is made with its
-    /// record by the lowering).
+    /// record by the lowering, and `broadcast` is lowered to a loop of
+    /// sends).
     pub fn by_name(name: &str) -> Option<Builtin> {
         Some(match name {
             "hash" => Builtin::Hash,
@@ -71,6 +83,11 @@ impl Builtin {
             "to_int" => Builtin::ToInt,
             "to_string" => Builtin::ToString,
             "split_once" => Builtin::SplitOnce,
+            "pack" => Builtin::Pack,
+            "frame_len" => Builtin::FrameLen,
+            "in_prefix" => Builtin::InPrefix,
+            "min" => Builtin::Min,
+            "max" => Builtin::Max,
             _ => return None,
         })
     }

@@ -545,6 +545,9 @@ impl<'a> Lowerer<'a> {
             ExprKind::Call(f, args) if matches!(f.name.as_str(), "fold" | "map" | "filter") => {
                 self.iteration(b, f, args)?
             }
+            ExprKind::Call(f, args) if f.name == "broadcast" && args.len() == 2 => {
+                self.broadcast(b, &args[0], &args[1])?
+            }
             ExprKind::Call(f, args) => {
                 let regs = self.args(b, &f.name, args)?;
                 let dst = b.reg();
@@ -642,6 +645,59 @@ impl Lowerer<'_> {
             regs.push(r);
         }
         Ok(regs)
+    }
+
+    /// `broadcast(value, chans)` as a loop of sends, one per channel of
+    /// the array. A send to a full channel suspends at that send, with the
+    /// loop's index in its register, so the run resumes with the channel
+    /// that was full and sends to each channel once.
+    fn broadcast(
+        &mut self,
+        b: &mut FnBuilder,
+        value: &Expr,
+        chans: &Expr,
+    ) -> Result<Reg, Unsupported> {
+        let v = self.expr(b, value)?;
+        let chans = self.expr(b, chans)?;
+        let n = b.reg();
+        b.emit(Op::Builtin {
+            f: Builtin::Len,
+            dst: n,
+            args: Box::new([chans]),
+        });
+        let i = Self::constant(b, Const::Int(0));
+        let one = Self::constant(b, Const::Int(1));
+        let more = b.reg();
+        let head = b.here();
+        b.emit(Op::Binary {
+            op: BinOp::Lt,
+            dst: more,
+            a: i,
+            b: n,
+        });
+        let exit = b.code.len();
+        b.emit(Op::JumpIfFalse { cond: more, to: 0 });
+        let chan = b.reg();
+        b.emit(Op::Index {
+            dst: chan,
+            base: chans,
+            index: i,
+        });
+        b.emit(Op::Send { src: v, chan });
+        b.emit(Op::Binary {
+            op: BinOp::Add,
+            dst: i,
+            a: i,
+            b: one,
+        });
+        b.emit(Op::CheckSlice);
+        b.emit(Op::Jump { to: head });
+        let end = b.here();
+        b.code[exit] = Op::JumpIfFalse {
+            cond: more,
+            to: end,
+        };
+        Ok(Self::constant(b, Const::Unit))
     }
 
     /// `foldt on CHANS ordering elem A, B by elem.F as K: BODY` as a loop:

@@ -166,6 +166,12 @@ pub trait Host {
         let _ = (msg, record, name);
         Err(Fault::Host("this host reads no header fields".into()))
     }
+    /// `frame_len(msg)`: the length in bytes of the whole message `msg`
+    /// (for a packet, the frame's length on the wire).
+    fn message_len(&self, msg: &Value) -> Result<Value, Fault> {
+        let _ = msg;
+        Err(Fault::Host("this host does not measure messages".into()))
+    }
 }
 
 /// How a run of the interpreter ended.
@@ -409,6 +415,30 @@ impl Vm {
                             Value::Chan { chan, .. } => Value::Bool(host.all_ready(*chan)),
                             _ => return Err(Fault::Kind("a channel array")),
                         },
+                        Builtin::Pack => self.pack(module, &*host, base, args)?,
+                        Builtin::FrameLen => match self.reg(base, args[0]) {
+                            Value::None => Value::None,
+                            m => host.message_len(m)?,
+                        },
+                        Builtin::InPrefix => {
+                            let addr = self.reg(base, args[0]);
+                            let prefix = self.bytes_of(module, &*host, self.reg(base, args[1]));
+                            Value::Bool(in_prefix(addr, prefix))
+                        }
+                        Builtin::Min | Builtin::Max => {
+                            match (self.reg(base, args[0]), self.reg(base, args[1])) {
+                                (Value::None, _) | (_, Value::None) => Value::None,
+                                _ => {
+                                    let (a, b) =
+                                        (self.int(base, args[0])?, self.int(base, args[1])?);
+                                    Value::Int(if *f == Builtin::Min {
+                                        a.min(b)
+                                    } else {
+                                        a.max(b)
+                                    })
+                                }
+                            }
+                        }
                         g => self.string_builtin(module, &*host, base, *g, args)?,
                     };
                     self.set(base, *dst, v);
@@ -626,6 +656,45 @@ impl Vm {
             }
         }
         Ok((at as u32, (self.scratch.len() - at) as u32))
+    }
+
+    /// `pack(a, ...)`: each value as a part, a tag byte then the value:
+    /// `i` and an integer's 8 bytes big-endian, `b` and a `bool`'s byte,
+    /// `s` and a string's length (4 bytes big-endian) and bytes, or `n`
+    /// alone for `None`. Tags and lengths make two different lists of
+    /// values pack differently. Written into the scratch buffer.
+    fn pack(
+        &mut self,
+        module: &Module,
+        host: &dyn Host,
+        base: u32,
+        args: &[Reg],
+    ) -> Result<Value, Fault> {
+        let at = self.scratch.len();
+        for r in args {
+            let v = self.reg(base, *r).clone();
+            match v {
+                Value::Int(i) => {
+                    self.scratch.push(b'i');
+                    self.scratch.extend_from_slice(&i.to_be_bytes());
+                }
+                Value::Bool(x) => self.scratch.extend_from_slice(&[b'b', x as u8]),
+                Value::None => self.scratch.push(b'n'),
+                v => {
+                    let n = self
+                        .bytes_of(module, host, &v)
+                        .ok_or(Fault::Kind("an integer, bool or string"))?
+                        .len();
+                    self.scratch.push(b's');
+                    self.scratch.extend_from_slice(&(n as u32).to_be_bytes());
+                    self.copy_to_scratch(module, host, &v, 0..n)?;
+                }
+            }
+        }
+        Ok(Value::Scratch {
+            start: at as u32,
+            len: (self.scratch.len() - at) as u32,
+        })
     }
 
     /// The built-ins on strings, and `header`. None fails: `None` given
@@ -892,6 +961,25 @@ fn outside_bytes<'a>(module: &'a Module, host: &'a dyn Host, v: &'a Value) -> Op
             }
         }
         _ => host.bytes(v),
+    }
+}
+
+/// `in_prefix`: whether `addr` is an IPv4 address (an integer) within the
+/// CIDR prefix `prefix`; `False` for `None` or a prefix that does not
+/// parse (a constant one was refused by the checker).
+fn in_prefix(addr: &Value, prefix: Option<&[u8]>) -> bool {
+    let (Value::Int(addr), Some(prefix)) = (addr, prefix) else {
+        return false;
+    };
+    let Ok(prefix) = std::str::from_utf8(prefix) else {
+        return false;
+    };
+    match (
+        u32::try_from(*addr),
+        flick_check::packets::parse_cidr(prefix),
+    ) {
+        (Ok(addr), Ok((net, mask))) => addr & mask == net,
+        _ => false,
     }
 }
 

@@ -22,9 +22,16 @@ pub struct Analysis {
 /// Parses and checks `text` as the file at `path` (its grammar is looked
 /// up beside it, as `flick check` does).
 pub fn analyse(path: &Path, text: &str) -> Analysis {
-    let (checked, mut diagnostics) = crate::views::check_program(path, text);
+    // A program that says `grammar packet` is checked with the packet
+    // library after it; what lies in the library has no place in the
+    // editor's text.
+    let source = crate::views::program_source(text);
+    let (checked, mut diagnostics) = crate::views::check_program(path, &source);
     diagnostics.extend(checked.warnings.iter().cloned());
-    let (program, _) = flick_syntax::parse(text);
+    if let Some(start) = crate::views::library_start(&source) {
+        diagnostics.retain(|d| (d.span().start as usize) < start);
+    }
+    let (program, _) = flick_syntax::parse(&source);
     let mut r = Resolver::default();
     r.program(&program);
     Analysis {
@@ -48,7 +55,9 @@ pub fn format(text: &str) -> Result<String, Vec<Diagnostic>> {
 impl Analysis {
     /// The declaration that the name at `offset` refers to.
     pub fn definition(&self, offset: u32) -> Option<Span> {
-        self.reference_at(offset).map(|(_, def)| def)
+        self.reference_at(offset)
+            .map(|(_, def)| def)
+            .filter(|def| (def.end as usize) <= self.text.len())
     }
 
     /// What to show for the name or expression at `offset`, and the span
@@ -425,6 +434,32 @@ mod tests {
         assert!(text.contains("target : integer"), "{text}");
         let (_, text) = a.hover(at(PROGRAM, "cmd", 0)).unwrap();
         assert!(text.contains("key : string"), "{text}");
+    }
+
+    const PACKETS: &str =
+        "grammar packet\n\nproc P: (packet/- wire, -/packet out)\n  | wire => pass(out)\n\n\
+        fun pass: (-/packet out, p: packet) -> ()\n  if is_tcp(p):\n    p => out\n";
+
+    #[test]
+    fn a_packet_program_sees_the_library() {
+        let a = analyse(Path::new("p.flick"), PACKETS);
+        assert!(a.diagnostics.is_empty(), "{:?}", a.diagnostics);
+        let (_, text) = a.hover(at(PACKETS, "is_tcp", 0)).unwrap();
+        assert!(text.contains("fun is_tcp: (p: packet) -> (bool)"), "{text}");
+        // The library's text is not the editor's: no place to go to.
+        assert_eq!(a.definition(at(PACKETS, "is_tcp", 0)), None);
+        let bad = PACKETS.replace("fun pass", "fun is_ip");
+        let a = analyse(
+            Path::new("p.flick"),
+            &bad.replace("wire => pass", "wire => is_ip"),
+        );
+        let d = a
+            .diagnostics
+            .iter()
+            .find(|d| d.code == "E0104")
+            .expect("a redefinition");
+        assert!(d.message.contains("packet library"), "{}", d.message);
+        assert!((d.span().end as usize) <= bad.len());
     }
 
     #[test]

@@ -179,8 +179,37 @@ pub fn check_program(path: &Path, src: &str) -> (CheckedProgram, Vec<Diagnostic>
             if diags.is_empty() {
                 diags.extend(check_views(&checked, &grammar));
             }
+            if let Some(start) = library_start(src) {
+                diags = diags
+                    .into_iter()
+                    .map(|d| library_name_taken(src, start, d))
+                    .collect();
+            }
             (checked, diags)
         }
+    }
+}
+
+/// A name defined twice, once by the user and once by the library that
+/// follows the user's text, is reported at the user's definition, as a
+/// name the library takes.
+fn library_name_taken(src: &str, start: usize, d: Diagnostic) -> Diagnostic {
+    let in_library = |s: flick_span::Span| s.start as usize >= start;
+    let user = d.labels.iter().skip(1).find(|l| !in_library(l.span));
+    match user {
+        Some(user) if d.code == "E0104" && in_library(d.span()) => {
+            let name = &src[user.span.range()];
+            Diagnostic::error(
+                "E0104",
+                format!("`{name}` is a name of the packet library"),
+                user.span,
+            )
+            .label("the packet library defines it too")
+            .hint(format!(
+                "`grammar packet` brings the packet library (lib/packet.flick), which defines `{name}`; choose another name, or use the library's"
+            ))
+        }
+        _ => d,
     }
 }
 
@@ -249,30 +278,43 @@ pub fn header_list(grammar: &Grammar, record: &str) -> Option<flick_check::Heade
 /// says `grammar packet`.
 pub const PACKET_LIBRARY: &str = include_str!("../../../lib/packet.flick");
 
+/// What of the library follows a program: all after its own `grammar
+/// packet` line (which it has so that it can be checked alone), since a
+/// program names one grammar.
+pub fn library_body() -> &'static str {
+    let line = "\ngrammar packet\n";
+    PACKET_LIBRARY
+        .find(line)
+        .map_or(PACKET_LIBRARY, |i| &PACKET_LIBRARY[i + line.len()..])
+}
+
 /// The text the checker reads for a program: the user's text, followed by
 /// the library of the grammar it names (only `grammar packet` has one).
 /// The library comes after the user's text, so spans in the user's part
 /// keep their offsets, lines and file name.
 pub fn program_source(text: &str) -> std::borrow::Cow<'_, str> {
-    if !names_packet_grammar(text) {
+    let body = library_body();
+    // The library itself, checked alone, is not read twice.
+    if !names_packet_grammar(text) || text.ends_with(body) {
         return std::borrow::Cow::Borrowed(text);
     }
-    let mut combined = String::with_capacity(text.len() + PACKET_LIBRARY.len() + 1);
+    let mut combined = String::with_capacity(text.len() + body.len() + 1);
     combined.push_str(text);
     if !text.ends_with('\n') {
         combined.push('\n');
     }
-    combined.push_str(PACKET_LIBRARY);
+    combined.push_str(body);
     std::borrow::Cow::Owned(combined)
 }
 
 /// Where the library starts in a text made by [`program_source`], if it
 /// holds one: spans at or past it are the library's.
 pub fn library_start(combined: &str) -> Option<usize> {
+    let body = library_body();
     combined
         .len()
-        .checked_sub(PACKET_LIBRARY.len())
-        .filter(|start| combined[*start..] == *PACKET_LIBRARY && names_packet_grammar(combined))
+        .checked_sub(body.len())
+        .filter(|start| combined.ends_with(body) && names_packet_grammar(&combined[..*start]))
 }
 
 /// Whether a line of `text` is `grammar packet` (a trailing comment allowed).

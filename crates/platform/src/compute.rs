@@ -507,6 +507,10 @@ impl Host for GraphHost {
         Ok(flick_exec::fnv1a(&key))
     }
 
+    fn message_len(&self, msg: &Value) -> Result<Value, Fault> {
+        Ok(Value::Int(self.msg(msg)?.bytes.len() as i64))
+    }
+
     fn header(&self, msg: &Value, record: u16, name: &[u8]) -> Result<Value, Fault> {
         let Value::Msg(h) = msg else {
             return Err(Fault::Kind("a record"));

@@ -1,0 +1,329 @@
+//! The built-ins of packet programs: `pack` (a dictionary key of several
+//! values), `frame_len` (a message's length in bytes), `broadcast` (a value
+//! to every channel of an array), `in_prefix` (an IPv4 address within a
+//! CIDR prefix), `min` and `max`: their types, bounds and cost.
+//!
+//! None of them fails at run time on `None` (a header the packet lacks):
+//! `pack` packs it as a part of its own, `in_prefix` is `False`, `min` and
+//! `max` give `None`.
+
+use crate::checker::Checker;
+use crate::strings::{max_of, StringCost};
+use crate::types::Ty;
+use flick_span::{Diagnostic, Span};
+use flick_syntax::ast::*;
+
+/// The most values `pack` packs.
+pub const PACK_MAX_ARGS: usize = 8;
+
+/// Bytes `pack` writes for one part: a tag byte, then 8 bytes for an
+/// integer, 1 for a `bool`, or a 4-byte length and the bytes.
+pub const PACK_TAG: u64 = 1;
+pub const PACK_INT: u64 = 8;
+pub const PACK_BOOL: u64 = 1;
+pub const PACK_LEN: u64 = 4;
+
+/// The most bytes `pack` writes for a part of type `t`.
+fn pack_part(t: &Ty) -> u64 {
+    PACK_TAG
+        + match t.behind_refs() {
+            Ty::Int { .. } => PACK_INT,
+            Ty::Bool => PACK_BOOL,
+            t => max_of(t).map_or(0, |m| PACK_LEN.saturating_add(m)),
+        }
+}
+
+/// A CIDR prefix `A.B.C.D/N`: the network address (host bits cleared)
+/// and the mask, or why it is not one.
+pub fn parse_cidr(s: &str) -> Result<(u32, u32), &'static str> {
+    let (addr, len) = s.split_once('/').ok_or("no `/` and prefix length")?;
+    let len: u32 = match len.parse() {
+        Ok(n) if n <= 32 && !len.starts_with('+') => n,
+        _ => return Err("the prefix length is not a number from 0 to 32"),
+    };
+    let mut octets = addr.split('.');
+    let mut ip: u32 = 0;
+    for _ in 0..4 {
+        let o = octets.next().ok_or("the address has fewer than 4 parts")?;
+        if o.is_empty() || o.len() > 3 || !o.bytes().all(|b| b.is_ascii_digit()) {
+            return Err("a part of the address is not a number from 0 to 255");
+        }
+        let o: u32 = o
+            .parse()
+            .map_err(|_| "a part of the address is not a number")?;
+        if o > 255 {
+            return Err("a part of the address is above 255");
+        }
+        ip = ip << 8 | o;
+    }
+    if octets.next().is_some() {
+        return Err("the address has more than 4 parts");
+    }
+    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+    Ok((ip & mask, mask))
+}
+
+/// Whether `e` calls `in_prefix` with parameter `param` as its prefix.
+fn prefix_of_param(e: &Expr, param: &str) -> bool {
+    let any = |es: &[Expr]| es.iter().any(|x| prefix_of_param(x, param));
+    match &e.kind {
+        ExprKind::Call(f, args) => {
+            let direct = f.name == "in_prefix"
+                && matches!(args.get(1).map(|a| &a.kind), Some(ExprKind::Var(v)) if v.name == param);
+            direct || any(args)
+        }
+        ExprKind::Unary(_, x) | ExprKind::Field(x, _) => prefix_of_param(x, param),
+        ExprKind::Binary(_, a, b) | ExprKind::Index(a, b) => {
+            prefix_of_param(a, param) || prefix_of_param(b, param)
+        }
+        ExprKind::Tuple(es) | ExprKind::List(es) => any(es),
+        _ => false,
+    }
+}
+
+fn block_prefix_of_param(b: &Block, param: &str) -> bool {
+    b.stmts.iter().any(|s| match &s.kind {
+        StmtKind::Let { value, .. } | StmtKind::Expr(value) => prefix_of_param(value, param),
+        StmtKind::Assign { place, value }
+        | StmtKind::Send {
+            value,
+            channel: place,
+        } => prefix_of_param(place, param) || prefix_of_param(value, param),
+        StmtKind::If {
+            cond,
+            then,
+            otherwise,
+        } => {
+            prefix_of_param(cond, param)
+                || block_prefix_of_param(then, param)
+                || otherwise
+                    .as_ref()
+                    .is_some_and(|o| block_prefix_of_param(o, param))
+        }
+    })
+}
+
+impl Checker<'_> {
+    pub(crate) fn packet_builtin(&mut self, f: &Ident, args: &[Expr], span: Span) -> Ty {
+        let name = f.name.as_str();
+        if name == "pack" {
+            return self.pack(f, args, span);
+        }
+        let n = if name == "frame_len" { 1 } else { 2 };
+        if !self.arity(f, n, args.len(), span, "") {
+            args.iter().for_each(|a| drop(self.expr(a)));
+            return match name {
+                "in_prefix" => Ty::Bool,
+                "broadcast" => Ty::unit(),
+                _ => Ty::int(),
+            };
+        }
+        match name {
+            "frame_len" => {
+                let t = self.expr(&args[0]);
+                let r = self.uni.resolve(&t);
+                if !matches!(r.behind_refs(), Ty::Record(..) | Ty::Error | Ty::Var(_)) {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "E0203",
+                            format!("`frame_len` measures a message, not `{r}`"),
+                            args[0].span,
+                        )
+                        .label(format!("this is `{r}`"))
+                        .hint("give it the record a rule received, as in `frame_len(p)`"),
+                    );
+                }
+                Ty::Int {
+                    signed: false,
+                    bytes: 8,
+                }
+            }
+            "min" | "max" => {
+                for a in args {
+                    let t = self.expr(a);
+                    self.operand(&t, &Ty::int(), a.span, &format!("`{name}`"));
+                }
+                Ty::int()
+            }
+            "in_prefix" => {
+                let t = self.expr(&args[0]);
+                self.operand(&t, &Ty::int(), args[0].span, "`in_prefix`");
+                let p = self.expr(&args[1]);
+                self.expect_ty(
+                    &p,
+                    &Ty::Str { max: 18 },
+                    args[1].span,
+                    "the prefix given to `in_prefix`",
+                );
+                if let ExprKind::Str(s) = &args[1].kind {
+                    self.cidr_constant(s, args[1].span);
+                }
+                Ty::Bool
+            }
+            "broadcast" => {
+                let v = self.expr(&args[0]);
+                let c = self.expr(&args[1]);
+                match self.uni.resolve(&c).behind_refs() {
+                    Ty::ChanArray(ch, _) => match &ch.output {
+                        Some(out) => {
+                            let out = (**out).clone();
+                            self.expect_ty(
+                                &v,
+                                &out,
+                                args[0].span,
+                                &format!("value broadcast on `[{ch}]`"),
+                            );
+                        }
+                        None => self.diags.push(
+                            Diagnostic::error(
+                                "E0302",
+                                "cannot write to read-only channels",
+                                args[1].span,
+                            )
+                            .label(format!("this is `[{ch}]`: nothing can be written to it"))
+                            .hint("declare an output type, as in `[-/packet] outs`"),
+                        ),
+                    },
+                    Ty::Error => {}
+                    other => self.diags.push(
+                        Diagnostic::error(
+                            "E0303",
+                            format!(
+                                "`broadcast` sends to every channel of an array, not `{other}`"
+                            ),
+                            args[1].span,
+                        )
+                        .label(format!("this is `{other}`"))
+                        .hint("to send to one channel, write `value => chan`"),
+                    ),
+                }
+                Ty::unit()
+            }
+            _ => unreachable!("every packet built-in is handled"),
+        }
+    }
+
+    /// `pack(a, ...)`: 1 to 8 integers, `bool`s, strings or bytes, packed
+    /// into one string.
+    fn pack(&mut self, f: &Ident, args: &[Expr], span: Span) -> Ty {
+        if args.is_empty() || args.len() > PACK_MAX_ARGS {
+            self.diags.push(
+                Diagnostic::error(
+                    "E0202",
+                    format!(
+                        "`pack` takes 1 to {PACK_MAX_ARGS} arguments, but {} were given",
+                        args.len()
+                    ),
+                    span,
+                )
+                .label(format!("{} given", args.len())),
+            );
+        }
+        let mut max: u64 = 0;
+        for a in args {
+            let t = self.expr(a);
+            let r = self.uni.resolve(&t);
+            let part = match r.behind_refs() {
+                t @ (Ty::Int { .. } | Ty::Bool | Ty::Str { .. } | Ty::Bytes { .. }) => pack_part(t),
+                Ty::Error | Ty::Var(_) => 0,
+                other => {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "E0203",
+                            format!(
+                                "`{}` packs integers, booleans, strings and bytes, not `{other}`",
+                                f.name
+                            ),
+                            a.span,
+                        )
+                        .label(format!("this is `{other}`")),
+                    );
+                    0
+                }
+            };
+            max = max.saturating_add(part);
+        }
+        Ty::Str { max }
+    }
+
+    /// A constant CIDR prefix that does not parse is an error here, not a
+    /// `False` at run time.
+    fn cidr_constant(&mut self, s: &str, span: Span) {
+        if let Err(why) = parse_cidr(s) {
+            self.diags.push(
+                Diagnostic::error("E0210", format!("`{s}` is not an IPv4 prefix: {why}"), span)
+                    .label("not `A.B.C.D/N`")
+                    .hint("write an IPv4 prefix as in \"10.0.0.0/8\" or \"192.168.1.7/32\""),
+            );
+        }
+    }
+
+    /// Constant prefixes given to a function that hands a parameter to
+    /// `in_prefix` (`has_addr(p, "10.0.0.0/8")`) are checked at the call.
+    pub(crate) fn prefix_arguments(&mut self, id: usize, args: &[Expr]) {
+        let decl = self.fun_decls[id];
+        for (param, a) in decl.params.iter().zip(args) {
+            if let ExprKind::Str(s) = &a.kind {
+                if block_prefix_of_param(&decl.body, &param.name.name) {
+                    self.cidr_constant(s, a.span);
+                }
+            }
+        }
+    }
+
+    /// The cost of one call of packet built-in `f`: operations, and bytes
+    /// `pack` adds to the interpreter's scratch buffer.
+    pub(crate) fn packet_cost(&self, f: &str, args: &[Expr]) -> StringCost {
+        match f {
+            "pack" => {
+                let n = args
+                    .iter()
+                    .filter_map(|a| self.out.expr_types.get(&a.span))
+                    .fold(0u64, |n, t| n.saturating_add(pack_part(t)));
+                StringCost { ops: n, scratch: n }
+            }
+            // Parsing the prefix (at most 18 bytes) and a comparison.
+            "in_prefix" => StringCost {
+                ops: 18,
+                scratch: 0,
+            },
+            "broadcast" => {
+                let n = match args.get(1).and_then(|a| self.out.expr_types.get(&a.span)) {
+                    Some(Ty::ChanArray(_, n)) => *n,
+                    _ => 0,
+                };
+                StringCost { ops: n, scratch: 0 }
+            }
+            _ => StringCost::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cidr;
+
+    #[test]
+    fn cidr_prefixes_parse_to_network_and_mask() {
+        assert_eq!(parse_cidr("10.0.0.0/8"), Ok((0x0a00_0000, 0xff00_0000)));
+        assert_eq!(parse_cidr("192.168.1.7/32"), Ok((0xc0a8_0107, u32::MAX)));
+        assert_eq!(parse_cidr("10.1.2.3/16"), Ok((0x0a01_0000, 0xffff_0000)));
+        assert_eq!(parse_cidr("0.0.0.0/0"), Ok((0, 0)));
+        for bad in [
+            "10.0.0.0",
+            "10.0.0/8",
+            "10.0.0.0.0/8",
+            "10.0.0.256/8",
+            "10.0.0.0/33",
+            "10.0.0.0/",
+            "10.0.0.0/+8",
+            "a.b.c.d/8",
+            "10..0.0/8",
+            "",
+            "/8",
+            "10.0.0.1000/8",
+        ] {
+            assert!(parse_cidr(bad).is_err(), "{bad}");
+        }
+    }
+}
