@@ -1,0 +1,129 @@
+//! Reading a capture through `recv_batch` allocates nothing per frame.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::fs::File;
+use std::time::Duration;
+
+use common::{frames, TempFile};
+use flick_packet_io::{write_pcap, PcapRx, RecvStatus, RxPort};
+use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
+use pcap_file::pcapng::blocks::interface_description::{
+    InterfaceDescriptionBlock, InterfaceDescriptionOption,
+};
+use pcap_file::pcapng::PcapNgWriter;
+use pcap_file::DataLink;
+
+struct Counting;
+
+thread_local! {
+    /// Allocations made by this thread while counting; None when not.
+    static COUNT: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+// SAFETY: defers to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = COUNT.try_with(|c| c.set(c.get().map(|n| n + 1)));
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = COUNT.try_with(|c| c.set(c.get().map(|n| n + 1)));
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Reads `rx` to its end in batches of 32, counting frames and allocations.
+fn read_counting(rx: &mut PcapRx) -> (usize, u64) {
+    let mut frames = 0usize;
+    let mut sum = 0u64;
+    COUNT.with(|c| c.set(Some(0)));
+    loop {
+        let status = rx
+            .recv_batch(32, &mut |frame, ts| {
+                frames += 1;
+                sum = sum.wrapping_add(frame.len() as u64 ^ ts);
+            })
+            .unwrap();
+        if status == RecvStatus::End {
+            break;
+        }
+    }
+    let allocations = COUNT.with(|c| c.replace(None)).unwrap();
+    assert_ne!(sum, 0);
+    (frames, allocations)
+}
+
+#[test]
+fn reading_a_thousand_frames_allocates_a_constant() {
+    // The counter sees allocations at all.
+    COUNT.with(|c| c.set(Some(0)));
+    let probe = std::hint::black_box(vec![1u8; 10]);
+    assert!(COUNT.with(|c| c.replace(None)).unwrap() >= 1);
+    drop(probe);
+
+    let sent = frames(42, 1000);
+
+    let pcap = TempFile::new("pcap");
+    write_pcap(pcap.path(), &sent).unwrap();
+    let mut rx = PcapRx::open(pcap.path()).unwrap();
+    let (count, allocations) = read_counting(&mut rx);
+    assert_eq!(count, 1000);
+    eprintln!("pcap: {allocations} allocations for 1000 frames");
+    assert!(
+        allocations <= 2,
+        "pcap: {allocations} allocations for 1000 frames"
+    );
+
+    // pcapng, every frame carrying an option, and an interface block
+    // midway (its options are read once, not per frame).
+    let pcapng = TempFile::new("pcapng");
+    let mut writer = PcapNgWriter::new(File::create(pcapng.path()).unwrap()).unwrap();
+    writer
+        .write_pcapng_block(InterfaceDescriptionBlock {
+            linktype: DataLink::ETHERNET,
+            snaplen: 65535,
+            options: vec![InterfaceDescriptionOption::IfTsResol(9)],
+        })
+        .unwrap();
+    for (i, (frame, ts)) in sent.iter().enumerate() {
+        if i == 500 {
+            writer
+                .write_pcapng_block(InterfaceDescriptionBlock {
+                    linktype: DataLink::ETHERNET,
+                    snaplen: 65535,
+                    options: vec![],
+                })
+                .unwrap();
+        }
+        writer
+            .write_pcapng_block(EnhancedPacketBlock {
+                interface_id: u32::from(i >= 500),
+                timestamp: Duration::from_nanos(*ts),
+                original_len: frame.len() as u32,
+                data: Cow::Borrowed(frame),
+                options: vec![EnhancedPacketOption::Flags(1)],
+            })
+            .unwrap();
+    }
+    drop(writer);
+    let mut rx = PcapRx::open(pcapng.path()).unwrap();
+    let (count, allocations) = read_counting(&mut rx);
+    assert_eq!(count, 1000);
+    // Two interface blocks, each copied into the reader's list and our
+    // table: a handful, whatever the number of frames.
+    eprintln!("pcapng: {allocations} allocations for 1000 frames");
+    assert!(
+        allocations <= 12,
+        "pcapng: {allocations} allocations for 1000 frames"
+    );
+}

@@ -1,0 +1,179 @@
+//! Helpers shared by the tests: generated frames, temporary files, and
+//! network namespaces of the test's own.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
+
+/// A name unique to this process and call.
+pub fn unique(tag: &str) -> String {
+    format!(
+        "{tag}{}x{}",
+        std::process::id(),
+        NEXT_ID.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A file path in the temporary directory, removed on drop.
+pub struct TempFile(pub PathBuf);
+
+impl TempFile {
+    pub fn new(extension: &str) -> TempFile {
+        TempFile(std::env::temp_dir().join(format!("{}.{extension}", unique("flick-packet-io-"))))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A small deterministic generator (xorshift), so failures reproduce.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn range(&mut self, low: usize, high: usize) -> usize {
+        low + (self.next() % (high - low + 1) as u64) as usize
+    }
+}
+
+/// An Ethernet frame of `len` bytes: broadcast destination, a local
+/// source, EtherType `ethertype`, the sequence number, then bytes from `rng`.
+pub fn frame(rng: &mut Rng, len: usize, ethertype: u16, seq: u32) -> Vec<u8> {
+    let mut frame = vec![0xff; 6];
+    frame.extend_from_slice(&[0x02, 0, 0, 0, 0x10, 0x01]);
+    frame.extend_from_slice(&ethertype.to_be_bytes());
+    frame.extend_from_slice(&seq.to_be_bytes());
+    while frame.len() < len {
+        frame.push(rng.next() as u8);
+    }
+    frame.truncate(len);
+    frame
+}
+
+/// `count` frames of 60..=1514 bytes with increasing timestamps.
+pub fn frames(seed: u64, count: usize) -> Vec<(Vec<u8>, u64)> {
+    let mut rng = Rng(seed);
+    let mut ts = 1_700_000_000_000_000_000u64;
+    (0..count)
+        .map(|i| {
+            let len = rng.range(60, 1514);
+            ts += rng.range(1, 5_000_000) as u64;
+            (frame(&mut rng, len, 0x88b5, i as u32), ts)
+        })
+        .collect()
+}
+
+/// Whether namespace tests can run here: root and `ip`. Under CI
+/// (`CI=true`) they must, so this panics; elsewhere it says why they skip.
+pub fn netns_available(test: &str) -> bool {
+    // SAFETY: no arguments.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ip = Command::new("ip")
+        .arg("-V")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if root && ip {
+        return true;
+    }
+    let why = if root { "`ip` is missing" } else { "not root" };
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test}: needs root and `ip` for network namespaces, but {why}");
+    }
+    eprintln!("skipping {test}: {why} (network namespaces need root and `ip`)");
+    false
+}
+
+/// A network namespace made for one test, deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(tag: &str) -> Netns {
+        let name = unique(tag);
+        run("ip", &["netns", "add", &name]);
+        Netns { name }
+    }
+
+    /// Runs `ip -n NAME ARGS...` and asserts it succeeds.
+    pub fn ip(&self, args: &[&str]) {
+        let mut all = vec!["-n", self.name.as_str()];
+        all.extend_from_slice(args);
+        run("ip", &all);
+    }
+
+    /// Runs `f` on a thread inside the namespace; sockets and devices it
+    /// makes belong to the namespace for good.
+    pub fn enter<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        let ns = File::open(format!("/run/netns/{}", self.name))
+            .or_else(|_| File::open(format!("/var/run/netns/{}", self.name)))
+            .expect("namespace file");
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    // SAFETY: moves only this thread into the namespace.
+                    let entered = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+                    assert_eq!(entered, 0, "setns: {}", std::io::Error::last_os_error());
+                    f()
+                })
+                .join()
+                .expect("thread in the namespace")
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+fn run(program: &str, args: &[&str]) {
+    let output = Command::new(program).args(args).output().expect(program);
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Waits until `fd` is readable or `deadline` passes; false on timeout.
+pub fn wait_readable(fd: i32, deadline: Instant) -> bool {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return false;
+    }
+    let mut poll = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = left.as_millis().clamp(1, 1000) as i32;
+    // SAFETY: one live pollfd.
+    let ready = unsafe { libc::poll(&mut poll, 1, ms) };
+    ready > 0
+}
+
+pub const TEST_DEADLINE: Duration = Duration::from_secs(5);
