@@ -14,5 +14,6 @@ pub mod logging;
 pub mod lsp;
 pub mod metrics;
 pub mod notify;
+pub mod packet_run;
 pub mod render;
 pub mod views;

@@ -139,6 +139,17 @@ struct RunArgs {
     /// arrival, make up one instance (the mappers of an aggregator).
     #[arg(long, value_name = "CHANNEL=N")]
     fan_in: Vec<String>,
+    /// Bind a channel (or channel array) to packet ports, making the
+    /// program a packet program served over them: `pcap:FILE` (read),
+    /// `pcap-out:FILE` (write), `afpacket:IFACE`, `tun:NAME`; an array's
+    /// ports comma-separated. Repeatable; not with --listen/--connect.
+    #[arg(long, value_name = "CHANNEL=SPEC[,SPEC...]")]
+    port: Vec<String>,
+    /// For a packet program: write every `global`, merged over the
+    /// workers, and the port counters as JSON to FILE at the end and on
+    /// SIGUSR1.
+    #[arg(long, value_name = "FILE")]
+    dump: Option<String>,
     /// Validate the program and the configuration, then exit (like `nginx -t`).
     #[arg(long)]
     check: bool,
@@ -397,6 +408,18 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if !args.port.is_empty() {
+        return flick::packet_run::run(flick::packet_run::PacketRun {
+            loaded,
+            settings: &settings,
+            ports: &args.port,
+            dump: args.dump.as_deref(),
+            check: args.check,
+            log_level: args.log_level.as_deref(),
+            log_format: args.log_format,
+            program_path: &program_path,
+        });
+    }
     let code = &loaded.module.processes[loaded.process];
     let errors = check_bindings(&code.name, &code.channels, &loaded.arrays, &settings);
     if !errors.is_empty() {

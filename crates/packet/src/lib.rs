@@ -1,6 +1,32 @@
 //! Packet programs served: frames read from packet ports, parsed with the
-//! stock `packet` grammar, steered to workers by the program's flow key and
-//! run through its rules, then written to the ports its sends name.
+//! grammar unit their channel carries (the stock `packet` grammar's, or
+//! any other), steered to workers by the program's `steer` function and
+//! run through its rules, then written to the ports its sends name, in
+//! the order they were read.
+//!
+//! Workers are plain threads, one per `--workers`, not tasks of the
+//! runtime's scheduler: a packet rule runs to its end without waiting on
+//! any channel (a send only notes the port), so there is nothing for a
+//! cooperative task to yield to, and a thread blocked on its queue keeps
+//! the per-frame path to one queue pop. Each worker owns a shard of the
+//! process state, so nothing is locked per frame; nothing is allocated per
+//! frame either once buffers and interpreters have grown to the frames'
+//! needs (`tests/no_alloc.rs` holds this for a forwarding program). The
+//! path through the threads is described in `service.rs`.
+//!
+//! A dump merges the shards: a dictionary's entries from every shard, and
+//! a scalar `global` summed over the shards where it is an integer (each
+//! shard runs the state's setup, so a counter that starts at 0 sums to the
+//! total; one that starts elsewhere sums its start once per worker).
 //!
 //! This crate must not read or write ports itself (that is
 //! `flick-packet-io`) nor hold language rules (that is `flick-check`).
+
+mod host;
+mod service;
+mod state;
+
+pub use host::{Sends, MAX_SENDS};
+pub use service::{
+    Binding, BoundPort, Error, PacketConfig, PacketService, PortCounts, PortUse, Summary,
+};

@@ -1,0 +1,206 @@
+//! The [`Host`] compute code sees while it handles one frame: the frame's
+//! fields, sends that name the ports the frame goes out of, and the
+//! worker's state shard. Made per frame from borrows, so it costs nothing.
+
+use crate::state::{encode_key, own, Shard};
+use flick_exec::{Fault, Host, Sent, Value};
+use flick_wire::{FieldRef, Message};
+
+/// The most sends one frame's rule may make (a frame to a few ports).
+pub const MAX_SENDS: usize = 16;
+
+/// Where a frame goes: transmit port indices, in the order sent.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sends {
+    ports: [u16; MAX_SENDS],
+    len: u8,
+}
+
+impl Sends {
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    pub fn as_slice(&self) -> &[u16] {
+        &self.ports[..self.len as usize]
+    }
+
+    fn push(&mut self, port: u16) -> Result<(), Fault> {
+        let at = self.len as usize;
+        if at == MAX_SENDS {
+            return Err(Fault::Host(format!(
+                "a frame may be sent at most {MAX_SENDS} times"
+            )));
+        }
+        self.ports[at] = port;
+        self.len += 1;
+        Ok(())
+    }
+}
+
+/// How to read field `field` of record `record`: the grammar field it
+/// views and whether it holds an integer. Indexed `[record][field]`.
+pub type FieldTable = Vec<Vec<Option<(FieldRef, bool)>>>;
+
+/// What a frame's host reads and writes, borrowed for one run.
+pub struct FrameHost<'a> {
+    pub frame: &'a [u8],
+    pub message: Message<'a>,
+    pub fields: &'a FieldTable,
+    /// Per process channel, per element: the transmit port it is bound to.
+    pub tx_of: &'a [Vec<Option<u16>>],
+    /// None while steering: `steer` reads the frame and nothing else.
+    pub shard: Option<&'a mut Shard>,
+    pub key: &'a mut Vec<u8>,
+    pub sends: &'a mut Sends,
+}
+
+/// The value a frame's record is in compute code.
+pub const FRAME: Value = Value::Msg(0);
+
+fn frame_bytes<'a>(frame: &'a [u8], v: &'a Value) -> Option<&'a [u8]> {
+    match v {
+        Value::MsgBytes { msg: 0, start, len } => {
+            frame.get(*start as usize..(*start as usize).checked_add(*len as usize)?)
+        }
+        Value::Bytes(b) => Some(b),
+        _ => None,
+    }
+}
+
+impl FrameHost<'_> {
+    fn shard(&mut self) -> Result<&mut Shard, Fault> {
+        self.shard
+            .as_deref_mut()
+            .ok_or_else(|| Fault::Host("`steer` cannot use process state".into()))
+    }
+
+    fn encode(&mut self, key: &Value) -> Result<(), Fault> {
+        self.key.clear();
+        let frame = self.frame;
+        if encode_key(key, &|v| frame_bytes(frame, v), self.key) {
+            Ok(())
+        } else {
+            Err(Fault::Kind("a dictionary key"))
+        }
+    }
+
+    fn owned(&self, v: &Value) -> Result<Value, Fault> {
+        if matches!(v, Value::Msg(_)) {
+            return Err(Fault::Host(
+                "a packet cannot be kept in state; keep its fields".into(),
+            ));
+        }
+        let frame = self.frame;
+        Ok(own(v, &|v| frame_bytes(frame, v)))
+    }
+}
+
+impl Host for FrameHost<'_> {
+    fn bytes<'b>(&'b self, v: &'b Value) -> Option<&'b [u8]> {
+        frame_bytes(self.frame, v)
+    }
+
+    fn field(&mut self, msg: &Value, record: u16, field: u16) -> Result<Value, Fault> {
+        if *msg != FRAME {
+            return Err(Fault::Kind("a packet"));
+        }
+        let Some((r, int)) = self
+            .fields
+            .get(record as usize)
+            .and_then(|r| r.get(field as usize))
+            .and_then(|f| *f)
+        else {
+            return Err(Fault::Host(
+                "a field that the wire grammar does not have".into(),
+            ));
+        };
+        let m = &self.message;
+        Ok(if int {
+            match m.uint_of(&r) {
+                Some(v) => Value::Int(v as i64),
+                None => m
+                    .int_at(r.slot())
+                    .map_or(Value::None, |v| Value::Int(v as i64)),
+            }
+        } else {
+            match m.bytes_of(&r) {
+                Some(b) => Value::MsgBytes {
+                    msg: 0,
+                    // A field's bytes lie inside the frame they were read from.
+                    start: (b.as_ptr() as usize - self.frame.as_ptr() as usize) as u32,
+                    len: b.len() as u32,
+                },
+                None => Value::None,
+            }
+        })
+    }
+
+    fn send(&mut self, chan: &Value, value: &Value) -> Result<Sent, Fault> {
+        let Value::Chan { chan, elem } = chan else {
+            return Err(Fault::Kind("a channel"));
+        };
+        if *value != FRAME {
+            return Err(Fault::Host(
+                "only the packet being handled can be sent to a port".into(),
+            ));
+        }
+        let port = self
+            .tx_of
+            .get(*chan as usize)
+            .and_then(|elems| elems.get(elem.unwrap_or(0) as usize))
+            .copied()
+            .flatten()
+            .ok_or_else(|| Fault::Host("a channel bound to no transmitting port".into()))?;
+        self.sends.push(port)?;
+        Ok(Sent::Done)
+    }
+
+    fn channels(&self, chan: u16) -> i64 {
+        self.tx_of.get(chan as usize).map_or(0, |e| e.len() as i64)
+    }
+
+    fn all_ready(&mut self, _chan: u16) -> bool {
+        true
+    }
+
+    fn load_state(&mut self, state: u16) -> Value {
+        match self.shard.as_deref() {
+            Some(s) => s.load(state),
+            None => Value::None,
+        }
+    }
+
+    fn store_state(&mut self, state: u16, v: Value) -> Result<(), Fault> {
+        let v = self.owned(&v)?;
+        self.shard()?.store(state, v)
+    }
+
+    fn dict_get(&mut self, state: u16, key: &Value) -> Result<Value, Fault> {
+        self.shard()?;
+        self.encode(key)?;
+        let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
+        shard.map_or(Ok(Value::None), |s| s.dict_get(state, key))
+    }
+
+    fn dict_set(&mut self, state: u16, key: &Value, value: &Value) -> Result<(), Fault> {
+        self.shard()?;
+        self.encode(key)?;
+        let value = self.owned(value)?;
+        let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
+        shard.map_or(Ok(()), |s| s.dict_set(state, key, value))
+    }
+
+    fn message_len(&self, msg: &Value) -> Result<Value, Fault> {
+        if *msg != FRAME {
+            return Err(Fault::Kind("a packet"));
+        }
+        Ok(Value::Int(self.frame.len() as i64))
+    }
+
+    fn record(&mut self, _record: u16, _fields: &[Value]) -> Result<Value, Fault> {
+        Err(Fault::Host(
+            "a packet program cannot build records yet".into(),
+        ))
+    }
+}

@@ -1,0 +1,1063 @@
+//! A packet program served over ports: one dispatcher (the calling
+//! thread), `workers` worker threads and one writer thread.
+//!
+//! 1. The dispatcher reads each receiving port in turn, a batch at a time.
+//!    It parses every frame with the grammar unit of the port's channel (a
+//!    frame that does not parse is dropped and counted as malformed), runs
+//!    the program's `steer` on it if it has one, and hashes the result to
+//!    pick a worker (worker 0 without `steer`). The frame is copied into a
+//!    pooled buffer, numbered in reading order and queued to that worker.
+//!    With no buffer free or the worker's queue full it waits (files: no
+//!    loss) or, for a live port, drops the frame and counts it.
+//! 2. A worker parses the frame again in place, runs the channel's rule on
+//!    its own interpreter against its own state shard, and hands the
+//!    buffer and the ports the rule sent it to on to the writer.
+//! 3. The writer puts frames back in reading order (a ring indexed by the
+//!    frame's number: no more frames are in flight than there are
+//!    buffers, so the ring never overflows), writes each to its ports with
+//!    its input timestamp, and returns the buffer to the pool.
+//!
+//! Output files are therefore the same whatever the number of workers.
+
+use crate::host::{FieldTable, FrameHost, Sends, FRAME};
+use crate::state::{self, Shard};
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use flick_exec::{FuncId, Module, Outcome, Value, Vm};
+use flick_packet_io::{Port, PortError, RecvStatus, RxPort, TxPort};
+use flick_platform::log::RateLimit;
+use flick_platform::Loaded;
+use flick_runtime::Timeslice;
+use flick_wire::{Grammar, Parser, Progress, UnitId};
+use serde_json::{Map, Value as Json};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// How a packet program is served.
+#[derive(Clone, Debug)]
+pub struct PacketConfig {
+    /// Worker threads, each with its own state shard.
+    pub workers: usize,
+    /// Entries of each dictionary, per shard.
+    pub dict_capacity: usize,
+    /// Frames queued to a worker before the dispatcher waits (or drops).
+    pub queue_capacity: usize,
+    /// Frame buffers, so also the most frames in flight.
+    pub buffers: usize,
+    /// Set (by SIGUSR1, say) to have the state dumped while running; the
+    /// engine clears it once the dump is written.
+    pub dump_request: Option<Arc<AtomicBool>>,
+    /// Where dumps go.
+    pub dump_path: Option<std::path::PathBuf>,
+}
+
+impl Default for PacketConfig {
+    fn default() -> PacketConfig {
+        PacketConfig {
+            workers: 1,
+            dict_capacity: 1024,
+            queue_capacity: 256,
+            buffers: 1024,
+            dump_request: None,
+            dump_path: None,
+        }
+    }
+}
+
+/// One opened port bound to a channel (or an element of a channel array).
+pub struct BoundPort {
+    /// The spec as written, for messages (`pcap:in.pcap`).
+    pub spec: String,
+    pub port: Port,
+    /// A live port (an interface): frames that find no room are dropped
+    /// and counted rather than waited for.
+    pub live: bool,
+}
+
+/// A channel's ports: one, or one per element of a channel array.
+pub struct Binding {
+    pub channel: String,
+    pub ports: Vec<BoundPort>,
+}
+
+/// What a port can do, for checking bindings before ports are opened.
+#[derive(Clone, Debug)]
+pub struct PortUse {
+    pub spec: String,
+    pub rx: bool,
+    pub tx: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{}", .0.join("\n"))]
+    Bindings(Vec<String>),
+    #[error("channel `{0}` carries no record of the grammar, so it cannot be bound to a port")]
+    NoUnit(String),
+    #[error(transparent)]
+    Port(#[from] PortError),
+    #[error("cannot write the dump to {path}: {source}")]
+    Dump {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("a {0} thread panicked")]
+    Panicked(&'static str),
+}
+
+/// Counters of one named port (`chan` or `chan[i]`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortCounts {
+    pub name: String,
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    /// Frames the port failed to send.
+    pub tx_errors: u64,
+    /// Frames of a live port dropped for want of a buffer or queue room.
+    pub rx_overflow: u64,
+}
+
+/// What a run did.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub ports: Vec<PortCounts>,
+    /// Frames the program sent nowhere.
+    pub dropped: u64,
+    /// Frames that did not parse.
+    pub malformed: u64,
+    /// Frames whose rule (or `steer`) faulted.
+    pub faults: u64,
+    /// New dictionary keys refused because the dictionary was full.
+    pub dict_full: u64,
+    /// Every `global` by name, all shards merged.
+    pub state: Map<String, Json>,
+    /// Frames each worker handled (not in the dump, which is the same
+    /// whatever the number of workers).
+    pub worker_frames: Vec<u64>,
+}
+
+impl Summary {
+    /// The dump: state, port counters and drop counts, keys sorted.
+    pub fn dump_json(&self) -> String {
+        let mut ports = Map::new();
+        for p in &self.ports {
+            let mut m = Map::new();
+            for (k, v) in [
+                ("rx_frames", p.rx_frames),
+                ("rx_bytes", p.rx_bytes),
+                ("tx_frames", p.tx_frames),
+                ("tx_bytes", p.tx_bytes),
+            ] {
+                m.insert(k.into(), v.into());
+            }
+            ports.insert(p.name.clone(), Json::Object(m));
+        }
+        let mut top = Map::new();
+        top.insert("globals".into(), Json::Object(self.state.clone()));
+        top.insert("ports".into(), Json::Object(ports));
+        top.insert("dropped".into(), self.dropped.into());
+        top.insert("malformed".into(), self.malformed.into());
+        top.insert("faults".into(), self.faults.into());
+        top.insert("dict_full".into(), self.dict_full.into());
+        let mut s = serde_json::to_string_pretty(&Json::Object(top)).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
+    /// One line for standard error at the end of a run.
+    pub fn line(&self) -> String {
+        let rx: u64 = self.ports.iter().map(|p| p.rx_frames).sum();
+        let out: Vec<String> = self
+            .ports
+            .iter()
+            .filter(|p| p.tx_frames > 0 || p.rx_frames == 0)
+            .map(|p| format!("{} {}", p.name, p.tx_frames))
+            .collect();
+        format!(
+            "flick: {rx} frames in; out: {}; dropped by the program {}; malformed {}; faults {}",
+            if out.is_empty() {
+                "none".into()
+            } else {
+                out.join(", ")
+            },
+            self.dropped,
+            self.malformed,
+            self.faults
+        )
+    }
+}
+
+/// A loaded packet program, ready to run over ports.
+pub struct PacketService {
+    module: Arc<Module>,
+    grammar: Arc<Grammar>,
+    process: String,
+    channels: Vec<String>,
+    arrays: Vec<bool>,
+    /// Per channel: whether a rule reads it and whether code names it
+    /// (to send to it), which is what its port must be able to do; the
+    /// channel's type may allow more.
+    readable: Vec<bool>,
+    writable: Vec<bool>,
+    /// Per channel: the unit its frames are parsed with.
+    units: Vec<Option<UnitId>>,
+    /// Per channel: the rule run on its frames.
+    rules: Vec<Option<FuncId>>,
+    init: FuncId,
+    steer: Option<FuncId>,
+    fields: Arc<FieldTable>,
+    state_names: Vec<String>,
+    source: Option<Arc<flick_span::SourceFile>>,
+    config: PacketConfig,
+}
+
+static MALFORMED_LOG: RateLimit = RateLimit::new();
+static FAULT_LOG: RateLimit = RateLimit::new();
+static TX_LOG: RateLimit = RateLimit::new();
+
+impl PacketService {
+    pub fn new(loaded: Loaded, config: PacketConfig) -> Result<PacketService, Error> {
+        let module = loaded.module.clone();
+        let code = &loaded.module.processes[loaded.process];
+        let grammar = loaded.grammar.clone();
+        for (c, name) in code.channels.iter().enumerate() {
+            if loaded.units.get(c).copied().flatten().is_none() {
+                return Err(Error::NoUnit(name.clone()));
+            }
+        }
+        let rules = (0..code.channels.len())
+            .map(|c| {
+                code.items
+                    .iter()
+                    .find(|it| it.source == Some(c as u16) && !it.label.starts_with("on "))
+                    .map(|it| it.func)
+            })
+            .collect();
+        let fields: FieldTable = module
+            .records
+            .iter()
+            .map(|(record, names)| {
+                let unit = grammar.unit_id(record);
+                names
+                    .iter()
+                    .map(|n| {
+                        let u = unit?;
+                        let info = grammar.unit(u).fields.iter().find(|f| &f.name == n)?;
+                        let int = matches!(info.kind, flick_wire::FieldKind::Int);
+                        Some((grammar.field_ref(u, n)?, int))
+                    })
+                    .collect()
+            })
+            .collect();
+        let (module, steer) = with_steer_hash(module);
+        flick_grammars::install();
+        Ok(PacketService {
+            process: code.name.clone(),
+            channels: code.channels.clone(),
+            state_names: code.state.iter().map(|(n, _)| n.clone()).collect(),
+            init: code.init,
+            arrays: loaded.arrays.clone(),
+            readable: (0..code.channels.len())
+                .map(|c| code.items.iter().any(|it| it.source == Some(c as u16)))
+                .collect(),
+            writable: (0..code.channels.len())
+                .map(|c| writes(&module, c as u16))
+                .collect(),
+            units: loaded.units.to_vec(),
+            rules,
+            steer,
+            fields: Arc::new(fields),
+            source: loaded.source.clone(),
+            module,
+            grammar,
+            config,
+        })
+    }
+
+    /// The process's channels, in order.
+    pub fn channels(&self) -> &[String] {
+        &self.channels
+    }
+
+    /// Whether the program steers frames to workers by flow.
+    pub fn steers(&self) -> bool {
+        self.steer.is_some()
+    }
+
+    /// Every problem with binding these ports to the process's channels:
+    /// unknown names, unbound channels, a read channel without a receiving
+    /// port, a written one without a transmitting port, an array's width.
+    pub fn check_bindings(&self, bindings: &[(String, Vec<PortUse>)]) -> Result<(), Error> {
+        let mut errors = Vec::new();
+        let process = &self.process;
+        let list = self.channels.join(", ");
+        for (i, (name, ports)) in bindings.iter().enumerate() {
+            if bindings[..i].iter().any(|(n, _)| n == name) {
+                errors.push(format!(
+                    "--port: channel `{name}` is bound twice; give an array's ports as one comma-separated list"
+                ));
+                continue;
+            }
+            let Some(c) = self.channels.iter().position(|n| n == name) else {
+                errors.push(format!(
+                    "--port: `{name}` is not a channel of process `{process}` (its channels: {list})"
+                ));
+                continue;
+            };
+            if !self.arrays[c] && ports.len() != 1 {
+                errors.push(format!(
+                    "--port: `{name}` is a single channel; bind it to one port, not {}",
+                    ports.len()
+                ));
+            }
+            for p in ports {
+                if self.readable[c] && !p.rx {
+                    errors.push(format!(
+                        "channel `{name}` is read by the program, but port `{}` cannot receive",
+                        p.spec
+                    ));
+                }
+                if self.writable[c] && !p.tx {
+                    errors.push(format!(
+                        "channel `{name}` is written by the program, but port `{}` cannot transmit",
+                        p.spec
+                    ));
+                }
+            }
+        }
+        for c in &self.channels {
+            if !bindings.iter().any(|(n, _)| n == c) {
+                errors.push(format!(
+                    "channel `{c}` has no port: give it --port {c}=SPEC"
+                ));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Bindings(errors))
+        }
+    }
+
+    /// Serves frames from the bound ports until every receiving port has
+    /// ended (files) or `stop` is set (live ports), then flushes the
+    /// transmitting ports, writes the dump if asked for and says what
+    /// happened.
+    pub fn run(&self, bindings: Vec<Binding>, stop: &AtomicBool) -> Result<Summary, Error> {
+        let uses: Vec<(String, Vec<PortUse>)> = bindings
+            .iter()
+            .map(|b| {
+                let uses = b
+                    .ports
+                    .iter()
+                    .map(|p| PortUse {
+                        spec: p.spec.clone(),
+                        rx: p.port.rx.is_some(),
+                        tx: p.port.tx.is_some(),
+                    })
+                    .collect();
+                (b.channel.clone(), uses)
+            })
+            .collect();
+        self.check_bindings(&uses)?;
+        let mut counts = Vec::new();
+        let mut sources = Vec::new();
+        let mut sinks: Vec<(usize, Box<dyn TxPort>)> = Vec::new();
+        let mut tx_of: Vec<Vec<Option<u16>>> = vec![Vec::new(); self.channels.len()];
+        for b in bindings {
+            let c = self
+                .channels
+                .iter()
+                .position(|n| *n == b.channel)
+                .unwrap_or_default();
+            let array = self.arrays[c];
+            for (elem, p) in b.ports.into_iter().enumerate() {
+                let name = if array {
+                    format!("{}[{elem}]", b.channel)
+                } else {
+                    b.channel.clone()
+                };
+                let index = counts.len();
+                counts.push(PortCounts {
+                    name,
+                    ..PortCounts::default()
+                });
+                if let (Some(rx), true) = (p.port.rx, self.readable[c]) {
+                    sources.push(Source {
+                        rx,
+                        chan: c as u16,
+                        counts: index,
+                        live: p.live,
+                        ended: false,
+                    });
+                }
+                let tx = match p.port.tx {
+                    Some(tx) => {
+                        sinks.push((index, tx));
+                        Some(sinks.len() as u16 - 1)
+                    }
+                    None => None,
+                };
+                tx_of[c].push(tx);
+            }
+        }
+        let tx_of = Arc::new(tx_of);
+        let workers = self.config.workers.max(1);
+        let buffers = self.config.buffers.max(workers * 2);
+        let (done_tx, done_rx) = bounded::<Done>(buffers);
+        let (free_tx, free_rx) = bounded::<Vec<u8>>(buffers);
+        for _ in 0..buffers {
+            let _ = free_tx.send(Vec::with_capacity(FRAME_BUFFER));
+        }
+        let writer = std::thread::Builder::new()
+            .name("flick-packet-writer".into())
+            .spawn(move || write_in_order(sinks, done_rx, free_tx, buffers))
+            .map_err(|_| Error::Panicked("writer"))?;
+        let snapshots: Arc<std::sync::Mutex<Vec<Option<Snapshot>>>> =
+            Arc::new(std::sync::Mutex::new((0..workers).map(|_| None).collect()));
+        let mut queues = Vec::with_capacity(workers);
+        let mut handles = Vec::with_capacity(workers);
+        for w in 0..workers {
+            let (job_tx, job_rx) = bounded::<Job>(self.config.queue_capacity.max(1));
+            queues.push(job_tx);
+            let worker = Worker {
+                module: self.module.clone(),
+                grammar: self.grammar.clone(),
+                units: self.units.clone(),
+                rules: self.rules.clone(),
+                fields: self.fields.clone(),
+                tx_of: tx_of.clone(),
+                source: self.source.clone(),
+                shard: Shard::new(self.state_names.len(), self.config.dict_capacity),
+                init: self.init,
+                index: w,
+                snapshots: snapshots.clone(),
+            };
+            let done = done_tx.clone();
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("flick-packet-{w}"))
+                    .spawn(move || worker.run(job_rx, done))
+                    .map_err(|_| Error::Panicked("worker"))?,
+            );
+        }
+        drop(done_tx);
+        let mut dispatch = Dispatch {
+            service: self,
+            parsers: self.parsers(),
+            vm: Vm::default(),
+            key: Vec::new(),
+            sends: Sends::default(),
+            queues,
+            free: free_rx,
+            spare: Vec::new(),
+            seq: 0,
+            malformed: 0,
+            faults: 0,
+            overflow: vec![0; counts.len()],
+            rx: vec![(0, 0); counts.len()],
+            tx_of: tx_of.clone(),
+        };
+        let mut result = Ok(());
+        while !stop.load(Ordering::Relaxed) {
+            if let Some(req) = &self.config.dump_request {
+                if req.swap(false, Ordering::Relaxed) {
+                    self.dump_while_running(&dispatch, &snapshots, &counts);
+                }
+            }
+            let mut busy = false;
+            let mut open = false;
+            for s in sources.iter_mut().filter(|s| !s.ended) {
+                match dispatch.read(s) {
+                    Ok(RecvStatus::Frames(_)) => (busy, open) = (true, true),
+                    Ok(RecvStatus::Idle) => open = true,
+                    Ok(RecvStatus::End) => s.ended = true,
+                    Err(e) => {
+                        result = Err(Error::Port(e));
+                        s.ended = true;
+                    }
+                }
+            }
+            if !open {
+                break;
+            }
+            if !busy {
+                // Live ports with nothing to read: a short sleep keeps
+                // this loop off the CPU without an epoll of its own.
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+        let Dispatch {
+            queues,
+            malformed,
+            faults: steer_faults,
+            overflow,
+            rx,
+            ..
+        } = dispatch;
+        // Closing the queues ends the workers once they are drained, and
+        // their ends of the writer's channel close with them.
+        drop(queues);
+        let mut shards = Vec::with_capacity(workers);
+        let mut summary = Summary {
+            malformed,
+            faults: steer_faults,
+            ..Summary::default()
+        };
+        for h in handles {
+            let done = h.join().map_err(|_| Error::Panicked("worker"))?;
+            summary.dropped += done.dropped;
+            summary.faults += done.faults;
+            summary.malformed += done.malformed;
+            summary.dict_full += done.shard.dict_full;
+            summary.worker_frames.push(done.frames);
+            shards.push(done.shard);
+        }
+        let tx = writer.join().map_err(|_| Error::Panicked("writer"))?;
+        for (i, c) in counts.iter_mut().enumerate() {
+            (c.rx_frames, c.rx_bytes) = rx[i];
+            c.rx_overflow = overflow[i];
+        }
+        for (index, frames, bytes, errors) in tx {
+            let c = &mut counts[index];
+            c.tx_frames += frames;
+            c.tx_bytes += bytes;
+            c.tx_errors += errors;
+        }
+        summary.ports = counts;
+        let names: Vec<&str> = self.state_names.iter().map(String::as_str).collect();
+        summary.state = state::merged(&names, &shards.iter().collect::<Vec<_>>());
+        if let Some(path) = &self.config.dump_path {
+            write_dump(path, &summary.dump_json())?;
+        }
+        result.map(|()| summary)
+    }
+
+    /// A dump while running: each worker copies its shard out between
+    /// frames when it sees the request; the counters are the dispatcher's
+    /// so far.
+    fn dump_while_running(
+        &self,
+        dispatch: &Dispatch<'_>,
+        snapshots: &std::sync::Mutex<Vec<Option<Snapshot>>>,
+        counts: &[PortCounts],
+    ) {
+        let Some(path) = &self.config.dump_path else {
+            return;
+        };
+        if let Ok(mut s) = snapshots.lock() {
+            s.iter_mut().for_each(|x| *x = None);
+        }
+        SNAPSHOT_EPOCH.fetch_add(1, Ordering::Relaxed);
+        // Idle workers look at the request when their queue wait times out.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let shards = loop {
+            if let Ok(s) = snapshots.lock() {
+                if s.iter().all(Option::is_some) {
+                    break s.iter().flatten().map(|x| x.0.clone()).collect::<Vec<_>>();
+                }
+            }
+            if std::time::Instant::now() > deadline {
+                tracing::warn!("state dump skipped: a worker did not answer in time");
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        let mut summary = Summary {
+            malformed: dispatch.malformed,
+            faults: dispatch.faults,
+            ..Summary::default()
+        };
+        summary.ports = counts
+            .iter()
+            .enumerate()
+            .map(|(i, c)| PortCounts {
+                rx_frames: dispatch.rx[i].0,
+                rx_bytes: dispatch.rx[i].1,
+                ..c.clone()
+            })
+            .collect();
+        summary.state = shards.into_iter().fold(Map::new(), |mut all, m| {
+            for (k, v) in m {
+                merge_json(&mut all, k, v);
+            }
+            all
+        });
+        if let Err(e) = write_dump(path, &summary.dump_json()) {
+            tracing::warn!("{e}");
+        }
+    }
+
+    fn parsers(&self) -> Vec<Option<Parser>> {
+        parsers(&self.grammar, &self.units)
+    }
+}
+
+/// The module with, if the program defines `steer` over one record, a
+/// function of its own that returns `hash(steer(p))`: the language's
+/// `hash` (FNV-1a) of whatever `steer` gives, a string in the
+/// interpreter's scratch buffer (as `pack` makes) included, without
+/// copying it out.
+fn with_steer_hash(module: Arc<Module>) -> (Arc<Module>, Option<FuncId>) {
+    use flick_exec::code::{Builtin, Function, Op};
+    let Some(steer) = module
+        .functions
+        .iter()
+        .position(|f| f.name == "steer" && f.params == 1)
+    else {
+        return (module, None);
+    };
+    let mut m = (*module).clone();
+    let at = m.functions[steer].spans.first().copied().unwrap_or(0);
+    m.functions.push(Function {
+        name: "steer hash".into(),
+        params: 1,
+        regs: 3,
+        code: vec![
+            Op::Call {
+                dst: 1,
+                func: steer as FuncId,
+                args: Box::new([0]),
+            },
+            Op::Builtin {
+                f: Builtin::Hash,
+                dst: 2,
+                args: Box::new([1]),
+            },
+            Op::Return { src: 2 },
+        ],
+        spans: vec![at; 3],
+    });
+    let f = (m.functions.len() - 1) as FuncId;
+    (Arc::new(m), Some(f))
+}
+
+/// Whether any code names channel `chan`: a send to it, or passing it to
+/// a function that does.
+fn writes(module: &Module, chan: u16) -> bool {
+    module.functions.iter().any(|f| {
+        f.code
+            .iter()
+            .any(|op| matches!(op, flick_exec::code::Op::Chan { chan: c, .. } if *c == chan))
+    })
+}
+
+fn merge_json(all: &mut Map<String, Json>, k: String, v: Json) {
+    match (all.get_mut(&k), v) {
+        (None, v) => {
+            all.insert(k, v);
+        }
+        (Some(Json::Object(a)), Json::Object(b)) => {
+            for (k2, v2) in b {
+                merge_json(a, k2, v2);
+            }
+        }
+        (Some(a), b) => {
+            if let (Some(x), Some(y)) = (a.as_i64(), b.as_i64()) {
+                *a = Json::from(x.wrapping_add(y));
+            }
+        }
+    }
+}
+
+fn write_dump(path: &std::path::Path, text: &str) -> Result<(), Error> {
+    // Written beside and renamed, so a reader never sees half a dump.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|source| Error::Dump {
+            path: path.display().to_string(),
+            source,
+        })
+}
+
+/// Capacity of a fresh frame buffer: an Ethernet frame with a VLAN tag
+/// fits; a larger one grows its buffer once, which then stays grown.
+const FRAME_BUFFER: usize = 2048;
+/// Frames taken from a port per call.
+const BATCH: usize = 64;
+
+static SNAPSHOT_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// One worker's state as JSON, for a dump while running.
+struct Snapshot(Map<String, Json>);
+
+fn parsers(grammar: &Arc<Grammar>, units: &[Option<UnitId>]) -> Vec<Option<Parser>> {
+    let mut out: Vec<Option<Parser>> = (0..grammar.units().len()).map(|_| None).collect();
+    for u in units.iter().flatten() {
+        if out[*u].is_none() {
+            out[*u] = Some(grammar.parser(*u).in_place());
+        }
+    }
+    out
+}
+
+/// Parses one whole frame; false if it does not parse.
+fn parse_frame(p: &mut Parser, frame: &[u8]) -> bool {
+    p.reset();
+    matches!(p.finish(frame), Ok(Progress::Done(_)))
+}
+
+struct Source {
+    rx: Box<dyn RxPort>,
+    chan: u16,
+    counts: usize,
+    live: bool,
+    ended: bool,
+}
+
+/// A frame on its way to a worker.
+struct Job {
+    seq: u64,
+    timestamp: u64,
+    chan: u16,
+    buf: Vec<u8>,
+}
+
+/// A frame handled: where it goes (nowhere if dropped).
+struct Done {
+    seq: u64,
+    timestamp: u64,
+    buf: Vec<u8>,
+    sends: Sends,
+}
+
+struct Dispatch<'s> {
+    service: &'s PacketService,
+    parsers: Vec<Option<Parser>>,
+    vm: Vm,
+    key: Vec<u8>,
+    sends: Sends,
+    queues: Vec<Sender<Job>>,
+    free: Receiver<Vec<u8>>,
+    /// Buffers of frames a live port could not queue, for the next ones.
+    spare: Vec<Vec<u8>>,
+    seq: u64,
+    malformed: u64,
+    faults: u64,
+    /// Per port: frames dropped for want of room (live ports).
+    overflow: Vec<u64>,
+    /// Per port: frames and bytes received.
+    rx: Vec<(u64, u64)>,
+    tx_of: Arc<Vec<Vec<Option<u16>>>>,
+}
+
+impl Dispatch<'_> {
+    fn read(&mut self, s: &mut Source) -> Result<RecvStatus, PortError> {
+        let (chan, counts, live) = (s.chan, s.counts, s.live);
+        s.rx.recv_batch(BATCH, &mut |frame, ts| {
+            self.frame(chan, counts, live, frame, ts)
+        })
+    }
+
+    fn frame(&mut self, chan: u16, counts: usize, live: bool, frame: &[u8], timestamp: u64) {
+        let rx = &mut self.rx[counts];
+        rx.0 += 1;
+        rx.1 += frame.len() as u64;
+        let svc = self.service;
+        let Some(unit) = svc.units[chan as usize] else {
+            return;
+        };
+        let Some(p) = self.parsers[unit].as_mut() else {
+            return;
+        };
+        if !parse_frame(p, frame) {
+            self.malformed += 1;
+            flick_platform::limited!(
+                MALFORMED_LOG,
+                warn,
+                channel = %svc.channels[chan as usize],
+                len = frame.len(),
+                "a frame that does not parse as `{}` was dropped",
+                svc.grammar.unit(unit).name
+            );
+            return;
+        }
+        let worker = match svc.steer {
+            None => 0,
+            Some(f) => {
+                let host = &mut FrameHost {
+                    frame,
+                    message: p.message(frame),
+                    fields: &svc.fields,
+                    tx_of: &self.tx_of,
+                    shard: None,
+                    key: &mut self.key,
+                    sends: &mut self.sends,
+                };
+                self.vm.start(&svc.module, f, &[FRAME]);
+                let key = match self.vm.run(&svc.module, host, &mut Timeslice::unlimited()) {
+                    Ok(Outcome::Done(Value::Int(h))) => h as u64,
+                    other => {
+                        self.faults += 1;
+                        let why = match other {
+                            Err(f) => f.to_string(),
+                            Ok(_) => "it did not finish".into(),
+                        };
+                        log_fault(svc, &self.vm, "steer", &why);
+                        self.vm.stop();
+                        return;
+                    }
+                };
+                (key % self.queues.len() as u64) as usize
+            }
+        };
+        let buf = match self.spare.pop() {
+            Some(b) => Some(b),
+            None if live => self.free.try_recv().ok(),
+            None => self.free.recv().ok(),
+        };
+        let Some(mut buf) = buf else {
+            self.overflow[counts] += 1;
+            return;
+        };
+        buf.clear();
+        buf.extend_from_slice(frame);
+        let job = Job {
+            seq: self.seq,
+            timestamp,
+            chan,
+            buf,
+        };
+        let sent = if live {
+            self.queues[worker].try_send(job).map_err(|e| match e {
+                TrySendError::Full(j) | TrySendError::Disconnected(j) => j,
+            })
+        } else {
+            self.queues[worker].send(job).map_err(|e| e.0)
+        };
+        match sent {
+            Ok(()) => self.seq += 1,
+            Err(job) => {
+                self.overflow[counts] += 1;
+                self.spare.push(job.buf);
+            }
+        }
+    }
+}
+
+fn log_fault(svc: &PacketService, vm: &Vm, what: &str, why: &str) {
+    let offset = vm
+        .fault_site()
+        .and_then(|(f, pc)| svc.module.source_offset(f, pc));
+    let at = match (offset, &svc.source) {
+        (Some(o), Some(file)) => {
+            let lc = file.line_col(o);
+            format!("{}:{}:{}", file.name, lc.line, lc.col)
+        }
+        (Some(o), None) => format!("byte {o}"),
+        _ => "unknown".to_string(),
+    };
+    flick_platform::limited!(
+        FAULT_LOG,
+        warn,
+        at = %at,
+        "{what} faulted, the frame was dropped: {why}"
+    );
+}
+
+struct Worker {
+    module: Arc<Module>,
+    grammar: Arc<Grammar>,
+    units: Vec<Option<UnitId>>,
+    rules: Vec<Option<FuncId>>,
+    fields: Arc<FieldTable>,
+    tx_of: Arc<Vec<Vec<Option<u16>>>>,
+    source: Option<Arc<flick_span::SourceFile>>,
+    shard: Shard,
+    init: FuncId,
+    index: usize,
+    snapshots: Arc<std::sync::Mutex<Vec<Option<Snapshot>>>>,
+}
+
+struct WorkerDone {
+    shard: Shard,
+    frames: u64,
+    dropped: u64,
+    faults: u64,
+    malformed: u64,
+}
+
+impl Worker {
+    fn run(mut self, jobs: Receiver<Job>, done: Sender<Done>) -> WorkerDone {
+        let mut parsers = parsers(&self.grammar, &self.units);
+        let mut vm = Vm::default();
+        let mut key = Vec::new();
+        let mut sends = Sends::default();
+        let (mut dropped, mut faults, mut malformed, mut frames) = (0, 0, 0, 0);
+        // The process's state, set up once per shard.
+        {
+            let host = &mut FrameHost {
+                frame: &[],
+                message: empty_message(&mut parsers, &self.units),
+                fields: &self.fields,
+                tx_of: &self.tx_of,
+                shard: Some(&mut self.shard),
+                key: &mut key,
+                sends: &mut sends,
+            };
+            vm.start(&self.module, self.init, &[]);
+            if let Err(f) = vm.run(&self.module, host, &mut Timeslice::unlimited()) {
+                tracing::error!("setting up the process state faulted: {f}");
+            }
+        }
+        let mut epoch = SNAPSHOT_EPOCH.load(Ordering::Relaxed);
+        loop {
+            let job = match jobs.recv_timeout(std::time::Duration::from_millis(50)) {
+                Ok(j) => Some(j),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            };
+            let now = SNAPSHOT_EPOCH.load(Ordering::Relaxed);
+            if now != epoch {
+                epoch = now;
+                self.snapshot();
+            }
+            let Some(job) = job else { continue };
+            frames += 1;
+            sends.clear();
+            let chan = job.chan as usize;
+            let frame = &job.buf[..];
+            match (self.units[chan], self.rules[chan]) {
+                (Some(unit), Some(rule)) => {
+                    let p = parsers[unit].as_mut().expect("a parser per unit read");
+                    if !parse_frame(p, frame) {
+                        // It parsed when dispatched; counted all the same.
+                        malformed += 1;
+                    } else {
+                        let host = &mut FrameHost {
+                            frame,
+                            message: p.message(frame),
+                            fields: &self.fields,
+                            tx_of: &self.tx_of,
+                            shard: Some(&mut self.shard),
+                            key: &mut key,
+                            sends: &mut sends,
+                        };
+                        vm.start(&self.module, rule, &[FRAME]);
+                        match vm.run(&self.module, host, &mut Timeslice::unlimited()) {
+                            Ok(Outcome::Done(_)) => {
+                                if sends.as_slice().is_empty() {
+                                    dropped += 1;
+                                }
+                            }
+                            other => {
+                                faults += 1;
+                                sends.clear();
+                                let why = match other {
+                                    Err(f) => f.to_string(),
+                                    Ok(_) => "it did not finish".into(),
+                                };
+                                self.log_fault(&vm, &why);
+                                vm.stop();
+                            }
+                        }
+                    }
+                }
+                _ => dropped += 1,
+            }
+            let d = Done {
+                seq: job.seq,
+                timestamp: job.timestamp,
+                buf: job.buf,
+                sends,
+            };
+            if done.send(d).is_err() {
+                break;
+            }
+        }
+        WorkerDone {
+            shard: self.shard,
+            frames,
+            dropped,
+            faults,
+            malformed,
+        }
+    }
+
+    fn snapshot(&self) {
+        let names: Vec<String> = (0..self.shard.vars.len()).map(|i| i.to_string()).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let m = state::merged(&names, &[&self.shard]);
+        if let Ok(mut s) = self.snapshots.lock() {
+            s[self.index] = Some(Snapshot(m));
+        }
+    }
+
+    fn log_fault(&self, vm: &Vm, why: &str) {
+        let offset = vm
+            .fault_site()
+            .and_then(|(f, pc)| self.module.source_offset(f, pc));
+        let at = match (offset, &self.source) {
+            (Some(o), Some(file)) => {
+                let lc = file.line_col(o);
+                format!("{}:{}:{}", file.name, lc.line, lc.col)
+            }
+            (Some(o), None) => format!("byte {o}"),
+            _ => "unknown".to_string(),
+        };
+        flick_platform::limited!(
+            FAULT_LOG,
+            warn,
+            at = %at,
+            "a rule faulted, the frame was dropped: {why}"
+        );
+    }
+}
+
+/// A message over no bytes, for running the state's setup, which reads no
+/// frame.
+fn empty_message<'p>(
+    parsers: &'p mut [Option<Parser>],
+    units: &[Option<UnitId>],
+) -> flick_wire::Message<'p> {
+    let u = units.iter().flatten().next().copied().unwrap_or(0);
+    let p = parsers[u].as_mut().expect("a parser per unit read");
+    p.reset();
+    p.message(&[])
+}
+
+/// The writer: frames back in reading order, out of their ports.
+/// Returns per port (counter index): frames, bytes and errors sent.
+fn write_in_order(
+    mut sinks: Vec<(usize, Box<dyn TxPort>)>,
+    done: Receiver<Done>,
+    free: Sender<Vec<u8>>,
+    ring_len: usize,
+) -> Vec<(usize, u64, u64, u64)> {
+    let mut ring: Vec<Option<Done>> = (0..ring_len).map(|_| None).collect();
+    let mut next: u64 = 0;
+    let mut sent: Vec<(usize, u64, u64, u64)> = sinks.iter().map(|(i, _)| (*i, 0, 0, 0)).collect();
+    for d in done.iter() {
+        let at = (d.seq % ring_len as u64) as usize;
+        ring[at] = Some(d);
+        loop {
+            let at = (next % ring_len as u64) as usize;
+            let Some(d) = ring[at].take() else { break };
+            for &port in d.sends.as_slice() {
+                let (_, tx) = &mut sinks[port as usize];
+                let s = &mut sent[port as usize];
+                match tx.send(&d.buf, d.timestamp) {
+                    Ok(()) => {
+                        s.1 += 1;
+                        s.2 += d.buf.len() as u64;
+                    }
+                    Err(e) => {
+                        s.3 += 1;
+                        flick_platform::limited!(TX_LOG, warn, "a frame was not sent: {e}");
+                    }
+                }
+            }
+            let _ = free.send(d.buf);
+            next += 1;
+        }
+    }
+    for (i, (_, tx)) in sinks.iter_mut().enumerate() {
+        if let Err(e) = tx.flush() {
+            sent[i].3 += 1;
+            tracing::error!("flushing a port failed: {e}");
+        }
+    }
+    sent
+}

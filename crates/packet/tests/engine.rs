@@ -1,0 +1,228 @@
+//! The engine over in-memory ports: forwarding, dropping, steering,
+//! state dumps, malformed frames and faults.
+
+mod common;
+
+use common::*;
+use flick_packet::PacketConfig;
+use std::sync::atomic::AtomicBool;
+
+const FORWARD: &str = "grammar testpkt
+
+type pkt: record
+  flow : integer
+  kind : integer
+
+proc fwd: (pkt/pkt inside, pkt/pkt outside)
+  | inside => outside
+";
+
+/// Forwards kind 1 only, counts every frame and keeps each flow's last
+/// sequence number; steered by flow.
+const STEERED: &str = "grammar testpkt
+
+type pkt: record
+  flow : integer
+  kind : integer
+  seq : integer
+
+proc steered: (pkt/pkt inside, pkt/pkt outside)
+  global last := empty_dict
+  global count := 0
+  | inside => track(last, count, outside)
+
+fun steer: (p: pkt) -> (integer)
+  p.flow
+
+fun track: (last: ref dict<integer*integer>, count: ref integer, outside: -/pkt, p: pkt) -> ()
+  count := count + 1
+  last[p.flow] := p.seq
+  if p.kind = 1:
+    p => outside
+";
+
+fn frames(n: usize) -> Vec<(Vec<u8>, u64)> {
+    (0..n)
+        .map(|i| (frame(i as u16 % 7, 1, i as u32, i % 50), 1_000 + i as u64))
+        .collect()
+}
+
+#[test]
+fn forwards_every_frame_in_order_with_its_timestamp() {
+    let input = frames(300);
+    let (summary, out) = run(FORWARD, 1, input.clone());
+    assert_eq!(out, input);
+    assert_eq!(summary.ports[0].rx_frames, 300);
+    assert_eq!(summary.ports[1].tx_frames, 300);
+    let bytes: u64 = input.iter().map(|(b, _)| b.len() as u64).sum();
+    assert_eq!(summary.ports[1].tx_bytes, bytes);
+    assert_eq!(
+        (summary.dropped, summary.malformed, summary.faults),
+        (0, 0, 0)
+    );
+}
+
+#[test]
+fn frames_sent_nowhere_are_counted_as_dropped() {
+    let input: Vec<_> = (0..100u32)
+        .map(|i| (frame(1, (i % 4) as u8, i, 0), i as u64))
+        .collect();
+    let (summary, out) = run(STEERED, 1, input.clone());
+    let kept: Vec<_> = input.into_iter().filter(|(b, _)| b[2] == 1).collect();
+    assert_eq!(out, kept);
+    assert_eq!(summary.dropped, 75);
+    assert_eq!(summary.state["count"], 100);
+}
+
+fn interleaved_flows() -> Vec<(Vec<u8>, u64)> {
+    // 50 flows, 40 frames each, interleaved with a stride so that
+    // neighbours belong to different flows.
+    (0..2000u32)
+        .map(|i| {
+            let flow = (i * 7 % 50) as u16;
+            (frame(flow, 1, i, (i % 13) as usize), i as u64 * 10)
+        })
+        .collect()
+}
+
+#[test]
+fn steering_keeps_flows_on_one_worker_and_output_in_input_order() {
+    let input = interleaved_flows();
+    let (one, out_one) = run(STEERED, 1, input.clone());
+    let (two, out_two) = run(STEERED, 2, input.clone());
+    assert_eq!(out_one, input);
+    assert_eq!(out_two, input, "output order is input order with 2 workers");
+    // Each flow's last sequence number: were a flow split across the two
+    // shards, the merge would sum two of them and differ.
+    assert_eq!(one.state, two.state);
+    let last = one.state["last"].as_object().expect("a dictionary");
+    assert_eq!(last.len(), 50);
+    for (flow, seq) in last {
+        let flow: u32 = flow.parse().unwrap();
+        let expected = (0..2000u32).rev().find(|i| i * 7 % 50 == flow).unwrap();
+        assert_eq!(seq.as_u64(), Some(expected as u64), "flow {flow}");
+    }
+    // Both workers had flows.
+    assert_eq!(two.worker_frames.len(), 2);
+    assert!(
+        two.worker_frames.iter().all(|n| *n > 0),
+        "{:?}",
+        two.worker_frames
+    );
+    assert_eq!(two.worker_frames.iter().sum::<u64>(), 2000);
+    // The scalar counter is summed over the shards.
+    assert_eq!(two.state["count"], 2000);
+    assert_eq!(one.dump_json(), two.dump_json());
+}
+
+#[test]
+fn without_steer_every_frame_goes_to_one_worker() {
+    let input = frames(500);
+    let (summary, out) = run(FORWARD, 3, input.clone());
+    assert_eq!(out, input);
+    assert_eq!(summary.worker_frames, [500, 0, 0]);
+    assert_eq!(summary.ports[1].tx_frames, 500);
+}
+
+#[test]
+fn frames_that_do_not_parse_are_counted_as_malformed() {
+    let mut input = frames(20);
+    input.insert(5, (vec![0, 1, 2], 7));
+    input.insert(11, (Vec::new(), 8));
+    let (summary, out) = run(FORWARD, 2, input);
+    assert_eq!(summary.malformed, 2);
+    assert_eq!(out, frames(20));
+    assert_eq!(summary.ports[0].rx_frames, 22);
+}
+
+#[test]
+fn a_fault_drops_its_frame_and_is_counted() {
+    let program = "grammar testpkt
+
+type pkt: record
+  flow : integer
+  kind : integer
+
+proc divide: (pkt/pkt inside, pkt/pkt outside)
+  | inside => check(outside)
+
+fun check: (outside: -/pkt, p: pkt) -> ()
+  if 100 / p.kind > 0:
+    p => outside
+";
+    let input: Vec<_> = (0..30u32)
+        .map(|i| (frame(1, (i % 3) as u8, i, 0), i as u64))
+        .collect();
+    let (summary, out) = run(program, 2, input.clone());
+    assert_eq!(summary.faults, 10);
+    assert_eq!(out.len(), 20);
+    assert!(out.iter().all(|(b, _)| b[2] != 0));
+}
+
+#[test]
+fn a_full_dictionary_refuses_new_flows_and_counts_them() {
+    let svc = service(
+        STEERED,
+        PacketConfig {
+            dict_capacity: 10,
+            ..PacketConfig::default()
+        },
+    );
+    let out = MemTx::default();
+    let summary = svc
+        .run(
+            vec![
+                bind("inside", vec![rx(interleaved_flows())]),
+                bind("outside", vec![tx(&out)]),
+            ],
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+    assert_eq!(summary.state["last"].as_object().unwrap().len(), 10);
+    assert_eq!(summary.dict_full, 40 * 40);
+}
+
+#[test]
+fn bindings_are_checked_and_every_problem_named() {
+    let svc = service(FORWARD, PacketConfig::default());
+    let out = MemTx::default();
+    let err = svc
+        .run(
+            vec![
+                bind("inside", vec![tx(&out)]),
+                bind("elsewhere", vec![tx(&out)]),
+            ],
+            &AtomicBool::new(false),
+        )
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        err.contains("channel `inside` is read by the program, but port `mem-out` cannot receive"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "`elsewhere` is not a channel of process `fwd` (its channels: inside, outside)"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("channel `outside` has no port: give it --port outside=SPEC"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_dump_has_ports_counters_and_sorted_state() {
+    let (summary, _) = run(STEERED, 2, interleaved_flows());
+    let dump: serde_json::Value = serde_json::from_str(&summary.dump_json()).unwrap();
+    assert_eq!(dump["ports"]["inside"]["rx_frames"], 2000);
+    assert_eq!(dump["ports"]["outside"]["tx_frames"], 2000);
+    assert_eq!(dump["dropped"], 0);
+    assert_eq!(dump["globals"]["count"], 2000);
+    assert!(
+        summary.line().contains("2000 frames in"),
+        "{}",
+        summary.line()
+    );
+}
