@@ -1,0 +1,232 @@
+//! AF_PACKET ports on a veth pair in a network namespace of the test's own.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use common::{frame, netns_available, wait_readable, Netns, Rng, TEST_DEADLINE};
+use flick_packet_io::{open, AfPacket, Port, PortSpec, RxPort, TxPort};
+
+/// The EtherType of the tests' frames, to tell them from what the kernel
+/// sends by itself (router solicitations and the like).
+const MARKER: u16 = 0x88b5;
+
+fn is_marked(frame: &[u8]) -> bool {
+    frame.len() >= 14 && u16::from_be_bytes([frame[12], frame[13]]) == MARKER
+}
+
+/// A namespace with the veth pair `veth-a` - `veth-b`, both up.
+fn veth_pair(test: &str) -> Option<Netns> {
+    if !netns_available(test) {
+        return None;
+    }
+    let ns = Netns::new("flkpio");
+    ns.ip(&[
+        "link", "add", "name", "veth-a", "type", "veth", "peer", "name", "veth-b",
+    ]);
+    ns.ip(&["link", "set", "dev", "veth-a", "up"]);
+    ns.ip(&["link", "set", "dev", "veth-b", "up"]);
+    Some(ns)
+}
+
+/// Receives marked frames from `rx` until `count` came or the deadline
+/// passed.
+fn receive_marked(rx: &mut dyn RxPort, count: usize) -> Vec<Vec<u8>> {
+    let deadline = Instant::now() + TEST_DEADLINE;
+    let fd = rx.raw_fd().expect("a live port has an fd");
+    let mut got = Vec::new();
+    while got.len() < count && Instant::now() < deadline {
+        rx.recv_batch(16, &mut |frame, ts| {
+            assert!(ts > 0, "a live frame has a timestamp");
+            if is_marked(frame) {
+                got.push(frame.to_vec());
+            }
+        })
+        .unwrap();
+        if got.len() < count {
+            wait_readable(fd, deadline);
+        }
+    }
+    got
+}
+
+/// Whatever marked frames `rx` holds now.
+fn marked_now(rx: &mut dyn RxPort) -> usize {
+    let mut marked = 0;
+    rx.recv_batch(usize::MAX, &mut |frame, _| {
+        marked += usize::from(is_marked(frame))
+    })
+    .unwrap();
+    marked
+}
+
+#[test]
+fn frames_cross_a_veth_pair_exactly() {
+    let Some(ns) = veth_pair("frames_cross_a_veth_pair_exactly") else {
+        return;
+    };
+    let (a, b) = ns.enter(|| {
+        (
+            open(&"afpacket:veth-a".parse().unwrap()).unwrap(),
+            open(&PortSpec::AfPacket("veth-b".into())).unwrap(),
+        )
+    });
+    let (
+        Port {
+            rx: Some(mut a_rx),
+            tx: Some(mut a_tx),
+        },
+        Port {
+            rx: Some(mut b_rx),
+            tx: Some(mut b_tx),
+        },
+    ) = (a, b)
+    else {
+        panic!("AF_PACKET ports have both sides");
+    };
+
+    let mut rng = Rng(99);
+    let sent: Vec<Vec<u8>> = (0..150u32)
+        .map(|seq| {
+            let len = rng.range(60, 1514);
+            frame(&mut rng, len, MARKER, seq)
+        })
+        .collect();
+    // More than one send batch (64), flushed at the end.
+    for frame in &sent {
+        a_tx.send(frame, 0).unwrap();
+    }
+    a_tx.flush().unwrap();
+    let got = receive_marked(b_rx.as_mut(), sent.len());
+    assert_eq!(got.len(), sent.len(), "frames lost on the way");
+    for (i, (got, sent)) in got.iter().zip(&sent).enumerate() {
+        assert_eq!(got, sent, "frame {i} differs");
+    }
+    let tx_stats = a_tx.stats();
+    assert_eq!(tx_stats.frames, 150);
+    assert_eq!(
+        tx_stats.bytes,
+        sent.iter().map(|f| f.len() as u64).sum::<u64>()
+    );
+    assert_eq!((tx_stats.errors, tx_stats.drops), (0, 0));
+    assert!(b_rx.stats().frames >= 150);
+
+    // The other way, and a sender does not read its own frames.
+    let back: Vec<Vec<u8>> = (0..5u32)
+        .map(|seq| frame(&mut rng, 100, MARKER, 1000 + seq))
+        .collect();
+    for frame in &back {
+        b_tx.send(frame, 0).unwrap();
+    }
+    b_tx.flush().unwrap();
+    assert_eq!(receive_marked(a_rx.as_mut(), 5), back);
+    assert_eq!(marked_now(b_rx.as_mut()), 0, "b read its own transmissions");
+
+    // A frame shorter than an Ethernet header is refused and counted.
+    let error = a_tx.send(&[0u8; 10], 0).unwrap_err();
+    assert!(error.is_frame_error(), "{error}");
+    assert_eq!(a_tx.stats().errors, 1);
+}
+
+#[test]
+fn vlan_tags_the_kernel_strips_are_put_back() {
+    let Some(ns) = veth_pair("vlan_tags_the_kernel_strips_are_put_back") else {
+        return;
+    };
+    let (a, b) = ns.enter(|| {
+        (
+            AfPacket::open("veth-a").unwrap(),
+            AfPacket::open("veth-b").unwrap(),
+        )
+    });
+    let (_a_rx, mut a_tx) = a.split();
+    let (mut b_rx, _b_tx) = b.split();
+    // An 802.1Q frame, VLAN 42, priority 3, carrying the marker EtherType.
+    let mut tagged = vec![0xff; 6];
+    tagged.extend_from_slice(&[0x02, 0, 0, 0, 0x10, 0x01, 0x81, 0x00, 0x60, 0x2a]);
+    tagged.extend_from_slice(&MARKER.to_be_bytes());
+    tagged.extend((0..80u8).map(|i| i.wrapping_mul(7)));
+    a_tx.send(&tagged, 0).unwrap();
+    a_tx.flush().unwrap();
+
+    let deadline = Instant::now() + TEST_DEADLINE;
+    let mut got = None;
+    while got.is_none() && Instant::now() < deadline {
+        b_rx.recv_batch(16, &mut |frame, _| {
+            if frame.len() >= 18 && frame[16..18] == MARKER.to_be_bytes() {
+                got = Some(frame.to_vec());
+            }
+        })
+        .unwrap();
+        if got.is_none() {
+            wait_readable(b_rx.raw_fd().unwrap(), deadline);
+        }
+    }
+    assert_eq!(got.expect("the tagged frame arrives"), tagged);
+}
+
+#[test]
+fn a_fanout_group_shares_the_frames_out() {
+    let Some(ns) = veth_pair("a_fanout_group_shares_the_frames_out") else {
+        return;
+    };
+    let group = (std::process::id() & 0xffff) as u16;
+    let (a, members) = ns.enter(|| {
+        (
+            AfPacket::open("veth-a").unwrap(),
+            [
+                AfPacket::open_fanout("veth-b", group).unwrap(),
+                AfPacket::open_fanout("veth-b", group).unwrap(),
+            ],
+        )
+    });
+    let (_a_rx, mut a_tx) = a.split();
+    let [first, second] = members;
+    let (mut first_rx, _first_tx) = first.split();
+    let (mut second_rx, _second_tx) = second.split();
+    let mut rng = Rng(5);
+    // Frames of many "flows": the sequence number sits where the hash looks
+    // for nothing useful, so vary the source MAC too.
+    let sent: Vec<Vec<u8>> = (0..64u32)
+        .map(|seq| {
+            let mut f = frame(&mut rng, 80, MARKER, seq);
+            f[11] = seq as u8;
+            f
+        })
+        .collect();
+    for frame in &sent {
+        a_tx.send(frame, 0).unwrap();
+    }
+    a_tx.flush().unwrap();
+
+    let deadline = Instant::now() + TEST_DEADLINE;
+    let mut got = Vec::new();
+    while got.len() < sent.len() && Instant::now() < deadline {
+        for rx in [&mut first_rx, &mut second_rx] {
+            rx.recv_batch(64, &mut |frame, _| {
+                if is_marked(frame) {
+                    got.push(frame.to_vec());
+                }
+            })
+            .unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    // Each frame went to exactly one member.
+    assert_eq!(got.len(), sent.len());
+    let got: BTreeSet<_> = got.into_iter().collect();
+    let sent: BTreeSet<_> = sent.into_iter().collect();
+    assert_eq!(got, sent);
+}
+
+#[test]
+fn a_missing_interface_is_named() {
+    let Some(ns) = veth_pair("a_missing_interface_is_named") else {
+        return;
+    };
+    let error = ns.enter(|| open(&PortSpec::AfPacket("nosuch0".into())).err().unwrap());
+    let message = error.to_string();
+    assert!(message.contains("`nosuch0`"), "{message}");
+    assert!(message.contains("No such device"), "{message}");
+}
