@@ -6,10 +6,10 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::borrow::Cow;
 use std::cell::Cell;
 use std::fs::File;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::{frames, TempFile};
-use flick_packet_io::{write_pcap, PcapRx, RecvStatus, RxPort};
+use common::{frame, frames, netns_available, wait_readable, Netns, Rng, TempFile, TEST_DEADLINE};
+use flick_packet_io::{write_pcap, AfPacket, PcapRx, RecvStatus, RxPort, TxPort};
 use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
 use pcap_file::pcapng::blocks::interface_description::{
     InterfaceDescriptionBlock, InterfaceDescriptionOption,
@@ -126,4 +126,65 @@ fn reading_a_thousand_frames_allocates_a_constant() {
         allocations <= 12,
         "pcapng: {allocations} allocations for 1000 frames"
     );
+}
+
+/// Runs `f` counting this thread's allocations.
+fn counting<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    COUNT.with(|c| c.set(Some(0)));
+    let value = f();
+    (value, COUNT.with(|c| c.replace(None)).unwrap())
+}
+
+#[test]
+fn sending_and_receiving_live_frames_allocates_nothing() {
+    if !netns_available("sending_and_receiving_live_frames_allocates_nothing") {
+        return;
+    }
+    let ns = Netns::new("flkpio");
+    ns.ip(&[
+        "link", "add", "name", "veth-a", "type", "veth", "peer", "name", "veth-b",
+    ]);
+    ns.ip(&["link", "set", "dev", "veth-a", "up"]);
+    ns.ip(&["link", "set", "dev", "veth-b", "up"]);
+    let (a, b) = ns.enter(|| {
+        (
+            AfPacket::open("veth-a").unwrap(),
+            AfPacket::open("veth-b").unwrap(),
+        )
+    });
+    let (_a_rx, mut a_tx) = a.split();
+    let (mut b_rx, _b_tx) = b.split();
+    let mut rng = Rng(17);
+    let sent: Vec<Vec<u8>> = (0..300u32)
+        .map(|seq| {
+            let len = rng.range(60, 1514);
+            frame(&mut rng, len, 0x88b5, seq)
+        })
+        .collect();
+
+    let ((), allocations) = counting(|| {
+        for frame in &sent {
+            a_tx.send(frame, 0).unwrap();
+        }
+        a_tx.flush().unwrap();
+    });
+    eprintln!("AF_PACKET send: {allocations} allocations for 300 frames");
+    assert_eq!(allocations, 0, "sending allocated");
+
+    let deadline = Instant::now() + TEST_DEADLINE;
+    let fd = b_rx.raw_fd().unwrap();
+    let (received, allocations) = counting(|| {
+        let mut received = 0usize;
+        while received < sent.len() && Instant::now() < deadline {
+            b_rx.recv_batch(32, &mut |frame, _| {
+                received += usize::from(frame[12..14] == [0x88, 0xb5]);
+            })
+            .unwrap();
+            wait_readable(fd, deadline.min(Instant::now() + Duration::from_millis(20)));
+        }
+        received
+    });
+    eprintln!("AF_PACKET receive: {allocations} allocations for {received} frames");
+    assert_eq!(received, sent.len());
+    assert_eq!(allocations, 0, "receiving allocated");
 }
