@@ -64,7 +64,7 @@ cargo build --release --quiet
 for program in examples/*.flick; do
     target/release/flick check "$program"
 done
-target/release/flick fmt --check examples/
+target/release/flick fmt --check examples/ lib/
 if target/release/flick check examples/errors/*.flick 2>/dev/null; then
     echo "examples/errors/ should be rejected" >&2
     exit 1

@@ -303,6 +303,56 @@ impl Checker<'_> {
 mod tests {
     use super::parse_cidr;
 
+    /// The codes of the errors `check` finds in `src`, with the text
+    /// each points at.
+    fn errors(src: &str) -> Vec<(&'static str, String)> {
+        let (program, diags) = flick_syntax::parse(src);
+        assert!(diags.is_empty(), "{diags:?}");
+        crate::check(&program)
+            .1
+            .iter()
+            .map(|d| (d.code, src[d.span().range()].to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_malformed_constant_prefix_is_an_error_where_it_is_written() {
+        let src = "fun inside: (a: integer, cidr: string) -> (bool)
+  in_prefix(a, cidr)
+
+fun f: (a: integer) -> (bool)
+  in_prefix(a, \"10.0.0.0/33\") or inside(a, \"10.0.0/8\") or inside(a, \"10.0.0.0/8\")
+";
+        assert_eq!(
+            errors(src),
+            vec![
+                ("E0210", "\"10.0.0.0/33\"".to_string()),
+                ("E0210", "\"10.0.0/8\"".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn misused_packet_builtins_are_errors() {
+        let src = "proc P: (integer/integer c, [integer/-] ins)
+  | c => f(ins, c)
+
+fun f: ([integer/-] ins, -/integer out, x: integer) -> ()
+  let a = pack()
+  let b = pack(1, 2, 3, 4, 5, 6, 7, 8, 9)
+  let d = pack([1, 2])
+  let e = frame_len(x)
+  broadcast(x, ins)
+  broadcast(x, out)
+  let g = min(x, \"a\")
+";
+        let codes: Vec<&str> = errors(src).iter().map(|(c, _)| *c).collect();
+        assert_eq!(
+            codes,
+            ["E0202", "E0202", "E0203", "E0203", "E0302", "E0303", "E0203"]
+        );
+    }
+
     #[test]
     fn cidr_prefixes_parse_to_network_and_mask() {
         assert_eq!(parse_cidr("10.0.0.0/8"), Ok((0x0a00_0000, 0xff00_0000)));
