@@ -1,26 +1,31 @@
-//! The examples' logic written by hand in Rust: the baseline Flick's
-//! packet engine is measured against. Frames are parsed just far enough
+//! The packet examples' logic written by hand in Rust
+//! (`examples/packets/*.flick`): what their golden tests, property tests
+//! and benchmarks compare Flick with. Frames are parsed just far enough
 //! (Ethernet with one VLAN tag, IPv4 or IPv6, the TCP or UDP ports) and
 //! state lives in `hashbrown` maps keyed by fixed-size flow keys, as a
-//! careful C or Rust programmer would write it.
+//! careful programmer would write it; [`Key::packed`] spells a key as the
+//! Flick program's `pack` does, to compare dumps.
 
 use hashbrown::HashMap;
+
+const TCP: u8 = 6;
+const UDP: u8 = 17;
 
 /// What the examples read of a frame.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Headers {
-    pub ip: bool,
-    /// IPv4 addresses in the low 4 bytes, IPv6 whole.
+    /// 4 or 6; 0 for a frame that is not IP.
+    pub ip: u8,
+    /// IPv4 addresses in the first 4 bytes, IPv6 whole.
     pub src: [u8; 16],
     pub dst: [u8; 16],
     pub protocol: u8,
-    /// Ports, where the protocol is TCP or UDP and the frame is not a
-    /// later fragment.
+    /// Ports, where there is a TCP or UDP header (not in a later IPv4
+    /// fragment).
     pub ports: Option<(u16, u16)>,
+    /// Whether the header with the ports is TCP's.
+    pub tcp: bool,
 }
-
-const TCP: u8 = 6;
-const UDP: u8 = 17;
 
 pub fn parse(frame: &[u8]) -> Headers {
     let mut h = Headers::default();
@@ -40,22 +45,20 @@ pub fn parse(frame: &[u8]) -> Headers {
             let Some(ip) = frame.get(at..at + 20) else {
                 return h;
             };
-            let ihl = (ip[0] & 0x0f) as usize * 4;
-            h.ip = true;
+            h.ip = 4;
             h.protocol = ip[9];
-            h.src[12..].copy_from_slice(&ip[12..16]);
-            h.dst[12..].copy_from_slice(&ip[16..20]);
-            let offset = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff;
-            if offset != 0 {
+            h.src[..4].copy_from_slice(&ip[12..16]);
+            h.dst[..4].copy_from_slice(&ip[16..20]);
+            if u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff != 0 {
                 return h;
             }
-            at + ihl
+            at + (ip[0] & 0x0f) as usize * 4
         }
         0x86dd => {
             let Some(ip) = frame.get(at..at + 40) else {
                 return h;
             };
-            h.ip = true;
+            h.ip = 6;
             h.protocol = ip[6];
             h.src.copy_from_slice(&ip[8..24]);
             h.dst.copy_from_slice(&ip[24..40]);
@@ -66,6 +69,7 @@ pub fn parse(frame: &[u8]) -> Headers {
     if h.protocol == TCP || h.protocol == UDP {
         if let (Some(s), Some(d)) = (be16(frame, l4), be16(frame, l4 + 2)) {
             h.ports = Some((s, d));
+            h.tcp = h.protocol == TCP;
         }
     }
     h
@@ -75,18 +79,125 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
 }
 
-/// Addresses, ports and protocol.
-pub type FlowKey5 = ([u8; 16], [u8; 16], u16, u16, u8);
-
-pub fn key5(h: &Headers) -> FlowKey5 {
-    let (s, d) = h.ports.unwrap_or((0, 0));
-    (h.src, h.dst, s, d, h.protocol)
+/// Which of the library's keys a [`Key`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeyKind {
+    /// `flow_key5`: addresses, protocol, ports.
+    Five,
+    /// `src_key`: the source address.
+    Source,
+    /// `sym_flow_key2`: the two addresses, lesser first.
+    Pair,
 }
 
-/// Packets and bytes per 5-tuple.
+/// A flow key of fixed size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub kind: KeyKind,
+    pub ip: u8,
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    pub protocol: u8,
+    pub ports: Option<(u16, u16)>,
+}
+
+impl Key {
+    pub fn five(h: &Headers) -> Key {
+        Key {
+            kind: KeyKind::Five,
+            ip: h.ip,
+            src: h.src,
+            dst: h.dst,
+            protocol: h.protocol,
+            ports: h.ports,
+        }
+    }
+
+    pub fn source(h: &Headers) -> Key {
+        Key {
+            kind: KeyKind::Source,
+            dst: [0; 16],
+            protocol: 0,
+            ports: None,
+            ..Key::five(h)
+        }
+    }
+
+    pub fn pair(h: &Headers) -> Key {
+        let (src, dst) = if h.src <= h.dst {
+            (h.src, h.dst)
+        } else {
+            (h.dst, h.src)
+        };
+        Key {
+            kind: KeyKind::Pair,
+            src,
+            dst,
+            protocol: 0,
+            ports: None,
+            ..Key::five(h)
+        }
+    }
+
+    /// The key as the Flick program's `pack` writes it: per part a tag
+    /// (`i` integer, 8 bytes big-endian; `s` string, 4-byte length and the
+    /// bytes; `n` none, a field the frame lacks) in the order the
+    /// library's functions pack them.
+    pub fn packed(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let int = |out: &mut Vec<u8>, v: Option<u64>| match v {
+            Some(v) => {
+                out.push(b'i');
+                out.extend_from_slice(&(v as i64).to_be_bytes());
+            }
+            None => out.push(b'n'),
+        };
+        let addr = |out: &mut Vec<u8>, a: &[u8; 16]| match self.ip {
+            4 => int(
+                out,
+                Some(u32::from_be_bytes([a[0], a[1], a[2], a[3]]) as u64),
+            ),
+            6 => {
+                out.push(b's');
+                out.extend_from_slice(&16u32.to_be_bytes());
+                out.extend_from_slice(a);
+            }
+            _ => out.push(b'n'),
+        };
+        addr(&mut out, &self.src);
+        if self.kind == KeyKind::Source {
+            return out;
+        }
+        addr(&mut out, &self.dst);
+        if self.kind == KeyKind::Pair {
+            return out;
+        }
+        int(&mut out, (self.ip != 0).then_some(self.protocol as u64));
+        int(&mut out, self.ports.map(|p| p.0 as u64));
+        int(&mut out, self.ports.map(|p| p.1 as u64));
+        out
+    }
+}
+
+/// How a dump spells a dictionary key: printable ASCII as itself, anything
+/// else as `0x` and lowercase hex.
+pub fn dump_key(bytes: &[u8]) -> String {
+    if bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
+        String::from_utf8(bytes.to_vec()).unwrap()
+    } else {
+        let mut s = String::from("0x");
+        for b in bytes {
+            s.push_str(&format!("{b:02x}"));
+        }
+        s
+    }
+}
+
+/// `examples/packets/flow_tracker.flick`: packets and bytes per 5-tuple
+/// of every IP frame.
 #[derive(Default)]
 pub struct FlowTracker {
-    pub flows: HashMap<FlowKey5, (u64, u64)>,
+    pub flows: HashMap<Key, (u64, u64)>,
 }
 
 impl FlowTracker {
@@ -98,10 +209,10 @@ impl FlowTracker {
 
     pub fn frame(&mut self, frame: &[u8]) {
         let h = parse(frame);
-        if !h.ip {
+        if h.ip == 0 {
             return;
         }
-        let e = self.flows.entry(key5(&h)).or_insert((0, 0));
+        let e = self.flows.entry(Key::five(&h)).or_insert((0, 0));
         e.0 += 1;
         e.1 += frame.len() as u64;
     }
@@ -109,11 +220,11 @@ impl FlowTracker {
 
 pub const KNOCKS: [u16; 4] = [5123, 6234, 7345, 8456];
 
-/// The port-knocking firewall of examples/packets/port_knocking.flick.
+/// `examples/packets/port_knocking.flick`.
 #[derive(Default)]
 pub struct PortKnocking {
-    pub knocks: HashMap<[u8; 16], u8>,
-    pub allowed: HashMap<FlowKey5, ()>,
+    pub knocks: HashMap<Key, u8>,
+    pub allowed: HashMap<Key, ()>,
 }
 
 impl PortKnocking {
@@ -127,30 +238,51 @@ impl PortKnocking {
     /// Whether the frame passes.
     pub fn frame(&mut self, frame: &[u8]) -> bool {
         let h = parse(frame);
-        let flow = key5(&h);
+        let flow = Key::five(&h);
         if self.allowed.contains_key(&flow) {
             return true;
         }
-        let done = self.knocks.get(&h.src).copied();
+        let src = Key::source(&h);
+        let done = self.knocks.get(&src).copied();
         if done == Some(4) {
-            if h.protocol == TCP && h.ports.map(|p| p.1) == Some(22) {
+            if h.tcp && h.ports.map(|p| p.1) == Some(22) {
                 self.allowed.insert(flow, ());
                 return true;
             }
             return false;
         }
-        if h.ip && (h.protocol == TCP || h.protocol == UDP) {
+        if let Some((_, port)) = h.ports {
             let done = done.unwrap_or(0);
-            let port = h.ports.map(|p| p.1);
-            let next = if port == Some(KNOCKS[done as usize]) {
+            let next = if port == KNOCKS[done as usize] {
                 done + 1
-            } else if port == Some(KNOCKS[0]) {
+            } else if port == KNOCKS[0] {
                 1
             } else {
                 0
             };
-            self.knocks.insert(h.src, next);
+            self.knocks.insert(src, next);
         }
         false
     }
+}
+
+/// `examples/packets/dpi_balancer.flick`: the outputs a frame goes to,
+/// as a bit set over `outputs` (DNS to all, the rest by the hash of the
+/// symmetric address pair).
+pub fn dpi_outputs(frame: &[u8], outputs: usize) -> u64 {
+    let h = parse(frame);
+    if h.ports.is_some_and(|(s, d)| s == 53 || d == 53) {
+        return (1u64 << outputs) - 1;
+    }
+    1 << ((fnv1a(&Key::pair(&h).packed()) >> 1) % outputs as u64)
+}
+
+/// The FNV-1a hash Flick's `hash` takes of a string.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }
