@@ -2,10 +2,7 @@
 //! network namespaces of the test's own.
 #![allow(dead_code)]
 
-use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -82,82 +79,8 @@ pub fn frames(seed: u64, count: usize) -> Vec<(Vec<u8>, u64)> {
         .collect()
 }
 
-/// Whether namespace tests can run here: root and `ip`. Under CI
-/// (`CI=true`) they must, so this panics; elsewhere it says why they skip.
-pub fn netns_available(test: &str) -> bool {
-    // SAFETY: no arguments.
-    let root = unsafe { libc::geteuid() } == 0;
-    let ip = Command::new("ip")
-        .arg("-V")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if root && ip {
-        return true;
-    }
-    let why = if root { "`ip` is missing" } else { "not root" };
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{test}: needs root and `ip` for network namespaces, but {why}");
-    }
-    eprintln!("skipping {test}: {why} (network namespaces need root and `ip`)");
-    false
-}
-
-/// A network namespace made for one test, deleted on drop.
-pub struct Netns {
-    pub name: String,
-}
-
-impl Netns {
-    pub fn new(tag: &str) -> Netns {
-        let name = unique(tag);
-        run("ip", &["netns", "add", &name]);
-        Netns { name }
-    }
-
-    /// Runs `ip -n NAME ARGS...` and asserts it succeeds.
-    pub fn ip(&self, args: &[&str]) {
-        let mut all = vec!["-n", self.name.as_str()];
-        all.extend_from_slice(args);
-        run("ip", &all);
-    }
-
-    /// Runs `f` on a thread inside the namespace; sockets and devices it
-    /// makes belong to the namespace for good.
-    pub fn enter<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        let ns = File::open(format!("/run/netns/{}", self.name))
-            .or_else(|_| File::open(format!("/var/run/netns/{}", self.name)))
-            .expect("namespace file");
-        std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    // SAFETY: moves only this thread into the namespace.
-                    let entered = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-                    assert_eq!(entered, 0, "setns: {}", std::io::Error::last_os_error());
-                    f()
-                })
-                .join()
-                .expect("thread in the namespace")
-        })
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
-
-fn run(program: &str, args: &[&str]) {
-    let output = Command::new(program).args(args).output().expect(program);
-    assert!(
-        output.status.success(),
-        "{program} {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
+#[allow(unused_imports)]
+pub use flick_testkit::netns::{available as netns_available, Netns};
 
 /// Waits until `fd` is readable or `deadline` passes; false on timeout.
 pub fn wait_readable(fd: i32, deadline: Instant) -> bool {
