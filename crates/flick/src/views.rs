@@ -2,6 +2,11 @@
 //! (`grammar memcached_binary`) may declare a record with a subset of a
 //! unit's fields (`type cmd: record` with only `key`); each field must be a
 //! field of the unit of the same name, of a matching kind.
+//!
+//! A grammar may come with a library in Flick source: a program that says
+//! `grammar packet` is read with lib/packet.flick after its own text
+//! ([`program_source`]), and a name it shares with the library is reported
+//! at the user's definition.
 
 use flick_check::{CheckedProgram, Ty};
 use flick_span::Diagnostic;
