@@ -199,3 +199,109 @@ fn run_help_documents_the_packet_flags() {
     assert!(help.contains("--port <CHANNEL=SPEC[,SPEC...]>"), "{help}");
     assert!(help.contains("--dump <FILE>"), "{help}");
 }
+
+/// The stock `packet` grammar and its library: a capture forwarded whole,
+/// and flows counted the same with one worker or two.
+#[test]
+fn packet_programs_over_a_capture() {
+    let d = dir("stock");
+    let capture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/packets/testdata/tracker.pcap")
+        .canonicalize()
+        .unwrap();
+    let input = flick_packet_io::read_pcap(&capture).unwrap();
+    std::fs::write(
+        d.join("fwd.flick"),
+        "grammar packet\n\nproc fwd: (packet/- inside, -/packet outside)\n  | inside => outside\n",
+    )
+    .unwrap();
+    let spec = format!("inside=pcap:{}", capture.display());
+    let o = flick(
+        &d,
+        &[
+            "run",
+            "fwd.flick",
+            "--port",
+            &spec,
+            "--port",
+            "outside=pcap-out:out.pcap",
+            "--workers",
+            "2",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        flick_packet_io::read_pcap(&d.join("out.pcap")).unwrap(),
+        input
+    );
+
+    std::fs::write(
+        d.join("tracker.flick"),
+        "grammar packet
+
+proc tracker: (packet/- wire)
+  global packets := empty_dict
+  global bytes := empty_dict
+  | wire => track(packets, bytes)
+
+fun steer: (p: packet) -> (string)
+  flow_key5(p)
+
+fun track: (packets: ref dict<string*integer>, bytes: ref dict<string*integer>, p: packet) -> ()
+  if is_ip(p):
+    let k = flow_key5(p)
+    if packets[k] = None:
+      packets[k] := 1
+      bytes[k] := frame_len(p)
+    else:
+      packets[k] := packets[k] + 1
+      bytes[k] := bytes[k] + frame_len(p)
+",
+    )
+    .unwrap();
+    let mut dumps = Vec::new();
+    for workers in ["1", "2"] {
+        let dump = format!("flows{workers}.json");
+        let o = flick(
+            &d,
+            &[
+                "run",
+                "tracker.flick",
+                "--port",
+                &spec.replace("inside", "wire"),
+                "--workers",
+                workers,
+                "--dump",
+                &dump,
+            ],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        dumps.push(std::fs::read_to_string(d.join(&dump)).unwrap());
+    }
+    assert_eq!(dumps[0], dumps[1]);
+    let dump: serde_json::Value = serde_json::from_str(&dumps[0]).unwrap();
+    let sum = |name: &str| -> u64 {
+        dump["globals"][name]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum()
+    };
+    let ethertype = |f: &[u8]| match u16::from_be_bytes([f[12], f[13]]) {
+        0x8100 => u16::from_be_bytes([f[16], f[17]]),
+        t => t,
+    };
+    let ip: Vec<_> = input
+        .iter()
+        .filter(|(f, _)| matches!(ethertype(f), 0x0800 | 0x86dd))
+        .collect();
+    assert_eq!(sum("packets"), ip.len() as u64);
+    assert_eq!(
+        sum("bytes"),
+        ip.iter().map(|(f, _)| f.len() as u64).sum::<u64>()
+    );
+    assert_eq!(dump["faults"], 0);
+    assert_eq!(dump["malformed"], 0);
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -432,6 +432,7 @@ impl PacketService {
                 shard: Shard::new(self.state_names.len(), self.config.dict_capacity),
                 init: self.init,
                 index: w,
+                state_names: Arc::new(self.state_names.clone()),
                 snapshots: snapshots.clone(),
             };
             let done = done_tx.clone();
@@ -868,6 +869,7 @@ struct Worker {
     shard: Shard,
     init: FuncId,
     index: usize,
+    state_names: Arc<Vec<String>>,
     snapshots: Arc<std::sync::Mutex<Vec<Option<Snapshot>>>>,
 }
 
@@ -977,8 +979,7 @@ impl Worker {
     }
 
     fn snapshot(&self) {
-        let names: Vec<String> = (0..self.shard.vars.len()).map(|i| i.to_string()).collect();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let names: Vec<&str> = self.state_names.iter().map(String::as_str).collect();
         let m = state::merged(&names, &[&self.shard]);
         if let Ok(mut s) = self.snapshots.lock() {
             s[self.index] = Some(Snapshot(m));

@@ -226,3 +226,105 @@ fn the_dump_has_ports_counters_and_sorted_state() {
         summary.line()
     );
 }
+
+/// A live port: its frames, then nothing, never an end.
+struct LiveRx(MemRx);
+
+impl flick_packet_io::RxPort for LiveRx {
+    fn recv_batch(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(&[u8], u64),
+    ) -> Result<flick_packet_io::RecvStatus, flick_packet_io::PortError> {
+        match self.0.recv_batch(max, f)? {
+            flick_packet_io::RecvStatus::End => Ok(flick_packet_io::RecvStatus::Idle),
+            s => Ok(s),
+        }
+    }
+
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
+#[test]
+fn a_live_run_dumps_on_request_and_ends_on_stop() {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    let dir = std::env::temp_dir().join(format!("flick-packet-live-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.json");
+    let request = Arc::new(AtomicBool::new(false));
+    let svc = service(
+        STEERED,
+        PacketConfig {
+            workers: 2,
+            dump_request: Some(request.clone()),
+            dump_path: Some(path.clone()),
+            ..PacketConfig::default()
+        },
+    );
+    let out = MemTx::default();
+    let live = flick_packet::BoundPort {
+        spec: "live".into(),
+        port: flick_packet_io::Port {
+            rx: Some(Box::new(LiveRx(MemRx {
+                frames: Arc::new(interleaved_flows()),
+                at: 0,
+            }))),
+            tx: None,
+        },
+        live: true,
+    };
+    let stop = AtomicBool::new(false);
+    /// Stops the run however the test ends, so a failed assertion fails
+    /// the test rather than hang it.
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let summary = std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        let running = s.spawn(|| {
+            svc.run(
+                vec![bind("inside", vec![live]), bind("outside", vec![tx(&out)])],
+                &stop,
+            )
+        });
+        // Asked until two dumps in a row count the same frames: all the
+        // port had, less what found no room.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut counts = Vec::new();
+        while std::time::Instant::now() < deadline {
+            let _ = std::fs::remove_file(&path);
+            request.store(true, Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                let dump: serde_json::Value = serde_json::from_str(&text).unwrap();
+                counts.push(dump["globals"]["count"].as_u64().unwrap_or(0));
+                if counts.len() > 1 && counts[counts.len() - 2..] == [counts[counts.len() - 1]; 2] {
+                    break;
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let summary = running.join().unwrap().unwrap();
+        (summary, counts)
+    });
+    let (summary, counts) = summary;
+    // A live port drops what finds no room, and counts it.
+    let p = &summary.ports[0];
+    assert_eq!(p.rx_frames, 2000);
+    let handled = 2000 - p.rx_overflow;
+    assert!(handled > 0);
+    assert_eq!(
+        counts.last().copied(),
+        Some(handled),
+        "dumps while running: {counts:?}"
+    );
+    assert_eq!(summary.state["count"], handled);
+    assert_eq!(summary.ports[1].tx_frames, handled);
+    let _ = std::fs::remove_dir_all(&dir);
+}
