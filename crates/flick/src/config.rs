@@ -86,6 +86,10 @@ pub struct FileConfig {
     /// instance.
     #[serde(default)]
     pub fan_in: BTreeMap<String, usize>,
+    /// Channel (or channel array) name to packet ports (`pcap:FILE`,
+    /// `pcap-out:FILE`, `afpacket:IFACE`, `tun:NAME`): a packet program.
+    #[serde(default)]
+    pub ports: BTreeMap<String, Addrs>,
 }
 
 /// One address (`"host:port"`) or a list of them.
@@ -173,6 +177,10 @@ pub struct Settings {
     pub fan_in_timeout_ms: u64,
     /// In channel-name order.
     pub fan_in: Vec<(String, usize)>,
+    /// Packet ports from the configuration file, in channel-name order,
+    /// as `--port` takes them (files relative to the file's directory);
+    /// `--port` flags replace a channel's.
+    pub ports: Vec<(String, Vec<String>)>,
 }
 
 /// Most connections that make up one instance of a listening array.
@@ -435,6 +443,25 @@ pub fn resolve(
     .map_or(defaults.fan_in_timeout.as_millis() as u64, |(o, v)| {
         ranged(&mut errors, &o, v, &RESPONSE_TIMEOUT_MS)
     });
+    // A port's file is found where the configuration file is, as the
+    // program is.
+    let ports = cfg
+        .ports
+        .iter()
+        .map(|(c, specs)| {
+            let specs = specs
+                .0
+                .iter()
+                .map(|spec| match spec.split_once(':') {
+                    Some((kind @ ("pcap" | "pcap-out"), file)) => {
+                        format!("{kind}:{}", dir.join(file).display())
+                    }
+                    _ => spec.clone(),
+                })
+                .collect();
+            (c.clone(), specs)
+        })
+        .collect();
     match program {
         Some(program) if errors.is_empty() => Ok(Settings {
             program,
@@ -453,6 +480,7 @@ pub fn resolve(
             accept,
             fan_in_timeout_ms,
             fan_in,
+            ports,
         }),
         _ => Err(errors),
     }

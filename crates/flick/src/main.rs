@@ -408,7 +408,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if !args.port.is_empty() {
+    if !args.port.is_empty() || !settings.ports.is_empty() {
         return flick::packet_run::run(flick::packet_run::PacketRun {
             loaded,
             settings: &settings,

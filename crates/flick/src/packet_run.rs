@@ -60,13 +60,26 @@ fn port_use(spec: &PortSpec) -> PortUse {
 
 pub fn run(r: PacketRun<'_>) -> ExitCode {
     let mut errors = Vec::new();
-    let mut bound = Vec::new();
-    for flag in r.ports {
-        match parse_port_flag(flag) {
-            Ok(b) => bound.push(b),
+    // The configuration file's ports, then the flags': a flag replaces
+    // the file's ports of its channel; a channel given twice by flags is
+    // reported by the binding check.
+    let mut bound: Vec<(String, Vec<PortSpec>, bool)> = Vec::new();
+    let from_file = r
+        .settings
+        .ports
+        .iter()
+        .map(|(c, specs)| (format!("{c}={}", specs.join(",")), true));
+    for (flag, file) in from_file.chain(r.ports.iter().map(|f| (f.clone(), false))) {
+        match parse_port_flag(&flag) {
+            Ok((c, specs)) => match bound.iter_mut().find(|(n, _, f)| *n == c && *f) {
+                Some(b) if !file => *b = (c, specs, false),
+                _ => bound.push((c, specs, file)),
+            },
             Err(e) => errors.push(e),
         }
     }
+    let bound: Vec<(String, Vec<PortSpec>)> =
+        bound.into_iter().map(|(c, specs, _)| (c, specs)).collect();
     for (c, _) in &r.settings.listen {
         errors.push(if bound.iter().any(|(n, _)| n == c) {
             format!("channel `{c}` is bound by both --port and --listen")

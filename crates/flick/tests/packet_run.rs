@@ -305,3 +305,41 @@ fun track: (packets: ref dict<string*integer>, bytes: ref dict<string*integer>, 
     assert_eq!(dump["malformed"], 0);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `[ports]` in the configuration file, files found beside it; a flag
+/// replaces a channel's ports.
+#[test]
+fn a_configuration_file_binds_ports() {
+    let d = dir("config");
+    let input = frames();
+    flick_packet_io::write_pcap(&d.join("in.pcap"), &input[..300]).unwrap();
+    std::fs::write(
+        d.join("split.toml"),
+        "program = \"split.flick\"\nworkers = 2\n\n[ports]\ninside = \"pcap:in.pcap\"\nouts = [\"pcap-out:a.pcap\", \"pcap-out:b.pcap\"]\n",
+    )
+    .unwrap();
+    // Run from elsewhere: the files are the configuration's neighbours.
+    let elsewhere = std::env::temp_dir();
+    let config = d.join("split.toml");
+    let o = flick(&elsewhere, &["run", "--config", config.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        flick_packet_io::read_pcap(&d.join("a.pcap")).unwrap().len(),
+        100
+    );
+    let c = format!(
+        "outs=pcap-out:{},pcap-out:{}",
+        d.join("c.pcap").display(),
+        d.join("e.pcap").display()
+    );
+    let o = flick(
+        &elsewhere,
+        &["run", "--config", config.to_str().unwrap(), "--port", &c],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        flick_packet_io::read_pcap(&d.join("e.pcap")).unwrap().len(),
+        100
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
