@@ -174,17 +174,28 @@ impl Summary {
             .filter(|p| p.tx_frames > 0 || p.rx_frames == 0)
             .map(|p| format!("{} {}", p.name, p.tx_frames))
             .collect();
-        format!(
-            "flick: {rx} frames in; out: {}; dropped by the program {}; malformed {}; faults {}",
-            if out.is_empty() {
-                "none".into()
-            } else {
-                out.join(", ")
-            },
-            self.dropped,
-            self.malformed,
-            self.faults
-        )
+        let out = if out.is_empty() {
+            "none".to_string()
+        } else {
+            out.join(", ")
+        };
+        let mut line = format!(
+            "flick: {rx} frames in; out: {out}; dropped by the program {}; malformed {}; faults {}",
+            self.dropped, self.malformed, self.faults
+        );
+        // What only some runs have, said only when it happened.
+        let overflow: u64 = self.ports.iter().map(|p| p.rx_overflow).sum();
+        let tx_errors: u64 = self.ports.iter().map(|p| p.tx_errors).sum();
+        for (n, what) in [
+            (overflow, "lost for want of room"),
+            (tx_errors, "not sent (port errors)"),
+            (self.dict_full, "new keys refused by full dictionaries"),
+        ] {
+            if n > 0 {
+                line.push_str(&format!("; {what} {n}"));
+            }
+        }
+        line
     }
 }
 
