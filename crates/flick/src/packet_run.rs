@@ -4,7 +4,7 @@
 //! file while it runs.
 
 use crate::config::Settings;
-use flick_packet::{Binding, BoundPort, PacketConfig, PacketService, PortUse};
+use flick_packet::{Binding, BoundPort, LiveStats, PacketConfig, PacketService, PortUse};
 use flick_packet_io::PortSpec;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -95,6 +95,7 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
         });
     }
     let dump_request = Arc::new(AtomicBool::new(false));
+    let stats = Arc::new(LiveStats::default());
     let config = PacketConfig {
         workers: r
             .settings
@@ -103,6 +104,7 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
         dict_capacity: r.settings.dict_capacity,
         dump_request: Some(dump_request.clone()),
         dump_path: r.dump.map(Into::into),
+        stats: Some(stats.clone()),
         ..PacketConfig::default()
     };
     let service = match PacketService::new(r.loaded, config) {
@@ -156,12 +158,29 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
         let _ = signal_hook::flag::register(sig, stop.clone());
     }
     let _ = signal_hook::flag::register(signal_hook::consts::SIGUSR1, dump_request);
-    if r.settings.metrics.is_some() {
-        tracing::warn!(
-            "--metrics is not served for packet programs yet; the dump has the counters"
-        );
+    let metrics = match r.settings.metrics {
+        None => None,
+        Some(addr) => {
+            let started = std::net::TcpListener::bind(addr).and_then(|l| {
+                crate::metrics::MetricsServer::start(l, render_metrics(stats.clone()))
+            });
+            match started {
+                Ok(m) => {
+                    println!("flick: metrics on http://{}/metrics", m.local_addr());
+                    Some(m)
+                }
+                Err(e) => {
+                    eprintln!("error: cannot serve metrics on {addr}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
+    let result = service.run(bindings, &stop);
+    if let Some(m) = metrics {
+        m.stop();
     }
-    match service.run(bindings, &stop) {
+    match result {
         Ok(summary) => {
             eprintln!("{}", summary.line());
             ExitCode::SUCCESS
@@ -170,5 +189,138 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `/metrics` for a packet program: per port frames and bytes received
+/// and sent, frames lost for want of room and not sent; frames dropped by
+/// the program, malformed, faulted, and handled per worker.
+pub fn render_metrics(stats: Arc<LiveStats>) -> crate::metrics::Render {
+    use std::fmt::Write;
+    use std::sync::atomic::Ordering::Relaxed;
+    Arc::new(move |format| {
+        let open = format == crate::metrics::Format::OpenMetrics;
+        let mut out = String::new();
+        let mut family = |name: &str, help: &str, samples: Vec<(String, u64)>| {
+            // OpenMetrics names a counter's family without `_total`.
+            let family = if open {
+                name.to_string()
+            } else {
+                format!("{name}_total")
+            };
+            let _ = writeln!(out, "# HELP {family} {help}");
+            let _ = writeln!(out, "# TYPE {family} counter");
+            for (labels, v) in samples {
+                let _ = writeln!(out, "{name}_total{labels} {v}");
+            }
+        };
+        let ports = stats.ports();
+        let per_port = |f: &dyn Fn(&flick_packet::PortStats) -> u64| {
+            ports
+                .iter()
+                .map(|p| (format!("{{port=\"{}\"}}", p.name), f(p)))
+                .collect::<Vec<_>>()
+        };
+        family(
+            "flick_packet_rx_frames",
+            "Frames received.",
+            per_port(&|p| p.rx_frames.load(Relaxed)),
+        );
+        family(
+            "flick_packet_rx_bytes",
+            "Bytes of frames received.",
+            per_port(&|p| p.rx_bytes.load(Relaxed)),
+        );
+        family(
+            "flick_packet_rx_overflow",
+            "Frames of a live port lost for want of a buffer or queue room.",
+            per_port(&|p| p.rx_overflow.load(Relaxed)),
+        );
+        family(
+            "flick_packet_tx_frames",
+            "Frames sent.",
+            per_port(&|p| p.tx_frames.load(Relaxed)),
+        );
+        family(
+            "flick_packet_tx_bytes",
+            "Bytes of frames sent.",
+            per_port(&|p| p.tx_bytes.load(Relaxed)),
+        );
+        family(
+            "flick_packet_tx_errors",
+            "Frames a port failed to send.",
+            per_port(&|p| p.tx_errors.load(Relaxed)),
+        );
+        let one = |v: u64| vec![(String::new(), v)];
+        family(
+            "flick_packet_dropped",
+            "Frames the program sent nowhere.",
+            one(stats.workers_sum(|w| &w.dropped)),
+        );
+        family(
+            "flick_packet_malformed",
+            "Frames that did not parse.",
+            one(stats.malformed.load(Relaxed)),
+        );
+        family(
+            "flick_packet_faults",
+            "Frames whose rule or steer faulted.",
+            one(stats.workers_sum(|w| &w.faults) + stats.steer_faults.load(Relaxed)),
+        );
+        family(
+            "flick_packet_dict_full",
+            "New keys refused by full dictionaries.",
+            one(stats.workers_sum(|w| &w.dict_full)),
+        );
+        family(
+            "flick_packet_worker_frames",
+            "Frames each worker handled.",
+            stats
+                .workers()
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (format!("{{worker=\"{i}\"}}"), w.frames.load(Relaxed)))
+                .collect(),
+        );
+        if open {
+            out.push_str("# EOF\n");
+        }
+        out
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Format;
+
+    #[test]
+    fn metrics_are_counters_in_either_format() {
+        let stats = Arc::new(LiveStats::default());
+        let render = render_metrics(stats);
+        let text = render(Format::Text);
+        assert!(
+            text.contains(
+                "# TYPE flick_packet_dropped_total counter\nflick_packet_dropped_total 0\n"
+            ),
+            "{text}"
+        );
+        let open = render(Format::OpenMetrics);
+        assert!(
+            open.contains("# TYPE flick_packet_dropped counter\nflick_packet_dropped_total 0\n"),
+            "{open}"
+        );
+        assert!(open.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn port_flags_name_a_channel_and_its_specs() {
+        let (c, specs) = parse_port_flag("outs=pcap-out:a.pcap,pcap-out:b.pcap").unwrap();
+        assert_eq!(c, "outs");
+        assert_eq!(specs.len(), 2);
+        assert!(parse_port_flag("pcap:x")
+            .unwrap_err()
+            .contains("expected NAME=SPEC"));
+        assert!(parse_port_flag("=pcap:x").unwrap_err().contains("empty"));
     }
 }

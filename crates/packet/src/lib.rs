@@ -25,8 +25,10 @@
 mod host;
 mod service;
 mod state;
+mod stats;
 
 pub use host::{Sends, MAX_SENDS};
 pub use service::{
     Binding, BoundPort, Error, PacketConfig, PacketService, PortCounts, PortUse, Summary,
 };
+pub use stats::{LiveStats, PortStats, WorkerStats};

@@ -21,6 +21,7 @@
 
 use crate::host::{FieldTable, FrameHost, Sends, FRAME};
 use crate::state::{self, Shard};
+use crate::stats::{set, LiveStats};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use flick_exec::{FuncId, Module, Outcome, Value, Vm};
 use flick_packet_io::{Port, PortError, RecvStatus, RxPort, TxPort};
@@ -48,6 +49,8 @@ pub struct PacketConfig {
     pub dump_request: Option<Arc<AtomicBool>>,
     /// Where dumps go.
     pub dump_path: Option<std::path::PathBuf>,
+    /// Counters published while running (for `--metrics`).
+    pub stats: Option<Arc<LiveStats>>,
 }
 
 impl Default for PacketConfig {
@@ -59,6 +62,7 @@ impl Default for PacketConfig {
             buffers: 1024,
             dump_request: None,
             dump_path: None,
+            stats: None,
         }
     }
 }
@@ -415,15 +419,18 @@ impl PacketService {
         }
         let tx_of = Arc::new(tx_of);
         let workers = self.config.workers.max(1);
+        let stats = self.config.stats.clone().unwrap_or_default();
+        stats.start(counts.iter().map(|c| c.name.clone()).collect(), workers);
         let buffers = self.config.buffers.max(workers * 2);
         let (done_tx, done_rx) = bounded::<Done>(buffers);
         let (free_tx, free_rx) = bounded::<Vec<u8>>(buffers);
         for _ in 0..buffers {
             let _ = free_tx.send(Vec::with_capacity(FRAME_BUFFER));
         }
+        let writer_stats = stats.clone();
         let writer = std::thread::Builder::new()
             .name("flick-packet-writer".into())
-            .spawn(move || write_in_order(sinks, done_rx, free_tx, buffers))
+            .spawn(move || write_in_order(sinks, done_rx, free_tx, buffers, &writer_stats))
             .map_err(|_| Error::Panicked("writer"))?;
         let snapshots: Arc<std::sync::Mutex<Vec<Option<Snapshot>>>> =
             Arc::new(std::sync::Mutex::new((0..workers).map(|_| None).collect()));
@@ -443,6 +450,7 @@ impl PacketService {
                 shard: Shard::new(self.state_names.len(), self.config.dict_capacity),
                 init: self.init,
                 index: w,
+                stats: stats.clone(),
                 state_names: Arc::new(self.state_names.clone()),
                 snapshots: snapshots.clone(),
             };
@@ -470,6 +478,7 @@ impl PacketService {
             overflow: vec![0; counts.len()],
             rx: vec![(0, 0); counts.len()],
             tx_of: tx_of.clone(),
+            stats: stats.clone(),
         };
         let mut result = Ok(());
         while !stop.load(Ordering::Relaxed) {
@@ -753,14 +762,23 @@ struct Dispatch<'s> {
     /// Per port: frames and bytes received.
     rx: Vec<(u64, u64)>,
     tx_of: Arc<Vec<Vec<Option<u16>>>>,
+    stats: Arc<LiveStats>,
 }
 
 impl Dispatch<'_> {
     fn read(&mut self, s: &mut Source) -> Result<RecvStatus, PortError> {
         let (chan, counts, live) = (s.chan, s.counts, s.live);
-        s.rx.recv_batch(BATCH, &mut |frame, ts| {
+        let status = s.rx.recv_batch(BATCH, &mut |frame, ts| {
             self.frame(chan, counts, live, frame, ts)
-        })
+        });
+        if let Some(p) = self.stats.ports().get(counts) {
+            set(&p.rx_frames, self.rx[counts].0);
+            set(&p.rx_bytes, self.rx[counts].1);
+            set(&p.rx_overflow, self.overflow[counts]);
+        }
+        set(&self.stats.malformed, self.malformed);
+        set(&self.stats.steer_faults, self.faults);
+        status
     }
 
     fn frame(&mut self, chan: u16, counts: usize, live: bool, frame: &[u8], timestamp: u64) {
@@ -880,6 +898,7 @@ struct Worker {
     shard: Shard,
     init: FuncId,
     index: usize,
+    stats: Arc<LiveStats>,
     state_names: Arc<Vec<String>>,
     snapshots: Arc<std::sync::Mutex<Vec<Option<Snapshot>>>>,
 }
@@ -970,6 +989,12 @@ impl Worker {
                 }
                 _ => dropped += 1,
             }
+            if let Some(w) = self.stats.workers().get(self.index) {
+                set(&w.frames, frames);
+                set(&w.dropped, dropped);
+                set(&w.faults, faults);
+                set(&w.dict_full, self.shard.dict_full);
+            }
             let d = Done {
                 seq: job.seq,
                 timestamp: job.timestamp,
@@ -1037,6 +1062,7 @@ fn write_in_order(
     done: Receiver<Done>,
     free: Sender<Vec<u8>>,
     ring_len: usize,
+    stats: &LiveStats,
 ) -> Vec<(usize, u64, u64, u64)> {
     let mut ring: Vec<Option<Done>> = (0..ring_len).map(|_| None).collect();
     let mut next: u64 = 0;
@@ -1059,6 +1085,11 @@ fn write_in_order(
                         s.3 += 1;
                         flick_platform::limited!(TX_LOG, warn, "a frame was not sent: {e}");
                     }
+                }
+                if let Some(p) = stats.ports().get(s.0) {
+                    set(&p.tx_frames, s.1);
+                    set(&p.tx_bytes, s.2);
+                    set(&p.tx_errors, s.3);
                 }
             }
             let _ = free.send(d.buf);

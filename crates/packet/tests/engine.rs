@@ -328,3 +328,37 @@ fn a_live_run_dumps_on_request_and_ends_on_stop() {
     assert_eq!(summary.ports[1].tx_frames, handled);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn counters_are_published_while_running() {
+    use std::sync::Arc;
+    let stats = Arc::new(flick_packet::LiveStats::default());
+    let svc = service(
+        STEERED,
+        PacketConfig {
+            workers: 2,
+            stats: Some(stats.clone()),
+            ..PacketConfig::default()
+        },
+    );
+    let out = MemTx::default();
+    let mut input = interleaved_flows();
+    input.push((vec![1], 0));
+    let summary = svc
+        .run(
+            vec![
+                bind("inside", vec![rx(input)]),
+                bind("outside", vec![tx(&out)]),
+            ],
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+    use std::sync::atomic::Ordering::Relaxed;
+    let ports = stats.ports();
+    assert_eq!(ports[0].name, "inside");
+    assert_eq!(ports[0].rx_frames.load(Relaxed), 2001);
+    assert_eq!(ports[1].tx_frames.load(Relaxed), 2000);
+    assert_eq!(ports[1].tx_bytes.load(Relaxed), summary.ports[1].tx_bytes);
+    assert_eq!(stats.malformed.load(Relaxed), 1);
+    assert_eq!(stats.workers_sum(|w| &w.frames), 2000);
+}
