@@ -1,7 +1,8 @@
 //! `flick run --port NAME=SPEC ...`: a program whose channels are bound to
 //! packet ports, served by `flick-packet` until its input files end (or,
 //! for live ports, until SIGINT or SIGTERM). SIGUSR1 writes the `--dump`
-//! file while it runs.
+//! file while it runs; `--metrics` serves the run's counters. Ports may
+//! also come from the configuration file's `[ports]`.
 
 use crate::config::Settings;
 use flick_packet::{Binding, BoundPort, LiveStats, PacketConfig, PacketService, PortUse};

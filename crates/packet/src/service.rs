@@ -106,6 +106,8 @@ pub enum Error {
     },
     #[error("a {0} thread panicked")]
     Panicked(&'static str),
+    #[error("cannot start a {0} thread: {1}")]
+    Spawn(&'static str, std::io::Error),
 }
 
 /// Counters of one named port (`chan` or `chan[i]`).
@@ -431,7 +433,7 @@ impl PacketService {
         let writer = std::thread::Builder::new()
             .name("flick-packet-writer".into())
             .spawn(move || write_in_order(sinks, done_rx, free_tx, buffers, &writer_stats))
-            .map_err(|_| Error::Panicked("writer"))?;
+            .map_err(|e| Error::Spawn("writer", e))?;
         let snapshots: Arc<std::sync::Mutex<Vec<Option<Snapshot>>>> =
             Arc::new(std::sync::Mutex::new((0..workers).map(|_| None).collect()));
         let mut queues = Vec::with_capacity(workers);
@@ -459,7 +461,7 @@ impl PacketService {
                 std::thread::Builder::new()
                     .name(format!("flick-packet-{w}"))
                     .spawn(move || worker.run(job_rx, done))
-                    .map_err(|_| Error::Panicked("worker"))?,
+                    .map_err(|e| Error::Spawn("worker", e))?,
             );
         }
         drop(done_tx);
