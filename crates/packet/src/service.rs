@@ -2,16 +2,18 @@
 //! thread), `workers` worker threads and one writer thread.
 //!
 //! 1. The dispatcher reads each receiving port in turn, a batch at a time.
-//!    It parses every frame with the grammar unit of the port's channel (a
-//!    frame that does not parse is dropped and counted as malformed), runs
-//!    the program's `steer` on it if it has one, and hashes the result to
-//!    pick a worker (worker 0 without `steer`). The frame is copied into a
-//!    pooled buffer, numbered in reading order and queued to that worker.
-//!    With no buffer free or the worker's queue full it waits (files: no
-//!    loss) or, for a live port, drops the frame and counts it.
-//! 2. A worker parses the frame again in place, runs the channel's rule on
-//!    its own interpreter against its own state shard, and hands the
-//!    buffer and the ports the rule sent it to on to the writer.
+//!    If the program has `steer`, it parses each frame with the grammar
+//!    unit of the port's channel (a frame that does not parse is dropped
+//!    and counted as malformed), runs `steer` on it and hashes the result
+//!    to pick a worker; without `steer` every frame goes to worker 0. The
+//!    frame is copied into a pooled buffer, numbered in reading order and
+//!    queued to that worker. With no buffer free or the worker's queue
+//!    full it waits (files: no loss) or, for a live port, drops the frame
+//!    and counts it.
+//! 2. A worker parses the frame (again) in place, counting it as malformed
+//!    if it does not parse, runs the channel's rule on its own interpreter
+//!    against its own state shard, and hands the buffer and the ports the
+//!    rule sent it to on to the writer.
 //! 3. The writer puts frames back in reading order (a ring indexed by the
 //!    frame's number: no more frames are in flight than there are
 //!    buffers, so the ring never overflows), writes each to its ports with
@@ -452,6 +454,7 @@ impl PacketService {
                 shard: Shard::new(self.state_names.len(), self.config.dict_capacity),
                 init: self.init,
                 index: w,
+                channels: Arc::new(self.channels.clone()),
                 stats: stats.clone(),
                 state_names: Arc::new(self.state_names.clone()),
                 snapshots: snapshots.clone(),
@@ -794,20 +797,15 @@ impl Dispatch<'_> {
         let Some(p) = self.parsers[unit].as_mut() else {
             return;
         };
-        if !parse_frame(p, frame) {
-            self.malformed += 1;
-            flick_platform::limited!(
-                MALFORMED_LOG,
-                warn,
-                channel = %svc.channels[chan as usize],
-                len = frame.len(),
-                "a frame that does not parse as `{}` was dropped",
-                svc.grammar.unit(unit).name
-            );
-            return;
-        }
+        // Without `steer` the frame is parsed once, by its worker, which
+        // also counts it if it does not parse.
         let worker = match svc.steer {
             None => 0,
+            Some(_) if !parse_frame(p, frame) => {
+                self.malformed += 1;
+                log_malformed(svc, chan, unit, frame.len());
+                return;
+            }
             Some(f) => {
                 let host = &mut FrameHost {
                     frame,
@@ -869,6 +867,21 @@ impl Dispatch<'_> {
     }
 }
 
+fn log_malformed(svc: &PacketService, chan: u16, unit: UnitId, len: usize) {
+    log_malformed_in(&svc.channels, &svc.grammar, chan, unit, len);
+}
+
+fn log_malformed_in(channels: &[String], grammar: &Grammar, chan: u16, unit: UnitId, len: usize) {
+    flick_platform::limited!(
+        MALFORMED_LOG,
+        warn,
+        channel = %channels[chan as usize],
+        len,
+        "a frame that does not parse as `{}` was dropped",
+        grammar.unit(unit).name
+    );
+}
+
 fn log_fault(svc: &PacketService, vm: &Vm, what: &str, why: &str) {
     let offset = vm
         .fault_site()
@@ -900,6 +913,7 @@ struct Worker {
     shard: Shard,
     init: FuncId,
     index: usize,
+    channels: Arc<Vec<String>>,
     stats: Arc<LiveStats>,
     state_names: Arc<Vec<String>>,
     snapshots: Arc<std::sync::Mutex<Vec<Option<Snapshot>>>>,
@@ -957,8 +971,14 @@ impl Worker {
                 (Some(unit), Some(rule)) => {
                     let p = parsers[unit].as_mut().expect("a parser per unit read");
                     if !parse_frame(p, frame) {
-                        // It parsed when dispatched; counted all the same.
                         malformed += 1;
+                        log_malformed_in(
+                            &self.channels,
+                            &self.grammar,
+                            job.chan,
+                            unit,
+                            frame.len(),
+                        );
                     } else {
                         let host = &mut FrameHost {
                             frame,
