@@ -486,6 +486,7 @@ impl PacketService {
             stats: stats.clone(),
         };
         let mut result = Ok(());
+        let mut poll_fds = Vec::with_capacity(sources.len());
         while !stop.load(Ordering::Relaxed) {
             if let Some(req) = &self.config.dump_request {
                 if req.swap(false, Ordering::Relaxed) {
@@ -509,9 +510,7 @@ impl PacketService {
                 break;
             }
             if !busy {
-                // Live ports with nothing to read: a short sleep keeps
-                // this loop off the CPU without an epoll of its own.
-                std::thread::sleep(std::time::Duration::from_micros(200));
+                wait_readable(&sources, &mut poll_fds);
             }
         }
         let Dispatch {
@@ -667,6 +666,31 @@ fn writes(module: &Module, chan: u16) -> bool {
             .iter()
             .any(|op| matches!(op, flick_exec::code::Op::Chan { chan: c, .. } if *c == chan))
     })
+}
+
+/// Waits until a live port has frames: in `poll` on their descriptors
+/// where every open port has one, for at most 20 ms so that a stop or a
+/// dump request is seen; else a short sleep.
+fn wait_readable(sources: &[Source], fds: &mut Vec<libc::pollfd>) {
+    fds.clear();
+    for s in sources.iter().filter(|s| !s.ended) {
+        match s.rx.raw_fd() {
+            Some(fd) => fds.push(libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            }),
+            None => {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                return;
+            }
+        }
+    }
+    // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures,
+    // alive for the call.
+    unsafe {
+        libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 20);
+    }
 }
 
 fn merge_json(all: &mut Map<String, Json>, k: String, v: Json) {
