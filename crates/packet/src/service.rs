@@ -1113,6 +1113,8 @@ fn write_in_order(
     let mut ring: Vec<Option<Done>> = (0..ring_len).map(|_| None).collect();
     let mut next: u64 = 0;
     let mut sent: Vec<(usize, u64, u64, u64)> = sinks.iter().map(|(i, _)| (*i, 0, 0, 0)).collect();
+    // Whether a port may hold frames not yet flushed.
+    let mut held = false;
     for d in done.iter() {
         let at = (d.seq % ring_len as u64) as usize;
         ring[at] = Some(d);
@@ -1140,13 +1142,25 @@ fn write_in_order(
             }
             let _ = free.send(d.buf);
             next += 1;
+            held = true;
+        }
+        // Ports that batch (AF_PACKET's sendmmsg, a file's buffer) send
+        // what they hold once nothing more is waiting: under load the
+        // batches stay full, and a lone frame still leaves at once.
+        if held && done.is_empty() {
+            flush_all(&mut sinks, &mut sent);
+            held = false;
         }
     }
+    flush_all(&mut sinks, &mut sent);
+    sent
+}
+
+fn flush_all(sinks: &mut [(usize, Box<dyn TxPort>)], sent: &mut [(usize, u64, u64, u64)]) {
     for (i, (_, tx)) in sinks.iter_mut().enumerate() {
         if let Err(e) = tx.flush() {
             sent[i].3 += 1;
             tracing::error!("flushing a port failed: {e}");
         }
     }
-    sent
 }
