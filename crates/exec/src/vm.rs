@@ -120,6 +120,17 @@ pub trait Host {
     fn store_state(&mut self, state: u16, v: Value) -> Result<(), Fault>;
     fn dict_get(&mut self, state: u16, key: &Value) -> Result<Value, Fault>;
     fn dict_set(&mut self, state: u16, key: &Value, value: &Value) -> Result<(), Fault>;
+    /// `dict_get` of a key made in the interpreter's scratch (`pack`,
+    /// `to_string`), given as its bytes. The default copies them into a
+    /// [`Value::Bytes`]; a host that can look bytes up as they are
+    /// overrides it and allocates nothing.
+    fn dict_get_bytes(&mut self, state: u16, key: &[u8]) -> Result<Value, Fault> {
+        self.dict_get(state, &Value::Bytes(key.into()))
+    }
+    /// `dict_set` of a key given as bytes, as for [`Host::dict_get_bytes`].
+    fn dict_set_bytes(&mut self, state: u16, key: &[u8], value: &Value) -> Result<(), Fault> {
+        self.dict_set(state, &Value::Bytes(key.into()), value)
+    }
     fn record(&mut self, record: u16, fields: &[Value]) -> Result<Value, Fault>;
     /// For `foldt` over channel array `chan`, ordered by `field` of
     /// `record`: the next element (see [`Op::Merge`]), `Value::None` when
@@ -359,10 +370,13 @@ impl Vm {
                     index,
                     src,
                 } => match self.reg(base, *b) {
-                    Value::Dict { state } => {
-                        let key = self.detach(module, &*host, self.reg(base, *index));
-                        host.dict_set(*state, &key, self.reg(base, *src))?;
-                    }
+                    Value::Dict { state } => match self.scratch_bytes(base, *index) {
+                        Some(key) => host.dict_set_bytes(*state, key, self.reg(base, *src))?,
+                        None => {
+                            let key = self.detach(module, &*host, self.reg(base, *index));
+                            host.dict_set(*state, &key, self.reg(base, *src))?;
+                        }
+                    },
                     _ => return Err(Fault::Kind("a dictionary")),
                 },
                 Op::Unary { op, dst, src } => {
@@ -618,6 +632,17 @@ impl Vm {
         }
     }
 
+    /// The bytes of register `r` where it holds a scratch value (a key
+    /// `pack` made), which a host can look up without copying them.
+    fn scratch_bytes(&self, base: u32, r: Reg) -> Option<&[u8]> {
+        match self.reg(base, r) {
+            Value::Scratch { start, len } => self
+                .scratch
+                .get(*start as usize..*start as usize + *len as usize),
+            _ => None,
+        }
+    }
+
     /// `v` as it may be kept past this run (in state, a record or a
     /// dictionary's keys): bytes of code or of the scratch buffer copied.
     fn detach(&self, module: &Module, host: &dyn Host, v: &Value) -> Value {
@@ -838,10 +863,13 @@ impl Vm {
                     elem: Some(i as u32),
                 })
             }
-            Value::Dict { state } => {
-                let key = self.detach(module, &*host, self.reg(base, i));
-                host.dict_get(state, &key)
-            }
+            Value::Dict { state } => match self.scratch_bytes(base, i) {
+                Some(key) => host.dict_get_bytes(state, key),
+                None => {
+                    let key = self.detach(module, &*host, self.reg(base, i));
+                    host.dict_get(state, &key)
+                }
+            },
             // A part of what `split_once` did not find.
             Value::None => Ok(Value::None),
             h @ Value::Halves { .. } => match self.int(base, i)? {

@@ -2,7 +2,7 @@
 //! fields, sends that name the ports the frame goes out of, and the
 //! worker's state shard. Made per frame from borrows, so it costs nothing.
 
-use crate::state::{encode_key, own, Shard};
+use crate::state::{encode_bytes_key, encode_key, own, Shard};
 use flick_exec::{Fault, Host, Sent, Value};
 use flick_wire::{FieldRef, Message};
 
@@ -186,6 +186,21 @@ impl Host for FrameHost<'_> {
     fn dict_set(&mut self, state: u16, key: &Value, value: &Value) -> Result<(), Fault> {
         self.shard()?;
         self.encode(key)?;
+        let value = self.owned(value)?;
+        let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
+        shard.map_or(Ok(()), |s| s.dict_set(state, key, value))
+    }
+
+    fn dict_get_bytes(&mut self, state: u16, key: &[u8]) -> Result<Value, Fault> {
+        self.shard()?;
+        encode_bytes_key(key, self.key);
+        let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
+        shard.map_or(Ok(Value::None), |s| s.dict_get(state, key))
+    }
+
+    fn dict_set_bytes(&mut self, state: u16, key: &[u8], value: &Value) -> Result<(), Fault> {
+        self.shard()?;
+        encode_bytes_key(key, self.key);
         let value = self.owned(value)?;
         let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
         shard.map_or(Ok(()), |s| s.dict_set(state, key, value))

@@ -9,8 +9,8 @@
 //! of established ones.
 
 use flick_exec::{Fault, Value};
+use hashbrown::HashMap;
 use serde_json::{Map, Number, Value as Json};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Tags of encoded dictionary keys: a key of any value is one byte string,
@@ -147,13 +147,23 @@ pub(crate) fn encode_key<'a>(
         }
         v => match bytes(v) {
             Some(b) => {
-                out.push(KEY_BYTES);
-                out.extend_from_slice(b);
+                encode_bytes_tail(b, out);
             }
             None => return false,
         },
     }
     true
+}
+
+/// Sets `out` to the key of a bytes value, as [`encode_key`] writes it.
+pub(crate) fn encode_bytes_key(b: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    encode_bytes_tail(b, out);
+}
+
+fn encode_bytes_tail(b: &[u8], out: &mut Vec<u8>) {
+    out.push(KEY_BYTES);
+    out.extend_from_slice(b);
 }
 
 /// `v` as state may keep it, the frame it points into gone: bytes copied.
