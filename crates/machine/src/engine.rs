@@ -1,0 +1,383 @@
+//! One worker's executor: its flow tables (one per stage), its global
+//! registers, and the per-packet walk through the stages' tables.
+//!
+//! Per packet and stage: build the flow key (ordered endpoints for a
+//! biflow key), look the context up; if it has expired, run its timeout
+//! transition (or reset it when there is none); evaluate the condition
+//! vector, take the first matching row, run its updates in order, move to
+//! its next state, and collect its sends and writes. A context back in its
+//! initial state with its registers at their initial values is not kept,
+//! so traffic that moves no machine fills no table. A new context that
+//! finds no room runs the `tableFull` transition of the initial state
+//! instead, which decides where the packet goes (nowhere if there is none).
+
+use crate::flows::{Expiry, FlowTable, Placed, Timeouts};
+use crate::model::{Event, FieldId, Machine, Value, MAX_KEY, MAX_WRITES};
+use crate::tables::{apply_updates, CompileError, Inputs, StageTables};
+use std::sync::Arc;
+
+/// A machine and its compiled tables.
+#[derive(Debug)]
+pub struct Program {
+    pub machine: Machine,
+    pub tables: Vec<StageTables>,
+}
+
+impl Program {
+    pub fn new(machine: Machine) -> Result<Program, CompileError> {
+        let tables = machine
+            .stages
+            .iter()
+            .map(StageTables::compile)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Program { machine, tables })
+    }
+
+    /// Bytes one flow context of stage `s` takes in its table: key words,
+    /// registers, and the state and timestamps.
+    pub fn context_bytes(&self, s: usize) -> usize {
+        let st = &self.machine.stages[s];
+        8 * st.key.len() + 8 * st.flow_regs.len() + std::mem::size_of::<crate::flows::Meta>()
+    }
+}
+
+/// Where a packet goes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Port numbers as a bit set; none: dropped.
+    pub ports: u64,
+    pub writes: [(FieldId, Value); MAX_WRITES],
+    pub nwrites: usize,
+}
+
+impl Verdict {
+    pub fn writes(&self) -> &[(FieldId, Value)] {
+        &self.writes[..self.nwrites]
+    }
+}
+
+/// What the executor counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub packets: u64,
+    /// New contexts that found no room.
+    pub table_full: u64,
+    /// Contexts evicted for new ones.
+    pub evicted: u64,
+    /// Contexts found expired (idle or hard timeout).
+    pub expired: u64,
+}
+
+/// A flow context, as a dump shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Context {
+    pub stage: usize,
+    pub key: Vec<Value>,
+    pub state: u16,
+    pub regs: Vec<Value>,
+    pub created_us: u64,
+    pub last_us: u64,
+}
+
+struct StageState {
+    flows: FlowTable,
+    regs: Vec<Value>,
+    init: Vec<Value>,
+}
+
+/// Why a program cannot replace another under live contexts.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReplaceError {
+    #[error("the new program has {new} stages, the running one {old}")]
+    Stages { old: usize, new: usize },
+    #[error("stage `{0}`: the flow key differs, so its contexts would not be found")]
+    Key(String),
+    #[error("stage `{0}`: the flow registers differ; contexts keep theirs, so the new tables must name the same ones in the same order")]
+    Registers(String),
+    #[error("stage `{0}`: the states differ; the new tables must keep the running states in their order (new ones may follow)")]
+    States(String),
+    #[error("the global registers differ")]
+    Globals,
+}
+
+pub struct Engine {
+    program: Arc<Program>,
+    stages: Vec<StageState>,
+    globals: Vec<Value>,
+    counters: Counters,
+    /// The latest packet time seen, microseconds.
+    pub now_us: u64,
+}
+
+impl Engine {
+    pub fn new(program: Arc<Program>) -> Engine {
+        let stages = program
+            .machine
+            .stages
+            .iter()
+            .map(|s| {
+                let init: Vec<Value> = s.flow_regs.iter().map(|r| r.init).collect();
+                StageState {
+                    flows: FlowTable::new(s.capacity, s.key.len(), s.flow_regs.len()),
+                    regs: init.clone(),
+                    init,
+                }
+            })
+            .collect();
+        let globals = program.machine.globals.iter().map(|g| g.init).collect();
+        Engine {
+            program,
+            stages,
+            globals,
+            counters: Counters::default(),
+            now_us: 0,
+        }
+    }
+
+    pub fn program(&self) -> &Arc<Program> {
+        &self.program
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    pub fn globals(&self) -> &[Value] {
+        &self.globals
+    }
+
+    /// Swaps in new tables between packets; flow contexts and globals stay.
+    /// The new program must keep every stage's key, flow registers and
+    /// states (new states may follow the old ones) and the globals.
+    pub fn replace(&mut self, program: Arc<Program>) -> Result<(), ReplaceError> {
+        let (old, new) = (&self.program.machine, &program.machine);
+        if old.stages.len() != new.stages.len() {
+            return Err(ReplaceError::Stages {
+                old: old.stages.len(),
+                new: new.stages.len(),
+            });
+        }
+        let names = |m: &Machine, ids: &[FieldId]| -> Vec<String> {
+            ids.iter()
+                .map(|&f| m.fields[f as usize].name.clone())
+                .collect()
+        };
+        for (a, b) in old.stages.iter().zip(&new.stages) {
+            if names(old, &a.key) != names(new, &b.key) || a.biflow != b.biflow {
+                return Err(ReplaceError::Key(b.name.clone()));
+            }
+            if a.flow_regs
+                .iter()
+                .map(|r| &r.name)
+                .ne(b.flow_regs.iter().map(|r| &r.name))
+            {
+                return Err(ReplaceError::Registers(b.name.clone()));
+            }
+            if b.states.len() < a.states.len()
+                || a.states[..] != b.states[..a.states.len()]
+                || a.initial != b.initial
+            {
+                return Err(ReplaceError::States(b.name.clone()));
+            }
+        }
+        if old
+            .globals
+            .iter()
+            .map(|g| &g.name)
+            .ne(new.globals.iter().map(|g| &g.name))
+        {
+            return Err(ReplaceError::Globals);
+        }
+        self.program = program;
+        Ok(())
+    }
+
+    /// Runs one packet through the stages. `fields` holds the program's
+    /// field values (see [`crate::FieldReader`]), `port` the number of the
+    /// port it came in on, `ts_ns` its timestamp. Allocates nothing.
+    pub fn process(&mut self, fields: &[Value], port: u8, len: usize, ts_ns: u64) -> Verdict {
+        let now = ts_ns / 1000;
+        self.now_us = self.now_us.max(now);
+        self.counters.packets += 1;
+        let program = &*self.program;
+        let mut verdict = Verdict::default();
+        let mut s = 0;
+        while let (Some(stage), Some(tables), Some(st)) = (
+            program.machine.stages.get(s),
+            program.tables.get(s),
+            self.stages.get_mut(s),
+        ) {
+            let mut key = [0 as Value; MAX_KEY];
+            let n = stage.key.len();
+            for (k, &f) in key.iter_mut().zip(&stage.key) {
+                *k = fields[f as usize];
+            }
+            if stage.biflow {
+                let h = n / 2;
+                if key[h..n] < key[..h] {
+                    for i in 0..h {
+                        key.swap(i, h + i);
+                    }
+                }
+            }
+            let key = &key[..n];
+            let timeouts = Timeouts {
+                idle: stage.idle_timeout_us,
+                hard: stage.hard_timeout_us,
+            };
+            let (port, len) = (port as Value, len as Value);
+            let found = st.flows.find(key);
+            let (mut state, mut created) = (stage.initial, now);
+            match found {
+                Some(slot) => {
+                    st.regs.copy_from_slice(st.flows.regs(slot));
+                    let meta = *st.flows.meta(slot);
+                    (state, created) = (meta.state, meta.created);
+                    if let Some(why) = timeouts.expiry(&meta, now) {
+                        self.counters.expired += 1;
+                        let event = match why {
+                            Expiry::Idle => Event::IdleTimeout,
+                            Expiry::Hard => Event::HardTimeout,
+                        };
+                        let inputs = Inputs {
+                            fields,
+                            globals: &self.globals,
+                            now_us: now,
+                            port,
+                            len,
+                        };
+                        let bits = inputs.bits(&st.regs, &tables.conditions);
+                        match tables.lookup(state, event, bits) {
+                            Some(e) => {
+                                apply_updates(
+                                    &e.updates,
+                                    fields,
+                                    &mut st.regs,
+                                    &mut self.globals,
+                                    now,
+                                    port,
+                                    len,
+                                );
+                                state = e.next_state.unwrap_or(state);
+                            }
+                            None => {
+                                state = stage.initial;
+                                st.regs.copy_from_slice(&st.init);
+                            }
+                        }
+                        created = now;
+                    }
+                }
+                None => st.regs.copy_from_slice(&st.init),
+            }
+            let inputs = Inputs {
+                fields,
+                globals: &self.globals,
+                now_us: now,
+                port,
+                len,
+            };
+            let bits = inputs.bits(&st.regs, &tables.conditions);
+            let mut entry = tables.lookup(state, Event::Packet, bits);
+            if let Some(e) = entry {
+                apply_updates(
+                    &e.updates,
+                    fields,
+                    &mut st.regs,
+                    &mut self.globals,
+                    now,
+                    port,
+                    len,
+                );
+                state = e.next_state.unwrap_or(state);
+            }
+            let initial = state == stage.initial && st.regs == st.init;
+            let slot = match found {
+                Some(slot) if initial => {
+                    st.flows.remove(slot);
+                    None
+                }
+                Some(slot) => Some(slot),
+                None if initial => None,
+                None => match st.flows.insert(key, now, &timeouts, stage.eviction) {
+                    Ok(Placed::Free(slot)) => Some(slot),
+                    Ok(Placed::Evicted(slot)) => {
+                        self.counters.evicted += 1;
+                        Some(slot)
+                    }
+                    Err(_) => {
+                        self.counters.table_full += 1;
+                        st.regs.copy_from_slice(&st.init);
+                        let inputs = Inputs {
+                            fields,
+                            globals: &self.globals,
+                            now_us: now,
+                            port,
+                            len,
+                        };
+                        let bits = inputs.bits(&st.regs, &tables.conditions);
+                        entry = tables.lookup(stage.initial, Event::TableFull, bits);
+                        if let Some(e) = entry {
+                            apply_updates(
+                                &e.updates,
+                                fields,
+                                &mut st.regs,
+                                &mut self.globals,
+                                now,
+                                port,
+                                len,
+                            );
+                        }
+                        None
+                    }
+                },
+            };
+            if let Some(slot) = slot {
+                st.flows.regs_mut(slot).copy_from_slice(&st.regs);
+                let meta = st.flows.meta_mut(slot);
+                meta.state = state;
+                meta.created = created;
+                meta.last = now;
+            }
+            let Some(e) = entry else { break };
+            verdict.ports |= e.ports;
+            let inputs = Inputs {
+                fields,
+                globals: &self.globals,
+                now_us: now,
+                port,
+                len,
+            };
+            for &(f, v) in &e.writes {
+                if verdict.nwrites < MAX_WRITES {
+                    verdict.writes[verdict.nwrites] = (f, inputs.operand(&st.regs, v));
+                    verdict.nwrites += 1;
+                }
+            }
+            match e.next_stage {
+                Some(next) if next as usize > s => s = next as usize,
+                _ => break,
+            }
+        }
+        verdict
+    }
+
+    /// Every context of every stage, in slot order.
+    pub fn contexts(&self) -> Vec<Context> {
+        let mut out = Vec::new();
+        for (i, st) in self.stages.iter().enumerate() {
+            for slot in st.flows.slots() {
+                let m = st.flows.meta(slot);
+                out.push(Context {
+                    stage: i,
+                    key: st.flows.key(slot).to_vec(),
+                    state: m.state,
+                    regs: st.flows.regs(slot).to_vec(),
+                    created_us: m.created,
+                    last_us: m.last,
+                });
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,242 @@
+//! Packet fields: XL's names mapped onto the stock `packet` grammar's flat
+//! unit, and the per-frame reader that fills a program's field values.
+//!
+//! [`XL_FIELDS`] is the one table of the mapping. A field defined by byte
+//! offset (`PacketField ipv4 { src = packet.data[26:+4]; }`) is read from
+//! the unit where the table says the unit's field sits at that offset in
+//! an untagged IPv4 frame (so it is also right for VLAN-tagged frames and
+//! IP options); anywhere else it is read from the frame's bytes at the
+//! offset. Writes (`setField`) always go to the byte offset.
+
+use crate::model::{FieldDef, Value};
+use flick_wire::{FieldRef, Grammar, Parser, Progress};
+use std::sync::Arc;
+
+/// Where a field's value comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FieldSource {
+    /// A field of the `packet` unit (`ip_src`). `bytes`: a byte-string
+    /// field (MAC addresses), read as a big-endian integer. `at`: where
+    /// the program placed it, for `setField`.
+    Unit {
+        field: &'static str,
+        bytes: bool,
+        at: Option<(u16, u8)>,
+    },
+    /// `len` bytes (1 to 8) at `offset` from the frame's start, big-endian;
+    /// 0 where the frame is shorter.
+    Bytes { offset: u16, len: u8 },
+}
+
+/// One row of the mapping: XL name, unit field, and the unit field's
+/// offset and length in an untagged Ethernet + IPv4 (no options) frame,
+/// or `None` where it has no fixed place there.
+pub struct XlField {
+    pub xl: &'static str,
+    pub unit: &'static str,
+    pub bytes: bool,
+    pub at: Option<(u16, u8)>,
+}
+
+const fn f(xl: &'static str, unit: &'static str, at: Option<(u16, u8)>) -> XlField {
+    XlField {
+        xl,
+        unit,
+        bytes: false,
+        at,
+    }
+}
+
+/// XL field names and the `packet` unit's fields they are. TCP and UDP
+/// ports are the unit's `src_port`/`dst_port`, which both protocols fill.
+pub const XL_FIELDS: &[XlField] = &[
+    XlField {
+        xl: "eth.dst",
+        unit: "eth_dst",
+        bytes: true,
+        at: Some((0, 6)),
+    },
+    XlField {
+        xl: "eth.src",
+        unit: "eth_src",
+        bytes: true,
+        at: Some((6, 6)),
+    },
+    f("eth.type", "ethertype", Some((12, 2))),
+    f("vlan.id", "vlan_id", None),
+    f("vlan.pcp", "pcp", None),
+    f("ipv4.tos", "ip_tos", Some((15, 1))),
+    f("ipv4.len", "ip_total_length", Some((16, 2))),
+    f("ipv4.id", "ip_id", Some((18, 2))),
+    f("ipv4.ttl", "ip_ttl", Some((22, 1))),
+    f("ipv4.proto", "ip_protocol", Some((23, 1))),
+    f("ipv4.csum", "ip_checksum", Some((24, 2))),
+    f("ipv4.src", "ip_src", Some((26, 4))),
+    f("ipv4.dst", "ip_dst", Some((30, 4))),
+    f("ip.proto", "l4_protocol", None),
+    f("tcp.sport", "src_port", Some((34, 2))),
+    f("tcp.dport", "dst_port", Some((36, 2))),
+    f("tcp.seq", "tcp_seq", Some((38, 4))),
+    f("tcp.ack", "tcp_ack", Some((42, 4))),
+    f("tcp.flags", "tcp_flags", Some((47, 1))),
+    f("tcp.win", "tcp_window", Some((48, 2))),
+    f("tcp.csum", "tcp_checksum", Some((50, 2))),
+    f("udp.sport", "src_port", Some((34, 2))),
+    f("udp.dport", "dst_port", Some((36, 2))),
+    f("udp.len", "udp_length", Some((38, 2))),
+    f("udp.csum", "udp_checksum", Some((40, 2))),
+    f("icmp.type", "icmp_type", Some((34, 1))),
+    f("icmp.code", "icmp_code", Some((35, 1))),
+];
+
+/// The mapping row of an XL name.
+pub fn xl_field(name: &str) -> Option<&'static XlField> {
+    XL_FIELDS.iter().find(|r| r.xl == name)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FieldError {
+    #[error("the stock grammar `packet` is missing")]
+    NoGrammar,
+    #[error("field `{xl}` maps to `{unit}`, which the `packet` grammar's unit `packet` lacks")]
+    NotInGrammar { xl: String, unit: &'static str },
+}
+
+enum Reader {
+    Unit { field: FieldRef, bytes: bool },
+    Bytes { offset: usize, len: usize },
+}
+
+/// Reads a program's fields from each frame: one parse with the `packet`
+/// unit (in place), then each field by its resolved reference. Nothing is
+/// allocated per frame.
+pub struct FieldReader {
+    parser: Parser,
+    readers: Vec<Reader>,
+}
+
+impl FieldReader {
+    pub fn new(fields: &[FieldDef]) -> Result<FieldReader, FieldError> {
+        let grammar: Arc<Grammar> = Grammar::stock("packet").ok_or(FieldError::NoGrammar)?;
+        let unit = grammar.unit_id("packet").ok_or(FieldError::NoGrammar)?;
+        let mut readers = Vec::with_capacity(fields.len());
+        for def in fields {
+            readers.push(match &def.source {
+                FieldSource::Unit { field, bytes, .. } => Reader::Unit {
+                    field: grammar.field_ref(unit, field).ok_or_else(|| {
+                        FieldError::NotInGrammar {
+                            xl: def.name.clone(),
+                            unit: field,
+                        }
+                    })?,
+                    bytes: *bytes,
+                },
+                FieldSource::Bytes { offset, len } => Reader::Bytes {
+                    offset: *offset as usize,
+                    len: *len as usize,
+                },
+            });
+        }
+        Ok(FieldReader {
+            parser: grammar.parser(unit).in_place(),
+            readers,
+        })
+    }
+
+    /// Fills `out` (one value per field) from `frame`. Unit fields the
+    /// frame lacks (another protocol, or a frame that does not parse)
+    /// read as 0. Returns whether the frame parsed.
+    pub fn read(&mut self, frame: &[u8], out: &mut [Value]) -> bool {
+        self.parser.reset();
+        let parsed = matches!(self.parser.finish(frame), Ok(Progress::Done(_)));
+        let msg = self.parser.message(frame);
+        for (r, v) in self.readers.iter().zip(out.iter_mut()) {
+            *v = match r {
+                Reader::Unit { .. } if !parsed => 0,
+                Reader::Unit {
+                    field,
+                    bytes: false,
+                } => msg.uint_of(field).unwrap_or(0),
+                Reader::Unit { field, bytes: true } => msg.bytes_of(field).map_or(0, be_value),
+                Reader::Bytes { offset, len } => {
+                    frame.get(*offset..*offset + *len).map_or(0, be_value)
+                }
+            };
+        }
+        parsed
+    }
+}
+
+/// Up to the last eight bytes as a big-endian integer.
+fn be_value(b: &[u8]) -> Value {
+    let b = &b[b.len().saturating_sub(8)..];
+    b.iter().fold(0, |v, &x| (v << 8) | x as Value)
+}
+
+/// Writes `value` big-endian into `len` bytes at `offset` (its low bytes),
+/// if the frame is long enough.
+pub fn write_field(frame: &mut [u8], offset: usize, len: usize, value: Value) {
+    if let Some(dst) = frame.get_mut(offset..offset + len) {
+        for (i, b) in dst.iter_mut().rev().enumerate() {
+            *b = if i < 8 { (value >> (8 * i)) as u8 } else { 0 };
+        }
+    }
+}
+
+/// Where `setField` writes a field, if it has a byte offset.
+pub fn write_place(source: &FieldSource) -> Option<(usize, usize)> {
+    match source {
+        FieldSource::Unit {
+            at: Some((o, l)), ..
+        } => Some((*o as usize, *l as usize)),
+        FieldSource::Bytes { offset, len } => Some((*offset as usize, *len as usize)),
+        FieldSource::Unit { at: None, .. } => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mapped_field_is_in_the_packet_unit() {
+        let defs: Vec<FieldDef> = XL_FIELDS
+            .iter()
+            .map(|r| FieldDef {
+                name: r.xl.into(),
+                source: FieldSource::Unit {
+                    field: r.unit,
+                    bytes: r.bytes,
+                    at: r.at,
+                },
+            })
+            .collect();
+        FieldReader::new(&defs).unwrap();
+    }
+
+    #[test]
+    fn a_field_the_grammar_lacks_is_named() {
+        let defs = vec![FieldDef {
+            name: "ipv4.flowlabel".into(),
+            source: FieldSource::Unit {
+                field: "ip_flow_label",
+                bytes: false,
+                at: None,
+            },
+        }];
+        let e = FieldReader::new(&defs).err().unwrap();
+        assert!(
+            e.to_string()
+                .contains("`ipv4.flowlabel` maps to `ip_flow_label`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn write_then_read_bytes() {
+        let mut frame = [0u8; 4];
+        write_field(&mut frame, 1, 2, 0xabcd);
+        assert_eq!(frame, [0, 0xab, 0xcd, 0]);
+        assert_eq!(be_value(&frame[1..3]), 0xabcd);
+    }
+}

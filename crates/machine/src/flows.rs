@@ -1,0 +1,423 @@
+//! The flow context table: bounded cuckoo hashing with a stash.
+//!
+//! A key has two candidate buckets of [`BUCKET`] slots; a lookup reads at
+//! most those two buckets and the [`STASH`], so it takes constant time
+//! whatever the load. An insertion that finds both buckets full searches
+//! (breadth first, at most [`MAX_SEARCH`] slots) for a chain of entries to
+//! move to their other bucket, then falls back to the stash, then to the
+//! eviction policy. Keys, registers and metadata live in flat arrays made
+//! once: nothing is allocated after [`FlowTable::new`].
+//!
+//! Written here rather than taken from a crate: the table must hand out
+//! slot numbers (registers are kept beside it), evict by the machine's
+//! timeouts and report a full table, which general maps do not do.
+
+use crate::model::{Eviction, Value};
+
+/// Slots per bucket.
+pub const BUCKET: usize = 4;
+/// Slots in the stash, for keys whose buckets and moves are all full.
+pub const STASH: usize = 8;
+/// Slots visited looking for a chain of moves.
+pub const MAX_SEARCH: usize = 64;
+
+/// A context's bookkeeping beside its key and registers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    pub used: bool,
+    pub state: u16,
+    /// Microseconds, from packet timestamps.
+    pub created: u64,
+    pub last: u64,
+}
+
+/// Idle and hard timeouts, microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timeouts {
+    pub idle: Option<u64>,
+    pub hard: Option<u64>,
+}
+
+/// Why a context expired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    Idle,
+    Hard,
+}
+
+impl Timeouts {
+    /// The hard timeout first: it ends a context however busy.
+    pub fn expiry(&self, m: &Meta, now: u64) -> Option<Expiry> {
+        if self.hard.is_some_and(|h| now.saturating_sub(m.created) > h) {
+            Some(Expiry::Hard)
+        } else if self.idle.is_some_and(|i| now.saturating_sub(m.last) > i) {
+            Some(Expiry::Idle)
+        } else {
+            None
+        }
+    }
+}
+
+/// Where an insertion put the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placed {
+    /// A free slot (maybe after moving others).
+    Free(usize),
+    /// The slot of a context evicted for it.
+    Evicted(usize),
+}
+
+/// No slot could be found or freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableFull;
+
+pub struct FlowTable {
+    key_len: usize,
+    regs: usize,
+    mask: usize,
+    /// Slots: `buckets * BUCKET` in buckets, then the stash.
+    keys: Vec<Value>,
+    values: Vec<Value>,
+    meta: Vec<Meta>,
+    len: usize,
+    /// Breadth-first search: (slot, parent node), reused.
+    search: Vec<(u32, u32)>,
+}
+
+fn mix(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// A key's hash with `seed`: deterministic, so tables and steering are the
+/// same from run to run.
+pub fn hash_key(key: &[Value], seed: u64) -> u64 {
+    let mut h = seed;
+    for &w in key {
+        h = mix(h ^ w).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    }
+    mix(h)
+}
+
+const TABLE_SEED: u64 = 0x2545_f491_4f6c_dd1d;
+
+impl FlowTable {
+    /// A table for at least `capacity` contexts (whole buckets, a power of
+    /// two of them, plus the stash) of `key_len` key words and `regs`
+    /// registers.
+    pub fn new(capacity: usize, key_len: usize, regs: usize) -> FlowTable {
+        let buckets = capacity.div_ceil(BUCKET).max(2).next_power_of_two();
+        let slots = buckets * BUCKET + STASH;
+        FlowTable {
+            key_len,
+            regs,
+            mask: buckets - 1,
+            keys: vec![0; slots * key_len],
+            values: vec![0; slots * regs],
+            meta: vec![Meta::default(); slots],
+            len: 0,
+            search: Vec::with_capacity(MAX_SEARCH + 2 * BUCKET),
+        }
+    }
+
+    /// Slots in all, stash included.
+    pub fn capacity(&self) -> usize {
+        self.meta.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn stash_start(&self) -> usize {
+        (self.mask + 1) * BUCKET
+    }
+
+    fn buckets_of(&self, key: &[Value]) -> (usize, usize) {
+        let h = hash_key(key, TABLE_SEED);
+        let b1 = h as usize & self.mask;
+        let mut b2 = (h >> 32) as usize & self.mask;
+        if b2 == b1 {
+            b2 = b1 ^ 1;
+        }
+        (b1, b2)
+    }
+
+    pub fn key(&self, slot: usize) -> &[Value] {
+        &self.keys[slot * self.key_len..(slot + 1) * self.key_len]
+    }
+
+    pub fn regs(&self, slot: usize) -> &[Value] {
+        &self.values[slot * self.regs..(slot + 1) * self.regs]
+    }
+
+    pub fn regs_mut(&mut self, slot: usize) -> &mut [Value] {
+        &mut self.values[slot * self.regs..(slot + 1) * self.regs]
+    }
+
+    pub fn meta(&self, slot: usize) -> &Meta {
+        &self.meta[slot]
+    }
+
+    pub fn meta_mut(&mut self, slot: usize) -> &mut Meta {
+        &mut self.meta[slot]
+    }
+
+    /// Used slots, in slot order.
+    pub fn slots(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.meta.len()).filter(|&s| self.meta[s].used)
+    }
+
+    fn holds(&self, slot: usize, key: &[Value]) -> bool {
+        self.meta[slot].used && self.key(slot) == key
+    }
+
+    /// The slot holding `key`: its two buckets, then the stash.
+    pub fn find(&self, key: &[Value]) -> Option<usize> {
+        let (b1, b2) = self.buckets_of(key);
+        (b1 * BUCKET..(b1 + 1) * BUCKET)
+            .chain(b2 * BUCKET..(b2 + 1) * BUCKET)
+            .chain(self.stash_start()..self.meta.len())
+            .find(|&s| self.holds(s, key))
+    }
+
+    pub fn remove(&mut self, slot: usize) {
+        if self.meta[slot].used {
+            self.meta[slot].used = false;
+            self.len -= 1;
+        }
+    }
+
+    fn free_in(&self, bucket: usize) -> Option<usize> {
+        (bucket * BUCKET..(bucket + 1) * BUCKET).find(|&s| !self.meta[s].used)
+    }
+
+    fn move_slot(&mut self, from: usize, to: usize) {
+        let (k, r) = (self.key_len, self.regs);
+        self.keys.copy_within(from * k..(from + 1) * k, to * k);
+        self.values.copy_within(from * r..(from + 1) * r, to * r);
+        self.meta[to] = self.meta[from];
+        self.meta[from].used = false;
+    }
+
+    /// The other bucket of the entry in `slot`.
+    fn other_bucket(&self, slot: usize) -> usize {
+        let (b1, b2) = self.buckets_of(self.key(slot));
+        if slot / BUCKET == b1 {
+            b2
+        } else {
+            b1
+        }
+    }
+
+    /// Frees a slot in one of `key`'s buckets by moving a chain of entries
+    /// each to its other bucket.
+    fn make_room(&mut self, b1: usize, b2: usize) -> Option<usize> {
+        let mut search = std::mem::take(&mut self.search);
+        search.clear();
+        for s in (b1 * BUCKET..(b1 + 1) * BUCKET).chain(b2 * BUCKET..(b2 + 1) * BUCKET) {
+            search.push((s as u32, u32::MAX));
+        }
+        let mut found = None;
+        let mut i = 0;
+        while i < search.len() && search.len() < MAX_SEARCH {
+            let slot = search[i].0 as usize;
+            let alt = self.other_bucket(slot);
+            if let Some(free) = self.free_in(alt) {
+                found = Some((i, free));
+                break;
+            }
+            for s in alt * BUCKET..(alt + 1) * BUCKET {
+                if search.len() < MAX_SEARCH {
+                    search.push((s as u32, i as u32));
+                }
+            }
+            i += 1;
+        }
+        let room = found.map(|(mut node, mut to)| {
+            // Move from the end of the chain back to its root.
+            loop {
+                let (slot, parent) = search[node];
+                self.move_slot(slot as usize, to);
+                to = slot as usize;
+                if parent == u32::MAX {
+                    return to;
+                }
+                node = parent as usize;
+            }
+        });
+        self.search = search;
+        room
+    }
+
+    /// Places `key` (not in the table) and returns its slot, whose meta and
+    /// registers the caller then sets. `now` and `timeouts` decide which
+    /// contexts have expired, for the eviction policy.
+    pub fn insert(
+        &mut self,
+        key: &[Value],
+        now: u64,
+        timeouts: &Timeouts,
+        eviction: Eviction,
+    ) -> Result<Placed, TableFull> {
+        let (b1, b2) = self.buckets_of(key);
+        let stash = self.stash_start()..self.meta.len();
+        let placed = if let Some(s) = self.free_in(b1).or_else(|| self.free_in(b2)) {
+            Placed::Free(s)
+        } else if let Some(s) = self.make_room(b1, b2) {
+            Placed::Free(s)
+        } else if let Some(s) = stash.clone().find(|&s| !self.meta[s].used) {
+            Placed::Free(s)
+        } else {
+            let candidates = (b1 * BUCKET..(b1 + 1) * BUCKET)
+                .chain(b2 * BUCKET..(b2 + 1) * BUCKET)
+                .chain(stash);
+            let expired = candidates
+                .clone()
+                .find(|&s| timeouts.expiry(&self.meta[s], now).is_some());
+            let victim = match (expired, eviction) {
+                (Some(s), _) => s,
+                (None, Eviction::Oldest) => candidates
+                    .min_by_key(|&s| (self.meta[s].last, s))
+                    .ok_or(TableFull)?,
+                (None, Eviction::Expired) => return Err(TableFull),
+            };
+            self.remove(victim);
+            Placed::Evicted(victim)
+        };
+        let slot = match placed {
+            Placed::Free(s) | Placed::Evicted(s) => s,
+        };
+        let k = self.key_len;
+        self.keys[slot * k..(slot + 1) * k].copy_from_slice(key);
+        self.meta[slot] = Meta {
+            used: true,
+            ..Meta::default()
+        };
+        self.len += 1;
+        Ok(placed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(
+        t: &mut FlowTable,
+        k: u64,
+        now: u64,
+        to: &Timeouts,
+        ev: Eviction,
+    ) -> Result<Placed, TableFull> {
+        let p = t.insert(&[k], now, to, ev)?;
+        let s = match p {
+            Placed::Free(s) | Placed::Evicted(s) => s,
+        };
+        t.meta_mut(s).created = now;
+        t.meta_mut(s).last = now;
+        t.regs_mut(s)[0] = k * 10;
+        Ok(p)
+    }
+
+    #[test]
+    fn fills_to_its_bound_then_reports_full() {
+        let mut t = FlowTable::new(64, 1, 1);
+        assert_eq!(t.capacity(), 64 + STASH);
+        let to = Timeouts::default();
+        let mut placed = 0;
+        for k in 0..1000u64 {
+            if put(&mut t, k, 0, &to, Eviction::Expired).is_ok() {
+                placed += 1;
+            }
+            assert!(t.len() <= t.capacity());
+        }
+        assert_eq!(t.len(), placed);
+        // Cuckoo moves and the stash fill most of the table.
+        assert!(placed >= 60, "only {placed} of {} placed", t.capacity());
+        // Every key placed is found, with its registers moved with it.
+        let mut found = 0;
+        for k in 0..1000u64 {
+            if let Some(s) = t.find(&[k]) {
+                assert_eq!(t.regs(s)[0], k * 10);
+                found += 1;
+            }
+        }
+        assert_eq!(found, placed);
+    }
+
+    #[test]
+    fn the_stash_takes_keys_whose_buckets_are_full() {
+        let mut t = FlowTable::new(8, 1, 1);
+        let to = Timeouts::default();
+        for k in 0..200u64 {
+            let _ = put(&mut t, k, 0, &to, Eviction::Expired);
+        }
+        let stash: Vec<usize> = t.slots().filter(|&s| s >= t.stash_start()).collect();
+        assert_eq!(stash.len(), STASH, "a full table has a full stash");
+        for s in stash {
+            let k = t.key(s)[0];
+            assert_eq!(t.find(&[k]), Some(s));
+        }
+    }
+
+    #[test]
+    fn a_full_table_evicts_only_expired_contexts_unless_told_otherwise() {
+        let mut t = FlowTable::new(8, 1, 1);
+        let to = Timeouts {
+            idle: Some(100),
+            hard: None,
+        };
+        let mut k = 0;
+        while put(&mut t, k, 0, &to, Eviction::Expired).is_ok() {
+            k += 1;
+        }
+        let n = t.len();
+        // Nothing has expired at time 50: full.
+        assert_eq!(
+            put(&mut t, 9999, 50, &to, Eviction::Expired),
+            Err(TableFull)
+        );
+        // At 200 everything has: the new key takes an expired one's slot.
+        assert!(matches!(
+            put(&mut t, 9999, 200, &to, Eviction::Expired),
+            Ok(Placed::Evicted(_))
+        ));
+        assert_eq!(t.len(), n);
+        assert!(t.find(&[9999]).is_some());
+        // `Oldest` evicts the least recently seen candidate even so.
+        let fresh = Timeouts::default();
+        let before = t.len();
+        assert!(matches!(
+            put(&mut t, 12345, 300, &fresh, Eviction::Oldest),
+            Ok(Placed::Evicted(_))
+        ));
+        assert_eq!(t.len(), before);
+        assert!(t.find(&[9999]).is_some(), "the newest context stays");
+    }
+
+    #[test]
+    fn timeouts_idle_and_hard() {
+        let to = Timeouts {
+            idle: Some(10),
+            hard: Some(200),
+        };
+        let m = Meta {
+            used: true,
+            state: 0,
+            created: 0,
+            last: 95,
+        };
+        assert_eq!(to.expiry(&m, 100), None);
+        assert_eq!(to.expiry(&m, 106), Some(Expiry::Idle));
+        let busy = Meta { last: 100, ..m };
+        assert_eq!(to.expiry(&busy, 201), Some(Expiry::Hard));
+    }
+}

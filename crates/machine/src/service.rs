@@ -1,0 +1,633 @@
+//! A machine served over packet ports: the calling thread dispatches,
+//! `workers` threads run the engine, one thread writes.
+//!
+//! 1. The dispatcher reads the input ports. Files are merged by timestamp
+//!    (ties to the lower port number), so time-driven machines see the
+//!    frames in the order they were captured; with a live port among the
+//!    inputs, ports are read in turn, a batch at a time. Each frame is
+//!    copied into a pooled job, numbered in reading order, parsed once
+//!    with the `packet` unit into the program's field values, and queued
+//!    to the worker its flow key hashes to (the key of the first stage,
+//!    ordered for a biflow key, so both directions meet). A program with
+//!    several stages, or that writes a global register, is served by one
+//!    worker: its contexts or globals could not be split by one key.
+//! 2. A worker runs the engine on the job: its flow tables are its own,
+//!    so nothing is locked per frame. Tables sent to [`MachineService::run`]
+//!    reach every worker through its queue, between two frames, in the
+//!    input's order.
+//! 3. The writer puts jobs back in reading order (a ring as large as the
+//!    pool, so it never overflows), sends each frame to the ports its
+//!    verdict names, and returns the job to the pool.
+//!
+//! Output files are therefore the same whatever the number of workers.
+//! Nothing is allocated per frame once the pool's buffers have grown.
+
+use crate::engine::{Context, Counters, Engine, Program};
+use crate::fields::{write_field, write_place, FieldError, FieldReader};
+use crate::flows::{hash_key, Timeouts};
+use crate::model::{Value, MAX_KEY, MAX_PORTS};
+use crossbeam_channel::{bounded, Receiver, Sender};
+use flick_packet_io::{PortError, RecvStatus, RxPort, TxPort};
+use serde_json::{Map, Value as Json};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// A port frames come in on, by its XL number.
+pub struct InPort {
+    pub number: u8,
+    /// As written, for messages.
+    pub spec: String,
+    pub rx: Box<dyn RxPort>,
+    /// A live port (an interface) rather than a file.
+    pub live: bool,
+}
+
+/// A port frames go out on, by its XL number.
+pub struct OutPort {
+    pub number: u8,
+    pub spec: String,
+    pub tx: Box<dyn TxPort>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Field(#[from] FieldError),
+    #[error("port {number} ({spec}): {source}")]
+    Port {
+        number: u8,
+        spec: String,
+        source: PortError,
+    },
+    #[error("port number {0} is out of range: ports are numbered 1 to 63")]
+    PortNumber(u8),
+    #[error("a {0} thread panicked")]
+    Panicked(&'static str),
+    #[error("cannot start a {0} thread: {1}")]
+    Spawn(&'static str, std::io::Error),
+}
+
+/// Frames in flight (so also the writer's ring).
+const POOL: usize = 1024;
+/// Jobs queued to one worker.
+const QUEUE: usize = 256;
+/// Frames taken from a live port per call.
+const BATCH: usize = 64;
+/// Fresh buffers hold an Ethernet frame with a VLAN tag.
+const FRAME_BUFFER: usize = 2048;
+const STEER_SEED: u64 = 0x9e37_79b9_7f4a_7c15;
+
+struct Job {
+    seq: u64,
+    ts: u64,
+    port: u8,
+    ports: u64,
+    buf: Vec<u8>,
+    fields: Vec<Value>,
+}
+
+enum Msg {
+    Frame(Job),
+    Swap(Arc<Program>),
+}
+
+/// What a run did, and the state it left.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// Frames received per port number.
+    pub received: BTreeMap<u8, u64>,
+    /// Frames sent per port number.
+    pub sent: BTreeMap<u8, u64>,
+    /// Frames the machine sent nowhere.
+    pub dropped: u64,
+    /// Sends to a port number no `--port` binds.
+    pub unbound: BTreeMap<u8, u64>,
+    /// Frames the `packet` unit did not parse (their unit fields read 0).
+    pub unparsed: u64,
+    /// Frames each worker handled (not in the dump).
+    pub worker_frames: Vec<u64>,
+    /// Table replacements a worker refused, and why.
+    pub refused_swaps: Vec<String>,
+    pub dump: Dump,
+}
+
+impl Summary {
+    /// One line for standard error.
+    pub fn line(&self) -> String {
+        let rx: u64 = self.received.values().sum();
+        let out: Vec<String> = self
+            .sent
+            .iter()
+            .map(|(p, n)| format!("port {p} {n}"))
+            .collect();
+        let out = if out.is_empty() {
+            "none".into()
+        } else {
+            out.join(", ")
+        };
+        let mut line = format!(
+            "flick: {rx} frames in; out: {out}; dropped by the machine {}; contexts {}",
+            self.dropped,
+            self.dump.contexts.len()
+        );
+        let unbound: u64 = self.unbound.values().sum();
+        for (n, what) in [
+            (unbound, "sent to unbound ports"),
+            (self.unparsed, "not parsed"),
+            (
+                self.dump.counters.table_full,
+                "new contexts refused by full tables",
+            ),
+            (self.dump.counters.evicted, "contexts evicted"),
+        ] {
+            if n > 0 {
+                line.push_str(&format!("; {what} {n}"));
+            }
+        }
+        line
+    }
+}
+
+/// Flow contexts and global registers at the end of a run, with the
+/// engine's counters.
+#[derive(Debug, Default)]
+pub struct Dump {
+    pub program: Option<Arc<Program>>,
+    /// Sorted by stage, then key.
+    pub contexts: Vec<Context>,
+    pub globals: Vec<Value>,
+    pub counters: Counters,
+    /// The latest packet time, microseconds.
+    pub now_us: u64,
+    pub frames: u64,
+    pub sent: BTreeMap<u8, u64>,
+    pub dropped: u64,
+}
+
+impl Dump {
+    /// The dump as JSON: keys sorted, contexts sorted by key; the same
+    /// whatever the number of workers (unless tables filled, which
+    /// depends on each worker's share).
+    pub fn json(&self) -> String {
+        let mut top = Map::new();
+        let mut stages = Map::new();
+        if let Some(p) = &self.program {
+            let m = &p.machine;
+            for (i, st) in m.stages.iter().enumerate() {
+                let timeouts = Timeouts {
+                    idle: st.idle_timeout_us,
+                    hard: st.hard_timeout_us,
+                };
+                let list: Vec<Json> = self
+                    .contexts
+                    .iter()
+                    .filter(|c| c.stage == i)
+                    .map(|c| {
+                        let mut key = Map::new();
+                        for (f, v) in st.key.iter().zip(&c.key) {
+                            key.insert(m.fields[*f as usize].name.clone(), (*v).into());
+                        }
+                        let mut regs = Map::new();
+                        for (r, v) in st.flow_regs.iter().zip(&c.regs) {
+                            regs.insert(r.name.clone(), (*v).into());
+                        }
+                        let meta = crate::flows::Meta {
+                            used: true,
+                            state: c.state,
+                            created: c.created_us,
+                            last: c.last_us,
+                        };
+                        let mut o = Map::new();
+                        o.insert("key".into(), Json::Object(key));
+                        o.insert("state".into(), st.states[c.state as usize].clone().into());
+                        o.insert("registers".into(), Json::Object(regs));
+                        o.insert("created_us".into(), c.created_us.into());
+                        o.insert("last_us".into(), c.last_us.into());
+                        o.insert(
+                            "expired".into(),
+                            timeouts.expiry(&meta, self.now_us).is_some().into(),
+                        );
+                        Json::Object(o)
+                    })
+                    .collect();
+                stages.insert(st.name.clone(), Json::Array(list));
+            }
+            let mut globals = Map::new();
+            for (g, v) in m.globals.iter().zip(&self.globals) {
+                globals.insert(g.name.clone(), (*v).into());
+            }
+            top.insert("globals".into(), Json::Object(globals));
+        }
+        top.insert("stages".into(), Json::Object(stages));
+        let mut sent = Map::new();
+        for (p, n) in &self.sent {
+            sent.insert(p.to_string(), (*n).into());
+        }
+        top.insert("frames".into(), self.frames.into());
+        top.insert("sent".into(), Json::Object(sent));
+        top.insert("dropped".into(), self.dropped.into());
+        top.insert("table_full".into(), self.counters.table_full.into());
+        top.insert("evicted".into(), self.counters.evicted.into());
+        top.insert("expired".into(), self.counters.expired.into());
+        let mut s = serde_json::to_string_pretty(&Json::Object(top)).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+}
+
+/// A machine ready to serve.
+pub struct MachineService {
+    program: Arc<Program>,
+    workers: usize,
+}
+
+impl MachineService {
+    /// Checks the program's fields against the `packet` grammar.
+    pub fn new(program: Arc<Program>, workers: usize) -> Result<MachineService, RunError> {
+        FieldReader::new(&program.machine.fields)?;
+        let one = program.machine.stages.len() > 1 || program.machine.writes_globals();
+        Ok(MachineService {
+            workers: if one { 1 } else { workers.max(1) },
+            program,
+        })
+    }
+
+    /// Workers that will run (one where the program needs it).
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// Serves until every input file ends, or `stop` is set. Programs
+    /// sent on `swaps` replace the running tables between frames.
+    pub fn run(
+        &self,
+        inputs: Vec<InPort>,
+        outputs: Vec<OutPort>,
+        stop: &AtomicBool,
+        swaps: Option<Receiver<Arc<Program>>>,
+    ) -> Result<Summary, RunError> {
+        for n in inputs
+            .iter()
+            .map(|p| p.number)
+            .chain(outputs.iter().map(|p| p.number))
+        {
+            if n == 0 || n as usize >= MAX_PORTS {
+                return Err(RunError::PortNumber(n));
+            }
+        }
+        let (free_tx, free_rx) = bounded::<Job>(POOL);
+        let nfields = self.program.machine.fields.len();
+        for _ in 0..POOL {
+            let _ = free_tx.send(Job {
+                seq: 0,
+                ts: 0,
+                port: 0,
+                ports: 0,
+                buf: Vec::with_capacity(FRAME_BUFFER),
+                fields: vec![0; nfields],
+            });
+        }
+        let (done_tx, done_rx) = bounded::<Job>(POOL);
+        let mut queues = Vec::new();
+        let mut workers = Vec::new();
+        for w in 0..self.workers {
+            let (tx, rx) = bounded::<Msg>(QUEUE);
+            queues.push(tx);
+            let done = done_tx.clone();
+            let program = self.program.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("flick-machine-{w}"))
+                .spawn(move || work(program, rx, done))
+                .map_err(|e| RunError::Spawn("worker", e))?;
+            workers.push(h);
+        }
+        drop(done_tx);
+        let mut tx_ports: Vec<Option<OutPort>> = (0..MAX_PORTS).map(|_| None).collect();
+        for p in outputs {
+            let n = p.number as usize;
+            tx_ports[n] = Some(p);
+        }
+        let writer = std::thread::Builder::new()
+            .name("flick-machine-writer".into())
+            .spawn(move || write(tx_ports, done_rx, free_tx))
+            .map_err(|e| RunError::Spawn("writer", e))?;
+        let mut d = Dispatch {
+            reader: FieldReader::new(&self.program.machine.fields)?,
+            program: self.program.clone(),
+            queues,
+            seq: 0,
+            unparsed: 0,
+            received: BTreeMap::new(),
+        };
+        let read = d.read_all(inputs, &free_rx, stop, swaps.as_ref());
+        let Dispatch {
+            queues,
+            unparsed,
+            received,
+            ..
+        } = d;
+        drop(queues);
+        let mut engines = Vec::new();
+        let mut refused = Vec::new();
+        let mut panicked = false;
+        for h in workers {
+            match h.join() {
+                Ok((e, r)) => {
+                    engines.push(e);
+                    refused.extend(r);
+                }
+                Err(_) => panicked = true,
+            }
+        }
+        let written = writer.join();
+        if panicked {
+            return Err(RunError::Panicked("worker"));
+        }
+        let (sent, unbound, dropped, write_error) =
+            written.map_err(|_| RunError::Panicked("writer"))?;
+        read?;
+        if let Some(e) = write_error {
+            return Err(e);
+        }
+        let mut contexts: Vec<Context> = engines.iter().flat_map(|e| e.contexts()).collect();
+        contexts.sort_by(|a, b| (a.stage, &a.key).cmp(&(b.stage, &b.key)));
+        let mut counters = Counters::default();
+        for e in &engines {
+            let c = e.counters();
+            counters.packets += c.packets;
+            counters.table_full += c.table_full;
+            counters.evicted += c.evicted;
+            counters.expired += c.expired;
+        }
+        let frames = received.values().sum();
+        Ok(Summary {
+            received,
+            sent: sent.clone(),
+            dropped,
+            unbound,
+            unparsed,
+            worker_frames: engines.iter().map(|e| e.counters().packets).collect(),
+            refused_swaps: refused,
+            dump: Dump {
+                program: Some(
+                    engines
+                        .first()
+                        .map_or(self.program.clone(), |e| e.program().clone()),
+                ),
+                contexts,
+                globals: engines
+                    .first()
+                    .map(|e| e.globals().to_vec())
+                    .unwrap_or_default(),
+                counters,
+                now_us: engines.iter().map(|e| e.now_us).max().unwrap_or(0),
+                frames,
+                sent,
+                dropped,
+            },
+        })
+    }
+}
+
+fn work(program: Arc<Program>, rx: Receiver<Msg>, done: Sender<Job>) -> (Engine, Vec<String>) {
+    let mut engine = Engine::new(program);
+    let mut refused = Vec::new();
+    for msg in rx {
+        match msg {
+            Msg::Frame(mut job) => {
+                let v = engine.process(&job.fields, job.port, job.buf.len(), job.ts);
+                let fields = &engine.program().machine.fields;
+                for &(f, value) in v.writes() {
+                    if let Some((at, len)) = write_place(&fields[f as usize].source) {
+                        write_field(&mut job.buf, at, len, value);
+                    }
+                }
+                job.ports = v.ports;
+                if done.send(job).is_err() {
+                    break;
+                }
+            }
+            Msg::Swap(p) => {
+                if let Err(e) = engine.replace(p) {
+                    refused.push(e.to_string());
+                }
+            }
+        }
+    }
+    (engine, refused)
+}
+
+type Written = (BTreeMap<u8, u64>, BTreeMap<u8, u64>, u64, Option<RunError>);
+
+fn write(mut ports: Vec<Option<OutPort>>, done: Receiver<Job>, free: Sender<Job>) -> Written {
+    let mut ring: Vec<Option<Job>> = (0..POOL).map(|_| None).collect();
+    let mut next = 0u64;
+    let mut sent = BTreeMap::new();
+    let mut unbound = BTreeMap::new();
+    let mut dropped = 0;
+    let mut error = None;
+    for job in done {
+        let at = job.seq as usize % POOL;
+        ring[at] = Some(job);
+        while let Some(job) = ring[next as usize % POOL].take() {
+            next += 1;
+            if job.ports == 0 {
+                dropped += 1;
+            }
+            let mut bits = job.ports;
+            while bits != 0 {
+                let n = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                match &mut ports[n] {
+                    Some(p) => match p.tx.send(&job.buf, job.ts) {
+                        Ok(()) => *sent.entry(n as u8).or_insert(0) += 1,
+                        Err(e) if e.is_frame_error() => {}
+                        Err(e) => {
+                            error.get_or_insert(RunError::Port {
+                                number: n as u8,
+                                spec: p.spec.clone(),
+                                source: e,
+                            });
+                        }
+                    },
+                    None => *unbound.entry(n as u8).or_insert(0) += 1,
+                }
+            }
+            let _ = free.send(job);
+        }
+    }
+    for p in ports.iter_mut().flatten() {
+        if let Err(e) = p.tx.flush() {
+            error.get_or_insert(RunError::Port {
+                number: p.number,
+                spec: p.spec.clone(),
+                source: e,
+            });
+        }
+    }
+    (sent, unbound, dropped, error)
+}
+
+struct Dispatch {
+    reader: FieldReader,
+    program: Arc<Program>,
+    queues: Vec<Sender<Msg>>,
+    seq: u64,
+    unparsed: u64,
+    received: BTreeMap<u8, u64>,
+}
+
+impl Dispatch {
+    fn swaps(&mut self, swaps: Option<&Receiver<Arc<Program>>>) -> Result<(), RunError> {
+        let Some(rx) = swaps else { return Ok(()) };
+        while let Ok(p) = rx.try_recv() {
+            self.reader = FieldReader::new(&p.machine.fields)?;
+            for q in &self.queues {
+                let _ = q.send(Msg::Swap(p.clone()));
+            }
+            self.program = p;
+        }
+        Ok(())
+    }
+
+    /// Numbers, parses and steers a job holding a frame.
+    fn dispatch(&mut self, mut job: Job) {
+        job.seq = self.seq;
+        self.seq += 1;
+        *self.received.entry(job.port).or_insert(0) += 1;
+        let n = self.program.machine.fields.len();
+        if job.fields.len() != n {
+            job.fields.resize(n, 0);
+        }
+        if !self.reader.read(&job.buf, &mut job.fields) {
+            self.unparsed += 1;
+        }
+        let w = if self.queues.len() > 1 {
+            let stage = &self.program.machine.stages[0];
+            let mut key = [0 as Value; MAX_KEY];
+            let k = stage.key.len();
+            for (v, &f) in key.iter_mut().zip(&stage.key) {
+                *v = job.fields[f as usize];
+            }
+            if stage.biflow && key[k / 2..k] < key[..k / 2] {
+                for i in 0..k / 2 {
+                    key.swap(i, k / 2 + i);
+                }
+            }
+            (hash_key(&key[..k], STEER_SEED) % self.queues.len() as u64) as usize
+        } else {
+            0
+        };
+        let _ = self.queues[w].send(Msg::Frame(job));
+    }
+
+    fn read_all(
+        &mut self,
+        mut inputs: Vec<InPort>,
+        free: &Receiver<Job>,
+        stop: &AtomicBool,
+        swaps: Option<&Receiver<Arc<Program>>>,
+    ) -> Result<(), RunError> {
+        let port_error = |p: &InPort, e| RunError::Port {
+            number: p.number,
+            spec: p.spec.clone(),
+            source: e,
+        };
+        if inputs.iter().any(|p| p.live) {
+            let mut ended = vec![false; inputs.len()];
+            while !stop.load(Ordering::Relaxed) && ended.iter().any(|e| !e) {
+                self.swaps(swaps)?;
+                let mut idle = true;
+                for (i, p) in inputs.iter_mut().enumerate() {
+                    if ended[i] {
+                        continue;
+                    }
+                    let number = p.number;
+                    let live = p.live;
+                    let mut lost = 0u64;
+                    let status = p.rx.recv_batch(BATCH, &mut |frame, ts| {
+                        // A live port waits for nobody: no free job, no frame.
+                        let job = if live {
+                            free.try_recv().ok()
+                        } else {
+                            free.recv().ok()
+                        };
+                        let Some(mut job) = job else {
+                            lost += 1;
+                            return;
+                        };
+                        job.buf.clear();
+                        job.buf.extend_from_slice(frame);
+                        job.ts = ts;
+                        job.port = number;
+                        self.dispatch(job);
+                    });
+                    match status {
+                        Ok(RecvStatus::Frames(_)) => idle = false,
+                        Ok(RecvStatus::Idle) => {}
+                        Ok(RecvStatus::End) => ended[i] = true,
+                        Err(e) if e.is_frame_error() => {}
+                        Err(e) => return Err(port_error(p, e)),
+                    }
+                }
+                if idle {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+            return Ok(());
+        }
+        // Files: one frame ahead per file, the earliest dispatched first.
+        let mut pending: Vec<Option<Job>> = (0..inputs.len()).map(|_| None).collect();
+        let mut ended = vec![false; inputs.len()];
+        let mut spare: Option<Job> = None;
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            self.swaps(swaps)?;
+            for (i, p) in inputs.iter_mut().enumerate() {
+                while pending[i].is_none() && !ended[i] {
+                    let mut job = match spare.take() {
+                        Some(j) => j,
+                        None => match free.recv() {
+                            Ok(j) => j,
+                            Err(_) => return Err(RunError::Panicked("writer")),
+                        },
+                    };
+                    let mut got = false;
+                    let status = p.rx.recv_batch(1, &mut |frame, ts| {
+                        job.buf.clear();
+                        job.buf.extend_from_slice(frame);
+                        job.ts = ts;
+                        got = true;
+                    });
+                    match status {
+                        Ok(RecvStatus::End) => ended[i] = true,
+                        Ok(_) => {}
+                        Err(e) if e.is_frame_error() => {}
+                        Err(e) => return Err(port_error(p, e)),
+                    }
+                    if got {
+                        job.port = p.number;
+                        pending[i] = Some(job);
+                    } else {
+                        spare = Some(job);
+                        // A file has nothing now only at its end.
+                        ended[i] = true;
+                    }
+                }
+            }
+            let first = pending
+                .iter()
+                .enumerate()
+                .filter_map(|(i, j)| j.as_ref().map(|j| ((j.ts, inputs[i].number), i)))
+                .min();
+            let Some((_, i)) = first else { break };
+            if let Some(job) = pending[i].take() {
+                self.dispatch(job);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,131 @@
+//! The executor on field values directly: transitions, timeouts, a full
+//! table, biflow keys, and tables replaced under live contexts.
+
+use flick_machine::xl::parse_str;
+use flick_machine::{Engine, Program, ReplaceError};
+use std::sync::Arc;
+
+fn engine(text: &str) -> Engine {
+    Engine::new(Arc::new(
+        Program::new(parse_str("t.xl", text).unwrap()).unwrap(),
+    ))
+}
+
+const MS: u64 = 1_000_000;
+
+const COUNTER: &str = r#"
+Stage count {
+    Register n;
+    setFlowKey(ipv4.src);
+    setIdleTimeout(10000);
+    setTableSize(8);
+    State initial fresh {
+        on (pktRcvd) { n = n + 1; sendPacket(255, 1); setNextState(seen); }
+        on (tableFull) { sendPacket(255, 2); }
+    }
+    State seen {
+        on (pktRcvd) {
+            if (n >= 3) { sendPacket(255, 3); }
+            n = n + 1; sendPacket(255, 1);
+        }
+        on (idleTimeout) { n = 100; }
+    }
+}
+"#;
+
+#[test]
+fn transitions_registers_and_the_idle_timeout() {
+    let mut e = engine(COUNTER);
+    let ports = |e: &mut Engine, src, t| e.process(&[src], 1, 60, t).ports;
+    assert_eq!(ports(&mut e, 7, 0), 1 << 1);
+    assert_eq!(ports(&mut e, 7, MS), 1 << 1);
+    assert_eq!(ports(&mut e, 7, 2 * MS), 1 << 1);
+    // n is 3 now: the `if` row matches, and the event's own statements
+    // run with it.
+    assert_eq!(ports(&mut e, 7, 3 * MS), 1 << 1 | 1 << 3);
+    let c = &e.contexts()[0];
+    assert_eq!((c.state, c.regs[0]), (1, 4));
+    // 20 ms later the context has been idle for longer than 10 ms: its
+    // idleTimeout transition runs first (n = 100), then the packet's.
+    assert_eq!(ports(&mut e, 7, 23 * MS), 1 << 1 | 1 << 3);
+    assert_eq!(e.counters().expired, 1);
+    assert_eq!(e.contexts()[0].regs[0], 101);
+}
+
+#[test]
+fn a_full_table_runs_the_table_full_transition() {
+    let mut e = engine(COUNTER);
+    let mut full = 0;
+    for src in 0..100u64 {
+        if e.process(&[src], 1, 60, 0).ports == 1 << 2 {
+            full += 1;
+        }
+    }
+    let c = e.counters();
+    assert!(full > 0 && c.table_full == full, "{c:?}");
+    assert_eq!(e.contexts().len() as u64 + full, 100);
+    // After the idle timeout the expired contexts make room.
+    assert_eq!(e.process(&[1000], 1, 60, 50 * MS).ports, 1 << 1);
+    assert_eq!(e.counters().evicted, 1);
+}
+
+#[test]
+fn contexts_in_their_initial_state_are_not_kept() {
+    let mut e = engine(
+        "Stage s { setFlowKey(tcp.dport); State initial a { on(pktRcvd) { if (tcp.dport == 1) { setNextState(b); } } } State b { on(pktRcvd) { setNextState(a); } } }",
+    );
+    e.process(&[5], 1, 60, 0);
+    assert!(e.contexts().is_empty());
+    e.process(&[1], 1, 60, 0);
+    assert_eq!(e.contexts().len(), 1);
+    e.process(&[1], 1, 60, 0);
+    assert!(e.contexts().is_empty(), "back to the initial state");
+}
+
+#[test]
+fn a_biflow_key_is_one_context_for_both_directions() {
+    let mut e = engine(
+        "Stage s { Register n; setBiflowKey(ipv4.src, udp.sport, ipv4.dst, udp.dport); State initial a { on(pktRcvd) { n = n + 1; } } }",
+    );
+    // Fields in order of first use: ipv4.src, udp.sport, ipv4.dst, udp.dport.
+    e.process(&[10, 1000, 20, 53], 1, 60, 0);
+    e.process(&[20, 53, 10, 1000], 2, 60, 0);
+    e.process(&[10, 1001, 20, 53], 1, 60, 0);
+    let cs = e.contexts();
+    let mut counts: Vec<u64> = cs.iter().map(|c| c.regs[0]).collect();
+    counts.sort();
+    assert_eq!(counts, [1, 2]);
+}
+
+#[test]
+fn replaced_tables_keep_the_contexts() {
+    let v1 = "Stage s { Register n; setFlowKey(ipv4.src); State initial a { on(pktRcvd) { n = n + 1; sendPacket(255, 1); } } }";
+    let v2 = "Stage s { Register n; setFlowKey(ipv4.src); State initial a { on(pktRcvd) { if (n >= 2) { n = n + 10; sendPacket(255, 2); } n = n + 1; sendPacket(255, 1); } } State extra { } }";
+    let mut e = engine(v1);
+    e.process(&[1], 1, 60, 0);
+    e.process(&[1], 1, 60, 0);
+    let p2 = Arc::new(Program::new(parse_str("v2.xl", v2).unwrap()).unwrap());
+    e.replace(p2).unwrap();
+    // The context counted 2 under the old tables; the new ones see it.
+    assert_eq!(e.process(&[1], 1, 60, 0).ports, 1 << 1 | 1 << 2);
+    assert_eq!(e.contexts()[0].regs[0], 13);
+    assert_eq!(e.process(&[2], 1, 60, 0).ports, 1 << 1);
+    // A program that would strand the contexts is refused.
+    let bad = "Stage s { Register m; setFlowKey(ipv4.src); State initial a { } }";
+    let p3 = Arc::new(Program::new(parse_str("bad.xl", bad).unwrap()).unwrap());
+    assert_eq!(e.replace(p3), Err(ReplaceError::Registers("s".into())));
+    let bad = "Stage s { Register n; setFlowKey(ipv4.dst); State initial a { } }";
+    let p4 = Arc::new(Program::new(parse_str("bad.xl", bad).unwrap()).unwrap());
+    assert_eq!(e.replace(p4), Err(ReplaceError::Key("s".into())));
+}
+
+#[test]
+fn tables_have_a_condition_bit_per_distinct_comparison() {
+    let p = Program::new(parse_str("t.xl", COUNTER).unwrap()).unwrap();
+    let t = &p.tables[0];
+    assert_eq!(t.conditions.len(), 1);
+    assert_eq!(t.entries.len(), 5);
+    // Packet rows: fresh 1, seen 2; idleTimeout: seen 1; tableFull: fresh 1.
+    assert_eq!(t.row_count(), 5);
+    assert_eq!(p.context_bytes(0), 8 + 8 + 24);
+}

@@ -1,0 +1,77 @@
+//! The per-packet path allocates nothing: reading fields from a frame and
+//! running the engine, once the table holds its contexts.
+
+use flick_machine::xl::parse_str;
+use flick_machine::{Engine, FieldReader, Program};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.realloc(ptr, layout, new)
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+fn udp(src: u32, sport: u16, dst: u32, dport: u16) -> Vec<u8> {
+    let mut f = vec![0u8; 42];
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&28u16.to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&src.to_be_bytes());
+    f[30..34].copy_from_slice(&dst.to_be_bytes());
+    f[34..36].copy_from_slice(&sport.to_be_bytes());
+    f[36..38].copy_from_slice(&dport.to_be_bytes());
+    f[38..40].copy_from_slice(&8u16.to_be_bytes());
+    f
+}
+
+#[test]
+fn reading_and_running_a_packet_allocates_nothing() {
+    let text = "Stage s { Register n; setBiflowKey(ipv4.src, udp.sport, ipv4.dst, udp.dport); setIdleTimeout(1000000); \
+        State initial a { on(pktRcvd) { if (pktRcvd.port == 1) { n = n + 1; sendPacket(255, 2); setNextState(open); } } } \
+        State open { on(pktRcvd) { n = n + pktRcvd.len; sendPacket(255, 1); } on(idleTimeout) { setNextState(a); } } }";
+    let program = Arc::new(Program::new(parse_str("t.xl", text).unwrap()).unwrap());
+    let mut reader = FieldReader::new(&program.machine.fields).unwrap();
+    let mut engine = Engine::new(program.clone());
+    let frames: Vec<Vec<u8>> = (0..64u32)
+        .flat_map(|i| {
+            [
+                udp(0x0a000001 + i, 1000, 0x08080808, 53),
+                udp(0x08080808, 53, 0x0a000001 + i, 1000),
+            ]
+        })
+        .collect();
+    let mut fields = vec![0u64; program.machine.fields.len()];
+    let mut run = |round: u64| {
+        for (i, f) in frames.iter().enumerate() {
+            assert!(reader.read(f, &mut fields));
+            let port = if i % 2 == 0 { 1 } else { 2 };
+            engine.process(&fields, port, f.len(), round * 1000 + i as u64);
+        }
+    };
+    run(0);
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for round in 1..20 {
+        run(round);
+    }
+    assert_eq!(ALLOCS.load(Ordering::Relaxed) - before, 0);
+    assert_eq!(engine.contexts().len(), 64);
+}
