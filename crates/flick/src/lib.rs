@@ -12,6 +12,7 @@ pub mod config;
 pub mod ide;
 pub mod logging;
 pub mod lsp;
+pub mod machine_run;
 pub mod metrics;
 pub mod notify;
 pub mod packet_run;

@@ -319,6 +319,9 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
     use flick::config::{check_bindings, resolve, FileConfig, Overrides};
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
+    if let Some(xl) = args.file.as_deref().filter(|f| f.ends_with(".xl")) {
+        return flick::machine_run::run(xl, &args.port, args.workers, args.dump.as_deref(), color);
+    }
     let file_config = match &args.config {
         None => None,
         Some(path) => {
@@ -617,6 +620,10 @@ fn main() -> ExitCode {
         Command::Check { bounds, files } => {
             let mut failed = false;
             for path in &files {
+                if path.ends_with(".xl") {
+                    failed |= !flick::machine_run::check(path, color);
+                    continue;
+                }
                 let file = match read_program(path) {
                     Ok(f) => f,
                     Err(code) => return code,

@@ -1,0 +1,193 @@
+//! `flick check FILE.xl` and `flick run FILE.xl --port N=SPEC ...`:
+//! FlowBlaze XL programs, loaded by `flick-machine`, their errors rendered
+//! like every other diagnostic, their tables sized, and the machine served
+//! over numbered packet ports until its input files end (or, for live
+//! ports, until SIGINT or SIGTERM).
+
+use crate::render::render;
+use flick_machine::xl::{self, XlError};
+use flick_machine::{InPort, MachineService, OutPort, Program};
+use flick_packet_io::PortSpec;
+use flick_span::{Diagnostic, SourceFile, Span};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// The error with its source line and a caret under the place.
+pub fn render_xl_error(e: &XlError, color: bool) -> String {
+    match e {
+        XlError::At {
+            path,
+            start,
+            end,
+            message,
+            ..
+        } => match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let file = SourceFile::new(path.display().to_string(), text);
+                let d = Diagnostic::error("X0001", message.clone(), Span::new(*start, *end));
+                render(&file, &[d], color)
+            }
+            Err(_) => format!("error: {e}\n"),
+        },
+        XlError::Read { .. } => format!("error: {e}\n"),
+    }
+}
+
+fn load(path: &str, color: bool) -> Option<Arc<Program>> {
+    let machine = match xl::load(Path::new(path)) {
+        Ok(m) => m,
+        Err(e) => {
+            eprint!("{}", render_xl_error(&e, color));
+            return None;
+        }
+    };
+    match Program::new(machine) {
+        Ok(p) => Some(Arc::new(p)),
+        Err(e) => {
+            eprintln!("error: {path}: {e}");
+            None
+        }
+    }
+}
+
+/// `flick check FILE.xl`: loads, compiles, and prints each stage's tables'
+/// sizes. False if the program has errors.
+pub fn check(path: &str, color: bool) -> bool {
+    let Some(program) = load(path, color) else {
+        return false;
+    };
+    if let Err(e) = flick_machine::FieldReader::new(&program.machine.fields) {
+        eprintln!("error: {path}: {e}");
+        return false;
+    }
+    println!("{path}: ok");
+    for (i, (stage, tables)) in program
+        .machine
+        .stages
+        .iter()
+        .zip(&program.tables)
+        .enumerate()
+    {
+        println!(
+            "  stage {}: {} states, {} condition bits, {} entries, {} rows; key {} fields{}; {} flow registers, {} bytes per context, {} contexts",
+            stage.name,
+            stage.states.len(),
+            tables.conditions.len(),
+            tables.entries.len(),
+            tables.row_count(),
+            stage.key.len(),
+            if stage.biflow { " (biflow)" } else { "" },
+            stage.flow_regs.len(),
+            program.context_bytes(i),
+            flick_machine::flows::FlowTable::new(stage.capacity, 0, 0).capacity(),
+        );
+    }
+    if !program.machine.globals.is_empty() {
+        println!("  {} global registers", program.machine.globals.len());
+    }
+    true
+}
+
+/// `flick run FILE.xl --port N=SPEC ...`.
+pub fn run(
+    path: &str,
+    ports: &[String],
+    workers: Option<usize>,
+    dump: Option<&str>,
+    color: bool,
+) -> ExitCode {
+    let Some(program) = load(path, color) else {
+        return ExitCode::FAILURE;
+    };
+    let mut inputs = Vec::new();
+    let mut outputs = Vec::new();
+    for flag in ports {
+        let (name, spec) = match PortSpec::parse_named(flag) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("error: --port {flag}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let number = match name.parse::<u8>() {
+            Ok(n) if (1..64).contains(&n) => n,
+            _ => {
+                eprintln!("error: --port {flag}: an XL program's ports are numbered 1 to 63, as its sendPacket calls and pktRcvd.port name them (`--port 1=pcap:in.pcap`)");
+                return ExitCode::FAILURE;
+            }
+        };
+        if inputs.iter().any(|p: &InPort| p.number == number)
+            || outputs.iter().any(|p: &OutPort| p.number == number)
+        {
+            eprintln!("error: --port {flag}: port {number} is bound twice");
+            return ExitCode::FAILURE;
+        }
+        let live = matches!(spec, PortSpec::AfPacket(_) | PortSpec::Tun(_));
+        let port = match flick_packet_io::open(&spec) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("error: --port {flag}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        if let Some(rx) = port.rx {
+            inputs.push(InPort {
+                number,
+                spec: spec.to_string(),
+                rx,
+                live,
+            });
+        }
+        if let Some(tx) = port.tx {
+            outputs.push(OutPort {
+                number,
+                spec: spec.to_string(),
+                tx,
+            });
+        }
+    }
+    let sent_to = program
+        .machine
+        .stages
+        .iter()
+        .flat_map(|s| &s.transitions)
+        .fold(0u64, |m, t| m | t.ports);
+    for n in 1..64u8 {
+        if sent_to & (1 << n) != 0 && !outputs.iter().any(|p| p.number == n) {
+            eprintln!("note: the program sends to port {n}, which no --port binds for output; those frames go nowhere");
+        }
+    }
+    let asked =
+        workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let service = match MachineService::new(program, asked) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {path}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if service.workers() < asked {
+        eprintln!("note: one worker serves this program: it has several stages or writes a global register");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        let _ = signal_hook::flag::register(sig, stop.clone());
+    }
+    let summary = match service.run(inputs, outputs, &stop, None) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(d) = dump {
+        if let Err(e) = std::fs::write(d, summary.dump.json()) {
+            eprintln!("error: cannot write the dump to {d}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    eprintln!("{}", summary.line());
+    ExitCode::SUCCESS
+}
