@@ -30,5 +30,6 @@ mod stats;
 pub use host::{Sends, MAX_SENDS};
 pub use service::{
     Binding, BoundPort, Error, PacketConfig, PacketService, PortCounts, PortUse, Summary,
+    BATCH_FRAMES,
 };
 pub use stats::{LiveStats, PortStats, WorkerStats};

@@ -1,23 +1,35 @@
 //! A packet program served over ports: one dispatcher (the calling
-//! thread), `workers` worker threads and one writer thread.
+//! thread), `workers` worker threads and one writer thread. Frames cross
+//! threads in batches ([`Batch`], up to [`BATCH_FRAMES`] frames in one
+//! buffer), made once at start and recycled whole, so a channel operation
+//! is paid per batch and nothing is allocated per frame or per batch.
 //!
 //! 1. The dispatcher reads each receiving port in turn, a batch at a time.
 //!    If the program has `steer`, it parses each frame with the grammar
 //!    unit of the port's channel (a frame that does not parse is dropped
 //!    and counted as malformed), runs `steer` on it and hashes the result
 //!    to pick a worker; without `steer` every frame goes to worker 0. The
-//!    frame is copied into a pooled buffer, numbered in reading order and
-//!    queued to that worker. With no buffer free or the worker's queue
-//!    full it waits (files: no loss) or, for a live port, drops the frame
-//!    and counts it.
-//! 2. A worker parses the frame (again) in place, counting it as malformed
-//!    if it does not parse, runs the channel's rule on its own interpreter
-//!    against its own state shard, and hands the buffer and the ports the
-//!    rule sent it to on to the writer.
-//! 3. The writer puts frames back in reading order (a ring indexed by the
-//!    frame's number: no more frames are in flight than there are
-//!    buffers, so the ring never overflows), writes each to its ports with
-//!    its input timestamp, and returns the buffer to the pool.
+//!    frame is numbered in reading order and copied into the batch the
+//!    dispatcher is filling for that worker. A batch goes to its worker's
+//!    queue when it is full and when a port's `recv_batch` call ends, so a
+//!    live port's lone frame is not held back. With no free batch it waits
+//!    (files: no loss, after sending what it holds, so that the batches
+//!    it waits for can come back) or, for a live port, drops the frame and
+//!    counts it; a live port's batch that finds its worker's queue full is
+//!    kept and sent later, and frames for that worker that find it full
+//!    too are dropped and counted.
+//! 2. A worker parses each frame of a batch (again) in place, counting it
+//!    as malformed if it does not parse, runs the channel's rule on its
+//!    own interpreter against its own state shard, notes in the batch the
+//!    ports the rule sent the frame to, and passes the batch on to the
+//!    writer.
+//! 3. The writer puts frames back in reading order: each worker's batches
+//!    arrive in increasing order of their frames' numbers, and every
+//!    number was given to a frame of some batch, so the next frame to
+//!    write is at the head of one worker's oldest pending batch (a k-way
+//!    merge). It writes each to its ports with its input timestamp and
+//!    returns a batch to the free pool once all its frames are written.
+//!    When the program writes no port, it only returns the batches.
 //!
 //! Output files are therefore the same whatever the number of workers.
 
@@ -42,9 +54,11 @@ pub struct PacketConfig {
     pub workers: usize,
     /// Entries of each dictionary, per shard.
     pub dict_capacity: usize,
-    /// Frames queued to a worker before the dispatcher waits (or drops).
+    /// Frames queued to a worker before the dispatcher waits (or drops),
+    /// in whole batches of [`BATCH_FRAMES`] (at least one).
     pub queue_capacity: usize,
-    /// Frame buffers, so also the most frames in flight.
+    /// Frames in flight: rounded up to whole batches of [`BATCH_FRAMES`],
+    /// at least two per worker and one more.
     pub buffers: usize,
     /// Set (by SIGUSR1, say) to have the state dumped while running; the
     /// engine clears it once the dump is written.
@@ -425,24 +439,35 @@ impl PacketService {
         let workers = self.config.workers.max(1);
         let stats = self.config.stats.clone().unwrap_or_default();
         stats.start(counts.iter().map(|c| c.name.clone()).collect(), workers);
-        let buffers = self.config.buffers.max(workers * 2);
-        let (done_tx, done_rx) = bounded::<Done>(buffers);
-        let (free_tx, free_rx) = bounded::<Vec<u8>>(buffers);
-        for _ in 0..buffers {
-            let _ = free_tx.send(Vec::with_capacity(FRAME_BUFFER));
+        // Enough batches that each worker can have one filling, one queued
+        // and the writer one, and the queues never hold more than there are.
+        let batches = self
+            .config
+            .buffers
+            .div_ceil(BATCH_FRAMES)
+            .max(workers * 2 + 1);
+        let queue_batches = self
+            .config
+            .queue_capacity
+            .div_ceil(BATCH_FRAMES)
+            .clamp(1, batches);
+        let (done_tx, done_rx) = bounded::<Batch>(batches);
+        let (free_tx, free_rx) = bounded::<Batch>(batches);
+        for _ in 0..batches {
+            let _ = free_tx.send(Batch::new());
         }
         let writer_stats = stats.clone();
         let writer = std::thread::Builder::new()
             .name("flick-packet-writer".into())
-            .spawn(move || write_in_order(sinks, done_rx, free_tx, buffers, &writer_stats))
+            .spawn(move || write_in_order(sinks, done_rx, free_tx, workers, batches, &writer_stats))
             .map_err(|e| Error::Spawn("writer", e))?;
         let snapshots: Arc<std::sync::Mutex<Vec<Option<Snapshot>>>> =
             Arc::new(std::sync::Mutex::new((0..workers).map(|_| None).collect()));
         let mut queues = Vec::with_capacity(workers);
         let mut handles = Vec::with_capacity(workers);
         for w in 0..workers {
-            let (job_tx, job_rx) = bounded::<Job>(self.config.queue_capacity.max(1));
-            queues.push(job_tx);
+            let (batch_tx, batch_rx) = bounded::<Batch>(queue_batches);
+            queues.push(batch_tx);
             let worker = Worker {
                 module: self.module.clone(),
                 grammar: self.grammar.clone(),
@@ -463,7 +488,7 @@ impl PacketService {
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("flick-packet-{w}"))
-                    .spawn(move || worker.run(job_rx, done))
+                    .spawn(move || worker.run(batch_rx, done))
                     .map_err(|e| Error::Spawn("worker", e))?,
             );
         }
@@ -474,9 +499,10 @@ impl PacketService {
             vm: Vm::default(),
             key: Vec::new(),
             sends: Sends::default(),
+            filling: (0..workers).map(|_| None).collect(),
+            held: false,
             queues,
             free: free_rx,
-            spare: Vec::new(),
             seq: 0,
             malformed: 0,
             faults: 0,
@@ -509,10 +535,15 @@ impl PacketService {
             if !open {
                 break;
             }
+            // A live port's batch that found its queue full goes now if
+            // it can; meanwhile the wait for frames is short.
+            dispatch.send_held();
             if !busy {
-                wait_readable(&sources, &mut poll_fds);
+                wait_readable(&sources, &mut poll_fds, dispatch.held);
             }
         }
+        // Every numbered frame reaches the writer, which waits for each.
+        dispatch.send_all(true);
         let Dispatch {
             queues,
             malformed,
@@ -670,8 +701,9 @@ fn writes(module: &Module, chan: u16) -> bool {
 
 /// Waits until a live port has frames: in `poll` on their descriptors
 /// where every open port has one, for at most 20 ms so that a stop or a
-/// dump request is seen; else a short sleep.
-fn wait_readable(sources: &[Source], fds: &mut Vec<libc::pollfd>) {
+/// dump request is seen (1 ms while a batch waits for room in a queue);
+/// else a short sleep.
+fn wait_readable(sources: &[Source], fds: &mut Vec<libc::pollfd>, held: bool) {
     fds.clear();
     for s in sources.iter().filter(|s| !s.ended) {
         match s.rx.raw_fd() {
@@ -689,7 +721,11 @@ fn wait_readable(sources: &[Source], fds: &mut Vec<libc::pollfd>) {
     // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures,
     // alive for the call.
     unsafe {
-        libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 20);
+        libc::poll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            if held { 1 } else { 20 },
+        );
     }
 }
 
@@ -722,11 +758,14 @@ fn write_dump(path: &std::path::Path, text: &str) -> Result<(), Error> {
         })
 }
 
-/// Capacity of a fresh frame buffer: an Ethernet frame with a VLAN tag
-/// fits; a larger one grows its buffer once, which then stays grown.
+/// Room a batch's buffer is made with per frame: an Ethernet frame with a
+/// VLAN tag fits; a batch of larger frames is sent sooner, and a single
+/// frame larger than the whole buffer grows it once, which stays grown.
 const FRAME_BUFFER: usize = 2048;
 /// Frames taken from a port per call.
 const BATCH: usize = 64;
+/// The most frames a [`Batch`] carries between threads.
+pub const BATCH_FRAMES: usize = 64;
 
 static SNAPSHOT_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -757,20 +796,71 @@ struct Source {
     ended: bool,
 }
 
-/// A frame on its way to a worker.
-struct Job {
+/// One frame of a batch: its number in reading order, where its bytes lie
+/// in the batch's buffer, and (set by its worker) the ports it goes to.
+#[derive(Clone, Copy, Default)]
+struct Entry {
     seq: u64,
     timestamp: u64,
+    start: u32,
+    len: u32,
     chan: u16,
-    buf: Vec<u8>,
+    sends: Sends,
 }
 
-/// A frame handled: where it goes (nowhere if dropped).
-struct Done {
-    seq: u64,
-    timestamp: u64,
-    buf: Vec<u8>,
-    sends: Sends,
+/// Frames on their way from the dispatcher through one worker to the
+/// writer, and back to the free pool, whole: its vectors keep their
+/// storage, so a batch is made once per run.
+struct Batch {
+    /// The worker the batch was filled for, which the writer's merge
+    /// needs.
+    worker: usize,
+    entries: Vec<Entry>,
+    bytes: Vec<u8>,
+    /// Frames the writer has written.
+    written: usize,
+}
+
+impl Batch {
+    fn new() -> Batch {
+        Batch {
+            worker: 0,
+            entries: Vec::with_capacity(BATCH_FRAMES),
+            bytes: Vec::with_capacity(BATCH_FRAMES * FRAME_BUFFER),
+            written: 0,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes.clear();
+        self.written = 0;
+    }
+
+    /// Whether a frame of `len` bytes may join without growing the
+    /// buffer (an empty batch takes any frame).
+    fn has_room(&self, len: usize) -> bool {
+        self.entries.is_empty()
+            || (self.entries.len() < BATCH_FRAMES
+                && self.bytes.len() + len <= self.bytes.capacity())
+    }
+
+    fn push(&mut self, seq: u64, timestamp: u64, chan: u16, frame: &[u8]) {
+        self.entries.push(Entry {
+            seq,
+            timestamp,
+            start: self.bytes.len() as u32,
+            len: frame.len() as u32,
+            chan,
+            sends: Sends::default(),
+        });
+        self.bytes.extend_from_slice(frame);
+    }
+}
+
+/// The bytes of frame `e` in `bytes`, its batch's buffer.
+fn frame_of<'b>(bytes: &'b [u8], e: &Entry) -> &'b [u8] {
+    &bytes[e.start as usize..e.start as usize + e.len as usize]
 }
 
 struct Dispatch<'s> {
@@ -779,10 +869,12 @@ struct Dispatch<'s> {
     vm: Vm,
     key: Vec<u8>,
     sends: Sends,
-    queues: Vec<Sender<Job>>,
-    free: Receiver<Vec<u8>>,
-    /// Buffers of frames a live port could not queue, for the next ones.
-    spare: Vec<Vec<u8>>,
+    /// Per worker: the batch being filled for it, if any.
+    filling: Vec<Option<Batch>>,
+    /// Whether a batch in `filling` found its queue full.
+    held: bool,
+    queues: Vec<Sender<Batch>>,
+    free: Receiver<Batch>,
     seq: u64,
     malformed: u64,
     faults: u64,
@@ -800,6 +892,8 @@ impl Dispatch<'_> {
         let status = s.rx.recv_batch(BATCH, &mut |frame, ts| {
             self.frame(chan, counts, live, frame, ts)
         });
+        // What the call gave goes on now, so no frame waits for the next.
+        self.send_all(!live);
         if let Some(p) = self.stats.ports().get(counts) {
             set(&p.rx_frames, self.rx[counts].0);
             set(&p.rx_bytes, self.rx[counts].1);
@@ -808,6 +902,81 @@ impl Dispatch<'_> {
         set(&self.stats.malformed, self.malformed);
         set(&self.stats.steer_faults, self.faults);
         status
+    }
+
+    /// Sends worker `w`'s batch, waiting for room in its queue if `wait`;
+    /// false (the batch kept) if the queue is full.
+    fn send(&mut self, w: usize, wait: bool) -> bool {
+        let Some(mut batch) = self.filling[w].take() else {
+            return true;
+        };
+        if batch.entries.is_empty() {
+            self.filling[w] = Some(batch);
+            return true;
+        }
+        batch.worker = w;
+        let kept = if wait {
+            // A closed queue means its worker is gone (it panicked): the
+            // run ends with that error once the ports are done.
+            self.queues[w].send(batch).err().map(|e| e.0)
+        } else {
+            match self.queues[w].try_send(batch) {
+                Ok(()) => None,
+                Err(TrySendError::Full(b)) | Err(TrySendError::Disconnected(b)) => Some(b),
+            }
+        };
+        match kept {
+            None => true,
+            Some(b) if wait => {
+                // Nobody will handle it; its buffer is not needed either.
+                drop(b);
+                true
+            }
+            Some(b) => {
+                self.filling[w] = Some(b);
+                self.held = true;
+                false
+            }
+        }
+    }
+
+    /// Sends every batch being filled that has frames.
+    fn send_all(&mut self, wait: bool) {
+        self.held = false;
+        for w in 0..self.filling.len() {
+            self.send(w, wait);
+        }
+    }
+
+    /// Retries the batches that found their queues full.
+    fn send_held(&mut self) {
+        if self.held {
+            self.send_all(false);
+        }
+    }
+
+    /// A batch for worker `w` with room for `len` bytes more, or None
+    /// (for a live port that finds no room).
+    fn batch_for(&mut self, w: usize, len: usize, live: bool) -> Option<&mut Batch> {
+        if self.filling[w].as_ref().is_some_and(|b| !b.has_room(len)) && !self.send(w, !live) {
+            return None;
+        }
+        if self.filling[w].is_none() {
+            let batch = match self.free.try_recv() {
+                Ok(b) => b,
+                Err(_) if live => return None,
+                Err(_) => {
+                    // The batches waited for come back only once the
+                    // frames before them are written: send them all.
+                    self.send_all(true);
+                    self.free.recv().ok()?
+                }
+            };
+            let mut batch = batch;
+            batch.clear();
+            self.filling[w] = Some(batch);
+        }
+        self.filling[w].as_mut()
     }
 
     fn frame(&mut self, chan: u16, counts: usize, live: bool, frame: &[u8], timestamp: u64) {
@@ -857,36 +1026,13 @@ impl Dispatch<'_> {
                 (key % self.queues.len() as u64) as usize
             }
         };
-        let buf = match self.spare.pop() {
-            Some(b) => Some(b),
-            None if live => self.free.try_recv().ok(),
-            None => self.free.recv().ok(),
-        };
-        let Some(mut buf) = buf else {
-            self.overflow[counts] += 1;
-            return;
-        };
-        buf.clear();
-        buf.extend_from_slice(frame);
-        let job = Job {
-            seq: self.seq,
-            timestamp,
-            chan,
-            buf,
-        };
-        let sent = if live {
-            self.queues[worker].try_send(job).map_err(|e| match e {
-                TrySendError::Full(j) | TrySendError::Disconnected(j) => j,
-            })
-        } else {
-            self.queues[worker].send(job).map_err(|e| e.0)
-        };
-        match sent {
-            Ok(()) => self.seq += 1,
-            Err(job) => {
-                self.overflow[counts] += 1;
-                self.spare.push(job.buf);
+        let seq = self.seq;
+        match self.batch_for(worker, frame.len(), live) {
+            Some(batch) => {
+                batch.push(seq, timestamp, chan, frame);
+                self.seq += 1;
             }
+            None => self.overflow[counts] += 1,
         }
     }
 }
@@ -952,7 +1098,7 @@ struct WorkerDone {
 }
 
 impl Worker {
-    fn run(mut self, jobs: Receiver<Job>, done: Sender<Done>) -> WorkerDone {
+    fn run(mut self, batches: Receiver<Batch>, done: Sender<Batch>) -> WorkerDone {
         let mut parsers = parsers(&self.grammar, &self.units);
         let mut vm = Vm::default();
         let mut key = Vec::new();
@@ -976,8 +1122,8 @@ impl Worker {
         }
         let mut epoch = SNAPSHOT_EPOCH.load(Ordering::Relaxed);
         loop {
-            let job = match jobs.recv_timeout(std::time::Duration::from_millis(50)) {
-                Ok(j) => Some(j),
+            let batch = match batches.recv_timeout(std::time::Duration::from_millis(50)) {
+                Ok(b) => Some(b),
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
             };
@@ -986,54 +1132,50 @@ impl Worker {
                 epoch = now;
                 self.snapshot();
             }
-            let Some(job) = job else { continue };
-            frames += 1;
-            sends.clear();
-            let chan = job.chan as usize;
-            let frame = &job.buf[..];
-            match (self.units[chan], self.rules[chan]) {
-                (Some(unit), Some(rule)) => {
-                    let p = parsers[unit].as_mut().expect("a parser per unit read");
-                    if !parse_frame(p, frame) {
-                        malformed += 1;
-                        log_malformed_in(
-                            &self.channels,
-                            &self.grammar,
-                            job.chan,
-                            unit,
-                            frame.len(),
-                        );
-                    } else {
-                        let host = &mut FrameHost {
-                            frame,
-                            message: p.message(frame),
-                            fields: &self.fields,
-                            tx_of: &self.tx_of,
-                            shard: Some(&mut self.shard),
-                            key: &mut key,
-                            sends: &mut sends,
-                        };
-                        vm.start(&self.module, rule, &[FRAME]);
-                        match vm.run(&self.module, host, &mut Timeslice::unlimited()) {
-                            Ok(Outcome::Done(_)) => {
-                                if sends.as_slice().is_empty() {
-                                    dropped += 1;
-                                }
-                            }
-                            other => {
-                                faults += 1;
-                                sends.clear();
-                                let why = match other {
-                                    Err(f) => f.to_string(),
-                                    Ok(_) => "it did not finish".into(),
-                                };
-                                self.log_fault(&vm, &why);
-                                vm.stop();
-                            }
+            let Some(mut batch) = batch else { continue };
+            let Batch { entries, bytes, .. } = &mut batch;
+            for e in entries.iter_mut() {
+                frames += 1;
+                e.sends.clear();
+                let chan = e.chan as usize;
+                let frame = frame_of(bytes, e);
+                let (Some(unit), Some(rule)) = (self.units[chan], self.rules[chan]) else {
+                    dropped += 1;
+                    continue;
+                };
+                let p = parsers[unit].as_mut().expect("a parser per unit read");
+                if !parse_frame(p, frame) {
+                    malformed += 1;
+                    log_malformed_in(&self.channels, &self.grammar, e.chan, unit, frame.len());
+                    continue;
+                }
+                let host = &mut FrameHost {
+                    frame,
+                    message: p.message(frame),
+                    fields: &self.fields,
+                    tx_of: &self.tx_of,
+                    shard: Some(&mut self.shard),
+                    key: &mut key,
+                    sends: &mut e.sends,
+                };
+                vm.start(&self.module, rule, &[FRAME]);
+                match vm.run(&self.module, host, &mut Timeslice::unlimited()) {
+                    Ok(Outcome::Done(_)) => {
+                        if e.sends.as_slice().is_empty() {
+                            dropped += 1;
                         }
                     }
+                    other => {
+                        faults += 1;
+                        e.sends.clear();
+                        let why = match other {
+                            Err(f) => f.to_string(),
+                            Ok(_) => "it did not finish".into(),
+                        };
+                        self.log_fault(&vm, &why);
+                        vm.stop();
+                    }
                 }
-                _ => dropped += 1,
             }
             if let Some(w) = self.stats.workers().get(self.index) {
                 set(&w.frames, frames);
@@ -1041,13 +1183,7 @@ impl Worker {
                 set(&w.faults, faults);
                 set(&w.dict_full, self.shard.dict_full);
             }
-            let d = Done {
-                seq: job.seq,
-                timestamp: job.timestamp,
-                buf: job.buf,
-                sends,
-            };
-            if done.send(d).is_err() {
+            if done.send(batch).is_err() {
                 break;
             }
         }
@@ -1101,48 +1237,59 @@ fn empty_message<'p>(
     p.message(&[])
 }
 
-/// The writer: frames back in reading order, out of their ports.
-/// Returns per port (counter index): frames, bytes and errors sent.
+/// The writer: frames back in reading order, out of their ports, and
+/// batches back to the free pool. Returns per port (counter index):
+/// frames, bytes and errors sent.
 fn write_in_order(
     mut sinks: Vec<(usize, Box<dyn TxPort>)>,
-    done: Receiver<Done>,
-    free: Sender<Vec<u8>>,
-    ring_len: usize,
+    done: Receiver<Batch>,
+    free: Sender<Batch>,
+    workers: usize,
+    batches: usize,
     stats: &LiveStats,
 ) -> Vec<(usize, u64, u64, u64)> {
-    let mut ring: Vec<Option<Done>> = (0..ring_len).map(|_| None).collect();
-    let mut next: u64 = 0;
     let mut sent: Vec<(usize, u64, u64, u64)> = sinks.iter().map(|(i, _)| (*i, 0, 0, 0)).collect();
+    if sinks.is_empty() {
+        // Nothing to write: order does not matter.
+        for b in done.iter() {
+            let _ = free.send(b);
+        }
+        return sent;
+    }
+    // Per worker, its batches not yet written, oldest first.
+    let mut pending: Vec<std::collections::VecDeque<Batch>> = (0..workers)
+        .map(|_| std::collections::VecDeque::with_capacity(batches))
+        .collect();
+    let mut next: u64 = 0;
     // Whether a port may hold frames not yet flushed.
     let mut held = false;
-    for d in done.iter() {
-        let at = (d.seq % ring_len as u64) as usize;
-        ring[at] = Some(d);
-        loop {
-            let at = (next % ring_len as u64) as usize;
-            let Some(d) = ring[at].take() else { break };
-            for &port in d.sends.as_slice() {
-                let (_, tx) = &mut sinks[port as usize];
-                let s = &mut sent[port as usize];
-                match tx.send(&d.buf, d.timestamp) {
-                    Ok(()) => {
-                        s.1 += 1;
-                        s.2 += d.buf.len() as u64;
-                    }
-                    Err(e) => {
-                        s.3 += 1;
-                        flick_platform::limited!(TX_LOG, warn, "a frame was not sent: {e}");
-                    }
-                }
-                if let Some(p) = stats.ports().get(s.0) {
-                    set(&p.tx_frames, s.1);
-                    set(&p.tx_bytes, s.2);
-                    set(&p.tx_errors, s.3);
-                }
+    for b in done.iter() {
+        let mut w = b.worker;
+        pending[w].push_back(b);
+        // The next frame is at the head of some worker's oldest batch;
+        // frames in a row from one worker are written without looking
+        // at the others.
+        let mut tried = 0;
+        while tried < workers {
+            let Some(batch) = pending[w].front_mut() else {
+                (w, tried) = ((w + 1) % workers, tried + 1);
+                continue;
+            };
+            let e = batch.entries[batch.written];
+            if e.seq != next {
+                (w, tried) = ((w + 1) % workers, tried + 1);
+                continue;
             }
-            let _ = free.send(d.buf);
+            tried = 0;
+            write_frame(&mut sinks, &mut sent, stats, frame_of(&batch.bytes, &e), &e);
             next += 1;
             held = true;
+            batch.written += 1;
+            if batch.written == batch.entries.len() {
+                if let Some(b) = pending[w].pop_front() {
+                    let _ = free.send(b);
+                }
+            }
         }
         // Ports that batch (AF_PACKET's sendmmsg, a file's buffer) send
         // what they hold once nothing more is waiting: under load the
@@ -1154,6 +1301,35 @@ fn write_in_order(
     }
     flush_all(&mut sinks, &mut sent);
     sent
+}
+
+/// Writes one frame to each port its rule sent it to.
+fn write_frame(
+    sinks: &mut [(usize, Box<dyn TxPort>)],
+    sent: &mut [(usize, u64, u64, u64)],
+    stats: &LiveStats,
+    frame: &[u8],
+    e: &Entry,
+) {
+    for &port in e.sends.as_slice() {
+        let (_, tx) = &mut sinks[port as usize];
+        let s = &mut sent[port as usize];
+        match tx.send(frame, e.timestamp) {
+            Ok(()) => {
+                s.1 += 1;
+                s.2 += frame.len() as u64;
+            }
+            Err(err) => {
+                s.3 += 1;
+                flick_platform::limited!(TX_LOG, warn, "a frame was not sent: {err}");
+            }
+        }
+        if let Some(p) = stats.ports().get(s.0) {
+            set(&p.tx_frames, s.1);
+            set(&p.tx_bytes, s.2);
+            set(&p.tx_errors, s.3);
+        }
+    }
 }
 
 fn flush_all(sinks: &mut [(usize, Box<dyn TxPort>)], sent: &mut [(usize, u64, u64, u64)]) {
