@@ -118,12 +118,6 @@ pub fn run(
                 return ExitCode::FAILURE;
             }
         };
-        if inputs.iter().any(|p: &InPort| p.number == number)
-            || outputs.iter().any(|p: &OutPort| p.number == number)
-        {
-            eprintln!("error: --port {flag}: port {number} is bound twice");
-            return ExitCode::FAILURE;
-        }
         let live = matches!(spec, PortSpec::AfPacket(_) | PortSpec::Tun(_));
         let port = match flick_packet_io::open(&spec) {
             Ok(p) => p,
@@ -132,6 +126,14 @@ pub fn run(
                 return ExitCode::FAILURE;
             }
         };
+        // A number may name one port that reads and one that writes (a
+        // pcap file in and one out), not two of either.
+        let twice = (port.rx.is_some() && inputs.iter().any(|p: &InPort| p.number == number))
+            || (port.tx.is_some() && outputs.iter().any(|p: &OutPort| p.number == number));
+        if twice {
+            eprintln!("error: --port {flag}: port {number} is bound twice");
+            return ExitCode::FAILURE;
+        }
         if let Some(rx) = port.rx {
             inputs.push(InPort {
                 number,
