@@ -20,6 +20,8 @@ command -v haproxy >/dev/null || missing+=(haproxy)
 # Hadoop's IFile classes for the aggregator's interop test (interop/hadoop).
 command -v javac >/dev/null || missing+=(default-jdk-headless)
 command -v mvn >/dev/null || missing+=(maven)
+# Network namespaces and veth pairs for the packet ports' live tests.
+command -v ip >/dev/null || missing+=(iproute2)
 if [ ${#missing[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -61,7 +63,7 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
 
 echo "== the examples check and are canonically formatted"
 cargo build --release --quiet
-for program in examples/*.flick; do
+for program in examples/*.flick examples/packets/*.flick; do
     target/release/flick check "$program"
 done
 target/release/flick fmt --check examples/ lib/
