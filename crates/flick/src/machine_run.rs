@@ -170,7 +170,7 @@ pub fn run(
             return ExitCode::FAILURE;
         }
     };
-    if service.workers() < asked {
+    if workers.is_some_and(|w| w > 1) && service.workers() == 1 {
         eprintln!("note: one worker serves this program: it has several stages or writes a global register");
     }
     let stop = Arc::new(AtomicBool::new(false));
