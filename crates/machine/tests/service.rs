@@ -8,11 +8,12 @@ use flick_packet_io::{PortError, RecvStatus, RxPort, TxPort};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-type Sent = Arc<Mutex<Vec<(Vec<u8>, u64)>>>;
+type Frames = Vec<(Vec<u8>, u64)>;
+type Sent = Arc<Mutex<Frames>>;
 
 /// Frames handed out one call at a time; reading frame `at` sends `swap`.
 struct MemRx {
-    frames: Vec<(Vec<u8>, u64)>,
+    frames: Frames,
     next: usize,
     swap: Option<(usize, crossbeam_channel::Sender<Arc<Program>>, Arc<Program>)>,
 }
@@ -78,10 +79,10 @@ fn program(text: &str) -> Arc<Program> {
 
 fn serve(
     p: Arc<Program>,
-    inputs: Vec<Vec<(Vec<u8>, u64)>>,
+    inputs: Vec<Frames>,
     workers: usize,
     swap: Option<(usize, Arc<Program>)>,
-) -> (Vec<Vec<(Vec<u8>, u64)>>, String) {
+) -> (Vec<Frames>, String) {
     let (tx, rx) = crossbeam_channel::unbounded();
     let ins = inputs
         .into_iter()
