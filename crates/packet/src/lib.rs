@@ -23,6 +23,7 @@
 //! `flick-packet-io`) nor hold language rules (that is `flick-check`).
 
 mod host;
+pub mod rewrite;
 mod service;
 mod state;
 mod stats;
