@@ -319,17 +319,19 @@ impl MachineService {
             seq: 0,
             unparsed: 0,
             received: BTreeMap::new(),
+            refused: Vec::new(),
         };
         let read = d.read_all(inputs, &free_rx, stop, swaps.as_ref());
         let Dispatch {
             queues,
             unparsed,
             received,
+            refused: refused_here,
             ..
         } = d;
         drop(queues);
         let mut engines = Vec::new();
-        let mut refused = Vec::new();
+        let mut refused = refused_here;
         let mut panicked = false;
         for h in workers {
             match h.join() {
@@ -476,12 +478,21 @@ struct Dispatch {
     seq: u64,
     unparsed: u64,
     received: BTreeMap<u8, u64>,
+    /// Swaps refused before they reached the workers.
+    refused: Vec<String>,
 }
 
 impl Dispatch {
     fn swaps(&mut self, swaps: Option<&Receiver<Arc<Program>>>) -> Result<(), RunError> {
         let Some(rx) = swaps else { return Ok(()) };
         while let Ok(p) = rx.try_recv() {
+            let one = p.machine.stages.len() > 1 || p.machine.writes_globals();
+            if one && self.queues.len() > 1 {
+                self.refused.push(
+                    "the new program needs one worker (several stages, or global registers written), and this run has several".into(),
+                );
+                continue;
+            }
             self.reader = FieldReader::new(&p.machine.fields)?;
             for q in &self.queues {
                 let _ = q.send(Msg::Swap(p.clone()));
