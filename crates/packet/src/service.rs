@@ -29,7 +29,8 @@
 //!    write is at the head of one worker's oldest pending batch (a k-way
 //!    merge). It writes each to its ports with its input timestamp and
 //!    returns a batch to the free pool once all its frames are written.
-//!    When the program writes no port, it only returns the batches.
+//!    When the program writes no port, the workers return their batches
+//!    to the free pool themselves and the writer has nothing to do.
 //!
 //! Output files are therefore the same whatever the number of workers.
 
@@ -456,6 +457,9 @@ impl PacketService {
         for _ in 0..batches {
             let _ = free_tx.send(Batch::new());
         }
+        // A program that writes no port needs no order: its workers put
+        // their batches straight back in the free pool, waking nobody.
+        let unordered = sinks.is_empty().then(|| free_tx.clone());
         let writer_stats = stats.clone();
         let writer = std::thread::Builder::new()
             .name("flick-packet-writer".into())
@@ -484,7 +488,7 @@ impl PacketService {
                 state_names: Arc::new(self.state_names.clone()),
                 snapshots: snapshots.clone(),
             };
-            let done = done_tx.clone();
+            let done = unordered.clone().unwrap_or_else(|| done_tx.clone());
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("flick-packet-{w}"))
@@ -492,7 +496,7 @@ impl PacketService {
                     .map_err(|e| Error::Spawn("worker", e))?,
             );
         }
-        drop(done_tx);
+        drop((done_tx, unordered));
         let mut dispatch = Dispatch {
             service: self,
             parsers: self.parsers(),
@@ -765,7 +769,7 @@ const FRAME_BUFFER: usize = 2048;
 /// Frames taken from a port per call.
 const BATCH: usize = 64;
 /// The most frames a [`Batch`] carries between threads.
-pub const BATCH_FRAMES: usize = 64;
+pub const BATCH_FRAMES: usize = 256;
 
 static SNAPSHOT_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -892,8 +896,11 @@ impl Dispatch<'_> {
         let status = s.rx.recv_batch(BATCH, &mut |frame, ts| {
             self.frame(chan, counts, live, frame, ts)
         });
-        // What the call gave goes on now, so no frame waits for the next.
-        self.send_all(!live);
+        // What a live port gave goes on now, so no frame waits for the
+        // next; a file's frames go in full batches (and all at its end).
+        if live {
+            self.send_all(false);
+        }
         if let Some(p) = self.stats.ports().get(counts) {
             set(&p.rx_frames, self.rx[counts].0);
             set(&p.rx_bytes, self.rx[counts].1);
@@ -1249,13 +1256,6 @@ fn write_in_order(
     stats: &LiveStats,
 ) -> Vec<(usize, u64, u64, u64)> {
     let mut sent: Vec<(usize, u64, u64, u64)> = sinks.iter().map(|(i, _)| (*i, 0, 0, 0)).collect();
-    if sinks.is_empty() {
-        // Nothing to write: order does not matter.
-        for b in done.iter() {
-            let _ = free.send(b);
-        }
-        return sent;
-    }
     // Per worker, its batches not yet written, oldest first.
     let mut pending: Vec<std::collections::VecDeque<Batch>> = (0..workers)
         .map(|_| std::collections::VecDeque::with_capacity(batches))
