@@ -159,3 +159,20 @@ fn tables_swapped_mid_run_keep_the_contexts() {
     assert_eq!(out[1], frames[6..].to_vec());
     assert_eq!(dump.matches("\"n\": 6").count(), 2, "{dump}");
 }
+
+#[test]
+fn set_field_rewrites_the_frame_at_its_offset() {
+    let p = program(
+        "PacketField ipv4 { tos = packet.data[15:+1]; } PacketField udp { csum = packet.data[40:+2]; } \
+         Stage s { Register n; setFlowKey(ipv4.src); \
+         State initial a { on(pktRcvd) { n = n + 1; setField(ipv4.tos, 255, 0x2e); setField(udp.csum, 255, n); sendPacket(255, 1); } } }",
+    );
+    let frames: Vec<_> = (0..3u64).map(|i| (udp(7, 1), i)).collect();
+    let (out, _) = serve(p, vec![frames.clone()], 1, None);
+    for (i, (f, _)) in out[0].iter().enumerate() {
+        let mut want = frames[i].0.clone();
+        want[15] = 0x2e;
+        want[40..42].copy_from_slice(&(i as u16 + 1).to_be_bytes());
+        assert_eq!(*f, want);
+    }
+}
