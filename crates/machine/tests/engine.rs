@@ -129,3 +129,29 @@ fn tables_have_a_condition_bit_per_distinct_comparison() {
     assert_eq!(t.row_count(), 5);
     assert_eq!(p.context_bytes(0), 8 + 8 + 24);
 }
+
+#[test]
+fn a_packet_goes_on_through_later_stages() {
+    // Stage one counts per source and passes every third packet on; stage
+    // two, keyed by destination, sends it to port 1 the first time and to
+    // port 2 after.
+    let mut e = engine(
+        "Stage one { Register n; setFlowKey(ipv4.src); \
+           State initial a { on(pktRcvd) { \
+             if (n == 2) { n = 0; setNextStage(two); } \
+             if (n < 2) { n = n + 1; } } } } \
+         Stage two { setFlowKey(ipv4.dst); \
+           State initial first { on(pktRcvd) { sendPacket(255, 1); setNextState(later); } } \
+           State later { on(pktRcvd) { sendPacket(255, 2); } } }",
+    );
+    // Fields: ipv4.src, then ipv4.dst.
+    let got: Vec<u64> = (0..9).map(|_| e.process(&[1, 9], 1, 60, 0).ports).collect();
+    assert_eq!(got, [0, 0, 1 << 1, 0, 0, 1 << 2, 0, 0, 1 << 2]);
+    let cs = e.contexts();
+    assert_eq!(
+        cs.len(),
+        1,
+        "stage one is back at n = 0; stage two is in `later`"
+    );
+    assert_eq!((cs[0].stage, cs[0].state), (1, 1));
+}

@@ -269,3 +269,29 @@ fn addresses() {
     assert_eq!(address("aa:bb:cc:dd:ee:0f"), Some(0xaabb_ccdd_ee0f));
     assert_eq!(address("300.0.0.1"), None);
 }
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        /// Any text gives a machine or a positioned error, never a panic.
+        #[test]
+        fn any_text_loads_or_says_where(text in "[ -~\n\u{e9}]{0,200}") {
+            if let Err(XlError::At { line, col, start, end, .. }) = parse_str("f.xl", &text) {
+                prop_assert!(line >= 1 && col >= 1 && start <= end && start <= text.len());
+            }
+        }
+
+        /// Fragments of real programs, shuffled, do the same.
+        #[test]
+        fn shuffled_tokens_load_or_say_where(picks in prop::collection::vec(0usize..24, 0..60)) {
+            const T: [&str; 24] = ["Stage", "s", "{", "}", "State", "initial", "on", "(", ")", "pktRcvd",
+                "if", "ipv4.src", "==", "1", ",", ";", "setFlowKey", "setNextState", "sendPacket",
+                "255", "Register", "n", "=", "+"];
+            let text = picks.iter().map(|&i| T[i]).collect::<Vec<_>>().join(" ");
+            let _ = parse_str("f.xl", &text);
+        }
+    }
+}
