@@ -7,8 +7,10 @@
 //! endpoint ([`metrics`]). It must not contain language rules: those live
 //! in `flick-syntax` and `flick-check`, which it only calls.
 
+pub mod api;
 pub mod bounds_report;
 pub mod config;
+pub mod ctl;
 pub mod ide;
 pub mod logging;
 pub mod lsp;
@@ -17,4 +19,5 @@ pub mod metrics;
 pub mod notify;
 pub mod packet_run;
 pub mod render;
+pub mod serve;
 pub mod views;

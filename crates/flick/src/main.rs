@@ -31,6 +31,10 @@ enum Command {
     },
     /// Run a program: listen for clients and connect to backends.
     Run(Box<RunArgs>),
+    /// Serve many programs on one set of workers, deployed through an HTTP API.
+    Serve(Box<flick::serve::ServeArgs>),
+    /// Deploy, inspect and undeploy services of a running `flick serve`.
+    Ctl(Box<flick::ctl::CtlArgs>),
     /// Print a program's task graphs as Graphviz DOT, or render them.
     Graph {
         /// The program.
@@ -590,6 +594,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Grammar(cmd) => grammar_command(cmd, color),
         Command::Run(args) => run_command(*args, color),
+        Command::Serve(args) => flick::serve::main(*args),
+        Command::Ctl(args) => flick::ctl::main(*args),
         Command::Graph { file: path, svg } => {
             let file = match read_program(&path) {
                 Ok(f) => f,

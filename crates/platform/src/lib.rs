@@ -21,12 +21,17 @@ mod merge_read;
 mod msg;
 mod outbox;
 mod peers;
+mod platform;
 mod service;
 mod state;
 mod stats;
 
 pub use msg::{Msg, MsgPool};
-pub use service::{Accept, LoadError, Loaded, Service, ServiceConfig, Sharing, StartError};
+pub use platform::{Platform, PlatformConfig, PlatformError};
+pub use service::{
+    Accept, LoadError, Loaded, Service, ServiceConfig, Sharing, StartError, StateError, StateValue,
+    Stopped,
+};
 pub use stats::{
     BackendStats, ChannelStats, Histogram, HistogramSnapshot, Stats, BUCKETS, LATENCY_BOUNDS_US,
 };

@@ -1,16 +1,20 @@
 //! A running program: listeners, the graph of tasks instantiated for each
-//! client connection (the paper's application and graph dispatchers), and
-//! the scheduler and reactor they run on.
+//! client connection (the paper's application and graph dispatchers), on
+//! the scheduler and reactor of a [`Platform`], its own (`Service::start`)
+//! or shared with other services (`Service::start_on`); a service stops
+//! alone (`Service::stop`), releasing its listeners, backend connections
+//! and pools without touching the others.
 
 use crate::compute::{Compute, FieldMap, GraphHost, Input, Output};
 use crate::conn::{Conn, Reader, Writer};
 use crate::graph_pool::{GraphPool, GraphPoolConfig};
 use crate::msg::MsgPool;
+use crate::platform::{Platform, PlatformConfig, TENANT_SHIFT};
 use crate::state::SharedState;
 use crate::stats::Stats;
 use flick_exec::Module;
 use flick_runtime::io::Reactor;
-use flick_runtime::{Policy, Scheduler, SchedulerConfig, TaskId};
+use flick_runtime::{Policy, Scheduler, TaskId};
 use flick_syntax::ast::StateScope;
 use flick_wire::{Grammar, UnitId};
 use mio::net::{TcpListener, TcpStream};
@@ -212,6 +216,15 @@ pub struct ServiceConfig {
     pub park_after: Option<std::time::Duration>,
     /// Which workers accept client connections.
     pub accept: Accept,
+    /// Bind every listener with `SO_REUSEPORT`, so that a new version of
+    /// the service can listen on the same address before this one stops.
+    pub reuse_port: bool,
+    /// Graphs made when the service starts, and kept however long they go
+    /// unused (at most `max_instances`); more are made on demand.
+    pub graphs_ahead: usize,
+    /// The most messages the service's pool keeps for reuse; a quarter of
+    /// them (up to 256) are made when it starts.
+    pub message_pool: usize,
 }
 
 /// Which workers accept client connections.
@@ -270,6 +283,9 @@ impl Default for ServiceConfig {
             access_log: None,
             park_after: Some(std::time::Duration::from_secs(1)),
             accept: Accept::default(),
+            reuse_port: false,
+            graphs_ahead: GRAPHS_MADE_AHEAD,
+            message_pool: MSG_POOL_MAX,
         }
     }
 }
@@ -286,13 +302,18 @@ pub enum StartError {
     Listen(SocketAddr, std::io::Error),
     #[error("channel `{0}` is a channel array: give how many connections make up an instance (--fan-in {0}=N)")]
     FanIn(String),
-    #[error("cannot start the reactor: {0}")]
-    Reactor(std::io::Error),
+    #[error(transparent)]
+    Platform(#[from] crate::platform::PlatformError),
 }
 
 struct Parts {
     loaded: Loaded,
     config: ServiceConfig,
+    platform: Platform,
+    /// Its number on the platform, set once it joined.
+    tenant: std::sync::OnceLock<usize>,
+    /// Most client connections open since memory was last given back.
+    trim_peak: std::sync::atomic::AtomicUsize,
     scheduler: Arc<Scheduler>,
     reactor: Arc<Reactor>,
     pool: Arc<MsgPool>,
@@ -339,6 +360,8 @@ struct Parts {
 /// A listening socket and where the instances it accepts run.
 struct Acceptor {
     listener: Mutex<Option<TcpListener>>,
+    /// Its registration with the reactor, to drop it when accepting stops.
+    token: Mutex<Option<flick_runtime::io::IoToken>>,
     /// The worker whose epoll it is registered on, which runs its
     /// instances; `None`: instances go wherever free task ids fall.
     worker: Option<usize>,
@@ -378,7 +401,9 @@ impl crate::conn::ClientSlot for Clients {
             }
         };
         let worker = key % p.scheduler.workers().max(1);
-        match p.reactor.register_parked(&mut stream, key, worker) {
+        let tenant = p.tenant.get().copied().unwrap_or(0);
+        let routed = (tenant << TENANT_SHIFT) | key;
+        match p.reactor.register_parked(&mut stream, routed, worker) {
             Ok(token) => parked.streams[key] = Some((stream, token)),
             Err(_) => {
                 parked.free.push(key);
@@ -545,65 +570,155 @@ struct Hooks {
     wake_at: crate::compute::WakeAt,
 }
 
+/// A service's channels checked against its bindings: the listening
+/// channel, how many connections make up one instance, and the channel of
+/// each connect binding.
+struct Bound {
+    laddr: SocketAddr,
+    client_chan: usize,
+    fan_in: usize,
+    backends: Vec<(usize, Vec<SocketAddr>)>,
+}
+
+fn bind(loaded: &Loaded, config: &ServiceConfig) -> Result<Bound, StartError> {
+    let (lname, laddr) = config
+        .listen
+        .first()
+        .cloned()
+        .ok_or(StartError::NothingListens)?;
+    let client_chan = loaded
+        .channel(&lname)
+        .ok_or_else(|| StartError::UnknownChannel(lname.clone()))?;
+    let fan_in = match loaded.arrays[client_chan] {
+        false => 1,
+        true => config
+            .fan_in
+            .iter()
+            .find(|(c, _)| *c == lname)
+            .map(|(_, n)| *n)
+            .filter(|n| *n > 0)
+            .ok_or_else(|| StartError::FanIn(lname.clone()))?,
+    };
+    let mut backends = Vec::new();
+    for (name, addrs) in &config.connect {
+        let c = loaded
+            .channel(name)
+            .ok_or_else(|| StartError::UnknownChannel(name.clone()))?;
+        backends.push((c, addrs.clone()));
+    }
+    for (i, name) in loaded.module.processes[loaded.process]
+        .channels
+        .iter()
+        .enumerate()
+    {
+        if i != client_chan && !backends.iter().any(|(c, _)| *c == i) {
+            return Err(StartError::Unbound(name.clone()));
+        }
+    }
+    Ok(Bound {
+        laddr,
+        client_chan,
+        fan_in,
+        backends,
+    })
+}
+
+/// What became of a service asked to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stopped {
+    /// Every instance finished before the deadline.
+    pub drained: bool,
+    /// Client connections still open at the deadline (they close when
+    /// their clients do, or when their instances finish).
+    pub clients_left: usize,
+}
+
+/// A `global` of a service's process as the operator sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StateValue {
+    /// Not set yet (no instance has run its initialiser).
+    Unset,
+    Int(i64),
+    Bool(bool),
+    Bytes(Vec<u8>),
+    /// A dictionary: read its entries by key.
+    Dict,
+    /// A value of another kind, by name, which is not shown.
+    Other(&'static str),
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum StateError {
+    #[error("`{0}` is not state of the process")]
+    NoSuchState(String),
+    #[error("`{0}` is `local` state, which belongs to each instance; only `global` state can be read or written")]
+    Local(String),
+    #[error("`{0}` is not a dictionary")]
+    NotDict(String),
+    #[error("`{0}` holds {1}; it cannot be given {2}")]
+    Kind(String, &'static str, &'static str),
+}
+
+impl StateValue {
+    fn kind(&self) -> &'static str {
+        match self {
+            StateValue::Unset => "nothing yet",
+            StateValue::Int(_) => "an integer",
+            StateValue::Bool(_) => "a boolean",
+            StateValue::Bytes(_) => "a string",
+            StateValue::Dict => "a dictionary",
+            StateValue::Other(k) => k,
+        }
+    }
+}
+
 pub struct Service {
     parts: Arc<Parts>,
     local: SocketAddr,
 }
 
 impl Service {
+    /// Starts the service on a platform of its own, with `config.workers`
+    /// workers and a task table sized for its limits.
     pub fn start(loaded: Loaded, config: ServiceConfig) -> Result<Service, StartError> {
-        // Parsers made from here on run the stock grammars' generated code.
-        flick_grammars::install();
-        let (lname, laddr) = config
-            .listen
-            .first()
-            .cloned()
-            .ok_or(StartError::NothingListens)?;
-        let client_chan = loaded
-            .channel(&lname)
-            .ok_or_else(|| StartError::UnknownChannel(lname.clone()))?;
-        let fan_in = match loaded.arrays[client_chan] {
-            false => 1,
-            true => config
-                .fan_in
-                .iter()
-                .find(|(c, _)| *c == lname)
-                .map(|(_, n)| *n)
-                .filter(|n| *n > 0)
-                .ok_or_else(|| StartError::FanIn(lname.clone()))?,
-        };
-        let mut backends = Vec::new();
-        for (name, addrs) in &config.connect {
-            let c = loaded
-                .channel(name)
-                .ok_or_else(|| StartError::UnknownChannel(name.clone()))?;
-            backends.push((c, addrs.clone()));
-        }
-        for (i, name) in loaded.module.processes[loaded.process]
-            .channels
-            .iter()
-            .enumerate()
-        {
-            if i != client_chan && !backends.iter().any(|(c, _)| *c == i) {
-                return Err(StartError::Unbound(name.clone()));
-            }
-        }
-        let peers = backends.iter().map(|b| b.1.len()).sum::<usize>();
+        let b = bind(&loaded, &config)?;
+        let peers = b.backends.iter().map(|b| b.1.len()).sum::<usize>();
         let workers = config.workers.max(1);
-        let scheduler = Arc::new(Scheduler::start(SchedulerConfig {
+        let platform = Platform::start(PlatformConfig {
             workers: config.workers,
             policy: config.policy,
             // A compute task, and a reader and a writer per connection of
             // each instance and per shared connection; a quarter more so
             // that every worker has ids of its own when tasks are placed.
-            capacity: (config.max_instances * (1 + 2 * (fan_in + peers))
+            tasks: (config.max_instances * (1 + 2 * (b.fan_in + peers))
                 + 2 * config.backend_connections * workers * peers)
                 * 5
                 / 4
                 + 64,
             pin: true,
-        }));
-        let reactor = Arc::new(Reactor::start(scheduler.waker()).map_err(StartError::Reactor)?);
+        })?;
+        Service::start_on(&platform, loaded, config)
+    }
+
+    /// Starts the service on `platform`'s workers, beside the services
+    /// already there (`config.workers` and `config.policy` are the
+    /// platform's, not the service's).
+    pub fn start_on(
+        platform: &Platform,
+        loaded: Loaded,
+        config: ServiceConfig,
+    ) -> Result<Service, StartError> {
+        // Parsers made from here on run the stock grammars' generated code.
+        flick_grammars::install();
+        let Bound {
+            laddr,
+            client_chan,
+            fan_in,
+            backends,
+        } = bind(&loaded, &config)?;
+        let workers = platform.workers();
+        let scheduler = platform.scheduler().clone();
+        let reactor = platform.reactor().clone();
         let slots = loaded
             .grammar
             .units()
@@ -617,9 +732,9 @@ impl Service {
         // channel of every possible instance), and surplus is trimmed.
         let pool = MsgPool::for_grammar(
             loaded.grammar.clone(),
-            (config.max_instances * config.channel_capacity * 2).min(MSG_POOL_MAX),
+            (config.max_instances * config.channel_capacity * 2).min(config.message_pool.max(1)),
             slots,
-            256,
+            (config.message_pool / 4).min(256),
             256,
         );
         let nstate = loaded.module.processes[loaded.process].state.len();
@@ -645,7 +760,8 @@ impl Service {
         // asked; the others to its actual address, so that port 0 gives
         // every worker the same port.
         let per_worker = config.accept == Accept::PerWorker && fan_in == 1 && workers > 1;
-        let first = listen(laddr, per_worker).map_err(|e| StartError::Listen(laddr, e))?;
+        let reuse = per_worker || config.reuse_port;
+        let first = listen(laddr, reuse).map_err(|e| StartError::Listen(laddr, e))?;
         let local = first
             .local_addr()
             .map_err(|e| StartError::Listen(laddr, e))?;
@@ -669,7 +785,7 @@ impl Service {
                 .sum::<usize>();
         let graphs = Arc::new(GraphPool::new(
             GraphPoolConfig {
-                prefill: config.max_instances.min(GRAPHS_MADE_AHEAD),
+                prefill: config.max_instances.min(config.graphs_ahead),
                 keep: config.max_instances,
                 links_per_graph,
                 replies_per_graph: backends.iter().map(|(_, a)| a.len()).sum(),
@@ -719,6 +835,9 @@ impl Service {
         let parts = Arc::new(Parts {
             loaded,
             config,
+            platform: platform.clone(),
+            tenant: std::sync::OnceLock::new(),
+            trim_peak: std::sync::atomic::AtomicUsize::new(0),
             scheduler,
             reactor: reactor.clone(),
             pool,
@@ -738,6 +857,7 @@ impl Service {
             accepting: (0..listeners.len())
                 .map(|w| Acceptor {
                     listener: Mutex::new(None),
+                    token: Mutex::new(None),
                     worker: per_worker.then_some(w),
                     accepted: std::sync::atomic::AtomicU64::new(0),
                 })
@@ -753,14 +873,11 @@ impl Service {
             parts: Arc::downgrade(&parts),
             hooks: hooks(&parts),
         }));
-        {
-            let (weak, hooks) = (Arc::downgrade(&parts), hooks(&parts));
-            reactor.on_parked(Box::new(move |key| {
-                if let Some(p) = weak.upgrade() {
-                    unpark(&p, &hooks, key);
-                }
-            }));
-        }
+        let tenant = platform.join(Arc::new(Tenancy {
+            parts: Arc::downgrade(&parts),
+            hooks: hooks(&parts),
+        }));
+        let _ = parts.tenant.set(tenant);
         if fan_in > 1 {
             let weak = Arc::downgrade(&parts);
             std::thread::Builder::new()
@@ -768,27 +885,31 @@ impl Service {
                 .spawn(move || reap_groups(weak))
                 .map_err(|e| StartError::Listen(laddr, e))?;
         }
-        {
-            let weak = Arc::downgrade(&parts);
-            std::thread::Builder::new()
-                .name("flick-trim".into())
-                .spawn(move || trim_pools(weak))
-                .map_err(|e| StartError::Listen(laddr, e))?;
-        }
+        let service = Service {
+            parts: parts.clone(),
+            local,
+        };
         // The reactor owns the registrations, each on its worker's epoll;
         // a callback accepts from its listener while the service accepts.
+        // It holds the service weakly: a stopped service is freed even if
+        // a callback outlives its listener.
         for (i, mut listener) in listeners.into_iter().enumerate() {
-            let (p, hooks) = (parts.clone(), hooks(&parts));
-            reactor
+            let (weak, hooks) = (Arc::downgrade(&parts), hooks(&parts));
+            let token = reactor
                 .register_listener_on(
                     &mut listener,
-                    Box::new(move || accept_ready(&p, &hooks, i, false)),
+                    Box::new(move || {
+                        if let Some(p) = weak.upgrade() {
+                            accept_ready(&p, &hooks, i, false)
+                        }
+                    }),
                     i,
                 )
                 .map_err(|e| StartError::Listen(local, e))?;
+            *parts.accepting[i].token.lock().expect("token lock") = Some(token);
             *parts.accepting[i].listener.lock().expect("listener lock") = Some(listener);
         }
-        Ok(Service { parts, local })
+        Ok(service)
     }
 
     /// The address the service listens on (useful with port 0).
@@ -863,8 +984,128 @@ impl Service {
     /// their own.
     pub fn stop_accepting(&self) {
         for a in &self.parts.accepting {
-            *a.listener.lock().expect("listener lock") = None;
+            let listener = a.listener.lock().expect("listener lock").take();
+            let token = a.token.lock().expect("token lock").take();
+            if let (Some(mut l), Some(t)) = (listener, token) {
+                self.parts.reactor.deregister_listener(&mut l, t);
+            }
         }
+    }
+
+    /// Stops the service alone (an undeploy): it stops accepting, its
+    /// instances drain until `deadline`, its shared backend connections
+    /// close, and it leaves the platform; the platform's other services
+    /// are not touched. Dropping the `Service` afterwards frees its pools.
+    pub fn stop(&self, deadline: std::time::Duration) -> Stopped {
+        self.drain();
+        let until = std::time::Instant::now() + deadline;
+        let busy = |p: &Parts| {
+            p.stats.graphs_live.load(Ordering::Relaxed) > 0 || p.clients.load(Ordering::Acquire) > 0
+        };
+        while busy(&self.parts) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let drained = !busy(&self.parts);
+        // Their tasks see the sockets shut and end.
+        for b in &self.parts.shared {
+            for c in b.slots.lock().expect("slots lock").iter_mut() {
+                if let Some(c) = c.take() {
+                    let _ = c.conn.stream.shutdown(std::net::Shutdown::Both);
+                }
+            }
+            if let Some(pools) = &b.exclusive {
+                for pool in pools.lock().expect("pools lock").iter_mut() {
+                    for c in pool.drain(..) {
+                        let _ = c.conn.stream.shutdown(std::net::Shutdown::Both);
+                    }
+                }
+            }
+        }
+        if let Some(t) = self.parts.tenant.get() {
+            self.parts.platform.leave(*t);
+        }
+        Stopped {
+            drained,
+            clients_left: self.parts.clients.load(Ordering::Acquire),
+        }
+    }
+
+    /// The names of the process's state variables, each with whether it
+    /// is `global`.
+    pub fn state_names(&self) -> Vec<(String, bool)> {
+        let l = &self.parts.loaded;
+        l.module.processes[l.process]
+            .state
+            .iter()
+            .map(|(n, scope)| (n.clone(), *scope == StateScope::Global))
+            .collect()
+    }
+
+    fn global_index(&self, name: &str) -> Result<u16, StateError> {
+        let l = &self.parts.loaded;
+        let i = l.module.processes[l.process]
+            .state
+            .iter()
+            .position(|(n, _)| n == name)
+            .ok_or_else(|| StateError::NoSuchState(name.to_string()))?;
+        if !l.global[i] {
+            return Err(StateError::Local(name.to_string()));
+        }
+        Ok(i as u16)
+    }
+
+    /// A `global` variable's value now.
+    pub fn read_global(&self, name: &str) -> Result<StateValue, StateError> {
+        let i = self.global_index(name)?;
+        Ok(match self.parts.globals.load(i) {
+            flick_exec::Value::Unit => StateValue::Unset,
+            flick_exec::Value::Int(n) => StateValue::Int(n),
+            flick_exec::Value::Bool(b) => StateValue::Bool(b),
+            flick_exec::Value::Bytes(b) => StateValue::Bytes(b.to_vec()),
+            flick_exec::Value::Dict { .. } => StateValue::Dict,
+            flick_exec::Value::None => StateValue::Other("none"),
+            _ => StateValue::Other("a value held by the interpreter"),
+        })
+    }
+
+    /// The bytes of the message a `global` dictionary holds under `key`.
+    pub fn read_entry(&self, name: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        let i = self.global_index(name)?;
+        match self.read_global(name)? {
+            StateValue::Dict => {}
+            StateValue::Unset => return Ok(None),
+            _ => return Err(StateError::NotDict(name.to_string())),
+        }
+        let pool = &self.parts.pool;
+        Ok(self.parts.globals.dict_get(i, key, pool).map(|m| {
+            let bytes = m.bytes.clone();
+            pool.give(m);
+            bytes
+        }))
+    }
+
+    /// Sets a `global` integer, boolean or string; a variable that holds
+    /// one kind takes only that kind.
+    pub fn write_global(&self, name: &str, value: StateValue) -> Result<(), StateError> {
+        let i = self.global_index(name)?;
+        let now = self.read_global(name)?;
+        let same = std::mem::discriminant(&now) == std::mem::discriminant(&value);
+        let v = match value {
+            StateValue::Int(n) => flick_exec::Value::Int(n),
+            StateValue::Bool(b) => flick_exec::Value::Bool(b),
+            StateValue::Bytes(b) => flick_exec::Value::Bytes(b.into()),
+            other => return Err(StateError::Kind(name.to_string(), now.kind(), other.kind())),
+        };
+        if !same && now != StateValue::Unset {
+            let given = match &v {
+                flick_exec::Value::Int(_) => "an integer",
+                flick_exec::Value::Bool(_) => "a boolean",
+                _ => "a string",
+            };
+            return Err(StateError::Kind(name.to_string(), now.kind(), given));
+        }
+        self.parts.globals.store(i, v);
+        Ok(())
     }
 
     /// Stops accepting, and has every instance stop reading its client,
@@ -1135,16 +1376,20 @@ fn dial(p: &Parts, addr: SocketAddr) -> Option<TcpStream> {
     }
 }
 
-/// Graphs made when a service starts (at most `max_instances`); more are
-/// made on demand and kept up to `max_instances`.
+/// Graphs made when a service starts by default (at most `max_instances`);
+/// more are made on demand and kept up to `max_instances`.
 const GRAPHS_MADE_AHEAD: usize = 64;
 
 /// The service's callbacks for its instances: reconnecting a backend and
 /// waking a compute task at a time.
+///
+/// They hold the service weakly: instances that outlive a stopped service
+/// get no new connections, and keep nothing of it alive.
 fn hooks(p: &Arc<Parts>) -> Hooks {
     let reconnect: crate::compute::Reconnect = {
-        let p = p.clone();
+        let weak = Arc::downgrade(p);
         Arc::new(move |compute: TaskId, chan: u16, index: Option<u32>| {
+            let p = weak.upgrade()?;
             if !p.shared.is_empty() && p.loaded.readable[chan as usize] {
                 return join_shared(&p, compute, chan, index);
             }
@@ -1152,9 +1397,9 @@ fn hooks(p: &Arc<Parts>) -> Hooks {
         })
     };
     let own: crate::compute::Reconnect = {
-        let p = p.clone();
+        let weak = Arc::downgrade(p);
         Arc::new(move |compute: TaskId, chan: u16, index: Option<u32>| {
-            own_connection(&p, compute, chan, index)
+            own_connection(&weak.upgrade()?, compute, chan, index)
         })
     };
     let wake_at: crate::compute::WakeAt = {
@@ -1563,25 +1808,38 @@ fn consider_parking(
     (c.host.wake_at)(c.host.id, due);
 }
 
-/// Trims the pools once a second, for as long as the service runs: what a
-/// burst made and nothing used since is freed (down to what a service
-/// makes ahead), and the allocator gives freed memory back to the system,
-/// so that memory follows the load rather than its peak.
-fn trim_pools(parts: std::sync::Weak<Parts>) {
-    let mut peak = 0;
-    loop {
-        std::thread::sleep(std::time::Duration::from_secs(1));
-        let Some(p) = parts.upgrade() else { return };
-        let mut freed = p.graphs.trim(GRAPHS_MADE_AHEAD);
-        freed += p.pool.trim(MSGS_KEPT);
+/// The service as its platform sees it.
+struct Tenancy {
+    parts: std::sync::Weak<Parts>,
+    hooks: Hooks,
+}
+
+impl crate::platform::Tenant for Tenancy {
+    fn unpark(&self, key: usize) {
+        if let Some(p) = self.parts.upgrade() {
+            unpark(&p, &self.hooks, key);
+        }
+    }
+
+    /// Trims the pools (once a second, while the service runs): what a
+    /// burst made and nothing used since is freed (down to what a service
+    /// makes ahead), and the allocator gives freed memory back to the
+    /// system, so that memory follows the load rather than its peak.
+    fn every_second(&self) {
+        let Some(p) = self.parts.upgrade() else {
+            return;
+        };
+        let mut freed = p.graphs.trim(p.config.graphs_ahead);
+        freed += p.pool.trim(MSGS_KEPT.min(p.config.message_pool));
         for b in &p.shared {
             freed += b.close_idle(IDLE_BACKEND_KEPT);
         }
         // Connections that closed since the last look freed their storage.
         let open = p.clients.load(Ordering::Relaxed);
-        peak = peak.max(open);
+        let peak = p.trim_peak.load(Ordering::Relaxed).max(open);
+        p.trim_peak.store(peak, Ordering::Relaxed);
         if freed > 0 || peak >= open + 64 {
-            peak = open;
+            p.trim_peak.store(open, Ordering::Relaxed);
             release_free_memory();
         }
     }

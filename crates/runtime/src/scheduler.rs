@@ -448,8 +448,13 @@ impl Scheduler {
     fn stop_workers(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.io.interrupt_all();
+        // A service freed by a task's last reference to it drops its
+        // scheduler on a worker: that worker ends on its own, unjoined.
+        let me = std::thread::current().id();
         for t in self.threads.drain(..) {
-            let _ = t.join();
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
         }
     }
 }

@@ -1,0 +1,360 @@
+//! `flick ctl`: the client of `flick serve`'s API. Each command is one
+//! request; its answer is printed as plain lines (or the API's JSON with
+//! `--json`), and a refusal is the API's message on standard error with a
+//! non-zero exit.
+
+use crate::api::{self, ApiAddr};
+use crate::serve::DeploySpec;
+use serde_json::{json, Value as Json};
+use std::time::Duration;
+
+/// How long a command waits for its answer: an undeploy drains for up to
+/// `serve::DRAIN_DEADLINE`.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What `flick ctl` was asked to do.
+#[derive(Clone, Debug)]
+pub enum CtlCommand {
+    Deploy {
+        name: String,
+        file: String,
+        listen: Vec<String>,
+        connect: Vec<String>,
+        config: Option<String>,
+        max_instances: Option<usize>,
+        redeploy: bool,
+    },
+    Undeploy(String),
+    List,
+    Status(String),
+    Read(String, String),
+    Write(String, String, String),
+}
+
+/// A command that failed, as `flick ctl` reports it.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    #[error("cannot read {0}: {1}")]
+    Read(String, std::io::Error),
+    #[error(transparent)]
+    Client(#[from] api::ClientError),
+    /// The API's refusal: its status, message and rendered diagnostics.
+    #[error("{message}{}", diagnostics.as_deref().map(|d| format!("\n{d}")).unwrap_or_default())]
+    Refused {
+        status: u16,
+        message: String,
+        diagnostics: Option<String>,
+    },
+}
+
+/// Runs one command; what to print on success.
+pub fn run(
+    addr: &ApiAddr,
+    token: Option<&str>,
+    json_out: bool,
+    cmd: CtlCommand,
+) -> Result<String, CtlError> {
+    let call = |method: &str, path: &str, body: Option<&Json>| -> Result<Json, CtlError> {
+        let (status, answer) = api::call(addr, token, method, path, body, TIMEOUT)?;
+        if status >= 300 {
+            let message = answer["error"]
+                .as_str()
+                .map_or_else(|| answer.to_string(), str::to_string);
+            let diags = answer["diagnostics"].as_str().map(str::to_string);
+            return Err(CtlError::Refused {
+                status,
+                message,
+                diagnostics: diags,
+            });
+        }
+        Ok(answer)
+    };
+    let enc = api::percent_encode;
+    let (answer, plain) = match cmd {
+        CtlCommand::Deploy {
+            name,
+            file,
+            listen,
+            connect,
+            config,
+            max_instances,
+            redeploy,
+        } => {
+            let program =
+                std::fs::read_to_string(&file).map_err(|e| CtlError::Read(file.clone(), e))?;
+            let config = match config {
+                None => None,
+                Some(c) => Some(std::fs::read_to_string(&c).map_err(|e| CtlError::Read(c, e))?),
+            };
+            let spec = DeploySpec {
+                name: name.clone(),
+                file,
+                program,
+                listen,
+                connect,
+                config,
+                max_instances,
+            };
+            let body = serde_json::to_value(&spec).expect("a deploy request is JSON");
+            let a = match redeploy {
+                false => call("POST", "/services", Some(&body))?,
+                true => call("PUT", &format!("/services/{}", enc(&name)), Some(&body))?,
+            };
+            let carried = match a["carried"].as_array() {
+                Some(c) if !c.is_empty() => format!(
+                    " (carried: {})",
+                    c.iter()
+                        .filter_map(Json::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                _ => String::new(),
+            };
+            let plain = format!(
+                "{} {} version {} on {} in {} us{carried}",
+                if redeploy { "redeployed" } else { "deployed" },
+                a["name"].as_str().unwrap_or(&name),
+                a["version"],
+                a["listen"].as_str().unwrap_or("?"),
+                a["deploy_us"],
+            );
+            (a, plain)
+        }
+        CtlCommand::Undeploy(name) => {
+            let a = call("DELETE", &format!("/services/{}", enc(&name)), None)?;
+            let plain = match a["drained"].as_bool() {
+                Some(true) => format!("undeployed {name}"),
+                _ => format!(
+                    "undeployed {name} ({} client connections had not finished)",
+                    a["clients_left"]
+                ),
+            };
+            (a, plain)
+        }
+        CtlCommand::List => {
+            let a = call("GET", "/services", None)?;
+            let mut plain = format!(
+                "{:<24} {:<22} {:>7} {:>8} {:>9}",
+                "NAME", "LISTEN", "VERSION", "CLIENTS", "INSTANCES"
+            );
+            for s in a["services"].as_array().into_iter().flatten() {
+                plain.push_str(&format!(
+                    "\n{:<24} {:<22} {:>7} {:>8} {:>9}",
+                    s["name"].as_str().unwrap_or(""),
+                    s["listen"].as_str().unwrap_or(""),
+                    s["version"].to_string(),
+                    s["clients"].to_string(),
+                    s["instances"].to_string()
+                ));
+            }
+            (a, plain)
+        }
+        CtlCommand::Status(name) => {
+            let a = call("GET", &format!("/services/{}", enc(&name)), None)?;
+            let plain = status_lines(&a);
+            (a, plain)
+        }
+        CtlCommand::Read(name, path) => {
+            let a = call(
+                "GET",
+                &format!("/services/{}/state/{}", enc(&name), encode_path(&path)),
+                None,
+            )?;
+            let plain = a["value"].to_string();
+            (a, plain)
+        }
+        CtlCommand::Write(name, path, value) => {
+            // A value that is not JSON is taken as a string.
+            let v: Json = serde_json::from_str(&value).unwrap_or(Json::String(value));
+            let a = call(
+                "PUT",
+                &format!("/services/{}/state/{}", enc(&name), encode_path(&path)),
+                Some(&json!({ "value": v })),
+            )?;
+            let plain = format!("{name} {path} = {}", a["value"]);
+            (a, plain)
+        }
+    };
+    Ok(match json_out {
+        true => serde_json::to_string_pretty(&answer).expect("JSON prints"),
+        false => plain,
+    })
+}
+
+/// A state path's segments escaped one by one, keeping its `/`.
+fn encode_path(path: &str) -> String {
+    path.split('/')
+        .map(api::percent_encode)
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+fn status_lines(a: &Json) -> String {
+    let mut out = String::new();
+    let mut line = |k: &str, v: String| out.push_str(&format!("{k:<16} {v}\n"));
+    let text = |v: &Json| match v {
+        Json::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    for k in [
+        "name",
+        "file",
+        "version",
+        "listen",
+        "clients",
+        "parked",
+        "instances",
+    ] {
+        line(k, text(&a[k]));
+    }
+    line("reserved", format!("{} bytes", a["reserved_bytes"]));
+    line("deployed in", format!("{} us", a["deploy_us"]));
+    let b = &a["bindings"];
+    for l in b["listen"].as_array().into_iter().flatten() {
+        line("listen binding", text(l));
+    }
+    for c in b["connect"].as_array().into_iter().flatten() {
+        line("connect", text(c));
+    }
+    line("max instances", text(&b["max_instances"]));
+    for s in a["state"].as_array().into_iter().flatten() {
+        let scope = if s["global"] == json!(true) {
+            "global"
+        } else {
+            "local"
+        };
+        line(
+            "state",
+            format!("{scope} {} : {}", text(&s["name"]), text(&s["type"])),
+        );
+    }
+    let c = &a["counters"];
+    for k in [
+        "connections_accepted",
+        "connections_open",
+        "malformed",
+        "compute_faults",
+        "fault_replies",
+    ] {
+        line(k, text(&c[k]));
+    }
+    for ch in c["channels"].as_array().into_iter().flatten() {
+        line(
+            "channel",
+            format!(
+                "{} in {} out {}",
+                text(&ch["channel"]),
+                ch["messages_in"],
+                ch["messages_out"]
+            ),
+        );
+    }
+    for b in c["backends"].as_array().into_iter().flatten() {
+        line(
+            "backend",
+            format!(
+                "{} {} {}",
+                text(&b["channel"]),
+                text(&b["address"]),
+                if b["up"] == json!(true) { "up" } else { "down" }
+            ),
+        );
+    }
+    out.trim_end().to_string()
+}
+
+/// `flick ctl`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct CtlArgs {
+    /// The API's address: a Unix socket path or HOST:PORT (default:
+    /// ./flick-state/flick.sock, as `flick serve` makes it).
+    #[arg(long, value_name = "ADDR", global = true)]
+    pub api: Option<String>,
+    /// The token `flick serve --api-token` was given.
+    #[arg(long, value_name = "TOKEN", global = true, env = "FLICK_API_TOKEN")]
+    pub api_token: Option<String>,
+    /// Print the API's JSON answer instead of lines.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: CtlSub,
+}
+
+/// Bindings of a deploy, as `flick run` takes them.
+#[derive(clap::Args, Debug)]
+pub struct DeployArgs {
+    /// The service's name.
+    pub name: String,
+    /// The program.
+    pub file: String,
+    /// CHANNEL=ADDR: the channel whose connections are instances.
+    #[arg(long, value_name = "CHANNEL=ADDR")]
+    pub listen: Vec<String>,
+    /// CHANNEL=ADDR[,ADDR...]: backends of a channel (or channel array).
+    #[arg(long, value_name = "CHANNEL=ADDRS")]
+    pub connect: Vec<String>,
+    /// A `flick run` configuration file (bindings and limits).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<String>,
+    /// Client connections open at once (default 1024).
+    #[arg(long)]
+    pub max_instances: Option<usize>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum CtlSub {
+    /// Deploy a program as a new service.
+    Deploy(DeployArgs),
+    /// Replace a service's program: the new version listens, then the old drains.
+    Redeploy(DeployArgs),
+    /// Stop a service: it drains and its resources are released.
+    Undeploy { name: String },
+    /// List the services.
+    List,
+    /// A service's bindings, connections, instances and counters.
+    Status { name: String },
+    /// Read a global (NAME) or a dictionary entry (NAME/KEY) of a service.
+    Read { name: String, path: String },
+    /// Write a global integer, boolean or string (VALUE as JSON, else a string).
+    Write {
+        name: String,
+        path: String,
+        value: String,
+    },
+}
+
+/// `flick ctl`: one request, its answer printed.
+pub fn main(args: CtlArgs) -> std::process::ExitCode {
+    let addr = args.api.as_deref().map_or_else(
+        || crate::serve::default_api(std::path::Path::new("./flick-state")),
+        ApiAddr::parse,
+    );
+    let deploy = |d: DeployArgs, redeploy: bool| CtlCommand::Deploy {
+        name: d.name,
+        file: d.file,
+        listen: d.listen,
+        connect: d.connect,
+        config: d.config,
+        max_instances: d.max_instances,
+        redeploy,
+    };
+    let cmd = match args.command {
+        CtlSub::Deploy(d) => deploy(d, false),
+        CtlSub::Redeploy(d) => deploy(d, true),
+        CtlSub::Undeploy { name } => CtlCommand::Undeploy(name),
+        CtlSub::List => CtlCommand::List,
+        CtlSub::Status { name } => CtlCommand::Status(name),
+        CtlSub::Read { name, path } => CtlCommand::Read(name, path),
+        CtlSub::Write { name, path, value } => CtlCommand::Write(name, path, value),
+    };
+    match run(&addr, args.api_token.as_deref(), args.json, cmd) {
+        Ok(out) => {
+            println!("{out}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

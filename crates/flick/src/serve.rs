@@ -1,0 +1,945 @@
+//! `flick serve`: many services on one platform (one set of workers),
+//! deployed, inspected, redeployed and undeployed at run time through an
+//! HTTP/1.1 JSON API (docs/api/openapi.yaml), each recorded in a state
+//! directory and deployed again when `serve` restarts.
+//!
+//! A deploy is the front end of `flick run` (load, check, bindings) and
+//! `Service::start_on` the shared platform: nothing else restarts. Each
+//! service reserves its static memory bound (the checker's instance bound
+//! times its `max_instances`, plus its `global` state) against the
+//! `--memory-budget`.
+//!
+//! The API answers one request per connection, at most [`MAX_CLIENTS`] at
+//! once, each bounded in size and time (`api.rs`).
+
+use crate::api::{self, ApiAddr, HttpError, Request};
+use flick_platform::{Platform, PlatformConfig, Service, StateValue};
+use flick_span::SourceFile;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value as Json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// API requests served at once; more are answered 503 and closed.
+pub const MAX_CLIENTS: usize = 16;
+/// How long an undeployed (or replaced) service's connections may take to
+/// finish what they have.
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
+/// Instances a service may run at once unless its bindings say.
+pub const DEFAULT_MAX_INSTANCES: usize = 1024;
+
+/// What `flick serve` was told.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub api: ApiAddr,
+    pub api_token: Option<String>,
+    pub state_dir: PathBuf,
+    pub workers: usize,
+    /// Bytes all services may reserve together; `None`: no limit.
+    pub memory_budget: Option<u64>,
+    /// The platform's task table, over every service.
+    pub tasks: usize,
+}
+
+/// The default API address: a Unix socket in the state directory.
+pub fn default_api(state_dir: &Path) -> ApiAddr {
+    ApiAddr::Unix(state_dir.join("flick.sock"))
+}
+
+/// A deploy request: the program and its bindings, as `flick run` takes
+/// them (`CHANNEL=ADDR` strings, a TOML configuration's text).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeploySpec {
+    #[serde(default)]
+    pub name: String,
+    /// The program's file name, for diagnostics and to find grammars.
+    #[serde(default)]
+    pub file: String,
+    /// The program's text.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub program: String,
+    #[serde(default)]
+    pub listen: Vec<String>,
+    #[serde(default)]
+    pub connect: Vec<String>,
+    /// A `flick run` configuration file's text (bindings and limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_instances: Option<usize>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot create the state directory {0}: {1}")]
+    StateDir(PathBuf, std::io::Error),
+    #[error("cannot listen for the API on {0}: {1}")]
+    Listen(String, std::io::Error),
+    #[error("the API would listen on {0}, which is not loopback: give --api-token TOKEN, and every request must carry it")]
+    NotLoopback(std::net::SocketAddr),
+    #[error("something already serves the API at {0}")]
+    InUse(String),
+    #[error(transparent)]
+    Platform(#[from] flick_platform::PlatformError),
+}
+
+/// A refused request: its status, message and, for a program that does
+/// not check, the diagnostics rendered as text.
+#[derive(Debug)]
+struct Refusal {
+    status: u16,
+    message: String,
+    diagnostics: Option<String>,
+}
+
+impl Refusal {
+    fn new(status: u16, message: impl Into<String>) -> Refusal {
+        Refusal {
+            status,
+            message: message.into(),
+            diagnostics: None,
+        }
+    }
+
+    fn json(&self) -> Json {
+        let mut j = json!({ "error": self.message });
+        if let Some(d) = &self.diagnostics {
+            j["diagnostics"] = Json::String(d.clone());
+        }
+        j
+    }
+}
+
+impl From<HttpError> for Refusal {
+    fn from(e: HttpError) -> Refusal {
+        Refusal::new(e.status, e.message)
+    }
+}
+
+/// One deployed service.
+struct Deployed {
+    spec: DeploySpec,
+    service: Arc<Service>,
+    /// Its static memory bound, reserved against the budget.
+    reserved: u64,
+    max_instances: usize,
+    /// Its state variables: name, type, global.
+    state: Vec<(String, String, bool)>,
+    version: u64,
+    deploy_us: u64,
+    /// Globals carried over from the version it replaced.
+    carried: Vec<String>,
+}
+
+struct Registry {
+    platform: Platform,
+    services: Mutex<BTreeMap<String, Deployed>>,
+    budget: Option<u64>,
+    dir: PathBuf,
+}
+
+/// A program checked and its service configured, not started yet.
+struct Prepared {
+    loaded: flick_platform::Loaded,
+    config: flick_platform::ServiceConfig,
+    reserved: u64,
+    bound: String,
+    max_instances: usize,
+    state: Vec<(String, String, bool)>,
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Load, check and bind a program, as `flick run` does.
+fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
+    use crate::config::{check_bindings, resolve, FileConfig, Overrides};
+    let file_name = if spec.file.is_empty() {
+        format!("{}.flick", spec.name)
+    } else {
+        spec.file.clone()
+    };
+    let text = crate::views::program_source(&spec.program).into_owned();
+    let file = SourceFile::new(&file_name, text);
+    let path = Path::new(&file_name);
+    let (program, _) = flick_syntax::parse(&file.text);
+    let (checked, diags) = crate::views::check_program(path, &file.text);
+    if !diags.is_empty() {
+        return Err(Refusal {
+            status: 422,
+            message: format!("{file_name} does not check"),
+            diagnostics: Some(crate::render::render(&file, &diags, false)),
+        });
+    }
+    let procs = checked.processes.len();
+    if procs != 1 {
+        return Err(Refusal::new(
+            422,
+            format!("a service runs one process, and {file_name} has {procs}"),
+        ));
+    }
+    if checked.grammar.as_deref() == Some("packet") {
+        return Err(Refusal::new(
+            422,
+            "packet programs are not served by `flick serve` yet: run them with `flick run --port`",
+        ));
+    }
+    let grammar = match &checked.grammar {
+        Some(g) => crate::views::find_grammar(g, path),
+        None => crate::views::record_grammar(path, &program, &checked)
+            .map_err(|why| format!("{file_name} names no wire grammar: {why}")),
+    }
+    .map_err(|why| Refusal::new(422, why))?;
+    let mut loaded = flick_platform::Loaded::new(&program, &checked, grammar)
+        .map_err(|e| Refusal::new(422, e.to_string()))?;
+    loaded.source = Some(Arc::new(file.clone()));
+    let file_config = match &spec.config {
+        None => None,
+        Some(t) => Some(
+            FileConfig::parse(t).map_err(|e| Refusal::new(400, format!("configuration: {e}")))?,
+        ),
+    };
+    let flags = Overrides {
+        program: Some(file_name.clone()),
+        listen: spec.listen.clone(),
+        connect: spec.connect.clone(),
+        max_instances: spec.max_instances.or(match &file_config {
+            Some(c) if c.max_instances.is_some() => None,
+            _ => Some(DEFAULT_MAX_INSTANCES),
+        }),
+        ..Overrides::default()
+    };
+    let config_path = PathBuf::from(format!("{}.toml", spec.name));
+    let settings = resolve(
+        file_config.as_ref().map(|c| (c, config_path.as_path())),
+        &flags,
+    )
+    .map_err(|e| Refusal::new(400, e.join("; ")))?;
+    let code = &loaded.module.processes[loaded.process];
+    let errors = check_bindings(&code.name, &code.channels, &loaded.arrays, &settings);
+    if !errors.is_empty() {
+        return Err(Refusal::new(400, errors.join("; ")));
+    }
+    let bounds = &checked.processes[0].bounds;
+    let reserved = bounds
+        .instance_bytes
+        .saturating_mul(settings.max_instances as u64)
+        .saturating_add(bounds.global_bytes);
+    let bound = format!(
+        "{} B per instance x {} instances + {} B of global state",
+        bounds.instance_bytes, settings.max_instances, bounds.global_bytes
+    );
+    let state = checked.processes[0]
+        .state
+        .iter()
+        .map(|v| {
+            (
+                v.name.clone(),
+                v.ty.to_string(),
+                v.scope == flick_syntax::ast::StateScope::Global,
+            )
+        })
+        .collect();
+    let config = flick_platform::ServiceConfig {
+        listen: settings.listen.clone(),
+        fan_in: settings.fan_in.clone(),
+        connect: settings.connect.clone(),
+        max_instances: settings.max_instances,
+        channel_capacity: settings.channel_capacity,
+        dict_capacity: settings.dict_capacity,
+        response_timeout: Duration::from_millis(settings.response_timeout_ms),
+        backend_connections: settings.backend_connections,
+        backend_sharing: settings.backend_sharing,
+        accept: settings.accept,
+        fan_in_timeout: Duration::from_millis(settings.fan_in_timeout_ms),
+        // A new version listens beside the old one before it goes.
+        reuse_port: true,
+        // Many services share the machine: each makes little ahead of
+        // its load, and its pools grow with it.
+        graphs_ahead: 2,
+        message_pool: 1024,
+        ..flick_platform::ServiceConfig::default()
+    };
+    Ok(Prepared {
+        loaded,
+        config,
+        reserved,
+        bound,
+        max_instances: settings.max_instances,
+        state,
+    })
+}
+
+impl Registry {
+    fn reserved_except(&self, services: &BTreeMap<String, Deployed>, name: &str) -> (u64, usize) {
+        let others = services.iter().filter(|(n, _)| *n != name);
+        others.fold((0, 0), |(b, n), (_, d)| (b + d.reserved, n + 1))
+    }
+
+    /// Deploys (or, with `replace`, redeploys) a service.
+    fn deploy(&self, spec: DeploySpec, replace: bool, started: Instant) -> Result<Json, Refusal> {
+        if !valid_name(&spec.name) {
+            return Err(Refusal::new(
+                400,
+                format!(
+                    "`{}` is not a service name: 1 to 64 letters, digits, `-` and `_`",
+                    spec.name
+                ),
+            ));
+        }
+        let prepared = prepare(&spec)?;
+        let mut services = self.services.lock().expect("services lock");
+        let exists = services.contains_key(&spec.name);
+        if exists && !replace {
+            return Err(Refusal::new(
+                409,
+                format!(
+                    "service `{}` is deployed already: redeploy it with PUT",
+                    spec.name
+                ),
+            ));
+        }
+        if !exists && replace {
+            return Err(Refusal::new(404, format!("no service `{}`", spec.name)));
+        }
+        if let Some(budget) = self.budget {
+            let (others, n) = self.reserved_except(&services, &spec.name);
+            if others.saturating_add(prepared.reserved) > budget {
+                return Err(Refusal::new(
+                    507,
+                    format!(
+                        "service `{}` needs {} bytes ({}), but the memory budget is {budget} bytes and {n} services reserve {others} of them ({} left)",
+                        spec.name,
+                        prepared.reserved,
+                        prepared.bound,
+                        budget.saturating_sub(others)
+                    ),
+                ));
+            }
+        }
+        let Prepared {
+            loaded,
+            config,
+            reserved,
+            max_instances,
+            state,
+            ..
+        } = prepared;
+        let service = Service::start_on(&self.platform, loaded, config)
+            .map_err(|e| Refusal::new(409, e.to_string()))?;
+        let old = services.remove(&spec.name);
+        let mut carried = Vec::new();
+        if let Some(old) = &old {
+            carried = carry_globals(old, &service, &state);
+        }
+        let deploy_us = started.elapsed().as_micros() as u64;
+        let version = old.as_ref().map_or(1, |o| o.version + 1);
+        if let Err(e) = self.record(&spec) {
+            tracing::warn!(service = %spec.name, "cannot record the service in the state directory: {e}");
+        }
+        let local = service.local_addr();
+        tracing::info!(
+            service = %spec.name,
+            file = %spec.file,
+            listen = %local,
+            version,
+            deploy_us,
+            carried = ?carried,
+            "{}",
+            if replace { "redeployed" } else { "deployed" }
+        );
+        let answer = json!({
+            "name": spec.name,
+            "version": version,
+            "listen": local.to_string(),
+            "deploy_us": deploy_us,
+            "reserved_bytes": reserved,
+            "carried": carried,
+        });
+        services.insert(
+            spec.name.clone(),
+            Deployed {
+                spec,
+                service: Arc::new(service),
+                reserved,
+                max_instances,
+                state,
+                version,
+                deploy_us,
+                carried,
+            },
+        );
+        drop(services);
+        // The new version listens already; the old one drains beside it.
+        if let Some(old) = old {
+            let stopped = old.service.stop(DRAIN_DEADLINE);
+            tracing::info!(service = %old.spec.name, version = old.version, drained = stopped.drained, "old version stopped");
+        }
+        Ok(answer)
+    }
+
+    fn undeploy(&self, name: &str) -> Result<Json, Refusal> {
+        let old = self
+            .services
+            .lock()
+            .expect("services lock")
+            .remove(name)
+            .ok_or_else(|| Refusal::new(404, format!("no service `{name}`")))?;
+        self.forget(name);
+        let started = Instant::now();
+        let stopped = old.service.stop(DRAIN_DEADLINE);
+        tracing::info!(
+            service = %name,
+            drained = stopped.drained,
+            clients_left = stopped.clients_left,
+            "undeployed"
+        );
+        Ok(json!({
+            "name": name,
+            "drained": stopped.drained,
+            "clients_left": stopped.clients_left,
+            "stop_us": started.elapsed().as_micros() as u64,
+        }))
+    }
+
+    fn services_dir(&self) -> PathBuf {
+        self.dir.join("services")
+    }
+
+    /// Writes the program and its bindings (without the text) to the state
+    /// directory, each file replaced whole.
+    fn record(&self, spec: &DeploySpec) -> std::io::Result<()> {
+        let dir = self.services_dir();
+        std::fs::create_dir_all(&dir)?;
+        let write = |name: String, bytes: &[u8]| -> std::io::Result<()> {
+            let tmp = dir.join(format!(".{name}.tmp"));
+            std::fs::write(&tmp, bytes)?;
+            std::fs::rename(tmp, dir.join(name))
+        };
+        write(format!("{}.flick", spec.name), spec.program.as_bytes())?;
+        let bindings = DeploySpec {
+            program: String::new(),
+            ..spec.clone()
+        };
+        let text = serde_json::to_string_pretty(&bindings).map_err(std::io::Error::other)?;
+        write(format!("{}.json", spec.name), text.as_bytes())
+    }
+
+    fn forget(&self, name: &str) {
+        let dir = self.services_dir();
+        for ext in ["json", "flick"] {
+            let _ = std::fs::remove_file(dir.join(format!("{name}.{ext}")));
+        }
+    }
+
+    /// Deploys every service recorded in the state directory.
+    fn restore(&self) -> (usize, usize) {
+        let Ok(entries) = std::fs::read_dir(self.services_dir()) else {
+            return (0, 0);
+        };
+        let mut paths: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
+        paths.sort();
+        let (mut ok, mut failed) = (0, 0);
+        for p in paths {
+            let spec = std::fs::read_to_string(&p)
+                .map_err(|e| e.to_string())
+                .and_then(|t| serde_json::from_str::<DeploySpec>(&t).map_err(|e| e.to_string()))
+                .and_then(|mut s| {
+                    let program = p.with_extension("flick");
+                    s.program = std::fs::read_to_string(&program)
+                        .map_err(|e| format!("{}: {e}", program.display()))?;
+                    Ok(s)
+                });
+            match spec
+                .map_err(|e| Refusal::new(400, e))
+                .and_then(|s| self.deploy(s, false, Instant::now()))
+            {
+                Ok(_) => ok += 1,
+                Err(r) => {
+                    failed += 1;
+                    tracing::error!(record = %p.display(), "cannot deploy a recorded service again: {}{}", r.message, r.diagnostics.map(|d| format!("\n{d}")).unwrap_or_default());
+                }
+            }
+        }
+        (ok, failed)
+    }
+
+    fn list(&self) -> Json {
+        let services = self.services.lock().expect("services lock");
+        let list: Vec<Json> = services
+            .iter()
+            .map(|(name, d)| {
+                json!({
+                    "name": name,
+                    "file": d.spec.file,
+                    "listen": d.service.local_addr().to_string(),
+                    "version": d.version,
+                    "clients": d.service.client_connections(),
+                    "instances": d.service.stats().graphs_live.load(Ordering::Relaxed),
+                    "reserved_bytes": d.reserved,
+                })
+            })
+            .collect();
+        let reserved: u64 = services.values().map(|d| d.reserved).sum();
+        json!({
+            "services": list,
+            "reserved_bytes": reserved,
+            "memory_budget": self.budget,
+            "workers": self.platform.workers(),
+            "tasks_live": self.platform.live_tasks(),
+        })
+    }
+
+    fn status(&self, name: &str) -> Result<Json, Refusal> {
+        let services = self.services.lock().expect("services lock");
+        let d = services
+            .get(name)
+            .ok_or_else(|| Refusal::new(404, format!("no service `{name}`")))?;
+        let s = crate::metrics::Sample::of(&d.service);
+        Ok(json!({
+            "name": name,
+            "file": d.spec.file,
+            "version": d.version,
+            "deploy_us": d.deploy_us,
+            "carried": d.carried,
+            "bindings": {
+                "listen": d.spec.listen,
+                "connect": d.spec.connect,
+                "config": d.spec.config.is_some(),
+                "max_instances": d.max_instances,
+            },
+            "listen": d.service.local_addr().to_string(),
+            "reserved_bytes": d.reserved,
+            "clients": d.service.client_connections(),
+            "parked": d.service.parked_connections(),
+            "instances": s.instances_live,
+            "state": d.state.iter().map(|(n, t, g)| json!({"name": n, "type": t, "global": g})).collect::<Vec<_>>(),
+            "counters": {
+                "connections_accepted": s.connections_accepted,
+                "connections_open": s.connections_open,
+                "malformed": s.malformed,
+                "backend_connect_errors": s.backend_connect_errors,
+                "compute_faults": s.compute_faults,
+                "fault_replies": s.fault_replies,
+                "clients_closed": s.clients_closed,
+                "channels": s.channels.iter().map(|(c, i, o)| json!({"channel": c, "messages_in": i, "messages_out": o})).collect::<Vec<_>>(),
+                "backends": s.backends.iter().map(|b| json!({"channel": b.channel, "address": b.address, "up": b.up, "connect_failures": b.connect_failures})).collect::<Vec<_>>(),
+            },
+        }))
+    }
+
+    fn service(&self, name: &str) -> Result<Arc<Service>, Refusal> {
+        let services = self.services.lock().expect("services lock");
+        services
+            .get(name)
+            .map(|d| d.service.clone())
+            .ok_or_else(|| Refusal::new(404, format!("no service `{name}`")))
+    }
+
+    /// `NAME` (a global) or `NAME/KEY` (a dictionary entry).
+    fn read_state(&self, name: &str, path: &str) -> Result<Json, Refusal> {
+        let service = self.service(name)?;
+        let refuse = |e: flick_platform::StateError| Refusal::new(404, e.to_string());
+        match path.split_once('/') {
+            None => {
+                let v = service.read_global(path).map_err(refuse)?;
+                Ok(json!({ "path": path, "value": to_json(&v) }))
+            }
+            Some((var, key)) => {
+                let v = service.read_entry(var, key.as_bytes()).map_err(refuse)?;
+                let v = v.ok_or_else(|| {
+                    Refusal::new(404, format!("`{var}` holds nothing under `{key}`"))
+                })?;
+                Ok(json!({ "path": path, "value": String::from_utf8_lossy(&v) }))
+            }
+        }
+    }
+
+    fn write_state(&self, name: &str, path: &str, body: &[u8]) -> Result<Json, Refusal> {
+        let service = self.service(name)?;
+        if path.contains('/') {
+            return Err(Refusal::new(
+                405,
+                "dictionary entries hold messages of the program's grammar, which the API cannot write yet; write a global integer, boolean or string",
+            ));
+        }
+        let j: Json = serde_json::from_slice(body)
+            .map_err(|e| Refusal::new(400, format!("the body is not JSON: {e}")))?;
+        let j = j.get("value").cloned().unwrap_or(j);
+        let value = match &j {
+            Json::Number(n) => StateValue::Int(
+                n.as_i64()
+                    .ok_or_else(|| Refusal::new(400, format!("{n} is not a 64-bit integer")))?,
+            ),
+            Json::Bool(b) => StateValue::Bool(*b),
+            Json::String(s) => StateValue::Bytes(s.clone().into_bytes()),
+            _ => return Err(Refusal::new(400, "give an integer, a boolean or a string")),
+        };
+        service.write_global(path, value).map_err(|e| {
+            let status = match e {
+                flick_platform::StateError::Kind(..) => 400,
+                _ => 404,
+            };
+            Refusal::new(status, e.to_string())
+        })?;
+        tracing::info!(service = %name, global = %path, value = %j, "state written");
+        Ok(json!({ "path": path, "value": j }))
+    }
+}
+
+fn to_json(v: &StateValue) -> Json {
+    match v {
+        StateValue::Unset => Json::Null,
+        StateValue::Int(n) => json!(n),
+        StateValue::Bool(b) => json!(b),
+        StateValue::Bytes(b) => json!(String::from_utf8_lossy(b)),
+        StateValue::Dict => json!({ "dictionary": true }),
+        StateValue::Other(k) => json!({ "unshown": k }),
+    }
+}
+
+/// Copies the old version's `global` integers, booleans and strings into
+/// the new one where a global of the same name and type is declared; what
+/// was carried, by name. Dictionaries start empty.
+fn carry_globals(old: &Deployed, new: &Service, state: &[(String, String, bool)]) -> Vec<String> {
+    let mut carried = Vec::new();
+    for (name, ty, global) in state {
+        let same = old
+            .state
+            .iter()
+            .any(|(n, t, g)| n == name && t == ty && *g && *global);
+        if !same {
+            continue;
+        }
+        if let Ok(v @ (StateValue::Int(_) | StateValue::Bool(_) | StateValue::Bytes(_))) =
+            old.service.read_global(name)
+        {
+            if new.write_global(name, v).is_ok() {
+                carried.push(name.clone());
+            }
+        }
+    }
+    carried
+}
+
+/// Routes a request to its handler.
+fn route(
+    reg: &Registry,
+    req: &Request,
+    token: Option<&str>,
+    started: Instant,
+) -> Result<(u16, Json), Refusal> {
+    if let Some(t) = token {
+        let given = req
+            .header("authorization")
+            .and_then(|a| a.strip_prefix("Bearer "));
+        if given != Some(t) {
+            return Err(Refusal::new(
+                401,
+                "this API wants `Authorization: Bearer TOKEN`",
+            ));
+        }
+    }
+    let segments: Vec<&str> = req.path.trim_end_matches('/').split('/').skip(1).collect();
+    let method = req.method.as_str();
+    let not_allowed =
+        |allowed: &str| Refusal::new(405, format!("{method} is not allowed here; use {allowed}"));
+    let body = |req: &Request| -> Result<DeploySpec, Refusal> {
+        serde_json::from_slice(&req.body)
+            .map_err(|e| Refusal::new(400, format!("the body is not a deploy request: {e}")))
+    };
+    match segments.as_slice() {
+        ["services"] => match method {
+            "GET" => Ok((200, reg.list())),
+            "POST" => Ok((201, reg.deploy(body(req)?, false, started)?)),
+            _ => Err(not_allowed("GET or POST")),
+        },
+        ["services", name] => match method {
+            "GET" => Ok((200, reg.status(name)?)),
+            "DELETE" => Ok((200, reg.undeploy(name)?)),
+            "PUT" => {
+                let mut spec = body(req)?;
+                if !spec.name.is_empty() && spec.name != *name {
+                    return Err(Refusal::new(
+                        400,
+                        format!("the body names `{}`, the path `{name}`", spec.name),
+                    ));
+                }
+                spec.name = name.to_string();
+                Ok((200, reg.deploy(spec, true, started)?))
+            }
+            _ => Err(not_allowed("GET, PUT or DELETE")),
+        },
+        ["services", name, "state", rest @ ..] if !rest.is_empty() => {
+            let path = rest.join("/");
+            match method {
+                "GET" => Ok((200, reg.read_state(name, &path)?)),
+                "PUT" => Ok((200, reg.write_state(name, &path, &req.body)?)),
+                _ => Err(not_allowed("GET or PUT")),
+            }
+        }
+        _ => Err(Refusal::new(404, format!("no such resource: {}", req.path))),
+    }
+}
+
+/// One API connection: a request read, routed and answered.
+fn handle<S: std::io::Read + std::io::Write>(
+    reg: &Registry,
+    token: Option<&str>,
+    mut stream: S,
+    set_timeout: &dyn Fn(&mut S, Duration) -> std::io::Result<()>,
+) {
+    let answer = match api::read_request(&mut stream, set_timeout) {
+        Err(e) => Err(Refusal::from(e)),
+        Ok(req) => {
+            let started = Instant::now();
+            // A handler that panics must not take the platform with it.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                route(reg, &req, token, started)
+            }))
+            .unwrap_or_else(|_| Err(Refusal::new(500, "the request failed inside the server")))
+        }
+    };
+    let (status, body) = match answer {
+        Ok(a) => a,
+        Err(r) => (r.status, r.json()),
+    };
+    let _ = set_timeout(&mut stream, api::READ_TIMEOUT);
+    let _ = api::write_response(&mut stream, status, &body);
+}
+
+fn busy() -> Json {
+    json!({ "error": "too many API requests at once; try again" })
+}
+
+/// Runs `work` on a thread of its own unless [`MAX_CLIENTS`] run already.
+fn spawn_handler(active: &Arc<AtomicUsize>, work: Box<dyn FnOnce() + Send>) -> bool {
+    if active.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+        active.fetch_sub(1, Ordering::AcqRel);
+        return false;
+    }
+    let done = active.clone();
+    let spawned = std::thread::Builder::new()
+        .name("flick-api".into())
+        .spawn(move || {
+            work();
+            done.fetch_sub(1, Ordering::AcqRel);
+        });
+    if spawned.is_err() {
+        active.fetch_sub(1, Ordering::AcqRel);
+    }
+    spawned.is_ok()
+}
+
+enum Listener {
+    Unix(std::os::unix::net::UnixListener),
+    Tcp(std::net::TcpListener),
+}
+
+fn bind_api(opts: &ServeOptions) -> Result<Listener, ServeError> {
+    match &opts.api {
+        ApiAddr::Tcp(a) => {
+            if !a.ip().is_loopback() && opts.api_token.is_none() {
+                return Err(ServeError::NotLoopback(*a));
+            }
+            std::net::TcpListener::bind(a)
+                .map(Listener::Tcp)
+                .map_err(|e| ServeError::Listen(a.to_string(), e))
+        }
+        ApiAddr::Unix(p) => {
+            let shown = p.display().to_string();
+            if p.exists() {
+                // A socket left by a `serve` that is gone is replaced; one
+                // that answers is another `serve`'s.
+                if std::os::unix::net::UnixStream::connect(p).is_ok() {
+                    return Err(ServeError::InUse(shown));
+                }
+                let _ = std::fs::remove_file(p);
+            }
+            let l = std::os::unix::net::UnixListener::bind(p)
+                .map_err(|e| ServeError::Listen(shown.clone(), e))?;
+            // Only its owner may talk to it.
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600));
+            Ok(Listener::Unix(l))
+        }
+    }
+}
+
+/// Runs `flick serve` until `stop` is set: the platform started, recorded
+/// services deployed again, the API served. `ready` is called with the
+/// API's address once it listens.
+pub fn serve(
+    opts: ServeOptions,
+    stop: Arc<AtomicBool>,
+    ready: &dyn Fn(&str, usize, usize),
+) -> Result<(), ServeError> {
+    std::fs::create_dir_all(&opts.state_dir)
+        .map_err(|e| ServeError::StateDir(opts.state_dir.clone(), e))?;
+    let listener = bind_api(&opts)?;
+    let platform = Platform::start(PlatformConfig {
+        workers: opts.workers,
+        tasks: opts.tasks,
+        ..PlatformConfig::default()
+    })?;
+    let reg = Arc::new(Registry {
+        platform,
+        services: Mutex::new(BTreeMap::new()),
+        budget: opts.memory_budget,
+        dir: opts.state_dir.clone(),
+    });
+    let (restored, failed) = reg.restore();
+    ready(&opts.api.to_string(), restored, failed);
+    let token: Option<Arc<str>> = opts.api_token.as_deref().map(Arc::from);
+    let active = Arc::new(AtomicUsize::new(0));
+    let accept_loop = {
+        let (reg, stop) = (reg.clone(), stop.clone());
+        move || match listener {
+            Listener::Unix(l) => {
+                for s in l.incoming() {
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let Ok(s) = s else { continue };
+                    let (reg, token, copy) = (reg.clone(), token.clone(), s.try_clone());
+                    let work = move || {
+                        handle(&reg, token.as_deref(), s, &|s, t| {
+                            s.set_read_timeout(Some(t))
+                        })
+                    };
+                    if !spawn_handler(&active, Box::new(work)) {
+                        if let Ok(mut c) = copy {
+                            let _ = api::write_response(&mut c, 503, &busy());
+                        }
+                    }
+                }
+            }
+            Listener::Tcp(l) => {
+                for s in l.incoming() {
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let Ok(s) = s else { continue };
+                    let (reg, token, copy) = (reg.clone(), token.clone(), s.try_clone());
+                    let work = move || {
+                        handle(&reg, token.as_deref(), s, &|s, t| {
+                            s.set_read_timeout(Some(t))
+                        })
+                    };
+                    if !spawn_handler(&active, Box::new(work)) {
+                        if let Ok(mut c) = copy {
+                            let _ = api::write_response(&mut c, 503, &busy());
+                        }
+                    }
+                }
+            }
+        }
+    };
+    std::thread::Builder::new()
+        .name("flick-api-accept".into())
+        .spawn(accept_loop)
+        .map_err(|e| ServeError::Listen(opts.api.to_string(), e))?;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Services stay recorded: the next `serve` deploys them again.
+    let all: Vec<(String, Deployed)> =
+        std::mem::take(&mut *reg.services.lock().expect("services lock"))
+            .into_iter()
+            .collect();
+    for (name, d) in all {
+        let stopped = d.service.stop(DRAIN_DEADLINE);
+        tracing::info!(service = %name, drained = stopped.drained, "stopped");
+    }
+    if let ApiAddr::Unix(p) = &opts.api {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(())
+}
+
+/// `flick serve`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Where the API listens: a Unix socket path (default: flick.sock in
+    /// the state directory) or HOST:PORT, loopback unless --api-token is given.
+    #[arg(long, value_name = "ADDR")]
+    pub api: Option<String>,
+    /// A token every API request must carry (`Authorization: Bearer TOKEN`).
+    #[arg(long, value_name = "TOKEN")]
+    pub api_token: Option<String>,
+    /// Where deployed services are recorded, and deployed again from on start.
+    #[arg(long, value_name = "DIR", default_value = "./flick-state")]
+    pub state_dir: PathBuf,
+    /// Worker threads shared by every service (default: one per core).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Bytes all services may reserve together (each its static memory
+    /// bound times its max instances); past it a deploy is refused.
+    #[arg(long, value_name = "BYTES")]
+    pub memory_budget: Option<u64>,
+    /// Tasks alive at once over every service (the task table's size).
+    #[arg(long, default_value_t = 1 << 18)]
+    pub tasks: usize,
+    /// Log level (error, warn, info, debug, trace, or a RUST_LOG directive).
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// Log line format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: crate::logging::LogFormat,
+}
+
+/// `flick serve`: runs until SIGTERM or SIGINT.
+pub fn main(args: ServeArgs) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    if let Err(e) = crate::logging::init(args.log_level.as_deref(), args.log_format) {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
+    let opts = ServeOptions {
+        api: args
+            .api
+            .as_deref()
+            .map_or_else(|| default_api(&args.state_dir), ApiAddr::parse),
+        api_token: args.api_token,
+        state_dir: args.state_dir,
+        workers: args
+            .workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        memory_budget: args.memory_budget,
+        tasks: args.tasks,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        let _ = signal_hook::flag::register(sig, stop.clone());
+    }
+    let ready = |api: &str, restored: usize, failed: usize| {
+        use std::io::Write;
+        println!("flick: serving the API on {api}");
+        println!(
+            "flick: {restored} services deployed again from the state directory, {failed} failed"
+        );
+        let _ = std::io::stdout().flush();
+    };
+    match serve(opts, stop, &ready) {
+        Ok(()) => {
+            println!("flick: stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! One set of workers for many services: the scheduler and the reactor,
+//! started once, and what the services on them share (the parked-stream
+//! handler, which the reactor takes once, and the once-a-second pool
+//! trimming).
+//!
+//! A service on a platform is a tenant: it registers itself when it
+//! starts and leaves when it stops, and nothing of another tenant is
+//! touched either way. A parked stream's key carries its tenant's number
+//! in its upper bits, so one handler routes every parked readiness to its
+//! service.
+
+use flick_runtime::io::Reactor;
+use flick_runtime::{Policy, Scheduler, SchedulerConfig};
+use std::sync::{Arc, RwLock, Weak};
+
+/// What the platform calls back into a service with.
+pub(crate) trait Tenant: Send + Sync {
+    /// A parked client connection of this service has bytes (or closed).
+    fn unpark(&self, key: usize);
+    /// Once a second: trim pools, close idle backend connections.
+    fn every_second(&self);
+}
+
+/// Bits of a parked stream's key that belong to the service; the tenant's
+/// number sits above them.
+pub(crate) const TENANT_SHIFT: u32 = 32;
+
+#[derive(Clone, Debug)]
+pub struct PlatformConfig {
+    /// Worker threads; by default one per core.
+    pub workers: usize,
+    pub policy: Policy,
+    /// The most tasks alive at once over every service (their table is
+    /// allocated up front): a service's instances need a compute task and
+    /// a reader and a writer per connection.
+    pub tasks: usize,
+    /// Pin worker `i` to core `i`.
+    pub pin: bool,
+}
+
+impl Default for PlatformConfig {
+    fn default() -> PlatformConfig {
+        PlatformConfig {
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            policy: Policy::default(),
+            tasks: 1 << 18,
+            pin: true,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlatformError {
+    #[error("cannot start the reactor: {0}")]
+    Reactor(std::io::Error),
+    #[error("cannot start the housekeeping thread: {0}")]
+    Thread(std::io::Error),
+}
+
+struct Tenants {
+    slots: Vec<Option<Arc<dyn Tenant>>>,
+    free: Vec<usize>,
+}
+
+struct Shared {
+    scheduler: Arc<Scheduler>,
+    reactor: Arc<Reactor>,
+    tenants: RwLock<Tenants>,
+}
+
+/// The workers, their epoll instances and the services on them. Cloning
+/// gives another handle to the same platform; the workers stop when the
+/// last handle (and the last service) is gone.
+#[derive(Clone)]
+pub struct Platform {
+    shared: Arc<Shared>,
+}
+
+impl Platform {
+    pub fn start(config: PlatformConfig) -> Result<Platform, PlatformError> {
+        let scheduler = Arc::new(Scheduler::start(SchedulerConfig {
+            workers: config.workers.max(1),
+            policy: config.policy,
+            capacity: config.tasks.max(64),
+            pin: config.pin,
+        }));
+        let reactor = Arc::new(Reactor::start(scheduler.waker()).map_err(PlatformError::Reactor)?);
+        let shared = Arc::new(Shared {
+            scheduler,
+            reactor: reactor.clone(),
+            tenants: RwLock::new(Tenants {
+                slots: Vec::new(),
+                free: Vec::new(),
+            }),
+        });
+        {
+            let weak = Arc::downgrade(&shared);
+            reactor.on_parked(Box::new(move |key| {
+                let Some(s) = weak.upgrade() else { return };
+                if let Some(t) = s.tenant(key >> TENANT_SHIFT) {
+                    t.unpark(key & ((1 << TENANT_SHIFT) - 1));
+                }
+            }));
+        }
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new()
+            .name("flick-trim".into())
+            .spawn(move || housekeeping(weak))
+            .map_err(PlatformError::Thread)?;
+        Ok(Platform { shared })
+    }
+
+    pub fn workers(&self) -> usize {
+        self.shared.scheduler.workers()
+    }
+
+    /// Tasks alive now, over every service.
+    pub fn live_tasks(&self) -> usize {
+        self.shared.scheduler.live()
+    }
+
+    pub(crate) fn scheduler(&self) -> &Arc<Scheduler> {
+        &self.shared.scheduler
+    }
+
+    pub(crate) fn reactor(&self) -> &Arc<Reactor> {
+        &self.shared.reactor
+    }
+
+    /// Registers a service; its number, for its parked keys.
+    pub(crate) fn join(&self, tenant: Arc<dyn Tenant>) -> usize {
+        let mut t = self.shared.tenants.write().expect("tenants lock");
+        match t.free.pop() {
+            Some(i) => {
+                t.slots[i] = Some(tenant);
+                i
+            }
+            None => {
+                t.slots.push(Some(tenant));
+                t.slots.len() - 1
+            }
+        }
+    }
+
+    /// A service leaves; its number may be given to the next one.
+    pub(crate) fn leave(&self, id: usize) {
+        let mut t = self.shared.tenants.write().expect("tenants lock");
+        if let Some(slot) = t.slots.get_mut(id) {
+            if slot.take().is_some() {
+                t.free.push(id);
+            }
+        }
+    }
+
+    /// Services on the platform now.
+    pub fn services(&self) -> usize {
+        let t = self.shared.tenants.read().expect("tenants lock");
+        t.slots.len() - t.free.len()
+    }
+}
+
+impl Shared {
+    fn tenant(&self, id: usize) -> Option<Arc<dyn Tenant>> {
+        let t = self.tenants.read().expect("tenants lock");
+        t.slots.get(id).and_then(Clone::clone)
+    }
+}
+
+/// Once a second, every service trims its pools, for as long as the
+/// platform runs: one thread however many services there are.
+fn housekeeping(shared: Weak<Shared>) {
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let Some(s) = shared.upgrade() else { return };
+        let tenants: Vec<Arc<dyn Tenant>> = {
+            let t = s.tenants.read().expect("tenants lock");
+            t.slots.iter().flatten().cloned().collect()
+        };
+        drop(s);
+        for t in tenants {
+            t.every_second();
+        }
+    }
+}
