@@ -1,0 +1,423 @@
+//! `flick serve` and `flick ctl` as an operator uses them: services
+//! deployed into one running platform over the API's Unix socket, talked
+//! to through their ports (the static web server answering HTTP, the
+//! Memcached proxy in front of a real memcached), listed, inspected, their
+//! `global` state read and written, a program that does not check refused
+//! with its diagnostic, one undeployed while another keeps answering, a
+//! redeploy that carries a counter over, a restart that deploys the
+//! recorded services again, and the API's refusals. Every child process is
+//! killed when its test ends, and every wait is bounded.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+use support::{free_port, memcached, request, response, Procs, ROOT};
+
+/// A scratch directory removed when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("flick-serve-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn file(&self, name: &str, text: &str) -> String {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `flick serve`, killed on drop.
+struct Serve {
+    child: Child,
+    /// What it printed before it was ready.
+    banner: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `flick serve` on `state` with two workers and `more` flags, and
+/// waits (at most 20 s) for it to say it serves the API.
+fn serve(state: &Path, more: &[&str]) -> Serve {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(ROOT)
+        .args(["serve", "--workers", "2", "--state-dir"])
+        .arg(state)
+        .args(more)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(out);
+        let mut banner = String::new();
+        for _ in 0..2 {
+            if lines.read_line(&mut banner).unwrap_or(0) == 0 {
+                break;
+            }
+        }
+        let _ = tx.send(banner);
+        // Keep reading, so that the server never blocks on a full pipe.
+        let mut rest = String::new();
+        while lines.read_line(&mut rest).unwrap_or(0) > 0 {
+            rest.clear();
+        }
+    });
+    let banner = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
+    let s = Serve { child, banner };
+    assert!(
+        s.banner.contains("serving the API"),
+        "flick serve did not start: {:?}",
+        s.banner
+    );
+    s
+}
+
+/// `flick ctl --api SOCKET ARGS`, bounded in time.
+fn ctl(state: &Path, args: &[&str]) -> Output {
+    let sock = state.join("flick.sock");
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(ROOT)
+        .args(["ctl", "--api"])
+        .arg(&sock)
+        .args(args)
+        .output()
+        .unwrap();
+    out
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "flick ctl failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn refused(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "flick ctl should have failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn example(name: &str) -> String {
+    Path::new(ROOT)
+        .join("examples")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// One HTTP GET over a new connection: the whole answer, or the error.
+fn http_get(port: u16) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+/// A set and a get of `key` through the Memcached proxy on `port`.
+fn memcached_round_trip(port: u16, key: &[u8], value: &[u8]) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&request(0x01, key, value, &[0; 8])).unwrap();
+    assert_eq!(response(&mut s).0, 0, "set through the proxy");
+    s.write_all(&request(0x00, key, b"", b"")).unwrap();
+    assert_eq!(
+        response(&mut s),
+        (0, value.to_vec()),
+        "get through the proxy"
+    );
+}
+
+/// A program with `global` state: a counter of requests and a greeting.
+const COUNTER: &str = "\
+grammar http
+
+type request: record
+  target : string
+
+type simple_response: record
+  status : integer {size=2}
+  reason : string
+  body : string
+
+proc Counter: (request/simple_response client)
+  global hits := 0
+  global greeting := \"hello\"
+  | client => respond(hits, greeting, client)
+
+fun respond: (hits: ref integer, greeting: ref string, -/simple_response client, req: request) -> ()
+  hits := hits + 1
+  simple_response(200, \"OK\", greeting) => client
+";
+
+#[test]
+fn services_deploy_answer_undeploy_redeploy_and_come_back_after_a_restart() {
+    let dir = TempDir::new("life");
+    let state = dir.0.join("state");
+    let mut procs = Procs(Vec::new());
+    let backend = memcached(&mut procs);
+    let server = serve(&state, &[]);
+    let (web, cache, count) = (free_port(), free_port(), free_port());
+
+    let out = ok(&ctl(
+        &state,
+        &[
+            "deploy",
+            "web",
+            &example("static_web.flick"),
+            "--listen",
+            &format!("client=127.0.0.1:{web}"),
+        ],
+    ));
+    assert!(out.contains("deployed web version 1"), "{out}");
+    assert!(
+        out.contains(" us"),
+        "the deploy says how long it took: {out}"
+    );
+    ok(&ctl(
+        &state,
+        &[
+            "deploy",
+            "cache",
+            &example("memcached_proxy.flick"),
+            "--listen",
+            &format!("client=127.0.0.1:{cache}"),
+            "--connect",
+            &format!("backends=127.0.0.1:{backend}"),
+        ],
+    ));
+    let page = http_get(web).unwrap();
+    assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
+    assert!(page.contains("Hello from Flick"), "{page}");
+    memcached_round_trip(cache, b"serve:key", b"one");
+
+    let list = ok(&ctl(&state, &["list"]));
+    assert!(list.contains("web") && list.contains("cache"), "{list}");
+    assert!(list.contains(&format!("127.0.0.1:{web}")), "{list}");
+    let status: serde_json::Value =
+        serde_json::from_str(&ok(&ctl(&state, &["--json", "status", "web"]))).unwrap();
+    assert_eq!(status["listen"], format!("127.0.0.1:{web}"));
+    assert!(status["counters"]["connections_accepted"].as_u64().unwrap() >= 1);
+    assert_eq!(status["counters"]["channels"][0]["channel"], "client");
+    let plain = ok(&ctl(&state, &["status", "cache"]));
+    assert!(plain.contains(&format!("127.0.0.1:{backend}")), "{plain}");
+
+    // Global state, read and written while the service runs.
+    let counter = dir.file("counter.flick", COUNTER);
+    ok(&ctl(
+        &state,
+        &[
+            "deploy",
+            "count",
+            &counter,
+            "--listen",
+            &format!("client=127.0.0.1:{count}"),
+        ],
+    ));
+    for _ in 0..2 {
+        assert!(http_get(count).unwrap().ends_with("hello"));
+    }
+    assert_eq!(ok(&ctl(&state, &["read", "count", "hits"])).trim(), "2");
+    ok(&ctl(&state, &["write", "count", "hits", "40"]));
+    ok(&ctl(&state, &["write", "count", "greeting", "\"hi\""]));
+    assert!(http_get(count).unwrap().ends_with("hi"));
+    assert_eq!(ok(&ctl(&state, &["read", "count", "hits"])).trim(), "41");
+    let err = refused(&ctl(&state, &["write", "count", "hits", "true"]));
+    assert!(err.contains("holds an integer"), "{err}");
+    let err = refused(&ctl(&state, &["read", "count", "nothing"]));
+    assert!(err.contains("`nothing` is not state"), "{err}");
+
+    // A program that does not check is refused with its diagnostic.
+    let bad = dir.file(
+        "bad.flick",
+        "grammar http\n\ntype request: record\n  target : string\n\nproc Bad: (request/request client)\n  | client => nowhere(client)\n",
+    );
+    let err = refused(&ctl(
+        &state,
+        &["deploy", "bad", &bad, "--listen", "client=127.0.0.1:1"],
+    ));
+    assert!(err.contains("bad.flick does not check"), "{err}");
+    assert!(
+        err.contains("bad.flick:7:15"),
+        "file, line and column: {err}"
+    );
+    assert!(err.contains("^^^^^^^"), "a caret under the name: {err}");
+    assert!(err.contains("unknown function `nowhere`"), "{err}");
+    let err = refused(&ctl(
+        &state,
+        &[
+            "deploy",
+            "web",
+            &example("static_web.flick"),
+            "--listen",
+            "client=127.0.0.1:1",
+        ],
+    ));
+    assert!(err.contains("deployed already"), "{err}");
+
+    // Undeploying one leaves the others answering.
+    let out = ok(&ctl(&state, &["undeploy", "web"]));
+    assert!(out.contains("undeployed web"), "{out}");
+    assert!(http_get(web).is_err(), "nothing listens on {web} any more");
+    memcached_round_trip(cache, b"serve:key2", b"two");
+    assert!(!ok(&ctl(&state, &["list"])).contains("web "));
+
+    // A redeploy starts the new version and carries the counter over.
+    let out = ok(&ctl(
+        &state,
+        &[
+            "redeploy",
+            "count",
+            &counter,
+            "--listen",
+            &format!("client=127.0.0.1:{count}"),
+        ],
+    ));
+    assert!(out.contains("version 2"), "{out}");
+    assert!(out.contains("carried: hits, greeting"), "{out}");
+    assert!(http_get(count).unwrap().ends_with("hi"));
+    assert_eq!(ok(&ctl(&state, &["read", "count", "hits"])).trim(), "42");
+
+    // Restarted on the same state directory, the services come back.
+    drop(server);
+    let server = serve(&state, &[]);
+    assert!(
+        server.banner.contains("2 services deployed again"),
+        "{}",
+        server.banner
+    );
+    let list = ok(&ctl(&state, &["list"]));
+    assert!(list.contains("cache") && list.contains("count"), "{list}");
+    memcached_round_trip(cache, b"serve:key3", b"three");
+    assert!(http_get(count).unwrap().starts_with("HTTP/1.1 200 OK"));
+    assert!(http_get(web).is_err(), "the undeployed service stays gone");
+}
+
+#[test]
+fn a_deploy_past_the_memory_budget_is_refused_with_the_figures() {
+    let dir = TempDir::new("budget");
+    let state = dir.0.join("state");
+    let _server = serve(&state, &["--memory-budget", "2000000"]);
+    let port = free_port();
+    let err = refused(&ctl(
+        &state,
+        &[
+            "deploy",
+            "web",
+            &example("static_web.flick"),
+            "--listen",
+            &format!("client=127.0.0.1:{port}"),
+        ],
+    ));
+    assert!(err.contains("the memory budget is 2000000 bytes"), "{err}");
+    assert!(err.contains("per instance x 1024 instances"), "{err}");
+    assert!(http_get(port).is_err(), "nothing was started");
+    // Fewer instances fit.
+    ok(&ctl(
+        &state,
+        &[
+            "deploy",
+            "web",
+            &example("static_web.flick"),
+            "--listen",
+            &format!("client=127.0.0.1:{port}"),
+            "--max-instances",
+            "1",
+        ],
+    ));
+}
+
+#[test]
+fn the_api_refuses_what_it_does_not_serve() {
+    let dir = TempDir::new("refusals");
+    let state = dir.0.join("state");
+    // Not on loopback without a token: refused before anything starts.
+    let out = Command::new("timeout")
+        .arg("20")
+        .arg(env!("CARGO_BIN_EXE_flick"))
+        .args(["serve", "--api", "0.0.0.0:1", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--api-token"), "{err}");
+
+    let _server = serve(&state, &[]);
+    let ask = |raw: &[u8]| -> String {
+        let mut s = std::os::unix::net::UnixStream::connect(state.join("flick.sock")).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = s.write_all(raw);
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        answer
+    };
+    let big = ask(b"POST /services HTTP/1.1\r\nContent-Length: 5000000\r\n\r\n{}");
+    assert!(big.starts_with("HTTP/1.1 413"), "{big}");
+    assert!(big.contains("\"error\""), "{big}");
+    let many: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
+    let headers = ask(format!("GET /services HTTP/1.1\r\n{many}\r\n").as_bytes());
+    assert!(headers.starts_with("HTTP/1.1 431"), "{headers}");
+    assert!(ask(b"GET /nothing HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+    assert!(ask(b"PATCH /services HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+    let junk = ask(b"POST /services HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc");
+    assert!(junk.starts_with("HTTP/1.1 400"), "{junk}");
+    assert!(ask(b"GET /services/none HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+}
+
+#[test]
+fn a_tcp_api_with_a_token_wants_it_on_every_request() {
+    let dir = TempDir::new("token");
+    let state = dir.0.join("state");
+    let api = format!("127.0.0.1:{}", free_port());
+    let _server = serve(&state, &["--api", &api, "--api-token", "sesame"]);
+    let run = |token: Option<&str>| {
+        let mut c = Command::new("timeout");
+        c.arg("20")
+            .arg(env!("CARGO_BIN_EXE_flick"))
+            .args(["ctl", "--api", &api]);
+        if let Some(t) = token {
+            c.args(["--api-token", t]);
+        }
+        c.arg("list")
+            .env_remove("FLICK_API_TOKEN")
+            .output()
+            .unwrap()
+    };
+    let err = refused(&run(None));
+    assert!(err.contains("Authorization: Bearer"), "{err}");
+    refused(&run(Some("wrong")));
+    assert!(ok(&run(Some("sesame"))).contains("NAME"));
+}
