@@ -263,7 +263,9 @@ impl Vm {
         self.regs.clear();
         self.scratch.clear();
         let f = &module.functions[func as usize];
-        self.regs.resize(f.regs as usize, Value::Unit);
+        // `resize_with` writes each register; `resize` would clone the
+        // filler into each, a match per register on every run and call.
+        self.regs.resize_with(f.regs as usize, || Value::Unit);
         for (i, a) in args.iter().enumerate() {
             self.regs[i] = a.clone();
         }
@@ -275,14 +277,17 @@ impl Vm {
         });
     }
 
+    #[inline]
     fn reg(&self, base: u32, r: Reg) -> &Value {
         &self.regs[base as usize + r as usize]
     }
 
+    #[inline]
     fn set(&mut self, base: u32, r: Reg, v: Value) {
         self.regs[base as usize + r as usize] = v;
     }
 
+    #[inline]
     fn int(&self, base: u32, r: Reg) -> Result<i64, Fault> {
         match self.reg(base, r) {
             Value::Int(i) => Ok(*i),
@@ -291,6 +296,7 @@ impl Vm {
         }
     }
 
+    #[inline]
     fn truthy(&self, base: u32, r: Reg) -> Result<bool, Fault> {
         match self.reg(base, r) {
             Value::Bool(b) => Ok(*b),
@@ -485,7 +491,7 @@ impl Vm {
                     let callee = &module.functions[*g as usize];
                     let new_base = self.regs.len() as u32;
                     self.regs
-                        .resize(new_base as usize + callee.regs as usize, Value::Unit);
+                        .resize_with(new_base as usize + callee.regs as usize, || Value::Unit);
                     for (i, a) in args.iter().enumerate() {
                         let v = self.reg(base, *a).clone();
                         self.regs[new_base as usize + i] = v;
