@@ -75,8 +75,8 @@ impl Default for PacketConfig {
         PacketConfig {
             workers: 1,
             dict_capacity: 1024,
-            queue_capacity: 256,
-            buffers: 1024,
+            queue_capacity: 1024,
+            buffers: 4096,
             dump_request: None,
             dump_path: None,
             stats: None,
