@@ -22,9 +22,69 @@ const KEY_NONE: u8 = 3;
 const KEY_TUPLE: u8 = 4;
 
 pub(crate) struct Dict {
-    entries: HashMap<Box<[u8]>, Value>,
+    entries: HashMap<StoredKey, Value>,
     capacity: usize,
 }
+
+/// Room a dictionary is made with; it grows (as new keys are added) to
+/// its capacity.
+const INITIAL_ENTRIES: usize = 1024;
+
+/// Longest key kept inside its entry: `flow_key5` of an IPv4 frame (five
+/// packed integers, 46 bytes encoded) fits.
+const INLINE_KEY: usize = 46;
+
+/// An encoded key as a dictionary keeps it: a short one inside the entry,
+/// so a lookup compares it where the hash led without following a pointer
+/// to another cache line; a longer one on the heap.
+#[derive(Clone)]
+enum StoredKey {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Heap(Box<[u8]>),
+}
+
+impl StoredKey {
+    fn new(key: &[u8]) -> StoredKey {
+        if key.len() <= INLINE_KEY {
+            let mut bytes = [0; INLINE_KEY];
+            bytes[..key.len()].copy_from_slice(key);
+            StoredKey::Inline {
+                len: key.len() as u8,
+                bytes,
+            }
+        } else {
+            StoredKey::Heap(key.into())
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            StoredKey::Inline { len, bytes } => &bytes[..*len as usize],
+            StoredKey::Heap(b) => b,
+        }
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for StoredKey {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+// Hashed and compared as the bytes it holds, so that `&[u8]` looks it up.
+impl std::hash::Hash for StoredKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state)
+    }
+}
+
+impl PartialEq for StoredKey {
+    fn eq(&self, other: &StoredKey) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for StoredKey {}
 
 pub(crate) enum Var {
     Value(Value),
@@ -68,8 +128,11 @@ impl Shard {
             Value::Dict { state } if state == u16::MAX => match slot {
                 Var::Dict(d) => d.entries.clear(),
                 _ => {
+                    // Grown as keys come, up to `capacity`: a table sized
+                    // for the most keys but holding few spreads them over
+                    // more cache lines than it needs.
                     *slot = Var::Dict(Dict {
-                        entries: HashMap::with_capacity(capacity),
+                        entries: HashMap::with_capacity(capacity.min(INITIAL_ENTRIES)),
                         capacity,
                     })
                 }
@@ -108,7 +171,7 @@ impl Shard {
         if let Some(old) = d.entries.get_mut(key) {
             *old = v;
         } else if d.entries.len() < d.capacity {
-            d.entries.insert(key.into(), v);
+            d.entries.insert(StoredKey::new(key), v);
         } else {
             self.dict_full += 1;
         }
@@ -249,7 +312,7 @@ pub(crate) fn merged(names: &[&str], shards: &[&Shard]) -> Map<String, Json> {
                 Var::Dict(d) => {
                     let mut m = Map::new();
                     for (k, v) in &d.entries {
-                        let key = decode_key(k);
+                        let key = decode_key(k.as_bytes());
                         let v = json(v);
                         match m.get_mut(&key) {
                             Some(old) => merge_into(old, v),
@@ -322,5 +385,27 @@ mod tests {
         assert_eq!(s.dict_full, 1);
         assert_eq!(s.dict_get(0, b"a").unwrap(), Value::Int(5));
         assert_eq!(s.dict_get(0, b"c").unwrap(), Value::None);
+    }
+
+    #[test]
+    fn keys_kept_inside_entries_and_outside_are_told_apart() {
+        let mut s = Shard::new(1, 4096);
+        s.store(0, Value::Dict { state: u16::MAX }).unwrap();
+        // Keys around the inline limit, and prefixes of one another,
+        // beyond the room the dictionary was made with.
+        let keys: Vec<Vec<u8>> = (0..INITIAL_ENTRIES + 100)
+            .map(|i| {
+                let len = 1 + i % (2 * INLINE_KEY);
+                (0..len).map(|j| (i / (2 * INLINE_KEY) + j) as u8).collect()
+            })
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            s.dict_set(0, k, Value::Int(i as i64)).unwrap();
+        }
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(s.dict_get(0, k).unwrap(), Value::Int(i as i64), "key {k:?}");
+        }
+        assert_eq!(s.dict_get(0, &[7; INLINE_KEY + 1]).unwrap(), Value::None);
+        assert_eq!(s.dict_full, 0);
     }
 }
