@@ -264,8 +264,9 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
         reuse_port: true,
         // Many services share the machine: each makes little ahead of
         // its load, and its pools grow with it.
-        graphs_ahead: 2,
+        graphs_ahead: 1,
         message_pool: 1024,
+        messages_ahead: 0,
         ..flick_platform::ServiceConfig::default()
     };
     Ok(Prepared {
@@ -378,6 +379,10 @@ impl Registry {
             },
         );
         drop(services);
+        // Loading and checking a program leaves the allocator holding
+        // free pages (in the API thread's arena): given back now, or an
+        // idle service would seem to cost them.
+        flick_platform::release_free_memory();
         // The new version listens already; the old one drains beside it.
         if let Some(old) = old {
             let stopped = old.service.stop(DRAIN_DEADLINE);

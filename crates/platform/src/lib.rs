@@ -29,8 +29,8 @@ mod stats;
 pub use msg::{Msg, MsgPool};
 pub use platform::{Platform, PlatformConfig, PlatformError};
 pub use service::{
-    Accept, LoadError, Loaded, Service, ServiceConfig, Sharing, StartError, StateError, StateValue,
-    Stopped,
+    release_free_memory, Accept, LoadError, Loaded, Service, ServiceConfig, Sharing, StartError,
+    StateError, StateValue, Stopped,
 };
 pub use stats::{
     BackendStats, ChannelStats, Histogram, HistogramSnapshot, Stats, BUCKETS, LATENCY_BOUNDS_US,

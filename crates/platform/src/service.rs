@@ -222,9 +222,11 @@ pub struct ServiceConfig {
     /// Graphs made when the service starts, and kept however long they go
     /// unused (at most `max_instances`); more are made on demand.
     pub graphs_ahead: usize,
-    /// The most messages the service's pool keeps for reuse; a quarter of
-    /// them (up to 256) are made when it starts.
+    /// The most messages the service's pool keeps for reuse.
     pub message_pool: usize,
+    /// Messages made when the service starts (each holds a slot per field
+    /// of the grammar's largest unit: kilobytes for HTTP's).
+    pub messages_ahead: usize,
 }
 
 /// Which workers accept client connections.
@@ -286,6 +288,7 @@ impl Default for ServiceConfig {
             reuse_port: false,
             graphs_ahead: GRAPHS_MADE_AHEAD,
             message_pool: MSG_POOL_MAX,
+            messages_ahead: 256,
         }
     }
 }
@@ -734,7 +737,7 @@ impl Service {
             loaded.grammar.clone(),
             (config.max_instances * config.channel_capacity * 2).min(config.message_pool.max(1)),
             slots,
-            (config.message_pool / 4).min(256),
+            config.messages_ahead.min(config.message_pool),
             256,
         );
         let nstate = loaded.module.processes[loaded.process].state.len();
@@ -1857,7 +1860,7 @@ const MSG_POOL_MAX: usize = 16_384;
 /// Gives the allocator's free pages back to the system: glibc keeps what
 /// is freed in its arenas, and the resident size would stay at the peak.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn release_free_memory() {
+pub fn release_free_memory() {
     extern "C" {
         fn malloc_trim(pad: usize) -> std::ffi::c_int;
     }
@@ -1869,4 +1872,4 @@ fn release_free_memory() {
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn release_free_memory() {}
+pub fn release_free_memory() {}
