@@ -311,6 +311,22 @@ impl Registry {
         if !exists && replace {
             return Err(Refusal::new(404, format!("no service `{}`", spec.name)));
         }
+        // Listeners share ports (SO_REUSEPORT, for redeploys): another
+        // service's address would be taken silently, connections split.
+        for (other, d) in services.iter().filter(|(n, _)| **n != spec.name) {
+            let theirs = d.service.local_addr();
+            for (_, ours) in &prepared.config.listen {
+                let same_ip = ours.ip() == theirs.ip()
+                    || ours.ip().is_unspecified()
+                    || theirs.ip().is_unspecified();
+                if ours.port() != 0 && ours.port() == theirs.port() && same_ip {
+                    return Err(Refusal::new(
+                        409,
+                        format!("service `{other}` listens on {theirs} already"),
+                    ));
+                }
+            }
+        }
         if let Some(budget) = self.budget {
             let (others, n) = self.reserved_except(&services, &spec.name);
             if others.saturating_add(prepared.reserved) > budget {

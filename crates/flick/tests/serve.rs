@@ -286,6 +286,17 @@ fn services_deploy_answer_undeploy_redeploy_and_come_back_after_a_restart() {
         ],
     ));
     assert!(err.contains("deployed already"), "{err}");
+    let err = refused(&ctl(
+        &state,
+        &[
+            "deploy",
+            "web2",
+            &example("static_web.flick"),
+            "--listen",
+            &format!("client=127.0.0.1:{web}"),
+        ],
+    ));
+    assert!(err.contains("service `web` listens on"), "{err}");
 
     // Undeploying one leaves the others answering.
     let out = ok(&ctl(&state, &["undeploy", "web"]));
