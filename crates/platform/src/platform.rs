@@ -182,3 +182,113 @@ fn housekeeping(shared: Weak<Shared>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Loaded, Service, ServiceConfig};
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+    use std::time::Duration;
+
+    fn static_web() -> Loaded {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/static_web.flick"
+        );
+        let src = std::fs::read_to_string(path).unwrap();
+        let (program, diags) = flick_syntax::parse(&src);
+        assert!(diags.is_empty());
+        let (checked, diags) = flick_check::check(&program);
+        assert!(diags.is_empty());
+        let grammar = flick_wire::Grammar::stock("http").unwrap();
+        Loaded::new(&program, &checked, grammar).unwrap()
+    }
+
+    fn on_free_port() -> ServiceConfig {
+        let addr = format!("127.0.0.1:{}", flick_testkit::free_port());
+        ServiceConfig {
+            listen: vec![("client".into(), addr.parse().unwrap())],
+            max_instances: 16,
+            reuse_port: true,
+            ..ServiceConfig::default()
+        }
+    }
+
+    const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+
+    fn get(addr: SocketAddr) -> std::io::Result<String> {
+        let mut s = TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+        let mut answer = String::new();
+        s.read_to_string(&mut answer)?;
+        Ok(answer)
+    }
+
+    #[test]
+    fn services_share_the_workers_and_one_stops_alone() {
+        let platform = Platform::start(PlatformConfig {
+            workers: 2,
+            tasks: 4096,
+            pin: false,
+            ..PlatformConfig::default()
+        })
+        .unwrap();
+        let a = Service::start_on(&platform, static_web(), on_free_port()).unwrap();
+        let b = Service::start_on(&platform, static_web(), on_free_port()).unwrap();
+        assert_eq!(platform.services(), 2);
+        for s in [&a, &b] {
+            assert!(get(s.local_addr()).unwrap().contains("Hello from Flick"));
+        }
+        // A client of `a` that keeps its connection open.
+        let mut open = TcpStream::connect(a.local_addr()).unwrap();
+        open.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        open.write_all(GET).unwrap();
+        let mut first = [0u8; 16];
+        open.read_exact(&mut first).unwrap();
+
+        let stopped = a.stop(Duration::from_secs(5));
+        assert!(stopped.drained, "{stopped:?}");
+        assert_eq!(stopped.clients_left, 0);
+        assert_eq!(a.listeners(), 0);
+        assert_eq!(platform.services(), 1);
+        assert!(get(a.local_addr()).is_err(), "nothing listens for `a`");
+        let mut rest = Vec::new();
+        open.read_to_end(&mut rest).unwrap();
+        assert!(
+            String::from_utf8_lossy(&rest).ends_with("72 of body.\n"),
+            "the open connection got its answer, then closed"
+        );
+        // `b` goes on, on the same workers.
+        assert!(get(b.local_addr()).unwrap().contains("Hello from Flick"));
+        drop(a);
+        assert!(get(b.local_addr()).unwrap().contains("Hello from Flick"));
+        assert_eq!(
+            b.stats()
+                .connections_accepted
+                .load(std::sync::atomic::Ordering::Relaxed),
+            3
+        );
+    }
+
+    #[test]
+    fn a_new_version_listens_beside_the_old_before_it_stops() {
+        let platform = Platform::start(PlatformConfig {
+            workers: 2,
+            tasks: 4096,
+            pin: false,
+            ..PlatformConfig::default()
+        })
+        .unwrap();
+        let config = on_free_port();
+        let old = Service::start_on(&platform, static_web(), config.clone()).unwrap();
+        let new = Service::start_on(&platform, static_web(), config).unwrap();
+        assert_eq!(old.local_addr(), new.local_addr());
+        old.stop(Duration::from_secs(5));
+        for _ in 0..10 {
+            assert!(get(new.local_addr()).unwrap().contains("Hello from Flick"));
+        }
+    }
+}
