@@ -7,12 +7,13 @@
 //! Workers are plain threads, one per `--workers`, not tasks of the
 //! runtime's scheduler: a packet rule runs to its end without waiting on
 //! any channel (a send only notes the port), so there is nothing for a
-//! cooperative task to yield to, and a thread blocked on its queue keeps
-//! the per-frame path to one queue pop. Each worker owns a shard of the
-//! process state, so nothing is locked per frame; nothing is allocated per
-//! frame either once buffers and interpreters have grown to the frames'
-//! needs (`tests/no_alloc.rs` holds this for a forwarding program). The
-//! path through the threads is described in `service.rs`.
+//! cooperative task to yield to, and frames cross threads in batches, so
+//! a queue operation is paid per batch, not per frame. Each worker owns a
+//! shard of the process state, so nothing is locked per frame; nothing is
+//! allocated per frame either once batches and interpreters have grown to
+//! the frames' needs (`tests/no_alloc.rs` holds this for a forwarding
+//! program and for the flow tracker's string keys). The path through the
+//! threads is described in `service.rs`.
 //!
 //! A dump merges the shards: a dictionary's entries from every shard, and
 //! a scalar `global` summed over the shards where it is an integer (each
