@@ -727,10 +727,17 @@ fn handle<S: std::io::Read + std::io::Write>(
         Ok(req) => {
             let started = Instant::now();
             // A handler that panics must not take the platform with it.
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 route(reg, &req, token, started)
             }))
-            .unwrap_or_else(|_| Err(Refusal::new(500, "the request failed inside the server")))
+            .unwrap_or_else(|_| Err(Refusal::new(500, "the request failed inside the server")));
+            if let Err(r) = &answer {
+                // A change asked for and refused is worth a line too.
+                if req.method != "GET" {
+                    tracing::warn!(method = %req.method, path = %req.path, status = r.status, "refused: {}", r.message);
+                }
+            }
+            answer
         }
     };
     let (status, body) = match answer {
