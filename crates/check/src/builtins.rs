@@ -21,6 +21,11 @@ pub const BUILTINS: &[&str] = &[
     "header",
     "pack",
     "frame_len",
+    "set_ttl",
+    "set_ip_src",
+    "set_ip_dst",
+    "set_src_port",
+    "set_dst_port",
     "broadcast",
     "in_prefix",
     "min",
@@ -28,7 +33,28 @@ pub const BUILTINS: &[&str] = &[
 ];
 
 /// The built-ins of packet programs, checked in `packets.rs`.
-pub const PACKET_BUILTINS: &[&str] = &["pack", "frame_len", "broadcast", "in_prefix", "min", "max"];
+pub const PACKET_BUILTINS: &[&str] = &[
+    "pack",
+    "frame_len",
+    "broadcast",
+    "in_prefix",
+    "min",
+    "max",
+    "set_ttl",
+    "set_ip_src",
+    "set_ip_dst",
+    "set_src_port",
+    "set_dst_port",
+];
+
+/// The packet built-ins that edit the frame a rule is handling.
+pub const HEADER_EDITS: &[&str] = &[
+    "set_ttl",
+    "set_ip_src",
+    "set_ip_dst",
+    "set_src_port",
+    "set_dst_port",
+];
 
 /// The built-ins on strings (and bytes), checked in `strings.rs`.
 pub const STRING_BUILTINS: &[&str] = &[

@@ -114,11 +114,29 @@ impl Checker<'_> {
             args.iter().for_each(|a| drop(self.expr(a)));
             return match name {
                 "in_prefix" => Ty::Bool,
-                "broadcast" => Ty::unit(),
+                n if n == "broadcast" || crate::builtins::HEADER_EDITS.contains(&n) => Ty::unit(),
                 _ => Ty::int(),
             };
         }
         match name {
+            n if crate::builtins::HEADER_EDITS.contains(&n) => {
+                let t = self.expr(&args[0]);
+                let r = self.uni.resolve(&t);
+                if !matches!(r.behind_refs(), Ty::Record(..) | Ty::Error | Ty::Var(_)) {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "E0203",
+                            format!("`{n}` edits the packet a rule is handling, not `{r}`"),
+                            args[0].span,
+                        )
+                        .label(format!("this is `{r}`"))
+                        .hint(format!("give it the packet, as in `{n}(p, ...)`")),
+                    );
+                }
+                let v = self.expr(&args[1]);
+                self.operand(&v, &Ty::int(), args[1].span, &format!("`{n}`"));
+                Ty::unit()
+            }
             "frame_len" => {
                 let t = self.expr(&args[0]);
                 let r = self.uni.resolve(&t);
@@ -287,6 +305,8 @@ impl Checker<'_> {
                 ops: 18,
                 scratch: 0,
             },
+            // Finding the header and adjusting two checksums.
+            n if crate::builtins::HEADER_EDITS.contains(&n) => StringCost { ops: 8, scratch: 0 },
             "broadcast" => {
                 let n = match args.get(1).and_then(|a| self.out.expr_types.get(&a.span)) {
                     Some(Ty::ChanArray(_, n)) => *n,

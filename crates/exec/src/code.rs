@@ -62,6 +62,20 @@ pub enum Builtin {
     /// `min(a, b)`, `max(a, b)` of integers (`None` if either is).
     Min,
     Max,
+    /// `set_ttl(p, v)`, `set_ip_src(p, v)`, ...: an edit of the packet
+    /// being handled, made by the host.
+    EditHeader(HeaderEdit),
+}
+
+/// What a header-editing built-in sets (the host keeps the checksums right).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeaderEdit {
+    /// IPv4 TTL or IPv6 hop limit.
+    Ttl,
+    IpSrc,
+    IpDst,
+    SrcPort,
+    DstPort,
 }
 
 impl Builtin {
@@ -88,6 +102,11 @@ impl Builtin {
             "in_prefix" => Builtin::InPrefix,
             "min" => Builtin::Min,
             "max" => Builtin::Max,
+            "set_ttl" => Builtin::EditHeader(HeaderEdit::Ttl),
+            "set_ip_src" => Builtin::EditHeader(HeaderEdit::IpSrc),
+            "set_ip_dst" => Builtin::EditHeader(HeaderEdit::IpDst),
+            "set_src_port" => Builtin::EditHeader(HeaderEdit::SrcPort),
+            "set_dst_port" => Builtin::EditHeader(HeaderEdit::DstPort),
             _ => return None,
         })
     }

@@ -177,6 +177,13 @@ pub trait Host {
         let _ = (msg, record, name);
         Err(Fault::Host("this host reads no header fields".into()))
     }
+    /// `set_ttl(msg, v)` and the other header edits of the packet being
+    /// handled: the host makes the edit (and keeps checksums right) or
+    /// says why it cannot.
+    fn edit_header(&mut self, msg: &Value, edit: HeaderEdit, value: i64) -> Result<(), Fault> {
+        let _ = (msg, edit, value);
+        Err(Fault::Host("only packet programs edit headers".into()))
+    }
     /// `frame_len(msg)`: the length in bytes of the whole message `msg`
     /// (for a packet, the frame's length on the wire).
     fn message_len(&self, msg: &Value) -> Result<Value, Fault> {
@@ -440,6 +447,11 @@ impl Vm {
                             Value::None => Value::None,
                             m => host.message_len(m)?,
                         },
+                        Builtin::EditHeader(edit) => {
+                            let v = self.int(base, args[1])?;
+                            host.edit_header(self.reg(base, args[0]), *edit, v)?;
+                            Value::Unit
+                        }
                         Builtin::InPrefix => {
                             let addr = self.reg(base, args[0]);
                             let prefix = self.bytes_of(module, &*host, self.reg(base, args[1]));

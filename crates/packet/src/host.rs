@@ -2,8 +2,9 @@
 //! fields, sends that name the ports the frame goes out of, and the
 //! worker's state shard. Made per frame from borrows, so it costs nothing.
 
+use crate::rewrite::Edit;
 use crate::state::{encode_bytes_key, encode_key, own, Shard};
-use flick_exec::{Fault, Host, Sent, Value};
+use flick_exec::{Fault, HeaderEdit, Host, Sent, Value};
 use flick_wire::{FieldRef, Message};
 
 /// The most sends one frame's rule may make (a frame to a few ports).
@@ -42,6 +43,38 @@ impl Sends {
 /// views and whether it holds an integer. Indexed `[record][field]`.
 pub type FieldTable = Vec<Vec<Option<(FieldRef, bool)>>>;
 
+/// The most header edits one frame's rule may make.
+pub const MAX_EDITS: usize = 8;
+
+/// The edits a rule made to its frame, applied once it is done.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Edits {
+    edits: [Option<Edit>; MAX_EDITS],
+    len: u8,
+}
+
+impl Edits {
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Edit> + '_ {
+        self.edits[..self.len as usize].iter().flatten().copied()
+    }
+
+    fn push(&mut self, e: Edit) -> Result<(), Fault> {
+        let at = self.len as usize;
+        if at == MAX_EDITS {
+            return Err(Fault::Host(format!(
+                "a frame's headers may be edited at most {MAX_EDITS} times"
+            )));
+        }
+        self.edits[at] = Some(e);
+        self.len += 1;
+        Ok(())
+    }
+}
+
 /// What a frame's host reads and writes, borrowed for one run.
 pub struct FrameHost<'a> {
     pub frame: &'a [u8],
@@ -53,6 +86,8 @@ pub struct FrameHost<'a> {
     pub shard: Option<&'a mut Shard>,
     pub key: &'a mut Vec<u8>,
     pub sends: &'a mut Sends,
+    /// None while steering: `steer` picks a worker and edits nothing.
+    pub edits: Option<&'a mut Edits>,
 }
 
 /// The value a frame's record is in compute code.
@@ -204,6 +239,37 @@ impl Host for FrameHost<'_> {
         let value = self.owned(value)?;
         let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
         shard.map_or(Ok(()), |s| s.dict_set(state, key, value))
+    }
+
+    fn edit_header(&mut self, msg: &Value, edit: HeaderEdit, value: i64) -> Result<(), Fault> {
+        if *msg != FRAME {
+            return Err(Fault::Kind("a packet"));
+        }
+        let out_of_range =
+            |max: i64| Fault::Host(format!("{value} does not fit the field (0 to {max})"));
+        let e = match edit {
+            HeaderEdit::Ttl => Edit::Ttl(u8::try_from(value).map_err(|_| out_of_range(255))?),
+            HeaderEdit::IpSrc | HeaderEdit::IpDst => {
+                let a = u32::try_from(value).map_err(|_| out_of_range(u32::MAX as i64))?;
+                if edit == HeaderEdit::IpSrc {
+                    Edit::IpSrc(a)
+                } else {
+                    Edit::IpDst(a)
+                }
+            }
+            HeaderEdit::SrcPort | HeaderEdit::DstPort => {
+                let p = u16::try_from(value).map_err(|_| out_of_range(65535))?;
+                if edit == HeaderEdit::SrcPort {
+                    Edit::SrcPort(p)
+                } else {
+                    Edit::DstPort(p)
+                }
+            }
+        };
+        match self.edits.as_deref_mut() {
+            Some(edits) => edits.push(e),
+            None => Err(Fault::Host("`steer` cannot edit the packet".into())),
+        }
     }
 
     fn message_len(&self, msg: &Value) -> Result<Value, Fault> {

@@ -111,6 +111,11 @@ pub fn apply(frame: &mut [u8], edit: Edit) -> Result<(), EditError> {
             Edit::SrcPort(_) | Edit::DstPort(_) => EditError::NoPorts,
         });
     };
+    // A UDP checksum in use, looked at before the edit.
+    let udp_sum = match l.l4 {
+        Some((_, false)) => l4_sum(frame, &l),
+        _ => None,
+    };
     match edit {
         Edit::Ttl(ttl) if l.v4 => {
             // TTL and protocol share a word of the header checksum.
@@ -151,6 +156,12 @@ pub fn apply(frame: &mut [u8], edit: Edit) -> Result<(), EditError> {
                 Some(t) => set_word(frame, at, p, &[t]),
                 None => set_word(frame, at, p, &[]),
             }
+        }
+    }
+    // UDP sends a computed checksum of zero as all ones (RFC 768).
+    if let Some(sum) = udp_sum {
+        if frame[sum..sum + 2] == [0, 0] {
+            frame[sum..sum + 2].copy_from_slice(&[0xff, 0xff]);
         }
     }
     Ok(())

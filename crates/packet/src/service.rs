@@ -34,7 +34,8 @@
 //!
 //! Output files are therefore the same whatever the number of workers.
 
-use crate::host::{FieldTable, FrameHost, Sends, FRAME};
+use crate::host::{Edits, FieldTable, FrameHost, Sends, FRAME};
+use crate::rewrite;
 use crate::state::{self, Shard};
 use crate::stats::{set, LiveStats};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
@@ -1015,6 +1016,7 @@ impl Dispatch<'_> {
                     shard: None,
                     key: &mut self.key,
                     sends: &mut self.sends,
+                    edits: None,
                 };
                 self.vm.start(&svc.module, f, &[FRAME]);
                 let key = match self.vm.run(&svc.module, host, &mut Timeslice::unlimited()) {
@@ -1110,6 +1112,7 @@ impl Worker {
         let mut vm = Vm::default();
         let mut key = Vec::new();
         let mut sends = Sends::default();
+        let mut edits = Edits::default();
         let (mut dropped, mut faults, mut malformed, mut frames) = (0, 0, 0, 0);
         // The process's state, set up once per shard.
         {
@@ -1121,6 +1124,7 @@ impl Worker {
                 shard: Some(&mut self.shard),
                 key: &mut key,
                 sends: &mut sends,
+                edits: None,
             };
             vm.start(&self.module, self.init, &[]);
             if let Err(f) = vm.run(&self.module, host, &mut Timeslice::unlimited()) {
@@ -1156,6 +1160,7 @@ impl Worker {
                     log_malformed_in(&self.channels, &self.grammar, e.chan, unit, frame.len());
                     continue;
                 }
+                edits.clear();
                 let host = &mut FrameHost {
                     frame,
                     message: p.message(frame),
@@ -1164,12 +1169,29 @@ impl Worker {
                     shard: Some(&mut self.shard),
                     key: &mut key,
                     sends: &mut e.sends,
+                    edits: Some(&mut edits),
                 };
                 vm.start(&self.module, rule, &[FRAME]);
-                match vm.run(&self.module, host, &mut Timeslice::unlimited()) {
-                    Ok(Outcome::Done(_)) => {
+                let ran = vm.run(&self.module, host, &mut Timeslice::unlimited());
+                // The rule's header edits, made to the frame wherever it goes.
+                let edited = match &ran {
+                    Ok(Outcome::Done(_)) => edits.iter().try_for_each(|ed| {
+                        let at = e.start as usize..e.start as usize + e.len as usize;
+                        rewrite::apply(&mut bytes[at], ed)
+                    }),
+                    _ => Ok(()),
+                };
+                match ran {
+                    Ok(Outcome::Done(_)) if edited.is_ok() => {
                         if e.sends.as_slice().is_empty() {
                             dropped += 1;
+                        }
+                    }
+                    Ok(Outcome::Done(_)) => {
+                        faults += 1;
+                        e.sends.clear();
+                        if let Err(why) = edited {
+                            self.log_fault(&vm, &why.to_string());
                         }
                     }
                     other => {

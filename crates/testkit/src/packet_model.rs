@@ -286,3 +286,77 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     }
     h
 }
+
+/// The ones' complement checksum of `data` (RFC 1071).
+pub fn checksum(data: &[u8]) -> u16 {
+    let mut sum: u32 = data
+        .chunks(2)
+        .map(|w| u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]) as u32)
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Where an IPv4 frame's IP header starts (after Ethernet and one VLAN tag).
+fn ipv4_at(frame: &[u8]) -> Option<usize> {
+    match be16(frame, 12)? {
+        0x0800 => Some(14),
+        0x8100 if be16(frame, 16)? == 0x0800 => Some(18),
+        _ => None,
+    }
+}
+
+/// Recomputes an IPv4 frame's header checksum and its TCP or UDP
+/// checksum from scratch (a UDP checksum of zero, "none", stays zero).
+pub fn fix_checksums(frame: &mut [u8]) {
+    let Some(ip) = ipv4_at(frame) else { return };
+    let ihl = (frame[ip] & 0x0f) as usize * 4;
+    frame[ip + 10..ip + 12].fill(0);
+    let c = checksum(&frame[ip..ip + ihl]);
+    frame[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
+    let later_fragment = be16(frame, ip + 6).unwrap_or(0) & 0x1fff != 0;
+    let l4 = ip + ihl;
+    let sum = match frame[ip + 9] {
+        6 if !later_fragment && frame.len() >= l4 + 20 => l4 + 16,
+        17 if !later_fragment && frame.len() >= l4 + 8 && be16(frame, l4 + 6) != Some(0) => l4 + 6,
+        _ => return,
+    };
+    frame[sum..sum + 2].fill(0);
+    let end = ip + be16(frame, ip + 2).unwrap_or(0) as usize;
+    let end = end.clamp(l4, frame.len());
+    let mut pseudo = frame[ip + 12..ip + 20].to_vec();
+    pseudo.extend_from_slice(&[0, frame[ip + 9]]);
+    pseudo.extend_from_slice(&((end - l4) as u16).to_be_bytes());
+    pseudo.extend_from_slice(&frame[l4..end]);
+    let mut c = checksum(&pseudo);
+    if c == 0 && frame[ip + 9] == 17 {
+        c = 0xffff;
+    }
+    frame[sum..sum + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+/// `examples/packets/static_nat.flick`: a frame from inside (`outbound`)
+/// or from outside, as the program would send it on, or `None` where it
+/// drops it. Checksums recomputed from scratch.
+pub fn static_nat(frame: &[u8], outbound: bool) -> Option<Vec<u8>> {
+    let h = parse(frame);
+    let ip = ipv4_at(frame).filter(|_| h.ip == 4);
+    let (net, to) = if outbound {
+        (0x0a00_0000u32, 0xc000_0200u32)
+    } else {
+        (0xc000_0200, 0x0a00_0000)
+    };
+    let ip = ip?;
+    let at = ip + if outbound { 12 } else { 16 };
+    let addr = u32::from_be_bytes(frame[at..at + 4].try_into().unwrap());
+    if addr & 0xffff_ff00 != net || frame[ip + 8] <= 1 {
+        return None;
+    }
+    let mut out = frame.to_vec();
+    out[ip + 8] -= 1;
+    out[at..at + 4].copy_from_slice(&(addr - net + to).to_be_bytes());
+    fix_checksums(&mut out);
+    Some(out)
+}
