@@ -184,9 +184,14 @@ impl TxPort for NullTx {
 }
 
 fn load(program: &str) -> flick_platform::Loaded {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(program);
+    // From the repository root, or from where this was built (a copy of
+    // the binary run elsewhere finds the programs in its working directory).
+    let path = match Path::new(program).exists() {
+        true => Path::new(program).to_path_buf(),
+        false => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(program),
+    };
     let text = std::fs::read_to_string(&path).unwrap();
     let text = flick::views::program_source(&text).into_owned();
     let (ast, _) = flick_syntax::parse(&text);
