@@ -30,6 +30,7 @@ pub const BUILTINS: &[&str] = &[
     "in_prefix",
     "min",
     "max",
+    "log",
 ];
 
 /// The built-ins of packet programs, checked in `packets.rs`.
@@ -45,6 +46,7 @@ pub const PACKET_BUILTINS: &[&str] = &[
     "set_ip_dst",
     "set_src_port",
     "set_dst_port",
+    "log",
 ];
 
 /// The packet built-ins that edit the frame a rule is handling.

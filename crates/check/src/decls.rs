@@ -270,7 +270,7 @@ impl<'p> Checker<'p> {
             TypeKind::Integer => &["size", "signed"],
             TypeKind::String | TypeKind::Bytes => &["size", "max"],
             TypeKind::List(_) => &["size", "max"],
-            TypeKind::Dict(..) => &["capacity"],
+            TypeKind::Dict(..) => &["capacity", "idle", "evict"],
             TypeKind::ChanArray(_) => &["max"],
             _ => &[],
         };
@@ -388,6 +388,7 @@ impl<'p> Checker<'p> {
                 let k = self.resolve_type(k, &SizeScope::Constant);
                 let v = self.resolve_type(v, &SizeScope::Constant);
                 let cap = self.positive_const(te, "capacity", DEFAULT_DICT_CAPACITY);
+                self.table_policy(te);
                 Ty::Dict(Box::new(k), Box::new(v), cap)
             }
             TypeKind::Ref(t) => Ty::Ref(Box::new(self.resolve_type(t, &SizeScope::Constant))),
@@ -450,6 +451,36 @@ impl<'p> Checker<'p> {
     }
 
     /// A positive constant annotation, or `default` when absent.
+    /// Checks a dictionary's `idle=` (seconds, a positive constant) and
+    /// `evict=` (`refuse`, `lru` or `idle`, which needs `idle=`). They
+    /// shape a packet program's `global` flow tables; elsewhere they are
+    /// accepted and have no effect.
+    fn table_policy(&mut self, te: &TypeExpr) {
+        let idle = annotation(te, "idle").is_some();
+        if idle {
+            self.positive_const(te, "idle", 1);
+        }
+        let Some(a) = annotation(te, "evict") else {
+            return;
+        };
+        match &a.value.kind {
+            ExprKind::Var(v) if v.name == "idle" && !idle => self.diags.push(
+                Diagnostic::error("E0503", "`evict=idle` needs an `idle=` time", a.value.span)
+                    .label("no `idle` annotation on this dictionary")
+                    .hint("add `idle=SECONDS`, as in `{idle=30, evict=idle}`"),
+            ),
+            ExprKind::Var(v) if is_evict_policy(&v.name) => {}
+            _ => self.diags.push(
+                Diagnostic::error(
+                    "E0503",
+                    "`evict` is `refuse`, `lru` or `idle`",
+                    a.value.span,
+                )
+                .label("not an eviction policy"),
+            ),
+        }
+    }
+
     fn positive_const(&mut self, te: &TypeExpr, name: &str, default: u64) -> u64 {
         let Some(a) = annotation(te, name) else {
             return default;
@@ -620,4 +651,8 @@ fn describe_kind(k: &TypeKind) -> &'static str {
         TypeKind::Chan(_) => "a channel",
         TypeKind::ChanArray(_) => "a channel array",
     }
+}
+
+fn is_evict_policy(name: &str) -> bool {
+    EVICT_POLICIES.contains(&name)
 }

@@ -1,7 +1,8 @@
 //! The built-ins of packet programs: `pack` (a dictionary key of several
 //! values), `frame_len` (a message's length in bytes), `broadcast` (a value
 //! to every channel of an array), `in_prefix` (an IPv4 address within a
-//! CIDR prefix), `min` and `max`: their types, bounds and cost.
+//! CIDR prefix), `min`, `max` and `log` (a rate-limited line in the
+//! service's log): their types, bounds and cost.
 //!
 //! None of them fails at run time on `None` (a header the packet lacks):
 //! `pack` packs it as a part of its own, `in_prefix` is `False`, `min` and
@@ -109,12 +110,21 @@ impl Checker<'_> {
         if name == "pack" {
             return self.pack(f, args, span);
         }
-        let n = if name == "frame_len" { 1 } else { 2 };
+        let n = if matches!(name, "frame_len" | "log") {
+            1
+        } else {
+            2
+        };
         if !self.arity(f, n, args.len(), span, "") {
             args.iter().for_each(|a| drop(self.expr(a)));
             return match name {
                 "in_prefix" => Ty::Bool,
-                n if n == "broadcast" || crate::builtins::HEADER_EDITS.contains(&n) => Ty::unit(),
+                n if n == "broadcast"
+                    || n == "log"
+                    || crate::builtins::HEADER_EDITS.contains(&n) =>
+                {
+                    Ty::unit()
+                }
                 _ => Ty::int(),
             };
         }
@@ -155,6 +165,25 @@ impl Checker<'_> {
                     signed: false,
                     bytes: 8,
                 }
+            }
+            "log" => {
+                let t = self.expr(&args[0]);
+                let r = self.uni.resolve(&t);
+                if !matches!(
+                    r.behind_refs(),
+                    Ty::Str { .. } | Ty::Bytes { .. } | Ty::Error | Ty::Var(_)
+                ) {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "E0203",
+                            format!("`log` writes a string, not `{r}`"),
+                            args[0].span,
+                        )
+                        .label(format!("this is `{r}`"))
+                        .hint("make an integer a string with `to_string`"),
+                    );
+                }
+                Ty::unit()
             }
             "min" | "max" => {
                 for a in args {
@@ -305,6 +334,11 @@ impl Checker<'_> {
                 ops: 18,
                 scratch: 0,
             },
+            // Copying at most `LOG_LINE_MAX` (256) bytes of the message.
+            "log" => StringCost {
+                ops: 256,
+                scratch: 0,
+            },
             // Finding the header and adjusting two checksums.
             n if crate::builtins::HEADER_EDITS.contains(&n) => StringCost { ops: 8, scratch: 0 },
             "broadcast" => {
@@ -370,6 +404,49 @@ fun f: ([integer/-] ins, -/integer out, x: integer) -> ()
         assert_eq!(
             codes,
             ["E0202", "E0202", "E0203", "E0203", "E0302", "E0303", "E0203"]
+        );
+    }
+
+    #[test]
+    fn log_takes_one_string() {
+        let src = "fun f: (x: integer, s: string) -> ()
+  log(s)
+  log(to_string(x))
+  log(x)
+  log(s, s)
+";
+        assert_eq!(
+            errors(src),
+            vec![
+                ("E0203", "x".to_string()),
+                ("E0202", "log(s, s)".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn table_annotations_are_checked_where_written() {
+        let ok = "proc P: (integer/integer c)
+  global a: dict<integer*integer> {capacity=8, idle=30, evict=lru} := empty_dict
+  global b: dict<integer*integer> {idle=5, evict=idle} := empty_dict
+  global d: dict<integer*integer> {evict=refuse} := empty_dict
+  c => c
+";
+        assert_eq!(errors(ok), vec![]);
+        let bad = "proc P: (integer/integer c)
+  global a: dict<integer*integer> {evict=fifo} := empty_dict
+  global b: dict<integer*integer> {evict=idle} := empty_dict
+  global d: dict<integer*integer> {idle=0, ttl=3} := empty_dict
+  c => c
+";
+        assert_eq!(
+            errors(bad),
+            vec![
+                ("E0503", "fifo".to_string()),
+                ("E0503", "idle".to_string()),
+                ("E0503", "0".to_string()),
+                ("E0108", "ttl".to_string()),
+            ]
         );
     }
 

@@ -65,6 +65,8 @@ pub enum Builtin {
     /// `set_ttl(p, v)`, `set_ip_src(p, v)`, ...: an edit of the packet
     /// being handled, made by the host.
     EditHeader(HeaderEdit),
+    /// `log(msg)`: a line in the host's log, with where the call is.
+    Log,
 }
 
 /// What a header-editing built-in sets (the host keeps the checksums right).
@@ -107,6 +109,7 @@ impl Builtin {
             "set_ip_dst" => Builtin::EditHeader(HeaderEdit::IpDst),
             "set_src_port" => Builtin::EditHeader(HeaderEdit::SrcPort),
             "set_dst_port" => Builtin::EditHeader(HeaderEdit::DstPort),
+            "log" => Builtin::Log,
             _ => return None,
         })
     }
@@ -282,12 +285,51 @@ pub struct Function {
     pub spans: Vec<u32>,
 }
 
+/// What a full dictionary does with a new key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Evict {
+    /// The new key is refused; the keys held stay.
+    #[default]
+    Refuse,
+    /// The least recently used entry makes room.
+    Lru,
+    /// An entry idle past the table's `idle` makes room; with none, the
+    /// new key is refused.
+    Idle,
+}
+
+impl Evict {
+    /// The policy an `evict=` annotation names.
+    pub fn by_name(name: &str) -> Option<Evict> {
+        Some(match name {
+            "refuse" => Evict::Refuse,
+            "lru" => Evict::Lru,
+            "idle" => Evict::Idle,
+            _ => return None,
+        })
+    }
+}
+
+/// A dictionary's declared `{capacity=N, idle=S, evict=P}`, as packet
+/// programs keep their flow tables.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TablePolicy {
+    /// Entries per worker shard; `None` takes the host's default.
+    pub capacity: Option<u64>,
+    /// Seconds (of packet time) an entry lives untouched; `None` forever.
+    pub idle_secs: Option<u64>,
+    pub evict: Evict,
+}
+
 /// One process, compiled: what each rule runs on a message.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProcessCode {
     pub name: String,
     pub channels: Vec<String>,
     pub state: Vec<(String, StateScope)>,
+    /// Per state variable: the table policy its dictionary type declares
+    /// (default where it declares none or is no dictionary).
+    pub tables: Vec<TablePolicy>,
     /// Run once per instance (locals) or per process (globals) to set state.
     pub init: FuncId,
     /// Per process item: the function it runs (rules take the message read

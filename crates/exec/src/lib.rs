@@ -13,7 +13,7 @@ pub mod fold;
 mod lower;
 mod vm;
 
-pub use code::{FuncId, HeaderEdit, Module};
+pub use code::{Evict, FuncId, HeaderEdit, Module, TablePolicy};
 pub use fold::{FoldSpec, FoldStep};
 pub use lower::{lower, Unsupported};
-pub use vm::{fnv1a, Fault, FoldCall, Host, Outcome, Sent, Value, Vm};
+pub use vm::{fnv1a, Fault, FoldCall, Host, Outcome, Sent, Value, Vm, LOG_LINE_MAX};

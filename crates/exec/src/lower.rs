@@ -265,10 +265,19 @@ impl<'a> Lowerer<'a> {
                 label,
             });
         }
+        let tables = p
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                ProcItem::State(s) => Some(table_policy(s.ty.as_ref())),
+                _ => None,
+            })
+            .collect();
         Ok(ProcessCode {
             name: p.name.name.clone(),
             channels,
             state,
+            tables,
             init,
             items,
         })
@@ -1162,4 +1171,26 @@ fn rule_label(r: &Rule) -> String {
         label.push_str(&format_expr(s, 0, 0));
     }
     label
+}
+
+/// The table policy a state variable's written dictionary type declares;
+/// the checker has already rejected annotations that do not make one.
+fn table_policy(ty: Option<&TypeExpr>) -> TablePolicy {
+    let mut policy = TablePolicy::default();
+    let Some(te) = ty.filter(|t| matches!(t.kind, TypeKind::Dict(..))) else {
+        return policy;
+    };
+    for a in &te.annotations {
+        match (a.name.name.as_str(), &a.value.kind) {
+            ("capacity", ExprKind::Int { value, .. }) if *value > 0 => {
+                policy.capacity = Some(*value)
+            }
+            ("idle", ExprKind::Int { value, .. }) if *value > 0 => policy.idle_secs = Some(*value),
+            ("evict", ExprKind::Var(v)) => {
+                policy.evict = Evict::by_name(&v.name).unwrap_or_default()
+            }
+            _ => {}
+        }
+    }
+    policy
 }

@@ -67,6 +67,9 @@ pub enum Value {
 /// The `msg` of a [`Value::Halves`] in the scratch buffer.
 pub const SCRATCH: u32 = u32::MAX;
 
+/// The most bytes of a `log(msg)` line; a longer message is cut.
+pub const LOG_LINE_MAX: usize = 256;
+
 /// A run-time failure of compute code: the message being handled is
 /// dropped and the host decides what the connection sees.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -189,6 +192,12 @@ pub trait Host {
     fn message_len(&self, msg: &Value) -> Result<Value, Fault> {
         let _ = msg;
         Err(Fault::Host("this host does not measure messages".into()))
+    }
+    /// `log(msg)` called by operation `pc` of function `func`: the host
+    /// writes the line (rate-limited) with where the call is, or refuses.
+    fn log(&mut self, func: FuncId, pc: u32, msg: &[u8]) -> Result<(), Fault> {
+        let _ = (func, pc, msg);
+        Err(Fault::Host("only packet programs log".into()))
     }
 }
 
@@ -450,6 +459,26 @@ impl Vm {
                         Builtin::EditHeader(edit) => {
                             let v = self.int(base, args[1])?;
                             host.edit_header(self.reg(base, args[0]), *edit, v)?;
+                            Value::Unit
+                        }
+                        Builtin::Log => {
+                            let v = self.reg(base, args[0]);
+                            let text: Option<&[u8]> = match v {
+                                Value::Int(_) | Value::Bool(_) | Value::None => None,
+                                v => self.bytes_of(module, &*host, v),
+                            };
+                            match (text, v) {
+                                (Some(t), _) => {
+                                    // Copied out so the host may be borrowed mutably;
+                                    // bounded, so a line costs no allocation.
+                                    let mut line = [0u8; LOG_LINE_MAX];
+                                    let n = t.len().min(LOG_LINE_MAX);
+                                    line[..n].copy_from_slice(&t[..n]);
+                                    host.log(frame.func, frame.pc, &line[..n])?;
+                                }
+                                (None, Value::None) => host.log(frame.func, frame.pc, b"None")?,
+                                (None, _) => return Err(Fault::Kind("a string")),
+                            }
                             Value::Unit
                         }
                         Builtin::InPrefix => {

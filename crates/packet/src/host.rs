@@ -4,8 +4,14 @@
 
 use crate::rewrite::Edit;
 use crate::state::{encode_bytes_key, encode_key, own, Shard};
-use flick_exec::{Fault, HeaderEdit, Host, Sent, Value};
+use flick_exec::{Fault, FuncId, HeaderEdit, Host, Module, Sent, Value};
+use flick_platform::log::RateLimit;
+use flick_span::SourceFile;
 use flick_wire::{FieldRef, Message};
+
+/// `log(msg)` lines of every packet program, rate-limited together like
+/// the service's own lines.
+static PROGRAM_LOG: RateLimit = RateLimit::new();
 
 /// The most sends one frame's rule may make (a frame to a few ports).
 pub const MAX_SENDS: usize = 16;
@@ -82,6 +88,9 @@ pub struct FrameHost<'a> {
     pub fields: &'a FieldTable,
     /// Per process channel, per element: the transmit port it is bound to.
     pub tx_of: &'a [Vec<Option<u16>>],
+    /// The program, and its source if known: where a `log` call is.
+    pub module: &'a Module,
+    pub source: Option<&'a SourceFile>,
     /// None while steering: `steer` reads the frame and nothing else.
     pub shard: Option<&'a mut Shard>,
     pub key: &'a mut Vec<u8>,
@@ -277,6 +286,23 @@ impl Host for FrameHost<'_> {
             return Err(Fault::Kind("a packet"));
         }
         Ok(Value::Int(self.frame.len() as i64))
+    }
+
+    fn log(&mut self, func: FuncId, pc: u32, msg: &[u8]) -> Result<(), Fault> {
+        // Checked before the position is worked out, so that a held-back
+        // line costs a counter and nothing more.
+        if let Some(held_back) = PROGRAM_LOG.allow() {
+            let at = match (self.module.source_offset(func, pc), self.source) {
+                (Some(o), Some(file)) => {
+                    let lc = file.line_col(o);
+                    format!("{}:{}:{}", file.name, lc.line, lc.col)
+                }
+                (Some(o), None) => format!("byte {o}"),
+                _ => "unknown".to_string(),
+            };
+            tracing::info!(at = %at, held_back, "{}", String::from_utf8_lossy(msg));
+        }
+        Ok(())
     }
 
     fn record(&mut self, _record: u16, _fields: &[Value]) -> Result<Value, Fault> {

@@ -39,7 +39,7 @@ use crate::rewrite;
 use crate::state::{self, Shard};
 use crate::stats::{set, LiveStats};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
-use flick_exec::{FuncId, Module, Outcome, Value, Vm};
+use flick_exec::{FuncId, Module, Outcome, TablePolicy, Value, Vm};
 use flick_packet_io::{Port, PortError, RecvStatus, RxPort, TxPort};
 use flick_platform::log::RateLimit;
 use flick_platform::Loaded;
@@ -156,6 +156,9 @@ pub struct Summary {
     pub dict_full: u64,
     /// Every `global` by name, all shards merged.
     pub state: Map<String, Json>,
+    /// Per flow table (a dictionary with `idle=` or `evict=`) by name:
+    /// entries evicted and expired, all shards summed.
+    pub tables: Map<String, Json>,
     /// Frames each worker handled (not in the dump, which is the same
     /// whatever the number of workers).
     pub worker_frames: Vec<u64>,
@@ -184,6 +187,11 @@ impl Summary {
         top.insert("malformed".into(), self.malformed.into());
         top.insert("faults".into(), self.faults.into());
         top.insert("dict_full".into(), self.dict_full.into());
+        // Only where the program has flow tables, so other dumps keep
+        // their shape.
+        if !self.tables.is_empty() {
+            top.insert("tables".into(), Json::Object(self.tables.clone()));
+        }
         let mut s = serde_json::to_string_pretty(&Json::Object(top)).unwrap_or_default();
         s.push('\n');
         s
@@ -243,6 +251,8 @@ pub struct PacketService {
     steer: Option<FuncId>,
     fields: Arc<FieldTable>,
     state_names: Vec<String>,
+    /// Per state variable: the table policy its type declares.
+    tables: Vec<TablePolicy>,
     source: Option<Arc<flick_span::SourceFile>>,
     config: PacketConfig,
 }
@@ -291,6 +301,7 @@ impl PacketService {
             process: code.name.clone(),
             channels: code.channels.clone(),
             state_names: code.state.iter().map(|(n, _)| n.clone()).collect(),
+            tables: code.tables.clone(),
             init: code.init,
             arrays: loaded.arrays.clone(),
             readable: (0..code.channels.len())
@@ -481,7 +492,11 @@ impl PacketService {
                 fields: self.fields.clone(),
                 tx_of: tx_of.clone(),
                 source: self.source.clone(),
-                shard: Shard::new(self.state_names.len(), self.config.dict_capacity),
+                shard: Shard::with_tables(
+                    self.state_names.len(),
+                    self.config.dict_capacity,
+                    &self.tables,
+                ),
                 init: self.init,
                 index: w,
                 channels: Arc::new(self.channels.clone()),
@@ -588,7 +603,9 @@ impl PacketService {
         }
         summary.ports = counts;
         let names: Vec<&str> = self.state_names.iter().map(String::as_str).collect();
-        summary.state = state::merged(&names, &shards.iter().collect::<Vec<_>>());
+        let all: Vec<&Shard> = shards.iter().collect();
+        summary.state = state::merged(&names, &all);
+        summary.tables = state::table_counts(&names, &all);
         if let Some(path) = &self.config.dump_path {
             write_dump(path, &summary.dump_json())?;
         }
@@ -1013,6 +1030,8 @@ impl Dispatch<'_> {
                     message: p.message(frame),
                     fields: &svc.fields,
                     tx_of: &self.tx_of,
+                    module: &svc.module,
+                    source: svc.source.as_deref(),
                     shard: None,
                     key: &mut self.key,
                     sends: &mut self.sends,
@@ -1121,6 +1140,8 @@ impl Worker {
                 message: empty_message(&mut parsers, &self.units),
                 fields: &self.fields,
                 tx_of: &self.tx_of,
+                module: &self.module,
+                source: self.source.as_deref(),
                 shard: Some(&mut self.shard),
                 key: &mut key,
                 sends: &mut sends,
@@ -1148,6 +1169,7 @@ impl Worker {
             for e in entries.iter_mut() {
                 frames += 1;
                 e.sends.clear();
+                self.shard.advance(e.timestamp);
                 let chan = e.chan as usize;
                 let frame = frame_of(bytes, e);
                 let (Some(unit), Some(rule)) = (self.units[chan], self.rules[chan]) else {
@@ -1166,6 +1188,8 @@ impl Worker {
                     message: p.message(frame),
                     fields: &self.fields,
                     tx_of: &self.tx_of,
+                    module: &self.module,
+                    source: self.source.as_deref(),
                     shard: Some(&mut self.shard),
                     key: &mut key,
                     sends: &mut e.sends,

@@ -7,10 +7,21 @@
 //! full, new keys are refused (counted as `dict_full`) while the keys it
 //! holds are still updated, so a flood of new flows cannot evict the state
 //! of established ones.
+//!
+//! A dictionary whose type declares `idle=` or `evict=lru|idle` is a flow
+//! table ([`Timed`]): its entries sit in slots on an intrusive list, most
+//! recently touched first, indexed by a `HashTable` of slot numbers. Time
+//! is packet time (the frame's timestamp), so a run over a capture ends
+//! the same way every time. An entry untouched (neither read nor written)
+//! for `idle` seconds is gone: a lookup finds nothing and a dump leaves it
+//! out. Expiry is lazy (on lookup and when the table needs room) plus a
+//! few entries swept from the list's old end per frame, so each operation
+//! is O(1) and allocates nothing once the slots have grown.
 
-use flick_exec::{Fault, Value};
-use hashbrown::HashMap;
+use flick_exec::{Evict, Fault, TablePolicy, Value};
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use serde_json::{Map, Number, Value as Json};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 /// Tags of encoded dictionary keys: a key of any value is one byte string,
@@ -21,9 +32,251 @@ const KEY_BYTES: u8 = 2;
 const KEY_NONE: u8 = 3;
 const KEY_TUPLE: u8 = 4;
 
-pub(crate) struct Dict {
-    entries: HashMap<StoredKey, Value>,
+pub(crate) enum Dict {
+    /// Entries kept until the dictionary is emptied; a full one refuses
+    /// new keys.
+    Plain {
+        entries: HashMap<StoredKey, Value>,
+        capacity: usize,
+    },
+    /// A flow table with idle timeouts or an eviction policy.
+    Timed(Box<Timed>),
+}
+
+/// No slot: the end of a list.
+const NIL: u32 = u32::MAX;
+
+/// Entries swept from a flow table's old end per frame, at most: enough to
+/// keep up with the entries one frame can add, bounded so a frame's cost
+/// is too.
+const SWEEP_PER_FRAME: usize = 4;
+
+const NANOS_PER_SEC: u64 = 1_000_000_000;
+
+struct Slot {
+    key: StoredKey,
+    value: Value,
+    hash: u64,
+    /// Packet time of the last read or write, in nanoseconds.
+    touched: u64,
+    /// Neighbours on the recency list (or, free, the next free slot).
+    newer: u32,
+    older: u32,
+}
+
+/// A flow table: slots on a recency list, newest at `newest`, indexed by
+/// their keys' hashes.
+pub(crate) struct Timed {
+    index: HashTable<u32>,
+    hasher: DefaultHashBuilder,
+    slots: Vec<Slot>,
+    free: u32,
+    newest: u32,
+    oldest: u32,
+    len: usize,
     capacity: usize,
+    idle_ns: Option<u64>,
+    evict: Evict,
+    /// Live entries removed to make room (`evict=lru`).
+    pub evicted: u64,
+    /// Entries removed because they were idle too long.
+    pub expired: u64,
+}
+
+impl Timed {
+    fn new(capacity: usize, policy: &TablePolicy) -> Timed {
+        let room = capacity.min(INITIAL_ENTRIES);
+        Timed {
+            index: HashTable::with_capacity(room),
+            hasher: DefaultHashBuilder::default(),
+            slots: Vec::with_capacity(room),
+            free: NIL,
+            newest: NIL,
+            oldest: NIL,
+            len: 0,
+            capacity,
+            idle_ns: policy.idle_secs.map(|s| s.saturating_mul(NANOS_PER_SEC)),
+            evict: policy.evict,
+            evicted: 0,
+            expired: 0,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.index.clear();
+        self.slots.clear();
+        self.free = NIL;
+        self.newest = NIL;
+        self.oldest = NIL;
+        self.len = 0;
+    }
+
+    fn is_expired(&self, i: u32, now: u64) -> bool {
+        self.idle_ns
+            .is_some_and(|idle| now.saturating_sub(self.slots[i as usize].touched) >= idle)
+    }
+
+    fn find(&self, key: &[u8]) -> Option<u32> {
+        let hash = self.hasher.hash_one(key);
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&i| slots[i as usize].key.as_bytes() == key)
+            .copied()
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let (newer, older) = {
+            let s = &self.slots[i as usize];
+            (s.newer, s.older)
+        };
+        match newer {
+            NIL => self.newest = older,
+            n => self.slots[n as usize].older = older,
+        }
+        match older {
+            NIL => self.oldest = newer,
+            o => self.slots[o as usize].newer = newer,
+        }
+    }
+
+    fn push_newest(&mut self, i: u32) {
+        let old_newest = self.newest;
+        {
+            let s = &mut self.slots[i as usize];
+            s.newer = NIL;
+            s.older = old_newest;
+        }
+        match old_newest {
+            NIL => self.oldest = i,
+            n => self.slots[n as usize].newer = i,
+        }
+        self.newest = i;
+    }
+
+    fn touch(&mut self, i: u32, now: u64) {
+        self.slots[i as usize].touched = now;
+        if self.newest != i {
+            self.unlink(i);
+            self.push_newest(i);
+        }
+    }
+
+    fn remove(&mut self, i: u32) {
+        let hash = self.slots[i as usize].hash;
+        if let Ok(e) = self.index.find_entry(hash, |&j| j == i) {
+            e.remove();
+        }
+        self.unlink(i);
+        let free = self.free;
+        let s = &mut self.slots[i as usize];
+        // Dropped now, so that bytes it held go back at once.
+        s.value = Value::Unit;
+        s.older = free;
+        self.free = i;
+        self.len -= 1;
+    }
+
+    /// Removes up to `max` expired entries from the old end.
+    fn sweep(&mut self, now: u64, max: usize) {
+        for _ in 0..max {
+            let i = self.oldest;
+            if i == NIL || !self.is_expired(i, now) {
+                break;
+            }
+            self.remove(i);
+            self.expired += 1;
+        }
+    }
+
+    fn get(&mut self, key: &[u8], now: u64) -> Value {
+        let Some(i) = self.find(key) else {
+            return Value::None;
+        };
+        if self.is_expired(i, now) {
+            self.remove(i);
+            self.expired += 1;
+            return Value::None;
+        }
+        self.touch(i, now);
+        self.slots[i as usize].value.clone()
+    }
+
+    /// `false` if the key is new and the table has no room for it.
+    fn set(&mut self, key: &[u8], v: Value, now: u64) -> bool {
+        if let Some(i) = self.find(key) {
+            if self.is_expired(i, now) {
+                // The old entry is gone; the new one takes its slot.
+                self.expired += 1;
+            }
+            self.slots[i as usize].value = v;
+            self.touch(i, now);
+            return true;
+        }
+        if self.len >= self.capacity && !self.make_room(now) {
+            return false;
+        }
+        let hash = self.hasher.hash_one(key);
+        let slot = Slot {
+            key: StoredKey::new(key),
+            value: v,
+            hash,
+            touched: now,
+            newer: NIL,
+            older: NIL,
+        };
+        let i = match self.free {
+            NIL => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+            f => {
+                self.free = self.slots[f as usize].older;
+                self.slots[f as usize] = slot;
+                f
+            }
+        };
+        let slots = &self.slots;
+        self.index
+            .insert_unique(hash, i, |&j| slots[j as usize].hash);
+        self.push_newest(i);
+        self.len += 1;
+        true
+    }
+
+    /// Frees one entry of a full table as its policy allows.
+    fn make_room(&mut self, now: u64) -> bool {
+        let i = self.oldest;
+        if i == NIL {
+            return false;
+        }
+        if self.is_expired(i, now) {
+            self.remove(i);
+            self.expired += 1;
+            return true;
+        }
+        if self.evict == Evict::Lru {
+            self.remove(i);
+            self.evicted += 1;
+            return true;
+        }
+        false
+    }
+
+    /// The live entries, newest first.
+    fn live(&self, now: u64) -> impl Iterator<Item = (&StoredKey, &Value)> + '_ {
+        let mut at = self.newest;
+        std::iter::from_fn(move || {
+            while at != NIL {
+                let i = at;
+                at = self.slots[i as usize].older;
+                if !self.is_expired(i, now) {
+                    let s = &self.slots[i as usize];
+                    return Some((&s.key, &s.value));
+                }
+            }
+            None
+        })
+    }
 }
 
 /// Room a dictionary is made with; it grows (as new keys are added) to
@@ -38,7 +291,7 @@ const INLINE_KEY: usize = 46;
 /// so a lookup compares it where the hash led without following a pointer
 /// to another cache line; a longer one on the heap.
 #[derive(Clone)]
-enum StoredKey {
+pub(crate) enum StoredKey {
     Inline { len: u8, bytes: [u8; INLINE_KEY] },
     Heap(Box<[u8]>),
 }
@@ -94,17 +347,48 @@ pub(crate) enum Var {
 /// One worker's state variables, by the process's state index.
 pub(crate) struct Shard {
     pub vars: Vec<Var>,
+    /// Entries of a dictionary that declares no capacity.
     capacity: usize,
+    /// Per state variable: what its type declares.
+    tables: Vec<TablePolicy>,
+    /// State variables that are flow tables, swept per frame.
+    timed: Vec<u16>,
+    /// Packet time of the frame being handled (the latest seen), in
+    /// nanoseconds.
+    pub now: u64,
     /// Keys refused because their dictionary was full.
     pub dict_full: u64,
 }
 
 impl Shard {
+    #[cfg(test)]
     pub fn new(n: usize, capacity: usize) -> Shard {
+        Shard::with_tables(n, capacity, &[])
+    }
+
+    /// A shard whose dictionaries follow `tables` (by state index; a
+    /// variable past its end declares nothing).
+    pub fn with_tables(n: usize, capacity: usize, tables: &[TablePolicy]) -> Shard {
         Shard {
             vars: (0..n).map(|_| Var::Value(Value::Unit)).collect(),
             capacity: capacity.max(1),
+            tables: tables.to_vec(),
+            timed: Vec::new(),
+            now: 0,
             dict_full: 0,
+        }
+    }
+
+    /// Sets packet time for the next frame and sweeps a few expired
+    /// entries from each flow table.
+    pub fn advance(&mut self, now: u64) {
+        // A frame stamped earlier than one before it (ports merged out of
+        // order) does not turn the clock back.
+        self.now = self.now.max(now);
+        for &i in &self.timed {
+            if let Some(Var::Dict(Dict::Timed(t))) = self.vars.get_mut(i as usize) {
+                t.sweep(self.now, SWEEP_PER_FRAME);
+            }
         }
     }
 
@@ -119,22 +403,32 @@ impl Shard {
     /// Stores `v`, whose bytes are already owned (see [`own`]); a fresh
     /// `empty_dict` makes (or empties) the variable's dictionary.
     pub fn store(&mut self, i: u16, v: Value) -> Result<(), Fault> {
-        let capacity = self.capacity;
+        let policy = self.tables.get(i as usize).copied().unwrap_or_default();
+        // The declared capacity wins; the host's default otherwise.
+        let capacity = policy
+            .capacity
+            .map_or(self.capacity, |c| usize::try_from(c).unwrap_or(usize::MAX))
+            .max(1);
         let slot = self
             .vars
             .get_mut(i as usize)
             .ok_or_else(|| Fault::Host(format!("no state variable {i}")))?;
         match v {
             Value::Dict { state } if state == u16::MAX => match slot {
-                Var::Dict(d) => d.entries.clear(),
-                _ => {
+                Var::Dict(Dict::Plain { entries, .. }) => entries.clear(),
+                Var::Dict(Dict::Timed(t)) => t.clear(),
+                _ if policy.idle_secs.is_none() && policy.evict == Evict::Refuse => {
                     // Grown as keys come, up to `capacity`: a table sized
                     // for the most keys but holding few spreads them over
                     // more cache lines than it needs.
-                    *slot = Var::Dict(Dict {
+                    *slot = Var::Dict(Dict::Plain {
                         entries: HashMap::with_capacity(capacity.min(INITIAL_ENTRIES)),
                         capacity,
                     })
+                }
+                _ => {
+                    *slot = Var::Dict(Dict::Timed(Box::new(Timed::new(capacity, &policy))));
+                    self.timed.push(i);
                 }
             },
             // `a := b` of two dictionaries is not something a packet
@@ -158,24 +452,41 @@ impl Shard {
     }
 
     pub fn dict_get(&mut self, i: u16, key: &[u8]) -> Result<Value, Fault> {
-        Ok(self
-            .dict(i)?
-            .entries
-            .get(key)
-            .cloned()
-            .unwrap_or(Value::None))
+        let now = self.now;
+        Ok(match self.dict(i)? {
+            Dict::Plain { entries, .. } => entries.get(key).cloned().unwrap_or(Value::None),
+            Dict::Timed(t) => t.get(key, now),
+        })
     }
 
     pub fn dict_set(&mut self, i: u16, key: &[u8], v: Value) -> Result<(), Fault> {
-        let d = self.dict(i)?;
-        if let Some(old) = d.entries.get_mut(key) {
-            *old = v;
-        } else if d.entries.len() < d.capacity {
-            d.entries.insert(StoredKey::new(key), v);
-        } else {
+        let now = self.now;
+        let stored = match self.dict(i)? {
+            Dict::Plain { entries, capacity } => {
+                if let Some(old) = entries.get_mut(key) {
+                    *old = v;
+                    true
+                } else if entries.len() < *capacity {
+                    entries.insert(StoredKey::new(key), v);
+                    true
+                } else {
+                    false
+                }
+            }
+            Dict::Timed(t) => t.set(key, v, now),
+        };
+        if !stored {
             self.dict_full += 1;
         }
         Ok(())
+    }
+
+    /// Per flow table, by state index: entries evicted and expired.
+    pub fn table_counts(&self) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
+        self.vars.iter().enumerate().filter_map(|(i, v)| match v {
+            Var::Dict(Dict::Timed(t)) => Some((i, t.evicted, t.expired)),
+            _ => None,
+        })
     }
 }
 
@@ -311,7 +622,11 @@ pub(crate) fn merged(names: &[&str], shards: &[&Shard]) -> Map<String, Json> {
                 Var::Value(v) => json(v),
                 Var::Dict(d) => {
                     let mut m = Map::new();
-                    for (k, v) in &d.entries {
+                    let entries: Box<dyn Iterator<Item = (&StoredKey, &Value)>> = match d {
+                        Dict::Plain { entries, .. } => Box::new(entries.iter()),
+                        Dict::Timed(t) => Box::new(t.live(shard.now)),
+                    };
+                    for (k, v) in entries {
                         let key = decode_key(k.as_bytes());
                         let v = json(v);
                         match m.get_mut(&key) {
@@ -344,6 +659,30 @@ pub(crate) fn merged(names: &[&str], shards: &[&Shard]) -> Map<String, Json> {
             });
         }
         out.insert(name.to_string(), entry.unwrap_or(Json::Null));
+    }
+    out
+}
+
+/// Per flow table by name, every shard summed: `{"evicted": n,
+/// "expired": n}`. Empty when the program has none.
+pub(crate) fn table_counts(names: &[&str], shards: &[&Shard]) -> Map<String, Json> {
+    let mut sums: Vec<Option<(u64, u64)>> = vec![None; names.len()];
+    for shard in shards {
+        for (i, evicted, expired) in shard.table_counts() {
+            if let Some(sum) = sums.get_mut(i) {
+                let (e, x) = sum.unwrap_or_default();
+                *sum = Some((e + evicted, x + expired));
+            }
+        }
+    }
+    let mut out = Map::new();
+    for (name, sum) in names.iter().zip(sums) {
+        if let Some((evicted, expired)) = sum {
+            let mut m = Map::new();
+            m.insert("evicted".into(), evicted.into());
+            m.insert("expired".into(), expired.into());
+            out.insert(name.to_string(), Json::Object(m));
+        }
     }
     out
 }
@@ -385,6 +724,107 @@ mod tests {
         assert_eq!(s.dict_full, 1);
         assert_eq!(s.dict_get(0, b"a").unwrap(), Value::Int(5));
         assert_eq!(s.dict_get(0, b"c").unwrap(), Value::None);
+    }
+
+    const SEC: u64 = NANOS_PER_SEC;
+
+    fn table(capacity: u64, idle: Option<u64>, evict: Evict) -> Shard {
+        let policy = TablePolicy {
+            capacity: Some(capacity),
+            idle_secs: idle,
+            evict,
+        };
+        let mut s = Shard::with_tables(1, 1024, &[policy]);
+        s.store(0, Value::Dict { state: u16::MAX }).unwrap();
+        s
+    }
+
+    fn keys(s: &Shard) -> Vec<String> {
+        let m = merged(&["t"], &[s]);
+        m["t"].as_object().unwrap().keys().cloned().collect()
+    }
+
+    fn counts(s: &Shard) -> (u64, u64) {
+        let (_, e, x) = s.table_counts().next().unwrap();
+        (e, x)
+    }
+
+    #[test]
+    fn an_lru_table_evicts_the_least_recently_used_entry() {
+        let mut s = table(2, None, Evict::Lru);
+        s.advance(SEC);
+        s.dict_set(0, b"a", Value::Int(1)).unwrap();
+        s.dict_set(0, b"b", Value::Int(2)).unwrap();
+        // Reading `a` makes `b` the least recently used.
+        assert_eq!(s.dict_get(0, b"a").unwrap(), Value::Int(1));
+        s.dict_set(0, b"c", Value::Int(3)).unwrap();
+        assert_eq!(keys(&s), ["a", "c"]);
+        assert_eq!(s.dict_get(0, b"b").unwrap(), Value::None);
+        assert_eq!((counts(&s), s.dict_full), ((1, 0), 0));
+    }
+
+    #[test]
+    fn idle_entries_are_gone_for_lookups_and_dumps() {
+        let mut s = table(8, Some(30), Evict::Refuse);
+        s.advance(0);
+        s.dict_set(0, b"a", Value::Int(1)).unwrap();
+        s.dict_set(0, b"b", Value::Int(2)).unwrap();
+        s.advance(20 * SEC);
+        assert_eq!(s.dict_get(0, b"a").unwrap(), Value::Int(1));
+        // `b` was last touched at 0: 30 s later it is gone; `a` is not.
+        s.now = 30 * SEC;
+        assert_eq!(keys(&s), ["a"]);
+        assert_eq!(s.dict_get(0, b"b").unwrap(), Value::None);
+        assert_eq!(s.dict_get(0, b"a").unwrap(), Value::Int(1));
+        // The per-frame sweep takes what lookups did not.
+        s.advance(61 * SEC);
+        assert!(keys(&s).is_empty());
+        assert_eq!(counts(&s), (0, 2));
+    }
+
+    #[test]
+    fn an_idle_policy_makes_room_only_from_idle_entries() {
+        let mut s = table(2, Some(10), Evict::Idle);
+        s.advance(0);
+        s.dict_set(0, b"a", Value::Int(1)).unwrap();
+        s.now = 5 * SEC;
+        s.dict_set(0, b"b", Value::Int(2)).unwrap();
+        s.dict_set(0, b"c", Value::Int(3)).unwrap();
+        assert_eq!(s.dict_full, 1);
+        s.now = 10 * SEC;
+        s.dict_set(0, b"c", Value::Int(3)).unwrap();
+        assert_eq!(keys(&s), ["b", "c"]);
+        assert_eq!((counts(&s), s.dict_full), ((0, 1), 1));
+    }
+
+    #[test]
+    fn a_refusing_table_with_a_declared_capacity_ignores_the_default() {
+        let mut s = table(3, None, Evict::Refuse);
+        for k in [b"a", b"b", b"c", b"d"] {
+            s.dict_set(0, k, Value::Int(1)).unwrap();
+        }
+        assert_eq!((keys(&s).len(), s.dict_full), (3, 1));
+        // Emptied and reused: slots and the list start over.
+        s.store(0, Value::Dict { state: u16::MAX }).unwrap();
+        assert!(keys(&s).is_empty());
+    }
+
+    #[test]
+    fn freed_slots_are_reused_and_every_key_stays_findable() {
+        let mut s = table(64, Some(1), Evict::Lru);
+        for round in 0..50u64 {
+            s.advance(round * SEC / 2);
+            for k in 0..100u64 {
+                let key = (round * 7 + k).to_be_bytes();
+                s.dict_set(0, &key, Value::Int(k as i64)).unwrap();
+                assert_eq!(s.dict_get(0, &key).unwrap(), Value::Int(k as i64));
+            }
+        }
+        assert_eq!(keys(&s).len(), 64);
+        let Some(Var::Dict(Dict::Timed(t))) = s.vars.first() else {
+            panic!("a flow table");
+        };
+        assert_eq!(t.slots.len(), 64);
     }
 
     #[test]

@@ -127,9 +127,11 @@ fn frames_through_the_engine_allocate_nothing_each() {
 }
 
 /// The flow tracker example with the packet library, as `flick run`
-/// reads it, over the stock `packet` grammar.
-fn tracker() -> flick_packet::PacketService {
-    let program = include_str!("../../../examples/packets/flow_tracker.flick");
+/// reads it, over the stock `packet` grammar; `table` replaces its
+/// dictionaries' annotation.
+fn tracker(table: &str) -> flick_packet::PacketService {
+    let program = include_str!("../../../examples/packets/flow_tracker.flick")
+        .replace("{capacity=65536}", table);
     let library = include_str!("../../../lib/packet.flick");
     let line = "\ngrammar packet\n";
     let body = &library[library.find(line).expect("the library names its grammar") + line.len()..];
@@ -163,9 +165,15 @@ fn udp_frame(flow: u16) -> Vec<u8> {
 /// Allocations made by one run of the tracker over `n` frames of 100
 /// flows, and the frames it counted.
 fn tracker_allocations(n: usize) -> (usize, u64) {
-    let svc = tracker();
+    table_allocations(n, "{capacity=65536}")
+}
+
+/// As [`tracker_allocations`], with the tracker's dictionaries annotated
+/// `table`; frames are a second apart in packet time.
+fn table_allocations(n: usize, table: &str) -> (usize, u64) {
+    let svc = tracker(table);
     let frames: Vec<_> = (0..n)
-        .map(|i| (udp_frame((i * 7 % 100) as u16), i as u64))
+        .map(|i| (udp_frame((i * 7 % 100) as u16), i as u64 * 1_000_000_000))
         .collect();
     let bindings = vec![Binding {
         channel: "wire".into(),
@@ -193,6 +201,23 @@ fn a_flow_tracker_keyed_by_strings_allocates_nothing_per_frame() {
     let (large, counted) = tracker_allocations(10_000);
     assert_eq!(counted, 10_000);
     eprintln!("tracker: 1,000 frames: {small} allocations; 10,000 frames: {large} allocations");
+    assert!(
+        large <= small + 16,
+        "9,000 more frames made {} more allocations",
+        large.saturating_sub(small)
+    );
+}
+
+/// An LRU flow table too small for the flows, so that nearly every frame
+/// evicts an entry (and some expire): slots are reused, nothing is made.
+#[test]
+fn a_flow_table_that_evicts_allocates_nothing_per_frame() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let table = "{capacity=64, idle=90, evict=lru}";
+    table_allocations(1_000, table);
+    let (small, _) = table_allocations(1_000, table);
+    let (large, _) = table_allocations(10_000, table);
+    eprintln!("lru table: 1,000 frames: {small} allocations; 10,000 frames: {large} allocations");
     assert!(
         large <= small + 16,
         "9,000 more frames made {} more allocations",
