@@ -18,6 +18,7 @@ pub mod machine_run;
 pub mod metrics;
 pub mod notify;
 pub mod packet_run;
+pub mod reload;
 pub mod render;
 pub mod serve;
 pub mod views;

@@ -319,30 +319,47 @@ fn several_processes(program: &flick_syntax::ast::Program) -> Option<flick_span:
     )
 }
 
-fn run_command(args: RunArgs, color: bool) -> ExitCode {
-    use flick::config::{check_bindings, resolve, FileConfig, Overrides};
-    use std::sync::atomic::Ordering;
-    use std::sync::Arc;
-    if let Some(xl) = args.file.as_deref().filter(|f| f.ends_with(".xl")) {
-        return flick::machine_run::run(xl, &args.port, args.workers, args.dump.as_deref(), color);
+/// Why `flick run` cannot load its files: what to show (diagnostics
+/// rendered) and the exit status it fails with at start.
+struct RunFailure {
+    message: String,
+    code: ExitCode,
+}
+
+impl RunFailure {
+    fn new(code: ExitCode, message: impl Into<String>) -> RunFailure {
+        RunFailure {
+            message: message.into(),
+            code,
+        }
     }
+}
+
+/// `flick run`'s program loaded and checked, with its settings: what it
+/// starts with, and what each reload reads again.
+struct RunLoad {
+    settings: flick::config::Settings,
+    loaded: flick_platform::Loaded,
+    program_path: String,
+    state: Vec<flick::reload::StateVar>,
+}
+
+/// Reads the configuration file (if any) and the program, resolves the
+/// settings (flags win over the file) and checks the program.
+fn load_run(args: &RunArgs, color: bool) -> Result<RunLoad, RunFailure> {
+    use flick::config::{resolve, FileConfig, Overrides};
     let file_config = match &args.config {
         None => None,
         Some(path) => {
-            let text = match std::fs::read_to_string(path) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("error: cannot read {path}: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            match FileConfig::parse(&text) {
-                Ok(c) => Some((c, std::path::PathBuf::from(path))),
-                Err(e) => {
-                    eprintln!("error: {path}: {e}");
-                    return ExitCode::FAILURE;
-                }
-            }
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                RunFailure::new(
+                    ExitCode::from(2),
+                    format!("error: cannot read {path}: {e}\n"),
+                )
+            })?;
+            let parsed = FileConfig::parse(&text)
+                .map_err(|e| RunFailure::new(ExitCode::FAILURE, format!("error: {path}: {e}\n")))?;
+            Some((parsed, std::path::PathBuf::from(path)))
         }
     };
     let flags = Overrides {
@@ -363,29 +380,35 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         fan_in_timeout_ms: args.fan_in_timeout_ms,
         fan_in: args.fan_in.clone(),
     };
-    let settings = match resolve(file_config.as_ref().map(|(c, p)| (c, p.as_path())), &flags) {
-        Ok(s) => s,
-        Err(errors) => {
-            for e in errors {
-                eprintln!("error: {e}");
-            }
-            return ExitCode::FAILURE;
-        }
-    };
+    let settings =
+        resolve(file_config.as_ref().map(|(c, p)| (c, p.as_path())), &flags).map_err(|errors| {
+            let lines: String = errors.iter().map(|e| format!("error: {e}\n")).collect();
+            RunFailure::new(ExitCode::FAILURE, lines)
+        })?;
     let program_path = settings.program.to_string_lossy().into_owned();
-    let file = match read_program(&program_path) {
-        Ok(f) => f,
-        Err(code) => return code,
+    let text = std::fs::read_to_string(&program_path).map_err(|e| {
+        RunFailure::new(
+            ExitCode::from(2),
+            format!("error: cannot read {program_path}: {e}\n"),
+        )
+    })?;
+    let file = match flick::views::program_source(&text) {
+        std::borrow::Cow::Borrowed(_) => SourceFile::new(&program_path, text),
+        std::borrow::Cow::Owned(t) => SourceFile::new(&program_path, t),
     };
     let (program, _) = flick_syntax::parse(&file.text);
     let (checked, diags) = flick::views::check_program(&settings.program, &file.text);
     if !diags.is_empty() {
-        eprint!("{}", render(&file, &diags, color));
-        return ExitCode::FAILURE;
+        return Err(RunFailure::new(
+            ExitCode::FAILURE,
+            render(&file, &diags, color),
+        ));
     }
     if let Some(d) = several_processes(&program) {
-        eprint!("{}", render(&file, &[d], color));
-        return ExitCode::FAILURE;
+        return Err(RunFailure::new(
+            ExitCode::FAILURE,
+            render(&file, &[d], color),
+        ));
     }
     let found = match &checked.grammar {
         Some(gname) => flick::views::find_grammar(gname, &settings.program),
@@ -398,42 +421,36 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
             })
         }
     };
-    let grammar = match found {
-        Ok(g) => g,
-        Err(why) => {
-            eprintln!("error: {why}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let loaded = match flick_platform::Loaded::new(&program, &checked, grammar) {
-        Ok(mut l) => {
-            l.source = Some(Arc::new(file.clone()));
-            l
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    if !args.port.is_empty() || !settings.ports.is_empty() {
-        return flick::packet_run::run(flick::packet_run::PacketRun {
-            loaded,
-            settings: &settings,
-            ports: &args.port,
-            dump: args.dump.as_deref(),
-            check: args.check,
-            log_level: args.log_level.as_deref(),
-            log_format: args.log_format,
-            program_path: &program_path,
-        });
-    }
+    let grammar =
+        found.map_err(|why| RunFailure::new(ExitCode::FAILURE, format!("error: {why}\n")))?;
+    let mut loaded = flick_platform::Loaded::new(&program, &checked, grammar)
+        .map_err(|e| RunFailure::new(ExitCode::FAILURE, format!("error: {e}\n")))?;
+    loaded.source = Some(std::sync::Arc::new(file));
+    let state = checked
+        .processes
+        .first()
+        .map(flick::reload::state_vars)
+        .unwrap_or_default();
+    Ok(RunLoad {
+        settings,
+        loaded,
+        program_path,
+        state,
+    })
+}
+
+/// The service's configuration, once its bindings check against the
+/// program's channels.
+fn run_service_config(
+    settings: &flick::config::Settings,
+    loaded: &flick_platform::Loaded,
+) -> Result<flick_platform::ServiceConfig, RunFailure> {
     let code = &loaded.module.processes[loaded.process];
-    let errors = check_bindings(&code.name, &code.channels, &loaded.arrays, &settings);
+    let errors =
+        flick::config::check_bindings(&code.name, &code.channels, &loaded.arrays, settings);
     if !errors.is_empty() {
-        for e in errors {
-            eprintln!("error: {e}");
-        }
-        return ExitCode::FAILURE;
+        let lines: String = errors.iter().map(|e| format!("error: {e}\n")).collect();
+        return Err(RunFailure::new(ExitCode::FAILURE, lines));
     }
     let mut config = flick_platform::ServiceConfig {
         listen: settings.listen.clone(),
@@ -450,11 +467,186 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         backend_sharing: settings.backend_sharing,
         accept: settings.accept,
         fan_in_timeout: std::time::Duration::from_millis(settings.fan_in_timeout_ms),
+        // A reloaded version listens beside the old one before it goes.
+        reuse_port: true,
         ..flick_platform::ServiceConfig::default()
     };
     if let Some(w) = settings.workers {
         config.workers = w;
     }
+    Ok(config)
+}
+
+/// The platform's task table for `flick run`: a compute task, and a
+/// reader and a writer per connection of each instance and per shared
+/// backend connection, for two versions at once (the old one drains while
+/// the reloaded one runs), a quarter more so each worker has ids of its own.
+fn run_tasks(config: &flick_platform::ServiceConfig) -> usize {
+    let fan_in = config
+        .fan_in
+        .iter()
+        .map(|(_, n)| *n)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let peers: usize = config.connect.iter().map(|(_, a)| a.len()).sum();
+    let workers = config.workers.max(1);
+    let one = config.max_instances * (1 + 2 * (fan_in + peers))
+        + 2 * config.backend_connections * workers * peers;
+    2 * one * 5 / 4 + 64
+}
+
+/// Logs SIGHUP as not supported for programs `flick run` cannot reload,
+/// instead of letting it end the process.
+fn reload_not_supported(what: &'static str) {
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP]) else {
+        return;
+    };
+    let _ = std::thread::Builder::new()
+        .name("flick-sighup".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                tracing::warn!("SIGHUP: reload is not supported for {what}; restart to change it");
+            }
+        });
+}
+
+/// The version `flick run` serves now.
+struct RunningVersion {
+    service: std::sync::Arc<flick_platform::Service>,
+    state: Vec<flick::reload::StateVar>,
+    version: u64,
+}
+
+/// What a reload needs beside the arguments: the shared platform, the
+/// access log every version writes to, and the metrics' view of the
+/// current version.
+struct Reloader<'a> {
+    args: &'a RunArgs,
+    platform: &'a flick_platform::Platform,
+    access_log: Option<std::sync::Arc<flick_platform::access_log::AccessLog>>,
+    metrics: Option<std::sync::Arc<std::sync::Mutex<flick::metrics::Render>>>,
+    /// Old versions draining, joined before the process exits.
+    draining: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Reloader<'_> {
+    /// Re-reads and checks the files; if they check, starts the new
+    /// version beside `running` and drains the old one; if not, logs why
+    /// and keeps the old one.
+    fn reload(&mut self, running: &mut RunningVersion) {
+        let started = std::time::Instant::now();
+        if let Err(e) = flick::notify::notify("RELOADING=1") {
+            tracing::warn!("cannot tell the service manager it is reloading: {e}");
+        }
+        match self.start_next(running, started) {
+            Ok(()) => {}
+            Err(f) => tracing::error!(
+                version = running.version,
+                "reload failed; still serving the old version\n{}",
+                f.message.trim_end()
+            ),
+        }
+        if let Err(e) = flick::notify::notify("READY=1") {
+            tracing::warn!("cannot tell the service manager it is ready: {e}");
+        }
+    }
+
+    fn start_next(
+        &mut self,
+        running: &mut RunningVersion,
+        started: std::time::Instant,
+    ) -> Result<(), RunFailure> {
+        let load = load_run(self.args, false)?;
+        if !self.args.port.is_empty() || !load.settings.ports.is_empty() {
+            return Err(RunFailure::new(
+                ExitCode::FAILURE,
+                "error: the program became a packet program; restart to run it",
+            ));
+        }
+        let mut config = run_service_config(&load.settings, &load.loaded)?;
+        config.access_log = self.access_log.clone();
+        let service = flick_platform::Service::start_on(self.platform, load.loaded, config)
+            .map_err(|e| RunFailure::new(ExitCode::FAILURE, format!("error: {e}")))?;
+        let carried =
+            flick::reload::carry_globals(&running.service, &running.state, &service, &load.state);
+        let service = std::sync::Arc::new(service);
+        if let Some(m) = &self.metrics {
+            *m.lock().expect("metrics lock") = flick::metrics::render_service(service.clone());
+        }
+        let old = std::mem::replace(
+            running,
+            RunningVersion {
+                service,
+                state: load.state,
+                version: running.version + 1,
+            },
+        );
+        tracing::info!(
+            program = %load.program_path,
+            listen = %running.service.local_addr(),
+            version = running.version,
+            reload_us = started.elapsed().as_micros() as u64,
+            carried = ?carried,
+            "reloaded"
+        );
+        // New connections go to the new version; the old one's finish.
+        let drain = std::thread::Builder::new()
+            .name("flick-drain".into())
+            .spawn(move || {
+                let stopped = old.service.stop(flick::serve::DRAIN_DEADLINE);
+                tracing::info!(
+                    version = old.version,
+                    drained = stopped.drained,
+                    "old version stopped"
+                );
+            });
+        if let Ok(d) = drain {
+            self.draining.push(d);
+        }
+        Ok(())
+    }
+}
+
+fn run_command(args: RunArgs, color: bool) -> ExitCode {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    if let Some(xl) = args.file.as_deref().filter(|f| f.ends_with(".xl")) {
+        reload_not_supported("`.xl` programs");
+        return flick::machine_run::run(xl, &args.port, args.workers, args.dump.as_deref(), color);
+    }
+    let RunLoad {
+        settings,
+        loaded,
+        program_path,
+        state,
+    } = match load_run(&args, color) {
+        Ok(l) => l,
+        Err(f) => {
+            eprint!("{}", f.message);
+            return f.code;
+        }
+    };
+    if !args.port.is_empty() || !settings.ports.is_empty() {
+        reload_not_supported("packet programs");
+        return flick::packet_run::run(flick::packet_run::PacketRun {
+            loaded,
+            settings: &settings,
+            ports: &args.port,
+            dump: args.dump.as_deref(),
+            check: args.check,
+            log_level: args.log_level.as_deref(),
+            log_format: args.log_format,
+            program_path: &program_path,
+        });
+    }
+    let mut config = match run_service_config(&settings, &loaded) {
+        Ok(c) => c,
+        Err(f) => {
+            eprint!("{}", f.message);
+            return f.code;
+        }
+    };
     if args.check {
         match &args.config {
             Some(c) => println!("{c}: program {program_path} and configuration are valid"),
@@ -470,6 +662,8 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         let _ = signal_hook::flag::register(sig, stop.clone());
     }
+    let reload = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone());
     // Bound before the service starts, so that a taken port fails early.
     let metrics_listener = match settings.metrics {
         None => None,
@@ -493,7 +687,21 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         },
     };
     config.access_log = access_log.clone();
-    let service = match flick_platform::Service::start(loaded, config) {
+    // A platform of its own, so that a reloaded version starts on the same
+    // workers beside the old one.
+    let platform = match flick_platform::Platform::start(flick_platform::PlatformConfig {
+        workers: config.workers,
+        policy: config.policy,
+        tasks: run_tasks(&config),
+        pin: true,
+    }) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let service = match flick_platform::Service::start_on(&platform, loaded, config) {
         Ok(s) => Arc::new(s),
         Err(e) => {
             eprintln!("error: {e}");
@@ -504,10 +712,18 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         "flick: {program_path} listening on {}",
         service.local_addr()
     );
+    // Each scrape reads the version serving now.
+    let metrics_render = Arc::new(std::sync::Mutex::new(flick::metrics::render_service(
+        service.clone(),
+    )));
     let metrics = match metrics_listener {
         None => None,
         Some(l) => {
-            let render = flick::metrics::render_service(service.clone());
+            let current = metrics_render.clone();
+            let render: flick::metrics::Render = Arc::new(move |format| {
+                let now = current.lock().expect("metrics lock").clone();
+                now(format)
+            });
             match flick::metrics::MetricsServer::start(l, render) {
                 Ok(m) => {
                     println!("flick: metrics on http://{}/metrics", m.local_addr());
@@ -524,7 +740,22 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
     if let Err(e) = flick::notify::notify("READY=1") {
         tracing::warn!("cannot tell the service manager it is ready: {e}");
     }
+    let mut running = RunningVersion {
+        service,
+        state,
+        version: 1,
+    };
+    let mut reloader = Reloader {
+        args: &args,
+        platform: &platform,
+        access_log: access_log.clone(),
+        metrics: metrics.is_some().then_some(metrics_render),
+        draining: Vec::new(),
+    };
     while !stop.load(Ordering::Relaxed) {
+        if reload.swap(false, Ordering::Relaxed) {
+            reloader.reload(&mut running);
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let _ = flick::notify::notify("STOPPING=1");
@@ -532,12 +763,16 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         m.stop();
     }
     // Stop accepting, let open connections finish their requests, then exit.
+    let service = &running.service;
     service.drain();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while service.stats().graphs_live.load(Ordering::Relaxed) > 0
         && std::time::Instant::now() < deadline
     {
         std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for d in reloader.draining.drain(..) {
+        let _ = d.join();
     }
     // The lines of the requests answered in the drain are written out.
     if let Some(log) = &access_log {

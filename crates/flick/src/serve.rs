@@ -127,8 +127,7 @@ struct Deployed {
     /// Its static memory bound, reserved against the budget.
     reserved: u64,
     max_instances: usize,
-    /// Its state variables: name, type, global.
-    state: Vec<(String, String, bool)>,
+    state: Vec<crate::reload::StateVar>,
     version: u64,
     deploy_us: u64,
     /// Globals carried over from the version it replaced.
@@ -149,7 +148,7 @@ struct Prepared {
     reserved: u64,
     bound: String,
     max_instances: usize,
-    state: Vec<(String, String, bool)>,
+    state: Vec<crate::reload::StateVar>,
 }
 
 fn valid_name(name: &str) -> bool {
@@ -237,17 +236,7 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
         "{} B per instance x {} instances + {} B of global state",
         bounds.instance_bytes, settings.max_instances, bounds.global_bytes
     );
-    let state = checked.processes[0]
-        .state
-        .iter()
-        .map(|v| {
-            (
-                v.name.clone(),
-                v.ty.to_string(),
-                v.scope == flick_syntax::ast::StateScope::Global,
-            )
-        })
-        .collect();
+    let state = crate::reload::state_vars(&checked.processes[0]);
     let config = flick_platform::ServiceConfig {
         listen: settings.listen.clone(),
         fan_in: settings.fan_in.clone(),
@@ -355,7 +344,7 @@ impl Registry {
         let old = services.remove(&spec.name);
         let mut carried = Vec::new();
         if let Some(old) = &old {
-            carried = carry_globals(old, &service, &state);
+            carried = crate::reload::carry_globals(&old.service, &old.state, &service, &state);
         }
         let deploy_us = started.elapsed().as_micros() as u64;
         let version = old.as_ref().map_or(1, |o| o.version + 1);
@@ -629,30 +618,6 @@ fn to_json(v: &StateValue) -> Json {
         StateValue::Dict => json!({ "dictionary": true }),
         StateValue::Other(k) => json!({ "unshown": k }),
     }
-}
-
-/// Copies the old version's `global` integers, booleans and strings into
-/// the new one where a global of the same name and type is declared; what
-/// was carried, by name. Dictionaries start empty.
-fn carry_globals(old: &Deployed, new: &Service, state: &[(String, String, bool)]) -> Vec<String> {
-    let mut carried = Vec::new();
-    for (name, ty, global) in state {
-        let same = old
-            .state
-            .iter()
-            .any(|(n, t, g)| n == name && t == ty && *g && *global);
-        if !same {
-            continue;
-        }
-        if let Ok(v @ (StateValue::Int(_) | StateValue::Bool(_) | StateValue::Bytes(_))) =
-            old.service.read_global(name)
-        {
-            if new.write_global(name, v).is_ok() {
-                carried.push(name.clone());
-            }
-        }
-    }
-    carried
 }
 
 /// Routes a request to its handler.

@@ -1,0 +1,242 @@
+//! `flick run` reloads on SIGHUP, as nginx does: the program file is read
+//! again and checked; a program that checks starts beside the old one and
+//! takes new connections while the old version drains its own, with its
+//! `global` counter carried over; a program that does not check is
+//! refused with its diagnostic in the log, and the old version keeps
+//! serving. The child is killed when the test ends, and every wait is
+//! bounded.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::{free_port, ROOT};
+
+/// A program whose answer names its version (the reason phrase) and
+/// counts requests in a `global` (the body).
+fn counter(version: &str) -> String {
+    format!(
+        "\
+grammar http
+
+type request: record
+  target : string
+
+type simple_response: record
+  status : integer {{size=2}}
+  reason : string
+  body : string
+
+proc Counter: (request/simple_response client)
+  global hits := 0
+  | client => respond(hits, client)
+
+fun respond: (hits: ref integer, -/simple_response client, req: request) -> ()
+  hits := hits + 1
+  simple_response(200, \"{version}\", to_string(hits)) => client
+"
+    )
+}
+
+/// A scratch directory removed when the test ends.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `flick run`, killed on drop; its standard error collected.
+struct Run {
+    child: Child,
+    port: u16,
+    log: Arc<Mutex<String>>,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Run {
+    fn start(program: &str) -> Run {
+        let listen = format!("client=127.0.0.1:{}", free_port());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+            .current_dir(ROOT)
+            .args(["run", program, "--listen", &listen, "--workers", "2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let err = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(err);
+            let mut line = String::new();
+            while lines.read_line(&mut line).unwrap_or(0) > 0 {
+                sink.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(out);
+            let mut line = String::new();
+            let _ = lines.read_line(&mut line);
+            let _ = tx.send(line);
+            // Keep reading, so that the child never blocks on a full pipe.
+            let mut rest = String::new();
+            while lines.read_line(&mut rest).unwrap_or(0) > 0 {
+                rest.clear();
+            }
+        });
+        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
+        let mut run = Run {
+            child,
+            port: 0,
+            log,
+        };
+        run.port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("flick run printed {line:?}: {}", run.log()));
+        run
+    }
+
+    fn hup(&self) {
+        let sent = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits (at most 30 s) for the log to hold `text`.
+    fn wait_log(&self, text: &str) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !self.log().contains(text) {
+            assert!(
+                Instant::now() < until,
+                "no {text:?} in the log: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// One keep-alive GET on `s`: the reason phrase and the body.
+fn get(s: &mut TcpStream) -> std::io::Result<(String, String)> {
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let reason = head
+        .lines()
+        .next()
+        .and_then(|l| l.splitn(3, ' ').nth(2))
+        .unwrap_or_default()
+        .to_string();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    s.read_exact(&mut body)?;
+    Ok((reason, String::from_utf8_lossy(&body).into_owned()))
+}
+
+fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// A GET over a new connection.
+fn get_new(port: u16) -> (String, String) {
+    get(&mut connect(port)).unwrap()
+}
+
+#[test]
+fn sighup_starts_the_new_version_beside_the_old_and_refuses_one_that_does_not_check() {
+    let dir = TempDir(std::env::temp_dir().join(format!("flick-reload-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let path = dir.0.join("counter.flick");
+    std::fs::write(&path, counter("v1")).unwrap();
+    let run = Run::start(path.to_str().unwrap());
+
+    let mut old = connect(run.port);
+    assert_eq!(get(&mut old).unwrap(), ("v1".into(), "1".into()));
+
+    std::fs::write(&path, counter("v2")).unwrap();
+    run.hup();
+    run.wait_log("reloaded");
+    let (reason, body) = get_new(run.port);
+    assert_eq!(reason, "v2", "a new connection goes to the new version");
+    // The first version answered one request; the count goes on from it.
+    let hits: i64 = body.parse().unwrap();
+    assert!(hits >= 2, "the counter was carried over: {body}");
+    assert!(run.log().contains("carried=[\"hits\"]"), "{}", run.log());
+
+    // The connection opened before the reload stays the old version's: it
+    // drains it (what it had read is answered, an idle keep-alive
+    // connection is closed cleanly, as nginx's old workers do), and never
+    // hands it to the new one.
+    let mut rest = Vec::new();
+    let closed = old.read_to_end(&mut rest);
+    assert!(
+        closed.is_ok() && rest.is_empty(),
+        "the old connection closes cleanly: {closed:?} {rest:?}"
+    );
+    drop(old);
+    run.wait_log("old version stopped");
+
+    std::fs::write(
+        &path,
+        counter("v3").replace("hits := hits + 1", "hits := \"x\""),
+    )
+    .unwrap();
+    run.hup();
+    run.wait_log("reload failed; still serving the old version");
+    let log = run.log();
+    assert!(log.contains("error[E"), "the diagnostic is logged: {log}");
+    assert!(log.contains("ERROR"), "at error level: {log}");
+    let (reason, body) = get_new(run.port);
+    assert_eq!(reason, "v2", "the old version still serves");
+    assert!(body.parse::<i64>().unwrap() > hits);
+
+    // A good program after a bad one is taken.
+    std::fs::write(&path, counter("v4")).unwrap();
+    run.hup();
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (reason, _) = get_new(run.port);
+        if reason == "v4" {
+            break;
+        }
+        assert!(Instant::now() < until, "never reloaded: {}", run.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
