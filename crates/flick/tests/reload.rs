@@ -3,14 +3,17 @@
 //! takes new connections while the old version drains its own, with its
 //! `global` counter carried over; a program that does not check is
 //! refused with its diagnostic in the log, and the old version keeps
-//! serving. The child is killed when the test ends, and every wait is
+//! serving; the configuration file is read again too, with flags still
+//! winning; systemd hears RELOADING=1 and READY=1 around each reload.
+//! The child is killed when the test ends, and every wait is
 //! bounded.
 
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -66,11 +69,16 @@ impl Drop for Run {
 }
 
 impl Run {
-    fn start(program: &str) -> Run {
+    /// Starts `flick run ARGS --listen client=PORT` on a free port,
+    /// telling it `NOTIFY_SOCKET=notify`.
+    fn start(args: &[&str], notify: &Path) -> Run {
         let listen = format!("client=127.0.0.1:{}", free_port());
         let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
             .current_dir(ROOT)
-            .args(["run", program, "--listen", &listen, "--workers", "2"])
+            .arg("run")
+            .args(args)
+            .args(["--listen", &listen, "--workers", "2"])
+            .env("NOTIFY_SOCKET", notify)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -185,7 +193,18 @@ fn sighup_starts_the_new_version_beside_the_old_and_refuses_one_that_does_not_ch
     std::fs::create_dir_all(&dir.0).unwrap();
     let path = dir.0.join("counter.flick");
     std::fs::write(&path, counter("v1")).unwrap();
-    let run = Run::start(path.to_str().unwrap());
+    // Stands in for systemd's notification socket (`Type=notify`).
+    let notify = UnixDatagram::bind(dir.0.join("notify.sock")).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let said = || {
+        let mut buf = [0u8; 256];
+        let n = notify.recv(&mut buf).expect("a notification");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let run = Run::start(&[path.to_str().unwrap()], &dir.0.join("notify.sock"));
+    assert_eq!(said(), "READY=1");
 
     let mut old = connect(run.port);
     assert_eq!(get(&mut old).unwrap(), ("v1".into(), "1".into()));
@@ -199,6 +218,7 @@ fn sighup_starts_the_new_version_beside_the_old_and_refuses_one_that_does_not_ch
     let hits: i64 = body.parse().unwrap();
     assert!(hits >= 2, "the counter was carried over: {body}");
     assert!(run.log().contains("carried=[\"hits\"]"), "{}", run.log());
+    assert_eq!((said(), said()), ("RELOADING=1".into(), "READY=1".into()));
 
     // The connection opened before the reload stays the old version's: it
     // drains it (what it had read is answered, an idle keep-alive
@@ -220,6 +240,7 @@ fn sighup_starts_the_new_version_beside_the_old_and_refuses_one_that_does_not_ch
     .unwrap();
     run.hup();
     run.wait_log("reload failed; still serving the old version");
+    assert_eq!((said(), said()), ("RELOADING=1".into(), "READY=1".into()));
     let log = run.log();
     assert!(log.contains("error[E"), "the diagnostic is logged: {log}");
     assert!(log.contains("ERROR"), "at error level: {log}");
@@ -239,4 +260,40 @@ fn sighup_starts_the_new_version_beside_the_old_and_refuses_one_that_does_not_ch
         assert!(Instant::now() < until, "never reloaded: {}", run.log());
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn sighup_reads_the_configuration_again_and_flags_still_win() {
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("flick-reload-config-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    std::fs::write(dir.0.join("a.flick"), counter("a")).unwrap();
+    std::fs::write(dir.0.join("b.flick"), counter("b")).unwrap();
+    let config = dir.0.join("flick.toml");
+    // The file's listening address is overridden by --listen, at start
+    // and on reload.
+    let unused = free_port();
+    let toml = |program: &str| {
+        format!("program = \"{program}\"\n\n[listen]\nclient = \"127.0.0.1:{unused}\"\n")
+    };
+    std::fs::write(&config, toml("a.flick")).unwrap();
+    let run = Run::start(
+        &["--config", config.to_str().unwrap()],
+        &dir.0.join("notify.sock"),
+    );
+    assert_eq!(get_new(run.port).0, "a");
+
+    std::fs::write(&config, toml("b.flick")).unwrap();
+    run.hup();
+    run.wait_log("reloaded");
+    assert_eq!(get_new(run.port).0, "b", "the program the file names now");
+    assert!(
+        TcpStream::connect(("127.0.0.1", unused)).is_err(),
+        "the file's address is not listened on"
+    );
+
+    std::fs::write(&config, "program = [\n").unwrap();
+    run.hup();
+    run.wait_log("reload failed");
+    assert_eq!(get_new(run.port).0, "b");
 }
