@@ -1182,10 +1182,8 @@ fn table_policy(ty: Option<&TypeExpr>) -> TablePolicy {
     };
     for a in &te.annotations {
         match (a.name.name.as_str(), &a.value.kind) {
-            ("capacity", ExprKind::Int { value, .. }) if *value > 0 => {
-                policy.capacity = Some(*value)
-            }
-            ("idle", ExprKind::Int { value, .. }) if *value > 0 => policy.idle_secs = Some(*value),
+            ("capacity", _) => policy.capacity = constant(&a.value).filter(|n| *n > 0),
+            ("idle", _) => policy.idle_secs = constant(&a.value).filter(|n| *n > 0),
             ("evict", ExprKind::Var(v)) => {
                 policy.evict = Evict::by_name(&v.name).unwrap_or_default()
             }
@@ -1193,4 +1191,24 @@ fn table_policy(ty: Option<&TypeExpr>) -> TablePolicy {
         }
     }
     policy
+}
+
+/// A constant annotation's value: numbers with `+ - * / mod`, as the
+/// checker allows them.
+fn constant(e: &Expr) -> Option<u64> {
+    match &e.kind {
+        ExprKind::Int { value, .. } => Some(*value),
+        ExprKind::Binary(op, a, b) => {
+            let (a, b) = (constant(a)?, constant(b)?);
+            match op {
+                BinOp::Add => a.checked_add(b),
+                BinOp::Sub => a.checked_sub(b),
+                BinOp::Mul => a.checked_mul(b),
+                BinOp::Div => a.checked_div(b),
+                BinOp::Mod => a.checked_rem(b),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
 }

@@ -362,3 +362,27 @@ fn counters_are_published_while_running() {
     assert_eq!(stats.malformed.load(Relaxed), 1);
     assert_eq!(stats.workers_sum(|w| &w.frames), 2000);
 }
+
+/// `log` writes a line and the rule goes on: nothing faults, every frame
+/// is forwarded.
+#[test]
+fn log_lines_do_not_stop_a_rule() {
+    let program = "grammar testpkt
+
+type pkt: record
+  flow : integer
+  kind : integer
+
+proc logs: (pkt/pkt inside, pkt/pkt outside)
+  | inside => note(outside)
+
+fun note: (outside: -/pkt, p: pkt) -> ()
+  log(to_string(p.flow))
+  log(\"a frame\")
+  p => outside
+";
+    let input = frames(50);
+    let (summary, out) = run(program, 1, input.clone());
+    assert_eq!(out, input);
+    assert_eq!(summary.faults, 0);
+}

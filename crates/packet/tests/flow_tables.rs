@@ -61,7 +61,11 @@ fn lru_evicts_the_least_recently_used_and_idle_entries_expire() {
         (20, 5, 1), // flows 1, 3 and 4 have been idle 10 s or more
         (21, 4, 2), // not found
     ]);
-    let (summary, out) = run(&program("{capacity=3, idle=10, evict=lru}"), 1, input);
+    let (summary, out) = run(
+        &program("{capacity=1 + 2, idle=5 * 2, evict=lru}"),
+        1,
+        input,
+    );
     assert_eq!(flows(&out), [1, 3]);
     assert_eq!(summary.state["last"], json!({"5": 7}));
     assert_eq!(summary.tables["last"], json!({"evicted": 1, "expired": 3}));
