@@ -4,7 +4,9 @@
 //! `global` counter carried over; a program that does not check is
 //! refused with its diagnostic in the log, and the old version keeps
 //! serving; the configuration file is read again too, with flags still
-//! winning; systemd hears RELOADING=1 and READY=1 around each reload.
+//! winning; systemd hears RELOADING=1 and READY=1 around each reload; a
+//! packet program logs SIGHUP as not supported and runs on (in a network
+//! namespace of its own, as root).
 //! The child is killed when the test ends, and every wait is
 //! bounded.
 
@@ -51,6 +53,7 @@ struct TempDir(PathBuf);
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_file(&self.0);
     }
 }
 
@@ -296,4 +299,74 @@ fn sighup_reads_the_configuration_again_and_flags_still_win() {
     run.hup();
     run.wait_log("reload failed");
     assert_eq!(get_new(run.port).0, "b");
+}
+
+/// Packet programs do not reload: SIGHUP is logged as not supported, and
+/// the program goes on (it does not die of the signal) until SIGINT.
+#[test]
+fn sighup_is_logged_as_not_supported_for_a_packet_program() {
+    use flick_testkit::netns::{self, Netns};
+    if !netns::available("sighup_is_logged_as_not_supported_for_a_packet_program") {
+        return;
+    }
+    let ns = Netns::new("flkhup");
+    ns.veth_pair("in0", "in1");
+    ns.veth_pair("out0", "out1");
+    let log_path =
+        std::env::temp_dir().join(format!("flick-reload-packet-{}.log", std::process::id()));
+    let _cleanup = TempDir(log_path.clone());
+    let mut cmd = ns.command(env!("CARGO_BIN_EXE_flick"));
+    cmd.current_dir(ROOT)
+        .args([
+            "run",
+            "examples/packets/port_knocking.flick",
+            "--workers",
+            "1",
+            "--port",
+            "inside=afpacket:in1",
+            "--port",
+            "outside=afpacket:out0",
+        ])
+        .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()));
+    let mut child = KillOnDrop(cmd.spawn().unwrap());
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let pid = child.0.id().to_string();
+    let signal = |sig: &str| {
+        let _ = Command::new("kill").args([sig, &pid]).status();
+    };
+    // Its packet sockets bound: it runs, and its signal handlers are set.
+    let table = format!("/proc/{}/net/packet", child.0.id());
+    let until = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&table).map_or(0, |t| t.lines().count().saturating_sub(1)) < 2 {
+        assert!(Instant::now() < until, "no ports opened: {}", log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal("-HUP");
+    let until = Instant::now() + Duration::from_secs(10);
+    while !log().contains("reload is not supported for packet programs") {
+        assert!(Instant::now() < until, "SIGHUP not logged: {}", log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(child.0.try_wait().unwrap().is_none(), "it survived SIGHUP");
+    signal("-INT");
+    let until = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < until, "it did not stop on SIGINT");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}: {}", log());
+    drop(child);
+}
+
+/// A child killed when the test ends.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
