@@ -1235,6 +1235,12 @@ impl Worker {
                 set(&w.dropped, dropped);
                 set(&w.faults, faults);
                 set(&w.dict_full, self.shard.dict_full);
+                let (evicted, expired) = self
+                    .shard
+                    .table_counts()
+                    .fold((0, 0), |(e, x), (_, te, tx)| (e + te, x + tx));
+                set(&w.table_evicted, evicted);
+                set(&w.table_expired, expired);
             }
             if done.send(batch).is_err() {
                 break;

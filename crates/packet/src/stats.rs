@@ -25,6 +25,10 @@ pub struct WorkerStats {
     pub dropped: AtomicU64,
     pub faults: AtomicU64,
     pub dict_full: AtomicU64,
+    /// Flow-table entries evicted to make room and expired, over all of
+    /// the worker's tables (for `flick_packet_*` metrics).
+    pub table_evicted: AtomicU64,
+    pub table_expired: AtomicU64,
 }
 
 /// What a running service has done so far. Made empty; the run fills in

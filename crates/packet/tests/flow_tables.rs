@@ -73,6 +73,35 @@ fn lru_evicts_the_least_recently_used_and_idle_entries_expire() {
     assert!(summary.dump_json().contains("\"tables\""));
 }
 
+/// The live counters a metrics endpoint reads sum the tables' counts.
+#[test]
+fn live_counters_count_evictions_and_expiries() {
+    use flick_packet::{LiveStats, PacketConfig};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let stats = Arc::new(LiveStats::default());
+    let svc = service(
+        &program("{capacity=1, idle=10, evict=lru}"),
+        PacketConfig {
+            stats: Some(stats.clone()),
+            ..PacketConfig::default()
+        },
+    );
+    let out = MemTx::default();
+    let input = frames(&[(0, 1, 1), (1, 2, 1), (30, 3, 1)]);
+    svc.run(
+        vec![
+            bind("inside", vec![rx(input)]),
+            bind("outside", vec![tx(&out)]),
+        ],
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+    let w = &stats.workers()[0];
+    assert_eq!(w.table_evicted.load(Ordering::Relaxed), 1);
+    assert_eq!(w.table_expired.load(Ordering::Relaxed), 1);
+}
+
 #[test]
 fn refuse_keeps_old_entries_until_they_have_been_idle() {
     let input = frames(&[
