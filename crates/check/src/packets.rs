@@ -450,6 +450,27 @@ fun f: ([integer/-] ins, -/integer out, x: integer) -> ()
         );
     }
 
+    /// `idle` and `evict` change nothing in the memory bound: `capacity`
+    /// entries are counted either way.
+    #[test]
+    fn flow_table_annotations_keep_the_bound_of_their_capacity() {
+        let bound = |annotation: &str| {
+            let src = format!(
+                "proc P: (integer/integer c)
+  global a: dict<integer*integer> {annotation} := empty_dict
+  c => c
+"
+            );
+            let (program, diags) = flick_syntax::parse(&src);
+            assert!(diags.is_empty(), "{diags:?}");
+            let (checked, diags) = crate::check(&program);
+            assert!(diags.is_empty(), "{diags:?}");
+            checked.processes[0].bounds.global_bytes
+        };
+        assert_eq!(bound("{capacity=100}"), 100 * 16);
+        assert_eq!(bound("{capacity=100, idle=30, evict=lru}"), 100 * 16);
+    }
+
     #[test]
     fn cidr_prefixes_parse_to_network_and_mask() {
         assert_eq!(parse_cidr("10.0.0.0/8"), Ok((0x0a00_0000, 0xff00_0000)));
