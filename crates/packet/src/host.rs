@@ -292,14 +292,7 @@ impl Host for FrameHost<'_> {
         // Checked before the position is worked out, so that a held-back
         // line costs a counter and nothing more.
         if let Some(held_back) = PROGRAM_LOG.allow() {
-            let at = match (self.module.source_offset(func, pc), self.source) {
-                (Some(o), Some(file)) => {
-                    let lc = file.line_col(o);
-                    format!("{}:{}:{}", file.name, lc.line, lc.col)
-                }
-                (Some(o), None) => format!("byte {o}"),
-                _ => "unknown".to_string(),
-            };
+            let at = program_position(self.module.source_offset(func, pc), self.source);
             tracing::info!(at = %at, held_back, "{}", String::from_utf8_lossy(msg));
         }
         Ok(())
@@ -309,5 +302,18 @@ impl Host for FrameHost<'_> {
         Err(Fault::Host(
             "a packet program cannot build records yet".into(),
         ))
+    }
+}
+
+/// A place in the program, for log lines: `file:line:col` where the source
+/// is known.
+pub(crate) fn program_position(offset: Option<u32>, source: Option<&SourceFile>) -> String {
+    match (offset, source) {
+        (Some(o), Some(file)) => {
+            let lc = file.line_col(o);
+            format!("{}:{}:{}", file.name, lc.line, lc.col)
+        }
+        (Some(o), None) => format!("byte {o}"),
+        _ => "unknown".to_string(),
     }
 }

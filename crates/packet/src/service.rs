@@ -1081,23 +1081,21 @@ fn log_malformed_in(channels: &[String], grammar: &Grammar, chan: u16, unit: Uni
 }
 
 fn log_fault(svc: &PacketService, vm: &Vm, what: &str, why: &str) {
-    let offset = vm
-        .fault_site()
-        .and_then(|(f, pc)| svc.module.source_offset(f, pc));
-    let at = match (offset, &svc.source) {
-        (Some(o), Some(file)) => {
-            let lc = file.line_col(o);
-            format!("{}:{}:{}", file.name, lc.line, lc.col)
-        }
-        (Some(o), None) => format!("byte {o}"),
-        _ => "unknown".to_string(),
-    };
+    let at = fault_site(&svc.module, svc.source.as_deref(), vm);
     flick_platform::limited!(
         FAULT_LOG,
         warn,
         at = %at,
         "{what} faulted, the frame was dropped: {why}"
     );
+}
+
+/// Where in the program `vm` faulted.
+fn fault_site(module: &Module, source: Option<&flick_span::SourceFile>, vm: &Vm) -> String {
+    let offset = vm
+        .fault_site()
+        .and_then(|(f, pc)| module.source_offset(f, pc));
+    crate::host::program_position(offset, source)
 }
 
 struct Worker {
@@ -1264,17 +1262,7 @@ impl Worker {
     }
 
     fn log_fault(&self, vm: &Vm, why: &str) {
-        let offset = vm
-            .fault_site()
-            .and_then(|(f, pc)| self.module.source_offset(f, pc));
-        let at = match (offset, &self.source) {
-            (Some(o), Some(file)) => {
-                let lc = file.line_col(o);
-                format!("{}:{}:{}", file.name, lc.line, lc.col)
-            }
-            (Some(o), None) => format!("byte {o}"),
-            _ => "unknown".to_string(),
-        };
+        let at = fault_site(&self.module, self.source.as_deref(), vm);
         flick_platform::limited!(
             FAULT_LOG,
             warn,
