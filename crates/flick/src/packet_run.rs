@@ -274,6 +274,16 @@ pub fn render_metrics(stats: Arc<LiveStats>) -> crate::metrics::Render {
             one(stats.workers_sum(|w| &w.dict_full)),
         );
         family(
+            "flick_packet_table_evicted",
+            "Flow-table entries evicted to make room (evict=lru).",
+            one(stats.workers_sum(|w| &w.table_evicted)),
+        );
+        family(
+            "flick_packet_table_expired",
+            "Flow-table entries gone after their idle timeout.",
+            one(stats.workers_sum(|w| &w.table_expired)),
+        );
+        family(
             "flick_packet_worker_frames",
             "Frames each worker handled.",
             stats
