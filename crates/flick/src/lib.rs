@@ -21,4 +21,5 @@ pub mod packet_run;
 pub mod reload;
 pub mod render;
 pub mod serve;
+pub mod table_load;
 pub mod views;

@@ -2,9 +2,11 @@
 //! FlowBlaze XL programs, loaded by `flick-machine`, their errors rendered
 //! like every other diagnostic, their tables sized, and the machine served
 //! over numbered packet ports until its input files end (or, for live
-//! ports, until SIGINT or SIGTERM).
+//! ports, until SIGINT or SIGTERM); its tables replaced while it runs on
+//! SIGHUP and through `--control` ([`crate::table_load`]).
 
 use crate::render::render;
+use crate::table_load::{self, ControlSocket, TableLoader};
 use flick_machine::xl::{self, XlError};
 use flick_machine::{InPort, MachineService, OutPort, Program};
 use flick_packet_io::PortSpec;
@@ -12,7 +14,7 @@ use flick_span::{Diagnostic, SourceFile, Span};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The error with its source line and a caret under the place.
 pub fn render_xl_error(e: &XlError, color: bool) -> String {
@@ -90,12 +92,13 @@ pub fn check(path: &str, color: bool) -> bool {
     true
 }
 
-/// `flick run FILE.xl --port N=SPEC ...`.
+/// `flick run FILE.xl --port N=SPEC ... [--control PATH]`.
 pub fn run(
     path: &str,
     ports: &[String],
     workers: Option<usize>,
     dump: Option<&str>,
+    control: Option<&str>,
     color: bool,
 ) -> ExitCode {
     let Some(program) = load(path, color) else {
@@ -163,7 +166,7 @@ pub fn run(
     }
     let asked =
         workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let service = match MachineService::new(program, asked) {
+    let service = match MachineService::new(program.clone(), asked) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {path}: {e}");
@@ -177,7 +180,25 @@ pub fn run(
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         let _ = signal_hook::flag::register(sig, stop.clone());
     }
-    let summary = match service.run(inputs, outputs, &stop, None) {
+    let (swap_tx, swaps) = flick_machine::swap_channel();
+    let loader = Arc::new(Mutex::new(TableLoader::new(
+        program,
+        service.workers(),
+        swap_tx,
+    )));
+    table_load::reload_on_sighup(path.into(), loader.clone());
+    // Removes the socket file when the run ends.
+    let _control = match control {
+        None => None,
+        Some(at) => match ControlSocket::start(Path::new(at), loader) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("error: --control: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let summary = match service.run(inputs, outputs, &stop, Some(swaps)) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
@@ -189,6 +210,9 @@ pub fn run(
             eprintln!("error: cannot write the dump to {d}: {e}");
             return ExitCode::FAILURE;
         }
+    }
+    for why in &summary.refused_swaps {
+        eprintln!("warning: a table replacement was refused: {why}");
     }
     eprintln!("{}", summary.line());
     ExitCode::SUCCESS

@@ -35,6 +35,9 @@ enum Command {
     Serve(Box<flick::serve::ServeArgs>),
     /// Deploy, inspect and undeploy services of a running `flick serve`.
     Ctl(Box<flick::ctl::CtlArgs>),
+    /// Replace a running FlowBlaze machine's tables.
+    #[command(subcommand)]
+    Table(TableCommand),
     /// Print a program's task graphs as Graphviz DOT, or render them.
     Graph {
         /// The program.
@@ -154,6 +157,10 @@ struct RunArgs {
     /// SIGUSR1.
     #[arg(long, value_name = "FILE")]
     dump: Option<String>,
+    /// For a FlowBlaze `.xl` program: listen on a Unix socket at PATH for
+    /// `flick table load`, which replaces the running tables [default: none].
+    #[arg(long, value_name = "PATH")]
+    control: Option<String>,
     /// Validate the program and the configuration, then exit (like `nginx -t`).
     #[arg(long)]
     check: bool,
@@ -164,6 +171,23 @@ struct RunArgs {
     /// How log lines on standard error are written.
     #[arg(long, value_name = "FORMAT", default_value = "text")]
     log_format: flick::logging::LogFormat,
+}
+
+#[derive(Subcommand)]
+enum TableCommand {
+    /// Load FILE.xl into the machine of `flick run FILE.xl --control PATH`,
+    /// keeping its flow contexts: refused if a stage's key, flow registers
+    /// or states differ, or the file has errors.
+    Load {
+        /// The machine's control socket.
+        #[arg(long, value_name = "PATH")]
+        control: String,
+        /// Print the answer as JSON.
+        #[arg(long)]
+        json: bool,
+        /// The new program.
+        file: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -612,8 +636,18 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
     if let Some(xl) = args.file.as_deref().filter(|f| f.ends_with(".xl")) {
-        reload_not_supported("`.xl` programs");
-        return flick::machine_run::run(xl, &args.port, args.workers, args.dump.as_deref(), color);
+        return flick::machine_run::run(
+            xl,
+            &args.port,
+            args.workers,
+            args.dump.as_deref(),
+            args.control.as_deref(),
+            color,
+        );
+    }
+    if args.control.is_some() {
+        eprintln!("error: --control is for FlowBlaze `.xl` programs");
+        return ExitCode::FAILURE;
     }
     let RunLoad {
         settings,
@@ -831,6 +865,17 @@ fn main() -> ExitCode {
         Command::Run(args) => run_command(*args, color),
         Command::Serve(args) => flick::serve::main(*args),
         Command::Ctl(args) => flick::ctl::main(*args),
+        Command::Table(TableCommand::Load {
+            control,
+            json,
+            file,
+        }) => {
+            if flick::table_load::load_command(&control, &file, json) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
         Command::Graph { file: path, svg } => {
             let file = match read_program(&path) {
                 Ok(f) => f,

@@ -150,44 +150,7 @@ impl Engine {
     /// The new program must keep every stage's key, flow registers and
     /// states (new states may follow the old ones) and the globals.
     pub fn replace(&mut self, program: Arc<Program>) -> Result<(), ReplaceError> {
-        let (old, new) = (&self.program.machine, &program.machine);
-        if old.stages.len() != new.stages.len() {
-            return Err(ReplaceError::Stages {
-                old: old.stages.len(),
-                new: new.stages.len(),
-            });
-        }
-        let names = |m: &Machine, ids: &[FieldId]| -> Vec<String> {
-            ids.iter()
-                .map(|&f| m.fields[f as usize].name.clone())
-                .collect()
-        };
-        for (a, b) in old.stages.iter().zip(&new.stages) {
-            if names(old, &a.key) != names(new, &b.key) || a.biflow != b.biflow {
-                return Err(ReplaceError::Key(b.name.clone()));
-            }
-            if a.flow_regs
-                .iter()
-                .map(|r| &r.name)
-                .ne(b.flow_regs.iter().map(|r| &r.name))
-            {
-                return Err(ReplaceError::Registers(b.name.clone()));
-            }
-            if b.states.len() < a.states.len()
-                || a.states[..] != b.states[..a.states.len()]
-                || a.initial != b.initial
-            {
-                return Err(ReplaceError::States(b.name.clone()));
-            }
-        }
-        if old
-            .globals
-            .iter()
-            .map(|g| &g.name)
-            .ne(new.globals.iter().map(|g| &g.name))
-        {
-            return Err(ReplaceError::Globals);
-        }
+        self.program.check_replacement(&program)?;
         self.program = program;
         Ok(())
     }
@@ -379,5 +342,51 @@ impl Engine {
             }
         }
         out
+    }
+}
+
+impl Program {
+    /// Whether `new` may replace these tables while running (see
+    /// [`Engine::replace`]), so a caller can refuse it before sending it.
+    pub fn check_replacement(&self, new: &Program) -> Result<(), ReplaceError> {
+        let (old, new) = (&self.machine, &new.machine);
+        if old.stages.len() != new.stages.len() {
+            return Err(ReplaceError::Stages {
+                old: old.stages.len(),
+                new: new.stages.len(),
+            });
+        }
+        let names = |m: &Machine, ids: &[FieldId]| -> Vec<String> {
+            ids.iter()
+                .map(|&f| m.fields[f as usize].name.clone())
+                .collect()
+        };
+        for (a, b) in old.stages.iter().zip(&new.stages) {
+            if names(old, &a.key) != names(new, &b.key) || a.biflow != b.biflow {
+                return Err(ReplaceError::Key(b.name.clone()));
+            }
+            if a.flow_regs
+                .iter()
+                .map(|r| &r.name)
+                .ne(b.flow_regs.iter().map(|r| &r.name))
+            {
+                return Err(ReplaceError::Registers(b.name.clone()));
+            }
+            if b.states.len() < a.states.len()
+                || a.states[..] != b.states[..a.states.len()]
+                || a.initial != b.initial
+            {
+                return Err(ReplaceError::States(b.name.clone()));
+            }
+        }
+        if old
+            .globals
+            .iter()
+            .map(|g| &g.name)
+            .ne(new.globals.iter().map(|g| &g.name))
+        {
+            return Err(ReplaceError::Globals);
+        }
+        Ok(())
     }
 }

@@ -31,4 +31,6 @@ pub mod xl;
 pub use engine::{Context, Counters, Engine, Program, ReplaceError, Verdict};
 pub use fields::{FieldError, FieldReader};
 pub use model::Machine;
-pub use service::{Dump, InPort, MachineService, OutPort, RunError, Summary};
+pub use service::{
+    swap_channel, Dump, InPort, MachineService, OutPort, RunError, Summary, SwapSender,
+};

@@ -26,7 +26,7 @@ use crate::engine::{Context, Counters, Engine, Program};
 use crate::fields::{write_field, write_place, FieldError, FieldReader};
 use crate::flows::{hash_key, Timeouts};
 use crate::model::{Value, MAX_KEY, MAX_PORTS};
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError};
 use flick_packet_io::{PortError, RecvStatus, RxPort, TxPort};
 use serde_json::{Map, Value as Json};
 use std::collections::BTreeMap;
@@ -236,6 +236,15 @@ impl Dump {
     }
 }
 
+/// The sending end of [`MachineService::run`]'s `swaps`.
+pub type SwapSender = Sender<Arc<Program>>;
+
+/// A channel for [`MachineService::run`]'s `swaps`: unbounded, since swaps
+/// are rare and whoever asks for one must not wait on the frames.
+pub fn swap_channel() -> (SwapSender, Receiver<Arc<Program>>) {
+    crossbeam_channel::unbounded()
+}
+
 /// A machine ready to serve.
 pub struct MachineService {
     program: Arc<Program>,
@@ -429,7 +438,24 @@ fn write(mut ports: Vec<Option<OutPort>>, done: Receiver<Job>, free: Sender<Job>
     let mut unbound = BTreeMap::new();
     let mut dropped = 0;
     let mut error = None;
-    for job in done {
+    let mut unflushed = false;
+    loop {
+        // Live ports hold frames until flushed: flush whenever the queue
+        // runs dry, so a frame waits for no later one.
+        let job = match done.try_recv() {
+            Ok(job) => job,
+            Err(TryRecvError::Disconnected) => break,
+            Err(TryRecvError::Empty) => {
+                if unflushed {
+                    unflushed = false;
+                    flush_all(&mut ports, &mut error);
+                }
+                match done.recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                }
+            }
+        };
         let at = job.seq as usize % POOL;
         ring[at] = Some(job);
         while let Some(job) = ring[next as usize % POOL].take() {
@@ -443,7 +469,10 @@ fn write(mut ports: Vec<Option<OutPort>>, done: Receiver<Job>, free: Sender<Job>
                 bits &= bits - 1;
                 match &mut ports[n] {
                     Some(p) => match p.tx.send(&job.buf, job.ts) {
-                        Ok(()) => *sent.entry(n as u8).or_insert(0) += 1,
+                        Ok(()) => {
+                            unflushed = true;
+                            *sent.entry(n as u8).or_insert(0) += 1
+                        }
                         Err(e) if e.is_frame_error() => {}
                         Err(e) => {
                             error.get_or_insert(RunError::Port {
@@ -459,6 +488,11 @@ fn write(mut ports: Vec<Option<OutPort>>, done: Receiver<Job>, free: Sender<Job>
             let _ = free.send(job);
         }
     }
+    flush_all(&mut ports, &mut error);
+    (sent, unbound, dropped, error)
+}
+
+fn flush_all(ports: &mut [Option<OutPort>], error: &mut Option<RunError>) {
     for p in ports.iter_mut().flatten() {
         if let Err(e) = p.tx.flush() {
             error.get_or_insert(RunError::Port {
@@ -468,7 +502,6 @@ fn write(mut ports: Vec<Option<OutPort>>, done: Receiver<Job>, free: Sender<Job>
             });
         }
     }
-    (sent, unbound, dropped, error)
 }
 
 struct Dispatch {

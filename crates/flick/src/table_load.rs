@@ -1,0 +1,324 @@
+//! Replacing a running FlowBlaze machine's tables: the control socket of
+//! `flick run FILE.xl --control PATH`, SIGHUP, and the client,
+//! `flick table load --control PATH FILE.xl`.
+//!
+//! The protocol: one request per connection, one line (at most
+//! [`MAX_REQUEST`] bytes, read within [`READ_TIMEOUT`]), either
+//! `load FILE` or the JSON `{"load": "FILE"}`; the answer is one JSON
+//! line, `{"applied": true, "micros": N}` or
+//! `{"applied": false, "micros": N, "error": "..."}`. A load reads and
+//! checks the file (its diagnostics are the error), compiles it, and
+//! checks that it keeps every stage's key, flow registers and states
+//! before handing it to the dispatcher, which installs it before the next
+//! frame it reads; a refused program leaves the running tables as they
+//! were. SIGHUP loads the running file again by the same path.
+
+use crate::machine_run::render_xl_error;
+use flick_machine::{xl, Program};
+use serde_json::{json, Value as Json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The longest request line, in bytes.
+pub const MAX_REQUEST: usize = 4096;
+/// How long a connection may take to send its request.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the client waits for its answer (a load compiles the file).
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a load did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadOutcome {
+    /// Handed to the machine; otherwise the running tables are unchanged.
+    pub applied: bool,
+    /// From the request to the hand-over (or the refusal).
+    pub micros: u64,
+    /// Why not: diagnostics, or what the new program changes.
+    pub error: Option<String>,
+}
+
+impl LoadOutcome {
+    pub fn json(&self) -> Json {
+        let mut o = json!({ "applied": self.applied, "micros": self.micros });
+        if let Some(e) = &self.error {
+            o["error"] = e.clone().into();
+        }
+        o
+    }
+
+    fn from_json(v: &Json) -> Option<LoadOutcome> {
+        Some(LoadOutcome {
+            applied: v.get("applied")?.as_bool()?,
+            micros: v.get("micros").and_then(Json::as_u64).unwrap_or(0),
+            error: v.get("error").and_then(Json::as_str).map(str::to_string),
+        })
+    }
+}
+
+/// The running tables and the way to replace them: shared by the control
+/// socket and SIGHUP, so every replacement is checked against the tables
+/// the last one installed.
+pub struct TableLoader {
+    running: Arc<Program>,
+    /// Workers serving the machine (a program needing one is refused
+    /// when there are several).
+    workers: usize,
+    swaps: flick_machine::SwapSender,
+}
+
+impl TableLoader {
+    pub fn new(
+        running: Arc<Program>,
+        workers: usize,
+        swaps: flick_machine::SwapSender,
+    ) -> TableLoader {
+        TableLoader {
+            running,
+            workers,
+            swaps,
+        }
+    }
+
+    /// Loads, checks and compiles `path`, then hands it to the machine.
+    pub fn load(&mut self, path: &Path) -> LoadOutcome {
+        let start = Instant::now();
+        let result = self.try_load(path);
+        let micros = start.elapsed().as_micros() as u64;
+        match result {
+            Ok(()) => LoadOutcome {
+                applied: true,
+                micros,
+                error: None,
+            },
+            Err(e) => LoadOutcome {
+                applied: false,
+                micros,
+                error: Some(e),
+            },
+        }
+    }
+
+    fn try_load(&mut self, path: &Path) -> Result<(), String> {
+        let machine = xl::load(path).map_err(|e| render_xl_error(&e, false))?;
+        let program = Program::new(machine).map_err(|e| format!("{}: {e}", path.display()))?;
+        flick_machine::FieldReader::new(&program.machine.fields)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        self.running
+            .check_replacement(&program)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let needs_one = program.machine.stages.len() > 1 || program.machine.writes_globals();
+        if needs_one && self.workers > 1 {
+            return Err(format!(
+                "{}: the new program needs one worker (several stages, or global registers written), and this run has {}",
+                path.display(),
+                self.workers
+            ));
+        }
+        let program = Arc::new(program);
+        self.swaps
+            .send(program.clone())
+            .map_err(|_| "the machine has stopped".to_string())?;
+        self.running = program;
+        Ok(())
+    }
+}
+
+/// A listening control socket; the socket file is removed on drop.
+pub struct ControlSocket {
+    path: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("control socket {0}: another process is listening there")]
+    InUse(PathBuf),
+    #[error("control socket {0}: {1}")]
+    Io(PathBuf, std::io::Error),
+}
+
+impl ControlSocket {
+    /// Listens at `path` (a stale socket file left there is replaced) and
+    /// answers requests on a thread of its own, one connection at a time.
+    pub fn start(
+        path: &Path,
+        loader: Arc<Mutex<TableLoader>>,
+    ) -> Result<ControlSocket, ControlError> {
+        if UnixStream::connect(path).is_ok() {
+            return Err(ControlError::InUse(path.into()));
+        }
+        let _ = std::fs::remove_file(path);
+        let listener = UnixListener::bind(path).map_err(|e| ControlError::Io(path.into(), e))?;
+        std::thread::Builder::new()
+            .name("flick-control".into())
+            .spawn(move || {
+                for conn in listener.incoming().flatten() {
+                    serve(conn, &loader);
+                }
+            })
+            .map_err(|e| ControlError::Io(path.into(), e))?;
+        Ok(ControlSocket { path: path.into() })
+    }
+}
+
+impl Drop for ControlSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The file a request asks to load, if it is the documented request.
+pub fn parse_request(line: &str) -> Result<PathBuf, String> {
+    let line = line.trim();
+    if line.starts_with('{') {
+        let v: Json = serde_json::from_str(line).map_err(|e| format!("bad JSON request: {e}"))?;
+        return match v.get("load").and_then(Json::as_str) {
+            Some(f) if !f.is_empty() => Ok(f.into()),
+            _ => Err("unknown request: the only request is {\"load\": \"FILE\"}".into()),
+        };
+    }
+    match line.split_once(' ') {
+        Some(("load", f)) if !f.trim().is_empty() => Ok(f.trim().into()),
+        _ => Err("unknown request: the only request is `load FILE`".into()),
+    }
+}
+
+fn serve(conn: UnixStream, loader: &Mutex<TableLoader>) {
+    let _ = conn.set_read_timeout(Some(READ_TIMEOUT));
+    let _ = conn.set_write_timeout(Some(READ_TIMEOUT));
+    let mut line = String::new();
+    let read = BufReader::new((&conn).take(MAX_REQUEST as u64 + 1)).read_line(&mut line);
+    let answer = match read {
+        Err(e) => {
+            json!({ "applied": false, "micros": 0, "error": format!("cannot read the request: {e}") })
+        }
+        Ok(_) if line.len() > MAX_REQUEST => {
+            json!({ "applied": false, "micros": 0, "error": format!("request longer than {MAX_REQUEST} bytes") })
+        }
+        Ok(_) => match parse_request(&line) {
+            Err(e) => json!({ "applied": false, "micros": 0, "error": e }),
+            Ok(path) => {
+                let outcome = loader.lock().unwrap_or_else(|p| p.into_inner()).load(&path);
+                log(&path, &outcome, "control socket");
+                outcome.json()
+            }
+        },
+    };
+    let mut conn = conn;
+    let _ = writeln!(conn, "{answer}");
+}
+
+/// One line on standard error about a load.
+pub fn log(path: &Path, outcome: &LoadOutcome, from: &str) {
+    match &outcome.error {
+        None => eprintln!(
+            "flick: {from}: tables of {} applied in {} us",
+            path.display(),
+            outcome.micros
+        ),
+        Some(e) => eprintln!(
+            "flick: {from}: tables of {} not applied, the running ones stay: {}",
+            path.display(),
+            e.trim_end()
+        ),
+    }
+}
+
+/// Reloads `path` on each SIGHUP.
+pub fn reload_on_sighup(path: PathBuf, loader: Arc<Mutex<TableLoader>>) {
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP]) else {
+        return;
+    };
+    let _ = std::thread::Builder::new()
+        .name("flick-sighup".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                let outcome = loader.lock().unwrap_or_else(|p| p.into_inner()).load(&path);
+                log(&path, &outcome, "SIGHUP");
+            }
+        });
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot reach the control socket {0}: {1}")]
+    Connect(PathBuf, std::io::Error),
+    #[error("control socket {0}: {1}")]
+    Io(PathBuf, std::io::Error),
+    #[error("control socket {0}: unexpected answer {1:?}")]
+    Answer(PathBuf, String),
+}
+
+/// Asks the machine listening at `control` to load `file` (made absolute
+/// first, since the machine may run elsewhere). Returns the answer.
+pub fn request_load(control: &Path, file: &Path) -> Result<(LoadOutcome, Json), ClientError> {
+    let file = std::fs::canonicalize(file).unwrap_or_else(|_| file.into());
+    let mut conn =
+        UnixStream::connect(control).map_err(|e| ClientError::Connect(control.into(), e))?;
+    let io = |e| ClientError::Io(control.into(), e);
+    conn.set_read_timeout(Some(ANSWER_TIMEOUT)).map_err(io)?;
+    let request = json!({ "load": file.display().to_string() });
+    writeln!(conn, "{request}").map_err(io)?;
+    let mut line = String::new();
+    BufReader::new(conn.take(1 << 20))
+        .read_line(&mut line)
+        .map_err(io)?;
+    let v: Json = serde_json::from_str(line.trim())
+        .map_err(|_| ClientError::Answer(control.into(), line.clone()))?;
+    let outcome =
+        LoadOutcome::from_json(&v).ok_or_else(|| ClientError::Answer(control.into(), line))?;
+    Ok((outcome, v))
+}
+
+/// `flick table load --control PATH FILE.xl`: prints the outcome; false
+/// if the tables were not applied.
+pub fn load_command(control: &str, file: &str, as_json: bool) -> bool {
+    match request_load(Path::new(control), Path::new(file)) {
+        Err(e) => {
+            eprintln!("error: {e}");
+            false
+        }
+        Ok((outcome, v)) => {
+            if as_json {
+                println!("{v}");
+            }
+            match &outcome.error {
+                None => {
+                    if !as_json {
+                        println!("{file}: applied in {} us", outcome.micros);
+                    }
+                    true
+                }
+                Some(e) => {
+                    if !as_json {
+                        eprint!("{}", e);
+                        if !e.ends_with('\n') {
+                            eprintln!();
+                        }
+                        eprintln!("error: {file}: not applied; the running tables stay");
+                    }
+                    false
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests() {
+        assert_eq!(parse_request("load a.xl\n"), Ok("a.xl".into()));
+        assert_eq!(
+            parse_request(r#"{"load": "/x/b.xl"}"#),
+            Ok("/x/b.xl".into())
+        );
+        assert!(parse_request("dump\n").is_err());
+        assert!(parse_request("load \n").is_err());
+        assert!(parse_request(r#"{"unload": "a"}"#).is_err());
+    }
+}
