@@ -218,11 +218,19 @@ pub fn log(path: &Path, outcome: &LoadOutcome, from: &str) {
             path.display(),
             outcome.micros
         ),
-        Some(e) => eprintln!(
-            "flick: {from}: tables of {} not applied, the running ones stay: {}",
-            path.display(),
-            e.trim_end()
-        ),
+        Some(e) => {
+            // Rendered diagnostics span lines: they start on their own.
+            let sep = if e.trim_end().contains('\n') {
+                "\n"
+            } else {
+                " "
+            };
+            eprintln!(
+                "flick: {from}: tables of {} not applied, the running ones stay:{sep}{}",
+                path.display(),
+                e.trim_end()
+            )
+        }
     }
 }
 
@@ -309,6 +317,64 @@ pub fn load_command(control: &str, file: &str, as_json: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/flowblaze");
+
+    /// port_knocking.xl edited, beside a copy of its headers.
+    fn knocking(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> PathBuf {
+        std::fs::copy(
+            Path::new(EXAMPLES).join("headers.xlh"),
+            dir.join("headers.xlh"),
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(Path::new(EXAMPLES).join("port_knocking.xl")).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, edit(text)).unwrap();
+        path
+    }
+
+    #[test]
+    fn only_compatible_programs_are_sent() {
+        let dir = std::env::temp_dir().join(format!("flick-loader-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let running = knocking(&dir, "knock.xl", |t| t);
+        let variant = knocking(&dir, "variant.xl", |t| t.replace("== SSH", "== 2200"));
+        let other_key = knocking(&dir, "key.xl", |t| t.replace("(ipv4.src)", "(ipv4.dst)"));
+        let fewer_states = knocking(&dir, "states.xl", |t| t.replace("knocked2", "knocked9"));
+        let broken = knocking(&dir, "broken.xl", |t| t.replace("State open {", "State {"));
+        let program = Arc::new(Program::new(xl::load(&running).unwrap()).unwrap());
+        let (tx, rx) = flick_machine::swap_channel();
+        let mut loader = TableLoader::new(program, 2, tx);
+
+        let o = loader.load(&other_key);
+        assert!(
+            !o.applied && o.error.as_deref().unwrap().contains("flow key"),
+            "{o:?}"
+        );
+        let o = loader.load(&fewer_states);
+        assert!(
+            !o.applied && o.error.as_deref().unwrap().contains("states"),
+            "{o:?}"
+        );
+        let o = loader.load(&broken);
+        let e = o.error.clone().unwrap_or_default();
+        assert!(
+            !o.applied && e.contains("broken.xl") && e.contains('^'),
+            "{o:?}"
+        );
+        let o = loader.load(&dir.join("missing.xl"));
+        assert!(!o.applied, "{o:?}");
+        assert!(rx.try_recv().is_err(), "a refused program was sent");
+
+        let o = loader.load(&variant);
+        assert!(o.applied && o.error.is_none(), "{o:?}");
+        let sent = rx.try_recv().expect("the variant was sent");
+        assert!(format!("{:?}", sent.machine).contains("2200"));
+        // Checked against the variant now running: still compatible.
+        assert!(loader.load(&running).applied);
+        assert_eq!(o.json()["applied"], true);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn requests() {
