@@ -606,6 +606,9 @@ impl Reloader<'_> {
                 version: running.version + 1,
             },
         );
+        // From here on only the new version accepts, so a connection made
+        // once the reload is reported reaches it; the old one drains.
+        old.service.stop_accepting();
         tracing::info!(
             program = %load.program_path,
             listen = %running.service.local_addr(),
