@@ -724,6 +724,19 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         },
     };
     config.access_log = access_log.clone();
+    // The listeners share their port (SO_REUSEPORT) so that a reloaded
+    // version can bind beside the old one; that would also let a second
+    // `flick run` on the same address share it without a word. A plain
+    // bind first fails as nginx does when anything listens there already.
+    for (chan, addr) in &config.listen {
+        if addr.port() == 0 {
+            continue;
+        }
+        if let Err(e) = std::net::TcpListener::bind(addr) {
+            eprintln!("error: cannot listen on {addr} for channel `{chan}`: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     // A platform of its own, so that a reloaded version starts on the same
     // workers beside the old one.
     let platform = match flick_platform::Platform::start(flick_platform::PlatformConfig {

@@ -483,6 +483,39 @@ fn a_service_manager_hears_ready_once_it_listens_and_stopping_on_sigterm() {
     assert!(rest.contains("flick: stopped"), "{rest:?}");
 }
 
+/// Listeners share their port with a reloaded version (SO_REUSEPORT), but
+/// a second `flick run` on an address in use fails, as nginx does.
+#[test]
+fn a_second_run_on_an_address_in_use_fails() {
+    let mut procs = Procs(Vec::new());
+    let backends = [memcached(&mut procs)];
+    let dir = TempDir::new("in_use");
+    let cfg = dir.file("proxy.toml", &proxy_config(&backends));
+    let run = start(&mut procs, &["--config", &cfg, "--workers", "1"]);
+    let listen = format!("client=127.0.0.1:{}", run.port);
+    // Bounded: without the check the second run would serve on.
+    let second = Command::new("timeout")
+        .arg("10")
+        .arg(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(ROOT)
+        .args(["run", "--config", &cfg, "--listen", &listen])
+        .args(["--metrics", "127.0.0.1:0", "--workers", "1"])
+        .output()
+        .expect("flick runs");
+    assert!(
+        !second.status.success(),
+        "a second run on port {} started",
+        run.port
+    );
+    let err = stderr(&second);
+    assert!(
+        err.contains(&format!("cannot listen on 127.0.0.1:{}", run.port)) && err.contains("in use"),
+        "{err}"
+    );
+    // The first still answers.
+    drop(traffic(run.port, 1));
+}
+
 #[test]
 fn help_lists_the_run_options() {
     let o = flick(&["run", "--help"]);
