@@ -668,11 +668,19 @@ impl Lowerer<'_> {
     ) -> Result<Reg, Unsupported> {
         let v = self.expr(b, value)?;
         let chans = self.expr(b, chans)?;
+        Self::each_element(b, chans, |b, chan| b.emit(Op::Send { src: v, chan }));
+        Ok(Self::constant(b, Const::Unit))
+    }
+
+    /// A loop over the elements of `seq` (a list or a channel array), by
+    /// index: `body` emits what is done with each (in a register it is
+    /// given), and each back-edge checks the timeslice.
+    fn each_element(b: &mut FnBuilder, seq: Reg, body: impl FnOnce(&mut FnBuilder, Reg)) {
         let n = b.reg();
         b.emit(Op::Builtin {
             f: Builtin::Len,
             dst: n,
-            args: Box::new([chans]),
+            args: Box::new([seq]),
         });
         let i = Self::constant(b, Const::Int(0));
         let one = Self::constant(b, Const::Int(1));
@@ -686,13 +694,13 @@ impl Lowerer<'_> {
         });
         let exit = b.code.len();
         b.emit(Op::JumpIfFalse { cond: more, to: 0 });
-        let chan = b.reg();
+        let elem = b.reg();
         b.emit(Op::Index {
-            dst: chan,
-            base: chans,
+            dst: elem,
+            base: seq,
             index: i,
         });
-        b.emit(Op::Send { src: v, chan });
+        body(b, elem);
         b.emit(Op::Binary {
             op: BinOp::Add,
             dst: i,
@@ -706,7 +714,6 @@ impl Lowerer<'_> {
             cond: more,
             to: end,
         };
-        Ok(Self::constant(b, Const::Unit))
     }
 
     /// `foldt on CHANS ordering elem A, B by elem.F as K: BODY` as a loop:
@@ -1094,64 +1101,29 @@ impl Lowerer<'_> {
                 items: Box::new([]),
             }),
         }
-        let n = b.reg();
-        b.emit(Op::Builtin {
-            f: Builtin::Len,
-            dst: n,
-            args: Box::new([xs]),
-        });
-        let i = Self::constant(b, Const::Int(0));
-        let one = Self::constant(b, Const::Int(1));
-        let more = b.reg();
-        let head = b.here();
-        b.emit(Op::Binary {
-            op: BinOp::Lt,
-            dst: more,
-            a: i,
-            b: n,
-        });
-        let exit = b.code.len();
-        b.emit(Op::JumpIfFalse { cond: more, to: 0 });
-        let elem = b.reg();
-        b.emit(Op::Index {
-            dst: elem,
-            base: xs,
-            index: i,
-        });
-        let r = b.reg();
-        let args: Box<[Reg]> = if f.name == "fold" {
-            Box::new([out, elem])
-        } else {
-            Box::new([elem])
-        };
-        b.emit(Op::Call { dst: r, func, args });
-        match f.name.as_str() {
-            "fold" => b.emit(Op::Move { dst: out, src: r }),
-            "map" => b.emit(Op::Push { list: out, src: r }),
-            _ => {
-                let skip = b.code.len();
-                b.emit(Op::JumpIfFalse { cond: r, to: 0 });
-                b.emit(Op::Push {
-                    list: out,
-                    src: elem,
-                });
-                let after = b.here();
-                b.code[skip] = Op::JumpIfFalse { cond: r, to: after };
+        Self::each_element(b, xs, |b, elem| {
+            let r = b.reg();
+            let args: Box<[Reg]> = if f.name == "fold" {
+                Box::new([out, elem])
+            } else {
+                Box::new([elem])
+            };
+            b.emit(Op::Call { dst: r, func, args });
+            match f.name.as_str() {
+                "fold" => b.emit(Op::Move { dst: out, src: r }),
+                "map" => b.emit(Op::Push { list: out, src: r }),
+                _ => {
+                    let skip = b.code.len();
+                    b.emit(Op::JumpIfFalse { cond: r, to: 0 });
+                    b.emit(Op::Push {
+                        list: out,
+                        src: elem,
+                    });
+                    let after = b.here();
+                    b.code[skip] = Op::JumpIfFalse { cond: r, to: after };
+                }
             }
-        }
-        b.emit(Op::Binary {
-            op: BinOp::Add,
-            dst: i,
-            a: i,
-            b: one,
         });
-        b.emit(Op::CheckSlice);
-        b.emit(Op::Jump { to: head });
-        let end = b.here();
-        b.code[exit] = Op::JumpIfFalse {
-            cond: more,
-            to: end,
-        };
         Ok(out)
     }
 }
