@@ -88,8 +88,12 @@ def main():
     check("set counter", c.set(k("n"), b"10"), True)
     check("incr", c.incr(k("n"), 5), 15)
     check("decr", c.decr(k("n"), 20), 0)
-    check("incr wraps", c.incr(k("n"), 2**64 - 1), 2**64 - 1)
-    check("incr past 2^64", c.incr(k("n"), 3), 2)
+    check("incr", c.incr(k("n"), 10), 10)
+    # The sum wraps at 2^64. A stored value of 2^63 or more is not
+    # incremented again: memcached 1.6.18's safe_strtoull looks for a '-'
+    # with strchr, which reads past the value into whatever follows it in
+    # the slab and answers "non-numeric" when that memory holds a '-'.
+    check("incr wraps", c.incr(k("n"), 2**64 - 3), 7)
     check("incr missing", c.incr(k("no-such"), 1), None)
     try:
         c.incr(k("plain"), 1)

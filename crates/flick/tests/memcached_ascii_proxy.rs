@@ -236,3 +236,40 @@ fn commands_for_one_server_are_refused_and_reach_none() {
         assert!(r.starts_with("VERSION "), "backend {b} is up: {r:?}");
     }
 }
+
+/// A get's reply (its VALUE block and the END after it) leaves the proxy in
+/// one write, as memcached sends it: the first read a client makes sees
+/// all of it. pymemcache's `raw_command` keeps only the last piece of a
+/// reply that comes in two, so a split reply reads as a miss there. Before
+/// the writer held a reply's pieces together, 7 to 70 of these 5000 gets
+/// were split with two workers.
+#[test]
+fn a_get_reply_arrives_in_one_piece() {
+    use std::io::Read;
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
+    let port = proxy(&mut procs, &backends);
+    let mut c = connect(port);
+    c.set_nodelay(true).unwrap();
+    assert_eq!(
+        exchange(&mut c, b"set whole 42 0 1\r\nf\r\n", b"\r\n"),
+        "STORED\r\n"
+    );
+    let want = b"VALUE whole 42 1\r\nf\r\nEND\r\n";
+    let mut split = 0;
+    let mut buf = [0u8; 256];
+    for _ in 0..5000 {
+        c.write_all(b"get whole\r\n").unwrap();
+        let mut got = c.read(&mut buf).unwrap();
+        if got < want.len() {
+            split += 1;
+            while got < want.len() {
+                let n = c.read(&mut buf[got..]).unwrap();
+                assert!(n > 0, "the proxy closed mid-reply");
+                got += n;
+            }
+        }
+        assert_eq!(&buf[..got], want);
+    }
+    assert_eq!(split, 0, "replies that came in more than one piece");
+}

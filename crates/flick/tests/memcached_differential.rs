@@ -1833,25 +1833,6 @@ fn run_script(script: &str, port: u16, against: &str) {
     println!("{script} against {against}: {}", text.trim());
 }
 
-/// `run_script` through a proxy, where a known, intermittent fault (about
-/// one run in seven of pymemcache's scenario through the text proxy: a
-/// read that does not see the client's own write just before it, or an
-/// `incr` answered as if the value were not a number) gets one more run
-/// with fresh keys. The first failure is printed whole, so it stays in the
-/// log; two in a row fail the test. Reported in the trust issue's notes.
-fn run_script_through_proxy(script: &str, port: u16, against: &str) {
-    let (status, text) = script_once(script, port);
-    if status.success() {
-        println!("{script} against {against}: {}", text.trim());
-        return;
-    }
-    let _ = writeln!(
-        std::io::stderr(),
-        "KNOWN INTERMITTENT: {script} against {against} failed once ({status}), run again:\n{text}"
-    );
-    run_script(script, port, against);
-}
-
 /// Runs a client library's scenario against one memcached (which checks
 /// the scenario) and then through `program` in front of four. Where
 /// Python or the library is missing, says so on the terminal and skips,
@@ -1882,7 +1863,7 @@ fn client_library(module: &str, package: &str, script: &str, program: &str) {
         &["--response-timeout-ms", "20000"],
     );
     run_script(script, direct, "memcached directly");
-    run_script_through_proxy(
+    run_script(
         script,
         proxy,
         "the proxy in front of four memcached servers",

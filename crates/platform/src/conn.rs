@@ -698,6 +698,10 @@ impl Writer {
                     TaskStatus::Idle
                 };
             }
+            if !closed && self.outbox.awaits_rest() {
+                // The rest of the reply is on its way: sending arrives.
+                return TaskStatus::Idle;
+            }
             match self.outbox.flush(&self.conn.stream, &self.pool) {
                 Ok(Flushed::All(n)) => {
                     self.stats.messages_out(self.conn.chan, n);

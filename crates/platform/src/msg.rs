@@ -42,6 +42,11 @@ pub struct Msg {
     pub rejected: Option<u16>,
     /// Whether this is a whole message or part of one whose body streams.
     pub part: Part,
+    /// A later message completes the reply this one belongs to (a VALUE
+    /// before its END): a writer holds it until that one comes, so that a
+    /// reply goes out in one write. Some clients (pymemcache's
+    /// `raw_command`) drop the first piece of a reply that comes in two.
+    pub continued: bool,
     /// Which slots may be set: copying and recycling a message touch only
     /// those.
     pub values: Values,
@@ -136,6 +141,7 @@ impl MsgPool {
                 slots: vec![Slot::Unset; slots],
                 rejected: None,
                 part: Part::Whole,
+                continued: false,
                 values: Values::None,
             });
         }
@@ -161,6 +167,7 @@ impl MsgPool {
                 m.bytes.clear();
                 m.rejected = None;
                 m.part = Part::Whole;
+                m.continued = false;
                 m
             }
             None => Msg {
@@ -168,6 +175,7 @@ impl MsgPool {
                 slots: vec![Slot::Unset; self.slots],
                 rejected: None,
                 part: Part::Whole,
+                continued: false,
                 values: Values::None,
             },
         }
@@ -210,6 +218,7 @@ impl MsgPool {
         c.bytes.extend_from_slice(&m.bytes);
         self.copy_values(&mut c, m.values, &m.slots);
         c.part = m.part;
+        c.continued = m.continued;
         c
     }
 

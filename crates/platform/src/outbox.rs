@@ -53,6 +53,17 @@ impl Outbox {
         self.len == BATCH || self.bytes >= BATCH_BYTES
     }
 
+    /// Whether the last message waits for the rest of its reply
+    /// ([`Msg::continued`]) and there is room for it: a writer leaves the
+    /// batch unwritten until then.
+    pub fn awaits_rest(&self) -> bool {
+        !self.is_full()
+            && self.len > 0
+            && self.ring[(self.first + self.len - 1) % BATCH]
+                .as_ref()
+                .is_some_and(|m| m.continued)
+    }
+
     pub fn push(&mut self, m: Msg) {
         debug_assert!(self.len < BATCH, "push to a full outbox");
         self.bytes += m.bytes.len();
@@ -194,6 +205,28 @@ mod tests {
         assert_eq!(sock.out, b"alpha beta gamma delta");
         assert!(o.is_empty());
         assert_eq!(pool.available(), 4, "every message went back");
+    }
+
+    #[test]
+    fn a_continued_reply_waits_for_its_rest_unless_the_batch_is_full() {
+        let pool = MsgPool::new(64, 1, 0, 0);
+        let mut o = Outbox::default();
+        assert!(!o.awaits_rest());
+        let mut value = msg(&pool, "VALUE k 0 1\r\nv\r\n");
+        value.continued = true;
+        o.push(value);
+        assert!(o.awaits_rest());
+        o.push(msg(&pool, "END\r\n"));
+        assert!(!o.awaits_rest(), "the reply is complete");
+        while !o.is_full() {
+            let mut m = msg(&pool, "STAT x 1\r\n");
+            m.continued = true;
+            o.push(m);
+        }
+        assert!(!o.awaits_rest(), "a full batch goes out");
+        // A recycled message does not keep the mark.
+        o.clear(&pool);
+        assert!(!pool.take().continued);
     }
 
     #[test]

@@ -843,7 +843,7 @@ impl GraphHost {
     }
 
     /// A reply from peer `chan[index]`.
-    pub fn on_reply(&mut self, chan: u16, index: Option<u32>, reply: Msg) {
+    pub fn on_reply(&mut self, chan: u16, index: Option<u32>, mut reply: Msg) {
         let Some(out) = self
             .outputs
             .iter()
@@ -858,8 +858,13 @@ impl GraphHost {
         let corr = whole_or_head
             .then(|| self.property(chan, "correlate", &reply))
             .flatten();
-        let more = matches!(reply.part, Part::Head | Part::Body)
-            || (reply.part == Part::Whole && self.property(chan, "more", &reply).unwrap_or(0) != 0);
+        let continues =
+            reply.part == Part::Whole && self.property(chan, "more", &reply).unwrap_or(0) != 0;
+        let more = matches!(reply.part, Part::Head | Part::Body) || continues;
+        // Held back for the rest of its reply where the grammar says the
+        // rest follows by itself (a VALUE's END, not HTTP's final response
+        // after `100 Continue`, which waits for the client's body).
+        reply.continued = continues && self.property(chan, "coalesce", &reply).unwrap_or(0) != 0;
 
         // A quiet request's replies run up to its fence's reply, which
         // ends it and goes no further.

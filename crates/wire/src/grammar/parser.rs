@@ -159,6 +159,7 @@ struct Reported;
 pub const ROUTING: &[&str] = &[
     "broadcast",
     "more",
+    "coalesce",
     "correlate",
     "ends",
     "ends_peer",
