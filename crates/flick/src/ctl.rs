@@ -235,6 +235,7 @@ fn status_lines(a: &Json) -> String {
         "malformed",
         "compute_faults",
         "fault_replies",
+        "late_replies",
     ] {
         line(k, text(&c[k]));
     }

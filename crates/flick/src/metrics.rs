@@ -75,6 +75,7 @@ pub struct Sample {
     pub backend_connect_errors: u64,
     pub compute_faults: u64,
     pub fault_replies: u64,
+    pub late_replies: u64,
     pub jobs_failed: u64,
     pub clients_closed: u64,
     /// Per worker.
@@ -110,6 +111,7 @@ impl Sample {
             backend_connect_errors: get(&s.backend_connect_errors),
             compute_faults: get(&s.compute_faults),
             fault_replies: get(&s.fault_replies),
+            late_replies: get(&s.late_replies),
             jobs_failed: get(&s.jobs_failed),
             clients_closed: get(&s.clients_closed),
             queue_lengths: service.queue_lengths(),
@@ -321,6 +323,12 @@ impl Collector for Sample {
             "flick_fault_replies",
             "Requests answered with the grammar's fault reply: a backend down, too slow or broken, or a compute fault.",
             self.fault_replies,
+        )?;
+        counter(
+            e,
+            "flick_late_replies",
+            "Backend replies dropped because no waiting request owned them: late (their request had its fault reply already) or unsolicited.",
+            self.late_replies,
         )?;
         let workers: Vec<String> = (0..self.queue_lengths.len())
             .map(|i| i.to_string())

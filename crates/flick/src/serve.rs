@@ -543,6 +543,7 @@ impl Registry {
                 "backend_connect_errors": s.backend_connect_errors,
                 "compute_faults": s.compute_faults,
                 "fault_replies": s.fault_replies,
+                "late_replies": s.late_replies,
                 "clients_closed": s.clients_closed,
                 "channels": s.channels.iter().map(|(c, i, o)| json!({"channel": c, "messages_in": i, "messages_out": o})).collect::<Vec<_>>(),
                 "backends": s.backends.iter().map(|b| json!({"channel": b.channel, "address": b.address, "up": b.up, "connect_failures": b.connect_failures})).collect::<Vec<_>>(),

@@ -1929,8 +1929,6 @@ const SLOW_CLOSES: Mix = Mix {
 };
 
 #[test]
-#[ignore = "Flick bug (intermittent): after a response timeout on a backend connection that \
-            closes late, a reply can still reach a request that already had its fault reply"]
 fn binary_clients_get_each_reply_once_when_timed_out_connections_close_late() {
     under_backend_faults(
         "binary_clients_get_each_reply_once_when_timed_out_connections_close_late",
@@ -1940,8 +1938,6 @@ fn binary_clients_get_each_reply_once_when_timed_out_connections_close_late() {
 }
 
 #[test]
-#[ignore = "Flick bug (intermittent): after a response timeout on a backend connection that \
-            closes late, a reply can still reach a request that already had its fault reply"]
 fn text_clients_get_each_reply_once_when_timed_out_connections_close_late() {
     under_backend_faults(
         "text_clients_get_each_reply_once_when_timed_out_connections_close_late",

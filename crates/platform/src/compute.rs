@@ -625,6 +625,16 @@ impl Compute {
 
     /// Stops reading the replies of peer `chan[index]`'s connection: it was
     /// given up, and what it still sends answers requests already answered.
+    /// Closes the inputs of the peers given up on since the last call.
+    /// Done before any input is read: a reply still queued from a
+    /// connection whose requests already had fault replies would answer
+    /// whatever the client asked next.
+    fn close_given_up(&mut self) {
+        while let Some((chan, index)) = self.host.given_up.pop() {
+            self.close_inputs_of(chan, index);
+        }
+    }
+
     fn close_inputs_of(&mut self, chan: u16, index: Option<u32>) {
         for (i, input) in self.inputs.iter_mut().enumerate() {
             if Some(i) != self.client && input.chan == chan && input.index == index {
@@ -787,6 +797,8 @@ impl Compute {
             if late && !self.host.peers[out].dead {
                 self.host.give_up(out);
             }
+            // Before any reconnect: its new input must stay open.
+            self.close_given_up();
             let due = self.host.peers[out].retry_at.is_some_and(|t| t <= now);
             // A session that is over reconnects nothing.
             let live = !self.host.ending && self.client.is_some_and(|c| self.inputs[c].open);
@@ -857,6 +869,7 @@ impl Compute {
     /// running any rule (the interpreter is busy); `true` if there were any.
     fn absorb_replies(&mut self) -> bool {
         let mut any = false;
+        self.close_given_up();
         for i in 0..self.inputs.len() {
             if self.client == Some(i) || !self.inputs[i].open {
                 continue;
@@ -977,9 +990,7 @@ impl Compute {
             if self.host.broken || self.sentinel_closed() {
                 return self.break_up();
             }
-            while let Some((chan, index)) = self.host.given_up.pop() {
-                self.close_inputs_of(chan, index);
-            }
+            self.close_given_up();
             if !self.host.new_inputs.is_empty() {
                 // A rule switched a peer to a connection of its own: the
                 // shared one's replies still come in, the old way.
@@ -1043,6 +1054,7 @@ impl Compute {
                 self.start_rule(chan, index, m);
                 continue;
             }
+            self.close_given_up();
             let n = self.inputs.len();
             let mut got = None;
             for k in 0..n {

@@ -490,8 +490,11 @@ impl GraphHost {
         let dropping = self.ending_split();
         let order = &mut self.order;
         if seq < order.deliver {
-            // A late extra reply to a request already answered.
-            self.ready.extend(reply);
+            // A late extra reply to a request already answered: never
+            // passed on, where it would answer the client's next request.
+            if let Some((chan, index, m)) = reply {
+                self.late_reply(chan, index, m);
+            }
             return;
         }
         if seq == order.deliver && order.held.front().is_none_or(|h| h.replies.is_empty()) {
@@ -899,8 +902,10 @@ impl GraphHost {
             }
         }
         let Some(front) = self.peers[out].outstanding.front() else {
-            // A reply to nothing asked: passed on as it is.
-            self.ready.push_back((chan, index, reply));
+            // A reply to nothing asked (unsolicited, or late for a request
+            // that had its fault reply): passed on, it would answer the
+            // client's next request.
+            self.late_reply(chan, index, reply);
             return;
         };
         let (group, seq, keep) = (front.group, front.seq, front.keep_final);
@@ -929,6 +934,22 @@ impl GraphHost {
             Some(g) if !more => self.settle_group(g, Some((chan, index, reply))),
             _ => self.reply_for(seq, Some((chan, index, reply)), !more),
         }
+    }
+
+    /// Drops a reply no waiting request owns: logged and counted.
+    fn late_reply(&mut self, chan: u16, index: Option<u32>, m: Msg) {
+        self.stats.late_replies.fetch_add(1, Ordering::Relaxed);
+        static LATE: crate::log::RateLimit = crate::log::RateLimit::new();
+        crate::limited!(
+            LATE,
+            warn,
+            channel = chan,
+            index = ?index,
+            bytes = m.bytes.len(),
+            "a backend reply answers no waiting request (late, after its fault reply, or \
+             unsolicited): dropped"
+        );
+        self.pool.give(m);
     }
 
     /// Peer `chan[index]` gave its last reply to a request sent at `sent`.
@@ -1067,6 +1088,10 @@ impl GraphHost {
             }
         }
         self.peers[out].dead = true;
+        // Nothing more is read from the connection: what it still holds
+        // answers requests that get fault replies now.
+        self.given_up
+            .push((self.outputs[out].chan, self.outputs[out].index));
         let backoff = self.peers[out].backoff;
         self.peers[out].retry_at = Some(Instant::now() + backoff);
         let chan = self.outputs[out].chan;

@@ -34,6 +34,9 @@ pub struct Stats {
     /// Requests answered with the grammar's `%fault` reply (a backend down,
     /// too slow or broken, or a compute fault) instead of a peer's reply.
     pub fault_replies: AtomicU64,
+    /// Backend replies dropped because no waiting request owned them: late
+    /// (their request had its fault reply already) or unsolicited.
+    pub late_replies: AtomicU64,
     /// The same message counts per process channel, in the process's order
     /// of channels (a channel array counts all its connections).
     pub channels: Vec<ChannelStats>,

@@ -137,10 +137,13 @@ fn folding_four_times_the_records_allocates_no_more() {
     // Same keys, so the same length of output.
     assert_eq!(out.len(), large_out.len());
     // 480,000 and 1,920,000 records (about 220 and 880 chunks read): an
-    // allocation per record, or per chunk, would show in the hundreds.
+    // allocation per record would show in the millions, one per chunk as
+    // about 660 more. The count also moves with timing (the test's own
+    // threads, wake-ups): the smaller job was measured at 480 to 572, the
+    // larger at 585 to 603, so the margin is wider than that.
     eprintln!("allocations: 480,000 records {fewer}, 1,920,000 records {more}");
     assert!(
-        more <= fewer + 64,
+        more <= fewer + 200,
         "{more} allocations for 4x the records of a job that took {fewer}"
     );
 }
