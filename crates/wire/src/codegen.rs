@@ -799,6 +799,18 @@ impl UnitGen<'_> {
                 self.store(sc, slot, &bytes_at("pos", &format!("{e} - pos")), false);
                 self.line(&format!("pos = {e};"));
             }
+            Scalar::Bytes {
+                len: Len::WhileAny(set),
+                max,
+            } => {
+                let e = self.fresh("e");
+                self.line(&format!(
+                    "let Some({e}) = while_any(buf, pos, {}, {max}) else {{ {FB} }};",
+                    lit(set)
+                ));
+                self.store(sc, slot, &bytes_at("pos", &format!("{e} - pos")), false);
+                self.line(&format!("pos = {e};"));
+            }
             Scalar::AsciiInt {
                 until: u,
                 hex,
@@ -1447,6 +1459,14 @@ impl UnitGen<'_> {
         let opt = |x: String| format!("(match {x} {{ Some(v) => v, None => {FB} }})");
         Ok(match f {
             Builtin::ReplyContext => "Val::Int(cx.context)".to_string(),
+            Builtin::Limit => match args {
+                [CExpr::Int(i), CExpr::Int(d)] => {
+                    format!("Val::Int(cx.limits.get({i}).copied().unwrap_or({d}))")
+                }
+                _ => return Err(no()),
+            },
+            // Generated code finishes only messages with no stream begun.
+            Builtin::Streamed => "Val::Int(0)".to_string(),
             Builtin::Choose => {
                 let c = self.int_c(arg(0)?, sc, dollar)?;
                 let (a, b) = (self.val(arg(1)?, sc, dollar)?, self.val(arg(2)?, sc, dollar)?);

@@ -15,6 +15,8 @@ pub const DEFAULT_LIST_MAX: u32 = 64;
 pub(crate) struct Compiled {
     pub units: Vec<UnitInfo>,
     pub blocks: Vec<Vec<Op>>,
+    /// `limit(..)`s by index: their names and defaults.
+    pub limits: Vec<(String, i128)>,
 }
 
 /// A name visible to `self.` in the unit being compiled.
@@ -36,6 +38,8 @@ struct Compiler<'a> {
     diags: Vec<Diagnostic>,
     /// Units being compiled, to reject a unit that contains itself.
     active: Vec<UnitId>,
+    /// The `limit(..)`s named so far, with their defaults.
+    limits: Vec<(String, i128)>,
 }
 
 pub(crate) fn compile(file: &GrammarFile) -> (Compiled, Vec<Diagnostic>) {
@@ -47,6 +51,7 @@ pub(crate) fn compile(file: &GrammarFile) -> (Compiled, Vec<Diagnostic>) {
         blocks: Vec::new(),
         diags: Vec::new(),
         active: Vec::new(),
+        limits: Vec::new(),
     };
     for (i, u) in file.units.iter().enumerate() {
         if c.unit_ids.insert(&u.name, i).is_some() {
@@ -83,6 +88,7 @@ pub(crate) fn compile(file: &GrammarFile) -> (Compiled, Vec<Diagnostic>) {
         Compiled {
             units,
             blocks: c.blocks,
+            limits: c.limits,
         },
         c.diags,
     )
@@ -836,6 +842,7 @@ impl<'a> Compiler<'a> {
                         "length",
                         "until",
                         "before_any",
+                        "while_any",
                         "max",
                         "stream",
                         "eof",
@@ -857,6 +864,8 @@ impl<'a> Compiler<'a> {
                     Len::Until(self.bytes_attr(f, "until")?)
                 } else if !in_list && self.attr(f, "before_any").is_some() {
                     Len::BeforeAny(self.bytes_attr(f, "before_any")?)
+                } else if !in_list && self.attr(f, "while_any").is_some() {
+                    Len::WhileAny(self.bytes_attr(f, "while_any")?)
                 } else if !in_list && self.attr(f, "eof").is_some() {
                     if self.attr(f, "stream").is_none() {
                         self.diags.push(
@@ -1029,9 +1038,11 @@ impl<'a> Compiler<'a> {
             "elem" => (Builtin::Elem, 3),
             "reply_context" => (Builtin::ReplyContext, 0),
             "choose" => (Builtin::Choose, 3),
+            "limit" => return self.limit(args, span),
+            "streamed" => (Builtin::Streamed, 0),
             _ => {
                 self.diags.push(Diagnostic::error("W0112", format!("unknown function `{name}`"), span).hint(
-                    "the functions are len, to_int, hex_to_int, eq_nocase, last_token_nocase, has_token_nocase, before, lookup, count, all_same, ends_with_ws, starts_with_ws, is_dec, is_hex, is_token, present, elem, reply_context, choose",
+                    "the functions are len, to_int, hex_to_int, eq_nocase, last_token_nocase, has_token_nocase, before, lookup, count, all_same, ends_with_ws, starts_with_ws, is_dec, is_hex, is_token, present, elem, reply_context, choose, limit, streamed",
                 ));
                 return None;
             }
@@ -1111,6 +1122,54 @@ impl<'a> Compiler<'a> {
             }
         }
         Some(CExpr::Call(b, out))
+    }
+
+    /// `limit("name", DEFAULT)`: a limit its user may set when the grammar
+    /// loads, compiled to its index and default. Every use of a name gives
+    /// the same default.
+    fn limit(&mut self, args: &[Expr], span: Span) -> Option<CExpr> {
+        let (name, default) = match args {
+            [Expr {
+                kind: ExprKind::Str(n),
+                ..
+            }, Expr {
+                kind: ExprKind::Int(d),
+                ..
+            }] => (String::from_utf8_lossy(n).into_owned(), *d as i128),
+            _ => {
+                self.diags.push(
+                    Diagnostic::error(
+                        "W0112",
+                        "`limit` takes a name and a default: limit(\"NAME\", INTEGER)",
+                        span,
+                    )
+                    .hint("e.g. limit(\"max_body_bytes\", 1048576)"),
+                );
+                return None;
+            }
+        };
+        let index = match self.limits.iter().position(|(n, _)| *n == name) {
+            Some(i) if self.limits[i].1 != default => {
+                self.diags.push(Diagnostic::error(
+                    "W0112",
+                    format!(
+                        "limit `{name}` has the default {} elsewhere, not {default}",
+                        self.limits[i].1
+                    ),
+                    span,
+                ));
+                return None;
+            }
+            Some(i) => i,
+            None => {
+                self.limits.push((name, default));
+                self.limits.len() - 1
+            }
+        };
+        Some(CExpr::Call(
+            Builtin::Limit,
+            vec![CExpr::Int(index as i128), CExpr::Int(default)],
+        ))
     }
 
     fn path(

@@ -114,7 +114,10 @@ pub(crate) fn lookup(g: &Grammar, unit: UnitId) -> Option<FastParse> {
         full: cu.one[0][0],
         batch: cu.batch[0][0],
         each: cu.each[0][0],
-        cx: Cx::new(exprs.clone(), fp.no_view.clone()),
+        cx: Cx {
+            limits: g.limit_values.clone(),
+            ..Cx::new(exprs.clone(), fp.no_view.clone())
+        },
         code: cu,
         views: *views,
         in_place: *in_place,

@@ -32,6 +32,11 @@ pub(crate) struct Env<'a> {
     /// `reply_context()`: what the request being answered said of its
     /// reply (its `%reply_context`), 0 where there is none.
     pub context: i128,
+    /// `limit(..)`: the grammar's limits as set, by index (empty where
+    /// none are known: each then has its default).
+    pub limits: &'a [i128],
+    /// `streamed()`: the `&stream` bytes of the message begun so far.
+    pub streamed: u64,
 }
 
 pub(crate) fn slot_val<'a>(slots: &[Slot], data: &'a [u8], at: usize) -> Val<'a> {
@@ -171,6 +176,13 @@ impl<'a> Env<'a> {
         let bool = |b: bool| Ok(Val::Int(i128::from(b)));
         match f {
             Builtin::ReplyContext => Ok(Val::Int(self.context)),
+            Builtin::Limit => match args {
+                [CExpr::Int(i), CExpr::Int(default)] => Ok(Val::Int(
+                    self.limits.get(*i as usize).copied().unwrap_or(*default),
+                )),
+                _ => Err(EvalFail),
+            },
+            Builtin::Streamed => Ok(Val::Int(self.streamed as i128)),
             Builtin::Choose => match self.truthy(&args[0])? {
                 true => self.eval(&args[1]),
                 false => self.eval(&args[2]),

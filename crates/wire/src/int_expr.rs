@@ -620,6 +620,8 @@ mod tests {
                 dollar,
                 dollar_base: 0,
                 context: 0,
+                limits: &[],
+                streamed: 0,
             };
             for e in &exprs {
                 let lowered = lower(e);

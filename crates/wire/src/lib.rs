@@ -81,6 +81,11 @@ pub struct Grammar {
     /// What code generated from this grammar looks like, once asked for
     /// (to match it with a compiled grammar).
     pub(crate) generated: std::sync::OnceLock<compiled::Fingerprint>,
+    /// The names of its `limit(..)`s, by index.
+    limit_names: Vec<String>,
+    /// Their values: the defaults unless set ([`Grammar::set_limit`]).
+    /// Parsers made afterwards take a copy.
+    pub(crate) limit_values: Box<[i128]>,
 }
 
 impl Grammar {
@@ -112,7 +117,32 @@ impl Grammar {
             fixed_at,
             blocks: compiled.blocks,
             generated: std::sync::OnceLock::new(),
+            limit_names: compiled.limits.iter().map(|(n, _)| n.clone()).collect(),
+            limit_values: compiled.limits.iter().map(|(_, v)| *v).collect(),
         })
+    }
+
+    /// The limits the grammar lets its user set (`limit("name", DEFAULT)`
+    /// in its expressions), with their values.
+    pub fn limits(&self) -> impl Iterator<Item = (&str, i128)> {
+        self.limit_names
+            .iter()
+            .map(String::as_str)
+            .zip(self.limit_values.iter().copied())
+    }
+
+    /// Sets limit `name` for the parsers made from now on; `false` (and
+    /// nothing set) where the grammar has no such limit. The generated
+    /// code and the interpreter read it alike, so a grammar's compiled
+    /// code is still used.
+    pub fn set_limit(&mut self, name: &str, value: i128) -> bool {
+        match self.limit_names.iter().position(|n| n == name) {
+            Some(i) => {
+                self.limit_values[i] = value;
+                true
+            }
+            None => false,
+        }
     }
 
     /// One of the grammars shipped with Flick, by name (see [`stock::NAMES`]).
@@ -431,6 +461,8 @@ impl Grammar {
                 dollar,
                 dollar_base: 0,
                 context: 0,
+                limits: &self.limit_values,
+                streamed: 0,
             };
             let v = env.eval(e).map_err(|_| WireError {
                 kind: WireErrorKind::Invalid,
@@ -470,6 +502,8 @@ impl Grammar {
             dollar: eval::Val::Unset,
             dollar_base: 0,
             context: 0,
+            limits: &self.limit_values,
+            streamed: 0,
         };
         env.int(e).ok()
     }

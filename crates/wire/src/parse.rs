@@ -110,12 +110,17 @@ pub(crate) struct State {
     /// Generated code finished the current message: it leaves no slot of
     /// an earlier message set, so nothing needs clearing after it.
     by_code: bool,
+    /// `limit(..)`: the grammar's limits when the parser was made.
+    limits: Box<[i128]>,
+    /// `streamed()`: the `&stream` bytes of this message begun so far.
+    streamed: u64,
 }
 
 impl Parser {
     pub fn new(grammar: Arc<Grammar>, unit: UnitId) -> Parser {
         let n = grammar.units[unit].slots as usize;
         let fast = crate::compiled::lookup(&grammar, unit);
+        let limits = grammar.limit_values.clone();
         let mut p = Parser {
             fast,
             compiled: 0,
@@ -135,6 +140,8 @@ impl Parser {
                 fresh: true,
                 stale: 0,
                 by_code: false,
+                limits,
+                streamed: 0,
             },
         };
         p.reset();
@@ -503,6 +510,7 @@ impl State {
         self.scan = 0;
         self.head_done = false;
         self.remaining = None;
+        self.streamed = 0;
     }
 
     /// Hands the bytes parsed so far over to the caller (see
@@ -1024,10 +1032,11 @@ impl State {
                         if n > max as i128 {
                             return Err(self.error(op, WireErrorKind::TooLong { max: max as u64 }));
                         }
+                        self.streamed += n as u64;
                         n as u64
                     }
                     Len::Eof => u64::MAX,
-                    Len::Until(_) | Len::BeforeAny(_) => {
+                    Len::Until(_) | Len::BeforeAny(_) | Len::WhileAny(_) => {
                         return Err(self.error(op, WireErrorKind::Invalid))
                     }
                 };
@@ -1065,6 +1074,8 @@ impl State {
             dollar: Val::Unset,
             dollar_base: 0,
             context: self.context,
+            limits: &self.limits,
+            streamed: self.streamed,
         }
     }
 

@@ -70,6 +70,14 @@ pub enum Builtin {
     /// `elem(list, INDEX, "field")`: a field of a list's element, unset
     /// when there is no such element (an optional trailing argument).
     Elem,
+    /// `limit("name", DEFAULT)`: a limit the grammar lets its user set
+    /// when it loads ([`Grammar::set_limit`](crate::Grammar::set_limit)),
+    /// DEFAULT unless set. Compiled to the limit's index and its default.
+    Limit,
+    /// `streamed()`: the bytes of the `&stream` fields of the message
+    /// begun so far (each counted whole once its length is known): a
+    /// chunked body's size before its next chunk.
+    Streamed,
 }
 
 #[derive(Clone, Debug)]
@@ -109,6 +117,10 @@ pub enum Len {
     /// `&before_any`: up to (not including) the first of these bytes, which
     /// is left for the next field; at least one byte (a token of a line).
     BeforeAny(Arc<[u8]>),
+    /// `&while_any`: the bytes of this set there are (none, or up to the
+    /// field's maximum); the first other byte is left for the next field.
+    /// Written as nothing: what it skips is not passed on.
+    WhileAny(Arc<[u8]>),
 }
 
 /// When a list ends.

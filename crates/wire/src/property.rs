@@ -62,6 +62,8 @@ impl Grammar {
             dollar: crate::eval::Val::Unset,
             dollar_base: 0,
             context: 0,
+            limits: &[],
+            streamed: 0,
         };
         env.int(&self.units[p.unit].properties[p.index].1).ok()
     }

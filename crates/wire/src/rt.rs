@@ -33,6 +33,8 @@ pub struct Cx {
     pub keep_bits: [u64; KEEP_BITS / 64],
     /// `reply_context()`.
     pub context: i128,
+    /// `limit(..)`: the grammar's limits when the parser was made.
+    pub limits: Box<[i128]>,
     /// Set by the parser: one past the highest slot it set.
     pub high: usize,
     /// The switch arms whose slots the slots parsed into may still hold
@@ -53,6 +55,7 @@ impl Cx {
             keep_bits: keep_bits(&keep),
             keep,
             context: 0,
+            limits: Box::new([]),
             high: 0,
             arms: 0,
         }
@@ -148,7 +151,13 @@ pub fn value(buf: &[u8], s: Slot) -> Option<Result<&[u8], i128>> {
     }
 }
 
-fn env<'a>(cx: &Cx, s: &'a [Slot], base: usize, buf: &'a [u8], dollar: Option<usize>) -> Env<'a> {
+fn env<'a>(
+    cx: &'a Cx,
+    s: &'a [Slot],
+    base: usize,
+    buf: &'a [u8],
+    dollar: Option<usize>,
+) -> Env<'a> {
     Env {
         slots: s,
         base,
@@ -156,6 +165,9 @@ fn env<'a>(cx: &Cx, s: &'a [Slot], base: usize, buf: &'a [u8], dollar: Option<us
         dollar: dollar.map_or(Val::Unset, |d| slot_val(s, buf, d)),
         dollar_base: 0,
         context: cx.context,
+        limits: &cx.limits,
+        // Generated code finishes only messages without a stream.
+        streamed: 0,
     }
 }
 
@@ -230,6 +242,15 @@ pub fn token_until(buf: &[u8], pos: usize, d: u8, max: usize) -> Option<usize> {
 pub fn before_any(buf: &[u8], pos: usize, set: &[u8], max: usize) -> Option<usize> {
     let limit = (pos + max + 1).min(buf.len());
     Some(pos + position_any(buf.get(pos..limit)?, set)?)
+}
+
+/// Where the first byte not in `set` is, within `max` bytes of `pos`
+/// (`&while_any`).
+#[inline]
+pub fn while_any(buf: &[u8], pos: usize, set: &[u8], max: usize) -> Option<usize> {
+    let limit = (pos + max + 1).min(buf.len());
+    let n = buf.get(pos..limit)?.iter().position(|b| !set.contains(b))?;
+    Some(pos + n)
 }
 
 /// A token of a separated list at `pos`: its length and the bytes after

@@ -91,6 +91,22 @@ impl State {
                 self.store_bytes(at, end - self.pos);
                 self.pos = end;
             }
+            Scalar::Bytes {
+                len: Len::WhileAny(set),
+                max,
+            } => {
+                let max = *max as usize;
+                let limit = (self.pos + max + 1).min(buf.len());
+                let skipped = buf[self.pos..limit].iter().position(|b| !set.contains(b));
+                let Some(n) = skipped else {
+                    if buf.len() > self.pos + max {
+                        return Err(self.error(op, WireErrorKind::TooLong { max: max as u64 }));
+                    }
+                    return Ok(false);
+                };
+                self.store_bytes(at, n);
+                self.pos += n;
+            }
             Scalar::AsciiInt {
                 until,
                 hex,

@@ -86,6 +86,8 @@ impl Grammar {
             dollar: Val::Unset,
             dollar_base: 0,
             context: 0,
+            limits: &self.limit_values,
+            streamed: 0,
         };
         let v = env
             .eval(on)
@@ -219,6 +221,8 @@ impl Grammar {
                     dollar,
                     dollar_base: 0,
                     context: 0,
+                    limits: &self.limit_values,
+                    streamed: 0,
                 };
                 let v = env
                     .int(expr)
@@ -355,6 +359,8 @@ impl Forward {
             dollar: Val::Unset,
             dollar_base: 0,
             context: 0,
+            limits: &[],
+            streamed: 0,
         };
         for add in &self.add {
             let on = match &add.when {
@@ -448,6 +454,11 @@ fn emit_scalar(
                 if b.is_empty() || b.iter().any(|c| set.contains(c)) {
                     return Err(Grammar::err(op, WireErrorKind::Invalid, out.len()));
                 }
+            }
+            // What `&while_any` skipped is not written (HTTP's empty lines
+            // before a request line).
+            if let Len::WhileAny(_) = len {
+                return Ok(());
             }
             out.extend_from_slice(b);
             if let Len::Until(d) = len {

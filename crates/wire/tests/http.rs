@@ -547,3 +547,196 @@ fn upgrade_is_not_passed_on() {
         "GET /ws HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n"
     );
 }
+
+/// Empty lines before a request line (CRLF, or a bare LF) are skipped
+/// (RFC 9112 section 2.2), in any split, and are not passed on; more than
+/// 1 KiB of them is 400, and a space before the method is still refused.
+#[test]
+fn empty_lines_before_a_request_line_are_skipped() {
+    let g = grammar();
+    let unit = g.unit_id("request").unwrap();
+    for lead in ["\r\n", "\n", "\r\n\r\n\n"] {
+        let bytes =
+            format!("{lead}GET /a HTTP/1.1\r\nHost: a\r\n\r\nGET /b HTTP/1.1\r\nHost: a\r\n\r\n");
+        let seen = whole("request", bytes.as_bytes()).unwrap();
+        assert_eq!(seen.heads.len(), 2, "{lead:?}");
+        assert!(seen.heads[0].contains(r#"method: "GET""#), "{lead:?}");
+        for cut in 0..=bytes.len() {
+            let (a, b) = bytes.as_bytes().split_at(cut);
+            assert_eq!(
+                feed("request", &[a, b], false).unwrap(),
+                seen,
+                "split at {cut}"
+            );
+        }
+        let mut p = Parser::new(g.clone(), unit);
+        let head = format!("{lead}GET /a HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(
+            p.parse(head.as_bytes()).unwrap(),
+            Progress::Done(head.len())
+        );
+        let cx = flick_wire::ForwardContext {
+            peer_address: b"10.0.0.1",
+            session_ends: false,
+        };
+        let mut out = Vec::new();
+        g.forward(unit, p.slots(), head.as_bytes(), false, &cx, &mut out)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "GET /a HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n",
+            "{lead:?}"
+        );
+        // The interpreter agrees with the generated code.
+        let mut i = Parser::new(g.clone(), unit).interpreted();
+        assert_eq!(
+            i.parse(head.as_bytes()).unwrap(),
+            Progress::Done(head.len())
+        );
+    }
+    let many = format!("{}GET / HTTP/1.1\r\nHost: a\r\n\r\n", "\r\n".repeat(600));
+    assert_eq!(status_of("request", many.as_bytes()), Some(400));
+    assert_eq!(
+        status_of("request", b" GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+        Some(400)
+    );
+}
+
+/// A response with both Transfer-Encoding and Content-Length is the
+/// backend's fault (502), whatever the coding: a proxy passing it on
+/// would leave the framing to whoever reads it next.
+#[test]
+fn a_response_with_transfer_encoding_and_content_length_is_refused() {
+    for bytes in [
+        &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n3\r\nabc\r\n0\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: gzip\r\n\r\nabc",
+    ] {
+        assert_eq!(
+            status_of("response", bytes),
+            Some(502),
+            "{}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+}
+
+fn parse_with_body_limit(limit: Option<i128>, bytes: &[u8]) -> Result<usize, WireError> {
+    let mut g = Grammar::from_source("http", flick_wire::stock::source("http").unwrap()).unwrap();
+    assert_eq!(
+        g.limits().collect::<Vec<_>>(),
+        [("max_body_bytes", 1 << 20)],
+        "the grammar's limit and its default"
+    );
+    if let Some(l) = limit {
+        assert!(g.set_limit("max_body_bytes", l));
+    }
+    assert!(!g.set_limit("no_such_limit", 1));
+    let g = Arc::new(g);
+    let unit = g.unit_id("request").unwrap();
+    let mut passed = 0;
+    for mut p in [
+        Parser::new(g.clone(), unit),
+        Parser::new(g.clone(), unit).interpreted(),
+    ] {
+        passed = 0;
+        let mut buf = bytes;
+        loop {
+            match p.parse(buf)? {
+                Progress::NeedMore => panic!("a whole message needs no more"),
+                Progress::Head(_) => {}
+                Progress::Stream(n) => {
+                    passed += n;
+                    buf = &buf[n..];
+                }
+                Progress::Done(n) => {
+                    passed += n;
+                    break;
+                }
+            }
+        }
+    }
+    Ok(passed)
+}
+
+/// A request body over the `max_body_bytes` limit (1 MiB unless set) is
+/// 413: a Content-Length from the head, a chunked body at the chunk that
+/// takes the chunks' total over it.
+#[test]
+fn a_body_over_max_body_bytes_is_413() {
+    let cl = |n: usize| {
+        let mut m =
+            format!("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {n}\r\n\r\n").into_bytes();
+        m.resize(m.len() + n, b'x');
+        m
+    };
+    let chunked = |sizes: &[usize]| {
+        let mut m = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for s in sizes {
+            m.extend_from_slice(format!("{s:x}\r\n").as_bytes());
+            m.resize(m.len() + s, b'x');
+            m.extend_from_slice(b"\r\n");
+        }
+        m.extend_from_slice(b"0\r\n\r\n");
+        m
+    };
+    let status = |r: Result<usize, WireError>| r.map_err(|e| e.status);
+    let mib = 1 << 20;
+    let m = cl(mib);
+    assert_eq!(status(parse_with_body_limit(None, &m)), Ok(m.len()));
+    assert_eq!(
+        status(parse_with_body_limit(None, &cl(mib + 1))),
+        Err(Some(413))
+    );
+    let m = chunked(&[mib / 2, mib / 2]);
+    assert_eq!(status(parse_with_body_limit(None, &m)), Ok(m.len()));
+    assert_eq!(
+        status(parse_with_body_limit(
+            None,
+            &chunked(&[mib / 2, mib / 2, 1])
+        )),
+        Err(Some(413))
+    );
+    // Set when the grammar loads.
+    assert_eq!(
+        status(parse_with_body_limit(Some(10), &cl(11))),
+        Err(Some(413))
+    );
+    let m = cl(10);
+    assert_eq!(status(parse_with_body_limit(Some(10), &m)), Ok(m.len()));
+    assert_eq!(
+        status(parse_with_body_limit(Some(10), &chunked(&[4, 4, 3]))),
+        Err(Some(413))
+    );
+    let m = chunked(&[4, 4, 2]);
+    assert_eq!(status(parse_with_body_limit(Some(10), &m)), Ok(m.len()));
+    let m = cl(3 * mib);
+    assert_eq!(
+        status(parse_with_body_limit(Some(4 * mib as i128), &m)),
+        Ok(m.len())
+    );
+    // The count starts again with each message.
+    let mut two = chunked(&[6]);
+    two.extend_from_slice(&chunked(&[6]));
+    let g = {
+        let mut g =
+            Grammar::from_source("http", flick_wire::stock::source("http").unwrap()).unwrap();
+        g.set_limit("max_body_bytes", 10);
+        Arc::new(g)
+    };
+    let mut p = Parser::new(g.clone(), g.unit_id("request").unwrap());
+    let mut buf = &two[..];
+    let mut done = 0;
+    while done < 2 {
+        match p.parse(buf).unwrap() {
+            Progress::NeedMore => panic!("whole messages"),
+            Progress::Head(_) => {}
+            Progress::Stream(n) => buf = &buf[n..],
+            Progress::Done(n) => {
+                buf = &buf[n..];
+                done += 1;
+                p.reset();
+            }
+        }
+    }
+}
