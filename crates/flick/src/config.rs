@@ -13,6 +13,7 @@
 //! channel_capacity = 64
 //! dict_capacity = 1024
 //! response_timeout_ms = 2000
+//! max_body_bytes = 1048576           # a request body over it is 413 (HTTP)
 //! backend_connections = 1             # per backend and worker; 0: per client
 //! backend_sharing = "pipelined"       # or "exclusive"; default: as the grammar says
 //! accept = "per-worker"               # or "single": only the first worker accepts
@@ -50,6 +51,11 @@ pub const DICT_CAPACITY: RangeInclusive<usize> = 1..=16_777_216;
 pub const RESPONSE_TIMEOUT_MS: RangeInclusive<u64> = 10..=600_000;
 pub const BACKEND_CONNECTIONS: RangeInclusive<usize> = 0..=1024;
 
+/// A request body's most bytes, where the grammar has the limit
+/// `max_body_bytes` (HTTP): up to its fields' own maximum, 1 GiB.
+pub const MAX_BODY_BYTES: RangeInclusive<u64> = 0..=1 << 30;
+/// `max_body_bytes` unless set: 1 MiB, as nginx's `client_max_body_size`.
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 1 << 20;
 /// A configuration file as written. Every key is optional; unknown keys
 /// are errors.
 #[derive(Debug, Default, Deserialize)]
@@ -75,6 +81,8 @@ pub struct FileConfig {
     /// How long a backend may take to answer, in milliseconds.
     pub response_timeout_ms: Option<u64>,
     /// Connections to each backend shared by all clients (0: per client).
+    /// A request body's most bytes (the grammar's `max_body_bytes`).
+    pub max_body_bytes: Option<u64>,
     pub backend_connections: Option<usize>,
     /// `pipelined` or `exclusive`.
     pub backend_sharing: Option<String>,
@@ -147,6 +155,7 @@ pub struct Overrides {
     pub backend_connections: Option<usize>,
     pub backend_sharing: Option<String>,
     pub accept: Option<String>,
+    pub max_body_bytes: Option<u64>,
     pub fan_in_timeout_ms: Option<u64>,
     /// `CHANNEL=N`
     pub fan_in: Vec<String>,
@@ -174,6 +183,8 @@ pub struct Settings {
     /// `None`: as the grammar says.
     pub backend_sharing: Option<flick_platform::Sharing>,
     pub accept: flick_platform::Accept,
+    /// Set as the grammar's limit `max_body_bytes` where it has one.
+    pub max_body_bytes: u64,
     pub fan_in_timeout_ms: u64,
     /// In channel-name order.
     pub fan_in: Vec<(String, usize)>,
@@ -401,6 +412,15 @@ pub fn resolve(
         "backend_connections",
         flags.backend_connections,
         cfg.backend_connections,
+    let max_body_bytes = setting(
+        &at,
+        "max_body_bytes",
+        flags.max_body_bytes,
+        cfg.max_body_bytes,
+    )
+    .map_or(DEFAULT_MAX_BODY_BYTES, |(o, v)| {
+        ranged(&mut errors, &o, v, &MAX_BODY_BYTES)
+    });
     )
     .map_or(defaults.backend_connections, |(o, v)| {
         ranged(&mut errors, &o, v, &BACKEND_CONNECTIONS)
@@ -489,6 +509,7 @@ pub fn resolve(
 /// Checks the bindings against the process's channels (`arrays[i]`: channel
 /// `i` is a channel array): every name is a channel, exactly one channel
 /// listens, every other channel connects, a plain channel connects to one
+            max_body_bytes,
 /// address. Returns every problem.
 pub fn check_bindings(
     process: &str,
@@ -664,6 +685,36 @@ one = "127.0.0.1:3"
             FileConfig::parse("workers = 0\nmax_instances = 0\n[listen]\nclient = \"127.0.0.1\"\n")
                 .unwrap();
         let flags = Overrides {
+    #[test]
+    fn max_body_bytes_is_1_mib_unless_set() {
+        let program = || Overrides {
+            program: Some("p.flick".into()),
+            ..Overrides::default()
+        };
+        let s = resolve(None, &program()).unwrap();
+        assert_eq!(s.max_body_bytes, 1 << 20);
+        let cfg = FileConfig::parse("program = \"p.flick\"\nmax_body_bytes = 5000\n").unwrap();
+        let s = resolve(Some((&cfg, Path::new("f.toml"))), &Overrides::default()).unwrap();
+        assert_eq!(s.max_body_bytes, 5000);
+        let flags = Overrides {
+            max_body_bytes: Some(7),
+            ..Overrides::default()
+        };
+        let s = resolve(Some((&cfg, Path::new("f.toml"))), &flags).unwrap();
+        assert_eq!(s.max_body_bytes, 7);
+        let flags = Overrides {
+            max_body_bytes: Some((1 << 30) + 1),
+            ..program()
+        };
+        assert_eq!(
+            resolve(None, &flags).unwrap_err(),
+            vec![
+                "--max-body-bytes: 1073741825 is out of range: must be between 0 and 1073741824"
+                    .to_string()
+            ]
+        );
+    }
+
             max_instances: Some(1),
             channel_capacity: Some(0),
             ..Overrides::default()

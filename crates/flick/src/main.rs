@@ -120,6 +120,11 @@ struct RunArgs {
     /// grammar's fault reply and it is reconnected, in ms [default: 2000].
     #[arg(long, value_name = "MS")]
     response_timeout_ms: Option<u64>,
+    /// The most bytes of a request body, for a grammar with the limit
+    /// `max_body_bytes` (HTTP): a Content-Length over it, or chunks that
+    /// add up to more, get 413 [default: 1048576, at most 1073741824].
+    #[arg(long, value_name = "N")]
+    max_body_bytes: Option<u64>,
     /// Connections to each backend per worker, shared by the clients on
     /// that worker, requests pipelined; 0 gives each client its own
     /// [default: 1].
@@ -403,6 +408,7 @@ fn load_run(args: &RunArgs, color: bool) -> Result<RunLoad, RunFailure> {
         accept: args.accept.clone(),
         fan_in_timeout_ms: args.fan_in_timeout_ms,
         fan_in: args.fan_in.clone(),
+        max_body_bytes: args.max_body_bytes,
     };
     let settings =
         resolve(file_config.as_ref().map(|(c, p)| (c, p.as_path())), &flags).map_err(|errors| {
@@ -445,7 +451,7 @@ fn load_run(args: &RunArgs, color: bool) -> Result<RunLoad, RunFailure> {
             })
         }
     };
-    let grammar =
+    let mut grammar =
         found.map_err(|why| RunFailure::new(ExitCode::FAILURE, format!("error: {why}\n")))?;
     let mut loaded = flick_platform::Loaded::new(&program, &checked, grammar)
         .map_err(|e| RunFailure::new(ExitCode::FAILURE, format!("error: {e}\n")))?;
@@ -453,6 +459,10 @@ fn load_run(args: &RunArgs, color: bool) -> Result<RunLoad, RunFailure> {
     let state = checked
         .processes
         .first()
+    // The grammar's limits, before any parser copies them.
+    if let Some(g) = std::sync::Arc::get_mut(&mut grammar) {
+        g.set_limit("max_body_bytes", settings.max_body_bytes as i128);
+    }
         .map(flick::reload::state_vars)
         .unwrap_or_default();
     Ok(RunLoad {
