@@ -50,12 +50,12 @@ pub const CHANNEL_CAPACITY: RangeInclusive<usize> = 1..=65_536;
 pub const DICT_CAPACITY: RangeInclusive<usize> = 1..=16_777_216;
 pub const RESPONSE_TIMEOUT_MS: RangeInclusive<u64> = 10..=600_000;
 pub const BACKEND_CONNECTIONS: RangeInclusive<usize> = 0..=1024;
-
 /// A request body's most bytes, where the grammar has the limit
 /// `max_body_bytes` (HTTP): up to its fields' own maximum, 1 GiB.
 pub const MAX_BODY_BYTES: RangeInclusive<u64> = 0..=1 << 30;
 /// `max_body_bytes` unless set: 1 MiB, as nginx's `client_max_body_size`.
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 1 << 20;
+
 /// A configuration file as written. Every key is optional; unknown keys
 /// are errors.
 #[derive(Debug, Default, Deserialize)]
@@ -80,9 +80,9 @@ pub struct FileConfig {
     pub dict_capacity: Option<usize>,
     /// How long a backend may take to answer, in milliseconds.
     pub response_timeout_ms: Option<u64>,
-    /// Connections to each backend shared by all clients (0: per client).
     /// A request body's most bytes (the grammar's `max_body_bytes`).
     pub max_body_bytes: Option<u64>,
+    /// Connections to each backend shared by all clients (0: per client).
     pub backend_connections: Option<usize>,
     /// `pipelined` or `exclusive`.
     pub backend_sharing: Option<String>,
@@ -152,10 +152,10 @@ pub struct Overrides {
     pub channel_capacity: Option<usize>,
     pub dict_capacity: Option<usize>,
     pub response_timeout_ms: Option<u64>,
+    pub max_body_bytes: Option<u64>,
     pub backend_connections: Option<usize>,
     pub backend_sharing: Option<String>,
     pub accept: Option<String>,
-    pub max_body_bytes: Option<u64>,
     pub fan_in_timeout_ms: Option<u64>,
     /// `CHANNEL=N`
     pub fan_in: Vec<String>,
@@ -179,12 +179,12 @@ pub struct Settings {
     pub channel_capacity: usize,
     pub dict_capacity: usize,
     pub response_timeout_ms: u64,
+    /// Set as the grammar's limit `max_body_bytes` where it has one.
+    pub max_body_bytes: u64,
     pub backend_connections: usize,
     /// `None`: as the grammar says.
     pub backend_sharing: Option<flick_platform::Sharing>,
     pub accept: flick_platform::Accept,
-    /// Set as the grammar's limit `max_body_bytes` where it has one.
-    pub max_body_bytes: u64,
     pub fan_in_timeout_ms: u64,
     /// In channel-name order.
     pub fan_in: Vec<(String, usize)>,
@@ -407,11 +407,6 @@ pub fn resolve(
     .map_or(defaults.response_timeout.as_millis() as u64, |(o, v)| {
         ranged(&mut errors, &o, v, &RESPONSE_TIMEOUT_MS)
     });
-    let backend_connections = setting(
-        &at,
-        "backend_connections",
-        flags.backend_connections,
-        cfg.backend_connections,
     let max_body_bytes = setting(
         &at,
         "max_body_bytes",
@@ -421,6 +416,11 @@ pub fn resolve(
     .map_or(DEFAULT_MAX_BODY_BYTES, |(o, v)| {
         ranged(&mut errors, &o, v, &MAX_BODY_BYTES)
     });
+    let backend_connections = setting(
+        &at,
+        "backend_connections",
+        flags.backend_connections,
+        cfg.backend_connections,
     )
     .map_or(defaults.backend_connections, |(o, v)| {
         ranged(&mut errors, &o, v, &BACKEND_CONNECTIONS)
@@ -495,6 +495,7 @@ pub fn resolve(
             channel_capacity,
             dict_capacity,
             response_timeout_ms,
+            max_body_bytes,
             backend_connections,
             backend_sharing,
             accept,
@@ -509,7 +510,6 @@ pub fn resolve(
 /// Checks the bindings against the process's channels (`arrays[i]`: channel
 /// `i` is a channel array): every name is a channel, exactly one channel
 /// listens, every other channel connects, a plain channel connects to one
-            max_body_bytes,
 /// address. Returns every problem.
 pub fn check_bindings(
     process: &str,
@@ -671,21 +671,6 @@ one = "127.0.0.1:3"
     }
 
     #[test]
-    fn unknown_keys_are_named() {
-        let e = FileConfig::parse("workers = 1\nwokers = 2\n").unwrap_err();
-        assert!(e.contains("wokers"), "{e}");
-        assert!(e.contains("line 2"), "{e}");
-        let e = FileConfig::parse("connect = { b = 3 }\n").unwrap_err();
-        assert!(e.contains("host:port"), "{e}");
-    }
-
-    #[test]
-    fn every_problem_is_reported() {
-        let cfg =
-            FileConfig::parse("workers = 0\nmax_instances = 0\n[listen]\nclient = \"127.0.0.1\"\n")
-                .unwrap();
-        let flags = Overrides {
-    #[test]
     fn max_body_bytes_is_1_mib_unless_set() {
         let program = || Overrides {
             program: Some("p.flick".into()),
@@ -715,6 +700,21 @@ one = "127.0.0.1:3"
         );
     }
 
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = FileConfig::parse("workers = 1\nwokers = 2\n").unwrap_err();
+        assert!(e.contains("wokers"), "{e}");
+        assert!(e.contains("line 2"), "{e}");
+        let e = FileConfig::parse("connect = { b = 3 }\n").unwrap_err();
+        assert!(e.contains("host:port"), "{e}");
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let cfg =
+            FileConfig::parse("workers = 0\nmax_instances = 0\n[listen]\nclient = \"127.0.0.1\"\n")
+                .unwrap();
+        let flags = Overrides {
             max_instances: Some(1),
             channel_capacity: Some(0),
             ..Overrides::default()

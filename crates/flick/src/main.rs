@@ -403,12 +403,12 @@ fn load_run(args: &RunArgs, color: bool) -> Result<RunLoad, RunFailure> {
         channel_capacity: args.channel_capacity,
         dict_capacity: args.dict_capacity,
         response_timeout_ms: args.response_timeout_ms,
+        max_body_bytes: args.max_body_bytes,
         backend_connections: args.backend_connections,
         backend_sharing: args.backend_sharing.clone(),
         accept: args.accept.clone(),
         fan_in_timeout_ms: args.fan_in_timeout_ms,
         fan_in: args.fan_in.clone(),
-        max_body_bytes: args.max_body_bytes,
     };
     let settings =
         resolve(file_config.as_ref().map(|(c, p)| (c, p.as_path())), &flags).map_err(|errors| {
@@ -453,16 +453,16 @@ fn load_run(args: &RunArgs, color: bool) -> Result<RunLoad, RunFailure> {
     };
     let mut grammar =
         found.map_err(|why| RunFailure::new(ExitCode::FAILURE, format!("error: {why}\n")))?;
+    // The grammar's limits, before any parser copies them.
+    if let Some(g) = std::sync::Arc::get_mut(&mut grammar) {
+        g.set_limit("max_body_bytes", settings.max_body_bytes as i128);
+    }
     let mut loaded = flick_platform::Loaded::new(&program, &checked, grammar)
         .map_err(|e| RunFailure::new(ExitCode::FAILURE, format!("error: {e}\n")))?;
     loaded.source = Some(std::sync::Arc::new(file));
     let state = checked
         .processes
         .first()
-    // The grammar's limits, before any parser copies them.
-    if let Some(g) = std::sync::Arc::get_mut(&mut grammar) {
-        g.set_limit("max_body_bytes", settings.max_body_bytes as i128);
-    }
         .map(flick::reload::state_vars)
         .unwrap_or_default();
     Ok(RunLoad {
