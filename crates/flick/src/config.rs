@@ -25,6 +25,7 @@
 //! backends = ["127.0.0.1:11212", "127.0.0.1:11213"]
 //!
 //! fan_in_timeout_ms = 10000           # a fan-in group not full by then fails
+//! connect_timeout_ms = 10000          # a reducer not reached by then fails the job
 //!
 //! [fan_in]            # a listening channel array: connections per instance
 //! mappers = 8
@@ -90,6 +91,8 @@ pub struct FileConfig {
     pub accept: Option<String>,
     /// How long a fan-in group may wait for its last connection.
     pub fan_in_timeout_ms: Option<u64>,
+    /// How long a peer the program only writes to (a reducer) is tried.
+    pub connect_timeout_ms: Option<u64>,
     /// Listening channel array name to the connections that make up one
     /// instance.
     #[serde(default)]
@@ -157,6 +160,7 @@ pub struct Overrides {
     pub backend_sharing: Option<String>,
     pub accept: Option<String>,
     pub fan_in_timeout_ms: Option<u64>,
+    pub connect_timeout_ms: Option<u64>,
     /// `CHANNEL=N`
     pub fan_in: Vec<String>,
 }
@@ -186,6 +190,7 @@ pub struct Settings {
     pub backend_sharing: Option<flick_platform::Sharing>,
     pub accept: flick_platform::Accept,
     pub fan_in_timeout_ms: u64,
+    pub connect_timeout_ms: u64,
     /// In channel-name order.
     pub fan_in: Vec<(String, usize)>,
     /// Packet ports from the configuration file, in channel-name order,
@@ -463,6 +468,15 @@ pub fn resolve(
     .map_or(defaults.fan_in_timeout.as_millis() as u64, |(o, v)| {
         ranged(&mut errors, &o, v, &RESPONSE_TIMEOUT_MS)
     });
+    let connect_timeout_ms = setting(
+        &at,
+        "connect_timeout_ms",
+        flags.connect_timeout_ms,
+        cfg.connect_timeout_ms,
+    )
+    .map_or(defaults.connect_timeout.as_millis() as u64, |(o, v)| {
+        ranged(&mut errors, &o, v, &RESPONSE_TIMEOUT_MS)
+    });
     // A port's file is found where the configuration file is, as the
     // program is.
     let ports = cfg
@@ -500,6 +514,7 @@ pub fn resolve(
             backend_sharing,
             accept,
             fan_in_timeout_ms,
+            connect_timeout_ms,
             fan_in,
             ports,
         }),

@@ -147,6 +147,11 @@ struct RunArgs {
     /// job fails and its connections are reset, in ms [default: 10000].
     #[arg(long, value_name = "MS")]
     fan_in_timeout_ms: Option<u64>,
+    /// How long a job keeps trying, with backoff, to reach a peer it only
+    /// writes to (a reducer) before it fails and its connections are
+    /// reset, in ms [default: 10000].
+    #[arg(long, value_name = "MS")]
+    connect_timeout_ms: Option<u64>,
     /// For a listening channel array: how many connections, in order of
     /// arrival, make up one instance (the mappers of an aggregator).
     #[arg(long, value_name = "CHANNEL=N")]
@@ -408,6 +413,7 @@ fn load_run(args: &RunArgs, color: bool) -> Result<RunLoad, RunFailure> {
         backend_sharing: args.backend_sharing.clone(),
         accept: args.accept.clone(),
         fan_in_timeout_ms: args.fan_in_timeout_ms,
+        connect_timeout_ms: args.connect_timeout_ms,
         fan_in: args.fan_in.clone(),
     };
     let settings =
@@ -501,6 +507,7 @@ fn run_service_config(
         backend_sharing: settings.backend_sharing,
         accept: settings.accept,
         fan_in_timeout: std::time::Duration::from_millis(settings.fan_in_timeout_ms),
+        connect_timeout: std::time::Duration::from_millis(settings.connect_timeout_ms),
         // A reloaded version listens beside the old one before it goes.
         reuse_port: true,
         ..flick_platform::ServiceConfig::default()

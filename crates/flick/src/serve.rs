@@ -249,6 +249,7 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
         backend_sharing: settings.backend_sharing,
         accept: settings.accept,
         fan_in_timeout: Duration::from_millis(settings.fan_in_timeout_ms),
+        connect_timeout: Duration::from_millis(settings.connect_timeout_ms),
         // A new version listens beside the old one before it goes.
         reuse_port: true,
         // Many services share the machine: each makes little ahead of

@@ -388,23 +388,47 @@ fn hadoops_ifile_reader_accepts_the_aggregated_stream() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// With no reducer to write to, the mappers' connections close at once
-/// (their output would be lost) instead of hanging, and the aggregator
-/// stays up for the next job.
+/// Starts the aggregator (two mappers) in front of `reducer`, trying an
+/// unreachable reducer for `connect_ms`.
+fn start_trying(procs: &mut Procs, reducer: u16, connect_ms: u64) -> u16 {
+    let listen = format!("mappers=127.0.0.1:{}", support::free_port());
+    let reducer = format!("reducer=127.0.0.1:{reducer}");
+    let connect_ms = connect_ms.to_string();
+    support::start_flick(
+        procs,
+        &[
+            "run",
+            "examples/hadoop_wordcount.flick",
+            "--listen",
+            &listen,
+            "--fan-in",
+            "mappers=2",
+            "--connect",
+            &reducer,
+            "--connect-timeout-ms",
+            &connect_ms,
+        ],
+    )
+}
+
+/// A reducer that stays unreachable past `--connect-timeout-ms` fails the
+/// job visibly (a log line, `jobs_failed`): the mappers' connections end
+/// without an answer, and the aggregator stays up for the next job.
 #[test]
-fn an_unreachable_reducer_closes_the_mappers_connections() {
+fn an_unreachable_reducer_fails_the_job_after_the_connect_timeout() {
     let nobody = support::free_port();
     let mut procs = Procs(Vec::new());
-    let port = start(&mut procs, 2, nobody);
+    let port = start_trying(&mut procs, nobody, 300);
     for _round in 0..2 {
         let mut mappers: Vec<TcpStream> = (0..2)
             .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
             .collect();
+        let started = std::time::Instant::now();
         for m in &mut mappers {
             m.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
             // Records, but not the end of the stream: the mapper goes on.
             let stream = ifile(&map_output(&["abcdefgh".into()]));
-            // The write may fail once the aggregator has closed: either is fine.
+            // The write may fail once the aggregator has aborted: either is fine.
             let _ = m.write_all(&stream[..stream.len() - 6]);
         }
         for m in &mut mappers {
@@ -415,7 +439,44 @@ fn an_unreachable_reducer_closes_the_mappers_connections() {
                 other => panic!("the mapper's connection stays open: {other:?}"),
             }
         }
+        // Tried for the connect timeout first, with backoff.
+        assert!(
+            started.elapsed() >= Duration::from_millis(250),
+            "aborted after {:?}, before the connect timeout",
+            started.elapsed()
+        );
     }
+}
+
+/// A reducer that comes up while the job waits for it gets the whole
+/// aggregated stream: the aggregator tries it again with backoff, and the
+/// mappers' streams wait on their connections meanwhile.
+#[test]
+fn a_reducer_that_comes_up_late_gets_the_job() {
+    let rport = support::free_port();
+    let mut procs = Procs(Vec::new());
+    let port = start_trying(&mut procs, rport, 10_000);
+    let ws: Vec<String> = ["alpha", "bravo", "charlie"].map(String::from).to_vec();
+    let senders: Vec<_> = (0..2)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let bytes = ifile(&map_output(&ws));
+            std::thread::spawn(move || {
+                s.write_all(&bytes).unwrap();
+                s
+            })
+        })
+        .collect();
+    // The job is waiting for its reducer now.
+    std::thread::sleep(Duration::from_millis(700));
+    let reducer = std::net::TcpListener::bind(("127.0.0.1", rport)).unwrap();
+    let received = receive(reducer);
+    let conns: Vec<TcpStream> = senders.into_iter().map(|t| t.join().unwrap()).collect();
+    let out = received.join().unwrap();
+    drop(conns);
+    let got = read_ifile(&out).unwrap_or_else(|e| panic!("{e}: {} bytes", out.len()));
+    let want: Vec<(String, i32)> = ws.iter().map(|w| (w.clone(), 2)).collect();
+    assert_eq!(got, want);
 }
 
 /// How a hostile mapper ends its stream.

@@ -55,6 +55,10 @@ pub type Reconnect =
 /// Wakes a compute task at a time.
 pub type WakeAt = Arc<dyn Fn(flick_runtime::TaskId, std::time::Instant) + Send + Sync>;
 
+/// How often a connection to a peer the instance only writes to is looked
+/// at while connecting, before the instance starts.
+const CONNECTING_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
 pub struct Compute {
     pub module: Arc<Module>,
     pub process: usize,
@@ -67,6 +71,9 @@ pub struct Compute {
     pub streak: u32,
     /// The process's state was initialised.
     pub started: bool,
+    /// Until when a peer the instance only writes to (a reducer) is tried
+    /// again before the instance starts; set at the first try that fails.
+    pub reach_by: Option<std::time::Instant>,
     /// The input whose close ends the instance (the client connection).
     pub client: Option<usize>,
     /// Guarded rules should run again: a merge took a message since.
@@ -165,6 +172,9 @@ pub struct GraphHost {
     pub waker: flick_runtime::Waker,
     /// How long a peer may take to answer.
     pub timeout: std::time::Duration,
+    /// How long a peer the instance only writes to (a reducer) is tried,
+    /// with backoff, before the instance fails.
+    pub connect_timeout: std::time::Duration,
     /// When the compute task is next woken to check on its peers.
     pub timer: Option<std::time::Instant>,
     pub reconnect: Reconnect,
@@ -941,6 +951,105 @@ impl Compute {
         false
     }
 
+    /// Before the instance starts: tries again, with backoff, each peer it
+    /// only writes to (a reducer) that could not be reached. `None` once
+    /// every one is connected; meanwhile the instance reads nothing, so its
+    /// clients (the mappers) wait on their connections. Past the connect
+    /// timeout the job fails, visibly: a log line, `jobs_failed`, and its
+    /// connections aborted, so that no mapper takes the job for done.
+    fn reach_writes_only(&mut self) -> Option<TaskStatus> {
+        let now = std::time::Instant::now();
+        let client = self.host.client_chan;
+        let mut next: Option<std::time::Instant> = None;
+        for out in 0..self.host.outputs.len() {
+            let o = &self.host.outputs[out];
+            let p = &self.host.peers[out];
+            if o.chan == client || p.answers {
+                continue;
+            }
+            if o.tx.is_some() {
+                // Connecting does not block: reached once the connection
+                // has a peer; refused, it is given up and tried again.
+                let Some((conn, _)) = &o.conn else { continue };
+                if conn.stream.peer_addr().is_ok() {
+                    continue;
+                }
+                let failed = conn.refused.load(std::sync::atomic::Ordering::Acquire)
+                    || conn.stream.take_error().ok().flatten().is_some();
+                if !failed {
+                    let at = now + CONNECTING_POLL;
+                    next = Some(next.map_or(at, |n| n.min(at)));
+                    continue;
+                }
+                let (chan, index) = (o.chan, o.index);
+                self.host.outputs[out].tx = None;
+                self.host.outputs[out].conn = None;
+                self.close_inputs_of(chan, index);
+                let peer = &mut self.host.peers[out];
+                peer.dead = true;
+                let at = now + peer.backoff;
+                peer.retry_at = Some(at);
+                peer.backoff = (peer.backoff * 2).min(crate::peers::MAX_BACKOFF);
+                next = Some(next.map_or(at, |n| n.min(at)));
+                continue;
+            }
+            if let Some(at) = p.retry_at.filter(|t| *t > now) {
+                next = Some(next.map_or(at, |n| n.min(at)));
+                continue;
+            }
+            let (chan, index) = (o.chan, o.index);
+            match (self.host.reconnect)(self.host.id, chan, index) {
+                Some((mut input, mut output)) => {
+                    // Nothing is read from it but its close.
+                    input.sentinel = true;
+                    self.inputs.push(input);
+                    // A stream its grammar ends (`%end`) gets its checksum
+                    // kept, as one connected at the start does.
+                    let unit = self.host.out_units.get(chan as usize).copied().flatten();
+                    if unit.is_some_and(|u| self.host.grammar.has_end(u)) {
+                        output.crc = Some(flick_wire::StreamCrc::default());
+                    }
+                    self.host.outputs[out] = output;
+                    let peer = &mut self.host.peers[out];
+                    peer.dead = false;
+                    peer.retry_at = None;
+                    // Checked on the next look, once connecting is done.
+                    let at = now + CONNECTING_POLL;
+                    next = Some(next.map_or(at, |n| n.min(at)));
+                }
+                None => {
+                    let peer = &mut self.host.peers[out];
+                    peer.backoff = (peer.backoff * 2).min(crate::peers::MAX_BACKOFF);
+                    let at = now + peer.backoff;
+                    peer.retry_at = Some(at);
+                    next = Some(next.map_or(at, |n| n.min(at)));
+                }
+            }
+        }
+        let at = next?;
+        let by = *self.reach_by.get_or_insert(now + self.host.connect_timeout);
+        if now >= by {
+            self.host.job_failed = true;
+            self.host
+                .stats
+                .jobs_failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            static UNREACHED: crate::log::RateLimit = crate::log::RateLimit::new();
+            crate::limited!(
+                UNREACHED,
+                error,
+                after_ms = self.host.connect_timeout.as_millis() as u64,
+                "job failed: a peer it writes to (its reducer) could not be reached; \
+                 its clients' connections are closed without an answer"
+            );
+            return Some(self.break_up());
+        }
+        let at = at.min(by);
+        self.host.timer = Some(at);
+        (self.host.wake_at)(self.host.id, at);
+        Some(TaskStatus::Idle)
+    }
+
     /// Ends a broken instance: its inputs close (their connections with
     /// them) and nothing more is written.
     fn break_up(&mut self) -> TaskStatus {
@@ -965,16 +1074,8 @@ impl Compute {
 
     fn run_inner(&mut self, slice: &mut Timeslice) -> TaskStatus {
         if !self.started {
-            // A peer the instance only writes to could not be reached.
-            let client = self.host.client_chan;
-            let unreached = self
-                .host
-                .outputs
-                .iter()
-                .zip(&self.host.peers)
-                .any(|(o, p)| o.chan != client && !p.answers && o.tx.is_none());
-            if unreached {
-                return self.break_up();
+            if let Some(status) = self.reach_writes_only() {
+                return status;
             }
             self.started = true;
             let init = self.code().init;

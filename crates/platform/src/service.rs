@@ -205,6 +205,9 @@ pub struct ServiceConfig {
     /// How long a fan-in group may wait for its last connection before its
     /// job fails.
     pub fan_in_timeout: std::time::Duration,
+    /// How long an instance tries, with backoff, to reach a peer it only
+    /// writes to (a reducer) before its job fails.
+    pub connect_timeout: std::time::Duration,
     /// Where a line per answered request goes (`--access-log`), if anywhere.
     pub access_log: Option<Arc<crate::access_log::AccessLog>>,
     /// How long a client connection stays idle (nothing buffered, nothing
@@ -282,6 +285,7 @@ impl Default for ServiceConfig {
             backend_connections: 1,
             backend_sharing: None,
             fan_in_timeout: std::time::Duration::from_secs(10),
+            connect_timeout: std::time::Duration::from_secs(10),
             access_log: None,
             park_after: Some(std::time::Duration::from_secs(1)),
             accept: Accept::default(),
@@ -1674,6 +1678,7 @@ fn instantiate(
             balanced: g.balanced,
             waker: s.waker(),
             timeout: p.config.response_timeout,
+            connect_timeout: p.config.connect_timeout,
             timer: None,
             reconnect: hooks.reconnect.clone(),
             own_connection: hooks.own_connection.clone(),
@@ -1696,6 +1701,7 @@ fn instantiate(
         next_input: 0,
         streak: 0,
         started: false,
+        reach_by: None,
         client: (p.fan_in == 1 && p.loaded.ruled[p.client_chan]).then_some(0),
         guards_due: false,
         following: None,
