@@ -17,6 +17,7 @@ pub mod lsp;
 pub mod machine_run;
 pub mod metrics;
 pub mod notify;
+pub mod open_files;
 pub mod packet_run;
 pub mod reload;
 pub mod render;

@@ -694,6 +694,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
             program_path: &program_path,
         });
     }
+    flick::open_files::raise_to_hard_limit();
     let mut config = match run_service_config(&settings, &loaded) {
         Ok(c) => c,
         Err(f) => {

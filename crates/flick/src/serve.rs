@@ -902,6 +902,7 @@ pub fn main(args: ServeArgs) -> std::process::ExitCode {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
+    crate::open_files::raise_to_hard_limit();
     let opts = ServeOptions {
         api: args
             .api
