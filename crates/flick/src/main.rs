@@ -459,9 +459,16 @@ fn load_run(args: &RunArgs, color: bool) -> Result<RunLoad, RunFailure> {
     };
     let mut grammar =
         found.map_err(|why| RunFailure::new(ExitCode::FAILURE, format!("error: {why}\n")))?;
-    // The grammar's limits, before any parser copies them.
-    if let Some(g) = std::sync::Arc::get_mut(&mut grammar) {
-        g.set_limit("max_body_bytes", settings.max_body_bytes as i128);
+    // The grammar's limits, before any parser copies them (the grammar
+    // was just loaded: nothing else holds it yet).
+    let g = std::sync::Arc::get_mut(&mut grammar).expect("a grammar of its own");
+    if !g.set_limit("max_body_bytes", settings.max_body_bytes as i128)
+        && args.max_body_bytes.is_some()
+    {
+        eprintln!(
+            "warning: --max-body-bytes has no effect: the grammar of {program_path} has no \
+             limit `max_body_bytes`"
+        );
     }
     let mut loaded = flick_platform::Loaded::new(&program, &checked, grammar)
         .map_err(|e| RunFailure::new(ExitCode::FAILURE, format!("error: {e}\n")))?;

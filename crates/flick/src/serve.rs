@@ -197,9 +197,6 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
             .map_err(|why| format!("{file_name} names no wire grammar: {why}")),
     }
     .map_err(|why| Refusal::new(422, why))?;
-    let mut loaded = flick_platform::Loaded::new(&program, &checked, grammar)
-        .map_err(|e| Refusal::new(422, e.to_string()))?;
-    loaded.source = Some(Arc::new(file.clone()));
     let file_config = match &spec.config {
         None => None,
         Some(t) => Some(
@@ -222,6 +219,14 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
         &flags,
     )
     .map_err(|e| Refusal::new(400, e.join("; ")))?;
+    // The grammar's limits, before any parser copies them (the grammar
+    // was just loaded: nothing else holds it yet).
+    let mut grammar = grammar;
+    let g = Arc::get_mut(&mut grammar).expect("a grammar of its own");
+    g.set_limit("max_body_bytes", settings.max_body_bytes as i128);
+    let mut loaded = flick_platform::Loaded::new(&program, &checked, grammar)
+        .map_err(|e| Refusal::new(422, e.to_string()))?;
+    loaded.source = Some(Arc::new(file.clone()));
     let code = &loaded.module.processes[loaded.process];
     let errors = check_bindings(&code.name, &code.channels, &loaded.arrays, &settings);
     if !errors.is_empty() {

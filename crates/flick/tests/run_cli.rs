@@ -960,3 +960,41 @@ fn requests_a_program_answers_itself_are_logged_and_timed() {
         "{body}"
     );
 }
+
+/// `--max-body-bytes` with a grammar that has no such limit (Memcached)
+/// says it has no effect, and the program runs.
+#[test]
+fn a_limit_the_grammar_lacks_is_warned_about() {
+    let mut procs = Procs(Vec::new());
+    let mc = memcached(&mut procs);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(ROOT)
+        .args([
+            "run",
+            "examples/memcached_ascii_proxy.flick",
+            "--listen",
+            &format!("client=127.0.0.1:{}", free_port()),
+            "--connect",
+            &format!("backends=127.0.0.1:{mc}"),
+            "--max-body-bytes",
+            "5",
+            "--workers",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert!(line.contains("listening on"), "{line:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--max-body-bytes has no effect") && err.contains("no limit `max_body_bytes`"),
+        "{err}"
+    );
+}

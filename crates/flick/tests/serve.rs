@@ -432,3 +432,47 @@ fn a_tcp_api_with_a_token_wants_it_on_every_request() {
     refused(&run(Some("wrong")));
     assert!(ok(&run(Some("sesame"))).contains("NAME"));
 }
+
+/// A service's configuration file sets its grammar's limits as `flick run`
+/// does: `max_body_bytes = 10` refuses an 11-byte body with 413.
+#[test]
+fn a_deploys_configuration_sets_the_body_limit() {
+    let dir = TempDir::new("limit");
+    let state = dir.0.join("state");
+    let _server = serve(&state, &[]);
+    let port = free_port();
+    let config = dir.0.join("web.toml");
+    std::fs::write(&config, "max_body_bytes = 10\n").unwrap();
+    ok(&ctl(
+        &state,
+        &[
+            "deploy",
+            "web",
+            &example("static_web.flick"),
+            "--listen",
+            &format!("client=127.0.0.1:{port}"),
+            "--config",
+            &config.to_string_lossy(),
+        ],
+    ));
+    let post = |n: usize| {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut m = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {n}\r\n\r\n"
+        )
+        .into_bytes();
+        m.resize(m.len() + n, b'x');
+        s.write_all(&m).unwrap();
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        answer
+    };
+    let over = post(11);
+    assert!(over.starts_with("HTTP/1.1 413"), "{over}");
+    let within = post(10);
+    assert!(
+        within.starts_with("HTTP/1.1 ") && !within.starts_with("HTTP/1.1 413"),
+        "{within}"
+    );
+}
