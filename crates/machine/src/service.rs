@@ -401,6 +401,20 @@ impl MachineService {
     }
 }
 
+/// `setField`: `value` big-endian into `len` bytes at `at`, the IPv4 and
+/// TCP/UDP checksums that cover them kept right (a write to a checksum
+/// itself stays as written).
+fn set_field(frame: &mut [u8], at: usize, len: usize, value: Value) {
+    // Zeros above the value's eight bytes; no header field is wider.
+    let mut bytes = [0u8; 64];
+    if len > bytes.len() {
+        write_field(frame, at, len, value);
+        return;
+    }
+    write_field(&mut bytes[..len], 0, len, value);
+    flick_packet::rewrite::write_keeping_checksums(frame, at, &bytes[..len]);
+}
+
 fn work(program: Arc<Program>, rx: Receiver<Msg>, done: Sender<Job>) -> (Engine, Vec<String>) {
     let mut engine = Engine::new(program);
     let mut refused = Vec::new();
@@ -411,7 +425,7 @@ fn work(program: Arc<Program>, rx: Receiver<Msg>, done: Sender<Job>) -> (Engine,
                 let fields = &engine.program().machine.fields;
                 for &(f, value) in v.writes() {
                     if let Some((at, len)) = write_place(&fields[f as usize].source) {
-                        write_field(&mut job.buf, at, len, value);
+                        set_field(&mut job.buf, at, len, value);
                     }
                 }
                 job.ports = v.ports;

@@ -167,12 +167,38 @@ fn set_field_rewrites_the_frame_at_its_offset() {
          Stage s { Register n; setFlowKey(ipv4.src); \
          State initial a { on(pktRcvd) { n = n + 1; setField(ipv4.tos, 255, 0x2e); setField(udp.csum, 255, n); sendPacket(255, 1); } } }",
     );
-    let frames: Vec<_> = (0..3u64).map(|i| (udp(7, 1), i)).collect();
+    // With a right IPv4 header checksum, which stays right.
+    let frames: Vec<_> = (0..3u64)
+        .map(|i| {
+            let mut f = udp(7, 1);
+            f[24..26].fill(0);
+            let sum = ipv4_header_checksum(&f[14..34]);
+            f[24..26].copy_from_slice(&sum.to_be_bytes());
+            (f, i)
+        })
+        .collect();
     let (out, _) = serve(p, vec![frames.clone()], 1, None);
     for (i, (f, _)) in out[0].iter().enumerate() {
         let mut want = frames[i].0.clone();
         want[15] = 0x2e;
+        // The IPv4 header checksum follows the TOS; the UDP checksum, set
+        // itself, stays as set.
+        want[24..26].fill(0);
+        let sum = ipv4_header_checksum(&want[14..34]);
+        want[24..26].copy_from_slice(&sum.to_be_bytes());
         want[40..42].copy_from_slice(&(i as u16 + 1).to_be_bytes());
         assert_eq!(*f, want);
     }
+}
+
+/// The checksum of an IPv4 header whose checksum field is zero.
+fn ipv4_header_checksum(header: &[u8]) -> u16 {
+    let mut sum: u32 = header
+        .chunks(2)
+        .map(|w| u16::from_be_bytes([w[0], w[1]]) as u32)
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
 }

@@ -167,6 +167,82 @@ pub fn apply(frame: &mut [u8], edit: Edit) -> Result<(), EditError> {
     Ok(())
 }
 
+/// Writes `bytes` into `frame` at `offset` (nothing where the frame is too
+/// short), keeping right each checksum that covers them: the IPv4 header
+/// checksum for bytes of the IPv4 header, the TCP or UDP checksum for bytes
+/// of its pseudo-header (the addresses) or of the segment. A write to a
+/// checksum itself is left as written. For edits a program names by byte
+/// offset (FlowBlaze's `setField`), where [`apply`]'s are named by field.
+pub fn write_keeping_checksums(frame: &mut [u8], offset: usize, bytes: &[u8]) {
+    let end = offset + bytes.len();
+    if bytes.is_empty() || frame.len() < end {
+        return;
+    }
+    let l = layout(frame);
+    let (ip_sum, l4_at, udp) = match &l {
+        Some(l) => (
+            l.v4.then_some(l.ip + 10),
+            l4_sum(frame, l),
+            matches!(l.l4, Some((_, false))),
+        ),
+        None => (None, None, false),
+    };
+    // What each checksum covers, in the frame.
+    let ip_header = l.as_ref().filter(|l| l.v4).map(|l| {
+        let ihl = (frame[l.ip] & 0x0f) as usize * 4;
+        l.ip..l.ip + ihl
+    });
+    let pseudo = l.as_ref().map(|l| {
+        if l.v4 {
+            l.ip + 12..l.ip + 20
+        } else {
+            l.ip + 8..l.ip + 40
+        }
+    });
+    let segment = l.as_ref().and_then(|l| {
+        let (at, _) = l.l4?;
+        let ip_end = if l.v4 {
+            l.ip + be16(frame, l.ip + 2)? as usize
+        } else {
+            l.ip + 40 + be16(frame, l.ip + 4)? as usize
+        };
+        Some(at..ip_end.min(frame.len()))
+    });
+    let mut at = offset & !1;
+    while at < end {
+        let word = |f: &[u8]| u16::from_be_bytes([f[at], f.get(at + 1).copied().unwrap_or(0)]);
+        let old = word(frame);
+        let (from, to) = (at.max(offset), (at + 2).min(end));
+        frame[from..to].copy_from_slice(&bytes[from - offset..to - offset]);
+        let new = word(frame);
+        if old != new {
+            if let Some(s) = ip_sum.filter(|s| *s != at) {
+                if ip_header.as_ref().is_some_and(|r| r.contains(&at)) {
+                    adjust(frame, s, old, new);
+                }
+            }
+            if let Some(s) = l4_at.filter(|s| *s != at) {
+                let covered = pseudo.as_ref().is_some_and(|r| r.contains(&at))
+                    || segment.as_ref().is_some_and(|r| r.contains(&at));
+                // The IPv4 protocol is in the pseudo-header as [0, protocol].
+                let protocol = l.as_ref().is_some_and(|l| l.v4 && at == l.ip + 8);
+                if covered || protocol {
+                    let (old, new) = match protocol {
+                        true => (old & 0xff, new & 0xff),
+                        false => (old, new),
+                    };
+                    adjust(frame, s, old, new);
+                    if udp && frame[s..s + 2] == [0, 0] {
+                        // UDP sends a computed zero as all ones (RFC 768).
+                        frame[s..s + 2].copy_from_slice(&[0xff, 0xff]);
+                    }
+                }
+            }
+        }
+        at += 2;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +328,43 @@ mod tests {
                 assert_eq!(&f[ip + 12..ip + 16], &[192, 0, 2, 1]);
                 apply(&mut f, Edit::DstPort(8080)).unwrap();
                 assert_eq!(&f[l4 + 2..l4 + 4], &8080u16.to_be_bytes());
+            }
+        }
+    }
+
+    /// A write of one to four bytes at any place from the IP header on
+    /// leaves both checksums right, unless it writes a checksum itself.
+    #[test]
+    fn writes_by_offset_keep_checksums_right() {
+        for tcp in [true, false] {
+            let (ip, l4) = (14, 34);
+            let sums = [ip + 10, l4 + if tcp { 16 } else { 6 }];
+            let len = frame(tcp, false).len();
+            for offset in ip..len {
+                for n in 1..=4 {
+                    if offset + n > len
+                        || sums.iter().any(|s| offset < s + 2 && *s < offset + n)
+                        // The version, header length, total length and
+                        // fragment fields say where the rest is: not
+                        // rewritten here.
+                        || offset < ip + 4
+                        || (offset < ip + 8 && ip + 6 < offset + n)
+                    {
+                        continue;
+                    }
+                    let mut f = frame(tcp, false);
+                    let bytes: Vec<u8> = (0..n).map(|i| 0x5a ^ (offset + i) as u8).collect();
+                    write_keeping_checksums(&mut f, offset, &bytes);
+                    assert_eq!(&f[offset..offset + n], &bytes[..]);
+                    let mut want = f.clone();
+                    fix(&mut want, ip, l4, tcp);
+                    // A UDP checksum that comes out zero is sent as ones.
+                    let s = sums[1];
+                    if !tcp && want[s..s + 2] == [0, 0] {
+                        want[s..s + 2].copy_from_slice(&[0xff, 0xff]);
+                    }
+                    assert_eq!(f, want, "tcp {tcp}, {n} bytes at {offset}");
+                }
             }
         }
     }
