@@ -633,7 +633,11 @@ impl PacketService {
         let shards = loop {
             if let Ok(s) = snapshots.lock() {
                 if s.iter().all(Option::is_some) {
-                    break s.iter().flatten().map(|x| x.0.clone()).collect::<Vec<_>>();
+                    break s
+                        .iter()
+                        .flatten()
+                        .map(|x| (x.0.clone(), x.1.clone()))
+                        .collect::<Vec<_>>();
                 }
             }
             if std::time::Instant::now() > deadline {
@@ -656,12 +660,24 @@ impl PacketService {
                 ..c.clone()
             })
             .collect();
-        summary.state = shards.into_iter().fold(Map::new(), |mut all, m| {
+        let mut tables = Map::new();
+        summary.state = shards.into_iter().fold(Map::new(), |mut all, (m, t)| {
             for (k, v) in m {
                 merge_json(&mut all, k, v);
             }
+            // Each table's counts, summed over the shards.
+            for (name, counts) in t {
+                let sum = tables
+                    .entry(name)
+                    .or_insert_with(|| serde_json::json!({"evicted": 0, "expired": 0}));
+                for key in ["evicted", "expired"] {
+                    let n = sum[key].as_u64().unwrap_or(0) + counts[key].as_u64().unwrap_or(0);
+                    sum[key] = n.into();
+                }
+            }
             all
         });
+        summary.tables = tables;
         if let Err(e) = write_dump(path, &summary.dump_json()) {
             tracing::warn!("{e}");
         }
@@ -792,7 +808,9 @@ pub const BATCH_FRAMES: usize = 256;
 static SNAPSHOT_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// One worker's state as JSON, for a dump while running.
-struct Snapshot(Map<String, Json>);
+/// A worker's shard, copied out for a dump while running: its state and
+/// its flow tables' counts.
+struct Snapshot(Map<String, Json>, Map<String, Json>);
 
 fn parsers(grammar: &Arc<Grammar>, units: &[Option<UnitId>]) -> Vec<Option<Parser>> {
     let mut out: Vec<Option<Parser>> = (0..grammar.units().len()).map(|_| None).collect();
@@ -1256,8 +1274,9 @@ impl Worker {
     fn snapshot(&self) {
         let names: Vec<&str> = self.state_names.iter().map(String::as_str).collect();
         let m = state::merged(&names, &[&self.shard]);
+        let t = state::table_counts(&names, &[&self.shard]);
         if let Ok(mut s) = self.snapshots.lock() {
-            s[self.index] = Some(Snapshot(m));
+            s[self.index] = Some(Snapshot(m, t));
         }
     }
 

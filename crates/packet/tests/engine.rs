@@ -255,8 +255,18 @@ fn a_live_run_dumps_on_request_and_ends_on_stop() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("state.json");
     let request = Arc::new(AtomicBool::new(false));
+    // A flow table small enough to evict: its counts are in every dump.
+    let program = STEERED
+        .replace(
+            "global last := empty_dict",
+            "global last: dict<integer*integer> {capacity=3, evict=lru} := empty_dict",
+        )
+        .replace(
+            "last: ref dict<integer*integer>,",
+            "last: ref dict<integer*integer> {capacity=3, evict=lru},",
+        );
     let svc = service(
-        STEERED,
+        &program,
         PacketConfig {
             workers: 2,
             dump_request: Some(request.clone()),
@@ -297,12 +307,14 @@ fn a_live_run_dumps_on_request_and_ends_on_stop() {
         // port had, less what found no room.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let mut counts = Vec::new();
+        let mut tables = serde_json::Value::Null;
         while std::time::Instant::now() < deadline {
             let _ = std::fs::remove_file(&path);
             request.store(true, Ordering::Relaxed);
             std::thread::sleep(std::time::Duration::from_millis(100));
             if let Ok(text) = std::fs::read_to_string(&path) {
                 let dump: serde_json::Value = serde_json::from_str(&text).unwrap();
+                tables = dump["tables"].clone();
                 counts.push(dump["globals"]["count"].as_u64().unwrap_or(0));
                 if counts.len() > 1 && counts[counts.len() - 2..] == [counts[counts.len() - 1]; 2] {
                     break;
@@ -311,9 +323,16 @@ fn a_live_run_dumps_on_request_and_ends_on_stop() {
         }
         stop.store(true, Ordering::Relaxed);
         let summary = running.join().unwrap().unwrap();
-        (summary, counts)
+        (summary, counts, tables)
     });
-    let (summary, counts) = summary;
+    let (summary, counts, tables) = summary;
+    // The flow table's counts while running are those of the end.
+    assert!(summary.tables["last"]["evicted"].as_u64().unwrap() > 0);
+    assert_eq!(
+        tables,
+        serde_json::Value::Object(summary.tables.clone()),
+        "tables dumped while running"
+    );
     // A live port drops what finds no room, and counts it.
     let p = &summary.ports[0];
     assert_eq!(p.rx_frames, 2000);
