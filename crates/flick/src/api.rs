@@ -264,6 +264,17 @@ pub fn write_response(
     stream.flush()
 }
 
+/// Writes a 200 answer of `content_type` with `body` (the Prometheus
+/// exposition of `GET /metrics`), then closes.
+pub fn write_text(stream: &mut impl Write, content_type: &str, body: &str) -> std::io::Result<()> {
+    write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len(),
+    )?;
+    stream.flush()
+}
+
 /// What the client could not do.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

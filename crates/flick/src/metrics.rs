@@ -154,6 +154,12 @@ pub fn registry(service: Arc<flick_platform::Service>) -> Registry {
     registry
 }
 
+/// A collector that reads `service` at each scrape, for a registry of
+/// many services (`flick serve`'s `/metrics`).
+pub fn collector(service: Arc<flick_platform::Service>) -> Box<dyn Collector> {
+    Box::new(ServiceCollector(service))
+}
+
 /// `registry` in `format`.
 pub fn encode(registry: &Registry, format: Format) -> String {
     let mut out = String::with_capacity(8192);

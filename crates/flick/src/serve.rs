@@ -492,6 +492,19 @@ impl Registry {
         (ok, failed)
     }
 
+    /// Every service's metrics, as `flick run --metrics` serves one
+    /// service's, each sample labelled with its service's name.
+    fn metrics(&self, format: crate::metrics::Format) -> String {
+        let services = self.services.lock().expect("services lock");
+        let mut registry = prometheus_client::registry::Registry::default();
+        for (name, d) in services.iter() {
+            registry
+                .sub_registry_with_label(("service".into(), name.clone().into()))
+                .register_collector(crate::metrics::collector(d.service.clone()));
+        }
+        crate::metrics::encode(&registry, format)
+    }
+
     fn list(&self) -> Json {
         let services = self.services.lock().expect("services lock");
         let list: Vec<Json> = services
@@ -627,6 +640,15 @@ fn to_json(v: &StateValue) -> Json {
     }
 }
 
+/// Whether `req` carries the token, where one is wanted.
+fn authorized(req: &Request, token: Option<&str>) -> bool {
+    token.is_none_or(|t| {
+        req.header("authorization")
+            .and_then(|a| a.strip_prefix("Bearer "))
+            == Some(t)
+    })
+}
+
 /// Routes a request to its handler.
 fn route(
     reg: &Registry,
@@ -683,6 +705,8 @@ fn route(
                 _ => Err(not_allowed("GET or PUT")),
             }
         }
+        // `GET /metrics` is answered before routing: Prometheus text.
+        ["metrics"] => Err(not_allowed("GET")),
         _ => Err(Refusal::new(404, format!("no such resource: {}", req.path))),
     }
 }
@@ -696,6 +720,21 @@ fn handle<S: std::io::Read + std::io::Write>(
 ) {
     let answer = match api::read_request(&mut stream, set_timeout) {
         Err(e) => Err(Refusal::from(e)),
+        Ok(req) if req.path == "/metrics" && req.method == "GET" && authorized(&req, token) => {
+            // Prometheus text, not JSON: answered here.
+            let openmetrics = req.header("accept").is_some_and(|a| {
+                a.to_ascii_lowercase()
+                    .contains("application/openmetrics-text")
+            });
+            let format = match openmetrics {
+                true => crate::metrics::Format::OpenMetrics,
+                false => crate::metrics::Format::Text,
+            };
+            let body = reg.metrics(format);
+            let _ = set_timeout(&mut stream, api::READ_TIMEOUT);
+            let _ = api::write_text(&mut stream, format.content_type(), &body);
+            return;
+        }
         Ok(req) => {
             let started = Instant::now();
             // A handler that panics must not take the platform with it.

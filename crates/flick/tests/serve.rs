@@ -476,3 +476,48 @@ fn a_deploys_configuration_sets_the_body_limit() {
         "{within}"
     );
 }
+
+/// `GET /metrics` on the API: every service's counters in the Prometheus
+/// text format, each labelled with its service, read at the scrape.
+#[test]
+fn metrics_cover_every_service_by_name() {
+    let dir = TempDir::new("metrics");
+    let state = dir.0.join("state");
+    let _server = serve(&state, &[]);
+    let ports = [free_port(), free_port()];
+    for (name, port) in ["web", "site"].iter().zip(ports) {
+        ok(&ctl(
+            &state,
+            &[
+                "deploy",
+                name,
+                &example("static_web.flick"),
+                "--listen",
+                &format!("client=127.0.0.1:{port}"),
+            ],
+        ));
+    }
+    for _ in 0..3 {
+        assert!(http_get(ports[0]).unwrap().starts_with("HTTP/1.1 200"));
+    }
+    let mut s = std::os::unix::net::UnixStream::connect(state.join("flick.sock")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: flick\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("Content-Type: text/plain"), "{answer}");
+    let accepted = |service: &str| {
+        answer
+            .lines()
+            .find(|l| {
+                l.starts_with("flick_connections_accepted_total{")
+                    && l.contains(&format!("service=\"{service}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    assert_eq!(accepted("web"), Some(3.0), "{answer}");
+    assert_eq!(accepted("site"), Some(0.0), "{answer}");
+}
