@@ -449,9 +449,80 @@ impl Registry {
         write(format!("{}.json", spec.name), text.as_bytes())
     }
 
+    /// Writes a stopped service's `global` integers, booleans and strings
+    /// beside its record, for the next `serve` to give back.
+    fn save_globals(&self, name: &str, d: &Deployed) -> std::io::Result<()> {
+        let mut saved = serde_json::Map::new();
+        for (var, ty, global) in &d.state {
+            let value = match d.service.read_global(var) {
+                Ok(_) if !*global => continue,
+                Ok(StateValue::Int(n)) => json!({ "int": n }),
+                Ok(StateValue::Bool(b)) => json!({ "bool": b }),
+                Ok(StateValue::Bytes(b)) => {
+                    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+                    json!({ "hex": hex })
+                }
+                _ => continue,
+            };
+            saved.insert(var.clone(), json!({ "type": ty, "value": value }));
+        }
+        let dir = self.services_dir();
+        let tmp = dir.join(format!(".{name}.globals.tmp"));
+        std::fs::write(&tmp, Json::Object(saved).to_string())?;
+        std::fs::rename(tmp, dir.join(format!("{name}.globals")))
+    }
+
+    /// Gives a service deployed again from its record the `global` values
+    /// saved when it stopped, where the program still declares them with
+    /// the same type; what was given back, by name.
+    fn restore_globals(&self, name: &str) -> Vec<String> {
+        let path = self.services_dir().join(format!("{name}.globals"));
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return Vec::new();
+        };
+        let Ok(Json::Object(saved)) = serde_json::from_str::<Json>(&text) else {
+            tracing::warn!(service = %name, "the saved globals do not read as JSON: not given back");
+            return Vec::new();
+        };
+        let services = self.services.lock().expect("services lock");
+        let Some(d) = services.get(name) else {
+            return Vec::new();
+        };
+        let mut given = Vec::new();
+        for (var, ty, global) in &d.state {
+            let Some(entry) = saved.get(var).filter(|_| *global) else {
+                continue;
+            };
+            if entry["type"].as_str() != Some(ty.as_str()) {
+                continue;
+            }
+            let v = &entry["value"];
+            let value = if let Some(n) = v["int"].as_i64() {
+                StateValue::Int(n)
+            } else if let Some(b) = v["bool"].as_bool() {
+                StateValue::Bool(b)
+            } else if let Some(h) = v["hex"].as_str() {
+                let bytes: Option<Vec<u8>> = (0..h.len())
+                    .step_by(2)
+                    .map(|i| h.get(i..i + 2).and_then(|x| u8::from_str_radix(x, 16).ok()))
+                    .collect();
+                match bytes {
+                    Some(b) => StateValue::Bytes(b),
+                    None => continue,
+                }
+            } else {
+                continue;
+            };
+            if d.service.write_global(var, value).is_ok() {
+                given.push(var.clone());
+            }
+        }
+        given
+    }
+
     fn forget(&self, name: &str) {
         let dir = self.services_dir();
-        for ext in ["json", "flick"] {
+        for ext in ["json", "flick", "globals"] {
             let _ = std::fs::remove_file(dir.join(format!("{name}.{ext}")));
         }
     }
@@ -478,11 +549,17 @@ impl Registry {
                         .map_err(|e| format!("{}: {e}", program.display()))?;
                     Ok(s)
                 });
-            match spec
-                .map_err(|e| Refusal::new(400, e))
-                .and_then(|s| self.deploy(s, false, Instant::now()))
-            {
-                Ok(_) => ok += 1,
+            match spec.map_err(|e| Refusal::new(400, e)).and_then(|s| {
+                let name = s.name.clone();
+                self.deploy(s, false, Instant::now()).map(|_| name)
+            }) {
+                Ok(name) => {
+                    ok += 1;
+                    let given = self.restore_globals(&name);
+                    if !given.is_empty() {
+                        tracing::info!(service = %name, globals = ?given, "globals given back from the last stop");
+                    }
+                }
                 Err(r) => {
                     failed += 1;
                     tracing::error!(record = %p.display(), "cannot deploy a recorded service again: {}{}", r.message, r.diagnostics.map(|d| format!("\n{d}")).unwrap_or_default());
@@ -901,6 +978,10 @@ pub fn serve(
     for (name, d) in all {
         let stopped = d.service.stop(DRAIN_DEADLINE);
         tracing::info!(service = %name, drained = stopped.drained, "stopped");
+        // Its globals as they ended, for the next `serve`.
+        if let Err(e) = reg.save_globals(&name, &d) {
+            tracing::warn!(service = %name, "cannot save its globals: {e}");
+        }
     }
     if let ApiAddr::Unix(p) = &opts.api {
         let _ = std::fs::remove_file(p);

@@ -521,3 +521,45 @@ fn metrics_cover_every_service_by_name() {
     assert_eq!(accepted("web"), Some(3.0), "{answer}");
     assert_eq!(accepted("site"), Some(0.0), "{answer}");
 }
+
+/// Stopped cleanly (SIGTERM), `flick serve` saves each service's `global`
+/// integers, booleans and strings; the next `serve` on the state directory
+/// deploys the service again with them.
+#[test]
+fn globals_come_back_after_a_clean_stop() {
+    let dir = TempDir::new("globals");
+    let state = dir.0.join("state");
+    let counter = dir.file("counter.flick", COUNTER);
+    let port = free_port();
+    let mut server = serve(&state, &[]);
+    ok(&ctl(
+        &state,
+        &[
+            "deploy",
+            "count",
+            &counter,
+            "--listen",
+            &format!("client=127.0.0.1:{port}"),
+        ],
+    ));
+    for _ in 0..2 {
+        assert!(http_get(port).unwrap().starts_with("HTTP/1.1 200"));
+    }
+    ok(&ctl(&state, &["write", "count", "greeting", "\"hey\""]));
+    let term = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let exited = server.child.wait().unwrap();
+    assert!(exited.success(), "serve ended with {exited}");
+    drop(server);
+    let _server = serve(&state, &[]);
+    assert_eq!(ok(&ctl(&state, &["read", "count", "hits"])).trim(), "2");
+    assert_eq!(
+        ok(&ctl(&state, &["read", "count", "greeting"])).trim(),
+        "\"hey\""
+    );
+    assert!(http_get(port).unwrap().ends_with("hey"));
+    assert_eq!(ok(&ctl(&state, &["read", "count", "hits"])).trim(), "3");
+}
