@@ -281,7 +281,13 @@ impl Proxy {
     /// port `upstream`. Deleting a proxy waits for none of its toxics.
     pub fn recreate(&self, upstream: u16) {
         let path = format!("/proxies/{}", self.name);
-        expect(http(self.api, "DELETE", &path, "", LONG), &[204], &path);
+        match http(self.api, "DELETE", &path, "", LONG) {
+            Ok((204, _)) => {}
+            // A loaded toxiproxy can take longer to answer than to delete:
+            // gone is gone.
+            Err(_) => self.wait_gone(&path),
+            other => panic!("toxiproxy {path}: {other:?}"),
+        }
         let body = format!(
             "{{\"name\":\"{}\",\"listen\":\"127.0.0.1:{}\",\
              \"upstream\":\"127.0.0.1:{upstream}\",\"enabled\":true}}",
@@ -307,6 +313,18 @@ impl Proxy {
         let path = format!("/proxies/{}", self.name);
         let body = format!("{{\"enabled\":{enabled}}}");
         expect(http(self.api, "PATCH", &path, &body, LONG), &[200], &path);
+    }
+
+    /// Waits (at most 30 s) for the proxy at `path` to be gone.
+    fn wait_gone(&self, path: &str) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < until {
+            if let Ok((404, _)) = http(self.api, "GET", path, "", LONG) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("toxiproxy {path}: still there 30 s after it was deleted");
     }
 
     /// Points the proxy at another loopback port (its connections close).
