@@ -240,9 +240,6 @@ pub struct GraphHost {
     /// Requests lost with their connection, to send again (kept, so that
     /// nothing is allocated each time).
     pub retry: Vec<crate::peers::Pending>,
-    /// The client's place of the last request whose head went to a peer
-    /// with its body to follow.
-    pub streamed: Option<u64>,
     /// A stream merged into the instance failed its checks: the instance
     /// ends with its connections aborted.
     pub job_failed: bool,
@@ -1277,13 +1274,13 @@ impl Compute {
                 self.following = Some(i);
                 self.host.last_route = None;
             }
-            if let (true, Some(status), Some(out)) =
+            if let (true, Some(status), Some(_)) =
                 (self.client == Some(i), m.rejected, self.inputs[i].follow)
             {
                 // The body of the request whose head went on does not
                 // parse: no more of it goes, and the client reads no more.
                 self.inputs[i].follow = None;
-                self.host.body_failed(out, m, status);
+                self.host.body_failed(m, status);
             } else if let (true, Some(status)) = (self.client == Some(i), m.rejected) {
                 self.host
                     .answer_request(m, crate::peers::Answer::Reject(status));

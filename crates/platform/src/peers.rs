@@ -290,9 +290,6 @@ impl GraphHost {
                 self.order
                     .take_seq(Some(out as u16), request.bytes.len(), part)
             });
-            if request.part == Part::Head {
-                self.streamed = seq;
-            }
             return self.send_one(out, request, None, seq, fenced);
         }
         let targets: Vec<usize> = (0..self.outputs.len())
@@ -652,12 +649,6 @@ impl GraphHost {
     /// has no such reply, the client's connection closes, so that it does
     /// not wait for a reply that will not come.
     pub(crate) fn answer_request(&mut self, request: Msg, answer: Answer) {
-        self.answer_request_at(request, answer, None);
-    }
-
-    /// [`Self::answer_request`], in the place among the client's replies
-    /// of request `seq` when given, else after every request so far.
-    fn answer_request_at(&mut self, request: Msg, answer: Answer, seq: Option<u64>) {
         let client = self.client_chan as usize;
         let Some(unit) = self.out_units.get(client).copied().flatten() else {
             self.pool.give(request);
@@ -747,7 +738,7 @@ impl GraphHost {
             },
             Some(out) => {
                 let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
-                let seq = seq.or_else(|| Some(self.order.take_seq(None, request_bytes, false)));
+                let seq = Some(self.order.take_seq(None, request_bytes, false));
                 if let Some(r) = self.order.record(seq) {
                     r.outcome = outcome;
                 }
@@ -823,24 +814,20 @@ impl GraphHost {
     /// cannot be given whole: logged and counted, never silent.
     /// The body of the request whose head went to output `out` does not
     /// parse (over `max_body_bytes`, a bad chunk): the body goes no
-    /// further, and the client reads no more. Unless part of its reply has
-    /// gone on, its reply is the grammar's reject reply, in its place; the
-    /// backend's reply to it, if one comes, is dropped. Where the reply
-    /// came already (a backend that answers from the head), the client has
-    /// it and gets nothing more.
-    pub(crate) fn body_failed(&mut self, out: usize, request: Msg, status: u16) {
-        let streamed = self.streamed.take();
-        let owed = self.peers[out]
-            .outstanding
-            .iter()
-            .rposition(|p| p.seq.is_some() && p.seq == streamed && !p.replied);
-        let Some(at) = owed else {
-            self.pool.give(request);
-            return;
-        };
-        let p = self.peers[out].outstanding.remove(at).expect("found");
-        self.pool.give(p.request);
-        self.answer_request_at(request, Answer::Reject(status), p.seq);
+    /// further, and the client reads no more. The backend has the head and
+    /// may have acted on it, so the request's reply is the backend's (or
+    /// the fault reply if none comes in time), never a reject reply that
+    /// would say it was not processed; the reject goes nowhere.
+    pub(crate) fn body_failed(&mut self, request: Msg, status: u16) {
+        static CUT: crate::log::RateLimit = crate::log::RateLimit::new();
+        crate::limited!(
+            CUT,
+            info,
+            status,
+            "a request's body does not parse after its head went on: the body is cut \
+             short, and the backend's reply is the request's"
+        );
+        self.pool.give(request);
     }
 
     pub(crate) fn close_client(&mut self, why: &str) {

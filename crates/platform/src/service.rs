@@ -1694,7 +1694,6 @@ fn instantiate(
             resending: false,
             given_up: Vec::new(),
             retry: Vec::new(),
-            streamed: None,
             job_failed: false,
             stats: p.stats.clone(),
         },
