@@ -73,6 +73,26 @@ impl Netns {
             );
             self.ip(&["link", "set", dev, "up"]);
         }
+        // Carrier comes a moment after `up`; a frame sent before it is
+        // dropped without a word. At most 10 s.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        for dev in [a, b] {
+            loop {
+                let out = Command::new("ip")
+                    .args(["-n", &self.name, "-o", "link", "show", "dev", dev])
+                    .output()
+                    .expect("ip");
+                let line = String::from_utf8_lossy(&out.stdout);
+                if line.contains("LOWER_UP") && line.contains("state UP") {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < until,
+                    "{dev} has no carrier after 10 s: {line}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
     }
 
     /// `ip netns exec NAME PROGRAM`: a command to start inside.
