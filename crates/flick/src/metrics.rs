@@ -44,6 +44,17 @@ pub enum Format {
 }
 
 impl Format {
+    /// OpenMetrics if the `Accept` value names it, else the text format.
+    pub fn for_accept(accept: Option<&str>) -> Format {
+        match accept.is_some_and(|a| {
+            a.to_ascii_lowercase()
+                .contains("application/openmetrics-text")
+        }) {
+            true => Format::OpenMetrics,
+            false => Format::Text,
+        }
+    }
+
     pub fn content_type(self) -> &'static str {
         match self {
             Format::Text => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
@@ -456,15 +467,11 @@ pub fn route(head: &[u8]) -> Route {
 /// OpenMetrics if an `Accept` header among `headers` names it, else the
 /// text format.
 fn negotiate(headers: &[u8]) -> Format {
-    let openmetrics = headers.split(|&b| b == b'\n').any(|line| {
+    let accept = headers.split(|&b| b == b'\n').find_map(|line| {
         let line = String::from_utf8_lossy(line).to_ascii_lowercase();
-        line.strip_prefix("accept:")
-            .is_some_and(|v| v.contains("application/openmetrics-text"))
+        line.strip_prefix("accept:").map(str::to_string)
     });
-    match openmetrics {
-        true => Format::OpenMetrics,
-        false => Format::Text,
-    }
+    Format::for_accept(accept.as_deref())
 }
 
 /// Produces the body of `/metrics`, in a format, at each request.

@@ -733,16 +733,11 @@ fn route(
     token: Option<&str>,
     started: Instant,
 ) -> Result<(u16, Json), Refusal> {
-    if let Some(t) = token {
-        let given = req
-            .header("authorization")
-            .and_then(|a| a.strip_prefix("Bearer "));
-        if given != Some(t) {
-            return Err(Refusal::new(
-                401,
-                "this API wants `Authorization: Bearer TOKEN`",
-            ));
-        }
+    if !authorized(req, token) {
+        return Err(Refusal::new(
+            401,
+            "this API wants `Authorization: Bearer TOKEN`",
+        ));
     }
     let segments: Vec<&str> = req.path.trim_end_matches('/').split('/').skip(1).collect();
     let method = req.method.as_str();
@@ -799,14 +794,7 @@ fn handle<S: std::io::Read + std::io::Write>(
         Err(e) => Err(Refusal::from(e)),
         Ok(req) if req.path == "/metrics" && req.method == "GET" && authorized(&req, token) => {
             // Prometheus text, not JSON: answered here.
-            let openmetrics = req.header("accept").is_some_and(|a| {
-                a.to_ascii_lowercase()
-                    .contains("application/openmetrics-text")
-            });
-            let format = match openmetrics {
-                true => crate::metrics::Format::OpenMetrics,
-                false => crate::metrics::Format::Text,
-            };
+            let format = crate::metrics::Format::for_accept(req.header("accept"));
             let body = reg.metrics(format);
             let _ = set_timeout(&mut stream, api::READ_TIMEOUT);
             let _ = api::write_text(&mut stream, format.content_type(), &body);

@@ -1719,6 +1719,19 @@ fn exchange_fenced(port: u16, request: &[u8]) -> Vec<u8> {
     c.buf
 }
 
+/// Fails, naming each, if any case's replies through the proxy differ
+/// from memcached's.
+fn assert_none_differ(cases: &[(&str, Vec<u8>)]) {
+    let differ = differing(cases);
+    assert!(
+        differ.is_empty(),
+        "{} of {} cases differ:\n{}",
+        differ.len(),
+        cases.len(),
+        differ.join("\n")
+    );
+}
+
 /// Sends each case through the proxy and directly to memcached; a line
 /// for each case whose replies differ.
 fn differing(cases: &[(&str, Vec<u8>)]) -> Vec<String> {
@@ -1775,14 +1788,7 @@ fn found_differences_stay_fixed() {
             b"set key-9 0 0 1\r\ny\r\ntouch key-9 100 junk\r\n".to_vec(),
         ),
     ];
-    let differ = differing(&cases);
-    assert!(
-        differ.is_empty(),
-        "{} of {} cases differ:\n{}",
-        differ.len(),
-        cases.len(),
-        differ.join("\n")
-    );
+    assert_none_differ(&cases);
 }
 
 /// Requests whose replies through the proxy differ from memcached's where
@@ -1804,14 +1810,7 @@ fn known_differences() {
         ]
         .concat(),
     )];
-    let differ = differing(&cases);
-    assert!(
-        differ.is_empty(),
-        "{} of {} cases differ:\n{}",
-        differ.len(),
-        cases.len(),
-        differ.join("\n")
-    );
+    assert_none_differ(&cases);
 }
 
 // ---------------------------------------------------------------------
