@@ -7,6 +7,8 @@
 //! For tests and benchmarks only: no library or product binary of the
 //! workspace may depend on it, and it knows nothing of Flick's crates.
 
+pub mod flowblaze_model;
+pub mod meter_model;
 pub mod netns;
 pub mod packet_model;
 pub mod toxiproxy;
