@@ -1091,6 +1091,24 @@ impl Service {
         }))
     }
 
+    /// A `global` dictionary, for the operator to list, write and delete
+    /// its entries (`state.rs`).
+    pub fn global_dict(&self, name: &str) -> Result<crate::state::GlobalDict<'_>, StateError> {
+        let i = self.global_index(name)?;
+        let p = &self.parts;
+        Ok(crate::state::GlobalDict::new(
+            &p.globals,
+            i,
+            &p.pool,
+            &p.loaded.grammar,
+        ))
+    }
+
+    /// Changes made to `global` state so far (a count that only grows).
+    pub fn state_changes(&self) -> u64 {
+        self.parts.globals.changes()
+    }
+
     /// Sets a `global` integer, boolean or string; a variable that holds
     /// one kind takes only that kind.
     pub fn write_global(&self, name: &str, value: StateValue) -> Result<(), StateError> {
