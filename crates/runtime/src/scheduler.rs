@@ -3,6 +3,20 @@
 //! queue its id hashes to, idle workers scavenging the others, and a
 //! timeslice after which a running task goes to the back of its queue.
 //!
+//! # Groups
+//!
+//! Every task belongs to a group (a service sharing the workers with
+//! others) with a weight; tasks not given one are in the default group,
+//! of weight 1. A worker's queue is a FIFO queue per group, the groups
+//! served in deficit round robin (`run_queue.rs`): each run is charged to
+//! its group with the time it took, so busy groups share a worker's CPU in
+//! proportion to their weights, and a light group's task waits for at most
+//! one turn of each busy group, not for every task queued before it. A
+//! group with nothing runnable banks no credit. While only the default
+//! group exists nothing is timed, and the queue is the FIFO queue it was.
+//! A worker charges its own queue; a task an idle worker scavenges runs on
+//! time nobody else wanted, and is not charged.
+//!
 //! # The life of a task
 //!
 //! Each task has a state word. `wake` moves `IDLE` to `QUEUED` and pushes
@@ -22,17 +36,29 @@
 //! to sleep. A busy worker polls its epoll between tasks without blocking.
 
 use crate::io::IoShared;
+use crate::run_queue::RunQueue;
 use crate::task::{Policy, Task, TaskId, TaskStatus, Timeslice};
 // loom's types under `cfg(loom)`: `tests/loom_scheduler.rs` model-checks
 // the state word, the queues and the wake-up path.
-use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use crate::sync::{Arc, Condvar, Mutex};
-use std::collections::VecDeque;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Tasks a busy worker runs between looks at its epoll instance.
 const TASKS_PER_POLL: u32 = 32;
+/// While groups share the workers (and runs are timed), a busy worker
+/// also looks at its epoll once this many base quanta have passed, so a
+/// light group's socket is not left unread behind 32 long runs of another.
+const QUANTA_PER_POLL: u32 = 2;
+
+/// Groups alive at once (each service on a platform is one), besides the
+/// default group.
+pub const MAX_GROUPS: usize = 4096;
+/// The heaviest weight a group may have; the lightest is 1.
+pub const MAX_WEIGHT: u32 = 1000;
+/// The default group: tasks reserved without one.
+const DEFAULT_GROUP: u32 = 0;
 
 const IDLE: u8 = 0;
 const QUEUED: u8 = 1;
@@ -71,16 +97,47 @@ pub struct Full {
     pub capacity: usize,
 }
 
+/// Every group id is taken.
+#[derive(Debug, thiserror::Error)]
+#[error("the scheduler already has its {capacity} groups")]
+pub struct GroupsFull {
+    pub capacity: usize,
+}
+
 struct Slot {
     state: AtomicU8,
+    /// The task's group, set when its id is reserved.
+    group: AtomicU32,
     task: Mutex<Option<Box<dyn Task>>>,
+}
+
+struct GroupSlot {
+    weight: AtomicU32,
+    /// Its handles and its tasks (reserved and not done); the id is free
+    /// again when they are all gone.
+    refs: AtomicUsize,
+}
+
+/// A run's cost, owed to its group on the queue it came from.
+#[derive(Clone, Copy)]
+struct Charge {
+    group: u32,
+    nanos: u64,
 }
 
 struct Shared {
     policy: Policy,
     slots: Vec<Slot>,
     free: Mutex<Vec<u32>>,
-    queues: Vec<Mutex<VecDeque<u32>>>,
+    queues: Vec<Mutex<RunQueue>>,
+    /// By group id; 0 is the default group.
+    groups: Vec<GroupSlot>,
+    free_groups: Mutex<Vec<u32>>,
+    /// Groups alive besides the default one: while none are, runs are not
+    /// timed.
+    grouped: AtomicUsize,
+    /// A weight-1 group's credit per turn, in nanoseconds: the timeslice.
+    base_quantum: i64,
     /// Tasks alive (spawned and not done).
     live: AtomicUsize,
     /// Guards `all_done`.
@@ -92,22 +149,36 @@ struct Shared {
 }
 
 impl Shared {
-    fn new(config: &SchedulerConfig) -> (Arc<Shared>, Vec<mio::Poll>) {
+    fn new(config: &SchedulerConfig, groups: usize) -> (Arc<Shared>, Vec<mio::Poll>) {
         let workers = config.workers.max(1);
         let capacity = config.capacity.max(1);
         let (io, polls) = IoShared::new(workers, capacity).expect("an epoll instance per worker");
+        let base = match config.policy {
+            Policy::Cooperative { timeslice } => timeslice,
+            _ => Policy::DEFAULT_TIMESLICE,
+        };
         let shared = Arc::new(Shared {
             policy: config.policy,
             slots: (0..capacity)
                 .map(|_| Slot {
                     state: AtomicU8::new(FREE),
+                    group: AtomicU32::new(DEFAULT_GROUP),
                     task: Mutex::new(None),
                 })
                 .collect(),
             free: Mutex::new((0..capacity as u32).rev().collect()),
             queues: (0..workers)
-                .map(|_| Mutex::new(VecDeque::with_capacity(capacity)))
+                .map(|_| Mutex::new(RunQueue::with_capacity(capacity)))
                 .collect(),
+            groups: (0..=groups)
+                .map(|_| GroupSlot {
+                    weight: AtomicU32::new(1),
+                    refs: AtomicUsize::new(0),
+                })
+                .collect(),
+            free_groups: Mutex::new((1..=groups as u32).rev().collect()),
+            grouped: AtomicUsize::new(0),
+            base_quantum: (base.as_nanos() as i64).max(1_000),
             live: AtomicUsize::new(0),
             sleep: Mutex::new(0),
             io,
@@ -122,11 +193,19 @@ impl Shared {
         (id.wrapping_mul(0x9E37_79B9) as usize >> 8) % self.queues.len()
     }
 
+    /// Group `g`'s credit per turn, in nanoseconds.
+    fn quantum(&self, g: u32) -> i64 {
+        let weight = self.groups[g as usize].weight.load(Ordering::Relaxed);
+        weight.clamp(1, MAX_WEIGHT) as i64 * self.base_quantum
+    }
+
     fn enqueue(&self, id: u32) {
         let home = self.home(id);
+        // Set before the id was started; the wake that queues it follows.
+        let group = self.slots[id as usize].group.load(Ordering::Relaxed);
         let queued = {
             let mut q = self.queues[home].lock().expect("queue lock");
-            q.push_back(id);
+            q.push(id, group, |g| self.quantum(g));
             q.len()
         };
         if self.io.is_sleeping(home) {
@@ -169,35 +248,56 @@ impl Shared {
         }
     }
 
-    /// The next task for worker `me`: its own queue first, then the others'.
-    fn next(&self, me: usize) -> Option<u32> {
-        if let Some(id) = self.queues[me].lock().expect("queue lock").pop_front() {
-            return Some(id);
+    /// The next task from worker `me`'s own queue, after charging it with
+    /// what the previous run from it owes.
+    fn pop_own(&self, me: usize, owed: &mut Option<Charge>) -> Option<u32> {
+        let mut q = self.queues[me].lock().expect("queue lock");
+        if let Some(c) = owed.take() {
+            q.charge(c.group, c.nanos);
+        }
+        q.pop(|g| self.quantum(g)).map(|(id, _)| id)
+    }
+
+    /// The next task for worker `me`: its own queue first (`true`), then
+    /// the others'.
+    fn next(&self, me: usize, owed: &mut Option<Charge>) -> Option<(u32, bool)> {
+        if let Some(id) = self.pop_own(me, owed) {
+            return Some((id, true));
         }
         let n = self.queues.len();
         (1..n).find_map(|k| {
             self.queues[(me + k) % n]
                 .lock()
                 .expect("queue lock")
-                .pop_front()
+                .pop(|g| self.quantum(g))
+                .map(|(id, _)| (id, false))
         })
     }
 
-    fn run_one(&self, id: u32) {
+    /// Runs task `id` once; what it cost and when it ended, if runs are
+    /// timed (while groups besides the default one exist).
+    fn run_one(&self, id: u32) -> Option<(Charge, Instant)> {
         let slot = &self.slots[id as usize];
         if slot
             .state
             .compare_exchange(QUEUED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            return;
+            return None;
         }
+        let group = slot.group.load(Ordering::Relaxed);
         let mut guard = slot.task.lock().expect("task lock");
-        let Some(task) = guard.as_mut() else {
-            return;
-        };
-        let mut slice = Timeslice::start(self.policy);
-        match task.run(&mut slice) {
+        let task = guard.as_mut()?;
+        let start = Instant::now();
+        let timed = self.grouped.load(Ordering::Relaxed) > 0;
+        let mut slice = Timeslice::start_at(self.policy, start);
+        let status = task.run(&mut slice);
+        let cost = timed.then(|| {
+            let end = Instant::now();
+            let nanos = end.saturating_duration_since(start).as_nanos() as u64;
+            (Charge { group, nanos }, end)
+        });
+        match status {
             TaskStatus::Done => {
                 *guard = None;
                 drop(guard);
@@ -206,6 +306,7 @@ impl Shared {
                 // (tokio-rs/loom#254), leaving a freed slot `NOTIFIED`.
                 slot.state.swap(FREE, Ordering::AcqRel);
                 self.free.lock().expect("free lock").push(id);
+                self.release_group(group);
                 if self.live.fetch_sub(1, Ordering::AcqRel) == 1 {
                     let _g = self.sleep.lock().expect("sleep lock");
                     self.all_done.notify_all();
@@ -233,6 +334,41 @@ impl Shared {
                 }
             }
         }
+        cost
+    }
+
+    /// Drops a reference to group `g` (a handle, or a task that ended);
+    /// the last frees its id.
+    fn release_group(&self, g: u32) {
+        if g == DEFAULT_GROUP {
+            return;
+        }
+        if self.groups[g as usize].refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.free_groups.lock().expect("groups lock").push(g);
+            self.grouped.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Takes a group id for a new group of `weight`.
+    fn new_group(&self, weight: u32) -> Result<u32, GroupsFull> {
+        let g = self
+            .free_groups
+            .lock()
+            .expect("groups lock")
+            .pop()
+            .ok_or(GroupsFull {
+                capacity: self.groups.len() - 1,
+            })?;
+        let slot = &self.groups[g as usize];
+        slot.weight
+            .store(weight.clamp(1, MAX_WEIGHT), Ordering::Relaxed);
+        slot.refs.store(1, Ordering::Release);
+        // The queues may still hold an earlier group's debt under this id.
+        for q in &self.queues {
+            q.lock().expect("queue lock").reset(g);
+        }
+        self.grouped.fetch_add(1, Ordering::AcqRel);
+        Ok(g)
     }
 
     /// Worker `me`'s loop; `waker` wakes tasks of this scheduler. (Not a
@@ -240,12 +376,22 @@ impl Shared {
     fn worker(&self, waker: Waker, me: usize, mut poll: mio::Poll) {
         let mut events = mio::Events::with_capacity(256);
         let mut ran = 0;
+        // What the last run from this worker's own queue cost its group,
+        // charged when the queue is next locked.
+        let mut owed = None;
+        let poll_every = Duration::from_nanos(self.base_quantum as u64 * QUANTA_PER_POLL as u64);
+        let mut polled = Instant::now();
+        let mut last_end = None;
+        let mut poll_due = false;
         while !self.stop.load(Ordering::Acquire) {
-            if ran < TASKS_PER_POLL {
+            if ran < TASKS_PER_POLL && !poll_due {
                 // (The queue's lock is let go before the task runs.)
-                let own = self.queues[me].lock().expect("queue lock").pop_front();
-                if let Some(id) = own {
-                    self.run_one(id);
+                if let Some(id) = self.pop_own(me, &mut owed) {
+                    if let Some((charge, end)) = self.run_one(id) {
+                        owed = Some(charge);
+                        last_end = Some(end);
+                        poll_due = end.saturating_duration_since(polled) >= poll_every;
+                    }
                     ran += 1;
                     continue;
                 }
@@ -253,12 +399,19 @@ impl Shared {
             // Between tasks, and before looking elsewhere: this worker's
             // sockets and timers, without blocking.
             ran = 0;
+            poll_due = false;
+            if let Some(end) = last_end.take() {
+                polled = end;
+            }
             self.io.fire_timers(&waker);
             if self.io.poll(&waker, &mut poll, &mut events, Duration::ZERO) > 0 {
                 continue;
             }
-            if let Some(id) = self.next(me) {
-                self.run_one(id);
+            if let Some((id, own)) = self.next(me, &mut owed) {
+                let cost = self.run_one(id);
+                if own {
+                    owed = cost.map(|(charge, _)| charge);
+                }
                 continue;
             }
             self.io.going_to_sleep(me);
@@ -277,6 +430,72 @@ impl Shared {
 #[derive(Clone)]
 pub struct Waker {
     shared: Arc<Shared>,
+}
+
+/// A group of tasks that share the workers' time by weight with other
+/// groups (see [`Scheduler::group`]).
+pub struct Group {
+    shared: Arc<Shared>,
+    id: u32,
+}
+
+impl Group {
+    /// Its number in the scheduler (never 0, the default group's).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    pub fn weight(&self) -> u32 {
+        self.shared.groups[self.id as usize]
+            .weight
+            .load(Ordering::Relaxed)
+    }
+
+    /// Changes its weight; each worker uses it from the group's next turn.
+    pub fn set_weight(&self, weight: u32) {
+        self.shared.groups[self.id as usize]
+            .weight
+            .store(weight.clamp(1, MAX_WEIGHT), Ordering::Relaxed);
+    }
+
+    /// The time its tasks ran from their own workers' queues, summed over
+    /// the workers (runs taken by scavenging workers are not charged).
+    pub fn charged(&self) -> Duration {
+        let nanos: u64 = self
+            .shared
+            .queues
+            .iter()
+            .map(|q| q.lock().map_or(0, |q| q.charged(self.id)))
+            .sum();
+        Duration::from_nanos(nanos)
+    }
+}
+
+impl Clone for Group {
+    fn clone(&self) -> Group {
+        self.shared.groups[self.id as usize]
+            .refs
+            .fetch_add(1, Ordering::AcqRel);
+        Group {
+            shared: self.shared.clone(),
+            id: self.id,
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.shared.release_group(self.id);
+    }
+}
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("id", &self.id)
+            .field("weight", &self.weight())
+            .finish()
+    }
 }
 
 impl Waker {
@@ -301,7 +520,7 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn start(config: SchedulerConfig) -> Scheduler {
-        let (shared, polls) = Shared::new(&config);
+        let (shared, polls) = Shared::new(&config, MAX_GROUPS);
         let cores = if config.pin {
             core_affinity::get_core_ids().unwrap_or_default()
         } else {
@@ -341,43 +560,80 @@ impl Scheduler {
         Ok(id)
     }
 
+    /// Adds a task of `group` and queues it to run once.
+    pub fn spawn_in(&self, group: &Group, task: Box<dyn Task>) -> Result<TaskId, Full> {
+        let id = self.reserve_in(group, None)?;
+        self.start_task(id, task);
+        Ok(id)
+    }
+
     /// Takes a task id before the task exists, so that the channels of a
-    /// graph can name both their ends before any of its tasks runs.
+    /// graph can name both their ends before any of its tasks runs. The
+    /// task is in the default group.
     pub fn reserve(&self) -> Result<TaskId, Full> {
-        let id = self
-            .shared
-            .free
-            .lock()
-            .expect("free lock")
-            .pop()
-            .ok_or(Full {
-                capacity: self.shared.slots.len(),
-            })?;
-        self.shared.slots[id as usize]
-            .state
-            .store(RESERVED, Ordering::Release);
-        Ok(TaskId(id))
+        self.take(None, DEFAULT_GROUP)
     }
 
     /// Like [`Scheduler::reserve`], for a task that runs from `worker`'s
     /// queue: tasks that work together (an instance and the backend
     /// connections it uses) share a worker and its cache.
     pub fn reserve_on(&self, worker: usize) -> Result<TaskId, Full> {
-        let worker = worker % self.shared.queues.len();
+        self.take(Some(worker), DEFAULT_GROUP)
+    }
+
+    /// Like [`Scheduler::reserve`] (or [`Scheduler::reserve_on`] with a
+    /// worker), for a task of `group`: it shares the workers' time with
+    /// other groups by the group's weight.
+    pub fn reserve_in(&self, group: &Group, worker: Option<usize>) -> Result<TaskId, Full> {
+        self.take(worker, group.id)
+    }
+
+    fn take(&self, worker: Option<usize>, group: u32) -> Result<TaskId, Full> {
+        let full = || Full {
+            capacity: self.shared.slots.len(),
+        };
         let mut free = self.shared.free.lock().expect("free lock");
-        // Ids spread evenly over the queues, so one is found near the end.
-        let at = free
-            .iter()
-            .rposition(|id| self.shared.home(*id) == worker)
-            .ok_or(Full {
-                capacity: self.shared.slots.len(),
-            })?;
-        let id = free.swap_remove(at);
+        let id = match worker {
+            None => free.pop().ok_or_else(full)?,
+            Some(worker) => {
+                let worker = worker % self.shared.queues.len();
+                // Ids spread evenly over the queues, so one is found near
+                // the end.
+                let at = free
+                    .iter()
+                    .rposition(|id| self.shared.home(*id) == worker)
+                    .ok_or_else(full)?;
+                free.swap_remove(at)
+            }
+        };
         drop(free);
-        self.shared.slots[id as usize]
-            .state
-            .store(RESERVED, Ordering::Release);
+        if group != DEFAULT_GROUP {
+            // The caller's handle keeps the group alive meanwhile.
+            self.shared.groups[group as usize]
+                .refs
+                .fetch_add(1, Ordering::AcqRel);
+        }
+        let slot = &self.shared.slots[id as usize];
+        slot.group.store(group, Ordering::Relaxed);
+        slot.state.store(RESERVED, Ordering::Release);
         Ok(TaskId(id))
+    }
+
+    /// A new group of tasks (a service's) with `weight` (1 to
+    /// [`MAX_WEIGHT`]; clamped): while it has runnable tasks on a worker
+    /// it gets that worker's time in proportion to its weight. Its id is
+    /// free again once the handle (and its clones) and its tasks are gone.
+    pub fn group(&self, weight: u32) -> Result<Group, GroupsFull> {
+        let id = self.shared.new_group(weight)?;
+        Ok(Group {
+            shared: self.shared.clone(),
+            id,
+        })
+    }
+
+    /// Groups alive now, besides the default one.
+    pub fn groups(&self) -> usize {
+        self.shared.grouped.load(Ordering::Acquire)
     }
 
     /// The worker whose queue task `id` runs from.
@@ -472,7 +728,8 @@ impl Scheduler {
             capacity,
             pin: false,
         };
-        let (shared, _polls) = Shared::new(&config);
+        // Few groups: each is a pair of loom's atomics.
+        let (shared, _polls) = Shared::new(&config, 2);
         Scheduler {
             shared,
             threads: Vec::new(),
@@ -480,9 +737,10 @@ impl Scheduler {
     }
 
     /// A turn of worker `me`: the next task, from its own queue or
-    /// scavenged, run once; `false` if every queue was empty.
+    /// scavenged, run once; `false` if every queue was empty. (Runs are
+    /// not charged: the models check the protocol, not the shares.)
     pub fn run_next(&self, me: usize) -> bool {
-        let Some(id) = self.shared.next(me) else {
+        let Some((id, _)) = self.shared.next(me, &mut None) else {
             return false;
         };
         self.shared.run_one(id);

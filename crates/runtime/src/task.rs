@@ -65,10 +65,11 @@ pub struct Timeslice {
 }
 
 impl Timeslice {
-    pub(crate) fn start(policy: Policy) -> Timeslice {
+    /// A turn that began at `now`.
+    pub(crate) fn start_at(policy: Policy, now: Instant) -> Timeslice {
         match policy {
             Policy::Cooperative { timeslice } => Timeslice {
-                deadline: Some(Instant::now() + timeslice),
+                deadline: Some(now + timeslice),
                 items_left: None,
             },
             Policy::RunToCompletion => Timeslice {

@@ -1,5 +1,6 @@
 //! The scheduler's task state word (`IDLE`, `QUEUED`, `RUNNING`,
-//! `NOTIFIED`), its queues and the wake-up path, model-checked with loom
+//! `NOTIFIED`), its queues and the wake-up path, and a group's reference
+//! count (its handle and its tasks), model-checked with loom
 //! over every interleaving of the threads below (bounded by
 //! `LOOM_MAX_PREEMPTIONS`, 3 unless set). Threads stand in for workers:
 //! `Scheduler::model` has none, and a model's thread takes a worker's turn
@@ -208,4 +209,29 @@ fn a_wake_during_a_run_that_yields_runs_it_again() {
 #[test]
 fn a_wake_during_a_run_that_ends_is_ignored() {
     wake_during_a_run(TaskStatus::Done);
+}
+
+/// A group's handle dropped while its last task ends on a worker: the
+/// group's id is freed exactly once, whichever comes last, and can be
+/// taken again; the task runs from its group's queue.
+#[test]
+fn a_group_is_freed_once_by_its_handle_or_its_last_task() {
+    model(|| {
+        let sched = Arc::new(Scheduler::model(1, 1));
+        let group = sched.group(2).unwrap();
+        let probe = Probe::new();
+        let id = sched.reserve_in(&group, None).unwrap();
+        sched.start_task(id, probe.task(TaskStatus::Done));
+        let dropper = thread::spawn(move || drop(group));
+        assert!(sched.run_next(0));
+        dropper.join().unwrap();
+        assert_eq!(probe.runs(), 1);
+        assert_eq!(sched.task_state(id), "free");
+        assert_eq!(sched.groups(), 0, "the group outlived both");
+        // Both ids (the model has two) can be taken again, and no third.
+        let a = sched.group(1).unwrap();
+        let b = sched.group(1).unwrap();
+        assert_ne!(a.id(), b.id());
+        assert!(sched.group(1).is_err(), "an id was freed twice");
+    });
 }

@@ -283,3 +283,110 @@ fn a_producer_waiting_for_room_is_woken() {
         assert_eq!(sum.load(Ordering::Relaxed), N * (N + 1) / 2);
     }
 }
+
+/// Tasks of two groups, weights 1 and 3, each run doing the same fixed
+/// work and yielding, share one worker: the heavier group gets about three
+/// runs (and three times the time) for each of the lighter's. Counted over
+/// a window that starts once both groups run; bounded by a run count.
+#[test]
+fn groups_share_a_worker_by_weight() {
+    use std::sync::atomic::AtomicBool;
+    let s = scheduler(1, Policy::default());
+    let light = s.group(1).unwrap();
+    let heavy = s.group(3).unwrap();
+    assert_eq!(s.groups(), 2);
+    let runs = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+    let stop = Arc::new(AtomicBool::new(false));
+    // Every task is queued before any runs.
+    let mut ids = Vec::new();
+    for (g, group) in [&light, &heavy].into_iter().enumerate() {
+        for _ in 0..3 {
+            ids.push((g, s.reserve_in(group, None).unwrap()));
+        }
+    }
+    for (g, id) in ids {
+        let (runs, stop) = (runs[g].clone(), stop.clone());
+        s.start_task(
+            id,
+            Box::new(move |_: &mut Timeslice| {
+                if stop.load(Ordering::Relaxed) {
+                    return TaskStatus::Done;
+                }
+                let mut x = 0u64;
+                for i in 0..20_000u64 {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+                }
+                runs.fetch_add(1, Ordering::Relaxed);
+                TaskStatus::Yield
+            }),
+        );
+    }
+    let total = || runs[0].load(Ordering::Relaxed) + runs[1].load(Ordering::Relaxed);
+    let until = |n: usize| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while total() < n && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    until(200);
+    let (a0, b0) = (
+        runs[0].load(Ordering::Relaxed),
+        runs[1].load(Ordering::Relaxed),
+    );
+    let (ca0, cb0) = (light.charged(), heavy.charged());
+    until(200 + 2_000);
+    let (a1, b1) = (
+        runs[0].load(Ordering::Relaxed),
+        runs[1].load(Ordering::Relaxed),
+    );
+    let (ca1, cb1) = (light.charged(), heavy.charged());
+    stop.store(true, Ordering::Relaxed);
+    assert!(s.wait_all_done(Duration::from_secs(10)));
+    let (a, b) = (a1 - a0, b1 - b0);
+    assert!(a + b >= 1_500, "too few runs: {a} + {b}");
+    let ratio = b as f64 / a.max(1) as f64;
+    assert!((2.0..=4.5).contains(&ratio), "runs {b}:{a} = {ratio:.2}");
+    let charged = (cb1 - cb0).as_secs_f64() / (ca1 - ca0).as_secs_f64().max(1e-9);
+    assert!((2.0..=4.5).contains(&charged), "time {charged:.2}");
+}
+
+/// A group's id is free again once its handle and its tasks are gone, and
+/// a task of a group outlives the handle.
+#[test]
+fn a_group_lives_while_its_handle_or_a_task_does() {
+    use std::sync::atomic::AtomicBool;
+    let s = scheduler(2, Policy::default());
+    let group = s.group(5).unwrap();
+    assert_eq!(group.weight(), 5);
+    group.set_weight(0);
+    assert_eq!(group.weight(), 1, "weights are at least 1");
+    group.set_weight(1_000_000);
+    assert_eq!(group.weight(), flick_runtime::MAX_WEIGHT);
+    let release = Arc::new(AtomicBool::new(false));
+    let r = release.clone();
+    let id = s
+        .spawn_in(
+            &group,
+            Box::new(move |_: &mut Timeslice| {
+                if r.load(Ordering::Acquire) {
+                    TaskStatus::Done
+                } else {
+                    TaskStatus::Idle
+                }
+            }),
+        )
+        .unwrap();
+    drop(group);
+    assert_eq!(s.groups(), 1, "its task holds it");
+    release.store(true, Ordering::Release);
+    s.waker().wake(id);
+    assert!(s.wait_all_done(Duration::from_secs(10)));
+    assert_eq!(s.groups(), 0);
+    // Every id can be taken, and then none.
+    let all: Vec<_> = (0..flick_runtime::MAX_GROUPS)
+        .map(|_| s.group(1).unwrap())
+        .collect();
+    assert!(s.group(1).is_err());
+    drop(all);
+    assert_eq!(s.groups(), 0);
+}
