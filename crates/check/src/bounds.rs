@@ -95,6 +95,7 @@ impl Checker<'_> {
             };
             b.instance_parts.push((what, bytes));
         }
+        self.object_parameters(p, info);
         for s in &info.state {
             let bytes = self.value_bytes(&s.ty);
             match s.scope {
@@ -216,6 +217,57 @@ impl Checker<'_> {
             total = total.add(c);
         }
         total
+    }
+
+    /// A meter or Bloom filter in state (or a dictionary's meters) needs
+    /// its parameters: they fix its memory and its rate.
+    fn object_parameters(&mut self, p: &ProcDecl, info: &Process) {
+        let decls = p.items.iter().filter_map(|i| match i {
+            ProcItem::State(s) => Some(s),
+            _ => None,
+        });
+        for (decl, var) in decls.zip(&info.state) {
+            let ty = match var.ty.behind_refs() {
+                Ty::Dict(_, v, _) => v.behind_refs(),
+                t => t,
+            };
+            let (missing, hint): (Vec<&str>, &str) = match ty {
+                Ty::Meter { rate, burst } => (
+                    [("rate", *rate), ("burst", *burst)]
+                        .into_iter()
+                        .filter(|(_, v)| *v == 0)
+                        .map(|(n, _)| n)
+                        .collect(),
+                    "as in `meter {rate=125000, burst=3000}` (tokens a second, the bucket's depth)",
+                ),
+                Ty::Bloom { bits, hashes } => (
+                    [("bits", *bits), ("hashes", *hashes)]
+                        .into_iter()
+                        .filter(|(_, v)| *v == 0)
+                        .map(|(n, _)| n)
+                        .collect(),
+                    "as in `bloom {bits=65536, hashes=3}`",
+                ),
+                _ => continue,
+            };
+            if missing.is_empty() {
+                continue;
+            }
+            let at = decl.ty.as_ref().map_or(decl.name.span, |t| t.span);
+            self.diags.push(
+                flick_span::Diagnostic::error(
+                    "E0509",
+                    format!(
+                        "`{}` needs `{}`: a {ty} in state has a fixed size and rate",
+                        var.name,
+                        missing.join("` and `")
+                    ),
+                    at,
+                )
+                .label(format!("no `{}` here", missing.join("`, `")))
+                .hint(hint),
+            );
+        }
     }
 
     fn call_cost(&mut self, f: &Ident, args: &[Expr], memo: &mut HashMap<usize, Cost>) -> Cost {

@@ -31,6 +31,10 @@ pub const BUILTINS: &[&str] = &[
     "min",
     "max",
     "log",
+    "meter",
+    "bloom_add",
+    "bloom_has",
+    "bloom_clear",
 ];
 
 /// The built-ins of packet programs, checked in `packets.rs`.
@@ -47,7 +51,20 @@ pub const PACKET_BUILTINS: &[&str] = &[
     "set_src_port",
     "set_dst_port",
     "log",
+    "meter",
+    "bloom_add",
+    "bloom_has",
+    "bloom_clear",
 ];
+
+/// The built-ins on meters and Bloom filters (packet state), checked in
+/// `packets.rs`; each takes the state variable first.
+pub const OBJECT_BUILTINS: &[&str] = &["meter", "bloom_add", "bloom_has", "bloom_clear"];
+
+/// What a fresh meter and a fresh Bloom filter are written as, in a state
+/// variable's initialiser (as `empty_dict` is a fresh dictionary).
+pub const NEW_METER: &str = "new_meter";
+pub const NEW_BLOOM: &str = "new_bloom";
 
 /// The packet built-ins that edit the frame a rule is handling.
 pub const HEADER_EDITS: &[&str] = &[

@@ -260,6 +260,8 @@ impl<'p> Checker<'p> {
             }
             // A reference is a pointer to a value counted where it lives.
             Ty::Ref(_) => 8,
+            Ty::Meter { .. } => crate::types::METER_BYTES,
+            Ty::Bloom { bits, .. } => crate::types::bloom_bytes(bits),
             Ty::Chan(_) | Ty::ChanArray(..) | Ty::None | Ty::Var(_) | Ty::Error => 0,
         }
     }
@@ -272,11 +274,13 @@ impl<'p> Checker<'p> {
             TypeKind::List(_) => &["size", "max"],
             TypeKind::Dict(..) => &["capacity", "idle", "evict"],
             TypeKind::ChanArray(_) => &["max"],
+            TypeKind::Named(n) => crate::types::object_annotations(&n.name).unwrap_or(&[]),
             _ => &[],
         };
         // An unknown type's annotations are reported with the type.
         let unknown = matches!(&te.kind, TypeKind::Named(n)
-            if !self.record_ids.contains_key(&n.name) && !self.aliases.contains_key(&n.name));
+            if !self.record_ids.contains_key(&n.name) && !self.aliases.contains_key(&n.name)
+                && crate::types::object_annotations(&n.name).is_none());
         for a in te.annotations.iter().filter(|_| !unknown) {
             if !allowed.contains(&a.name.name.as_str()) {
                 let kind = describe_kind(&te.kind);
@@ -358,6 +362,9 @@ impl<'p> Checker<'p> {
                     let t = self.resolve_type(alias, &SizeScope::Constant);
                     self.resolving.pop();
                     self.alias_types.insert(name.name.clone(), t.clone());
+                    return t;
+                }
+                if let Some(t) = self.object_type(te, &name.name) {
                     return t;
                 }
                 let mut d =

@@ -68,6 +68,13 @@ impl Checker<'_> {
         if v.name == "empty_dict" {
             return self.empty_dict();
         }
+        // Fresh packet state, typed by what it is stored in.
+        if v.name == crate::builtins::NEW_METER {
+            return Ty::Meter { rate: 0, burst: 0 };
+        }
+        if v.name == crate::builtins::NEW_BLOOM {
+            return Ty::Bloom { bits: 0, hashes: 0 };
+        }
         if self.fun_ids.contains_key(&v.name) || crate::builtins::is_builtin(&v.name) {
             self.diags.push(
                 Diagnostic::error(

@@ -4,15 +4,24 @@
 //! CIDR prefix), `min`, `max` and `log` (a rate-limited line in the
 //! service's log): their types, bounds and cost.
 //!
+//! Meters and Bloom filters are packet state of fixed size: the types
+//! `meter {rate=R, burst=B}` and `bloom {bits=N, hashes=K}` (a state
+//! variable's type must give both parameters; a parameter's may leave them
+//! out), a dictionary of meters, and the built-ins `meter(m, n)`,
+//! `meter(ms, key, n)` (the colour: 0 green, 2 red), `bloom_add(b, key)`,
+//! `bloom_has(b, key)` and `bloom_clear(b)`, whose first argument names the
+//! state variable (or a `ref` parameter given one).
+//!
 //! None of them fails at run time on `None` (a header the packet lacks):
 //! `pack` packs it as a part of its own, `in_prefix` is `False`, `min` and
 //! `max` give `None`.
 
-use crate::checker::Checker;
+use crate::checker::{BindKind, Checker};
 use crate::strings::{max_of, StringCost};
-use crate::types::Ty;
+use crate::types::{Ty, BLOOM_MAX_BITS, BLOOM_MAX_HASHES};
 use flick_span::{Diagnostic, Span};
 use flick_syntax::ast::*;
+use flick_syntax::format_expr;
 
 /// The most values `pack` packs.
 pub const PACK_MAX_ARGS: usize = 8;
@@ -105,10 +114,165 @@ fn block_prefix_of_param(b: &Block, param: &str) -> bool {
 }
 
 impl Checker<'_> {
+    /// `meter {rate=R, burst=B}` or `bloom {bits=N, hashes=K}`, its
+    /// parameters checked (missing ones are 0, refused for state in
+    /// `bounds.rs`); `None` for any other name.
+    pub(crate) fn object_type(&mut self, te: &TypeExpr, name: &str) -> Option<Ty> {
+        let param = |this: &mut Self, n: &str, lo: u64, hi: u64| -> u64 {
+            let Some(a) = te.annotations.iter().find(|a| a.name.name == n) else {
+                return 0;
+            };
+            let at = a.value.span;
+            // Not a constant is reported by `const_value`.
+            let Some(v) = this.const_value(&a.value) else {
+                return 0;
+            };
+            if v < lo as i128 || v > hi as i128 {
+                let range = if hi == u64::MAX {
+                    format!("at least {lo}")
+                } else {
+                    format!("from {lo} to {hi}")
+                };
+                this.diags.push(
+                    Diagnostic::error("E0503", format!("`{n}` of a {name} is {range}"), at)
+                        .label("not a number in range")
+                        .hint(format!("write a constant, as in `{n}={}`", lo.max(1))),
+                );
+                return 0;
+            }
+            v as u64
+        };
+        match name {
+            "meter" => Some(Ty::Meter {
+                rate: param(self, "rate", 1, u64::MAX / 2),
+                burst: param(self, "burst", 1, u64::MAX / 2),
+            }),
+            "bloom" => Some(Ty::Bloom {
+                bits: param(self, "bits", 64, BLOOM_MAX_BITS),
+                hashes: param(self, "hashes", 1, BLOOM_MAX_HASHES),
+            }),
+            _ => None,
+        }
+    }
+
+    /// `meter(m, n)`, `meter(ms, key, n)`, `bloom_add(b, key)`,
+    /// `bloom_has(b, key)`, `bloom_clear(b)`.
+    fn object_builtin(&mut self, f: &Ident, args: &[Expr], span: Span) -> Ty {
+        let name = f.name.as_str();
+        let result = match name {
+            "meter" => Ty::int(),
+            "bloom_has" => Ty::Bool,
+            _ => Ty::unit(),
+        };
+        let arities: &[usize] = match name {
+            "meter" => &[2, 3],
+            "bloom_clear" => &[1],
+            _ => &[2],
+        };
+        if !arities.contains(&args.len()) {
+            let want = arities[arities.len() - 1];
+            self.arity(f, want, args.len(), span, "");
+            args.iter().for_each(|a| drop(self.expr(a)));
+            return result;
+        }
+        let target = &args[0];
+        let t = self.expr(target);
+        let r = self.uni.resolve(&t);
+        let is_state = match &target.kind {
+            ExprKind::Var(v) => matches!(
+                self.lookup(&v.name).map(|b| &b.kind),
+                Some(BindKind::State(_) | BindKind::RefParam)
+            ),
+            _ => false,
+        };
+        let (want, example) = match (name, args.len()) {
+            ("meter", 2) => ("a meter", "`global m: meter {rate=125000, burst=3000} := new_meter`"),
+            ("meter", _) => (
+                "a dictionary of meters",
+                "`global ms: dict<string {max=21}*meter {rate=125000, burst=3000}> {capacity=1024} := empty_dict`",
+            ),
+            _ => ("a Bloom filter", "`global seen: bloom {bits=65536, hashes=3} := new_bloom`"),
+        };
+        let key_ty = match (name, args.len(), r.behind_refs()) {
+            (_, _, Ty::Error | Ty::Var(_)) => Some(None),
+            ("meter", 2, Ty::Meter { .. }) => Some(None),
+            ("meter", 3, Ty::Dict(k, v, _)) if matches!(v.behind_refs(), Ty::Meter { .. }) => {
+                Some(Some((**k).clone()))
+            }
+            ("bloom_add" | "bloom_has" | "bloom_clear", _, Ty::Bloom { .. }) => Some(None),
+            _ => None,
+        };
+        if key_ty.is_none() {
+            self.diags.push(
+                Diagnostic::error(
+                    "E0203",
+                    format!("`{name}` works on {want}, not `{r}`"),
+                    target.span,
+                )
+                .label(format!("this is `{r}`"))
+                .hint(format!("declare it in process state, as in {example}")),
+            );
+        } else if !is_state && !matches!(r, Ty::Error) {
+            self.diags.push(
+                Diagnostic::error(
+                    "E0203",
+                    format!("`{name}` needs {want} kept in process state"),
+                    target.span,
+                )
+                .label("not a state variable or `ref` parameter")
+                .hint("name a `global` here, or a `ref` parameter the caller gives one"),
+            );
+        }
+        let key = match (name, args.len()) {
+            ("meter", 3) | ("bloom_add" | "bloom_has", 2) => Some(&args[1]),
+            _ => None,
+        };
+        if let Some(key) = key {
+            let kt = self.expr(key);
+            let kr = self.uni.resolve(&kt);
+            match key_ty.flatten() {
+                Some(k) => {
+                    let what = format!("the key of `{}`", format_expr(target, 0, 0));
+                    self.expect_ty(&kt, &k, key.span, &what);
+                }
+                None if !matches!(
+                    kr.behind_refs(),
+                    Ty::Int { .. }
+                        | Ty::Str { .. }
+                        | Ty::Bytes { .. }
+                        | Ty::Bool
+                        | Ty::Error
+                        | Ty::Var(_)
+                ) =>
+                {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "E0203",
+                            format!("`{name}` takes an integer, string or bytes key, not `{kr}`"),
+                            key.span,
+                        )
+                        .label(format!("this is `{kr}`"))
+                        .hint("make a key of several values with `pack`"),
+                    );
+                }
+                None => {}
+            }
+        }
+        if name == "meter" {
+            let n = &args[args.len() - 1];
+            let nt = self.expr(n);
+            self.operand(&nt, &Ty::int(), n.span, "`meter`");
+        }
+        result
+    }
+
     pub(crate) fn packet_builtin(&mut self, f: &Ident, args: &[Expr], span: Span) -> Ty {
         let name = f.name.as_str();
         if name == "pack" {
             return self.pack(f, args, span);
+        }
+        if crate::builtins::OBJECT_BUILTINS.contains(&name) {
+            return self.object_builtin(f, args, span);
         }
         let n = if matches!(name, "frame_len" | "log") {
             1
@@ -341,6 +505,30 @@ impl Checker<'_> {
             },
             // Finding the header and adjusting two checksums.
             n if crate::builtins::HEADER_EDITS.contains(&n) => StringCost { ops: 8, scratch: 0 },
+            // Hashing the key (its bytes) and one bit per hash, or the
+            // bucket's arithmetic; clearing touches every word.
+            "bloom_add" | "bloom_has" => StringCost {
+                ops: 16 + crate::types::BLOOM_MAX_HASHES,
+                scratch: 0,
+            },
+            "bloom_clear" => {
+                let bits = match args
+                    .first()
+                    .and_then(|a| self.out.expr_types.get(&a.span))
+                    .map(Ty::behind_refs)
+                {
+                    Some(Ty::Bloom { bits, .. }) if *bits > 0 => *bits,
+                    _ => crate::types::BLOOM_MAX_BITS,
+                };
+                StringCost {
+                    ops: bits.div_ceil(64),
+                    scratch: 0,
+                }
+            }
+            "meter" => StringCost {
+                ops: 16,
+                scratch: 0,
+            },
             "broadcast" => {
                 let n = match args.get(1).and_then(|a| self.out.expr_types.get(&a.span)) {
                     Some(Ty::ChanArray(_, n)) => *n,
@@ -469,6 +657,106 @@ fun f: ([integer/-] ins, -/integer out, x: integer) -> ()
         };
         assert_eq!(bound("{capacity=100}"), 100 * 16);
         assert_eq!(bound("{capacity=100, idle=30, evict=lru}"), 100 * 16);
+    }
+
+    #[test]
+    fn meters_and_bloom_filters_check() {
+        let ok = "proc P: (integer/integer c)
+  global m: meter {rate=1000, burst=1500} := new_meter
+  global ms: dict<string*meter {rate=10, burst=20}> {capacity=8} := empty_dict
+  global b: bloom {bits=1024, hashes=3} := new_bloom
+  c => f(m, ms, b)
+
+fun f: (m: ref meter, ms: ref dict<string*meter>, b: ref bloom, x: integer) -> (integer)
+  bloom_add(b, x)
+  bloom_add(b, \"k\")
+  if bloom_has(b, pack(x, x)):
+    bloom_clear(b)
+  meter(m, x) + meter(ms, \"k\", 1)
+";
+        assert_eq!(errors(ok), vec![]);
+    }
+
+    #[test]
+    fn meter_and_bloom_parameters_are_checked() {
+        let bad = "proc P: (integer/integer c)
+  global m: meter {rate=0, burst=1500, depth=3} := new_meter
+  global b: bloom {bits=8, hashes=17} := new_bloom
+  global d: bloom {bits=1 - 2} := new_bloom
+  c => c
+";
+        assert_eq!(
+            errors(bad),
+            vec![
+                ("E0503", "0".to_string()),
+                ("E0108", "depth".to_string()),
+                ("E0503", "8".to_string()),
+                ("E0503", "17".to_string()),
+                ("E0503", "1 - 2".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn meters_and_bloom_filters_in_state_need_their_bounds() {
+        let bad = "proc P: (integer/integer c)
+  global m: meter {rate=10} := new_meter
+  global ms: dict<string*meter> {capacity=8} := empty_dict
+  global b: bloom {hashes=2} := new_bloom
+  c => c
+";
+        assert_eq!(
+            errors(bad),
+            vec![
+                ("E0509", "meter {rate=10}".to_string()),
+                ("E0509", "dict<string*meter> {capacity=8}".to_string()),
+                ("E0509", "bloom {hashes=2}".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn meter_and_bloom_built_ins_want_their_state() {
+        let bad = "proc P: (integer/integer c)
+  global m: meter {rate=10, burst=10} := new_meter
+  global n: integer := 0
+  global b: bloom {bits=64, hashes=1} := new_bloom
+  c => f(m, n, b)
+
+fun f: (m: ref meter, n: ref integer, b: ref bloom, x: integer) -> (integer)
+  let l = [1, 2]
+  bloom_add(b, l)
+  bloom_add(m, 1)
+  bloom_has(b)
+  meter(n, 1) + meter(m, \"k\", 1) + meter(m, True)
+";
+        assert_eq!(
+            errors(bad),
+            vec![
+                ("E0203", "l".to_string()),
+                ("E0203", "m".to_string()),
+                ("E0202", "bloom_has(b)".to_string()),
+                ("E0203", "n".to_string()),
+                ("E0203", "m".to_string()),
+                ("E0203", "True".to_string()),
+            ]
+        );
+    }
+
+    /// A meter keeps one integer; a Bloom filter its bits, in words.
+    #[test]
+    fn meters_and_bloom_filters_count_in_the_memory_bound() {
+        let src = "proc P: (integer/integer c)
+  global m: meter {rate=10, burst=10} := new_meter
+  global ms: dict<integer*meter {rate=1, burst=1}> {capacity=100} := empty_dict
+  global b: bloom {bits=100, hashes=2} := new_bloom
+  c => c
+";
+        let (program, diags) = flick_syntax::parse(src);
+        assert!(diags.is_empty(), "{diags:?}");
+        let (checked, diags) = crate::check(&program);
+        assert!(diags.is_empty(), "{diags:?}");
+        assert_eq!(checked.processes[0].bounds.global_bytes, 8 + 100 * 16 + 16);
     }
 
     #[test]

@@ -29,6 +29,19 @@ pub enum Ty {
     Ref(Box<Ty>),
     Chan(ChanTy),
     ChanArray(ChanTy, u64),
+    /// A packet program's token-bucket meter: `meter {rate=R, burst=B}`,
+    /// tokens a second and the bucket's depth (0 where not written: a
+    /// parameter's type need not say; a state variable's must).
+    Meter {
+        rate: u64,
+        burst: u64,
+    },
+    /// A packet program's Bloom filter: `bloom {bits=N, hashes=K}` (0
+    /// where not written, as for [`Ty::Meter`]).
+    Bloom {
+        bits: u64,
+        hashes: u64,
+    },
     /// The type of the literal `None`: only compared with other values.
     None,
     /// An inference variable.
@@ -92,6 +105,8 @@ impl fmt::Display for Ty {
             Ty::Ref(t) => write!(f, "ref {t}"),
             Ty::Chan(c) => write!(f, "{c}"),
             Ty::ChanArray(c, _) => write!(f, "[{c}]"),
+            Ty::Meter { .. } => f.write_str("meter"),
+            Ty::Bloom { .. } => f.write_str("bloom"),
             Ty::None => f.write_str("None"),
             Ty::Var(_) | Ty::Error => f.write_str("_"),
         }
@@ -110,6 +125,33 @@ impl fmt::Display for ChanTy {
             None => f.write_str("-"),
         }
     }
+}
+
+/// The built-in types of packet state and the annotations each takes:
+/// `meter {rate=R, burst=B}` and `bloom {bits=N, hashes=K}`.
+pub const OBJECT_TYPES: &[(&str, &[&str])] = &[
+    ("meter", &["rate", "burst"]),
+    ("bloom", &["bits", "hashes"]),
+];
+
+/// The annotations of built-in object type `name`, if it is one.
+pub fn object_annotations(name: &str) -> Option<&'static [&'static str]> {
+    OBJECT_TYPES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, a)| *a)
+}
+
+/// The bytes a meter keeps: the packet time its bucket is full again.
+pub const METER_BYTES: u64 = 8;
+
+/// The most bits a Bloom filter has (512 MiB), and hashes per key.
+pub const BLOOM_MAX_BITS: u64 = 1 << 32;
+pub const BLOOM_MAX_HASHES: u64 = 16;
+
+/// The bytes a Bloom filter of `bits` bits keeps: whole 64-bit words.
+pub fn bloom_bytes(bits: u64) -> u64 {
+    bits.div_ceil(64).saturating_mul(8)
 }
 
 /// Two types that cannot be made the same.
@@ -189,7 +231,9 @@ impl Unifier {
             | (Ty::Bool, Ty::Bool)
             | (Ty::Str { .. }, Ty::Str { .. })
             | (Ty::Bytes { .. }, Ty::Bytes { .. })
-            | (Ty::None, Ty::None) => Ok(()),
+            | (Ty::None, Ty::None)
+            | (Ty::Meter { .. }, Ty::Meter { .. })
+            | (Ty::Bloom { .. }, Ty::Bloom { .. }) => Ok(()),
             (Ty::Record(x, _), Ty::Record(y, _)) if x == y => Ok(()),
             (Ty::List(x, _), Ty::List(y, _)) => self.unify(x, y),
             (Ty::Dict(k1, v1, _), Ty::Dict(k2, v2, _)) => {

@@ -67,6 +67,95 @@ pub enum Builtin {
     EditHeader(HeaderEdit),
     /// `log(msg)`: a line in the host's log, with where the call is.
     Log,
+    /// `meter(m, amount)` of a `meter` state variable, or `meter(m, key,
+    /// amount)` of a dictionary of meters: the colour (see [`MeterSpec`]),
+    /// from the host, which keeps the buckets. The first argument is a
+    /// reference to the state variable.
+    Meter,
+    /// `bloom_add(b, key)`, `bloom_has(b, key)`, `bloom_clear(b)` of a
+    /// `bloom` state variable, made by the host.
+    Bloom(BloomOp),
+}
+
+/// What a Bloom filter built-in does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BloomOp {
+    Add,
+    Has,
+    Clear,
+}
+
+/// Colours `meter` gives: green passes, red is over the rate. 1 (yellow,
+/// a three-colour meter's middle) is not given by this two-colour meter.
+pub const GREEN: i64 = 0;
+pub const RED: i64 = 2;
+
+/// A `meter {rate=R, burst=B}`: a single-rate, two-colour token bucket
+/// filled with `rate` tokens a second (in packet time) up to `burst`. A
+/// call `meter(m, n)` is green ([`GREEN`]) and takes `n` tokens when the
+/// bucket holds at least `n`, else red ([`RED`]) and takes none. What a
+/// token is (a byte, a packet) is what the program passes as `n`.
+///
+/// The bucket is kept as one integer, the packet time in nanoseconds at
+/// which it will be full again (the GCRA's theoretical arrival time):
+/// `n` tokens cost `ceil(n * 1e9 / rate)` ns, and the bucket holds `n`
+/// when that time, plus the cost, is at most `burst`'s worth of
+/// nanoseconds after now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MeterSpec {
+    /// Tokens a second, at least 1.
+    pub rate: u64,
+    /// The bucket's depth in tokens, at least 1.
+    pub burst: u64,
+}
+
+const NANOS_PER_SEC: u128 = 1_000_000_000;
+
+impl MeterSpec {
+    /// Nanoseconds `n` tokens take to refill, rounded up.
+    pub fn cost_ns(&self, n: u64) -> u64 {
+        let rate = self.rate.max(1) as u128;
+        let ns = (n as u128 * NANOS_PER_SEC).div_ceil(rate);
+        u64::try_from(ns).unwrap_or(u64::MAX)
+    }
+
+    /// Metering `n` tokens at packet time `now` (ns) with the bucket full
+    /// again at `full_at`: the colour and the new `full_at`.
+    pub fn meter(&self, full_at: u64, now: u64, n: u64) -> (i64, u64) {
+        let depth = self.cost_ns(self.burst);
+        let after = full_at.max(now).saturating_add(self.cost_ns(n));
+        if after - now <= depth {
+            (GREEN, after)
+        } else {
+            (RED, full_at)
+        }
+    }
+
+    /// Tokens in the bucket at packet time `now`, rounded down.
+    pub fn tokens(&self, full_at: u64, now: u64) -> u64 {
+        let owed = full_at.saturating_sub(now) as u128;
+        let missing = (owed * self.rate as u128).div_ceil(NANOS_PER_SEC);
+        self.burst
+            .saturating_sub(u64::try_from(missing).unwrap_or(u64::MAX))
+    }
+}
+
+/// A `bloom {bits=N, hashes=K}`: `N` bits (rounded up to whole 64-bit
+/// words), `K` bit positions per key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BloomSpec {
+    pub bits: u64,
+    pub hashes: u32,
+}
+
+/// A state variable that is a meter, a dictionary of meters or a Bloom
+/// filter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateObject {
+    Meter(MeterSpec),
+    /// A dictionary whose values are meters of this spec.
+    Meters(MeterSpec),
+    Bloom(BloomSpec),
 }
 
 /// What a header-editing built-in sets (the host keeps the checksums right).
@@ -110,6 +199,10 @@ impl Builtin {
             "set_src_port" => Builtin::EditHeader(HeaderEdit::SrcPort),
             "set_dst_port" => Builtin::EditHeader(HeaderEdit::DstPort),
             "log" => Builtin::Log,
+            "meter" => Builtin::Meter,
+            "bloom_add" => Builtin::Bloom(BloomOp::Add),
+            "bloom_has" => Builtin::Bloom(BloomOp::Has),
+            "bloom_clear" => Builtin::Bloom(BloomOp::Clear),
             _ => return None,
         })
     }
@@ -319,6 +412,9 @@ pub struct TablePolicy {
     /// Seconds (of packet time) an entry lives untouched; `None` forever.
     pub idle_secs: Option<u64>,
     pub evict: Evict,
+    /// A meter or Bloom filter the variable is (or, for a dictionary,
+    /// its values are).
+    pub object: Option<StateObject>,
 }
 
 /// One process, compiled: what each rule runs on a message.
@@ -389,5 +485,29 @@ impl Module {
             }
         }
         (depth, regs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+
+    #[test]
+    fn a_meter_spec_is_a_token_bucket_in_nanoseconds() {
+        let m = MeterSpec { rate: 3, burst: 2 };
+        // A third of a second a token, rounded up.
+        assert_eq!(m.cost_ns(1), 333_333_334);
+        let now = 100 * SEC;
+        let (c, t) = m.meter(0, now, 2);
+        assert_eq!((c, t), (GREEN, now + 666_666_667));
+        assert_eq!(m.tokens(t, now), 0);
+        assert_eq!(m.meter(t, now, 1), (RED, t));
+        assert_eq!(m.tokens(t, now + SEC / 3 + 1), 1);
+        assert_eq!(m.meter(t, now + SEC / 3 + 1, 1).0, GREEN);
+        // More than the burst is never green.
+        assert_eq!(m.meter(0, now, 3), (RED, 0));
+        assert_eq!(m.tokens(0, now), 2);
     }
 }

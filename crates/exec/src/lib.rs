@@ -13,7 +13,10 @@ pub mod fold;
 mod lower;
 mod vm;
 
-pub use code::{Evict, FuncId, HeaderEdit, Module, TablePolicy};
+pub use code::{
+    BloomOp, BloomSpec, Evict, FuncId, HeaderEdit, MeterSpec, Module, StateObject, TablePolicy,
+    GREEN, RED,
+};
 pub use fold::{FoldSpec, FoldStep};
 pub use lower::{lower, Unsupported};
-pub use vm::{fnv1a, Fault, FoldCall, Host, Outcome, Sent, Value, Vm, LOG_LINE_MAX};
+pub use vm::{fnv1a, Fault, FoldCall, Host, ObjectKey, Outcome, Sent, Value, Vm, LOG_LINE_MAX};

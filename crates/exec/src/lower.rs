@@ -265,12 +265,25 @@ impl<'a> Lowerer<'a> {
                 label,
             });
         }
+        let checked_state = self
+            .checked
+            .processes
+            .iter()
+            .find(|c| c.name == p.name.name)
+            .map(|c| &c.state[..])
+            .unwrap_or_default();
         let tables = p
             .items
             .iter()
             .filter_map(|i| match i {
-                ProcItem::State(s) => Some(table_policy(s.ty.as_ref())),
+                ProcItem::State(s) => Some(s),
                 _ => None,
+            })
+            .enumerate()
+            .map(|(i, s)| {
+                let mut policy = table_policy(s.ty.as_ref());
+                policy.object = checked_state.get(i).and_then(|v| state_object(&v.ty));
+                policy
             })
             .collect();
         Ok(ProcessCode {
@@ -458,7 +471,9 @@ impl<'a> Lowerer<'a> {
                     b.emit(Op::Chan { dst, chan: i });
                     dst
                 }
-                None if v.name == "empty_dict" => {
+                // A fresh meter or Bloom filter, like a fresh dictionary,
+                // gets its storage when it is stored in state.
+                None if matches!(v.name.as_str(), "empty_dict" | "new_meter" | "new_bloom") => {
                     let dst = b.reg();
                     b.emit(Op::Builtin {
                         f: Builtin::EmptyDict,
@@ -634,7 +649,12 @@ impl Lowerer<'_> {
     /// to the state variable (or the caller's own `ref`) it is given, so
     /// that assigning to it writes the state; other parameters get values.
     fn args(&mut self, b: &mut FnBuilder, f: &str, args: &[Expr]) -> Result<Vec<Reg>, Unsupported> {
-        let refs = self.refs.get(f).cloned().unwrap_or_default();
+        let mut refs = self.refs.get(f).cloned().unwrap_or_default();
+        if !self.funcs.contains_key(f) && OBJECT_BUILTINS.contains(&f) {
+            // A meter or Bloom filter is state the host keeps: the
+            // built-in gets a reference to it.
+            refs = vec![true];
+        }
         let mut regs = Vec::new();
         for (i, a) in args.iter().enumerate() {
             let by_ref = refs.get(i).copied().unwrap_or(false);
@@ -1163,6 +1183,29 @@ fn table_policy(ty: Option<&TypeExpr>) -> TablePolicy {
         }
     }
     policy
+}
+
+/// The built-ins whose first argument is a meter or Bloom filter.
+const OBJECT_BUILTINS: &[&str] = &["meter", "bloom_add", "bloom_has", "bloom_clear"];
+
+/// The meter or Bloom filter a state variable of checked type `ty` is, or
+/// that its dictionary's values are.
+fn state_object(ty: &Ty) -> Option<StateObject> {
+    match ty.behind_refs() {
+        Ty::Meter { rate, burst } => Some(StateObject::Meter(MeterSpec {
+            rate: *rate,
+            burst: *burst,
+        })),
+        Ty::Bloom { bits, hashes } => Some(StateObject::Bloom(BloomSpec {
+            bits: *bits,
+            hashes: u32::try_from(*hashes).unwrap_or(u32::MAX),
+        })),
+        Ty::Dict(_, v, _) => match state_object(v)? {
+            StateObject::Meter(spec) => Some(StateObject::Meters(spec)),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// A constant annotation's value: numbers with `+ - * / mod`, as the

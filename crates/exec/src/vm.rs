@@ -199,6 +199,35 @@ pub trait Host {
         let _ = (func, pc, msg);
         Err(Fault::Host("only packet programs log".into()))
     }
+    /// `meter(m, n)` of meter state variable `state` (`key` `None`), or
+    /// `meter(m, key, n)` of a dictionary of meters: the colour
+    /// ([`GREEN`](crate::GREEN) or [`RED`](crate::RED)).
+    fn meter(&mut self, state: u16, key: Option<ObjectKey<'_>>, n: i64) -> Result<i64, Fault> {
+        let _ = (state, key, n);
+        Err(Fault::Host("only packet programs have meters".into()))
+    }
+    /// `bloom_add`, `bloom_has` (the answer) and `bloom_clear` (`key`
+    /// `None`) of Bloom filter state variable `state`.
+    fn bloom(
+        &mut self,
+        state: u16,
+        op: BloomOp,
+        key: Option<ObjectKey<'_>>,
+    ) -> Result<bool, Fault> {
+        let _ = (state, op, key);
+        Err(Fault::Host(
+            "only packet programs have Bloom filters".into(),
+        ))
+    }
+}
+
+/// The key of a meter in a dictionary of meters, or of a Bloom filter:
+/// bytes the interpreter holds (made by `pack`, or a constant), or a value
+/// the host resolves (an integer, a field's bytes).
+#[derive(Clone, Copy, Debug)]
+pub enum ObjectKey<'a> {
+    Bytes(&'a [u8]),
+    Value(&'a Value),
 }
 
 /// How a run of the interpreter ended.
@@ -481,6 +510,25 @@ impl Vm {
                             }
                             Value::Unit
                         }
+                        Builtin::Meter => {
+                            let state = object_state(self.reg(base, args[0]))?;
+                            let n = self.int(base, args[args.len() - 1])?;
+                            let key = if args.len() == 3 {
+                                Some(self.object_key(module, base, args[1]))
+                            } else {
+                                None
+                            };
+                            Value::Int(host.meter(state, key, n)?)
+                        }
+                        Builtin::Bloom(op) => {
+                            let state = object_state(self.reg(base, args[0]))?;
+                            let key = args.get(1).map(|&r| self.object_key(module, base, r));
+                            let has = host.bloom(state, *op, key)?;
+                            match op {
+                                BloomOp::Has => Value::Bool(has),
+                                _ => Value::Unit,
+                            }
+                        }
                         Builtin::InPrefix => {
                             let addr = self.reg(base, args[0]);
                             let prefix = self.bytes_of(module, &*host, self.reg(base, args[1]));
@@ -676,6 +724,28 @@ impl Vm {
                 .scratch
                 .get(*start as usize..*start as usize + *len as usize),
             _ => outside_bytes(module, host, v),
+        }
+    }
+
+    /// Register `r` as a meter's or Bloom filter's key: bytes of the
+    /// scratch buffer or of a constant as they lie, anything else as it is.
+    fn object_key<'a>(&'a self, module: &'a Module, base: u32, r: Reg) -> ObjectKey<'a> {
+        let v = self.reg(base, r);
+        match v {
+            Value::Scratch { start, len } => self
+                .scratch
+                .get(*start as usize..*start as usize + *len as usize)
+                .map_or(ObjectKey::Value(&Value::None), ObjectKey::Bytes),
+            Value::ConstBytes { func, op } => {
+                match &module.functions[*func as usize].code[*op as usize] {
+                    Op::Const {
+                        value: Const::Str(s),
+                        ..
+                    } => ObjectKey::Bytes(s),
+                    _ => ObjectKey::Value(v),
+                }
+            }
+            v => ObjectKey::Value(v),
         }
     }
 
@@ -1036,6 +1106,15 @@ fn outside_bytes<'a>(module: &'a Module, host: &'a dyn Host, v: &'a Value) -> Op
             }
         }
         _ => host.bytes(v),
+    }
+}
+
+/// The state variable a meter or Bloom filter built-in works on: its
+/// first argument, a reference to it (or its handle, loaded by name).
+fn object_state(v: &Value) -> Result<u16, Fault> {
+    match v {
+        Value::StateRef(s) | Value::Dict { state: s } if *s != u16::MAX => Ok(*s),
+        _ => Err(Fault::Kind("a meter or Bloom filter in process state")),
     }
 }
 

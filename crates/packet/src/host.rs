@@ -4,7 +4,7 @@
 
 use crate::rewrite::Edit;
 use crate::state::{encode_bytes_key, encode_key, own, Shard};
-use flick_exec::{Fault, FuncId, HeaderEdit, Host, Module, Sent, Value};
+use flick_exec::{BloomOp, Fault, FuncId, HeaderEdit, Host, Module, ObjectKey, Sent, Value};
 use flick_platform::log::RateLimit;
 use flick_span::SourceFile;
 use flick_wire::{FieldRef, Message};
@@ -129,6 +129,18 @@ impl FrameHost<'_> {
         }
     }
 
+    /// Encodes a meter's or Bloom filter's key into `self.key`, as a
+    /// dictionary's keys are.
+    fn encode_object_key(&mut self, key: ObjectKey<'_>) -> Result<(), Fault> {
+        match key {
+            ObjectKey::Bytes(b) => {
+                encode_bytes_key(b, self.key);
+                Ok(())
+            }
+            ObjectKey::Value(v) => self.encode(v),
+        }
+    }
+
     fn owned(&self, v: &Value) -> Result<Value, Fault> {
         if matches!(v, Value::Msg(_)) {
             return Err(Fault::Host(
@@ -248,6 +260,33 @@ impl Host for FrameHost<'_> {
         let value = self.owned(value)?;
         let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
         shard.map_or(Ok(()), |s| s.dict_set(state, key, value))
+    }
+
+    fn meter(&mut self, state: u16, key: Option<ObjectKey<'_>>, n: i64) -> Result<i64, Fault> {
+        self.shard()?;
+        if let Some(k) = key {
+            self.encode_object_key(k)?;
+        }
+        let (shard, encoded) = (self.shard.as_deref_mut(), &self.key[..]);
+        let key = key.map(|_| encoded);
+        shard.map_or(Err(Fault::Kind("a meter")), |s| s.meter(state, key, n))
+    }
+
+    fn bloom(
+        &mut self,
+        state: u16,
+        op: BloomOp,
+        key: Option<ObjectKey<'_>>,
+    ) -> Result<bool, Fault> {
+        self.shard()?;
+        match key {
+            Some(k) => self.encode_object_key(k)?,
+            None => self.key.clear(),
+        }
+        let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
+        shard.map_or(Err(Fault::Kind("a Bloom filter")), |s| {
+            s.bloom(state, op, key)
+        })
     }
 
     fn edit_header(&mut self, msg: &Value, edit: HeaderEdit, value: i64) -> Result<(), Fault> {

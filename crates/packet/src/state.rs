@@ -17,8 +17,17 @@
 //! out. Expiry is lazy (on lookup and when the table needs room) plus a
 //! few entries swept from the list's old end per frame, so each operation
 //! is O(1) and allocates nothing once the slots have grown.
+//!
+//! Meters and Bloom filters are state of fixed size ([`Var::Meter`],
+//! [`Var::Bloom`]), made when the program's `new_meter` or `new_bloom` is
+//! stored: a meter is one integer (the packet time its bucket is full
+//! again, see [`MeterSpec`]), a dictionary of meters holds that integer
+//! per key, and a Bloom filter is its words of bits, allocated once. Like
+//! every global, each worker has its own: a meter or filter keyed by what
+//! the program steers by is exact whatever the number of workers; one
+//! that is not counts only the frames its worker is given.
 
-use flick_exec::{Evict, Fault, TablePolicy, Value};
+use flick_exec::{BloomOp, BloomSpec, Evict, Fault, MeterSpec, StateObject, TablePolicy, Value};
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use serde_json::{Map, Number, Value as Json};
 use std::hash::BuildHasher;
@@ -342,6 +351,76 @@ impl Eq for StoredKey {}
 pub(crate) enum Var {
     Value(Value),
     Dict(Dict),
+    /// A meter: the packet time (ns) its bucket is full again.
+    Meter(u64),
+    Bloom(Bloom),
+}
+
+/// A Bloom filter's bits, in 64-bit words made once.
+pub(crate) struct Bloom {
+    words: Box<[u64]>,
+    bits: u64,
+    hashes: u32,
+    /// Bits set, for dumps.
+    set: u64,
+}
+
+impl Bloom {
+    fn new(spec: &BloomSpec) -> Bloom {
+        let words = spec.bits.max(1).div_ceil(64);
+        Bloom {
+            words: vec![0; usize::try_from(words).unwrap_or(usize::MAX)].into_boxed_slice(),
+            bits: words * 64,
+            hashes: spec.hashes.max(1),
+            set: 0,
+        }
+    }
+
+    /// The bit positions of `key`: double hashing of two 64-bit hashes of
+    /// its encoded bytes (fixed, not seeded, so runs repeat exactly).
+    fn positions(&self, key: &[u8]) -> impl Iterator<Item = usize> + '_ {
+        let (h1, h2) = bloom_hashes(key);
+        (0..self.hashes as u64)
+            .map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) % self.bits) as usize)
+    }
+
+    fn add(&mut self, key: &[u8]) {
+        let (h1, h2) = bloom_hashes(key);
+        for i in 0..self.hashes as u64 {
+            let at = (h1.wrapping_add(i.wrapping_mul(h2)) % self.bits) as usize;
+            let (w, bit) = (at / 64, 1u64 << (at % 64));
+            if self.words[w] & bit == 0 {
+                self.words[w] |= bit;
+                self.set += 1;
+            }
+        }
+    }
+
+    fn has(&self, key: &[u8]) -> bool {
+        self.positions(key)
+            .all(|at| self.words[at / 64] & (1u64 << (at % 64)) != 0)
+    }
+
+    fn clear(&mut self) {
+        self.words.fill(0);
+        self.set = 0;
+    }
+}
+
+/// SplitMix64's finaliser: spreads every input bit over the output.
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The two hashes a Bloom filter's positions are made of: FNV-1a of the
+/// encoded key, mixed, and a second odd one mixed from it.
+pub fn bloom_hashes(key: &[u8]) -> (u64, u64) {
+    let h = flick_exec::fnv1a(key);
+    let h1 = mix64(h);
+    let h2 = mix64(h1 ^ 0x9e37_79b9_7f4a_7c15) | 1;
+    (h1, h2)
 }
 
 /// One worker's state variables, by the process's state index.
@@ -395,7 +474,7 @@ impl Shard {
     pub fn load(&self, i: u16) -> Value {
         match self.vars.get(i as usize) {
             Some(Var::Value(v)) => v.clone(),
-            Some(Var::Dict(_)) => Value::Dict { state: i },
+            Some(Var::Dict(_) | Var::Meter(_) | Var::Bloom(_)) => Value::Dict { state: i },
             None => Value::None,
         }
     }
@@ -409,6 +488,33 @@ impl Shard {
             .capacity
             .map_or(self.capacity, |c| usize::try_from(c).unwrap_or(usize::MAX))
             .max(1);
+        let slot = self
+            .vars
+            .get_mut(i as usize)
+            .ok_or_else(|| Fault::Host(format!("no state variable {i}")))?;
+        match (v, policy.object) {
+            (Value::Dict { state }, Some(StateObject::Meter(_))) if state == u16::MAX => {
+                // A fresh meter's bucket is full.
+                *slot = Var::Meter(0);
+            }
+            (Value::Dict { state }, Some(StateObject::Bloom(spec))) if state == u16::MAX => {
+                match slot {
+                    Var::Bloom(b) => b.clear(),
+                    _ => *slot = Var::Bloom(Bloom::new(&spec)),
+                }
+            }
+            (v, _) => self.store_value(i, v, &policy, capacity)?,
+        }
+        Ok(())
+    }
+
+    fn store_value(
+        &mut self,
+        i: u16,
+        v: Value,
+        policy: &TablePolicy,
+        capacity: usize,
+    ) -> Result<(), Fault> {
         let slot = self
             .vars
             .get_mut(i as usize)
@@ -427,7 +533,7 @@ impl Shard {
                     })
                 }
                 _ => {
-                    *slot = Var::Dict(Dict::Timed(Box::new(Timed::new(capacity, &policy))));
+                    *slot = Var::Dict(Dict::Timed(Box::new(Timed::new(capacity, policy))));
                     self.timed.push(i);
                 }
             },
@@ -479,6 +585,64 @@ impl Shard {
             self.dict_full += 1;
         }
         Ok(())
+    }
+
+    /// The spec of meter state variable `i` (or of its dictionary's).
+    fn meter_spec(&self, i: u16) -> Result<MeterSpec, Fault> {
+        match self.tables.get(i as usize).and_then(|t| t.object) {
+            Some(StateObject::Meter(spec) | StateObject::Meters(spec)) => Ok(spec),
+            _ => Err(Fault::Kind("a meter")),
+        }
+    }
+
+    /// `meter(m, n)` of meter `i`, or with `key` (encoded), of the meter
+    /// under `key` in dictionary `i`: the colour. A key the dictionary
+    /// has no room for is red: no bucket vouches for its frame.
+    pub fn meter(&mut self, i: u16, key: Option<&[u8]>, n: i64) -> Result<i64, Fault> {
+        let n =
+            u64::try_from(n).map_err(|_| Fault::Host(format!("a meter cannot take {n} tokens")))?;
+        let spec = self.meter_spec(i)?;
+        let now = self.now;
+        let Some(key) = key else {
+            let Some(Var::Meter(full_at)) = self.vars.get_mut(i as usize) else {
+                return Err(Fault::Kind("a meter"));
+            };
+            let (colour, next) = spec.meter(*full_at, now, n);
+            *full_at = next;
+            return Ok(colour);
+        };
+        let full_at = match self.dict_get(i, key)? {
+            Value::Int(t) => t as u64,
+            _ => 0,
+        };
+        let (colour, next) = spec.meter(full_at, now, n);
+        if next != full_at {
+            let refused = self.dict_full;
+            self.dict_set(i, key, Value::Int(next as i64))?;
+            if self.dict_full != refused {
+                return Ok(flick_exec::RED);
+            }
+        }
+        Ok(colour)
+    }
+
+    /// `bloom_add`, `bloom_has` and `bloom_clear` of filter `i`, with its
+    /// encoded key.
+    pub fn bloom(&mut self, i: u16, op: BloomOp, key: &[u8]) -> Result<bool, Fault> {
+        let Some(Var::Bloom(b)) = self.vars.get_mut(i as usize) else {
+            return Err(Fault::Kind("a Bloom filter"));
+        };
+        Ok(match op {
+            BloomOp::Add => {
+                b.add(key);
+                false
+            }
+            BloomOp::Has => b.has(key),
+            BloomOp::Clear => {
+                b.clear();
+                false
+            }
+        })
     }
 
     /// Per flow table, by state index: entries evicted and expired.
@@ -615,11 +779,32 @@ fn merge_into(into: &mut Json, v: Json) {
 /// are integers (otherwise the first worker's).
 pub(crate) fn merged(names: &[&str], shards: &[&Shard]) -> Map<String, Json> {
     let mut out = Map::new();
+    // Meters are read at the latest packet time any worker has seen, so a
+    // dump at the end is the same whatever the number of workers.
+    let latest = shards.iter().map(|s| s.now).max().unwrap_or(0);
     for (i, name) in names.iter().enumerate() {
         let mut entry: Option<Json> = None;
+        let object = shards
+            .first()
+            .and_then(|s| s.tables.get(i))
+            .and_then(|t| t.object);
         for shard in shards {
             let v = match &shard.vars[i] {
                 Var::Value(v) => json(v),
+                // A meter shows the tokens its bucket holds now.
+                Var::Meter(full_at) => match object {
+                    Some(StateObject::Meter(spec)) => {
+                        Json::Number(Number::from(spec.tokens(*full_at, latest)))
+                    }
+                    _ => Json::Null,
+                },
+                Var::Bloom(b) => {
+                    let mut m = Map::new();
+                    m.insert("bits".into(), b.bits.into());
+                    m.insert("hashes".into(), b.hashes.into());
+                    m.insert("set".into(), b.set.into());
+                    Json::Object(m)
+                }
                 Var::Dict(d) => {
                     let mut m = Map::new();
                     let entries: Box<dyn Iterator<Item = (&StoredKey, &Value)>> = match d {
@@ -628,7 +813,12 @@ pub(crate) fn merged(names: &[&str], shards: &[&Shard]) -> Map<String, Json> {
                     };
                     for (k, v) in entries {
                         let key = decode_key(k.as_bytes());
-                        let v = json(v);
+                        let v = match (object, v) {
+                            (Some(StateObject::Meters(spec)), Value::Int(t)) => {
+                                Json::Number(Number::from(spec.tokens(*t as u64, latest)))
+                            }
+                            _ => json(v),
+                        };
                         match m.get_mut(&key) {
                             Some(old) => merge_into(old, v),
                             None => {
@@ -657,6 +847,16 @@ pub(crate) fn merged(names: &[&str], shards: &[&Shard]) -> Map<String, Json> {
                     a
                 }
             });
+        }
+        // A filter's bits set are summed over the workers' filters; its
+        // size is each one's.
+        if let (Some(StateObject::Bloom(_)), Some(Json::Object(m)), Some(Var::Bloom(b))) = (
+            object,
+            entry.as_mut(),
+            shards.first().and_then(|s| s.vars.get(i)),
+        ) {
+            m.insert("bits".into(), b.bits.into());
+            m.insert("hashes".into(), b.hashes.into());
         }
         out.insert(name.to_string(), entry.unwrap_or(Json::Null));
     }
@@ -733,6 +933,7 @@ mod tests {
             capacity: Some(capacity),
             idle_secs: idle,
             evict,
+            object: None,
         };
         let mut s = Shard::with_tables(1, 1024, &[policy]);
         s.store(0, Value::Dict { state: u16::MAX }).unwrap();
@@ -825,6 +1026,105 @@ mod tests {
             panic!("a flow table");
         };
         assert_eq!(t.slots.len(), 64);
+    }
+
+    fn objects(objects: &[StateObject]) -> Shard {
+        let tables: Vec<TablePolicy> = objects
+            .iter()
+            .map(|o| TablePolicy {
+                object: Some(*o),
+                ..TablePolicy::default()
+            })
+            .collect();
+        let mut s = Shard::with_tables(objects.len(), 64, &tables);
+        for i in 0..objects.len() {
+            s.store(i as u16, Value::Dict { state: u16::MAX }).unwrap();
+        }
+        s
+    }
+
+    const METER: MeterSpec = MeterSpec {
+        rate: 1000,
+        burst: 1500,
+    };
+
+    #[test]
+    fn a_meter_passes_its_burst_then_its_rate() {
+        let mut s = objects(&[StateObject::Meter(METER)]);
+        s.advance(10 * SEC);
+        // A full bucket: 1500 tokens, then nothing.
+        assert_eq!(s.meter(0, None, 1000).unwrap(), flick_exec::GREEN);
+        assert_eq!(s.meter(0, None, 500).unwrap(), flick_exec::GREEN);
+        assert_eq!(s.meter(0, None, 1).unwrap(), flick_exec::RED);
+        // Half a second refills 500 tokens; a red frame took none.
+        s.advance(10 * SEC + SEC / 2);
+        assert_eq!(s.meter(0, None, 501).unwrap(), flick_exec::RED);
+        assert_eq!(s.meter(0, None, 500).unwrap(), flick_exec::GREEN);
+        // The dump shows the tokens at the latest packet time.
+        s.advance(11 * SEC);
+        let m = merged(&["m"], &[&s]);
+        assert_eq!(m["m"], 500);
+        assert!(s.meter(0, None, -1).is_err());
+    }
+
+    #[test]
+    fn a_dictionary_of_meters_keeps_a_bucket_per_key() {
+        let mut s = objects(&[StateObject::Meters(METER)]);
+        s.advance(SEC);
+        assert_eq!(s.meter(0, Some(b"a"), 1500).unwrap(), flick_exec::GREEN);
+        assert_eq!(s.meter(0, Some(b"a"), 1).unwrap(), flick_exec::RED);
+        assert_eq!(s.meter(0, Some(b"b"), 1500).unwrap(), flick_exec::GREEN);
+        let m = merged(&["m"], &[&s]);
+        assert_eq!(m["m"], serde_json::json!({"a": 0, "b": 0}));
+    }
+
+    #[test]
+    fn a_full_dictionary_of_meters_meters_new_keys_red() {
+        let policy = TablePolicy {
+            capacity: Some(1),
+            object: Some(StateObject::Meters(METER)),
+            ..TablePolicy::default()
+        };
+        let mut s = Shard::with_tables(1, 64, &[policy]);
+        s.store(0, Value::Dict { state: u16::MAX }).unwrap();
+        assert_eq!(s.meter(0, Some(b"a"), 1).unwrap(), flick_exec::GREEN);
+        assert_eq!(s.meter(0, Some(b"b"), 1).unwrap(), flick_exec::RED);
+        assert_eq!(s.dict_full, 1);
+    }
+
+    #[test]
+    fn a_bloom_filter_has_what_was_added_and_counts_its_bits() {
+        let spec = BloomSpec {
+            bits: 1000,
+            hashes: 3,
+        };
+        let mut s = objects(&[StateObject::Bloom(spec)]);
+        let keys: Vec<[u8; 8]> = (0..50u64).map(|k| k.to_be_bytes()).collect();
+        for k in &keys {
+            assert!(!s.bloom(0, BloomOp::Has, k).unwrap() || k[7] > 0);
+            s.bloom(0, BloomOp::Add, k).unwrap();
+        }
+        for k in &keys {
+            assert!(s.bloom(0, BloomOp::Has, k).unwrap());
+        }
+        let m = merged(&["b"], &[&s, &s]);
+        // 1000 bits round up to 1024; bits set are summed over shards.
+        let set = m["b"]["set"].as_u64().unwrap();
+        assert_eq!(m["b"]["bits"], 1024);
+        assert!(set > 0 && set % 2 == 0 && set / 2 <= 150, "{set}");
+        s.bloom(0, BloomOp::Clear, b"").unwrap();
+        assert!(keys.iter().all(|k| !s.bloom(0, BloomOp::Has, k).unwrap()));
+        assert_eq!(merged(&["b"], &[&s])["b"]["set"], 0);
+    }
+
+    #[test]
+    fn bloom_positions_are_fixed_across_runs() {
+        // The filter's hashes are not seeded: the model in flick-testkit
+        // computes the same ones.
+        assert_eq!(bloom_hashes(b""), bloom_hashes(b""));
+        let (h1, h2) = bloom_hashes(&[2, b'k']);
+        assert_ne!(h1, h2);
+        assert_eq!(h2 % 2, 1);
     }
 
     #[test]
