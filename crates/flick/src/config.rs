@@ -17,6 +17,7 @@
 //! backend_connections = 1             # per backend and worker; 0: per client
 //! backend_sharing = "pipelined"       # or "exclusive"; default: as the grammar says
 //! accept = "per-worker"               # or "single": only the first worker accepts
+//! weight = 1                          # share of `flick serve`'s workers against other services
 //!
 //! [listen]
 //! client = "127.0.0.1:11311"
@@ -56,6 +57,9 @@ pub const BACKEND_CONNECTIONS: RangeInclusive<usize> = 0..=1024;
 pub const MAX_BODY_BYTES: RangeInclusive<u64> = 0..=1 << 30;
 /// `max_body_bytes` unless set: 1 MiB, as nginx's `client_max_body_size`.
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 1 << 20;
+/// A service's weight: its share of `flick serve`'s workers against the
+/// other services' while they all have work (the scheduler's groups).
+pub const WEIGHT: RangeInclusive<u32> = 1..=flick_runtime::MAX_WEIGHT;
 
 /// A configuration file as written. Every key is optional; unknown keys
 /// are errors.
@@ -93,6 +97,8 @@ pub struct FileConfig {
     pub fan_in_timeout_ms: Option<u64>,
     /// How long a peer the program only writes to (a reducer) is tried.
     pub connect_timeout_ms: Option<u64>,
+    /// The service's share of the workers against other services'.
+    pub weight: Option<u32>,
     /// Listening channel array name to the connections that make up one
     /// instance.
     #[serde(default)]
@@ -191,6 +197,9 @@ pub struct Settings {
     pub accept: flick_platform::Accept,
     pub fan_in_timeout_ms: u64,
     pub connect_timeout_ms: u64,
+    /// `ServiceConfig::weight` (1 unless set); only a service among others
+    /// (`flick serve`) has anyone to share with.
+    pub weight: u32,
     /// In channel-name order.
     pub fan_in: Vec<(String, usize)>,
     /// Packet ports from the configuration file, in channel-name order,
@@ -477,6 +486,9 @@ pub fn resolve(
     .map_or(defaults.connect_timeout.as_millis() as u64, |(o, v)| {
         ranged(&mut errors, &o, v, &RESPONSE_TIMEOUT_MS)
     });
+    let weight = cfg.weight.map_or(defaults.weight, |w| {
+        ranged(&mut errors, &at("weight"), w, &WEIGHT)
+    });
     // A port's file is found where the configuration file is, as the
     // program is.
     let ports = cfg
@@ -515,6 +527,7 @@ pub fn resolve(
             accept,
             fan_in_timeout_ms,
             connect_timeout_ms,
+            weight,
             fan_in,
             ports,
         }),
@@ -713,6 +726,33 @@ one = "127.0.0.1:3"
                     .to_string()
             ]
         );
+    }
+
+    #[test]
+    fn weight_is_1_unless_set_and_checked() {
+        let program = Overrides {
+            program: Some("p.flick".into()),
+            ..Overrides::default()
+        };
+        let s = resolve(None, &program).unwrap();
+        assert_eq!(s.weight, 1);
+        let cfg = FileConfig::parse("program = \"p.flick\"\nweight = 4\n").unwrap();
+        let s = resolve(Some((&cfg, Path::new("c.toml"))), &Overrides::default()).unwrap();
+        assert_eq!(s.weight, 4);
+        for bad in [0, 1001] {
+            let cfg =
+                FileConfig::parse(&format!("program = \"p.flick\"\nweight = {bad}\n")).unwrap();
+            let errors =
+                resolve(Some((&cfg, Path::new("c.toml"))), &Overrides::default()).unwrap_err();
+            assert_eq!(
+                errors,
+                [format!(
+                    "c.toml: weight: {bad} is out of range: must be between 1 and 1000"
+                )]
+            );
+        }
+        let e = FileConfig::parse("weight = -1\n").unwrap_err();
+        assert!(e.contains("weight"), "{e}");
     }
 
     #[test]

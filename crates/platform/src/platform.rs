@@ -8,6 +8,11 @@
 //! touched either way. A parked stream's key carries its tenant's number
 //! in its upper bits, so one handler routes every parked readiness to its
 //! service.
+//!
+//! Each tenant's tasks run in a scheduler group of its own, with the
+//! weight its configuration gives (`ServiceConfig::weight`): while several
+//! tenants have work on a worker, they share its time by weight, so a
+//! tenant busy with heavy folds cannot starve a light one.
 
 use flick_runtime::io::Reactor;
 use flick_runtime::{Policy, Scheduler, SchedulerConfig};
@@ -152,6 +157,12 @@ impl Platform {
         }
     }
 
+    /// Scheduler groups alive now: one per service with a weight, kept
+    /// until its last task ends.
+    pub fn groups(&self) -> usize {
+        self.shared.scheduler.groups()
+    }
+
     /// Services on the platform now.
     pub fn services(&self) -> usize {
         let t = self.shared.tenants.read().expect("tenants lock");
@@ -271,6 +282,66 @@ mod tests {
                 .load(std::sync::atomic::Ordering::Relaxed),
             3
         );
+    }
+
+    #[test]
+    fn each_service_runs_in_a_group_of_its_weight() {
+        let platform = Platform::start(PlatformConfig {
+            workers: 2,
+            tasks: 4096,
+            pin: false,
+            ..PlatformConfig::default()
+        })
+        .unwrap();
+        let light = Service::start_on(
+            &platform,
+            static_web(),
+            ServiceConfig {
+                weight: 4,
+                ..on_free_port()
+            },
+        )
+        .unwrap();
+        let plain = Service::start_on(&platform, static_web(), on_free_port()).unwrap();
+        let ungrouped = Service::start_on(
+            &platform,
+            static_web(),
+            ServiceConfig {
+                weight: 0,
+                ..on_free_port()
+            },
+        )
+        .unwrap();
+        assert_eq!(platform.groups(), 2, "weight 0 takes no group");
+        assert_eq!(
+            (light.weight(), plain.weight(), ungrouped.weight()),
+            (4, 1, 0)
+        );
+        for s in [&light, &plain, &ungrouped] {
+            for _ in 0..5 {
+                assert!(get(s.local_addr()).unwrap().contains("Hello from Flick"));
+            }
+        }
+        assert!(
+            light.cpu_charged() > Duration::ZERO,
+            "its runs were charged"
+        );
+        light.set_weight(2);
+        assert_eq!(light.weight(), 2);
+        assert!(get(light.local_addr())
+            .unwrap()
+            .contains("Hello from Flick"));
+        // A stopped service's group goes once its last task has ended.
+        light.stop(Duration::from_secs(5));
+        drop(light);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while platform.groups() > 1 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(platform.groups(), 1);
+        assert!(get(plain.local_addr())
+            .unwrap()
+            .contains("Hello from Flick"));
     }
 
     #[test]

@@ -230,6 +230,13 @@ pub struct ServiceConfig {
     /// Messages made when the service starts (each holds a slot per field
     /// of the grammar's largest unit: kilobytes for HTTP's).
     pub messages_ahead: usize,
+    /// Its share of the platform's workers against other services' (1 to
+    /// `flick_runtime::MAX_WEIGHT`): its tasks run in a scheduler group of
+    /// this weight, so a busy neighbour cannot starve it. 0: no group of its
+    /// own; it shares the platform's default group, first come first
+    /// served, with every other such service. A service on a platform of
+    /// its own (`Service::start`) has nobody to share with and takes none.
+    pub weight: u32,
 }
 
 /// Which workers accept client connections.
@@ -293,6 +300,7 @@ impl Default for ServiceConfig {
             graphs_ahead: GRAPHS_MADE_AHEAD,
             message_pool: MSG_POOL_MAX,
             messages_ahead: 256,
+            weight: 1,
         }
     }
 }
@@ -317,6 +325,8 @@ struct Parts {
     loaded: Loaded,
     config: ServiceConfig,
     platform: Platform,
+    /// The scheduler group its tasks run in; `None`: the default group.
+    group: Option<flick_runtime::Group>,
     /// Its number on the platform, set once it joined.
     tenant: std::sync::OnceLock<usize>,
     /// Most client connections open since memory was last given back.
@@ -704,6 +714,11 @@ impl Service {
                 + 64,
             pin: true,
         })?;
+        // Alone on its workers: no group, and no run timed.
+        let config = ServiceConfig {
+            weight: 0,
+            ..config
+        };
         Service::start_on(&platform, loaded, config)
     }
 
@@ -826,6 +841,18 @@ impl Service {
                 .filter(|(c, _)| balanced && loaded.arrays[*c])
                 .map(|(c, addrs)| (*c, addrs.len() as u32)),
         ));
+        let group = match config.weight {
+            0 => None,
+            w => match scheduler.group(w) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    // Still served, in the default group, first come first
+                    // served with the other services there.
+                    tracing::warn!("service runs without a weight of its own: {e}");
+                    None
+                }
+            },
+        };
         let config_max_instances = config.max_instances;
         // An instance may end while its client is idle, and a new one take
         // over at its next bytes, only if nothing of the old one would be
@@ -843,6 +870,7 @@ impl Service {
             loaded,
             config,
             platform: platform.clone(),
+            group,
             tenant: std::sync::OnceLock::new(),
             trim_peak: std::sync::atomic::AtomicUsize::new(0),
             scheduler,
@@ -947,6 +975,29 @@ impl Service {
     /// Tasks alive in the scheduler.
     pub fn live_tasks(&self) -> usize {
         self.parts.scheduler.live()
+    }
+
+    /// Its weight against the other services on its platform (0: none,
+    /// it runs in the platform's default group).
+    pub fn weight(&self) -> u32 {
+        self.parts.group.as_ref().map_or(0, |g| g.weight())
+    }
+
+    /// Changes its weight from each worker's next turn of the service; a
+    /// service without a group of its own (weight 0) keeps none.
+    pub fn set_weight(&self, weight: u32) {
+        if let Some(g) = &self.parts.group {
+            g.set_weight(weight);
+        }
+    }
+
+    /// CPU time its tasks were charged with on their workers (only while
+    /// groups share the platform's workers; see `flick_runtime::Group`).
+    pub fn cpu_charged(&self) -> std::time::Duration {
+        self.parts
+            .group
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |g| g.charged())
     }
 
     /// Tasks waiting in each worker's run queue now.
@@ -1254,6 +1305,15 @@ fn connection(
     })
 }
 
+/// A task id for the service (on `worker`'s queue, if given), in its group.
+fn reserve(p: &Parts, worker: Option<usize>) -> Result<TaskId, flick_runtime::Full> {
+    match (&p.group, worker) {
+        (Some(g), w) => p.scheduler.reserve_in(g, w),
+        (None, Some(w)) => p.scheduler.reserve_on(w),
+        (None, None) => p.scheduler.reserve(),
+    }
+}
+
 /// A new read side for messages of `unit`: a buffer that grows up to the
 /// largest message the grammar allows.
 fn read_side(loaded: &Loaded, unit: UnitId) -> crate::conn::ReadSide {
@@ -1273,7 +1333,7 @@ fn attach(
 ) -> Option<(Arc<Conn>, TaskId, TaskId)> {
     let client = chan == p.client_chan;
     let s = &p.scheduler;
-    let (rid, wid) = match (s.reserve_on(worker), s.reserve_on(worker)) {
+    let (rid, wid) = match (reserve(p, Some(worker)), reserve(p, Some(worker))) {
         (Ok(r), Ok(w)) => (r, w),
         (r, w) => {
             // Out of task slots: give back what was taken.
@@ -1550,8 +1610,8 @@ fn instantiate(
     let s = &p.scheduler;
     let nchan = p.loaded.module.processes[p.loaded.process].channels.len();
     let reserved = match worker {
-        Some(w) => s.reserve_on(w).or_else(|_| s.reserve()),
-        None => s.reserve(),
+        Some(w) => reserve(p, Some(w)).or_else(|_| reserve(p, None)),
+        None => reserve(p, None),
     };
     let Ok(compute_id) = reserved else {
         // Out of task slots: the connections close.
