@@ -51,6 +51,8 @@ pub struct Request {
     pub method: String,
     /// The path, percent-decoded, without a query.
     pub path: String,
+    /// The query after `?`, as sent (see [`Request::query_param`]).
+    pub query: String,
     /// Header names in lower case.
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -62,6 +64,18 @@ impl Request {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of `name=VALUE` in the query, percent-decoded (`+` is a
+    /// space); the first if it is given more than once.
+    pub fn query_param(&self, name: &str) -> Result<Option<String>, HttpError> {
+        for pair in self.query.split('&').filter(|p| !p.is_empty()) {
+            let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
+            if n == name {
+                return percent_decode(&v.replace('+', " ")).map(Some);
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -130,9 +144,11 @@ pub fn read_request<S: Read>(
             .ok_or_else(|| HttpError::new(400, "malformed header field"))?;
         headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
     }
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let mut req = Request {
         method: method.to_string(),
-        path: percent_decode(target.split('?').next().unwrap_or(""))?,
+        path: percent_decode(path)?,
+        query: query.to_string(),
         headers,
         body: Vec::new(),
     };
@@ -226,6 +242,49 @@ pub fn percent_encode(s: &str) -> String {
         }
     }
     out
+}
+
+const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Bytes as standard base64 (RFC 4648, padded): how the API shows a
+/// dictionary entry's message, whose bytes need not be text.
+pub fn base64_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(BASE64[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Standard base64, padded or not; `None` where it is not base64.
+pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim_end_matches('=');
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text.bytes() {
+        let v = BASE64.iter().position(|&x| x == c)? as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    // Leftover bits must be the zero padding of the last byte.
+    (bits < 6 && acc == 0).then_some(out)
 }
 
 pub fn reason(status: u16) -> &'static str {
@@ -391,5 +450,35 @@ mod tests {
             ApiAddr::Unix("x/flick.sock".into())
         );
         assert_eq!(percent_decode(&percent_encode("a b/c")).unwrap(), "a b/c");
+    }
+
+    #[test]
+    fn base64_round_trips_and_refuses_what_is_not_base64() {
+        for bytes in [
+            &b""[..],
+            b"f",
+            b"fo",
+            b"foo",
+            b"foob",
+            b"fooba",
+            b"foobar",
+            &[0, 255, 128],
+        ] {
+            assert_eq!(base64_decode(&base64_encode(bytes)).unwrap(), bytes);
+        }
+        assert_eq!(base64_encode(b"foobar"), "Zm9vYmFy");
+        assert_eq!(base64_encode(b"fo"), "Zm8=");
+        assert_eq!(base64_decode("Zm8").unwrap(), b"fo");
+        assert_eq!(base64_decode("Zm9v!"), None);
+        assert_eq!(base64_decode("Zm9="), None, "non-zero padding bits");
+    }
+
+    #[test]
+    fn a_query_is_kept_apart_from_the_path() {
+        let r = read(b"GET /services/a/state/d?limit=5&cursor=1%32 HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!(r.path, "/services/a/state/d");
+        assert_eq!(r.query_param("limit").unwrap().as_deref(), Some("5"));
+        assert_eq!(r.query_param("cursor").unwrap().as_deref(), Some("12"));
+        assert_eq!(r.query_param("x").unwrap(), None);
     }
 }

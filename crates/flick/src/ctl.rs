@@ -27,8 +27,24 @@ pub enum CtlCommand {
     Undeploy(String),
     List,
     Status(String),
-    Read(String, String),
-    Write(String, String, String),
+    /// A global, a dictionary entry (`VAR/KEY`), or a page of a
+    /// dictionary's entries (`limit` from the `cursor`th).
+    Read {
+        name: String,
+        path: String,
+        limit: Option<usize>,
+        cursor: Option<usize>,
+    },
+    /// A global's value, or a dictionary entry's message: as text, or
+    /// `base64` (its wire bytes in base64).
+    Write {
+        name: String,
+        path: String,
+        value: String,
+        base64: bool,
+    },
+    /// A dictionary entry removed (`VAR/KEY`).
+    Delete(String, String),
 }
 
 /// A command that failed, as `flick ctl` reports it.
@@ -154,24 +170,87 @@ pub fn run(
             let plain = status_lines(&a);
             (a, plain)
         }
-        CtlCommand::Read(name, path) => {
+        CtlCommand::Read {
+            name,
+            path,
+            limit,
+            cursor,
+        } => {
+            let mut query: Vec<String> = Vec::new();
+            if let Some(l) = limit {
+                query.push(format!("limit={l}"));
+            }
+            if let Some(c) = cursor {
+                query.push(format!("cursor={c}"));
+            }
+            let query = match query.is_empty() {
+                true => String::new(),
+                false => format!("?{}", query.join("&")),
+            };
             let a = call(
                 "GET",
-                &format!("/services/{}/state/{}", enc(&name), encode_path(&path)),
+                &format!(
+                    "/services/{}/state/{}{query}",
+                    enc(&name),
+                    encode_path(&path)
+                ),
                 None,
             )?;
-            let plain = a["value"].to_string();
+            let plain = match a["entries"].as_array() {
+                // A dictionary: an entry a line, `KEY VALUE`, then where
+                // the next page starts if there is one.
+                Some(entries) => {
+                    let mut lines: Vec<String> = entries
+                        .iter()
+                        .map(|e| format!("{} {}", e["key"].as_str().unwrap_or(""), e["value"]))
+                        .collect();
+                    lines.push(format!(
+                        "({} of {} entries, capacity {}{})",
+                        entries.len(),
+                        a["len"],
+                        a["capacity"],
+                        match a["next"].as_u64() {
+                            Some(n) => format!("; next page: --cursor {n}"),
+                            None => String::new(),
+                        }
+                    ));
+                    lines.join("\n")
+                }
+                None => a["value"].to_string(),
+            };
             (a, plain)
         }
-        CtlCommand::Write(name, path, value) => {
-            // A value that is not JSON is taken as a string.
-            let v: Json = serde_json::from_str(&value).unwrap_or(Json::String(value));
+        CtlCommand::Write {
+            name,
+            path,
+            value,
+            base64,
+        } => {
+            let body = match base64 {
+                true => json!({ "base64": value }),
+                // A dictionary entry's message: the text as it is.
+                false if path.contains('/') => json!({ "value": value }),
+                // A value that is not JSON is taken as a string.
+                false => {
+                    let v: Json = serde_json::from_str(&value).unwrap_or(Json::String(value));
+                    json!({ "value": v })
+                }
+            };
             let a = call(
                 "PUT",
                 &format!("/services/{}/state/{}", enc(&name), encode_path(&path)),
-                Some(&json!({ "value": v })),
+                Some(&body),
             )?;
             let plain = format!("{name} {path} = {}", a["value"]);
+            (a, plain)
+        }
+        CtlCommand::Delete(name, path) => {
+            let a = call(
+                "DELETE",
+                &format!("/services/{}/state/{}", enc(&name), encode_path(&path)),
+                None,
+            )?;
+            let plain = format!("{name} {path} deleted ({} entries left)", a["len"]);
             (a, plain)
         }
     };
@@ -314,14 +393,30 @@ pub enum CtlSub {
     List,
     /// A service's bindings, connections, instances and counters.
     Status { name: String },
-    /// Read a global (NAME) or a dictionary entry (NAME/KEY) of a service.
-    Read { name: String, path: String },
-    /// Write a global integer, boolean or string (VALUE as JSON, else a string).
+    /// Read a global (VAR), a dictionary entry (VAR/KEY), or a dictionary's
+    /// entries (VAR, a page at a time) of a service.
+    Read {
+        name: String,
+        path: String,
+        /// Entries of a dictionary listed at most (default 100, at most 1000).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Where a dictionary's listing starts (the `next` of the page before).
+        #[arg(long)]
+        cursor: Option<usize>,
+    },
+    /// Write a global integer, boolean or string (VAR; VALUE as JSON, else a
+    /// string), or a dictionary entry (VAR/KEY; VALUE the message's wire bytes).
     Write {
         name: String,
         path: String,
         value: String,
+        /// VALUE is the message's wire bytes in base64 (binary grammars).
+        #[arg(long)]
+        base64: bool,
     },
+    /// Delete a dictionary entry (VAR/KEY).
+    Delete { name: String, path: String },
 }
 
 /// `flick ctl`: one request, its answer printed.
@@ -345,8 +440,29 @@ pub fn main(args: CtlArgs) -> std::process::ExitCode {
         CtlSub::Undeploy { name } => CtlCommand::Undeploy(name),
         CtlSub::List => CtlCommand::List,
         CtlSub::Status { name } => CtlCommand::Status(name),
-        CtlSub::Read { name, path } => CtlCommand::Read(name, path),
-        CtlSub::Write { name, path, value } => CtlCommand::Write(name, path, value),
+        CtlSub::Read {
+            name,
+            path,
+            limit,
+            cursor,
+        } => CtlCommand::Read {
+            name,
+            path,
+            limit,
+            cursor,
+        },
+        CtlSub::Write {
+            name,
+            path,
+            value,
+            base64,
+        } => CtlCommand::Write {
+            name,
+            path,
+            value,
+            base64,
+        },
+        CtlSub::Delete { name, path } => CtlCommand::Delete(name, path),
     };
     match run(&addr, args.api_token.as_deref(), args.json, cmd) {
         Ok(out) => {

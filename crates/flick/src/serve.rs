@@ -13,6 +13,7 @@
 //! once, each bounded in size and time (`api.rs`).
 
 use crate::api::{self, ApiAddr, HttpError, Request};
+use crate::reload::{DictOf, StateVar};
 use flick_platform::{Platform, PlatformConfig, Service, StateValue};
 use flick_span::SourceFile;
 use serde::{Deserialize, Serialize};
@@ -30,6 +31,10 @@ pub const MAX_CLIENTS: usize = 16;
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 /// Instances a service may run at once unless its bindings say.
 pub const DEFAULT_MAX_INSTANCES: usize = 1024;
+/// Dictionary entries a listing gives unless `limit` says, and the most
+/// it gives.
+pub const LIST_LIMIT: usize = 100;
+pub const LIST_LIMIT_MAX: usize = 1000;
 
 /// What `flick serve` was told.
 #[derive(Clone, Debug)]
@@ -42,6 +47,9 @@ pub struct ServeOptions {
     pub memory_budget: Option<u64>,
     /// The platform's task table, over every service.
     pub tasks: usize,
+    /// How often each service's `global` state is saved to the state
+    /// directory while it runs, when it changed; `None`: only at a clean stop.
+    pub save_every: Option<Duration>,
 }
 
 /// The default API address: a Unix socket in the state directory.
@@ -127,7 +135,7 @@ struct Deployed {
     /// Its static memory bound, reserved against the budget.
     reserved: u64,
     max_instances: usize,
-    state: Vec<crate::reload::StateVar>,
+    state: Vec<StateVar>,
     version: u64,
     deploy_us: u64,
     /// Globals carried over from the version it replaced.
@@ -139,6 +147,9 @@ struct Registry {
     services: Mutex<BTreeMap<String, Deployed>>,
     budget: Option<u64>,
     dir: PathBuf,
+    /// Held while state files are written or removed, so that a save
+    /// racing an undeploy never leaves a removed service's state behind.
+    saving: Mutex<()>,
 }
 
 /// A program checked and its service configured, not started yet.
@@ -148,7 +159,7 @@ struct Prepared {
     reserved: u64,
     bound: String,
     max_instances: usize,
-    state: Vec<crate::reload::StateVar>,
+    state: Vec<StateVar>,
 }
 
 fn valid_name(name: &str) -> bool {
@@ -409,7 +420,10 @@ impl Registry {
             .expect("services lock")
             .remove(name)
             .ok_or_else(|| Refusal::new(404, format!("no service `{name}`")))?;
-        self.forget(name);
+        {
+            let _saving = self.saving.lock().expect("saving lock");
+            self.forget(name);
+        }
         let started = Instant::now();
         let stopped = old.service.stop(DRAIN_DEADLINE);
         tracing::info!(
@@ -449,32 +463,74 @@ impl Registry {
         write(format!("{}.json", spec.name), text.as_bytes())
     }
 
-    /// Writes a stopped service's `global` integers, booleans and strings
-    /// beside its record, for the next `serve` to give back.
-    fn save_globals(&self, name: &str, d: &Deployed) -> std::io::Result<()> {
+    /// Writes a service's `global` integers, booleans, strings and
+    /// dictionaries beside its record (replaced whole: written aside,
+    /// synced, renamed), for the next `serve` to give back. Its size is
+    /// bounded by the dictionaries' capacities and the messages' maxima.
+    fn save_state(&self, name: &str, service: &Service, state: &[StateVar]) -> std::io::Result<()> {
         let mut saved = serde_json::Map::new();
-        for (var, ty, global) in &d.state {
-            let value = match d.service.read_global(var) {
-                Ok(_) if !*global => continue,
+        for var in state.iter().filter(|v| v.global) {
+            if let Some(DictOf::Messages(_)) = &var.dict {
+                let entries: Vec<Json> = crate::reload::dict_entries(service, &var.name)
+                    .iter()
+                    .map(|(k, v)| json!({ "key": hex(k), "message": hex(v) }))
+                    .collect();
+                saved.insert(
+                    var.name.clone(),
+                    json!({ "type": var.ty, "entries": entries }),
+                );
+                continue;
+            }
+            let value = match service.read_global(&var.name) {
                 Ok(StateValue::Int(n)) => json!({ "int": n }),
                 Ok(StateValue::Bool(b)) => json!({ "bool": b }),
-                Ok(StateValue::Bytes(b)) => {
-                    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-                    json!({ "hex": hex })
-                }
+                Ok(StateValue::Bytes(b)) => json!({ "hex": hex(&b) }),
                 _ => continue,
             };
-            saved.insert(var.clone(), json!({ "type": ty, "value": value }));
+            saved.insert(var.name.clone(), json!({ "type": var.ty, "value": value }));
         }
         let dir = self.services_dir();
         let tmp = dir.join(format!(".{name}.globals.tmp"));
-        std::fs::write(&tmp, Json::Object(saved).to_string())?;
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(Json::Object(saved).to_string().as_bytes())?;
+            f.sync_data()?;
+        }
         std::fs::rename(tmp, dir.join(format!("{name}.globals")))
     }
 
-    /// Gives a service deployed again from its record the `global` values
-    /// saved when it stopped, where the program still declares them with
-    /// the same type; what was given back, by name.
+    /// Saves every service whose state changed since `saved` says it was
+    /// last saved (by the service and its count of changes).
+    fn save_changed(&self, saved: &mut BTreeMap<String, (usize, u64)>) {
+        let _saving = self.saving.lock().expect("saving lock");
+        let now: Vec<(String, Arc<Service>, Vec<StateVar>)> = self
+            .services
+            .lock()
+            .expect("services lock")
+            .iter()
+            .map(|(n, d)| (n.clone(), d.service.clone(), d.state.clone()))
+            .collect();
+        saved.retain(|n, _| now.iter().any(|(m, ..)| m == n));
+        for (name, service, state) in now {
+            let mark = (Arc::as_ptr(&service) as usize, service.state_changes());
+            if saved.get(&name) == Some(&mark) {
+                continue;
+            }
+            match self.save_state(&name, &service, &state) {
+                Ok(()) => {
+                    tracing::debug!(service = %name, "state saved");
+                    saved.insert(name, mark);
+                }
+                Err(e) => tracing::warn!(service = %name, "cannot save its state: {e}"),
+            }
+        }
+    }
+
+    /// Gives a service deployed again from its record the `global`
+    /// values and dictionaries saved last (while it ran, or when it
+    /// stopped), where the program still declares them with the same
+    /// type; what was given back, by name.
     fn restore_globals(&self, name: &str) -> Vec<String> {
         let path = self.services_dir().join(format!("{name}.globals"));
         let Ok(text) = std::fs::read_to_string(&path) else {
@@ -484,16 +540,33 @@ impl Registry {
             tracing::warn!(service = %name, "the saved globals do not read as JSON: not given back");
             return Vec::new();
         };
-        let services = self.services.lock().expect("services lock");
-        let Some(d) = services.get(name) else {
-            return Vec::new();
+        let (service, state) = {
+            let services = self.services.lock().expect("services lock");
+            let Some(d) = services.get(name) else {
+                return Vec::new();
+            };
+            (d.service.clone(), d.state.clone())
         };
         let mut given = Vec::new();
-        for (var, ty, global) in &d.state {
-            let Some(entry) = saved.get(var).filter(|_| *global) else {
+        for var in state.iter().filter(|v| v.global) {
+            let Some(entry) = saved.get(&var.name) else {
                 continue;
             };
-            if entry["type"].as_str() != Some(ty.as_str()) {
+            if entry["type"].as_str() != Some(var.ty.as_str()) {
+                continue;
+            }
+            if let Some(DictOf::Messages(unit)) = &var.dict {
+                let entries: crate::reload::Entries = entry["entries"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| {
+                        Some((unhex(e["key"].as_str()?)?, unhex(e["message"].as_str()?)?))
+                    })
+                    .collect();
+                if crate::reload::put_entries(&service, &var.name, unit, &entries) > 0 {
+                    given.push(var.name.clone());
+                }
                 continue;
             }
             let v = &entry["value"];
@@ -501,20 +574,13 @@ impl Registry {
                 StateValue::Int(n)
             } else if let Some(b) = v["bool"].as_bool() {
                 StateValue::Bool(b)
-            } else if let Some(h) = v["hex"].as_str() {
-                let bytes: Option<Vec<u8>> = (0..h.len())
-                    .step_by(2)
-                    .map(|i| h.get(i..i + 2).and_then(|x| u8::from_str_radix(x, 16).ok()))
-                    .collect();
-                match bytes {
-                    Some(b) => StateValue::Bytes(b),
-                    None => continue,
-                }
+            } else if let Some(b) = v["hex"].as_str().and_then(unhex) {
+                StateValue::Bytes(b)
             } else {
                 continue;
             };
-            if d.service.write_global(var, value).is_ok() {
-                given.push(var.clone());
+            if service.write_global(&var.name, value).is_ok() {
+                given.push(var.name.clone());
             }
         }
         given
@@ -631,7 +697,7 @@ impl Registry {
             "clients": d.service.client_connections(),
             "parked": d.service.parked_connections(),
             "instances": s.instances_live,
-            "state": d.state.iter().map(|(n, t, g)| json!({"name": n, "type": t, "global": g})).collect::<Vec<_>>(),
+            "state": d.state.iter().map(|v| json!({"name": v.name, "type": v.ty, "global": v.global})).collect::<Vec<_>>(),
             "counters": {
                 "connections_accepted": s.connections_accepted,
                 "connections_open": s.connections_open,
@@ -655,33 +721,81 @@ impl Registry {
             .ok_or_else(|| Refusal::new(404, format!("no service `{name}`")))
     }
 
-    /// `NAME` (a global) or `NAME/KEY` (a dictionary entry).
-    fn read_state(&self, name: &str, path: &str) -> Result<Json, Refusal> {
-        let service = self.service(name)?;
+    fn service_state(&self, name: &str) -> Result<(Arc<Service>, Vec<StateVar>), Refusal> {
+        let services = self.services.lock().expect("services lock");
+        services
+            .get(name)
+            .map(|d| (d.service.clone(), d.state.clone()))
+            .ok_or_else(|| Refusal::new(404, format!("no service `{name}`")))
+    }
+
+    /// The service and its `global` dictionary `var`, whose entries hold
+    /// messages of the grammar unit returned; refused with 404 (no such
+    /// global), 400 (not a dictionary) or 422 (a dictionary of values).
+    fn dict_var(&self, name: &str, var: &str) -> Result<(Arc<Service>, String), Refusal> {
+        let (service, state) = self.service_state(name)?;
+        let refuse = |e: flick_platform::StateError| Refusal::new(404, e.to_string());
+        // Unknown or `local`: the platform says which.
+        service.read_global(var).map_err(refuse)?;
+        let v = state
+            .iter()
+            .find(|v| v.name == var)
+            .ok_or_else(|| Refusal::new(404, format!("`{var}` is not state of the process")))?;
+        match &v.dict {
+            Some(DictOf::Messages(unit)) => Ok((service, unit.clone())),
+            Some(DictOf::Values(of)) => Err(Refusal::new(
+                422,
+                format!(
+                    "`{var}` is a {}: a service's dictionaries hold messages of its grammar, not {of} values, so its entries cannot be written",
+                    v.ty
+                ),
+            )),
+            None => Err(Refusal::new(
+                400,
+                format!(
+                    "`{var}` is a {}, not a dictionary: write it at state/{var}",
+                    v.ty
+                ),
+            )),
+        }
+    }
+
+    /// `NAME` (a global, or a dictionary's entries) or `NAME/KEY` (a
+    /// dictionary entry).
+    fn read_state(&self, name: &str, path: &str, req: &Request) -> Result<Json, Refusal> {
+        let (service, state) = self.service_state(name)?;
         let refuse = |e: flick_platform::StateError| Refusal::new(404, e.to_string());
         match path.split_once('/') {
             None => {
                 let v = service.read_global(path).map_err(refuse)?;
-                Ok(json!({ "path": path, "value": to_json(&v) }))
+                let ty = state.iter().find(|v| v.name == path);
+                match ty.filter(|v| v.dict.is_some()) {
+                    Some(var) => list_entries(&service, var, req),
+                    None => Ok(json!({ "path": path, "value": to_json(&v) })),
+                }
             }
             Some((var, key)) => {
-                let v = service.read_entry(var, key.as_bytes()).map_err(refuse)?;
+                let d = service.global_dict(var).map_err(refuse)?;
+                let v = d
+                    .get(key.as_bytes())
+                    .map_err(|e| Refusal::new(400, format!("`{var}`: {e}")))?;
                 let v = v.ok_or_else(|| {
                     Refusal::new(404, format!("`{var}` holds nothing under `{key}`"))
                 })?;
-                Ok(json!({ "path": path, "value": String::from_utf8_lossy(&v) }))
+                Ok(json!({
+                    "path": path,
+                    "value": String::from_utf8_lossy(&v),
+                    "base64": api::base64_encode(&v),
+                }))
             }
         }
     }
 
     fn write_state(&self, name: &str, path: &str, body: &[u8]) -> Result<Json, Refusal> {
-        let service = self.service(name)?;
-        if path.contains('/') {
-            return Err(Refusal::new(
-                405,
-                "dictionary entries hold messages of the program's grammar, which the API cannot write yet; write a global integer, boolean or string",
-            ));
+        if let Some((var, key)) = path.split_once('/') {
+            return self.write_entry(name, var, key, body);
         }
+        let service = self.service(name)?;
         let j: Json = serde_json::from_slice(body)
             .map_err(|e| Refusal::new(400, format!("the body is not JSON: {e}")))?;
         let j = j.get("value").cloned().unwrap_or(j);
@@ -704,6 +818,142 @@ impl Registry {
         tracing::info!(service = %name, global = %path, value = %j, "state written");
         Ok(json!({ "path": path, "value": j }))
     }
+
+    /// Sets a dictionary entry to a message given as its wire bytes: the
+    /// body's `value` (text) or `base64`, or the body a JSON string.
+    fn write_entry(&self, name: &str, var: &str, key: &str, body: &[u8]) -> Result<Json, Refusal> {
+        let (service, unit) = self.dict_var(name, var)?;
+        let j: Json = serde_json::from_slice(body)
+            .map_err(|e| Refusal::new(400, format!("the body is not JSON: {e}")))?;
+        let wanted = || {
+            Refusal::new(
+                400,
+                format!("an entry of `{var}` is a `{unit}` message: give its wire bytes as {{\"value\": TEXT}} or {{\"base64\": BASE64}}"),
+            )
+        };
+        let bytes = match (&j, j.get("base64"), j.get("value")) {
+            (Json::String(s), ..) => s.clone().into_bytes(),
+            (_, Some(Json::String(b)), None) => {
+                api::base64_decode(b).ok_or_else(|| Refusal::new(400, "`base64` is not base64"))?
+            }
+            (_, None, Some(Json::String(s))) => s.clone().into_bytes(),
+            _ => return Err(wanted()),
+        };
+        let d = service
+            .global_dict(var)
+            .map_err(|e| Refusal::new(404, e.to_string()))?;
+        let created = d.insert(key.as_bytes(), &unit, &bytes).map_err(|e| {
+            let status = match e {
+                flick_platform::DictError::Full { .. } => 409,
+                flick_platform::DictError::NoUnit(_) => 422,
+                _ => 400,
+            };
+            Refusal::new(status, format!("`{var}`: {e}"))
+        })?;
+        let size = d.size().map_err(|e| Refusal::new(400, e.to_string()))?;
+        tracing::info!(service = %name, dictionary = %var, key = %key, bytes = bytes.len(), created, "dictionary entry written");
+        Ok(json!({
+            "path": format!("{var}/{key}"),
+            "value": String::from_utf8_lossy(&bytes),
+            "base64": api::base64_encode(&bytes),
+            "created": created,
+            "len": size.len,
+            "capacity": size.capacity,
+        }))
+    }
+
+    fn delete_entry(&self, name: &str, path: &str) -> Result<Json, Refusal> {
+        let Some((var, key)) = path.split_once('/') else {
+            return Err(Refusal::new(
+                405,
+                format!("`{path}` is a variable, which cannot be deleted; DELETE takes a dictionary entry, VAR/KEY"),
+            ));
+        };
+        let (service, _) = self.dict_var(name, var)?;
+        let d = service
+            .global_dict(var)
+            .map_err(|e| Refusal::new(404, e.to_string()))?;
+        let removed = d
+            .remove(key.as_bytes())
+            .map_err(|e| Refusal::new(400, format!("`{var}`: {e}")))?;
+        if !removed {
+            return Err(Refusal::new(
+                404,
+                format!("`{var}` holds nothing under `{key}`"),
+            ));
+        }
+        let size = d.size().map_err(|e| Refusal::new(400, e.to_string()))?;
+        tracing::info!(service = %name, dictionary = %var, key = %key, "dictionary entry deleted");
+        Ok(json!({
+            "path": path,
+            "deleted": true,
+            "len": size.len,
+            "capacity": size.capacity,
+        }))
+    }
+}
+
+/// A page of a dictionary's entries, oldest first: `limit` of them (at
+/// most [`LIST_LIMIT_MAX`]) from the `cursor`th; `next` is the cursor of
+/// the page after, or null at the end. Entries written or deleted between
+/// pages shift the positions.
+fn list_entries(service: &Service, var: &StateVar, req: &Request) -> Result<Json, Refusal> {
+    let number = |name: &str, default: usize, max: usize| -> Result<usize, Refusal> {
+        match req.query_param(name)? {
+            None => Ok(default),
+            Some(v) => v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n <= max)
+                .ok_or_else(|| {
+                    Refusal::new(400, format!("`{name}` is a number up to {max}, not `{v}`"))
+                }),
+        }
+    };
+    let limit = number("limit", LIST_LIMIT, LIST_LIMIT_MAX)?;
+    let cursor = number("cursor", 0, usize::MAX)?;
+    let d = service
+        .global_dict(&var.name)
+        .map_err(|e| Refusal::new(404, e.to_string()))?;
+    let mut entries = Vec::new();
+    let size = d
+        .entries(cursor, limit, |k, v| {
+            let mut e = json!({
+                "key": String::from_utf8_lossy(k),
+                "value": String::from_utf8_lossy(v),
+                "base64": api::base64_encode(v),
+            });
+            if std::str::from_utf8(k).is_err() {
+                e["key_base64"] = json!(api::base64_encode(k));
+            }
+            entries.push(e);
+        })
+        .map_err(|e| Refusal::new(400, format!("`{}`: {e}", var.name)))?;
+    let end = cursor.saturating_add(entries.len());
+    Ok(json!({
+        "path": var.name,
+        "value": { "dictionary": true },
+        "type": var.ty,
+        "len": size.len,
+        "capacity": size.capacity,
+        "cursor": cursor,
+        "next": if end < size.len { json!(end) } else { Json::Null },
+        "entries": entries,
+    }))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(h: &str) -> Option<Vec<u8>> {
+    if !h.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..h.len())
+        .step_by(2)
+        .map(|i| h.get(i..i + 2).and_then(|x| u8::from_str_radix(x, 16).ok()))
+        .collect()
 }
 
 fn to_json(v: &StateValue) -> Json {
@@ -772,9 +1022,10 @@ fn route(
         ["services", name, "state", rest @ ..] if !rest.is_empty() => {
             let path = rest.join("/");
             match method {
-                "GET" => Ok((200, reg.read_state(name, &path)?)),
+                "GET" => Ok((200, reg.read_state(name, &path, req)?)),
                 "PUT" => Ok((200, reg.write_state(name, &path, &req.body)?)),
-                _ => Err(not_allowed("GET or PUT")),
+                "DELETE" => Ok((200, reg.delete_entry(name, &path)?)),
+                _ => Err(not_allowed("GET, PUT or DELETE")),
             }
         }
         // `GET /metrics` is answered before routing: Prometheus text.
@@ -903,8 +1154,29 @@ pub fn serve(
         services: Mutex::new(BTreeMap::new()),
         budget: opts.memory_budget,
         dir: opts.state_dir.clone(),
+        saving: Mutex::new(()),
     });
     let (restored, failed) = reg.restore();
+    if let Some(every) = opts.save_every {
+        // Saves what changed every interval, so that a `serve` that is
+        // killed comes back with state at most one interval old.
+        let (reg, stop) = (reg.clone(), stop.clone());
+        let saver = move || {
+            let mut saved = BTreeMap::new();
+            let mut last = Instant::now();
+            while !stop.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(50).min(every));
+                if last.elapsed() >= every {
+                    reg.save_changed(&mut saved);
+                    last = Instant::now();
+                }
+            }
+        };
+        std::thread::Builder::new()
+            .name("flick-state-save".into())
+            .spawn(saver)
+            .map_err(|e| ServeError::StateDir(opts.state_dir.clone(), e))?;
+    }
     ready(&opts.api.to_string(), restored, failed);
     let token: Option<Arc<str>> = opts.api_token.as_deref().map(Arc::from);
     let active = Arc::new(AtomicUsize::new(0));
@@ -966,9 +1238,10 @@ pub fn serve(
     for (name, d) in all {
         let stopped = d.service.stop(DRAIN_DEADLINE);
         tracing::info!(service = %name, drained = stopped.drained, "stopped");
-        // Its globals as they ended, for the next `serve`.
-        if let Err(e) = reg.save_globals(&name, &d) {
-            tracing::warn!(service = %name, "cannot save its globals: {e}");
+        // Its state as it ended, for the next `serve`.
+        let _saving = reg.saving.lock().expect("saving lock");
+        if let Err(e) = reg.save_state(&name, &d.service, &d.state) {
+            tracing::warn!(service = %name, "cannot save its state: {e}");
         }
     }
     if let ApiAddr::Unix(p) = &opts.api {
@@ -1000,6 +1273,11 @@ pub struct ServeArgs {
     /// Tasks alive at once over every service (the task table's size).
     #[arg(long, default_value_t = 1 << 18)]
     pub tasks: usize,
+    /// Seconds between saves of each service's changed `global` state
+    /// (values and dictionaries) to the state directory while it runs;
+    /// 0: only at a clean stop.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    pub save_every: u64,
     /// Log level (error, warn, info, debug, trace, or a RUST_LOG directive).
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -1028,6 +1306,7 @@ pub fn main(args: ServeArgs) -> std::process::ExitCode {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         memory_budget: args.memory_budget,
         tasks: args.tasks,
+        save_every: (args.save_every > 0).then(|| Duration::from_secs(args.save_every)),
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {

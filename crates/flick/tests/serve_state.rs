@@ -1,0 +1,442 @@
+//! A served program's `global` dictionaries as an operator reaches them
+//! through a real `flick serve`: entries written (as a message's wire
+//! bytes, text or base64), read, listed a page at a time and deleted over
+//! the API and with `flick ctl`, the program answering from what was
+//! written; a full dictionary, a value of the wrong kind and unknown names
+//! refused with their status; a dictionary and a global carried over a
+//! redeploy; and state saved while `serve` runs, so that a `serve` killed
+//! with SIGKILL comes back with it. Every child process is killed when its
+//! test ends, and every wait is bounded.
+
+mod support;
+
+use flick::api::{self, ApiAddr};
+use serde_json::{json, Value as Json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use support::{free_port, ROOT};
+
+/// A scratch directory removed when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir =
+            std::env::temp_dir().join(format!("flick-serve-state-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn file(&self, name: &str, text: &str) -> String {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `flick serve`, killed on drop.
+struct Serve {
+    child: Child,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `flick serve` on `state` with two workers and `more` flags, and
+/// waits (at most 20 s) for it to say it serves the API.
+fn serve(state: &Path, more: &[&str]) -> Serve {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(ROOT)
+        .args(["serve", "--workers", "2", "--state-dir"])
+        .arg(state)
+        .args(more)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(out);
+        let mut banner = String::new();
+        for _ in 0..2 {
+            if lines.read_line(&mut banner).unwrap_or(0) == 0 {
+                break;
+            }
+        }
+        let _ = tx.send(banner);
+        let mut rest = String::new();
+        while lines.read_line(&mut rest).unwrap_or(0) > 0 {
+            rest.clear();
+        }
+    });
+    let banner = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
+    let s = Serve { child };
+    assert!(
+        banner.contains("serving the API"),
+        "flick serve did not start: {banner:?}"
+    );
+    s
+}
+
+/// `flick ctl --api SOCKET ARGS`, bounded in time.
+fn ctl(state: &Path, args: &[&str]) -> Output {
+    Command::new("timeout")
+        .arg("60")
+        .arg(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(ROOT)
+        .args(["ctl", "--api"])
+        .arg(state.join("flick.sock"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "flick ctl failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn refused(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "flick ctl should have failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// One API request over the Unix socket: status and JSON answer.
+fn call(state: &Path, method: &str, path: &str, body: Option<&Json>) -> (u16, Json) {
+    let addr = ApiAddr::Unix(state.join("flick.sock"));
+    api::call(&addr, None, method, path, body, Duration::from_secs(30)).unwrap()
+}
+
+/// The body of the answer to `GET target` over a new connection.
+fn http_get(port: u16, target: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    answer.split("\r\n\r\n").nth(1).unwrap_or("").to_string()
+}
+
+/// A program that notes each request under its target and answers, for a
+/// target noted already, the target of the request noted under it (which
+/// an operator may have written). `seen`, a dictionary of integers, is
+/// declared and never written.
+const NOTES: &str = "\
+grammar http
+
+type request: record
+  target : string
+
+type simple_response: record
+  status : integer {size=2}
+  reason : string
+  body : string
+
+proc Notes: (request/simple_response client)
+  global hits := 0
+  global notes := empty_dict
+  global seen := empty_dict
+  | client => respond(hits, notes, seen, client)
+
+fun respond: (hits: ref integer, notes: ref dict<string*request>, seen: ref dict<string*integer>, -/simple_response client, req: request) -> ()
+  hits := hits + 1
+  if notes[req.target] = None:
+    notes[req.target] := req
+    simple_response(200, \"OK\", \"new\") => client
+  else:
+    simple_response(200, \"OK\", notes[req.target].target) => client
+";
+
+const WRITTEN: &str = "GET /written HTTP/1.1\r\nHost: x\r\n\r\n";
+
+/// Deploys NOTES as `notes` on a free port, its dictionaries holding
+/// `capacity` entries; the port.
+fn deploy_notes(dir: &TempDir, state: &Path, capacity: usize) -> u16 {
+    let program = dir.file("notes.flick", NOTES);
+    let config = dir.file("notes.toml", &format!("dict_capacity = {capacity}\n"));
+    let port = free_port();
+    ok(&ctl(
+        state,
+        &[
+            "deploy",
+            "notes",
+            &program,
+            "--listen",
+            &format!("client=127.0.0.1:{port}"),
+            "--config",
+            &config,
+        ],
+    ));
+    port
+}
+
+#[test]
+fn dictionary_entries_are_written_read_listed_and_deleted() {
+    let dir = TempDir::new("entries");
+    let state = dir.0.join("state");
+    let _server = serve(&state, &[]);
+    let port = deploy_notes(&dir, &state, 3);
+
+    // The program's own entry, read back whole.
+    assert_eq!(http_get(port, "/a"), "new");
+    assert_eq!(http_get(port, "/a"), "/a");
+    let read = ok(&ctl(&state, &["read", "notes", "notes//a"]));
+    assert!(read.contains("GET /a HTTP/1.1"), "{read}");
+
+    // An entry written with ctl as text: the program answers from it.
+    let out = ok(&ctl(&state, &["write", "notes", "notes//b", WRITTEN]));
+    assert!(out.contains("GET /written"), "{out}");
+    assert_eq!(http_get(port, "/b"), "/written");
+
+    // One written over the API as base64.
+    let (status, a) = call(
+        &state,
+        "PUT",
+        "/services/notes/state/notes//c",
+        Some(&json!({ "base64": api::base64_encode(b"GET /c64 HTTP/1.1\r\nHost: x\r\n\r\n") })),
+    );
+    assert_eq!(status, 200, "{a}");
+    assert_eq!(a["created"], json!(true));
+    assert_eq!(
+        (a["len"].clone(), a["capacity"].clone()),
+        (json!(3), json!(3))
+    );
+    let (_, a) = call(&state, "GET", "/services/notes/state/notes//c", None);
+    assert_eq!(
+        api::base64_decode(a["base64"].as_str().unwrap()).unwrap(),
+        b"GET /c64 HTTP/1.1\r\nHost: x\r\n\r\n"
+    );
+
+    // Listed a page at a time, oldest first.
+    let (status, page) = call(&state, "GET", "/services/notes/state/notes?limit=2", None);
+    assert_eq!(status, 200, "{page}");
+    let keys = |p: &Json| -> Vec<String> {
+        p["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["key"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(keys(&page), ["/a", "/b"]);
+    assert_eq!(page["next"], json!(2));
+    assert_eq!(page["len"], json!(3));
+    let (_, page) = call(
+        &state,
+        "GET",
+        "/services/notes/state/notes?limit=2&cursor=2",
+        None,
+    );
+    assert_eq!(keys(&page), ["/c"]);
+    assert_eq!(page["next"], Json::Null);
+    let listing = ok(&ctl(&state, &["read", "notes", "notes"]));
+    assert!(listing.contains("/b \"GET /written"), "{listing}");
+    assert!(listing.contains("3 of 3 entries, capacity 3"), "{listing}");
+
+    // Full: a new key is refused with the figures, an old one replaced.
+    let err = refused(&ctl(&state, &["write", "notes", "notes//d", WRITTEN]));
+    assert!(err.contains("3 entries of its capacity of 3"), "{err}");
+    let (status, _) = call(
+        &state,
+        "PUT",
+        "/services/notes/state/notes//d",
+        Some(&json!({ "value": WRITTEN })),
+    );
+    assert_eq!(status, 409);
+    let (status, a) = call(
+        &state,
+        "PUT",
+        "/services/notes/state/notes//c",
+        Some(&json!(WRITTEN)),
+    );
+    assert_eq!((status, a["created"].clone()), (200, json!(false)), "{a}");
+
+    // Deleted: the program notes the target afresh.
+    let out = ok(&ctl(&state, &["delete", "notes", "notes//a"]));
+    assert!(out.contains("2 entries left"), "{out}");
+    let err = refused(&ctl(&state, &["delete", "notes", "notes//a"]));
+    assert!(err.contains("holds nothing under `/a`"), "{err}");
+    assert_eq!(http_get(port, "/a"), "new");
+}
+
+#[test]
+fn dictionary_writes_are_refused_with_their_status() {
+    let dir = TempDir::new("refusals");
+    let state = dir.0.join("state");
+    let _server = serve(&state, &[]);
+    deploy_notes(&dir, &state, 4);
+    let put = |path: &str, body: Json| call(&state, "PUT", path, Some(&body));
+    // Not a message of the dictionary's unit.
+    let (status, a) = put("/services/notes/state/notes//x", json!("hello"));
+    assert_eq!(status, 400, "{a}");
+    assert!(a["error"].as_str().unwrap().contains("`request`"), "{a}");
+    let (status, _) = put("/services/notes/state/notes//x", json!({ "base64": "!!" }));
+    assert_eq!(status, 400);
+    let (status, a) = put("/services/notes/state/notes//x", json!({ "value": 7 }));
+    assert_eq!(status, 400, "{a}");
+    // Not a dictionary, a dictionary of integers, no such variable or
+    // service.
+    let (status, a) = put("/services/notes/state/hits/x", json!(WRITTEN));
+    assert_eq!(status, 400, "{a}");
+    assert!(
+        a["error"].as_str().unwrap().contains("not a dictionary"),
+        "{a}"
+    );
+    let (status, a) = put("/services/notes/state/seen/x", json!(WRITTEN));
+    assert_eq!(status, 422, "{a}");
+    assert!(
+        a["error"]
+            .as_str()
+            .unwrap()
+            .contains("dict<string*integer>"),
+        "{a}"
+    );
+    let (status, _) = put("/services/notes/state/nothing/x", json!(WRITTEN));
+    assert_eq!(status, 404);
+    let (status, _) = put("/services/nobody/state/notes//x", json!(WRITTEN));
+    assert_eq!(status, 404);
+    // A variable is not deleted; an entry that is not there is 404.
+    let (status, _) = call(&state, "DELETE", "/services/notes/state/hits", None);
+    assert_eq!(status, 405);
+    let (status, _) = call(&state, "DELETE", "/services/notes/state/notes//zz", None);
+    assert_eq!(status, 404);
+    let (status, _) = call(&state, "GET", "/services/notes/state/notes//zz", None);
+    assert_eq!(status, 404);
+    // A listing's bounds.
+    let (status, _) = call(
+        &state,
+        "GET",
+        "/services/notes/state/notes?limit=5000",
+        None,
+    );
+    assert_eq!(status, 400);
+    let (status, _) = call(&state, "GET", "/services/notes/state/notes?cursor=x", None);
+    assert_eq!(status, 400);
+    let (status, a) = call(&state, "GET", "/services/notes/state/notes", None);
+    assert_eq!(status, 200);
+    assert_eq!(
+        (a["len"].clone(), a["capacity"].clone()),
+        (json!(0), json!(4)),
+        "{a}"
+    );
+    let (status, _) = call(&state, "POST", "/services/notes/state/notes//x", None);
+    assert_eq!(status, 405);
+}
+
+#[test]
+fn a_dictionary_and_a_global_survive_a_redeploy() {
+    let dir = TempDir::new("redeploy");
+    let state = dir.0.join("state");
+    let _server = serve(&state, &[]);
+    let port = deploy_notes(&dir, &state, 16);
+    assert_eq!(http_get(port, "/a"), "new");
+    ok(&ctl(&state, &["write", "notes", "notes//b", WRITTEN]));
+    // The new version answers otherwise for a new target: it is new.
+    let program = dir.file("notes2.flick", &NOTES.replace("\"new\"", "\"fresh\""));
+    let config = dir.0.join("notes.toml");
+    let out = ok(&ctl(
+        &state,
+        &[
+            "redeploy",
+            "notes",
+            &program,
+            "--listen",
+            &format!("client=127.0.0.1:{port}"),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    ));
+    assert!(out.contains("version 2"), "{out}");
+    assert!(out.contains("notes"), "{out}");
+    assert!(out.contains("hits"), "{out}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // The old version drains; new connections reach the new one.
+    while http_get(port, "/z") != "fresh" {
+        assert!(Instant::now() < deadline, "the new version never answered");
+    }
+    assert_eq!(http_get(port, "/b"), "/written");
+    assert_eq!(http_get(port, "/a"), "/a");
+    let listing = ok(&ctl(&state, &["read", "notes", "notes"]));
+    assert!(
+        listing.contains("/a ") && listing.contains("/b "),
+        "{listing}"
+    );
+    let hits: u64 = ok(&ctl(&state, &["read", "notes", "hits"]))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(hits >= 4, "hits carried and counted on: {hits}");
+}
+
+#[test]
+fn state_saved_while_running_survives_a_killed_serve() {
+    let dir = TempDir::new("killed");
+    let state = dir.0.join("state");
+    let mut server = serve(&state, &["--save-every", "1"]);
+    let port = deploy_notes(&dir, &state, 16);
+    assert_eq!(http_get(port, "/a"), "new");
+    ok(&ctl(&state, &["write", "notes", "notes//b", WRITTEN]));
+    ok(&ctl(&state, &["write", "notes", "hits", "40"]));
+    // Past the save interval, then SIGKILL: nothing runs at the end.
+    std::thread::sleep(Duration::from_millis(2500));
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    drop(server);
+    let saved = std::fs::read_to_string(state.join("services/notes.globals")).unwrap();
+    assert!(saved.contains("\"entries\""), "{saved}");
+    let _server = serve(&state, &["--save-every", "1"]);
+    assert_eq!(ok(&ctl(&state, &["read", "notes", "hits"])).trim(), "40");
+    assert!(ok(&ctl(&state, &["read", "notes", "notes//a"])).contains("GET /a"));
+    assert_eq!(http_get(port, "/b"), "/written");
+    assert_eq!(http_get(port, "/a"), "/a");
+    assert_eq!(ok(&ctl(&state, &["read", "notes", "hits"])).trim(), "42");
+}
+
+#[test]
+fn with_no_save_interval_only_a_clean_stop_saves() {
+    let dir = TempDir::new("nosave");
+    let state = dir.0.join("state");
+    let mut server = serve(&state, &["--save-every", "0"]);
+    let port = deploy_notes(&dir, &state, 16);
+    assert_eq!(http_get(port, "/a"), "new");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!state.join("services/notes.globals").exists());
+    let term = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    assert!(server.child.wait().unwrap().success());
+    drop(server);
+    let _server = serve(&state, &[]);
+    assert_eq!(http_get(port, "/a"), "/a", "the entry came back");
+}
