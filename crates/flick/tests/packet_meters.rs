@@ -1,0 +1,486 @@
+//! The meter and Bloom filter examples (`examples/packets/policer.flick`,
+//! `examples/packets/new_flows.flick`) on the captures
+//! `scripts/gen_meters.py` writes:
+//!
+//! - the captures in the repository are what the script writes;
+//! - the expected outputs (`testdata/expected/policer.*`,
+//!   `new_flows.*`) are what the plain Rust models of
+//!   `flick_testkit::meter_model` give, and `flick run` gives exactly
+//!   them, with one worker and with two;
+//! - on random traffic with random gaps (proptest), `flick run` agrees
+//!   with the models: the policer with any number of workers, and a Bloom
+//!   filter small enough to give false positives with one;
+//! - `flick check` refuses a meter or filter without its parameters.
+//!
+//! `UPDATE_GOLDEN=1 cargo test -p flick --test packet_meters` rewrites
+//! the expected files from the models (then read the diff).
+
+use flick_testkit::meter_model::{encoded_string_key, NewFlows, Policer, POLICER};
+use flick_testkit::packet_model::{dump_key, parse, Key};
+use proptest::prelude::*;
+use serde_json::{json, Map, Value as Json};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+fn testdata(name: &str) -> PathBuf {
+    Path::new(ROOT).join("examples/packets/testdata").join(name)
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(ROOT).join("examples/packets").join(name)
+}
+
+/// A directory of the test's own, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!(
+            "flick-packet-meters-{tag}-{}-{n}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+type Frames = Vec<(Vec<u8>, u64)>;
+
+/// `flick run PROGRAM --port ... --dump DUMP --workers N`; the dump's
+/// `globals`.
+fn flick_run(program: &Path, ports: &[String], dump: &Path, workers: usize) -> Map<String, Json> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flick"));
+    cmd.current_dir(ROOT)
+        .arg("run")
+        .arg(program)
+        .arg("--workers")
+        .arg(workers.to_string())
+        .arg("--dump")
+        .arg(dump);
+    for p in ports {
+        cmd.arg("--port").arg(p);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "flick run {} failed: {}",
+        program.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dump: Json = serde_json::from_slice(&std::fs::read(dump).unwrap()).unwrap();
+    assert_eq!(dump["malformed"], 0, "{dump}");
+    assert_eq!(dump["faults"], 0, "{dump}");
+    dump["globals"].as_object().unwrap().clone()
+}
+
+fn frames_of(path: &Path) -> Frames {
+    flick_packet_io::read_pcap(path).unwrap()
+}
+
+/// What the models say for a capture.
+struct Expected {
+    policer: Json,
+    passed: Frames,
+    new_flows: Json,
+    new: Frames,
+}
+
+fn models(frames: &Frames) -> Expected {
+    let mut policer = Policer::new(POLICER);
+    let mut passed = Vec::new();
+    let mut flows = NewFlows::new(65536, 3);
+    let mut new = Vec::new();
+    for (f, ts) in frames {
+        if policer.frame(f, *ts) {
+            passed.push((f.clone(), *ts));
+        }
+        if flows.frame(f) {
+            new.push((f.clone(), *ts));
+        }
+    }
+    let buckets: std::collections::BTreeMap<String, Json> = policer
+        .tokens()
+        .map(|(k, t)| (dump_key(&k.packed()), json!(t)))
+        .collect();
+    Expected {
+        policer: json!({ "buckets": buckets, "red": policer.red }),
+        passed,
+        new_flows: json!({
+            "seen": { "bits": flows.seen.bits(), "hashes": 3, "set": flows.seen.set() }
+        }),
+        new,
+    }
+}
+
+/// Runs both examples on `input` with `workers` and checks every output
+/// against `expected`.
+fn run_examples(input: &Path, workers: usize, expected: &Expected, scratch: &Scratch) {
+    let all = frames_of(input);
+    let input = input.display();
+    let passed = scratch.path("passed.pcap");
+    let policer = flick_run(
+        &example("policer.flick"),
+        &[
+            format!("wire=pcap:{input}"),
+            format!("out=pcap-out:{}", passed.display()),
+        ],
+        &scratch.path("policer.json"),
+        workers,
+    );
+    assert_eq!(
+        Json::Object(policer),
+        expected.policer,
+        "policer, {workers} workers"
+    );
+    assert!(
+        frames_of(&passed) == expected.passed,
+        "policer's passed frames, {workers} workers"
+    );
+
+    let (new, out) = (scratch.path("new.pcap"), scratch.path("out.pcap"));
+    let flows = flick_run(
+        &example("new_flows.flick"),
+        &[
+            format!("wire=pcap:{input}"),
+            format!("new=pcap-out:{}", new.display()),
+            format!("out=pcap-out:{}", out.display()),
+        ],
+        &scratch.path("new_flows.json"),
+        workers,
+    );
+    assert_eq!(
+        Json::Object(flows),
+        expected.new_flows,
+        "new_flows, {workers} workers"
+    );
+    assert!(
+        frames_of(&new) == expected.new,
+        "new_flows' new frames, {workers} workers"
+    );
+    assert!(frames_of(&out) == all, "new_flows sends every frame to out");
+}
+
+#[test]
+fn captures_are_what_the_generator_writes() {
+    let scratch = Scratch::new("gen");
+    let status = Command::new("python3")
+        .current_dir(ROOT)
+        .arg("scripts/gen_meters.py")
+        .arg(&scratch.0)
+        .status();
+    match status {
+        Ok(s) => assert!(s.success(), "scripts/gen_meters.py failed"),
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("skipped: no python3 ({e})");
+            return;
+        }
+        Err(e) => panic!("python3: {e}"),
+    }
+    for name in ["policer.pcap", "new_flows.pcap"] {
+        assert!(
+            std::fs::read(scratch.path(name)).unwrap() == std::fs::read(testdata(name)).unwrap(),
+            "{name} differs from what scripts/gen_meters.py writes: run it and commit the result"
+        );
+    }
+}
+
+fn expected_path(what: &str) -> PathBuf {
+    testdata(&format!("expected/{what}"))
+}
+
+/// The expected files, from the models: each capture runs through both
+/// examples, but the files keep each example's own capture.
+fn golden_files() -> Vec<(&'static str, Vec<u8>)> {
+    let policer = models(&frames_of(&testdata("policer.pcap")));
+    let flows = models(&frames_of(&testdata("new_flows.pcap")));
+    let scratch = Scratch::new("golden");
+    let pcap = |name: &str, frames: &Frames| {
+        let p = scratch.path(name);
+        flick_packet_io::write_pcap(&p, frames).unwrap();
+        std::fs::read(&p).unwrap()
+    };
+    vec![
+        (
+            "policer.policer.json",
+            serde_json::to_vec_pretty(&policer.policer).unwrap(),
+        ),
+        ("policer.policer.pcap", pcap("a.pcap", &policer.passed)),
+        (
+            "new_flows.new_flows.json",
+            serde_json::to_vec_pretty(&flows.new_flows).unwrap(),
+        ),
+        ("new_flows.new_flows.pcap", pcap("b.pcap", &flows.new)),
+    ]
+}
+
+#[test]
+fn expected_files_are_what_the_models_give() {
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    for (what, bytes) in golden_files() {
+        let path = expected_path(what);
+        if update {
+            std::fs::write(&path, &bytes).unwrap();
+        } else {
+            let have = std::fs::read(&path)
+                .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
+            assert!(
+                have == bytes,
+                "{} is not what the model gives",
+                path.display()
+            );
+        }
+    }
+}
+
+fn read_json(what: &str) -> Json {
+    serde_json::from_slice(&std::fs::read(expected_path(what)).unwrap()).unwrap()
+}
+
+#[test]
+fn flick_gives_the_expected_outputs() {
+    // Each capture through both examples; the expected files hold each
+    // example on its own capture, the models the rest.
+    for capture in ["policer", "new_flows"] {
+        let input = testdata(&format!("{capture}.pcap"));
+        let mut expected = models(&frames_of(&input));
+        if capture == "policer" {
+            expected.policer = read_json("policer.policer.json");
+            expected.passed = frames_of(&expected_path("policer.policer.pcap"));
+        } else {
+            expected.new_flows = read_json("new_flows.new_flows.json");
+            expected.new = frames_of(&expected_path("new_flows.new_flows.pcap"));
+        }
+        for workers in [1, 2] {
+            let scratch = Scratch::new(capture);
+            run_examples(&input, workers, &expected, &scratch);
+        }
+    }
+}
+
+/// The policer's capture: each kind of source is metered as the example
+/// says (a sanity check of the model, which the files come from).
+#[test]
+fn the_policer_passes_sources_under_the_rate_and_polices_the_rest() {
+    let frames = frames_of(&testdata("policer.pcap"));
+    let passed = frames_of(&expected_path("policer.policer.pcap"));
+    let count = |fs: &Frames, last: u8| {
+        fs.iter()
+            .filter(|(f, _)| {
+                let h = parse(f);
+                h.ip == 4 && h.src[3] == last
+            })
+            .count()
+    };
+    // Under the rate: all of them.
+    assert_eq!(count(&passed, 1), count(&frames, 1));
+    // 1000-byte frames at 4 times the rate for 2 s: the burst and the
+    // rate's worth, 3 frames and 125 a second.
+    let over = count(&passed, 2);
+    assert!((250..=254).contains(&over), "{over}");
+    // Bursts of 8 at 2 a second: the 3000-byte burst holds 2 of them.
+    assert_eq!(count(&passed, 3), 8);
+    let red = read_json("policer.policer.json")["red"].as_u64().unwrap();
+    assert_eq!(red as usize, frames.len() - passed.len());
+}
+
+#[test]
+fn a_meter_or_filter_without_its_parameters_is_refused() {
+    let scratch = Scratch::new("check");
+    let program = scratch.path("bad.flick");
+    std::fs::write(
+        &program,
+        "grammar packet
+
+proc p: (packet/- wire)
+  global m: meter {rate=1000} := new_meter
+  global b: bloom {bits=65536, hashes=40} := new_bloom
+  | wire => f(m)
+
+fun f: (m: ref meter, p: packet) -> ()
+  meter(m, frame_len(p))
+",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_flick"))
+        .arg("check")
+        .arg(&program)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("E0503"), "{text}");
+    assert!(
+        text.contains("`hashes` of a bloom is from 1 to 16"),
+        "{text}"
+    );
+    // Missing parameters are reported once the rest checks.
+    std::fs::write(
+        &program,
+        "grammar packet
+
+proc p: (packet/- wire)
+  global m: meter {rate=1000} := new_meter
+  | wire => f(m)
+
+fun f: (m: ref meter, p: packet) -> ()
+  meter(m, frame_len(p))
+",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_flick"))
+        .arg("check")
+        .arg(&program)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("E0509"), "{text}");
+    assert!(text.contains("`m` needs `burst`"), "{text}");
+}
+
+/// One frame of random traffic: a kind, a source, a size, and the gap
+/// before it.
+#[derive(Debug, Clone)]
+struct Frame {
+    kind: u8,
+    src: u8,
+    port: u16,
+    len: usize,
+    gap_us: u64,
+}
+
+fn frame() -> impl Strategy<Value = Frame> {
+    (0u8..10, 0u8..4, 0u16..4, 60usize..1500, 0u64..20_000).prop_map(
+        |(kind, src, port, len, gap_us)| Frame {
+            kind,
+            src,
+            port,
+            len,
+            gap_us,
+        },
+    )
+}
+
+fn bytes_of(f: &Frame) -> Vec<u8> {
+    let mac = [2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+    let mut b = mac.to_vec();
+    match f.kind {
+        // ARP: not IP.
+        0 => {
+            b.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+            b.resize(42, 0);
+        }
+        // IPv6 UDP.
+        1 => {
+            b.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+            let payload = f.len.max(62) - 54;
+            b.extend_from_slice(&(payload as u16).to_be_bytes());
+            b.extend_from_slice(&[17, 64]);
+            for a in [f.src, 0xff] {
+                b.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, a]);
+            }
+            b.extend_from_slice(&(4000 + f.port).to_be_bytes());
+            b.extend_from_slice(&53u16.to_be_bytes());
+            b.extend_from_slice(&(payload as u16).to_be_bytes());
+            b.extend_from_slice(&[0, 0]);
+            b.resize(f.len.max(62), 0xab);
+        }
+        // IPv4 UDP, or TCP.
+        k => {
+            let proto = if k % 2 == 0 { 17 } else { 6 };
+            let len = f.len.max(64);
+            b.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
+            b.extend_from_slice(&((len - 14) as u16).to_be_bytes());
+            b.extend_from_slice(&[0, 1, 0x40, 0, 64, proto, 0, 0]);
+            b.extend_from_slice(&[10, 0, 0, f.src, 10, 9, 9, 9]);
+            b.extend_from_slice(&(4000 + f.port).to_be_bytes());
+            b.extend_from_slice(&80u16.to_be_bytes());
+            if proto == 17 {
+                b.extend_from_slice(&((len - 34) as u16).to_be_bytes());
+                b.extend_from_slice(&[0, 0]);
+            } else {
+                b.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0]);
+            }
+            b.resize(len, 0xcd);
+        }
+    }
+    b
+}
+
+fn timed(traffic: &[Frame]) -> Frames {
+    let mut ts = 1_700_000_000_000_000_000u64;
+    traffic
+        .iter()
+        .map(|f| {
+            ts += f.gap_us * 1000;
+            (bytes_of(f), ts)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn flick_agrees_with_the_models(traffic in prop::collection::vec(frame(), 1..150), workers in 1usize..3) {
+        let frames = timed(&traffic);
+        let scratch = Scratch::new("prop");
+        let input = scratch.path("input.pcap");
+        flick_packet_io::write_pcap(&input, &frames).unwrap();
+        run_examples(&input, workers, &models(&frames), &scratch);
+    }
+
+    /// A filter of 128 bits and 2 hashes fills fast: false positives (new
+    /// flows taken for seen ones) must be the model's, bit for bit.
+    #[test]
+    fn a_small_bloom_filter_errs_as_the_model_does(traffic in prop::collection::vec(frame(), 1..150)) {
+        let frames = timed(&traffic);
+        let scratch = Scratch::new("bloom");
+        let input = scratch.path("input.pcap");
+        flick_packet_io::write_pcap(&input, &frames).unwrap();
+        let program = scratch.path("small.flick");
+        let text = std::fs::read_to_string(example("new_flows.flick"))
+            .unwrap()
+            .replace("{bits=65536, hashes=3}", "{bits=128, hashes=2}");
+        std::fs::write(&program, text).unwrap();
+        let mut model = NewFlows::new(128, 2);
+        let expected: Frames = frames.iter().filter(|(f, _)| model.frame(f)).cloned().collect();
+        let new = scratch.path("new.pcap");
+        let dump = flick_run(
+            &program,
+            &[
+                format!("wire=pcap:{}", input.display()),
+                format!("new=pcap-out:{}", new.display()),
+                format!("out=pcap-out:{}", scratch.path("out.pcap").display()),
+            ],
+            &scratch.path("dump.json"),
+            1,
+        );
+        prop_assert!(frames_of(&new) == expected);
+        prop_assert_eq!(&dump["seen"]["set"], &json!(model.seen.set()));
+        // The model's flows, for the record: how many distinct ones there were.
+        let distinct: std::collections::HashSet<Vec<u8>> = frames
+            .iter()
+            .map(|(f, _)| parse(f))
+            .filter(|h| h.ip != 0)
+            .map(|h| encoded_string_key(&Key::five(&h).packed()))
+            .collect();
+        prop_assert!(expected.len() <= distinct.len());
+    }
+}
