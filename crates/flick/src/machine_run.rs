@@ -1,14 +1,16 @@
-//! `flick check FILE.xl` and `flick run FILE.xl --port N=SPEC ...`:
-//! FlowBlaze XL programs, loaded by `flick-machine`, their errors rendered
-//! like every other diagnostic, their tables sized, and the machine served
-//! over numbered packet ports until its input files end (or, for live
-//! ports, until SIGINT or SIGTERM); its tables replaced while it runs on
-//! SIGHUP and through `--control` ([`crate::table_load`]).
+//! `flick check FILE` and `flick run FILE --port CHANNEL=SPEC ...` for
+//! machines: FlowBlaze XL programs (`.xl`) and Flick programs holding a
+//! `machine` item, loaded by `flick-machine`, their errors rendered like
+//! every other diagnostic, their tables sized, and the machine served
+//! over packet ports (numbered, or named by the machine's channels) until
+//! its input files end (or, for live ports, until SIGINT or SIGTERM); its
+//! tables replaced while it runs on SIGHUP and through `--control`
+//! ([`crate::table_load`]).
 
 use crate::render::render;
 use crate::table_load::{self, ControlSocket, TableLoader};
 use flick_machine::xl::{self, XlError};
-use flick_machine::{InPort, MachineService, OutPort, Program};
+use flick_machine::{lang, InPort, Machine, MachineService, OutPort, Program};
 use flick_packet_io::PortSpec;
 use flick_span::{Diagnostic, SourceFile, Span};
 use std::path::Path;
@@ -37,16 +39,44 @@ pub fn render_xl_error(e: &XlError, color: bool) -> String {
     }
 }
 
-fn load(path: &str, color: bool) -> Option<Arc<Program>> {
-    let machine = match xl::load(Path::new(path)) {
+/// Whether `path` is a machine's program: an `.xl` file, or a Flick
+/// program holding a `machine` item. A file that cannot be read is left
+/// to the caller's own reading, which reports it.
+pub fn is_machine(path: &str) -> bool {
+    path.ends_with(".xl")
+        || std::fs::read_to_string(path)
+            .is_ok_and(|text| !flick_syntax::parse(&text).0.machines.is_empty())
+}
+
+/// A machine's program read and lowered: the machine and its channel
+/// names (none for XL, whose ports are numbers), or the rendered errors.
+pub fn read_machine(path: &Path, color: bool) -> Result<(Machine, Vec<String>), String> {
+    if path.extension().is_some_and(|e| e == "xl") {
+        return xl::load(path)
+            .map(|m| (m, Vec::new()))
+            .map_err(|e| render_xl_error(&e, color));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("error: cannot read {}: {e}\n", path.display()))?;
+    match lang::compile(&text) {
+        Ok(l) => Ok((l.machine, l.channels)),
+        Err(diags) => {
+            let file = SourceFile::new(path.display().to_string(), text);
+            Err(render(&file, &diags, color))
+        }
+    }
+}
+
+fn load(path: &str, color: bool) -> Option<(Arc<Program>, Vec<String>)> {
+    let (machine, channels) = match read_machine(Path::new(path), color) {
         Ok(m) => m,
         Err(e) => {
-            eprint!("{}", render_xl_error(&e, color));
+            eprint!("{e}");
             return None;
         }
     };
     match Program::new(machine) {
-        Ok(p) => Some(Arc::new(p)),
+        Ok(p) => Some((Arc::new(p), channels)),
         Err(e) => {
             eprintln!("error: {path}: {e}");
             None
@@ -54,10 +84,11 @@ fn load(path: &str, color: bool) -> Option<Arc<Program>> {
     }
 }
 
-/// `flick check FILE.xl`: loads, compiles, and prints each stage's tables'
-/// sizes. False if the program has errors.
-pub fn check(path: &str, color: bool) -> bool {
-    let Some(program) = load(path, color) else {
+/// `flick check FILE`: loads, compiles, and prints each stage's tables'
+/// sizes; with `bounds`, each stage's table size and memory. False if
+/// the program has errors.
+pub fn check(path: &str, color: bool, bounds: bool) -> bool {
+    let Some((program, _)) = load(path, color) else {
         return false;
     };
     if let Err(e) = flick_machine::FieldReader::new(&program.machine.fields) {
@@ -89,7 +120,39 @@ pub fn check(path: &str, color: bool) -> bool {
     if !program.machine.globals.is_empty() {
         println!("  {} global registers", program.machine.globals.len());
     }
+    if bounds {
+        print!("{}", bounds_report(&program));
+    }
     true
+}
+
+/// Per stage: its flow table's slots, the bytes of one context, and the
+/// table's bytes in all (what each worker holds).
+pub fn bounds_report(program: &Program) -> String {
+    let mut out = String::from("bounds:\n");
+    let mut total = 0;
+    for (i, stage) in program.machine.stages.iter().enumerate() {
+        if stage.stateless() {
+            out.push_str(&format!(
+                "  stage {}: stateless, no flow table\n",
+                stage.name
+            ));
+            continue;
+        }
+        let slots = flick_machine::flows::FlowTable::new(stage.capacity, 0, 0).capacity();
+        let bytes = program.context_bytes(i);
+        total += slots * bytes;
+        out.push_str(&format!(
+            "  stage {}: table of {slots} contexts, {bytes} bytes per context, {} bytes\n",
+            stage.name,
+            slots * bytes
+        ));
+    }
+    out.push_str(&format!(
+        "  flow tables: {total} bytes per worker; {} metadata words per packet\n",
+        program.machine.meta.len()
+    ));
+    out
 }
 
 /// `flick run FILE.xl --port N=SPEC ... [--control PATH]`.
@@ -101,7 +164,7 @@ pub fn run(
     control: Option<&str>,
     color: bool,
 ) -> ExitCode {
-    let Some(program) = load(path, color) else {
+    let Some((program, channels)) = load(path, color) else {
         return ExitCode::FAILURE;
     };
     let mut inputs = Vec::new();
@@ -114,10 +177,23 @@ pub fn run(
                 return ExitCode::FAILURE;
             }
         };
-        let number = match name.parse::<u8>() {
-            Ok(n) if (1..64).contains(&n) => n,
-            _ => {
+        let by_name = channels
+            .iter()
+            .position(|c| *c == name)
+            .map(|i| i as u8 + 1);
+        let number = match (by_name, name.parse::<u8>()) {
+            (Some(n), _) => n,
+            (None, Ok(n)) if (1..64).contains(&n) => n,
+            _ if channels.is_empty() => {
                 eprintln!("error: --port {flag}: an XL program's ports are numbered 1 to 63, as its sendPacket calls and pktRcvd.port name them (`--port 1=pcap:in.pcap`)");
+                return ExitCode::FAILURE;
+            }
+            _ => {
+                eprintln!(
+                    "error: --port {flag}: the machine's channels are {} (or their numbers, 1 to {})",
+                    channels.join(", "),
+                    channels.len()
+                );
                 return ExitCode::FAILURE;
             }
         };
@@ -161,7 +237,11 @@ pub fn run(
         .fold(0u64, |m, t| m | t.ports);
     for n in 1..64u8 {
         if sent_to & (1 << n) != 0 && !outputs.iter().any(|p| p.number == n) {
-            eprintln!("note: the program sends to port {n}, which no --port binds for output; those frames go nowhere");
+            let port = match channels.get(n as usize - 1) {
+                Some(c) => format!("channel {c}"),
+                None => format!("port {n}"),
+            };
+            eprintln!("note: the program sends to {port}, which no --port binds for output; those frames go nowhere");
         }
     }
     let asked =
@@ -174,7 +254,7 @@ pub fn run(
         }
     };
     if workers.is_some_and(|w| w > 1) && service.workers() == 1 {
-        eprintln!("note: one worker serves this program: it has several stages or writes a global register");
+        eprintln!("note: one worker serves this program: it has several stages with flow keys, or writes a global register");
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {

@@ -662,9 +662,13 @@ impl Reloader<'_> {
 fn run_command(args: RunArgs, color: bool) -> ExitCode {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
-    if let Some(xl) = args.file.as_deref().filter(|f| f.ends_with(".xl")) {
+    if let Some(machine) = args
+        .file
+        .as_deref()
+        .filter(|f| flick::machine_run::is_machine(f))
+    {
         return flick::machine_run::run(
-            xl,
+            machine,
             &args.port,
             args.workers,
             args.dump.as_deref(),
@@ -673,7 +677,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         );
     }
     if args.control.is_some() {
-        eprintln!("error: --control is for FlowBlaze `.xl` programs");
+        eprintln!("error: --control is for machines (`.xl` programs and `machine` items)");
         return ExitCode::FAILURE;
     }
     let RunLoad {
@@ -947,8 +951,8 @@ fn main() -> ExitCode {
         Command::Check { bounds, files } => {
             let mut failed = false;
             for path in &files {
-                if path.ends_with(".xl") {
-                    failed |= !flick::machine_run::check(path, color);
+                if flick::machine_run::is_machine(path) {
+                    failed |= !flick::machine_run::check(path, color, bounds);
                     continue;
                 }
                 let file = match read_program(path) {

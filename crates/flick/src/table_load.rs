@@ -1,6 +1,7 @@
-//! Replacing a running FlowBlaze machine's tables: the control socket of
-//! `flick run FILE.xl --control PATH`, SIGHUP, and the client,
-//! `flick table load --control PATH FILE.xl`.
+//! Replacing a running machine's tables: the control socket of
+//! `flick run FILE --control PATH`, SIGHUP, and the client,
+//! `flick table load --control PATH FILE` (an `.xl` program, or a Flick
+//! program holding a `machine`).
 //!
 //! The protocol: one request per connection, one line (at most
 //! [`MAX_REQUEST`] bytes, read within [`READ_TIMEOUT`]), either
@@ -13,8 +14,8 @@
 //! frame it reads; a refused program leaves the running tables as they
 //! were. SIGHUP loads the running file again by the same path.
 
-use crate::machine_run::render_xl_error;
-use flick_machine::{xl, Program};
+use crate::machine_run::read_machine;
+use flick_machine::Program;
 use serde_json::{json, Value as Json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -102,17 +103,16 @@ impl TableLoader {
     }
 
     fn try_load(&mut self, path: &Path) -> Result<(), String> {
-        let machine = xl::load(path).map_err(|e| render_xl_error(&e, false))?;
+        let (machine, _) = read_machine(path, false)?;
         let program = Program::new(machine).map_err(|e| format!("{}: {e}", path.display()))?;
         flick_machine::FieldReader::new(&program.machine.fields)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         self.running
             .check_replacement(&program)
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        let needs_one = program.machine.stages.len() > 1 || program.machine.writes_globals();
-        if needs_one && self.workers > 1 {
+        if program.machine.single_worker() && self.workers > 1 {
             return Err(format!(
-                "{}: the new program needs one worker (several stages, or global registers written), and this run has {}",
+                "{}: the new program needs one worker (several stages with flow keys, or global registers written), and this run has {}",
                 path.display(),
                 self.workers
             ));
@@ -317,6 +317,7 @@ pub fn load_command(control: &str, file: &str, as_json: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flick_machine::xl;
 
     const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/flowblaze");
 

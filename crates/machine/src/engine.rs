@@ -12,8 +12,8 @@
 //! instead, which decides where the packet goes (nowhere if there is none).
 
 use crate::flows::{Expiry, FlowTable, Placed, Timeouts};
-use crate::model::{Event, FieldId, Machine, Value, MAX_KEY, MAX_WRITES};
-use crate::tables::{apply_updates, CompileError, Inputs, StageTables};
+use crate::model::{Event, FieldId, Machine, Stage, Value, MAX_KEY, MAX_META, MAX_WRITES};
+use crate::tables::{apply_updates, CompileError, Entry, Inputs, StageTables, Writable};
 use std::sync::Arc;
 
 /// A machine and its compiled tables.
@@ -37,6 +37,9 @@ impl Program {
     /// registers, and the state and timestamps.
     pub fn context_bytes(&self, s: usize) -> usize {
         let st = &self.machine.stages[s];
+        if st.stateless() {
+            return 0;
+        }
         8 * st.key.len() + 8 * st.flow_regs.len() + std::mem::size_of::<crate::flows::Meta>()
     }
 }
@@ -117,8 +120,10 @@ impl Engine {
             .iter()
             .map(|s| {
                 let init: Vec<Value> = s.flow_regs.iter().map(|r| r.init).collect();
+                // A stateless stage looks nothing up: the smallest table.
+                let capacity = if s.stateless() { 0 } else { s.capacity };
                 StageState {
-                    flows: FlowTable::new(s.capacity, s.key.len(), s.flow_regs.len()),
+                    flows: FlowTable::new(capacity, s.key.len(), s.flow_regs.len()),
                     regs: init.clone(),
                     init,
                 }
@@ -164,145 +169,50 @@ impl Engine {
         self.counters.packets += 1;
         let program = &*self.program;
         let mut verdict = Verdict::default();
+        // The packet's metadata: zero as it enters, carried along.
+        let mut meta = [0 as Value; MAX_META];
+        let (port, len) = (port as Value, len as Value);
         let mut s = 0;
         while let (Some(stage), Some(tables), Some(st)) = (
             program.machine.stages.get(s),
             program.tables.get(s),
             self.stages.get_mut(s),
         ) {
-            let mut key = [0 as Value; MAX_KEY];
-            let n = stage.key.len();
-            for (k, &f) in key.iter_mut().zip(&stage.key) {
-                *k = fields[f as usize];
-            }
-            if stage.biflow {
-                let h = n / 2;
-                if key[h..n] < key[..h] {
-                    for i in 0..h {
-                        key.swap(i, h + i);
-                    }
-                }
-            }
-            let key = &key[..n];
-            let timeouts = Timeouts {
-                idle: stage.idle_timeout_us,
-                hard: stage.hard_timeout_us,
-            };
-            let (port, len) = (port as Value, len as Value);
-            let found = st.flows.find(key);
-            let (mut state, mut created) = (stage.initial, now);
-            match found {
-                Some(slot) => {
-                    st.regs.copy_from_slice(st.flows.regs(slot));
-                    let meta = *st.flows.meta(slot);
-                    (state, created) = (meta.state, meta.created);
-                    if let Some(why) = timeouts.expiry(&meta, now) {
-                        self.counters.expired += 1;
-                        let event = match why {
-                            Expiry::Idle => Event::IdleTimeout,
-                            Expiry::Hard => Event::HardTimeout,
-                        };
-                        let inputs = Inputs {
-                            fields,
-                            globals: &self.globals,
-                            now_us: now,
-                            port,
-                            len,
-                        };
-                        let bits = inputs.bits(&st.regs, &tables.conditions);
-                        match tables.lookup(state, event, bits) {
-                            Some(e) => {
-                                apply_updates(
-                                    &e.updates,
-                                    fields,
-                                    &mut st.regs,
-                                    &mut self.globals,
-                                    now,
-                                    port,
-                                    len,
-                                );
-                                state = e.next_state.unwrap_or(state);
-                            }
-                            None => {
-                                state = stage.initial;
-                                st.regs.copy_from_slice(&st.init);
-                            }
-                        }
-                        created = now;
-                    }
-                }
-                None => st.regs.copy_from_slice(&st.init),
-            }
-            let inputs = Inputs {
-                fields,
-                globals: &self.globals,
-                now_us: now,
-                port,
-                len,
-            };
-            let bits = inputs.bits(&st.regs, &tables.conditions);
-            let mut entry = tables.lookup(state, Event::Packet, bits);
-            if let Some(e) = entry {
-                apply_updates(
-                    &e.updates,
+            let entry = if stage.stateless() {
+                let inputs = Inputs {
                     fields,
-                    &mut st.regs,
-                    &mut self.globals,
-                    now,
+                    globals: &self.globals,
+                    now_us: now,
                     port,
                     len,
-                );
-                state = e.next_state.unwrap_or(state);
-            }
-            let initial = state == stage.initial && st.regs == st.init;
-            let slot = match found {
-                Some(slot) if initial => {
-                    st.flows.remove(slot);
-                    None
+                    meta: &meta,
+                };
+                let bits = inputs.bits(&st.regs, &tables.conditions);
+                let entry = tables.lookup(stage.initial, Event::Packet, bits);
+                if let Some(e) = entry {
+                    let out = Writable {
+                        globals: &mut self.globals,
+                        meta: &mut meta,
+                    };
+                    apply_updates(&e.updates, fields, &mut st.regs, out, now, port, len);
                 }
-                Some(slot) => Some(slot),
-                None if initial => None,
-                None => match st.flows.insert(key, now, &timeouts, stage.eviction) {
-                    Ok(Placed::Free(slot)) => Some(slot),
-                    Ok(Placed::Evicted(slot)) => {
-                        self.counters.evicted += 1;
-                        Some(slot)
-                    }
-                    Err(_) => {
-                        self.counters.table_full += 1;
-                        st.regs.copy_from_slice(&st.init);
-                        let inputs = Inputs {
-                            fields,
-                            globals: &self.globals,
-                            now_us: now,
-                            port,
-                            len,
-                        };
-                        let bits = inputs.bits(&st.regs, &tables.conditions);
-                        entry = tables.lookup(stage.initial, Event::TableFull, bits);
-                        if let Some(e) = entry {
-                            apply_updates(
-                                &e.updates,
-                                fields,
-                                &mut st.regs,
-                                &mut self.globals,
-                                now,
-                                port,
-                                len,
-                            );
-                        }
-                        None
-                    }
-                },
+                entry
+            } else {
+                Self::stateful(
+                    stage,
+                    tables,
+                    st,
+                    &mut self.globals,
+                    &mut self.counters,
+                    &mut meta,
+                    fields,
+                    (now, port, len),
+                )
             };
-            if let Some(slot) = slot {
-                st.flows.regs_mut(slot).copy_from_slice(&st.regs);
-                let meta = st.flows.meta_mut(slot);
-                meta.state = state;
-                meta.created = created;
-                meta.last = now;
-            }
             let Some(e) = entry else { break };
+            if e.drop {
+                verdict.ports = 0;
+            }
             verdict.ports |= e.ports;
             let inputs = Inputs {
                 fields,
@@ -310,6 +220,7 @@ impl Engine {
                 now_us: now,
                 port,
                 len,
+                meta: &meta,
             };
             for &(f, v) in &e.writes {
                 if verdict.nwrites < MAX_WRITES {
@@ -323,6 +234,137 @@ impl Engine {
             }
         }
         verdict
+    }
+
+    /// A stage that keeps flow contexts: finds the packet's, runs its
+    /// timeout and packet transitions, and stores it back (or not, when
+    /// it is back at its start). The entry the packet took, if any;
+    /// `st.regs` holds the context's registers after it.
+    #[allow(clippy::too_many_arguments)]
+    fn stateful<'t>(
+        stage: &Stage,
+        tables: &'t StageTables,
+        st: &mut StageState,
+        globals: &mut [Value],
+        counters: &mut Counters,
+        meta: &mut [Value; MAX_META],
+        fields: &[Value],
+        (now, port, len): (u64, Value, Value),
+    ) -> Option<&'t Entry> {
+        let mut key = [0 as Value; MAX_KEY];
+        let n = stage.key.len();
+        for (k, &f) in key.iter_mut().zip(&stage.key) {
+            *k = fields[f as usize];
+        }
+        if stage.biflow {
+            let h = n / 2;
+            if key[h..n] < key[..h] {
+                for i in 0..h {
+                    key.swap(i, h + i);
+                }
+            }
+        }
+        let key = &key[..n];
+        let timeouts = Timeouts {
+            idle: stage.idle_timeout_us,
+            hard: stage.hard_timeout_us,
+        };
+        let found = st.flows.find(key);
+        let (mut state, mut created) = (stage.initial, now);
+        match found {
+            Some(slot) => {
+                st.regs.copy_from_slice(st.flows.regs(slot));
+                let m = *st.flows.meta(slot);
+                (state, created) = (m.state, m.created);
+                if let Some(why) = timeouts.expiry(&m, now) {
+                    counters.expired += 1;
+                    let event = match why {
+                        Expiry::Idle => Event::IdleTimeout,
+                        Expiry::Hard => Event::HardTimeout,
+                    };
+                    let inputs = Inputs {
+                        fields,
+                        globals,
+                        now_us: now,
+                        port,
+                        len,
+                        meta,
+                    };
+                    let bits = inputs.bits(&st.regs, &tables.conditions);
+                    match tables.lookup(state, event, bits) {
+                        Some(e) => {
+                            let out = Writable { globals, meta };
+                            apply_updates(&e.updates, fields, &mut st.regs, out, now, port, len);
+                            state = e.next_state.unwrap_or(state);
+                        }
+                        None => {
+                            state = stage.initial;
+                            st.regs.copy_from_slice(&st.init);
+                        }
+                    }
+                    created = now;
+                }
+            }
+            None => st.regs.copy_from_slice(&st.init),
+        }
+        let inputs = Inputs {
+            fields,
+            globals,
+            now_us: now,
+            port,
+            len,
+            meta,
+        };
+        let bits = inputs.bits(&st.regs, &tables.conditions);
+        let mut entry = tables.lookup(state, Event::Packet, bits);
+        if let Some(e) = entry {
+            let out = Writable { globals, meta };
+            apply_updates(&e.updates, fields, &mut st.regs, out, now, port, len);
+            state = e.next_state.unwrap_or(state);
+        }
+        let initial = state == stage.initial && st.regs == st.init;
+        let slot = match found {
+            Some(slot) if initial => {
+                st.flows.remove(slot);
+                None
+            }
+            Some(slot) => Some(slot),
+            None if initial => None,
+            None => match st.flows.insert(key, now, &timeouts, stage.eviction) {
+                Ok(Placed::Free(slot)) => Some(slot),
+                Ok(Placed::Evicted(slot)) => {
+                    counters.evicted += 1;
+                    Some(slot)
+                }
+                Err(_) => {
+                    counters.table_full += 1;
+                    st.regs.copy_from_slice(&st.init);
+                    let inputs = Inputs {
+                        fields,
+                        globals,
+                        now_us: now,
+                        port,
+                        len,
+                        meta,
+                    };
+                    let bits = inputs.bits(&st.regs, &tables.conditions);
+                    entry = tables.lookup(stage.initial, Event::TableFull, bits);
+                    if let Some(e) = entry {
+                        let out = Writable { globals, meta };
+                        apply_updates(&e.updates, fields, &mut st.regs, out, now, port, len);
+                    }
+                    None
+                }
+            },
+        };
+        if let Some(slot) = slot {
+            st.flows.regs_mut(slot).copy_from_slice(&st.regs);
+            let m = st.flows.meta_mut(slot);
+            m.state = state;
+            m.created = created;
+            m.last = now;
+        }
+        entry
     }
 
     /// Every context of every stage, in slot order.

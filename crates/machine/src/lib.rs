@@ -13,6 +13,8 @@
 //! - [`fields`]: XL's field names on the stock `packet` grammar's unit,
 //!   and the per-frame reader.
 //! - [`xl`]: FlowBlaze's XL language front end.
+//! - [`lang`]: Flick's own `machine` items (parsed by `flick-syntax`) to
+//!   the same model, with diagnostics.
 //! - [`service`]: a machine served over packet ports, frames steered to
 //!   workers by flow key and written back in input order; the dump.
 //!
@@ -23,6 +25,7 @@
 pub mod engine;
 pub mod fields;
 pub mod flows;
+pub mod lang;
 pub mod model;
 pub mod service;
 pub mod tables;

@@ -23,6 +23,10 @@ pub const MAX_CONDITIONS: usize = 64;
 pub const MAX_PORTS: usize = 64;
 /// Most `setField` writes one packet collects across its stages.
 pub const MAX_WRITES: usize = 8;
+/// Most per-packet metadata words a program declares.
+pub const MAX_META: usize = 16;
+/// Most flow contexts one stage's table may hold.
+pub const MAX_CAPACITY: usize = 1 << 24;
 
 /// A packet field a program reads (and maybe writes).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +56,9 @@ pub enum Operand {
     InPort,
     /// The frame's length in bytes (`pktRcvd.len`).
     Len,
+    /// A per-packet metadata word: 0 when the packet enters the first
+    /// stage, carried to the stages it goes on to.
+    Meta(u16),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -125,6 +132,7 @@ pub enum Expr {
 pub enum Target {
     FlowReg(u16),
     GlobalReg(u16),
+    Meta(u16),
 }
 
 /// `target = expr`, run in order: each update sees the ones before it.
@@ -188,6 +196,8 @@ pub struct Transition {
     pub writes: Vec<(FieldId, Operand)>,
     /// Go on to this later stage with the packet.
     pub next_stage: Option<u16>,
+    /// Drop the packet: the ports earlier stages sent it to are cleared.
+    pub drop: bool,
 }
 
 /// Which context gives way when a new one finds no room.
@@ -205,6 +215,8 @@ pub enum Eviction {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stage {
     pub name: String,
+    /// Empty for a stateless stage: no flow context is looked up, its
+    /// one state is the initial one and it has no flow registers.
     pub key: Vec<FieldId>,
     /// Both directions share a context: the key's first half and second
     /// half are the two endpoints, ordered before lookup.
@@ -231,9 +243,32 @@ pub struct Machine {
     pub fields: Vec<FieldDef>,
     pub globals: Vec<Register>,
     pub stages: Vec<Stage>,
+    /// Per-packet metadata words, by name (none in XL programs).
+    pub meta: Vec<String>,
+}
+
+impl Stage {
+    /// A stage without a flow key keeps no contexts.
+    pub fn stateless(&self) -> bool {
+        self.key.is_empty()
+    }
 }
 
 impl Machine {
+    /// Whether one worker must serve every frame: more than one stage
+    /// keeps flow contexts (no one key splits them all), or a transition
+    /// writes a global register (globals are exact only in one place).
+    pub fn single_worker(&self) -> bool {
+        self.stages.iter().filter(|s| !s.stateless()).count() > 1 || self.writes_globals()
+    }
+
+    /// The stage whose flow key steers frames to workers: the first (and,
+    /// where several workers serve, the only) stage that keeps contexts.
+    /// None when every stage is stateless: any worker may take a frame.
+    pub fn steering_stage(&self) -> Option<usize> {
+        self.stages.iter().position(|s| !s.stateless())
+    }
+
     /// Whether some transition writes a global register (then one worker
     /// serves every frame, so that globals are exact).
     pub fn writes_globals(&self) -> bool {

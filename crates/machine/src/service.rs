@@ -7,10 +7,12 @@
 //!    inputs, ports are read in turn, a batch at a time. Each frame is
 //!    copied into a pooled job, numbered in reading order, parsed once
 //!    with the `packet` unit into the program's field values, and queued
-//!    to the worker its flow key hashes to (the key of the first stage,
-//!    ordered for a biflow key, so both directions meet). A program with
-//!    several stages, or that writes a global register, is served by one
-//!    worker: its contexts or globals could not be split by one key.
+//!    to the worker its flow key hashes to (the key of the first stage
+//!    that keeps contexts, ordered for a biflow key, so both directions
+//!    meet; frames of a program whose stages are all stateless go to the
+//!    workers in turn). A program with several stages that keep contexts,
+//!    or that writes a global register, is served by one worker: its
+//!    contexts or globals could not be split by one key.
 //! 2. A worker runs the engine on the job: its flow tables are its own,
 //!    so nothing is locked per frame. Tables sent to [`MachineService::run`]
 //!    reach every worker through its queue, between two frames, in the
@@ -255,7 +257,7 @@ impl MachineService {
     /// Checks the program's fields against the `packet` grammar.
     pub fn new(program: Arc<Program>, workers: usize) -> Result<MachineService, RunError> {
         FieldReader::new(&program.machine.fields)?;
-        let one = program.machine.stages.len() > 1 || program.machine.writes_globals();
+        let one = program.machine.single_worker();
         Ok(MachineService {
             workers: if one { 1 } else { workers.max(1) },
             program,
@@ -533,10 +535,9 @@ impl Dispatch {
     fn swaps(&mut self, swaps: Option<&Receiver<Arc<Program>>>) -> Result<(), RunError> {
         let Some(rx) = swaps else { return Ok(()) };
         while let Ok(p) = rx.try_recv() {
-            let one = p.machine.stages.len() > 1 || p.machine.writes_globals();
-            if one && self.queues.len() > 1 {
+            if p.machine.single_worker() && self.queues.len() > 1 {
                 self.refused.push(
-                    "the new program needs one worker (several stages, or global registers written), and this run has several".into(),
+                    "the new program needs one worker (several stages with flow keys, or global registers written), and this run has several".into(),
                 );
                 continue;
             }
@@ -561,8 +562,12 @@ impl Dispatch {
         if !self.reader.read(&job.buf, &mut job.fields) {
             self.unparsed += 1;
         }
-        let w = if self.queues.len() > 1 {
-            let stage = &self.program.machine.stages[0];
+        let steering = self.program.machine.steering_stage();
+        let w = if self.queues.len() > 1 && steering.is_none() {
+            // No stage keeps contexts: any worker will do.
+            (job.seq % self.queues.len() as u64) as usize
+        } else if let (true, Some(s)) = (self.queues.len() > 1, steering) {
+            let stage = &self.program.machine.stages[s];
             let mut key = [0 as Value; MAX_KEY];
             let k = stage.key.len();
             for (v, &f) in key.iter_mut().zip(&stage.key) {

@@ -31,6 +31,8 @@ pub struct Entry {
     pub ports: u64,
     pub writes: Vec<(FieldId, Operand)>,
     pub next_stage: Option<u16>,
+    /// Clears the ports earlier stages sent the packet to.
+    pub drop: bool,
 }
 
 /// A stage's tables.
@@ -79,6 +81,7 @@ impl StageTables {
                 ports: t.ports,
                 writes: t.writes.clone(),
                 next_stage: t.next_stage,
+                drop: t.drop,
             });
             match t.from {
                 Some(s) => own[s as usize * Event::COUNT + t.event.index()].push(row),
@@ -125,6 +128,8 @@ pub struct Inputs<'a> {
     pub now_us: u64,
     pub port: u64,
     pub len: u64,
+    /// The packet's metadata words.
+    pub meta: &'a [u64],
 }
 
 impl Inputs<'_> {
@@ -138,6 +143,7 @@ impl Inputs<'_> {
             Operand::Now => self.now_us,
             Operand::InPort => self.port,
             Operand::Len => self.len,
+            Operand::Meta(m) => self.meta[m as usize],
         }
     }
 
@@ -156,17 +162,25 @@ impl Inputs<'_> {
     }
 }
 
-/// Runs `updates` in order on the flow registers and the globals.
+/// What updates write besides the flow registers.
+pub struct Writable<'a> {
+    pub globals: &'a mut [u64],
+    pub meta: &'a mut [u64],
+}
+
+/// Runs `updates` in order on the flow registers, the globals and the
+/// packet's metadata.
 #[inline]
 pub fn apply_updates(
     updates: &[Update],
     fields: &[u64],
     flow: &mut [u64],
-    globals: &mut [u64],
+    out: Writable,
     now_us: u64,
     port: u64,
     len: u64,
 ) {
+    let Writable { globals, meta } = out;
     for u in updates {
         let v = {
             let inputs = Inputs {
@@ -175,6 +189,7 @@ pub fn apply_updates(
                 now_us,
                 port,
                 len,
+                meta,
             };
             match u.expr {
                 Expr::Operand(o) => inputs.operand(flow, o),
@@ -186,6 +201,7 @@ pub fn apply_updates(
         match u.target {
             Target::FlowReg(r) => flow[r as usize] = v,
             Target::GlobalReg(r) => globals[r as usize] = v,
+            Target::Meta(m) => meta[m as usize] = v,
         }
     }
 }

@@ -29,11 +29,243 @@ pub struct Comment {
     pub span: Span,
     /// The comment's text from `#` to the end of its line.
     pub text: String,
+    /// The token it follows on its line (`x := 1  # why`), if any.
+    pub follows: Option<Span>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Program {
     pub decls: Vec<Decl>,
+    /// `machine` items: per-flow state machines, which `flick-machine`
+    /// lowers to its tables. Kept apart from `decls`, which become task
+    /// graphs; the formatter puts both back in source order.
+    pub machines: Vec<MachineDecl>,
+}
+
+/// `machine NAME: (CHANNELS)` and its indented items: a pipeline of
+/// stages keeping per-flow state (FlowBlaze's model).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineDecl {
+    pub name: Ident,
+    /// The packet channels, numbered 1, 2, ... in this order.
+    pub channels: Vec<Param>,
+    pub items: Vec<MachineItem>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MachineItem {
+    /// `const NAME = VALUE`.
+    Const {
+        name: Ident,
+        value: MOperand,
+        span: Span,
+    },
+    /// `global NAME: TYPE := VALUE`: a register every context shares.
+    Global(RegisterDecl),
+    /// `meta NAME: TYPE`: a per-packet word, 0 at the first stage.
+    Meta(RegisterDecl),
+    Stage(StageDecl),
+}
+
+/// A register or metadata word: `NAME[: TYPE] [:= VALUE]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegisterDecl {
+    pub name: Ident,
+    pub ty: Option<TypeExpr>,
+    pub init: Option<MOperand>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StageDecl {
+    pub name: Ident,
+    pub items: Vec<StageItem>,
+    pub span: Span,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeUnit {
+    Us,
+    Ms,
+    S,
+}
+
+impl TimeUnit {
+    pub fn name(self) -> &'static str {
+        match self {
+            TimeUnit::Us => "us",
+            TimeUnit::Ms => "ms",
+            TimeUnit::S => "s",
+        }
+    }
+
+    /// Microseconds in one of the unit.
+    pub fn micros(self) -> u64 {
+        match self {
+            TimeUnit::Us => 1,
+            TimeUnit::Ms => 1_000,
+            TimeUnit::S => 1_000_000,
+        }
+    }
+}
+
+/// A duration as written: `10s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Duration {
+    pub amount: u64,
+    pub unit: TimeUnit,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StageItem {
+    /// `key F, ...` or `key biflow (A, ...) (B, ...)`.
+    Key {
+        fields: Vec<MOperand>,
+        /// The other endpoint's fields, for a biflow key.
+        other: Option<Vec<MOperand>>,
+        span: Span,
+    },
+    IdleTimeout(Duration),
+    HardTimeout(Duration),
+    /// `capacity N`.
+    Capacity(MOperand),
+    /// `evict oldest` or `evict expired`.
+    Evict(Ident),
+    /// `flow NAME: TYPE := VALUE`: a register per context.
+    Flow(RegisterDecl),
+    /// `states A, B, ...`: the first is the initial one.
+    States(Vec<Ident>, Span),
+    Transition(TransitionDecl),
+}
+
+/// `in STATE on EVENT when COND, ...: ITEM; ...` (`on EVENT ...` in a
+/// stateless stage).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransitionDecl {
+    /// `None` where no `in` was written.
+    pub state: Option<Ident>,
+    pub event: Ident,
+    pub when: Vec<MCond>,
+    pub actions: Vec<MAction>,
+    pub span: Span,
+}
+
+/// An operand of a machine's conditions and updates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MOperand {
+    pub kind: MOperandKind,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MOperandKind {
+    Int {
+        value: u64,
+        hex: bool,
+    },
+    /// A dotted IPv4 address: `10.0.0.1`.
+    Ipv4([u8; 4]),
+    /// A register, constant, channel, `now`, `len` or `in_port`.
+    Name(Ident),
+    /// A packet field (`tcp.dport`) or metadata word (`meta.class`).
+    Dotted(Ident, Ident),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MCond {
+    /// `A OP B`, OP a comparison.
+    Compare {
+        lhs: MOperand,
+        op: BinOp,
+        rhs: MOperand,
+        span: Span,
+    },
+    /// `from CHANNEL`: the packet came in on that channel.
+    From(Ident, Span),
+}
+
+/// The value of an update.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MExpr {
+    Operand(MOperand),
+    /// `A + B`, `A - B`, `A * B`, `A / B`, `A % B`.
+    Binary(BinOp, MOperand, MOperand, Span),
+    /// `max(A, B)` or `min(A, B)`.
+    Call(Ident, MOperand, MOperand, Span),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MAction {
+    /// `REG := EXPR`.
+    Update {
+        target: MOperand,
+        value: MExpr,
+        span: Span,
+    },
+    Next(Ident, Span),
+    Forward(Ident, Span),
+    Drop(Span),
+    /// `set FIELD := VALUE`.
+    Set {
+        field: MOperand,
+        value: MOperand,
+        span: Span,
+    },
+    Goto(Ident, Span),
+}
+
+impl MAction {
+    pub fn span(&self) -> Span {
+        match self {
+            MAction::Update { span, .. } | MAction::Set { span, .. } => *span,
+            MAction::Next(_, s)
+            | MAction::Forward(_, s)
+            | MAction::Goto(_, s)
+            | MAction::Drop(s) => *s,
+        }
+    }
+}
+
+impl MCond {
+    pub fn span(&self) -> Span {
+        match self {
+            MCond::Compare { span, .. } | MCond::From(_, span) => *span,
+        }
+    }
+}
+
+impl MExpr {
+    pub fn span(&self) -> Span {
+        match self {
+            MExpr::Operand(o) => o.span,
+            MExpr::Binary(.., s) | MExpr::Call(.., s) => *s,
+        }
+    }
+}
+
+impl MachineItem {
+    pub fn span(&self) -> Span {
+        match self {
+            MachineItem::Const { span, .. } => *span,
+            MachineItem::Global(r) | MachineItem::Meta(r) => r.span,
+            MachineItem::Stage(s) => s.span,
+        }
+    }
+}
+
+impl StageItem {
+    pub fn span(&self) -> Span {
+        match self {
+            StageItem::Key { span, .. } | StageItem::States(_, span) => *span,
+            StageItem::IdleTimeout(d) | StageItem::HardTimeout(d) => d.span,
+            StageItem::Capacity(o) => o.span,
+            StageItem::Evict(i) => i.span,
+            StageItem::Flow(r) => r.span,
+            StageItem::Transition(t) => t.span,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -336,6 +568,7 @@ impl Program {
     /// Replaces every span with [`Span::DUMMY`], so that trees parsed from
     /// differently laid-out texts compare equal when they mean the same.
     pub fn erase_spans(&mut self) {
+        self.machines.iter_mut().for_each(MachineDecl::erase_spans);
         for d in &mut self.decls {
             match d {
                 Decl::Grammar(g) => {
@@ -402,6 +635,139 @@ impl Program {
                     f.body.erase_spans();
                 }
             }
+        }
+    }
+}
+
+impl MachineDecl {
+    fn erase_spans(&mut self) {
+        self.span = Span::DUMMY;
+        self.name.span = Span::DUMMY;
+        self.channels.iter_mut().for_each(Param::erase_spans);
+        for item in &mut self.items {
+            match item {
+                MachineItem::Const { name, value, span } => {
+                    *span = Span::DUMMY;
+                    name.span = Span::DUMMY;
+                    value.span = Span::DUMMY;
+                    value.erase_spans();
+                }
+                MachineItem::Global(r) | MachineItem::Meta(r) => r.erase_spans(),
+                MachineItem::Stage(st) => {
+                    st.span = Span::DUMMY;
+                    st.name.span = Span::DUMMY;
+                    st.items.iter_mut().for_each(StageItem::erase_spans);
+                }
+            }
+        }
+    }
+}
+
+impl RegisterDecl {
+    fn erase_spans(&mut self) {
+        self.span = Span::DUMMY;
+        self.name.span = Span::DUMMY;
+        if let Some(t) = &mut self.ty {
+            t.erase_spans();
+        }
+        if let Some(i) = &mut self.init {
+            i.erase_spans();
+        }
+    }
+}
+
+impl StageItem {
+    fn erase_spans(&mut self) {
+        match self {
+            StageItem::Key {
+                fields,
+                other,
+                span,
+            } => {
+                *span = Span::DUMMY;
+                fields.iter_mut().for_each(MOperand::erase_spans);
+                if let Some(o) = other {
+                    o.iter_mut().for_each(MOperand::erase_spans);
+                }
+            }
+            StageItem::IdleTimeout(d) | StageItem::HardTimeout(d) => d.span = Span::DUMMY,
+            StageItem::Capacity(o) => o.erase_spans(),
+            StageItem::Evict(i) => i.span = Span::DUMMY,
+            StageItem::Flow(r) => r.erase_spans(),
+            StageItem::States(names, span) => {
+                *span = Span::DUMMY;
+                names.iter_mut().for_each(|n| n.span = Span::DUMMY);
+            }
+            StageItem::Transition(t) => {
+                t.span = Span::DUMMY;
+                if let Some(s) = &mut t.state {
+                    s.span = Span::DUMMY;
+                }
+                t.event.span = Span::DUMMY;
+                for c in &mut t.when {
+                    match c {
+                        MCond::Compare { lhs, rhs, span, .. } => {
+                            *span = Span::DUMMY;
+                            lhs.erase_spans();
+                            rhs.erase_spans();
+                        }
+                        MCond::From(i, span) => {
+                            *span = Span::DUMMY;
+                            i.span = Span::DUMMY;
+                        }
+                    }
+                }
+                for a in &mut t.actions {
+                    match a {
+                        MAction::Update {
+                            target,
+                            value,
+                            span,
+                        } => {
+                            *span = Span::DUMMY;
+                            target.erase_spans();
+                            match value {
+                                MExpr::Operand(o) => o.erase_spans(),
+                                MExpr::Binary(_, a, b, s) => {
+                                    *s = Span::DUMMY;
+                                    a.erase_spans();
+                                    b.erase_spans();
+                                }
+                                MExpr::Call(f, a, b, s) => {
+                                    *s = Span::DUMMY;
+                                    f.span = Span::DUMMY;
+                                    a.erase_spans();
+                                    b.erase_spans();
+                                }
+                            }
+                        }
+                        MAction::Set { field, value, span } => {
+                            *span = Span::DUMMY;
+                            field.erase_spans();
+                            value.erase_spans();
+                        }
+                        MAction::Next(i, s) | MAction::Forward(i, s) | MAction::Goto(i, s) => {
+                            *s = Span::DUMMY;
+                            i.span = Span::DUMMY;
+                        }
+                        MAction::Drop(s) => *s = Span::DUMMY,
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl MOperand {
+    fn erase_spans(&mut self) {
+        self.span = Span::DUMMY;
+        match &mut self.kind {
+            MOperandKind::Name(i) => i.span = Span::DUMMY,
+            MOperandKind::Dotted(a, b) => {
+                a.span = Span::DUMMY;
+                b.span = Span::DUMMY;
+            }
+            MOperandKind::Int { .. } | MOperandKind::Ipv4(_) => {}
         }
     }
 }

@@ -42,6 +42,26 @@ impl Out<'_> {
     }
 }
 
+impl Out<'_> {
+    /// After a line of a machine ending at `end`: a comment that followed
+    /// it on its line stays at the line's end.
+    fn trailing_comment(&mut self, end: Span) {
+        let Some(c) = self.comments.get(self.next) else {
+            return;
+        };
+        let on_line = c
+            .follows
+            .is_some_and(|f| f.end >= end.start && f.end <= end.end);
+        if on_line && self.text.ends_with('\n') {
+            self.text.pop();
+            self.text.push_str("  ");
+            self.text.push_str(&c.text);
+            self.text.push('\n');
+            self.next += 1;
+        }
+    }
+}
+
 impl Write for Out<'_> {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
         self.text.push_str(s);
@@ -65,24 +85,37 @@ pub fn format_with_comments(p: &Program, comments: &[Comment]) -> String {
         next: 0,
     };
     let out = &mut out;
-    for (i, d) in p.decls.iter().enumerate() {
+    // Declarations and machines in source order (for trees without
+    // spans, declarations first).
+    let mut items: Vec<(Span, Option<&Decl>, Option<&MachineDecl>)> = p
+        .decls
+        .iter()
+        .map(|d| {
+            let span = match d {
+                Decl::Grammar(g) => g.span,
+                Decl::Type(t) => t.span,
+                Decl::Proc(p) => p.span,
+                Decl::Fun(f) => f.span,
+            };
+            (span, Some(d), None)
+        })
+        .chain(p.machines.iter().map(|m| (m.span, None, Some(m))))
+        .collect();
+    items.sort_by_key(|(span, ..)| span.start);
+    for (i, (span, d, m)) in items.into_iter().enumerate() {
         if i > 0 {
             out.push('\n');
         }
-        let span = match d {
-            Decl::Grammar(g) => g.span,
-            Decl::Type(t) => t.span,
-            Decl::Proc(p) => p.span,
-            Decl::Fun(f) => f.span,
-        };
         out.comments_before(span, 0);
-        match d {
-            Decl::Grammar(g) => {
+        match (d, m) {
+            (Some(Decl::Grammar(g)), _) => {
                 let _ = writeln!(out, "grammar {}", g.name.name);
             }
-            Decl::Type(t) => type_decl(out, t),
-            Decl::Proc(p) => proc_decl(out, p),
-            Decl::Fun(f) => fun_decl(out, f),
+            (Some(Decl::Type(t)), _) => type_decl(out, t),
+            (Some(Decl::Proc(p)), _) => proc_decl(out, p),
+            (Some(Decl::Fun(f)), _) => fun_decl(out, f),
+            (None, Some(m)) => machine_decl(out, m),
+            (None, None) => {}
         }
     }
     // Comments after the last declaration close the file.
@@ -424,4 +457,161 @@ fn string_literal(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// A transition's items on its line up to this width; longer ones go on
+/// indented lines of their own.
+const TRANSITION_WIDTH: usize = 100;
+
+fn machine_decl(out: &mut Out, m: &MachineDecl) {
+    let sep = signature_separator(m.items.is_empty());
+    let _ = writeln!(out, "machine {}:{sep}{}", m.name.name, params(&m.channels));
+    for item in &m.items {
+        // A blank line sets each stage apart.
+        if matches!(item, MachineItem::Stage(_)) {
+            out.push('\n');
+        }
+        out.comments_before(item.span(), 1);
+        match item {
+            MachineItem::Const { name, value, .. } => {
+                let _ = writeln!(out, "{INDENT}const {} = {}", name.name, m_operand(value));
+            }
+            MachineItem::Global(r) => register(out, "global", r, 1),
+            MachineItem::Meta(r) => register(out, "meta", r, 1),
+            MachineItem::Stage(st) => {
+                let _ = writeln!(out, "{INDENT}stage {}:", st.name.name);
+                // The `:` after the name ends the line.
+                out.trailing_comment(Span {
+                    start: st.span.start,
+                    end: st.name.span.end + 1,
+                });
+                for item in &st.items {
+                    out.comments_before(item.span(), 2);
+                    stage_item(out, item);
+                    out.trailing_comment(item.span());
+                }
+                continue;
+            }
+        }
+        out.trailing_comment(item.span());
+    }
+}
+
+fn register(out: &mut Out, word: &str, r: &RegisterDecl, depth: usize) {
+    indent(out, depth);
+    let _ = write!(out, "{word} {}", r.name.name);
+    if let Some(t) = &r.ty {
+        let _ = write!(out, ": {}", type_expr(t));
+    }
+    if let Some(v) = &r.init {
+        let _ = write!(out, " := {}", m_operand(v));
+    }
+    out.push('\n');
+}
+
+fn operands(os: &[MOperand]) -> String {
+    os.iter().map(m_operand).collect::<Vec<_>>().join(", ")
+}
+
+fn stage_item(out: &mut Out, item: &StageItem) {
+    if let StageItem::Flow(r) = item {
+        register(out, "flow", r, 2);
+        return;
+    }
+    indent(out, 2);
+    match item {
+        StageItem::Key { fields, other, .. } => match other {
+            None => {
+                let _ = writeln!(out, "key {}", operands(fields));
+            }
+            Some(o) => {
+                let _ = writeln!(out, "key biflow ({}) ({})", operands(fields), operands(o));
+            }
+        },
+        StageItem::IdleTimeout(d) => {
+            let _ = writeln!(out, "idle_timeout {}{}", d.amount, d.unit.name());
+        }
+        StageItem::HardTimeout(d) => {
+            let _ = writeln!(out, "hard_timeout {}{}", d.amount, d.unit.name());
+        }
+        StageItem::Capacity(c) => {
+            let _ = writeln!(out, "capacity {}", m_operand(c));
+        }
+        StageItem::Evict(e) => {
+            let _ = writeln!(out, "evict {}", e.name);
+        }
+        StageItem::Flow(_) => {}
+        StageItem::States(names, _) => {
+            let names: Vec<&str> = names.iter().map(|n| n.name.as_str()).collect();
+            let _ = writeln!(out, "states {}", names.join(", "));
+        }
+        StageItem::Transition(t) => transition(out, t),
+    }
+}
+
+fn transition(out: &mut Out, t: &TransitionDecl) {
+    let mut head = String::new();
+    if let Some(s) = &t.state {
+        let _ = write!(head, "in {} ", s.name);
+    }
+    let _ = write!(head, "on {}", t.event.name);
+    if !t.when.is_empty() {
+        let conds: Vec<String> = t
+            .when
+            .iter()
+            .map(|c| match c {
+                MCond::Compare { lhs, op, rhs, .. } => {
+                    format!("{} {} {}", m_operand(lhs), op.symbol(), m_operand(rhs))
+                }
+                MCond::From(ch, _) => format!("from {}", ch.name),
+            })
+            .collect();
+        let _ = write!(head, " when {}", conds.join(", "));
+    }
+    let actions: Vec<String> = t.actions.iter().map(m_action).collect();
+    let line = format!("{head}: {}", actions.join("; "));
+    if 2 * INDENT.len() + line.len() <= TRANSITION_WIDTH || actions.len() < 2 {
+        let _ = writeln!(out, "{line}");
+    } else {
+        let _ = writeln!(out, "{head}:");
+        for a in &actions {
+            indent(out, 3);
+            let _ = writeln!(out, "{a}");
+        }
+    }
+}
+
+fn m_action(a: &MAction) -> String {
+    match a {
+        MAction::Update { target, value, .. } => {
+            let v = match value {
+                MExpr::Operand(o) => m_operand(o),
+                MExpr::Binary(op, a, b, _) => {
+                    let sym = if *op == BinOp::Mod { "%" } else { op.symbol() };
+                    format!("{} {sym} {}", m_operand(a), m_operand(b))
+                }
+                MExpr::Call(f, a, b, _) => {
+                    format!("{}({}, {})", f.name, m_operand(a), m_operand(b))
+                }
+            };
+            format!("{} := {v}", m_operand(target))
+        }
+        MAction::Next(s, _) => format!("next {}", s.name),
+        MAction::Forward(c, _) => format!("forward {}", c.name),
+        MAction::Drop(_) => "drop".into(),
+        MAction::Set { field, value, .. } => {
+            format!("set {} := {}", m_operand(field), m_operand(value))
+        }
+        MAction::Goto(s, _) => format!("goto {}", s.name),
+    }
+}
+
+fn m_operand(o: &MOperand) -> String {
+    match &o.kind {
+        MOperandKind::Int { value, hex: true } => format!("0x{value:02x}"),
+        MOperandKind::Int { value, hex: false } => value.to_string(),
+        MOperandKind::Ipv4([a, b, c, d]) => format!("{a}.{b}.{c}.{d}"),
+        MOperandKind::Name(n) => n.name.clone(),
+        MOperandKind::Dotted(a, b) => format!("{}.{}", a.name, b.name),
+    }
 }

@@ -5,7 +5,7 @@
 //! and every logical line ends with `Newline`. Inside brackets line breaks
 //! and indentation are ignored, so long signatures may wrap freely.
 
-use crate::ast::Comment;
+use crate::ast::{Comment, TimeUnit};
 use flick_span::{Diagnostic, Span};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +66,11 @@ pub enum Tok {
     Star,
     Slash,
     Ellipsis, // ...
+    /// `;`, `10s` and `10.0.0.1`: only inside a `machine`, which
+    /// separates items with `;` and writes durations and IPv4 addresses.
+    Semi,
+    Duration(u64, TimeUnit),
+    Ipv4([u8; 4]),
     Newline,
     Indent,
     Dedent,
@@ -78,6 +83,8 @@ impl Tok {
         match self {
             Tok::Ident(s) => format!("`{s}`"),
             Tok::Int { value, .. } => format!("`{value}`"),
+            Tok::Duration(n, u) => format!("`{n}{}`", u.name()),
+            Tok::Ipv4([a, b, c, d]) => format!("`{a}.{b}.{c}.{d}`"),
             Tok::Str(_) => "a string".into(),
             Tok::Newline => "end of line".into(),
             Tok::Indent => "an indented block".into(),
@@ -87,7 +94,7 @@ impl Tok {
         }
     }
 
-    fn text(&self) -> &'static str {
+    pub(crate) fn text(&self) -> &'static str {
         match self {
             Tok::Type => "type",
             Tok::Proc => "proc",
@@ -136,6 +143,7 @@ impl Tok {
             Tok::Star => "*",
             Tok::Slash => "/",
             Tok::Ellipsis => "...",
+            Tok::Semi => ";",
             _ => "?",
         }
     }
@@ -197,6 +205,7 @@ pub fn lex(src: &str) -> (Vec<Token>, Vec<Comment>, Vec<Diagnostic>) {
         diags: Vec::new(),
         indents: vec![0],
         depth: 0,
+        machine: false,
     };
     lx.run();
     (lx.toks, lx.comments, lx.diags)
@@ -212,6 +221,9 @@ struct Lexer<'a> {
     indents: Vec<usize>,
     /// Bracket nesting; layout is suspended while it is non-zero.
     depth: usize,
+    /// Inside a `machine` item (from its line to the next line in the
+    /// first column): `;`, `%`, durations and IPv4 addresses are tokens.
+    machine: bool,
 }
 
 impl Lexer<'_> {
@@ -247,7 +259,7 @@ impl Lexer<'_> {
                     }
                 }
                 b' ' | b'\t' | b'\r' => self.pos += 1,
-                b'#' => self.skip_comment(),
+                b'#' => self.skip_comment(true),
                 b'0'..=b'9' => self.number(),
                 b'"' => self.string(),
                 b'a'..=b'z' | b'A'..=b'Z' | b'_' => self.word(),
@@ -303,7 +315,7 @@ impl Lexer<'_> {
                 return false;
             }
             b'#' => {
-                self.skip_comment();
+                self.skip_comment(false);
                 if self.peek(0) == b'\n' {
                     self.pos += 1;
                 }
@@ -313,6 +325,13 @@ impl Lexer<'_> {
             // character, lexed like any other.
             0 if self.pos >= self.bytes.len() => return false,
             _ => {}
+        }
+        if width == 0 {
+            let rest = &self.bytes[self.pos..];
+            self.machine = rest.starts_with(b"machine")
+                && !rest
+                    .get(7)
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_');
         }
         let here = Span::new(start, self.pos);
         let current = *self.indents.last().unwrap();
@@ -344,7 +363,7 @@ impl Lexer<'_> {
         true
     }
 
-    fn skip_comment(&mut self) {
+    fn skip_comment(&mut self, trailing: bool) {
         let start = self.pos;
         while self.pos < self.bytes.len() && self.peek(0) != b'\n' {
             self.pos += 1;
@@ -352,10 +371,63 @@ impl Lexer<'_> {
         self.comments.push(Comment {
             span: Span::new(start, self.pos),
             text: self.src[start..self.pos].trim_end().to_string(),
+            follows: self.toks.last().filter(|_| trailing).map(|t| t.span),
         });
     }
 
+    /// In a machine: `10s`, `5ms`, `100us`, or `10.0.0.1`.
+    fn machine_literal(&mut self) -> bool {
+        let rest = &self.src[self.pos..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let word = rest[digits..]
+            .bytes()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == b'_')
+            .count();
+        let unit = match &rest[digits..digits + word] {
+            "us" => Some(TimeUnit::Us),
+            "ms" => Some(TimeUnit::Ms),
+            "s" => Some(TimeUnit::S),
+            _ => None,
+        };
+        let start = self.pos;
+        if let (Some(unit), Ok(n)) = (unit, rest[..digits].parse::<u64>()) {
+            self.pos += digits + word;
+            self.push(Tok::Duration(n, unit), start);
+            return true;
+        }
+        // Four dotted decimal bytes.
+        let mut octets = [0u8; 4];
+        let mut at = 0;
+        for (i, o) in octets.iter_mut().enumerate() {
+            if i > 0 {
+                if rest.as_bytes().get(at) != Some(&b'.') {
+                    return false;
+                }
+                at += 1;
+            }
+            let n = rest[at..].bytes().take_while(u8::is_ascii_digit).count();
+            match rest[at..at + n].parse::<u8>() {
+                Ok(v) if n > 0 => *o = v,
+                _ => return false,
+            }
+            at += n;
+        }
+        if rest
+            .as_bytes()
+            .get(at)
+            .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'.')
+        {
+            return false;
+        }
+        self.pos += at;
+        self.push(Tok::Ipv4(octets), start);
+        true
+    }
+
     fn number(&mut self) {
+        if self.machine && self.machine_literal() {
+            return;
+        }
         let start = self.pos;
         let hex = self.peek(0) == b'0' && matches!(self.peek(1), b'x' | b'X');
         if hex {
@@ -477,6 +549,11 @@ impl Lexer<'_> {
         let n = self.peek(1);
         // Other languages' spellings of `=`, `<>`, `mod` and `not`: an
         // error that names Flick's, read as it so that parsing goes on.
+        if self.machine && matches!(c, b';' | b'%') {
+            self.pos += 1;
+            self.push(if c == b';' { Tok::Semi } else { Tok::Mod }, start);
+            return;
+        }
         let other = match (c, n) {
             (b'=', b'=') => Some((Tok::Eq, 2, "use `=` for equality")),
             (b'!', b'=') => Some((Tok::Ne, 2, "use `<>` for inequality")),

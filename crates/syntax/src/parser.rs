@@ -203,6 +203,7 @@ impl Parser {
                 {
                     return
                 }
+                Tok::Ident(w) if w == "machine" && depth <= 0 && self.line_start() => return,
                 _ => {}
             }
             self.bump();
@@ -255,6 +256,7 @@ impl Parser {
 
     fn program(&mut self) -> Program {
         let mut decls = Vec::new();
+        let mut machines = Vec::new();
         loop {
             self.skip_newlines();
             // Stray layout at top level (an indented first line, say).
@@ -274,7 +276,15 @@ impl Parser {
                 Tok::Proc => self.proc_decl().map(Decl::Proc),
                 Tok::Fun => self.fun_decl().map(Decl::Fun),
                 Tok::Grammar => self.grammar_decl().map(Decl::Grammar),
-                _ => Err(self.unexpected("a declaration (`type`, `proc`, `fun` or `grammar`)")),
+                Tok::Ident(w) if w == "machine" => match self.machine_decl() {
+                    Ok(m) => {
+                        machines.push(m);
+                        continue;
+                    }
+                    Err(r) => Err(r),
+                },
+                _ => Err(self
+                    .unexpected("a declaration (`type`, `proc`, `fun`, `machine` or `grammar`)")),
             };
             match result {
                 Ok(d) => decls.push(d),
@@ -284,7 +294,7 @@ impl Parser {
                 }
             }
         }
-        Program { decls }
+        Program { decls, machines }
     }
 
     fn grammar_decl(&mut self) -> PResult<GrammarDecl> {
@@ -1082,6 +1092,449 @@ impl Parser {
                 key,
                 body,
             })),
+        })
+    }
+}
+
+// ---- machines ----
+
+/// A word of the machine sub-language (`stage`, `key`, `next`, ...): an
+/// identifier where it stands, so programs may keep using them as names.
+fn is_word(t: &Tok, w: &str) -> bool {
+    matches!(t, Tok::Ident(s) if s == w)
+}
+
+impl Parser {
+    fn at_word(&self, w: &str) -> bool {
+        is_word(self.tok(), w)
+    }
+
+    fn machine_decl(&mut self) -> PResult<MachineDecl> {
+        let start = self.bump().span;
+        let name = self.ident("a machine name")?;
+        self.eat(&Tok::Colon);
+        let mut channels = None;
+        if self.at(&Tok::LParen) {
+            channels = Some(self.params()?);
+            self.eat(&Tok::Colon);
+        }
+        self.newline()?;
+        if !self.eat(&Tok::Indent) {
+            return Err(self.error(
+                Diagnostic::error(
+                    "E0006",
+                    format!("machine `{}` has no body", name.name),
+                    name.span,
+                )
+                .hint("write its constants, registers and stages on indented lines below it"),
+            ));
+        }
+        // The channels may go on the first indented line, as a process's
+        // parameters may.
+        let channels = match channels {
+            Some(c) => c,
+            None if self.at(&Tok::LParen) => {
+                let c = self.params()?;
+                self.eat(&Tok::Colon);
+                self.newline()?;
+                c
+            }
+            None => Vec::new(),
+        };
+        let mut items = Vec::new();
+        while !self.eat(&Tok::Dedent) {
+            if self.at(&Tok::Eof) {
+                break;
+            }
+            match self.machine_item() {
+                Ok(item) => items.push(item),
+                Err(Reported) => self.recover_line(),
+            }
+        }
+        Ok(MachineDecl {
+            name,
+            channels,
+            items,
+            span: start.to(self.prev_span()),
+        })
+    }
+
+    fn machine_item(&mut self) -> PResult<MachineItem> {
+        let start = self.span();
+        if self.eat(&Tok::Global) {
+            let r = self.register_decl(start, true)?;
+            return Ok(MachineItem::Global(r));
+        }
+        match self.tok().clone() {
+            Tok::Ident(w) if w == "const" => {
+                self.bump();
+                let name = self.ident("a constant's name")?;
+                self.expect(&Tok::Eq, "`=` and the constant's value")?;
+                let value = self.m_operand()?;
+                let span = start.to(value.span);
+                self.newline()?;
+                Ok(MachineItem::Const { name, value, span })
+            }
+            Tok::Ident(w) if w == "meta" => {
+                self.bump();
+                Ok(MachineItem::Meta(self.register_decl(start, false)?))
+            }
+            Tok::Ident(w) if w == "stage" => {
+                self.bump();
+                let name = self.ident("a stage name")?;
+                self.expect(&Tok::Colon, "`:` after the stage's name")?;
+                self.newline()?;
+                if !self.eat(&Tok::Indent) {
+                    return Err(self.error(
+                        Diagnostic::error(
+                            "E0006",
+                            format!("stage `{}` has no body", name.name),
+                            name.span,
+                        )
+                        .hint("write its key, states and transitions on indented lines below it"),
+                    ));
+                }
+                let mut items = Vec::new();
+                while !self.eat(&Tok::Dedent) {
+                    if self.at(&Tok::Eof) {
+                        break;
+                    }
+                    match self.stage_item() {
+                        Ok(item) => items.push(item),
+                        Err(Reported) => self.recover_line(),
+                    }
+                }
+                Ok(MachineItem::Stage(StageDecl {
+                    name,
+                    items,
+                    span: start.to(self.prev_span()),
+                }))
+            }
+            _ => Err(self.unexpected("`const`, `global`, `meta` or `stage`")),
+        }
+    }
+
+    /// `NAME[: TYPE] [:= VALUE]`, the keyword already read.
+    fn register_decl(&mut self, start: Span, init: bool) -> PResult<RegisterDecl> {
+        let name = self.ident("a name")?;
+        let ty = if self.eat(&Tok::Colon) {
+            Some(self.type_expr()?)
+        } else {
+            None
+        };
+        let init = if init && self.eat(&Tok::Assign) {
+            Some(self.m_operand()?)
+        } else {
+            None
+        };
+        let span = start.to(self.prev_span());
+        self.newline()?;
+        Ok(RegisterDecl {
+            name,
+            ty,
+            init,
+            span,
+        })
+    }
+
+    fn duration(&mut self) -> PResult<Duration> {
+        match self.tok().clone() {
+            Tok::Duration(amount, unit) => {
+                let span = self.bump().span;
+                Ok(Duration { amount, unit, span })
+            }
+            _ => Err(self.unexpected("a duration such as `10s`, `250ms` or `100us`")),
+        }
+    }
+
+    fn stage_item(&mut self) -> PResult<StageItem> {
+        let start = self.span();
+        let word = match self.tok() {
+            Tok::Ident(w) => w.clone(),
+            Tok::On => "on".into(),
+            _ => String::new(),
+        };
+        let item = match word.as_str() {
+            "key" => {
+                self.bump();
+                if self.at_word("biflow") && self.nth(1) == &Tok::LParen {
+                    self.bump();
+                    let fields = self.m_operand_group()?;
+                    let other = self.m_operand_group()?;
+                    StageItem::Key {
+                        fields,
+                        other: Some(other),
+                        span: start.to(self.prev_span()),
+                    }
+                } else {
+                    let mut fields = vec![self.m_operand()?];
+                    while self.eat(&Tok::Comma) {
+                        fields.push(self.m_operand()?);
+                    }
+                    StageItem::Key {
+                        fields,
+                        other: None,
+                        span: start.to(self.prev_span()),
+                    }
+                }
+            }
+            "idle_timeout" => {
+                self.bump();
+                StageItem::IdleTimeout(self.duration()?)
+            }
+            "hard_timeout" => {
+                self.bump();
+                StageItem::HardTimeout(self.duration()?)
+            }
+            "capacity" => {
+                self.bump();
+                StageItem::Capacity(self.m_operand()?)
+            }
+            "evict" => {
+                self.bump();
+                StageItem::Evict(self.ident("`oldest` or `expired`")?)
+            }
+            "flow" => {
+                self.bump();
+                // register_decl ends the line itself.
+                return Ok(StageItem::Flow(self.register_decl(start, true)?));
+            }
+            "states" => {
+                self.bump();
+                let mut names = vec![self.ident("a state name")?];
+                while self.eat(&Tok::Comma) {
+                    names.push(self.ident("a state name")?);
+                }
+                StageItem::States(names, start.to(self.prev_span()))
+            }
+            "in" | "on" => return self.transition().map(StageItem::Transition),
+            _ => {
+                return Err(self.unexpected(
+                    "`key`, `idle_timeout`, `hard_timeout`, `capacity`, `evict`, `flow`, `states`, `in` or `on`",
+                ))
+            }
+        };
+        self.newline()?;
+        Ok(item)
+    }
+
+    /// `(A, B, ...)`: one endpoint of a biflow key.
+    fn m_operand_group(&mut self) -> PResult<Vec<MOperand>> {
+        self.expect(&Tok::LParen, "`(` and one endpoint's fields")?;
+        let mut fields = vec![self.m_operand()?];
+        while self.eat(&Tok::Comma) {
+            fields.push(self.m_operand()?);
+        }
+        self.expect(&Tok::RParen, "`,` or `)`")?;
+        Ok(fields)
+    }
+
+    fn transition(&mut self) -> PResult<TransitionDecl> {
+        let start = self.span();
+        let state = if self.at_word("in") {
+            self.bump();
+            Some(self.ident("a state name or `any`")?)
+        } else {
+            None
+        };
+        self.expect(&Tok::On, "`on` and an event")?;
+        let event =
+            self.ident("an event: `packet`, `idle_timeout`, `hard_timeout` or `table_full`")?;
+        let mut when = Vec::new();
+        if self.at_word("when") {
+            self.bump();
+            when.push(self.m_cond()?);
+            while self.eat(&Tok::Comma) {
+                when.push(self.m_cond()?);
+            }
+        }
+        self.expect(&Tok::Colon, "`:` and what the transition does")?;
+        let mut actions = Vec::new();
+        if self.eat(&Tok::Newline) {
+            if !self.eat(&Tok::Indent) {
+                return Err(self.unexpected("an indented block"));
+            }
+            while !self.eat(&Tok::Dedent) {
+                if self.at(&Tok::Eof) {
+                    break;
+                }
+                match self.m_action_line(&mut actions) {
+                    Ok(()) => {}
+                    Err(Reported) => self.recover_line(),
+                }
+            }
+        } else {
+            self.m_action_line(&mut actions)?;
+        }
+        let end = actions.last().map_or(self.prev_span(), MAction::span);
+        Ok(TransitionDecl {
+            state,
+            event,
+            when,
+            actions,
+            span: start.to(end),
+        })
+    }
+
+    /// Items separated by `;` up to the end of the line.
+    fn m_action_line(&mut self, actions: &mut Vec<MAction>) -> PResult<()> {
+        actions.push(self.m_action()?);
+        while self.eat(&Tok::Semi) {
+            if self.at(&Tok::Newline) {
+                break;
+            }
+            actions.push(self.m_action()?);
+        }
+        self.newline()
+    }
+
+    fn m_action(&mut self) -> PResult<MAction> {
+        let start = self.span();
+        // A register may be named like an item's word (`next := 1`): the
+        // word is an item's only where what follows fits the item.
+        let word = match (self.tok(), self.nth(1)) {
+            (Tok::Ident(w), Tok::Ident(_)) if ["next", "forward", "goto"].contains(&w.as_str()) => {
+                w.clone()
+            }
+            (Tok::Ident(w), next) if w == "set" && !matches!(next, Tok::Assign | Tok::Dot) => {
+                w.clone()
+            }
+            (Tok::Ident(w), Tok::Newline | Tok::Semi | Tok::Eof) if w == "drop" => w.clone(),
+            _ => String::new(),
+        };
+        let one = |p: &mut Parser, what: &str| -> PResult<(Ident, Span)> {
+            p.bump();
+            let i = p.ident(what)?;
+            Ok((i, start.to(p.prev_span())))
+        };
+        Ok(match word.as_str() {
+            "next" => {
+                let (i, s) = one(self, "a state name")?;
+                MAction::Next(i, s)
+            }
+            "forward" => {
+                let (i, s) = one(self, "a channel name")?;
+                MAction::Forward(i, s)
+            }
+            "goto" => {
+                let (i, s) = one(self, "a stage name")?;
+                MAction::Goto(i, s)
+            }
+            "drop" => MAction::Drop(self.bump().span),
+            "set" => {
+                self.bump();
+                let field = self.m_operand()?;
+                self.expect(&Tok::Assign, "`:=` and the field's new value")?;
+                let value = self.m_operand()?;
+                MAction::Set {
+                    span: start.to(value.span),
+                    field,
+                    value,
+                }
+            }
+            _ => {
+                let target = self.m_operand()?;
+                self.expect(
+                    &Tok::Assign,
+                    "`:=`, or an item: `next`, `forward`, `drop`, `set` or `goto`",
+                )?;
+                let value = self.m_expr()?;
+                MAction::Update {
+                    span: start.to(value.span()),
+                    target,
+                    value,
+                }
+            }
+        })
+    }
+
+    fn m_cond(&mut self) -> PResult<MCond> {
+        let start = self.span();
+        if self.at_word("from") && matches!(self.nth(1), Tok::Ident(_)) {
+            self.bump();
+            let ch = self.ident("a channel name")?;
+            let span = start.to(ch.span);
+            return Ok(MCond::From(ch, span));
+        }
+        let lhs = self.m_operand()?;
+        let op = match self.tok() {
+            Tok::Eq => BinOp::Eq,
+            Tok::Ne => BinOp::Ne,
+            Tok::Lt => BinOp::Lt,
+            Tok::Le => BinOp::Le,
+            Tok::Gt => BinOp::Gt,
+            Tok::Ge => BinOp::Ge,
+            _ => return Err(self.unexpected("a comparison: `=`, `<>`, `<`, `<=`, `>` or `>=`")),
+        };
+        self.bump();
+        let rhs = self.m_operand()?;
+        Ok(MCond::Compare {
+            span: start.to(rhs.span),
+            lhs,
+            op,
+            rhs,
+        })
+    }
+
+    fn m_expr(&mut self) -> PResult<MExpr> {
+        let start = self.span();
+        if matches!(self.tok(), Tok::Ident(w) if w == "max" || w == "min")
+            && self.nth(1) == &Tok::LParen
+        {
+            let f = self.ident("`max` or `min`")?;
+            self.bump();
+            let a = self.m_operand()?;
+            self.expect(&Tok::Comma, "`,` and the second operand")?;
+            let b = self.m_operand()?;
+            self.expect(&Tok::RParen, "`)`")?;
+            return Ok(MExpr::Call(f, a, b, start.to(self.prev_span())));
+        }
+        let a = self.m_operand()?;
+        let op = match self.tok() {
+            Tok::Plus => BinOp::Add,
+            Tok::Minus => BinOp::Sub,
+            Tok::Star => BinOp::Mul,
+            Tok::Slash => BinOp::Div,
+            Tok::Mod => BinOp::Mod,
+            _ => return Ok(MExpr::Operand(a)),
+        };
+        self.bump();
+        let b = self.m_operand()?;
+        let span = start.to(b.span);
+        Ok(MExpr::Binary(op, a, b, span))
+    }
+
+    fn m_operand(&mut self) -> PResult<MOperand> {
+        let start = self.span();
+        let kind = match self.tok().clone() {
+            Tok::Int { value, hex } => {
+                self.bump();
+                MOperandKind::Int { value, hex }
+            }
+            Tok::Ipv4(a) => {
+                self.bump();
+                MOperandKind::Ipv4(a)
+            }
+            Tok::Ident(_) => {
+                let a = self.ident("a name")?;
+                if self.eat(&Tok::Dot) {
+                    // A field may be named like a keyword: `eth.type`.
+                    let text = self.tok().text();
+                    let b = if text.starts_with(|c: char| c.is_ascii_alphabetic()) {
+                        Ident::new(text, self.bump().span)
+                    } else {
+                        self.ident("a field name")?
+                    };
+                    MOperandKind::Dotted(a, b)
+                } else {
+                    MOperandKind::Name(a)
+                }
+            }
+            _ => return Err(self.unexpected("a field, register, constant or number")),
+        };
+        Ok(MOperand {
+            kind,
+            span: start.to(self.prev_span()),
         })
     }
 }

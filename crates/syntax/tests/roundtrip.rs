@@ -351,8 +351,157 @@ fn decl() -> impl Strategy<Value = Decl> {
     ]
 }
 
+fn m_operand() -> impl Strategy<Value = MOperand> {
+    prop_oneof![
+        (any::<u64>(), any::<bool>()).prop_map(|(value, hex)| MOperandKind::Int { value, hex }),
+        any::<[u8; 4]>().prop_map(MOperandKind::Ipv4),
+        ident().prop_map(MOperandKind::Name),
+        (ident(), ident()).prop_map(|(a, b)| MOperandKind::Dotted(a, b)),
+    ]
+    .prop_map(|kind| MOperand { kind, span: D })
+}
+
+fn register_decl(init: bool) -> impl Strategy<Value = RegisterDecl> {
+    let ty =
+        prop_oneof![Just(TypeKind::Integer), ident().prop_map(TypeKind::Named)].prop_map(|kind| {
+            TypeExpr {
+                kind,
+                annotations: vec![],
+                span: D,
+            }
+        });
+    let init = if init {
+        option::of(m_operand()).boxed()
+    } else {
+        Just(None).boxed()
+    };
+    (ident(), option::of(ty), init).prop_map(|(name, ty, init)| RegisterDecl {
+        name,
+        ty,
+        init,
+        span: D,
+    })
+}
+
+fn m_action() -> impl Strategy<Value = MAction> {
+    let arith = select(vec![
+        BinOp::Add,
+        BinOp::Sub,
+        BinOp::Mul,
+        BinOp::Div,
+        BinOp::Mod,
+    ]);
+    let value =
+        prop_oneof![
+            m_operand().prop_map(MExpr::Operand),
+            (arith, m_operand(), m_operand()).prop_map(|(op, a, b)| MExpr::Binary(op, a, b, D)),
+            (select(vec!["max", "min"]), m_operand(), m_operand())
+                .prop_map(|(f, a, b)| MExpr::Call(id(f), a, b, D)),
+        ];
+    prop_oneof![
+        (m_operand(), value).prop_map(|(target, value)| MAction::Update {
+            target,
+            value,
+            span: D
+        }),
+        ident().prop_map(|i| MAction::Next(i, D)),
+        ident().prop_map(|i| MAction::Forward(i, D)),
+        Just(MAction::Drop(D)),
+        (m_operand(), m_operand()).prop_map(|(field, value)| MAction::Set {
+            field,
+            value,
+            span: D
+        }),
+        ident().prop_map(|i| MAction::Goto(i, D)),
+    ]
+}
+
+fn stage_item() -> impl Strategy<Value = StageItem> {
+    let unit = select(vec![TimeUnit::Us, TimeUnit::Ms, TimeUnit::S]);
+    let duration = (any::<u64>(), unit).prop_map(|(amount, unit)| Duration {
+        amount,
+        unit,
+        span: D,
+    });
+    let cmp = select(vec![
+        BinOp::Eq,
+        BinOp::Ne,
+        BinOp::Lt,
+        BinOp::Le,
+        BinOp::Gt,
+        BinOp::Ge,
+    ]);
+    let cond = prop_oneof![
+        (m_operand(), cmp, m_operand()).prop_map(|(lhs, op, rhs)| MCond::Compare {
+            lhs,
+            op,
+            rhs,
+            span: D
+        }),
+        ident().prop_map(|i| MCond::From(i, D)),
+    ];
+    let transition = (
+        option::of(ident()),
+        ident(),
+        vec(cond, 0..3),
+        vec(m_action(), 1..4),
+    )
+        .prop_map(|(state, event, when, actions)| {
+            StageItem::Transition(TransitionDecl {
+                state,
+                event,
+                when,
+                actions,
+                span: D,
+            })
+        });
+    prop_oneof![
+        1 => (vec(m_operand(), 1..3), option::of(vec(m_operand(), 1..3))).prop_map(
+            |(fields, other)| StageItem::Key {
+                fields,
+                other,
+                span: D
+            }
+        ),
+        1 => duration.clone().prop_map(StageItem::IdleTimeout),
+        1 => duration.prop_map(StageItem::HardTimeout),
+        1 => m_operand().prop_map(StageItem::Capacity),
+        1 => ident().prop_map(StageItem::Evict),
+        1 => register_decl(true).prop_map(StageItem::Flow),
+        1 => vec(ident(), 1..3).prop_map(|s| StageItem::States(s, D)),
+        3 => transition,
+    ]
+}
+
+fn machine() -> impl Strategy<Value = MachineDecl> {
+    let stage = (ident(), vec(stage_item(), 1..5)).prop_map(|(name, items)| {
+        MachineItem::Stage(StageDecl {
+            name,
+            items,
+            span: D,
+        })
+    });
+    let item = prop_oneof![
+        1 => (ident(), m_operand()).prop_map(|(name, value)| MachineItem::Const {
+            name,
+            value,
+            span: D
+        }),
+        1 => register_decl(true).prop_map(MachineItem::Global),
+        1 => register_decl(false).prop_map(MachineItem::Meta),
+        2 => stage,
+    ];
+    (ident(), vec(param(), 0..3), vec(item, 0..4)).prop_map(|(name, channels, items)| MachineDecl {
+        name,
+        channels,
+        items,
+        span: D,
+    })
+}
+
 fn program() -> impl Strategy<Value = Program> {
-    vec(decl(), 0..4).prop_map(|decls| Program { decls })
+    (vec(decl(), 0..4), vec(machine(), 0..2))
+        .prop_map(|(decls, machines)| Program { decls, machines })
 }
 
 proptest! {
@@ -390,6 +539,7 @@ fn foldt_then_list_statement() {
             vec![],
             vec![foldt_stmt(), st(StmtKind::Expr(list))],
         )],
+        machines: Vec::new(),
     };
     check_round_trip(p);
 }
@@ -406,6 +556,7 @@ fn foldt_then_negation_statement() {
             vec![],
             vec![foldt_stmt(), st(StmtKind::Expr(neg))],
         )],
+        machines: Vec::new(),
     };
     check_round_trip(p);
 }
@@ -438,6 +589,7 @@ fn chan_with_unused_output_before_closing_angle() {
             vec![dict],
             vec![st(StmtKind::Expr(var("x")))],
         )],
+        machines: Vec::new(),
     };
     check_round_trip(p);
 }
@@ -461,6 +613,7 @@ fn empty_proc_and_fun() {
             }),
             fun("f", vec![x], vec![ty(TypeKind::Bool, vec![])], vec![]),
         ],
+        machines: Vec::new(),
     };
     check_round_trip(p);
 }

@@ -235,6 +235,7 @@ pub fn lower(file: &XlFile, err: &dyn Fn(Pos, String) -> XlError) -> R<Machine> 
         fields: l.fields,
         globals: l.globals,
         stages,
+        meta: Vec::new(),
     })
 }
 
@@ -438,6 +439,7 @@ impl Lower<'_> {
             ports: fx.ports,
             writes: fx.writes,
             next_stage: fx.next_stage,
+            drop: false,
         })
     }
 
