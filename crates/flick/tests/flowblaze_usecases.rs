@@ -795,6 +795,39 @@ fn conntrack_step() -> impl Strategy<Value = Vec<(u8, Vec<u8>, u64)>> {
         })
 }
 
+/// Single packets, and now and then a source's whole knock sequence.
+fn knocking_step() -> impl Strategy<Value = Vec<(u8, Vec<u8>, u64)>> {
+    (
+        0u32..3,
+        0u8..6,
+        0usize..6,
+        prop_oneof![9 => 0u64..3000, 1 => 9_000u64..12_000],
+    )
+        .prop_map(|(s, how, d, gap_ms)| {
+            let (host, server) = (0xc633_6401 + s, 0x0a00_0016);
+            let knock = |dport| tcp(host, 40000, server, dport, 0x02, 1, 0, 0);
+            let gap = gap_ms * 1000;
+            match how {
+                0 => vec![
+                    (1, knock(1111), gap),
+                    (1, knock(2222), 1000),
+                    (1, knock(3333), 1000),
+                ],
+                1 => vec![(2, tcp(server, 22, host, 40000, 0x12, 1, 0, 0), gap)],
+                _ => vec![(1, knock([1111, 2222, 3333, 22, 22, 80][d]), gap)],
+            }
+        })
+}
+
+/// Frames of 1000 and 500 bytes, so that a window's bytes often reach the
+/// threshold exactly.
+fn big_flows_step() -> impl Strategy<Value = (u8, Vec<u8>, u64)> {
+    (0u32..3, 0usize..2, 0u64..400).prop_map(|(d, n, gap_ms)| {
+        let f = udp(0x0a00_0001, 1, 0x0a00_0002 + d, 2, [958, 458][n]);
+        (1, f, gap_ms * 1000)
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -845,5 +878,18 @@ proptest! {
         let mut m = model::TcpConntrack::default();
         let steps = steps.into_iter().flatten().collect();
         agree("tcp_conntrack", steps, |p, port, now| m.packet(p, port, now))?;
+    }
+
+    #[test]
+    fn port_knocking_matches_its_model(steps in prop::collection::vec(knocking_step(), 1..120)) {
+        let mut m = model::PortKnocking::default();
+        let steps = steps.into_iter().flatten().collect();
+        agree("port_knocking", steps, |p, port, now| m.packet(p, port, now))?;
+    }
+
+    #[test]
+    fn big_flows_matches_its_model(steps in prop::collection::vec(big_flows_step(), 1..120)) {
+        let mut m = model::BigFlows::default();
+        agree("big_flows", steps, |p, port, now| m.packet(p, port, now))?;
     }
 }

@@ -686,3 +686,78 @@ impl TcpConntrack {
         v
     }
 }
+
+/// `port_knocking.xl`: a source outside (port 1) reaches SSH inside (port
+/// 2) after knocking on 1111, 2222 and 3333; a wrong knock starts over,
+/// ten seconds idle close the door; inside goes out.
+pub struct PortKnocking {
+    /// Knocks so far: 0 closed, 3 open.
+    sources: Flows<u32, u8>,
+}
+
+impl Default for PortKnocking {
+    fn default() -> Self {
+        PortKnocking {
+            sources: Flows::new(0, DEFAULT_CAPACITY, Some(10 * SEC), None),
+        }
+    }
+}
+
+impl PortKnocking {
+    pub fn packet(&mut self, p: &Pkt, port: u8, now: u64) -> Verdict {
+        let (mut knocks, created) = self.sources.get(&p.src, now, |_, _| None);
+        let v = match (port, knocks) {
+            (1, 3) if p.dport == 22 => Verdict::to(2),
+            (1, 3) => Verdict::drop(),
+            (1, k) => {
+                knocks = match (k, p.dport) {
+                    (0, 1111) => 1,
+                    (1, 2222) => 2,
+                    (2, 3333) => 3,
+                    _ => 0,
+                };
+                Verdict::drop()
+            }
+            (2, _) => Verdict::to(1),
+            _ => Verdict::drop(),
+        };
+        self.sources.put(p.src, knocks, created, now).unwrap();
+        v
+    }
+}
+
+/// `big_flows.xl`: a host pair's packets go to port 1 until it has sent
+/// 3000 bytes in its one-second window, then to port 2 to the window's
+/// end.
+pub struct BigFlows {
+    /// (big, bytes, windows).
+    pairs: Flows<[u32; 2], (bool, u64, u64)>,
+}
+
+impl Default for BigFlows {
+    fn default() -> Self {
+        BigFlows {
+            pairs: Flows::new((false, 0, 0), DEFAULT_CAPACITY, None, Some(SEC)),
+        }
+    }
+}
+
+impl BigFlows {
+    pub fn packet(&mut self, p: &Pkt, _port: u8, now: u64) -> Verdict {
+        let key = [p.src, p.dst];
+        let ((mut big, mut bytes, windows), created) = self
+            .pairs
+            .get(&key, now, |(_, _, w), _| Some((false, 0, w + 1)));
+        let v = if big || bytes >= 3000 {
+            big = true;
+            Verdict::to(2)
+        } else {
+            Verdict::to(1)
+        };
+        bytes += p.len as u64;
+        self.pairs
+            .put(key, (big, bytes, windows), created, now)
+            .unwrap();
+        v
+    }
+}
