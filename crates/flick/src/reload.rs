@@ -20,6 +20,15 @@ pub enum DictOf {
     Values(String),
 }
 
+/// The kinds of value an operator may write to a `global`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scalar {
+    Int,
+    Bool,
+    /// A string or bytes.
+    Bytes,
+}
+
 /// A state variable as a version declares it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateVar {
@@ -29,6 +38,8 @@ pub struct StateVar {
     pub global: bool,
     /// For a dictionary, what its entries hold.
     pub dict: Option<DictOf>,
+    /// For an integer, boolean, string or bytes, which.
+    pub scalar: Option<Scalar>,
 }
 
 /// The state variables of a checked process, in declaration order.
@@ -45,6 +56,12 @@ pub fn state_vars(process: &flick_check::Process) -> Vec<StateVar> {
                     flick_check::Ty::Record(_, name) => DictOf::Messages(name.clone()),
                     other => DictOf::Values(other.to_string()),
                 }),
+                _ => None,
+            },
+            scalar: match &v.ty {
+                flick_check::Ty::Int { .. } => Some(Scalar::Int),
+                flick_check::Ty::Bool => Some(Scalar::Bool),
+                flick_check::Ty::Str { .. } | flick_check::Ty::Bytes { .. } => Some(Scalar::Bytes),
                 _ => None,
             },
         })

@@ -13,7 +13,7 @@
 //! once, each bounded in size and time (`api.rs`).
 
 use crate::api::{self, ApiAddr, HttpError, Request};
-use crate::reload::{DictOf, StateVar};
+use crate::reload::{DictOf, Scalar, StateVar};
 use flick_platform::{Platform, PlatformConfig, Service, StateValue};
 use flick_span::SourceFile;
 use serde::{Deserialize, Serialize};
@@ -713,14 +713,6 @@ impl Registry {
         }))
     }
 
-    fn service(&self, name: &str) -> Result<Arc<Service>, Refusal> {
-        let services = self.services.lock().expect("services lock");
-        services
-            .get(name)
-            .map(|d| d.service.clone())
-            .ok_or_else(|| Refusal::new(404, format!("no service `{name}`")))
-    }
-
     fn service_state(&self, name: &str) -> Result<(Arc<Service>, Vec<StateVar>), Refusal> {
         let services = self.services.lock().expect("services lock");
         services
@@ -795,10 +787,36 @@ impl Registry {
         if let Some((var, key)) = path.split_once('/') {
             return self.write_entry(name, var, key, body);
         }
-        let service = self.service(name)?;
+        let (service, state) = self.service_state(name)?;
         let j: Json = serde_json::from_slice(body)
             .map_err(|e| Refusal::new(400, format!("the body is not JSON: {e}")))?;
         let j = j.get("value").cloned().unwrap_or(j);
+        // The declared type decides, not the value held: a global no
+        // instance has set yet holds nothing, and takes only its own kind.
+        if let Some(var) = state.iter().find(|v| v.name == path && v.global) {
+            let kind = |k: Option<Scalar>| match k {
+                Some(Scalar::Int) => "an integer".to_string(),
+                Some(Scalar::Bool) => "a boolean".to_string(),
+                Some(Scalar::Bytes) => "a string".to_string(),
+                None => format!("a {}", var.ty),
+            };
+            let given = match &j {
+                Json::Number(_) => Some(Scalar::Int),
+                Json::Bool(_) => Some(Scalar::Bool),
+                Json::String(_) => Some(Scalar::Bytes),
+                _ => None,
+            };
+            if given.is_some() && var.scalar != given {
+                return Err(Refusal::new(
+                    400,
+                    format!(
+                        "`{path}` holds {}; it cannot be given {}",
+                        kind(var.scalar),
+                        kind(given)
+                    ),
+                ));
+            }
+        }
         let value = match &j {
             Json::Number(n) => StateValue::Int(
                 n.as_i64()

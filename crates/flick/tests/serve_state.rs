@@ -320,6 +320,11 @@ fn dictionary_writes_are_refused_with_their_status() {
             .contains("dict<string*integer>"),
         "{a}"
     );
+    // Before any instance has set them, globals take only their own kind.
+    let (status, a) = put("/services/notes/state/hits", json!("abc"));
+    assert_eq!(status, 400, "{a}");
+    let (status, a) = put("/services/notes/state/notes", json!(1));
+    assert_eq!(status, 400, "{a}");
     let (status, _) = put("/services/notes/state/nothing/x", json!(WRITTEN));
     assert_eq!(status, 404);
     let (status, _) = put("/services/nobody/state/notes//x", json!(WRITTEN));
