@@ -9,6 +9,8 @@
 //!   what they hold was checked by hand against what the program is for
 //!   (the assertions below: frames per port, which flows passed, the
 //!   rewritten headers and their checksums);
+//! - each use case written in Flick's machine syntax (`NAME.flick`) sends
+//!   the same frames as its XL program and leaves the same dump;
 //! - on random traffic (proptest), every frame's verdict (ports, fields
 //!   written) equals the one of a plain Rust model of the use case
 //!   (`flick_testkit::flowblaze_model`).
@@ -530,6 +532,36 @@ fn the_earlier_examples_over_captures() {
     let (out, dump) = golden("big_flows");
     assert_eq!(counters(&dump), (13, 0, 1, 0, 0, sent(&[(1, 10), (2, 3)])));
     assert!(out[1].iter().all(|(f, _)| f.len() == 1000));
+}
+
+/// Every use case written in Flick's machine syntax (`NAME.flick`) sends
+/// the same frames as its XL program and leaves the same state, with one
+/// worker and with two.
+#[test]
+fn the_flick_machines_match_the_xl_programs() {
+    for uc in USE_CASES {
+        let dir = Scratch::new(&format!("flick-{}", uc.name));
+        let xl = run(&dir, &examples().join(format!("{}.xl", uc.name)), uc, 1);
+        for workers in [1, 2] {
+            let flick = run(
+                &dir,
+                &examples().join(format!("{}.flick", uc.name)),
+                uc,
+                workers,
+            );
+            assert!(
+                flick.captures == xl.captures,
+                "{}.flick with {workers} workers sent other frames than {}.xl",
+                uc.name,
+                uc.name
+            );
+            assert_eq!(
+                flick.dump, xl.dump,
+                "{}.flick with {workers} workers left other state than {}.xl",
+                uc.name, uc.name
+            );
+        }
+    }
 }
 
 // Property tests: the engine against the models, frame by frame.
