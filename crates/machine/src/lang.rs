@@ -792,7 +792,9 @@ impl Lower {
                 MAction::Forward(ch, span) => {
                     forward_span = Some(*span);
                     match self.channels.iter().position(|c| *c == ch.name) {
-                        Some(i) => out.ports |= 1 << (i + 1),
+                        // Channels past the last port were reported.
+                        Some(i) if i + 1 < MAX_PORTS => out.ports |= 1 << (i + 1),
+                        Some(_) => {}
                         None => self.error(Diagnostic::error(
                             E_UNKNOWN,
                             format!("no channel `{}`", ch.name),

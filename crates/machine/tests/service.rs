@@ -202,3 +202,31 @@ fn ipv4_header_checksum(header: &[u8]) -> u16 {
     }
     !(sum as u16)
 }
+
+fn flick(body: &str) -> Arc<Program> {
+    let text = format!("machine m: (packet/packet a, packet/packet b)\n{body}");
+    let l = flick_machine::lang::compile(&text).unwrap_or_else(|d| panic!("{d:#?}"));
+    Arc::new(Program::new(l.machine).unwrap())
+}
+
+#[test]
+fn stateless_stages_spread_over_the_workers_and_a_keyed_later_stage_steers() {
+    // Every stage stateless: frames go to the workers in turn.
+    let filter = "  stage filter:\n    on packet when udp.sport = 1: forward b\n    on packet: set ipv4.ttl := 7; forward a\n";
+    let frames: Vec<_> = (0..40u64)
+        .map(|i| (udp(i as u32, 1 + (i % 2) as u16), i))
+        .collect();
+    let (one, _) = serve(flick(filter), vec![frames.clone()], 1, None);
+    let (two, _) = serve(flick(filter), vec![frames.clone()], 2, None);
+    assert_eq!(one, two);
+    assert_eq!(one[1].len(), 20);
+    assert!(one[0].iter().all(|(f, _)| f[22] == 7), "ttl rewritten");
+    // A stateless stage before the only keyed one: still several workers,
+    // steered by the keyed stage's key.
+    let counted = "  stage pick:\n    on packet when udp.sport = 1: goto count\n    on packet: forward a\n  stage count:\n    key ipv4.src\n    flow n: integer := 0\n    states s\n    in s on packet: n := n + 1; forward b\n";
+    let p = flick(counted);
+    assert!(!p.machine.single_worker());
+    let (one, d1) = serve(p.clone(), vec![frames.clone()], 1, None);
+    let (two, d2) = serve(p, vec![frames], 2, None);
+    assert_eq!((one, d1), (two, d2));
+}

@@ -13,6 +13,7 @@ fn examples_parse_and_format_stably() {
         "memcached_proxy.flick",
         "memcached_cache_router.flick",
         "hadoop_wordcount.flick",
+        "flowblaze/port_knocking.flick",
     ] {
         let src = example(name);
         let (mut p, diags) = parse(&src);
@@ -47,6 +48,29 @@ fn fmt_keeps_every_comment_and_is_idempotent() {
         "{text}"
     );
     assert!(text.ends_with("  y\n# at the end\n"), "{text}");
+    let (q, comments2, diags) = flick_syntax::parse_with_comments(&text);
+    assert!(diags.is_empty());
+    assert_eq!(flick_syntax::format_with_comments(&q, &comments2), text);
+}
+
+#[test]
+fn a_machines_comments_stay_where_they_were() {
+    let src = "grammar packet\n\n# a machine\nmachine m: (packet/packet a)  # its channel\n  const K = 1  # a constant\n\n  # the stage\n  stage s:  # stateless\n    # drops\n    on packet when tcp.dport = K: drop  # port 1\n    on packet:\n      forward a\n# the end\n";
+    let (p, comments, diags) = flick_syntax::parse_with_comments(src);
+    assert!(diags.is_empty(), "{diags:#?}");
+    let text = flick_syntax::format_with_comments(&p, &comments);
+    for c in &comments {
+        assert!(text.contains(&c.text), "lost {:?} in:\n{text}", c.text);
+    }
+    assert!(text.contains("  const K = 1  # a constant\n"), "{text}");
+    assert!(
+        text.contains("  stage s:  # stateless\n    # drops\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("drop  # port 1\n    on packet: forward a\n"),
+        "{text}"
+    );
     let (q, comments2, diags) = flick_syntax::parse_with_comments(&text);
     assert!(diags.is_empty());
     assert_eq!(flick_syntax::format_with_comments(&q, &comments2), text);

@@ -242,3 +242,45 @@ fn every_problem_is_reported() {
     .unwrap_err();
     assert_eq!(diags.len(), 3, "{diags:?}");
 }
+
+mod no_panic {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Pieces of machines, shuffled: every text lowers or is refused with
+    /// diagnostics, and nothing panics.
+    const PIECES: &[&str] = &[
+        "machine m: (packet/packet a, packet/packet b)\n",
+        "  const C = 10.0.0.1\n",
+        "  global g: integer := C\n",
+        "  meta k: integer\n",
+        "  stage s:\n",
+        "  stage t:\n",
+        "    key ipv4.src, tcp.dport\n",
+        "    key biflow (ipv4.src) (ipv4.dst)\n",
+        "    idle_timeout 18446744073709551615s\n",
+        "    capacity 4\n",
+        "    flow n: integer := 1\n",
+        "    states x, y\n",
+        "    in x on packet when from a, n > g: n := n % 0; next y; forward b\n",
+        "    in any on idle_timeout: next x\n",
+        "    on packet when meta.k = len: meta.k := max(now, in_port); goto t\n",
+        "    in y on table_full: set ipv4.ttl := n; drop\n",
+        "    in y on packet:\n      g := g - 1\n      goto s\n",
+        "proc p: (-/- c)\n  c => c\n",
+        "#\n",
+        ";%:=(",
+    ];
+
+    proptest! {
+        #[test]
+        fn any_arrangement_of_pieces_compiles_or_is_refused(
+            picks in proptest::collection::vec(0..PIECES.len(), 0..14)
+        ) {
+            let text: String = picks.iter().map(|&i| PIECES[i]).collect();
+            if let Ok(l) = compile(&text) {
+                let _ = Program::new(l.machine);
+            }
+        }
+    }
+}
