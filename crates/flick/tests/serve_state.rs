@@ -445,3 +445,50 @@ fn with_no_save_interval_only_a_clean_stop_saves() {
     let _server = serve(&state, &[]);
     assert_eq!(http_get(port, "/a"), "/a", "the entry came back");
 }
+
+/// `flick run`, killed on drop.
+struct Run(Child);
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `flick run`'s reload on SIGHUP carries dictionaries as a redeploy
+/// does: the same code (`reload.rs`).
+#[test]
+fn a_dictionary_survives_flick_runs_reload() {
+    let dir = TempDir::new("sighup");
+    let program = dir.file("notes.flick", NOTES);
+    let port = free_port();
+    let run = Run(Command::new(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(ROOT)
+        .args(["run", &program, "--workers", "2", "--listen"])
+        .arg(format!("client=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "flick run never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(http_get(port, "/a"), "new");
+    dir.file("notes.flick", &NOTES.replace("\"new\"", "\"fresh\""));
+    let hup = Command::new("kill")
+        .args(["-HUP", &run.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    // A target never asked before, each time: the old version notes it.
+    let mut n = 0;
+    while http_get(port, &format!("/z{n}")) != "fresh" {
+        assert!(Instant::now() < deadline, "the new version never answered");
+        std::thread::sleep(Duration::from_millis(20));
+        n += 1;
+    }
+    assert_eq!(http_get(port, "/a"), "/a", "the entry was carried over");
+}
