@@ -273,3 +273,128 @@ fn a_get_reply_arrives_in_one_piece() {
     }
     assert_eq!(split, 0, "replies that came in more than one piece");
 }
+
+/// The STAT lines of a `stats` reply: name and value, in order.
+fn stat_lines(reply: &str) -> Vec<(String, String)> {
+    reply
+        .split("\r\n")
+        .filter_map(|l| l.strip_prefix("STAT "))
+        .map(|l| {
+            let (name, value) = l.split_once(' ').unwrap_or((l, ""));
+            (name.to_string(), value.to_string())
+        })
+        .collect()
+}
+
+fn stat<'a>(stats: &'a [(String, String)], name: &str) -> &'a str {
+    stats
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("no STAT {name}"))
+}
+
+/// Request lines as memcached tokenises them: runs of spaces, spaces
+/// before the first token and after the last, and a bare "\n" line end
+/// are read as memcached reads them, and every reply line still ends in
+/// "\r\n"; a get of several keys so written is split and answered in key
+/// order under one END.
+#[test]
+fn loosely_spaced_lines_are_read_as_memcached_reads_them() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
+    let port = proxy(&mut procs, &backends);
+    let mut c = connect(port);
+    let keys: Vec<String> = (0..8).map(|i| format!("loose{i}")).collect();
+    let used: std::collections::HashSet<usize> = keys.iter().map(|k| home(k, 2)).collect();
+    assert_eq!(used.len(), 2, "the keys spread over both backends");
+    for (i, k) in keys.iter().enumerate() {
+        let set = match i % 3 {
+            0 => format!("  set  {k}   0 0  2 \nv{i}\r\n"),
+            1 => format!("set {k} 0 0 2\nv{i}\r\n"),
+            _ => format!("set {k}  0  0  2   \r\nv{i}\r\n"),
+        };
+        assert_eq!(exchange(&mut c, set.as_bytes(), b"\r\n"), "STORED\r\n");
+    }
+    assert_eq!(
+        exchange(&mut c, b"  set  quiet 0 0 1   noreply \nq\r\nmn\n", b"\r\n"),
+        "MN\r\n"
+    );
+    let reply = exchange(
+        &mut c,
+        b"get   loose0  loose1 loose2   quiet  \n",
+        b"END\r\n",
+    );
+    assert_eq!(
+        reply,
+        "VALUE loose0 0 2\r\nv0\r\nVALUE loose1 0 2\r\nv1\r\nVALUE loose2 0 2\r\nv2\r\n\
+         VALUE quiet 0 1\r\nq\r\nEND\r\n"
+    );
+    assert_eq!(
+        exchange(&mut c, b"incr  loose9  1\n", b"\r\n"),
+        "NOT_FOUND\r\n"
+    );
+    assert_eq!(
+        exchange(&mut c, b"delete   loose3 \n", b"\r\n"),
+        "DELETED\r\n"
+    );
+    assert_eq!(
+        exchange(&mut c, b"mg  loose4  v  \n", b"\r\n"),
+        "VA 2\r\nv4\r\n"
+    );
+    assert_eq!(exchange(&mut c, b" version \n", b"\r\n")[..8], *"VERSION ");
+    // A tab is a byte of its token, as memcached reads it: no such command.
+    assert_eq!(exchange(&mut c, b"get\tloose0\r\n", b"\r\n"), "ERROR\r\n");
+    // An empty line is an unknown command, and the next one is read.
+    assert_eq!(
+        exchange(&mut c, b"\n  \r\nmn\r\n", b"MN\r\n"),
+        "ERROR\r\nERROR\r\nMN\r\n"
+    );
+}
+
+/// `stats` through the proxy in front of two servers is one reply: one
+/// STAT line per name, in the first server's order, the servers' counters
+/// added up (`curr_items` is the sum of each server's own), what names a
+/// server (`pid`) the first server's; then one END.
+#[test]
+fn stats_are_summed_over_the_backends() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
+    let port = proxy(&mut procs, &backends);
+    let mut c = connect(port);
+    for i in 0..40 {
+        let set = format!("set sum{i} 0 0 1\r\nx\r\n");
+        assert_eq!(exchange(&mut c, set.as_bytes(), b"\r\n"), "STORED\r\n");
+    }
+    let each: Vec<Vec<(String, String)>> = backends
+        .iter()
+        .map(|b| stat_lines(&exchange(&mut connect(*b), b"stats\r\n", b"END\r\n")))
+        .collect();
+    let items: Vec<u64> = each
+        .iter()
+        .map(|s| stat(s, "curr_items").parse().unwrap())
+        .collect();
+    assert!(
+        items.iter().all(|&n| n > 0),
+        "both servers hold items: {items:?}"
+    );
+    assert_eq!(items.iter().sum::<u64>(), 40);
+    let reply = exchange(&mut c, b"stats\r\n", b"END\r\n");
+    assert!(reply.ends_with("\r\nEND\r\n") && reply.matches("END\r\n").count() == 1);
+    let merged = stat_lines(&reply);
+    assert_eq!(stat(&merged, "curr_items"), "40", "{reply}");
+    assert_eq!(stat(&merged, "total_items"), "40", "{reply}");
+    let names: Vec<&str> = merged.iter().map(|(n, _)| n.as_str()).collect();
+    let first: Vec<&str> = each[0].iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names, first,
+        "one line per name, in the first server's order"
+    );
+    assert_eq!(stat(&merged, "pid"), stat(&each[0], "pid"));
+    assert_eq!(stat(&merged, "version"), stat(&each[0], "version"));
+    let limit = |s: &[(String, String)]| stat(s, "limit_maxbytes").parse::<u64>().unwrap();
+    assert_eq!(limit(&merged), limit(&each[0]) + limit(&each[1]));
+    // Other forms of stats are each server's, one after the other.
+    let settings = exchange(&mut c, b"stats settings\r\n", b"END\r\n");
+    assert_eq!(settings.matches("STAT maxbytes ").count(), 2, "{settings}");
+}

@@ -7,6 +7,10 @@
 //! match. Client libraries in Python run fixed scenarios through the
 //! proxies too (`interop/clients/`).
 //!
+//! A third of the text requests have their command line written as loosely
+//! as memcached reads it: spaces before the first token, runs of spaces
+//! between tokens and after the last, a bare "\n" line end.
+//!
 //! The seed is printed; `FLICK_DIFF_SEED=<seed>` replays it (decimal or
 //! `0x…`); `FLICK_DIFF_COMMANDS=<n>` changes the commands per client (at
 //! most 5000) and `FLICK_DIFF_CLIENTS=<n>` the clients (at most 32).
@@ -29,8 +33,10 @@
 //!   second: the two targets are asked moments apart, and a second may
 //!   tick between. `t-1` (no expiry) is compared exactly.
 //! - **`stats`** (text and binary) is compared as the set of statistic
-//!   names: the numbers are each server's own, and through the proxy every
-//!   backend answers, so each name comes four times.
+//!   names: through the proxy the numbers are the four servers' added up
+//!   (`memcached_ascii_proxy.rs` checks the sums), which no single server's
+//!   match; `stats settings` comes from every backend, each name four
+//!   times.
 //! - **`flush_all` and other keyless commands** act on every client's keys,
 //!   so they are sent only in the single-client tests. A delayed flush is
 //!   sent only with a delay of ten minutes, whose effect falls after the
@@ -501,15 +507,68 @@ impl Gen {
         self.sent.clear();
     }
 
-    /// A text request (see `text_request_of`), the counters it names noted.
+    /// A text request (see `text_request_of`), the counters it names
+    /// noted; a third of them written loosely (see `loosen`).
     fn text_request(&mut self, mode: TextMode) -> TextReq {
-        let r = self.text_request_of(mode);
+        let mut r = self.text_request_of(mode);
+        if self.rng.pct(33) {
+            r = self.loosen(r);
+        }
         for p in &r.pieces {
             if let Piece::Lit(b) = p {
                 self.touch_counters(b);
             }
         }
         r
+    }
+
+    /// `r` with its command line written as loosely as memcached reads it
+    /// (its `tokenize_command`): spaces before the first token, runs of
+    /// spaces between tokens, spaces after the last, and a bare "\n" for
+    /// the line's "\r\n". The data block after the line is left alone.
+    fn loosen(&mut self, r: TextReq) -> TextReq {
+        let mut out = TextReq::new();
+        out.mns = r.mns;
+        let mut in_line = true;
+        if self.rng.pct(30) {
+            out.lit(" ".repeat(1 + self.rng.below(3) as usize));
+        }
+        for p in r.pieces {
+            let b = match p {
+                Piece::Cas(k) => {
+                    out.pieces.push(Piece::Cas(k));
+                    continue;
+                }
+                Piece::Lit(b) if !in_line => {
+                    out.lit(&b);
+                    continue;
+                }
+                Piece::Lit(b) => b,
+            };
+            let end = find(&b, b"\r\n");
+            let line = &b[..end.unwrap_or(b.len())];
+            let mut loose = Vec::new();
+            for &c in line {
+                loose.push(c);
+                if c == b' ' && self.rng.pct(40) {
+                    loose.extend(std::iter::repeat_n(b' ', 1 + self.rng.below(2) as usize));
+                }
+            }
+            out.lit(&loose);
+            if let Some(end) = end {
+                in_line = false;
+                if self.rng.pct(30) {
+                    out.lit(" ".repeat(1 + self.rng.below(3) as usize));
+                }
+                out.lit(if self.rng.pct(50) {
+                    &b"\n"[..]
+                } else {
+                    b"\r\n"
+                });
+                out.lit(&b[end + 2..]);
+            }
+        }
+        out
     }
 
     /// A value for key `k`: a number for a counter; `grows` for append and
@@ -1761,8 +1820,9 @@ fn differing(cases: &[(&str, Vec<u8>)]) -> Vec<String> {
 }
 
 /// Differences the suite found once, now answered as memcached answers
-/// them: a get key over the key limit, and a token after a command's last
-/// argument that is not `noreply` (memcached ignores it).
+/// them: a get key over the key limit, a token after a command's last
+/// argument that is not `noreply` (memcached ignores it), and lines
+/// written as loosely as memcached reads them.
 #[test]
 fn found_differences_stay_fixed() {
     let over = "K".repeat(251);
@@ -1786,6 +1846,25 @@ fn found_differences_stay_fixed() {
         (
             "touch with an extra token",
             b"set key-9 0 0 1\r\ny\r\ntouch key-9 100 junk\r\n".to_vec(),
+        ),
+        (
+            "runs of spaces, leading and trailing spaces, bare line ends",
+            b"  set  key-10   0 0  2 \nab\r\nget  key-10  key-11   \nincr key-10  1 \n\
+              delete   key-10 0  noreply  \nget key-10\n"
+                .to_vec(),
+        ),
+        (
+            "a get of several keys, loosely written",
+            b"set key-12 0 0 1\nx\r\nset key-13 0 0 1\ny\r\n   get key-12    key-13 key-14  \n"
+                .to_vec(),
+        ),
+        (
+            "meta commands with bare line ends and runs of spaces",
+            b"ms  key-15  2   T0  \nhi\r\nmg key-15   v  k \nmd  key-15 q\nmg key-15 v\n".to_vec(),
+        ),
+        (
+            "empty lines, a lone \\r, and tabs inside tokens",
+            b"\n \n\r\nget\tkey-16\r\nget key\t17\r\n".to_vec(),
         ),
     ];
     assert_none_differ(&cases);

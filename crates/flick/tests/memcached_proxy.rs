@@ -435,3 +435,63 @@ fn replies_larger_than_the_clients_channel_all_arrive() {
         assert!(packets > 4 * 20, "round {round}: {packets} packets");
     }
 }
+
+/// The stat replies to a binary stat request without a key, up to the one
+/// with an empty key that ends them: (name, value), in order.
+fn stats_of(s: &mut TcpStream) -> Vec<(String, String)> {
+    s.write_all(&request(0x10, b"", b"", &[])).unwrap();
+    let mut out = Vec::new();
+    loop {
+        let h = support::response_header(s);
+        let (key, value) = support::response_body(s, &h);
+        assert_eq!((h[1], support::status(&h)), (0x10, 0), "a stat reply");
+        if key.is_empty() {
+            return out;
+        }
+        out.push((
+            String::from_utf8(key).unwrap(),
+            String::from_utf8(value).unwrap(),
+        ));
+    }
+}
+
+/// A binary stat through the proxy in front of two servers is one reply:
+/// one stat per name, in the first server's order, the counters added up
+/// (`curr_items` is the sum of each server's own), `pid` the first
+/// server's; then the one with an empty key.
+#[test]
+fn binary_stats_are_summed_over_the_backends() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
+    let port = flick_proxy(&mut procs, &backends);
+    let mut c = connect(port);
+    for i in 0..30 {
+        assert_eq!(set(&mut c, format!("bsum{i}").as_bytes(), b"v"), 0);
+    }
+    let each: Vec<Vec<(String, String)>> = backends
+        .iter()
+        .map(|b| stats_of(&mut connect(*b)))
+        .collect();
+    let value = |s: &[(String, String)], name: &str| -> String {
+        s.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no stat {name}"))
+    };
+    let items: Vec<u64> = each
+        .iter()
+        .map(|s| value(s, "curr_items").parse().unwrap())
+        .collect();
+    assert!(
+        items.iter().all(|&n| n > 0),
+        "both servers hold items: {items:?}"
+    );
+    let merged = stats_of(&mut c);
+    assert_eq!(value(&merged, "curr_items"), "30");
+    assert_eq!(value(&merged, "pid"), value(&each[0], "pid"));
+    let names: Vec<&str> = merged.iter().map(|(n, _)| n.as_str()).collect();
+    let first: Vec<&str> = each[0].iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, first);
+    // The connection reads on in step.
+    assert_eq!(get(&mut c, b"bsum1"), (0, b"v".to_vec()));
+}

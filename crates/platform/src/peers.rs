@@ -7,7 +7,9 @@
 //! from its request), `%more` (a reply continues with further messages) and
 //! `%broadcast` (a request goes to every peer of a channel array),
 //! `%ends` (a request that ends the client's session) and `%fault` (the
-//! reply for a request no peer will answer).
+//! reply for a request no peer will answer). A broadcast whose request
+//! says `%merge` gets its peers' entries (`%merge_key`) merged into one
+//! reply, one entry per key (Memcached's `stats` summed over servers).
 
 use crate::access_log::{Entry, Outcome, Target};
 use crate::compute::GraphHost;
@@ -172,6 +174,10 @@ pub struct Group {
     pub remaining: u32,
     pub held: Option<Reply>,
     pub seq: Option<u64>,
+    /// The request says its peers' entries merge (`%merge`).
+    pub merge: bool,
+    /// Those entries so far, with the output each came from.
+    pub entries: Vec<(usize, Msg)>,
 }
 
 /// Requests remembered per peer; beyond this (quiet requests that are never
@@ -304,7 +310,8 @@ impl GraphHost {
         }
         let part = !self.part_last.unwrap_or(true);
         let seq = (!quiet).then(|| self.order.take_seq(Some(ALL), request.bytes.len(), part));
-        let group = self.new_group(targets.len() as u32, seq);
+        let merge = self.out_property(chan, "merge", &request).unwrap_or(0) != 0;
+        let group = self.new_group(targets.len() as u32, seq, merge);
         for o in targets {
             let copy = self.pool.copy(&request);
             self.send_one(o, copy, Some(group), seq, fenced);
@@ -313,11 +320,13 @@ impl GraphHost {
         Sent::Done
     }
 
-    fn new_group(&mut self, remaining: u32, seq: Option<u64>) -> u32 {
+    fn new_group(&mut self, remaining: u32, seq: Option<u64>, merge: bool) -> u32 {
         let g = Group {
             remaining,
             held: None,
             seq,
+            merge,
+            entries: Vec::new(),
         };
         match self.groups.iter().position(|g| g.is_none()) {
             Some(i) => {
@@ -950,8 +959,79 @@ impl GraphHost {
         }
         match group {
             Some(g) if !more => self.settle_group(g, Some((chan, index, reply))),
+            // An entry of a reply that merges waits for the others'.
+            Some(g) if continues && self.merges(g, chan, &reply) => {
+                if let Some(Some(group)) = self.groups.get_mut(g as usize) {
+                    group.entries.push((out, reply));
+                }
+            }
             _ => self.reply_for(seq, Some((chan, index, reply)), !more),
         }
+    }
+
+    /// Whether `reply`, from `chan`, is an entry of broadcast `g` that
+    /// merges with the other peers' (`%merge`, `%merge_key`).
+    fn merges(&self, g: u32, chan: u16, reply: &Msg) -> bool {
+        let merge = self
+            .groups
+            .get(g as usize)
+            .and_then(|x| x.as_ref())
+            .is_some_and(|g| g.merge);
+        let unit = self.units.get(chan as usize).copied().flatten();
+        merge
+            && reply.part == Part::Whole
+            && unit.is_some_and(|u| {
+                self.grammar
+                    .merge_key(u, &reply.slots, &reply.bytes)
+                    .is_some()
+            })
+    }
+
+    /// The entries of a merged broadcast, one per key, in the order the
+    /// first peer (by index) gave them, each peer's numbers added where
+    /// the grammar says (`%merge_sum`); the first peer's entry stands
+    /// elsewhere. Not a hot path: a request an operator sends.
+    fn merge_entries(&mut self, mut entries: Vec<(usize, Msg)>) -> Vec<(usize, Msg)> {
+        entries.sort_by_key(|(out, _)| *out);
+        let mut merged: Vec<(usize, Msg)> = Vec::with_capacity(entries.len());
+        let mut bytes = Vec::new();
+        for (out, m) in entries {
+            let chan = self.outputs[out].chan;
+            let Some(unit) = self.units.get(chan as usize).copied().flatten() else {
+                merged.push((out, m));
+                continue;
+            };
+            let key = self.grammar.merge_key(unit, &m.slots, &m.bytes);
+            let Some(at) = merged.iter().position(|(_, e)| {
+                key.is_some() && self.grammar.merge_key(unit, &e.slots, &e.bytes) == key
+            }) else {
+                merged.push((out, m));
+                continue;
+            };
+            bytes.clear();
+            let first = &merged[at].1;
+            let added = self.grammar.merge_add(
+                unit,
+                (&first.slots, &first.bytes),
+                (&m.slots, &m.bytes),
+                &mut bytes,
+            );
+            self.pool.give(m);
+            if !matches!(added, Ok(true)) {
+                continue;
+            }
+            let mut parser = self.grammar.parser(unit);
+            if let Ok(flick_wire::Progress::Done(_)) = parser.parse(&bytes) {
+                let mut sum = self.pool.take();
+                sum.bytes.extend_from_slice(&bytes);
+                sum.continued = merged[at].1.continued;
+                let values = crate::msg::Values::parsed(&parser);
+                self.pool.copy_values(&mut sum, values, parser.slots());
+                let old = std::mem::replace(&mut merged[at].1, sum);
+                self.pool.give(old);
+            }
+        }
+        merged
     }
 
     /// Drops a reply no waiting request owns: logged and counted.
@@ -993,6 +1073,12 @@ impl GraphHost {
         }
         if group.remaining == 0 {
             let done = self.groups[g as usize].take().expect("a group");
+            if !done.entries.is_empty() {
+                for (out, m) in self.merge_entries(done.entries) {
+                    let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
+                    self.reply_for(done.seq, Some((chan, index, m)), false);
+                }
+            }
             self.reply_for(done.seq, done.held, true);
         }
     }

@@ -1216,6 +1216,25 @@ impl UnitGen<'_> {
                 n = t.len(),
                 l = lit(t)
             )),
+            // The first terminator where both match; where the bytes so far
+            // may still be the first, the interpreter waits for more.
+            Stop::UntilEither(t, also) => {
+                self.line(&format!(
+                    "if buf.len() - pos >= {n} && buf[pos..pos + {n}] == {l}[..] {{ pos += {n}; break; }}",
+                    n = t.len(),
+                    l = lit(t)
+                ));
+                self.line(&format!(
+                    "if buf.len() - pos < {n} && {l}.starts_with(&buf[pos..]) {{ {FB} }}",
+                    n = t.len(),
+                    l = lit(t)
+                ));
+                self.line(&format!(
+                    "if buf.len() - pos < {n} {{ {FB} }} if buf[pos..pos + {n}] == {l}[..] {{ pos += {n}; break; }}",
+                    n = also.len(),
+                    l = lit(also)
+                ));
+            }
             Stop::UntilElem(_) => self.line(&format!("{FB};")),
         }
         self.line(&format!("if {li} >= {max} {{ {FB} }}"));

@@ -588,6 +588,7 @@ impl<'a> Compiler<'a> {
                         "count",
                         "until",
                         "until_elem",
+                        "until_also",
                         "sep",
                         "max",
                         "max_bytes",
@@ -633,6 +634,11 @@ impl<'a> Compiler<'a> {
                 let stop = if let Some(a) = self.attr(f, "count") {
                     let e = a.value.clone()?;
                     Stop::Count(self.expr(&e, cx, false)?)
+                } else if self.attr(f, "until").is_some() && self.attr(f, "until_also").is_some() {
+                    Stop::UntilEither(
+                        self.bytes_attr(f, "until")?,
+                        self.bytes_attr(f, "until_also")?,
+                    )
                 } else if self.attr(f, "until").is_some() {
                     Stop::Until(self.bytes_attr(f, "until")?)
                 } else if let Some(a) = self.attr(f, "until_elem") {

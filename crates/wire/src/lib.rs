@@ -23,6 +23,7 @@ pub mod grammar;
 mod header;
 mod in_place;
 mod int_expr;
+mod merged;
 mod message;
 mod parse;
 mod plain;
@@ -546,6 +547,7 @@ impl Grammar {
                     } + sep.as_ref().map_or(0, |s| s.len() as u64);
                     let end = match stop {
                         Stop::Until(t) => t.len() as u64,
+                        Stop::UntilEither(t, also) => t.len().max(also.len()) as u64,
                         _ => 0,
                     };
                     let all = (*max as u64).saturating_mul(each).saturating_add(end);

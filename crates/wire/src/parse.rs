@@ -934,6 +934,23 @@ impl State {
                 Some(false) => {}
                 None => return Ok(Some(Progress::NeedMore)),
             },
+            Stop::UntilEither(t, also) => {
+                match (starts(buf, self.pos, t), starts(buf, self.pos, also)) {
+                    (Some(true), _) => {
+                        self.pos += t.len();
+                        self.stack.pop();
+                        return Ok(None);
+                    }
+                    (None, _) => return Ok(Some(Progress::NeedMore)),
+                    (Some(false), Some(true)) => {
+                        self.pos += also.len();
+                        self.stack.pop();
+                        return Ok(None);
+                    }
+                    (Some(false), None) => return Ok(Some(Progress::NeedMore)),
+                    (Some(false), Some(false)) => {}
+                }
+            }
             Stop::UntilElem(_) => {}
         }
         if index >= *max && !lop.stream {

@@ -108,7 +108,7 @@ fn reads(op: &Op, slot: u16) -> Option<bool> {
         OpKind::List { elem, stop, .. } => {
             any |= match stop {
                 Stop::Count(e) | Stop::UntilElem(e) => mentions(e, slot),
-                Stop::Until(_) => false,
+                Stop::Until(_) | Stop::UntilEither(..) => false,
             };
             if let Elem::Scalar(s) = elem {
                 any |= scalar_reads(s, slot);

@@ -129,6 +129,9 @@ pub enum Stop {
     Count(CExpr),
     /// Before a terminator, which is consumed.
     Until(Arc<[u8]>),
+    /// Before either terminator (`&until` and `&until_also`), which is
+    /// consumed; the first where both match. Serialising writes the first.
+    UntilEither(Arc<[u8]>, Arc<[u8]>),
     /// After the element for which the expression (over `$$`) holds.
     UntilElem(CExpr),
 }

@@ -324,7 +324,7 @@ impl Grammar {
                     if let Some((f, cx)) = edit {
                         f.append(slots, data, cx, out);
                     }
-                    if let Stop::Until(t) = stop {
+                    if let Stop::Until(t) | Stop::UntilEither(t, _) = stop {
                         out.extend_from_slice(t);
                     }
                 }

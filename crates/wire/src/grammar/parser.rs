@@ -174,6 +174,10 @@ pub const ROUTING: &[&str] = &[
     "refuse",
     "exclusive",
     "idempotent",
+    "merge",
+    "merge_key",
+    "merge_value",
+    "merge_sum",
 ];
 type PResult<T> = Result<T, Reported>;
 
