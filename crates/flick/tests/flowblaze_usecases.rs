@@ -12,7 +12,8 @@
 //! - each use case written in Flick's machine syntax (`NAME.flick`) sends
 //!   the same frames as its XL program and leaves the same dump;
 //! - on random traffic (proptest), every frame's verdict (ports, fields
-//!   written) equals the one of a plain Rust model of the use case
+//!   written) by the XL program and by the `.flick` machine equals the
+//!   one of a plain Rust model of the use case
 //!   (`flick_testkit::flowblaze_model`).
 
 use flick_machine::{Engine, FieldReader, Program};
@@ -621,44 +622,82 @@ fn udp(src: u32, sport: u16, dst: u32, dport: u16, payload: usize) -> Vec<u8> {
     frame(17, src, sport, dst, dport, 0, 0, 0, payload)
 }
 
+/// One program's engine and field reader.
+struct Machine {
+    program: Arc<Program>,
+    reader: FieldReader,
+    engine: Engine,
+    fields: Vec<u64>,
+}
+
+impl Machine {
+    fn new(machine: flick_machine::Machine) -> Machine {
+        let program = Arc::new(Program::new(machine).unwrap());
+        Machine {
+            reader: FieldReader::new(&program.machine.fields).unwrap(),
+            engine: Engine::new(program.clone()),
+            fields: vec![0; program.machine.fields.len()],
+            program,
+        }
+    }
+
+    /// The verdict on `frame`, in the models' terms.
+    fn verdict(&mut self, frame: &[u8], port: u8, now_us: u64) -> Verdict {
+        assert!(self.reader.read(frame, &mut self.fields));
+        let got = self
+            .engine
+            .process(&self.fields, port, frame.len(), now_us * 1000);
+        let name = |id: u16| {
+            let name = self.program.machine.fields[id as usize].name.as_str();
+            ["eth.dst", "ipv4.src", "ipv4.dst"]
+                .into_iter()
+                .find(|n| *n == name)
+                .unwrap_or("?")
+        };
+        Verdict {
+            ports: got.ports,
+            writes: got.writes().iter().map(|&(id, v)| (name(id), v)).collect(),
+        }
+    }
+}
+
 /// Runs `steps` (input port, frame, microseconds since the step before)
-/// through the program's engine and through `model`, and asserts each
-/// frame's verdicts agree.
+/// through the engines of the use case's XL program and of its `.flick`
+/// machine, and through `model`, and asserts each frame's verdicts agree.
 fn agree(
     name: &str,
     steps: Vec<(u8, Vec<u8>, u64)>,
     mut model: impl FnMut(&Pkt, u8, u64) -> Verdict,
 ) -> Result<(), TestCaseError> {
-    let machine = flick_machine::xl::load(&examples().join(format!("{name}.xl"))).unwrap();
-    let program = Arc::new(Program::new(machine).unwrap());
-    let mut reader = FieldReader::new(&program.machine.fields).unwrap();
-    let mut engine = Engine::new(program.clone());
-    let mut fields = vec![0; program.machine.fields.len()];
+    let mut xl =
+        Machine::new(flick_machine::xl::load(&examples().join(format!("{name}.xl"))).unwrap());
+    let text = std::fs::read_to_string(examples().join(format!("{name}.flick"))).unwrap();
+    let mut flick = Machine::new(flick_machine::lang::compile(&text).unwrap().machine);
     // Packet time starts past 0, as captures' times do.
     let mut now_us = 1_000_000u64;
     for (i, (port, f, gap)) in steps.into_iter().enumerate() {
         now_us += gap;
-        prop_assert!(reader.read(&f, &mut fields));
-        let got = engine.process(&fields, port, f.len(), now_us * 1000);
-        let got = Verdict {
-            ports: got.ports,
-            writes: got
-                .writes()
-                .iter()
-                .map(|&(id, v)| {
-                    let name = program.machine.fields[id as usize].name.as_str();
-                    (
-                        ["eth.dst", "ipv4.src", "ipv4.dst"]
-                            .into_iter()
-                            .find(|n| *n == name)
-                            .unwrap_or("?"),
-                        v,
-                    )
-                })
-                .collect(),
-        };
         let want = model(&Pkt::parse(&f), port, now_us);
-        prop_assert_eq!(got, want, "frame {} at {} us from port {}", i, now_us, port);
+        let got = xl.verdict(&f, port, now_us);
+        prop_assert_eq!(
+            &got,
+            &want,
+            "{}.xl: frame {} at {} us from port {}",
+            name,
+            i,
+            now_us,
+            port
+        );
+        let got = flick.verdict(&f, port, now_us);
+        prop_assert_eq!(
+            &got,
+            &want,
+            "{}.flick: frame {} at {} us from port {}",
+            name,
+            i,
+            now_us,
+            port
+        );
     }
     Ok(())
 }
@@ -851,6 +890,27 @@ fn knocking_step() -> impl Strategy<Value = Vec<(u8, Vec<u8>, u64)>> {
         })
 }
 
+/// Datagrams both ways between two hosts and two servers, and TCP from
+/// inside (which opens nothing).
+fn firewall_step() -> impl Strategy<Value = (u8, Vec<u8>, u64)> {
+    (
+        0u32..2,
+        0u16..2,
+        0u32..2,
+        0u8..5,
+        prop_oneof![9 => 0u64..5000, 1 => 25_000u64..35_000],
+    )
+        .prop_map(|(h, sp, d, how, gap_ms)| {
+            let (host, server) = (0x0a00_0001 + h, 0x0808_0808 + d);
+            let (port, f) = match how {
+                0 => (1, tcp(host, 5000 + sp, server, 53, 0x02, 1, 0, 0)),
+                1 | 2 => (1, udp(host, 5000 + sp, server, 53, 12)),
+                _ => (2, udp(server, 53, host, 5000 + sp, 12)),
+            };
+            (port, f, gap_ms * 1000)
+        })
+}
+
 /// Frames of 1000 and 500 bytes, so that a window's bytes often reach the
 /// threshold exactly.
 fn big_flows_step() -> impl Strategy<Value = (u8, Vec<u8>, u64)> {
@@ -923,5 +983,11 @@ proptest! {
     fn big_flows_matches_its_model(steps in prop::collection::vec(big_flows_step(), 1..120)) {
         let mut m = model::BigFlows::default();
         agree("big_flows", steps, |p, port, now| m.packet(p, port, now))?;
+    }
+
+    #[test]
+    fn udp_firewall_matches_its_model(steps in prop::collection::vec(firewall_step(), 1..120)) {
+        let mut m = model::UdpFirewall::default();
+        agree("udp_firewall", steps, |p, port, now| m.packet(p, port, now))?;
     }
 }

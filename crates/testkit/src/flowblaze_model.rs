@@ -761,3 +761,43 @@ impl BigFlows {
         v
     }
 }
+
+/// `udp_firewall.xl`: a datagram from inside (port 1) opens its flow's
+/// way back from outside (port 2) until 30 s pass without traffic.
+pub struct UdpFirewall {
+    /// (open, packets), per unordered endpoint pair.
+    paths: Flows<[u64; 4], (bool, u64)>,
+}
+
+impl Default for UdpFirewall {
+    fn default() -> Self {
+        UdpFirewall {
+            paths: Flows::new((false, 0), 1024 + 8, Some(30 * SEC), None),
+        }
+    }
+}
+
+impl UdpFirewall {
+    pub fn packet(&mut self, p: &Pkt, port: u8, now: u64) -> Verdict {
+        let key = p.biflow();
+        let ((mut open, mut packets), created) = self.paths.get(&key, now, |_, _| None);
+        let v = match (open, port) {
+            (false, 1) if p.proto == UDP => {
+                open = true;
+                packets += 1;
+                Verdict::to(2)
+            }
+            (false, _) => Verdict::drop(),
+            (true, 1 | 2) => {
+                packets += 1;
+                Verdict::to(3 - port)
+            }
+            (true, _) => {
+                packets += 1;
+                Verdict::drop()
+            }
+        };
+        self.paths.put(key, (open, packets), created, now).unwrap();
+        v
+    }
+}
