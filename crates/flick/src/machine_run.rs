@@ -43,9 +43,22 @@ pub fn render_xl_error(e: &XlError, color: bool) -> String {
 /// program holding a `machine` item. A file that cannot be read is left
 /// to the caller's own reading, which reports it.
 pub fn is_machine(path: &str) -> bool {
-    path.ends_with(".xl")
-        || std::fs::read_to_string(path)
-            .is_ok_and(|text| !flick_syntax::parse(&text).0.machines.is_empty())
+    machine_file(path).is_some()
+}
+
+/// For a machine's program, whether it also holds processes (which
+/// `flick check` checks too); `None` for any other file.
+pub fn machine_file(path: &str) -> Option<bool> {
+    if path.ends_with(".xl") {
+        return Some(false);
+    }
+    let text = std::fs::read_to_string(path).ok()?;
+    let (program, _) = flick_syntax::parse(&text);
+    let procs = program
+        .decls
+        .iter()
+        .any(|d| matches!(d, flick_syntax::ast::Decl::Proc(_)));
+    (!program.machines.is_empty()).then_some(procs)
 }
 
 /// A machine's program read and lowered: the machine and its channel

@@ -951,9 +951,12 @@ fn main() -> ExitCode {
         Command::Check { bounds, files } => {
             let mut failed = false;
             for path in &files {
-                if flick::machine_run::is_machine(path) {
+                if let Some(procs) = flick::machine_run::machine_file(path) {
                     failed |= !flick::machine_run::check(path, color, bounds);
-                    continue;
+                    // Processes beside the machine are checked as usual.
+                    if !procs {
+                        continue;
+                    }
                 }
                 let file = match read_program(path) {
                     Ok(f) => f,

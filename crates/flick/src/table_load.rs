@@ -335,6 +335,42 @@ mod tests {
     }
 
     #[test]
+    fn a_flick_machine_replaces_the_xl_programs_tables_and_its_own() {
+        let dir = std::env::temp_dir().join(format!("flick-loader-flick-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let text =
+            std::fs::read_to_string(Path::new(EXAMPLES).join("port_knocking.flick")).unwrap();
+        let write = |name: &str, text: String| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let same = write("knock.flick", text.clone());
+        let variant = write("variant.flick", text.replace("SSH = 22", "SSH = 2200"));
+        let other_key = write("key.flick", text.replace("key ipv4.src", "key ipv4.dst"));
+        let broken = write("broken.flick", text.replace("next open", "next opened"));
+        let xl = knocking(&dir, "knock.xl", |t| t);
+        let program = Arc::new(Program::new(xl::load(&xl).unwrap()).unwrap());
+        let (tx, rx) = flick_machine::swap_channel();
+        let mut loader = TableLoader::new(program, 1, tx);
+        let o = loader.load(&other_key);
+        assert!(!o.applied && o.error.unwrap().contains("flow key"));
+        let o = loader.load(&broken);
+        let e = o.error.clone().unwrap_or_default();
+        assert!(
+            !o.applied && e.contains("broken.flick:") && e.contains('^'),
+            "{o:?}"
+        );
+        assert!(rx.try_recv().is_err(), "a refused program was sent");
+        assert!(loader.load(&same).applied);
+        let o = loader.load(&variant);
+        assert!(o.applied, "{o:?}");
+        let sent = (rx.try_recv().unwrap(), rx.try_recv().unwrap()).1;
+        assert!(format!("{:?}", sent.machine).contains("2200"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn only_compatible_programs_are_sent() {
         let dir = std::env::temp_dir().join(format!("flick-loader-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -466,9 +466,9 @@ const TRANSITION_WIDTH: usize = 100;
 fn machine_decl(out: &mut Out, m: &MachineDecl) {
     let sep = signature_separator(m.items.is_empty());
     let _ = writeln!(out, "machine {}:{sep}{}", m.name.name, params(&m.channels));
-    for (i, item) in m.items.iter().enumerate() {
-        // A blank line sets each stage apart from what precedes it.
-        if i > 0 && matches!(item, MachineItem::Stage(_)) {
+    for item in &m.items {
+        // A blank line sets each stage apart.
+        if matches!(item, MachineItem::Stage(_)) {
             out.push('\n');
         }
         out.comments_before(item.span(), 1);
