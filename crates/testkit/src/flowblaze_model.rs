@@ -801,3 +801,71 @@ impl UdpFirewall {
         v
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_context_expires_only_past_its_timeout() {
+        let mut f: Flows<u32, u8> = Flows::new(0, 4, Some(10), None);
+        f.put(1, 5, 0, 0).unwrap();
+        assert_eq!(f.get(&1, 10, |_, _| Some(9)), (5, 0));
+        assert_eq!(
+            f.get(&1, 11, |c, why| Some(c + (why == Expiry::Idle) as u8)),
+            (6, 11)
+        );
+        assert_eq!(f.get(&1, 11, |_, _| None), (0, 11));
+        let mut h: Flows<u32, u8> = Flows::new(0, 4, Some(100), Some(10));
+        h.put(1, 5, 0, 0).unwrap();
+        h.put(1, 5, 0, 8).unwrap();
+        assert_eq!(
+            h.get(&1, 11, |_, why| Some(why as u8)),
+            (Expiry::Hard as u8, 11)
+        );
+    }
+
+    #[test]
+    fn initial_contexts_are_forgotten_and_full_tables_take_expired_places() {
+        let mut f: Flows<u32, u8> = Flows::new(0, 2, Some(10), None);
+        f.put(1, 1, 0, 0).unwrap();
+        f.put(1, 0, 0, 1).unwrap();
+        assert!(f.is_empty());
+        f.put(1, 1, 0, 0).unwrap();
+        f.put(2, 1, 5, 5).unwrap();
+        assert_eq!(f.put(3, 1, 6, 6), Err(Full));
+        // A context there already is updated, full or not.
+        f.put(2, 2, 5, 6).unwrap();
+        // At 11 the first has expired and gives way.
+        f.put(3, 1, 11, 11).unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!(f.get(&1, 11, |_, _| None), (0, 11));
+    }
+
+    #[test]
+    fn frames_parse_and_biflow_keys_are_ordered() {
+        let mut f = vec![0u8; 54];
+        f[12] = 8;
+        f[16..18].copy_from_slice(&40u16.to_be_bytes());
+        f[23] = TCP;
+        f[26..30].copy_from_slice(&[10, 0, 0, 2]);
+        f[30..34].copy_from_slice(&[10, 0, 0, 1]);
+        f[34..36].copy_from_slice(&80u16.to_be_bytes());
+        f[36..38].copy_from_slice(&4000u16.to_be_bytes());
+        f[38..42].copy_from_slice(&7u32.to_be_bytes());
+        f[47] = 0x12;
+        let p = Pkt::parse(&f);
+        assert_eq!(
+            (p.src, p.sport, p.dport, p.seq, p.flags),
+            (0x0a00_0002, 80, 4000, 7, 0x12)
+        );
+        assert_eq!(p.biflow(), [0x0a00_0001, 4000, 0x0a00_0002, 80]);
+        assert_eq!(
+            Pkt::parse(&f[..20]),
+            Pkt {
+                len: 20,
+                ..Pkt::default()
+            }
+        );
+    }
+}
