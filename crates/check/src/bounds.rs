@@ -232,7 +232,7 @@ impl Checker<'_> {
                 t => t,
             };
             let (missing, hint): (Vec<&str>, &str) = match ty {
-                Ty::Meter { rate, burst } => (
+                Ty::Meter { rate, burst, .. } => (
                     [("rate", *rate), ("burst", *burst)]
                         .into_iter()
                         .filter(|(_, v)| *v == 0)

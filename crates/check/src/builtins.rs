@@ -26,6 +26,7 @@ pub const BUILTINS: &[&str] = &[
     "set_ip_dst",
     "set_src_port",
     "set_dst_port",
+    "set_dscp",
     "broadcast",
     "in_prefix",
     "min",
@@ -50,6 +51,7 @@ pub const PACKET_BUILTINS: &[&str] = &[
     "set_ip_dst",
     "set_src_port",
     "set_dst_port",
+    "set_dscp",
     "log",
     "meter",
     "bloom_add",
@@ -73,6 +75,7 @@ pub const HEADER_EDITS: &[&str] = &[
     "set_ip_dst",
     "set_src_port",
     "set_dst_port",
+    "set_dscp",
 ];
 
 /// The built-ins on strings (and bytes), checked in `strings.rs`.

@@ -70,7 +70,11 @@ impl Checker<'_> {
         }
         // Fresh packet state, typed by what it is stored in.
         if v.name == crate::builtins::NEW_METER {
-            return Ty::Meter { rate: 0, burst: 0 };
+            return Ty::Meter {
+                rate: 0,
+                burst: 0,
+                excess: 0,
+            };
         }
         if v.name == crate::builtins::NEW_BLOOM {
             return Ty::Bloom { bits: 0, hashes: 0 };

@@ -5,10 +5,10 @@
 //! service's log): their types, bounds and cost.
 //!
 //! Meters and Bloom filters are packet state of fixed size: the types
-//! `meter {rate=R, burst=B}` and `bloom {bits=N, hashes=K}` (a state
-//! variable's type must give both parameters; a parameter's may leave them
-//! out), a dictionary of meters, and the built-ins `meter(m, n)`,
-//! `meter(ms, key, n)` (the colour: 0 green, 2 red), `bloom_add(b, key)`,
+//! `meter {rate=R, burst=B, excess=E}` and `bloom {bits=N, hashes=K}` (a
+//! state variable's type must give all but `excess`; a parameter's may
+//! leave them out), a dictionary of meters, and the built-ins `meter(m, n)`,
+//! `meter(ms, key, n)` (the colour: 0 green, 1 yellow, 2 red), `bloom_add(b, key)`,
 //! `bloom_has(b, key)` and `bloom_clear(b)`, whose first argument names the
 //! state variable (or a `ref` parameter given one).
 //!
@@ -146,6 +146,7 @@ impl Checker<'_> {
             "meter" => Some(Ty::Meter {
                 rate: param(self, "rate", 1, u64::MAX / 2),
                 burst: param(self, "burst", 1, u64::MAX / 2),
+                excess: param(self, "excess", 1, u64::MAX / 2),
             }),
             "bloom" => Some(Ty::Bloom {
                 bits: param(self, "bits", 64, BLOOM_MAX_BITS),
@@ -743,7 +744,7 @@ fun f: (m: ref meter, n: ref integer, b: ref bloom, x: integer) -> (integer)
         );
     }
 
-    /// A meter keeps one integer; a Bloom filter its bits, in words.
+    /// A meter keeps two integers; a Bloom filter its bits, in words.
     #[test]
     fn meters_and_bloom_filters_count_in_the_memory_bound() {
         let src = "proc P: (integer/integer c)
@@ -756,7 +757,7 @@ fun f: (m: ref meter, n: ref integer, b: ref bloom, x: integer) -> (integer)
         assert!(diags.is_empty(), "{diags:?}");
         let (checked, diags) = crate::check(&program);
         assert!(diags.is_empty(), "{diags:?}");
-        assert_eq!(checked.processes[0].bounds.global_bytes, 8 + 100 * 16 + 16);
+        assert_eq!(checked.processes[0].bounds.global_bytes, 16 + 100 * 24 + 16);
     }
 
     #[test]

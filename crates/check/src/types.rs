@@ -29,12 +29,15 @@ pub enum Ty {
     Ref(Box<Ty>),
     Chan(ChanTy),
     ChanArray(ChanTy, u64),
-    /// A packet program's token-bucket meter: `meter {rate=R, burst=B}`,
-    /// tokens a second and the bucket's depth (0 where not written: a
-    /// parameter's type need not say; a state variable's must).
+    /// A packet program's token-bucket meter: `meter {rate=R, burst=B,
+    /// excess=E}`, tokens a second, the committed and the excess bucket's
+    /// depths (0 where not written: a parameter's type need not say; a
+    /// state variable's must give `rate` and `burst`; no `excess` is a
+    /// two-colour meter).
     Meter {
         rate: u64,
         burst: u64,
+        excess: u64,
     },
     /// A packet program's Bloom filter: `bloom {bits=N, hashes=K}` (0
     /// where not written, as for [`Ty::Meter`]).
@@ -130,7 +133,7 @@ impl fmt::Display for ChanTy {
 /// The built-in types of packet state and the annotations each takes:
 /// `meter {rate=R, burst=B}` and `bloom {bits=N, hashes=K}`.
 pub const OBJECT_TYPES: &[(&str, &[&str])] = &[
-    ("meter", &["rate", "burst"]),
+    ("meter", &["rate", "burst", "excess"]),
     ("bloom", &["bits", "hashes"]),
 ];
 
@@ -142,8 +145,9 @@ pub fn object_annotations(name: &str) -> Option<&'static [&'static str]> {
         .map(|(_, a)| *a)
 }
 
-/// The bytes a meter keeps: the packet time its bucket is full again.
-pub const METER_BYTES: u64 = 8;
+/// The bytes a meter keeps: the packet time its committed bucket is full
+/// again, and the time its excess bucket then takes to fill.
+pub const METER_BYTES: u64 = 16;
 
 /// The most bits a Bloom filter has (512 MiB), and hashes per key.
 pub const BLOOM_MAX_BITS: u64 = 1 << 32;

@@ -85,28 +85,44 @@ pub enum BloomOp {
     Clear,
 }
 
-/// Colours `meter` gives: green passes, red is over the rate. 1 (yellow,
-/// a three-colour meter's middle) is not given by this two-colour meter.
+/// Colours `meter` gives: green within the committed burst, yellow
+/// within the excess burst (a three-colour meter only), red over both.
 pub const GREEN: i64 = 0;
+pub const YELLOW: i64 = 1;
 pub const RED: i64 = 2;
 
-/// A `meter {rate=R, burst=B}`: a single-rate, two-colour token bucket
-/// filled with `rate` tokens a second (in packet time) up to `burst`. A
-/// call `meter(m, n)` is green ([`GREEN`]) and takes `n` tokens when the
-/// bucket holds at least `n`, else red ([`RED`]) and takes none. What a
-/// token is (a byte, a packet) is what the program passes as `n`.
+/// A `meter {rate=R, burst=B}` or `meter {rate=R, burst=B, excess=E}`:
+/// RFC 2697's single-rate three-colour marker (srTCM), colour-blind, in
+/// packet time. Two token buckets: C, `burst` deep, and E, `excess` deep,
+/// both full at first; `rate` tokens a second go to C, and to E only while
+/// C is full. Metering `n` tokens is green, taking them from C, when C
+/// holds `n`; else yellow, taking them from E, when E holds `n`; else red,
+/// taking none. Without `excess` (0) E is always empty: a single-rate
+/// two-colour token bucket, green or red. What a token is (a byte, a
+/// packet) is what the program passes as `n`.
 ///
-/// The bucket is kept as one integer, the packet time in nanoseconds at
-/// which it will be full again (the GCRA's theoretical arrival time):
-/// `n` tokens cost `ceil(n * 1e9 / rate)` ns, and the bucket holds `n`
-/// when that time, plus the cost, is at most `burst`'s worth of
-/// nanoseconds after now.
+/// The buckets are kept as two integers ([`MeterState`]): when C is full
+/// again (the GCRA's theoretical arrival time), and how long E then takes
+/// to fill. `n` tokens cost `ceil(n * 1e9 / rate)` ns; C holds `n` when it
+/// is full again within `burst`'s worth of ns after taking them, E when
+/// its time to fill, with theirs, is within `excess`'s worth.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MeterSpec {
     /// Tokens a second, at least 1.
     pub rate: u64,
-    /// The bucket's depth in tokens, at least 1.
+    /// The committed bucket's depth in tokens, at least 1.
     pub burst: u64,
+    /// The excess bucket's depth in tokens; 0 for a two-colour meter.
+    pub excess: u64,
+}
+
+/// A meter's buckets: packet time (ns) at which the committed bucket is
+/// full again, and the ns the excess bucket then takes to fill. A fresh
+/// meter (both full) is all zeros.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MeterState {
+    pub full_at: u64,
+    pub excess_owed: u64,
 }
 
 const NANOS_PER_SEC: u128 = 1_000_000_000;
@@ -119,24 +135,49 @@ impl MeterSpec {
         u64::try_from(ns).unwrap_or(u64::MAX)
     }
 
-    /// Metering `n` tokens at packet time `now` (ns) with the bucket full
-    /// again at `full_at`: the colour and the new `full_at`.
-    pub fn meter(&self, full_at: u64, now: u64, n: u64) -> (i64, u64) {
-        let depth = self.cost_ns(self.burst);
-        let after = full_at.max(now).saturating_add(self.cost_ns(n));
-        if after - now <= depth {
-            (GREEN, after)
-        } else {
-            (RED, full_at)
+    /// Metering `n` tokens at packet time `now` (ns): the colour and the
+    /// buckets after. A red frame leaves them as they were.
+    pub fn meter(&self, s: MeterState, now: u64, n: u64) -> (i64, MeterState) {
+        let cost = self.cost_ns(n);
+        // Since C was last full, E has been filling.
+        let full_at = s.full_at.max(now);
+        let excess_owed = s.excess_owed.saturating_sub(now.saturating_sub(s.full_at));
+        let after = full_at.saturating_add(cost);
+        if after - now <= self.cost_ns(self.burst) {
+            return (
+                GREEN,
+                MeterState {
+                    full_at: after,
+                    excess_owed,
+                },
+            );
         }
+        let owed = excess_owed.saturating_add(cost);
+        if self.excess > 0 && owed <= self.cost_ns(self.excess) {
+            return (
+                YELLOW,
+                MeterState {
+                    full_at,
+                    excess_owed: owed,
+                },
+            );
+        }
+        (RED, s)
     }
 
-    /// Tokens in the bucket at packet time `now`, rounded down.
-    pub fn tokens(&self, full_at: u64, now: u64) -> u64 {
-        let owed = full_at.saturating_sub(now) as u128;
-        let missing = (owed * self.rate as u128).div_ceil(NANOS_PER_SEC);
-        self.burst
-            .saturating_sub(u64::try_from(missing).unwrap_or(u64::MAX))
+    fn tokens_for(&self, owed_ns: u64, depth: u64) -> u64 {
+        let missing = (owed_ns as u128 * self.rate as u128).div_ceil(NANOS_PER_SEC);
+        depth.saturating_sub(u64::try_from(missing).unwrap_or(u64::MAX))
+    }
+
+    /// Tokens in the committed and the excess bucket at packet time
+    /// `now`, rounded down.
+    pub fn tokens(&self, s: MeterState, now: u64) -> (u64, u64) {
+        let excess_owed = s.excess_owed.saturating_sub(now.saturating_sub(s.full_at));
+        (
+            self.tokens_for(s.full_at.saturating_sub(now), self.burst),
+            self.tokens_for(excess_owed, self.excess),
+        )
     }
 }
 
@@ -163,6 +204,9 @@ pub enum StateObject {
 pub enum HeaderEdit {
     /// IPv4 TTL or IPv6 hop limit.
     Ttl,
+    /// IPv4's DSCP (the type of service byte's top 6 bits) or IPv6's (the
+    /// traffic class's); the ECN bits are kept.
+    Dscp,
     IpSrc,
     IpDst,
     SrcPort,
@@ -198,6 +242,7 @@ impl Builtin {
             "set_ip_dst" => Builtin::EditHeader(HeaderEdit::IpDst),
             "set_src_port" => Builtin::EditHeader(HeaderEdit::SrcPort),
             "set_dst_port" => Builtin::EditHeader(HeaderEdit::DstPort),
+            "set_dscp" => Builtin::EditHeader(HeaderEdit::Dscp),
             "log" => Builtin::Log,
             "meter" => Builtin::Meter,
             "bloom_add" => Builtin::Bloom(BloomOp::Add),
@@ -494,20 +539,65 @@ mod tests {
 
     const SEC: u64 = 1_000_000_000;
 
+    fn at(full_at: u64, excess_owed: u64) -> MeterState {
+        MeterState {
+            full_at,
+            excess_owed,
+        }
+    }
+
     #[test]
     fn a_meter_spec_is_a_token_bucket_in_nanoseconds() {
-        let m = MeterSpec { rate: 3, burst: 2 };
+        let m = MeterSpec {
+            rate: 3,
+            burst: 2,
+            excess: 0,
+        };
         // A third of a second a token, rounded up.
         assert_eq!(m.cost_ns(1), 333_333_334);
         let now = 100 * SEC;
-        let (c, t) = m.meter(0, now, 2);
-        assert_eq!((c, t), (GREEN, now + 666_666_667));
-        assert_eq!(m.tokens(t, now), 0);
+        let (c, t) = m.meter(MeterState::default(), now, 2);
+        assert_eq!((c, t), (GREEN, at(now + 666_666_667, 0)));
+        assert_eq!(m.tokens(t, now), (0, 0));
         assert_eq!(m.meter(t, now, 1), (RED, t));
-        assert_eq!(m.tokens(t, now + SEC / 3 + 1), 1);
+        assert_eq!(m.tokens(t, now + SEC / 3 + 1), (1, 0));
         assert_eq!(m.meter(t, now + SEC / 3 + 1, 1).0, GREEN);
         // More than the burst is never green.
-        assert_eq!(m.meter(0, now, 3), (RED, 0));
-        assert_eq!(m.tokens(0, now), 2);
+        let fresh = MeterState::default();
+        assert_eq!(m.meter(fresh, now, 3), (RED, fresh));
+        assert_eq!(m.tokens(fresh, now), (2, 0));
+    }
+
+    /// RFC 2697: green from C, then yellow from E, then red; E refills
+    /// only once C is full.
+    #[test]
+    fn a_three_colour_meter_takes_the_excess_bucket_after_the_committed_one() {
+        let m = MeterSpec {
+            rate: 1000,
+            burst: 100,
+            excess: 200,
+        };
+        let now = 10 * SEC;
+        let s = MeterState::default();
+        let (c, s) = m.meter(s, now, 100);
+        assert_eq!(c, GREEN);
+        let (c, s) = m.meter(s, now, 150);
+        assert_eq!(c, YELLOW);
+        assert_eq!(m.tokens(s, now), (0, 50));
+        let (c, s) = m.meter(s, now, 60);
+        assert_eq!(c, RED);
+        // 100 ms refills C (100 tokens); E only after that.
+        assert_eq!(m.tokens(s, now + SEC / 10), (100, 50));
+        assert_eq!(m.tokens(s, now + SEC / 10 + SEC / 20), (100, 100));
+        assert_eq!(m.tokens(s, now + SEC), (100, 200));
+        // Half-way through C's refill: 50 tokens in C, E still at 50.
+        let half = now + SEC / 20;
+        assert_eq!(m.meter(s, half, 50).0, GREEN);
+        assert_eq!(m.meter(s, half, 51).0, RED);
+        // Once C is full and E has refilled a little: yellow again.
+        let later = now + SEC / 10 + SEC / 100;
+        let (c, after) = m.meter(s, later, 100);
+        assert_eq!(c, GREEN);
+        assert_eq!(m.meter(after, later, 60).0, YELLOW);
     }
 }

@@ -14,8 +14,8 @@ mod lower;
 mod vm;
 
 pub use code::{
-    BloomOp, BloomSpec, Evict, FuncId, HeaderEdit, MeterSpec, Module, StateObject, TablePolicy,
-    GREEN, RED,
+    BloomOp, BloomSpec, Evict, FuncId, HeaderEdit, MeterSpec, MeterState, Module, StateObject,
+    TablePolicy, GREEN, RED, YELLOW,
 };
 pub use fold::{FoldSpec, FoldStep};
 pub use lower::{lower, Unsupported};

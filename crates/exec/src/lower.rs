@@ -1192,9 +1192,14 @@ const OBJECT_BUILTINS: &[&str] = &["meter", "bloom_add", "bloom_has", "bloom_cle
 /// that its dictionary's values are.
 fn state_object(ty: &Ty) -> Option<StateObject> {
     match ty.behind_refs() {
-        Ty::Meter { rate, burst } => Some(StateObject::Meter(MeterSpec {
+        Ty::Meter {
+            rate,
+            burst,
+            excess,
+        } => Some(StateObject::Meter(MeterSpec {
             rate: *rate,
             burst: *burst,
+            excess: *excess,
         })),
         Ty::Bloom { bits, hashes } => Some(StateObject::Bloom(BloomSpec {
             bits: *bits,

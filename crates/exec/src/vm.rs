@@ -60,6 +60,8 @@ pub enum Value {
     },
     /// A `ref` parameter's reference to process state variable `state`.
     StateRef(u16),
+    /// A meter's buckets, as a dictionary of meters keeps them.
+    Meter(MeterState),
     List(Arc<Vec<Value>>),
     Tuple(Arc<[Value]>),
 }
@@ -201,7 +203,8 @@ pub trait Host {
     }
     /// `meter(m, n)` of meter state variable `state` (`key` `None`), or
     /// `meter(m, key, n)` of a dictionary of meters: the colour
-    /// ([`GREEN`](crate::GREEN) or [`RED`](crate::RED)).
+    /// ([`GREEN`](crate::GREEN), [`YELLOW`](crate::YELLOW) or
+    /// [`RED`](crate::RED)).
     fn meter(&mut self, state: u16, key: Option<ObjectKey<'_>>, n: i64) -> Result<i64, Fault> {
         let _ = (state, key, n);
         Err(Fault::Host("only packet programs have meters".into()))

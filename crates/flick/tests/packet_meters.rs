@@ -105,8 +105,8 @@ fn models(frames: &Frames) -> Expected {
     let mut flows = NewFlows::new(65536, 3);
     let mut new = Vec::new();
     for (f, ts) in frames {
-        if policer.frame(f, *ts) {
-            passed.push((f.clone(), *ts));
+        if let Some(out) = policer.frame(f, *ts) {
+            passed.push((out, *ts));
         }
         if flows.frame(f) {
             new.push((f.clone(), *ts));
@@ -114,7 +114,7 @@ fn models(frames: &Frames) -> Expected {
     }
     let buckets: std::collections::BTreeMap<String, Json> = policer
         .tokens()
-        .map(|(k, t)| (dump_key(&k.packed()), json!(t)))
+        .map(|(k, (c, e))| (dump_key(&k.packed()), json!({"committed": c, "excess": e})))
         .collect();
     Expected {
         policer: json!({ "buckets": buckets, "red": policer.red }),
@@ -277,22 +277,32 @@ fn flick_gives_the_expected_outputs() {
 fn the_policer_passes_sources_under_the_rate_and_polices_the_rest() {
     let frames = frames_of(&testdata("policer.pcap"));
     let passed = frames_of(&expected_path("policer.policer.pcap"));
+    // IPv4 frames from 10.0.3.`last`, and those of them demoted to CS1.
     let count = |fs: &Frames, last: u8| {
-        fs.iter()
-            .filter(|(f, _)| {
+        let from: Vec<&Vec<u8>> = fs
+            .iter()
+            .map(|(f, _)| f)
+            .filter(|f| {
                 let h = parse(f);
                 h.ip == 4 && h.src[3] == last
             })
-            .count()
+            .collect();
+        let yellow = from.iter().filter(|f| f[15] >> 2 == 8).count();
+        (from.len(), yellow)
     };
-    // Under the rate: all of them.
-    assert_eq!(count(&passed, 1), count(&frames, 1));
-    // 1000-byte frames at 4 times the rate for 2 s: the burst and the
-    // rate's worth, 3 frames and 125 a second.
-    let over = count(&passed, 2);
-    assert!((250..=254).contains(&over), "{over}");
-    // Bursts of 8 at 2 a second: the 3000-byte burst holds 2 of them.
-    assert_eq!(count(&passed, 3), 8);
+    // Under the rate: all of them, green.
+    assert_eq!(count(&passed, 1), (count(&frames, 1).0, 0));
+    // 1000-byte frames at 4 times the rate for 2 s: the committed burst
+    // and the rate's worth green (3 frames and 125 a second), then the
+    // excess burst (6 frames) yellow, once.
+    let (over, yellow) = count(&passed, 2);
+    assert_eq!(yellow, 6);
+    assert!((256..=260).contains(&over), "{over}");
+    // Bursts of 8 at 2 a second: 2 green, then 4 yellow in the first
+    // burst, and as much of E as half a second refills in the others.
+    let (bursts, yellow) = count(&passed, 3);
+    assert_eq!(bursts - yellow, 8);
+    assert!(yellow >= 4, "{yellow}");
     let red = read_json("policer.policer.json")["red"].as_u64().unwrap();
     assert_eq!(red as usize, frames.len() - passed.len());
 }

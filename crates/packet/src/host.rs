@@ -297,6 +297,12 @@ impl Host for FrameHost<'_> {
             |max: i64| Fault::Host(format!("{value} does not fit the field (0 to {max})"));
         let e = match edit {
             HeaderEdit::Ttl => Edit::Ttl(u8::try_from(value).map_err(|_| out_of_range(255))?),
+            HeaderEdit::Dscp => Edit::Dscp(
+                u8::try_from(value)
+                    .ok()
+                    .filter(|d| *d < 64)
+                    .ok_or_else(|| out_of_range(63))?,
+            ),
             HeaderEdit::IpSrc | HeaderEdit::IpDst => {
                 let a = u32::try_from(value).map_err(|_| out_of_range(u32::MAX as i64))?;
                 if edit == HeaderEdit::IpSrc {

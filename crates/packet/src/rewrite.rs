@@ -13,6 +13,9 @@
 pub enum Edit {
     /// IPv4 TTL or IPv6 hop limit set to the value.
     Ttl(u8),
+    /// The DSCP (0 to 63) of IPv4's type of service byte or IPv6's traffic
+    /// class set to the value, the ECN bits kept.
+    Dscp(u8),
     IpSrc(u32),
     IpDst(u32),
     SrcPort(u16),
@@ -106,7 +109,7 @@ fn l4_sum(f: &[u8], l: &Layout) -> Option<usize> {
 pub fn apply(frame: &mut [u8], edit: Edit) -> Result<(), EditError> {
     let Some(l) = layout(frame) else {
         return Err(match edit {
-            Edit::Ttl(_) => EditError::NoIp,
+            Edit::Ttl(_) | Edit::Dscp(_) => EditError::NoIp,
             Edit::IpSrc(_) | Edit::IpDst(_) => EditError::NoIpv4,
             Edit::SrcPort(_) | Edit::DstPort(_) => EditError::NoPorts,
         });
@@ -123,6 +126,21 @@ pub fn apply(frame: &mut [u8], edit: Edit) -> Result<(), EditError> {
             set_word(frame, l.ip + 8, word, &[l.ip + 10]);
         }
         Edit::Ttl(hops) => frame[l.ip + 7] = hops,
+        Edit::Dscp(dscp) if l.v4 => {
+            // Version and header length share a word with the type of
+            // service byte in the header checksum.
+            let tos = dscp << 2 | frame[l.ip + 1] & 0x03;
+            let word = u16::from_be_bytes([frame[l.ip], tos]);
+            set_word(frame, l.ip, word, &[l.ip + 10]);
+        }
+        Edit::Dscp(dscp) => {
+            // The traffic class straddles the first two bytes, after the
+            // version; no checksum covers it.
+            let tc = (frame[l.ip] & 0x0f) << 4 | frame[l.ip + 1] >> 4;
+            let tc = dscp << 2 | tc & 0x03;
+            frame[l.ip] = frame[l.ip] & 0xf0 | tc >> 4;
+            frame[l.ip + 1] = frame[l.ip + 1] & 0x0f | tc << 4;
+        }
         Edit::IpSrc(a) | Edit::IpDst(a) => {
             if !l.v4 {
                 return Err(EditError::NoIpv4);
@@ -316,6 +334,8 @@ mod tests {
                     Edit::IpDst(0x0a0a_0a0a),
                     Edit::SrcPort(61000),
                     Edit::DstPort(8080),
+                    Edit::Dscp(46),
+                    Edit::Dscp(0),
                 ] {
                     let mut f = frame(tcp, vlan);
                     apply(&mut f, edit).unwrap();
@@ -367,6 +387,23 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The DSCP is the top 6 bits of IPv4's type of service byte and of
+    /// IPv6's traffic class; the ECN bits and the rest stay.
+    #[test]
+    fn a_dscp_edit_keeps_the_ecn_bits() {
+        let mut f = frame(true, false);
+        f[15] = 0x03;
+        fix(&mut f, 14, 34, true);
+        apply(&mut f, Edit::Dscp(10)).unwrap();
+        assert_eq!(f[15], 10 << 2 | 0x03);
+        let mut six = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x86, 0xdd];
+        // Version 6, traffic class 0xb9 (DSCP 46, ECN 1), flow label 0x12345.
+        six.extend_from_slice(&[0x6b, 0x91, 0x23, 0x45, 0, 0, 59, 64]);
+        six.resize(14 + 40, 0);
+        apply(&mut six, Edit::Dscp(8)).unwrap();
+        assert_eq!(&six[14..18], &[0x62, 0x11, 0x23, 0x45]);
     }
 
     #[test]

@@ -27,7 +27,9 @@
 //! the program steers by is exact whatever the number of workers; one
 //! that is not counts only the frames its worker is given.
 
-use flick_exec::{BloomOp, BloomSpec, Evict, Fault, MeterSpec, StateObject, TablePolicy, Value};
+use flick_exec::{
+    BloomOp, BloomSpec, Evict, Fault, MeterSpec, MeterState, StateObject, TablePolicy, Value,
+};
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use serde_json::{Map, Number, Value as Json};
 use std::hash::BuildHasher;
@@ -351,8 +353,8 @@ impl Eq for StoredKey {}
 pub(crate) enum Var {
     Value(Value),
     Dict(Dict),
-    /// A meter: the packet time (ns) its bucket is full again.
-    Meter(u64),
+    /// A meter's buckets.
+    Meter(MeterState),
     Bloom(Bloom),
 }
 
@@ -495,7 +497,7 @@ impl Shard {
         match (v, policy.object) {
             (Value::Dict { state }, Some(StateObject::Meter(_))) if state == u16::MAX => {
                 // A fresh meter's bucket is full.
-                *slot = Var::Meter(0);
+                *slot = Var::Meter(MeterState::default());
             }
             (Value::Dict { state }, Some(StateObject::Bloom(spec))) if state == u16::MAX => {
                 match slot {
@@ -604,21 +606,21 @@ impl Shard {
         let spec = self.meter_spec(i)?;
         let now = self.now;
         let Some(key) = key else {
-            let Some(Var::Meter(full_at)) = self.vars.get_mut(i as usize) else {
+            let Some(Var::Meter(state)) = self.vars.get_mut(i as usize) else {
                 return Err(Fault::Kind("a meter"));
             };
-            let (colour, next) = spec.meter(*full_at, now, n);
-            *full_at = next;
+            let (colour, next) = spec.meter(*state, now, n);
+            *state = next;
             return Ok(colour);
         };
-        let full_at = match self.dict_get(i, key)? {
-            Value::Int(t) => t as u64,
-            _ => 0,
+        let state = match self.dict_get(i, key)? {
+            Value::Meter(m) => m,
+            _ => MeterState::default(),
         };
-        let (colour, next) = spec.meter(full_at, now, n);
-        if next != full_at {
+        let (colour, next) = spec.meter(state, now, n);
+        if next != state {
             let refused = self.dict_full;
-            self.dict_set(i, key, Value::Int(next as i64))?;
+            self.dict_set(i, key, Value::Meter(next))?;
             if self.dict_full != refused {
                 return Ok(flick_exec::RED);
             }
@@ -766,6 +768,19 @@ fn json(v: &Value) -> Json {
     }
 }
 
+/// A meter in a dump: the tokens its bucket holds at `now`, or for a
+/// three-colour meter those of each bucket.
+fn meter_json(spec: &MeterSpec, state: MeterState, now: u64) -> Json {
+    let (committed, excess) = spec.tokens(state, now);
+    if spec.excess == 0 {
+        return Json::Number(Number::from(committed));
+    }
+    let mut m = Map::new();
+    m.insert("committed".into(), committed.into());
+    m.insert("excess".into(), excess.into());
+    Json::Object(m)
+}
+
 /// Integers of the same entry in several shards are summed; anything else
 /// keeps the first shard's value.
 fn merge_into(into: &mut Json, v: Json) {
@@ -791,11 +806,8 @@ pub(crate) fn merged(names: &[&str], shards: &[&Shard]) -> Map<String, Json> {
         for shard in shards {
             let v = match &shard.vars[i] {
                 Var::Value(v) => json(v),
-                // A meter shows the tokens its bucket holds now.
-                Var::Meter(full_at) => match object {
-                    Some(StateObject::Meter(spec)) => {
-                        Json::Number(Number::from(spec.tokens(*full_at, latest)))
-                    }
+                Var::Meter(state) => match object {
+                    Some(StateObject::Meter(spec)) => meter_json(&spec, *state, latest),
                     _ => Json::Null,
                 },
                 Var::Bloom(b) => {
@@ -814,8 +826,8 @@ pub(crate) fn merged(names: &[&str], shards: &[&Shard]) -> Map<String, Json> {
                     for (k, v) in entries {
                         let key = decode_key(k.as_bytes());
                         let v = match (object, v) {
-                            (Some(StateObject::Meters(spec)), Value::Int(t)) => {
-                                Json::Number(Number::from(spec.tokens(*t as u64, latest)))
+                            (Some(StateObject::Meters(spec)), Value::Meter(m)) => {
+                                meter_json(&spec, *m, latest)
                             }
                             _ => json(v),
                         };
@@ -1063,6 +1075,7 @@ mod tests {
     const METER: MeterSpec = MeterSpec {
         rate: 1000,
         burst: 1500,
+        excess: 0,
     };
 
     #[test]
@@ -1093,6 +1106,24 @@ mod tests {
         assert_eq!(s.meter(0, Some(b"b"), 1500).unwrap(), flick_exec::GREEN);
         let m = merged(&["m"], &[&s]);
         assert_eq!(m["m"], serde_json::json!({"a": 0, "b": 0}));
+    }
+
+    #[test]
+    fn a_three_colour_meter_dumps_both_buckets() {
+        let spec = MeterSpec {
+            excess: 1000,
+            ..METER
+        };
+        let mut s = objects(&[StateObject::Meters(spec)]);
+        s.advance(SEC);
+        assert_eq!(s.meter(0, Some(b"a"), 1500).unwrap(), flick_exec::GREEN);
+        assert_eq!(s.meter(0, Some(b"a"), 600).unwrap(), flick_exec::YELLOW);
+        assert_eq!(s.meter(0, Some(b"a"), 600).unwrap(), flick_exec::RED);
+        let m = merged(&["m"], &[&s]);
+        assert_eq!(
+            m["m"],
+            serde_json::json!({"a": {"committed": 0, "excess": 400}})
+        );
     }
 
     #[test]

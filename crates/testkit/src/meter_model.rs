@@ -3,8 +3,9 @@
 //!
 //! `examples/packets/policer.flick` and `examples/packets/new_flows.flick`
 //! written by hand over [`packet_model`](crate::packet_model)'s parsing and
-//! keys: a token bucket per source kept as the nanosecond its bucket is
-//! full again (GCRA), and a Bloom filter whose bit positions are the ones
+//! keys: an RFC 2697 three-colour meter per source, its committed bucket
+//! kept as the nanosecond it is full again (GCRA) and its excess bucket as
+//! the nanoseconds it then takes to fill, and a Bloom filter whose bit positions are the ones
 //! Flick's filters use (FNV-1a of the encoded key, mixed by SplitMix64's
 //! finaliser, double hashing), so false positives agree too.
 
@@ -13,12 +14,30 @@ use hashbrown::HashMap;
 
 const NANOS_PER_SEC: u128 = 1_000_000_000;
 
-/// A single-rate two-colour token bucket: `rate` tokens a second, `burst`
-/// deep, in packet time (nanoseconds).
+/// The colours of RFC 2697's single-rate three-colour marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Colour {
+    Green,
+    Yellow,
+    Red,
+}
+
+/// A single-rate three-colour meter (RFC 2697, colour-blind): `rate`
+/// tokens a second, a committed bucket `burst` deep and an excess bucket
+/// `excess` deep (0: two colours), in packet time (nanoseconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bucket {
     pub rate: u64,
     pub burst: u64,
+    pub excess: u64,
+}
+
+/// A meter's buckets as Flick keeps them: when the committed one is full
+/// again, and how long the excess one then takes to fill.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Buckets {
+    pub full_at: u64,
+    pub excess_owed: u64,
 }
 
 impl Bucket {
@@ -26,37 +45,90 @@ impl Bucket {
         (n as u128 * NANOS_PER_SEC).div_ceil(self.rate as u128) as u64
     }
 
-    /// Whether `n` tokens fit at `now`, with the bucket full again at
-    /// `full_at`; and the new `full_at`.
-    pub fn take(&self, full_at: u64, now: u64, n: u64) -> (bool, u64) {
-        let after = full_at.max(now) + self.cost(n);
+    /// The colour of `n` tokens at `now`, and the buckets after.
+    pub fn take(&self, b: Buckets, now: u64, n: u64) -> (Colour, Buckets) {
+        let full_at = b.full_at.max(now);
+        let excess_owed = b.excess_owed.saturating_sub(now.saturating_sub(b.full_at));
+        let after = full_at + self.cost(n);
         if after - now <= self.cost(self.burst) {
-            (true, after)
-        } else {
-            (false, full_at)
+            return (
+                Colour::Green,
+                Buckets {
+                    full_at: after,
+                    excess_owed,
+                },
+            );
         }
+        let owed = excess_owed + self.cost(n);
+        if self.excess > 0 && owed <= self.cost(self.excess) {
+            return (
+                Colour::Yellow,
+                Buckets {
+                    full_at,
+                    excess_owed: owed,
+                },
+            );
+        }
+        (Colour::Red, b)
     }
 
-    /// Tokens held at `now`, rounded down.
-    pub fn tokens(&self, full_at: u64, now: u64) -> u64 {
-        let owed = full_at.saturating_sub(now) as u128;
-        let missing = (owed * self.rate as u128).div_ceil(NANOS_PER_SEC) as u64;
-        self.burst.saturating_sub(missing)
+    fn held(&self, owed: u64, depth: u64) -> u64 {
+        let missing = (owed as u128 * self.rate as u128).div_ceil(NANOS_PER_SEC) as u64;
+        depth.saturating_sub(missing)
+    }
+
+    /// Tokens held at `now` in the committed and the excess bucket,
+    /// rounded down.
+    pub fn tokens(&self, b: Buckets, now: u64) -> (u64, u64) {
+        let excess_owed = b.excess_owed.saturating_sub(now.saturating_sub(b.full_at));
+        (
+            self.held(b.full_at.saturating_sub(now), self.burst),
+            self.held(excess_owed, self.excess),
+        )
     }
 }
 
-/// The policer example's bucket: 125000 bytes a second, 3000 deep.
+/// The policer example's meter: 125000 bytes a second, 3000 committed,
+/// 6000 excess.
 pub const POLICER: Bucket = Bucket {
     rate: 125_000,
     burst: 3000,
+    excess: 6000,
 };
 
-/// `examples/packets/policer.flick`: per source address, a frame passes
-/// if its bucket holds its length; frames that are not IP pass.
+/// The DSCP the policer gives yellow frames (CS1).
+pub const YELLOW_DSCP: u8 = 8;
+
+/// Sets an IP frame's DSCP (IPv4's type of service byte, IPv6's traffic
+/// class), keeping the ECN bits; IPv4 checksums recomputed from scratch.
+pub fn set_dscp(frame: &mut [u8], dscp: u8) {
+    let (ethertype, ip) = match (frame.get(12..14), frame.get(16..18)) {
+        (Some([0x81, 0x00]), Some(inner)) => (u16::from_be_bytes([inner[0], inner[1]]), 18),
+        (Some(t), _) => (u16::from_be_bytes([t[0], t[1]]), 14),
+        _ => return,
+    };
+    match ethertype {
+        0x0800 if frame.len() >= ip + 20 => {
+            frame[ip + 1] = dscp << 2 | frame[ip + 1] & 3;
+            crate::packet_model::fix_checksums(frame);
+        }
+        0x86dd if frame.len() >= ip + 40 => {
+            let tc = (frame[ip] & 0x0f) << 4 | frame[ip + 1] >> 4;
+            let tc = dscp << 2 | tc & 3;
+            frame[ip] = frame[ip] & 0xf0 | tc >> 4;
+            frame[ip + 1] = frame[ip + 1] & 0x0f | tc << 4;
+        }
+        _ => {}
+    }
+}
+
+/// `examples/packets/policer.flick`: per source address, a frame is
+/// green (passes), yellow (passes with DSCP 8) or red (dropped); frames
+/// that are not IP pass.
 pub struct Policer {
     pub bucket: Bucket,
-    /// Per source (`src_key`), when its bucket is full again.
-    pub sources: HashMap<Key, u64>,
+    /// Per source (`src_key`), its buckets.
+    pub sources: HashMap<Key, Buckets>,
     /// Frames dropped for being over the rate.
     pub red: u64,
     /// Packet time: the latest frame's.
@@ -73,30 +145,38 @@ impl Policer {
         }
     }
 
-    /// Whether the frame, stamped `ts` (ns), passes.
-    pub fn frame(&mut self, frame: &[u8], ts: u64) -> bool {
+    /// The frame as it leaves, stamped `ts` (ns), or `None` if dropped.
+    pub fn frame(&mut self, frame: &[u8], ts: u64) -> Option<Vec<u8>> {
         self.now = self.now.max(ts);
         let h = parse(frame);
         if h.ip == 0 {
-            return true;
+            return Some(frame.to_vec());
         }
         let key = Key::source(&h);
-        let full_at = self.sources.get(&key).copied().unwrap_or(0);
-        let (green, next) = self.bucket.take(full_at, self.now, frame.len() as u64);
-        if next != full_at {
+        let b = self.sources.get(&key).copied().unwrap_or_default();
+        let (colour, next) = self.bucket.take(b, self.now, frame.len() as u64);
+        if next != b {
             self.sources.insert(key, next);
         }
-        if !green {
-            self.red += 1;
+        match colour {
+            Colour::Green => Some(frame.to_vec()),
+            Colour::Yellow => {
+                let mut out = frame.to_vec();
+                set_dscp(&mut out, YELLOW_DSCP);
+                Some(out)
+            }
+            Colour::Red => {
+                self.red += 1;
+                None
+            }
         }
-        green
     }
 
-    /// Per source, the tokens its bucket holds at the latest frame.
-    pub fn tokens(&self) -> impl Iterator<Item = (&Key, u64)> + '_ {
+    /// Per source, the tokens its buckets hold at the latest frame.
+    pub fn tokens(&self) -> impl Iterator<Item = (&Key, (u64, u64))> + '_ {
         self.sources
             .iter()
-            .map(|(k, t)| (k, self.bucket.tokens(*t, self.now)))
+            .map(|(k, b)| (k, self.bucket.tokens(*b, self.now)))
     }
 }
 
@@ -191,17 +271,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_bucket_passes_its_burst_then_its_rate() {
+    fn a_bucket_passes_its_burst_then_its_excess_then_its_rate() {
         let b = Bucket {
             rate: 1000,
             burst: 1500,
+            excess: 500,
         };
         let now = 5_000_000_000;
-        let (ok, t) = b.take(0, now, 1500);
-        assert!(ok);
-        assert_eq!(b.take(t, now, 1), (false, t));
-        assert!(b.take(t, now + 1_000_000, 1).0);
-        assert_eq!(b.tokens(t, now + 500_000_000), 500);
+        let (c, t) = b.take(Buckets::default(), now, 1500);
+        assert_eq!(c, Colour::Green);
+        let (c, t) = b.take(t, now, 400);
+        assert_eq!(c, Colour::Yellow);
+        assert_eq!(b.take(t, now, 101), (Colour::Red, t));
+        assert_eq!(b.take(t, now + 1_000_000, 1).0, Colour::Green);
+        assert_eq!(b.tokens(t, now + 500_000_000), (500, 100));
+        assert_eq!(b.tokens(t, now + 2_000_000_000), (1500, 500));
     }
 
     #[test]
