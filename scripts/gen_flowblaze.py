@@ -312,6 +312,21 @@ def tcp_conntrack(rng):
     c.add(2, 110 * MS, tcp(w, h, 80, 40005, FINACK, seq=50001, ack=1001))
     c.add(1, 111 * MS, tcp(h, w, 40005, 80, RSTACK, seq=1001, ack=50002))
     c.add(2, 112 * MS, tcp(w, h, 80, 40005, ACK, seq=50002, ack=1001))
+    # F: FIN from outside, then inside's, the last ACK from outside; then a
+    # late segment from inside (dropped).
+    hs(120 * MS, 40006)
+    c.add(2, 130 * MS, tcp(w, h, 80, 40006, FINACK, seq=50001, ack=1001))
+    c.add(1, 131 * MS, tcp(h, w, 40006, 80, FINACK, seq=1001, ack=50002))
+    c.add(2, 132 * MS, tcp(w, h, 80, 40006, ACK, seq=50002, ack=1002))
+    c.add(1, 133 * MS, tcp(h, w, 40006, 80, PSHACK, seq=1002, ack=50002, payload=pad(5)))
+    # G: a RST-ACK from outside; H: a RST from inside. Each passes; what
+    # follows does not.
+    hs(140 * MS, 40007)
+    c.add(2, 150 * MS, tcp(w, h, 80, 40007, RSTACK, seq=50001, ack=1001))
+    c.add(2, 151 * MS, tcp(w, h, 80, 40007, PSHACK, seq=50001, ack=1001, payload=pad(5)))
+    hs(160 * MS, 40008)
+    c.add(1, 170 * MS, tcp(h, w, 40008, 80, RST, seq=1001))
+    c.add(2, 171 * MS, tcp(w, h, 80, 40008, PSHACK, seq=50001, ack=1001, payload=pad(5)))
     return c
 
 

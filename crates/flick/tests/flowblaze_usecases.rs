@@ -477,7 +477,7 @@ fn the_connection_tracker_passes_only_tracked_segments() {
     let (out, dump) = golden("tcp_conntrack");
     assert_eq!(
         counters(&dump),
-        (43, 10, 1, 0, 0, sent(&[(1, 14), (2, 19)]))
+        (60, 13, 1, 0, 0, sent(&[(1, 20), (2, 27)]))
     );
     let states: Vec<&str> = dump["stages"]["teardown"]
         .as_array()
@@ -485,11 +485,12 @@ fn the_connection_tracker_passes_only_tracked_segments() {
         .iter()
         .map(|c| c["state"].as_str().unwrap())
         .collect();
-    assert_eq!(states, ["done", "reset", "reset"]);
+    assert_eq!(states, ["done", "reset", "reset", "done", "reset", "reset"]);
     // Dropped: A's segment out of its window and the one after the close;
     // B's segment after the refusal and its SYN-ACK with a wrong ACK;
     // C's segment after the RST; D's after 31 s idle; the three strays;
-    // E's ACK after the RST.
+    // E's ACK after the RST; F's segment after the close; G's and H's
+    // after their RSTs.
     let everything: Frames = input("tcp_conntrack", 1)
         .into_iter()
         .chain(input("tcp_conntrack", 2))
@@ -512,10 +513,13 @@ fn the_connection_tracker_passes_only_tracked_segments() {
             (80, 40002, 1),
             (80, 40002, 90000),
             (80, 40005, 50002),
+            (80, 40007, 50001),
+            (80, 40008, 50001),
             (80, 40009, 1),
             (5353, 53, 0),
             (40003, 80, 1001),
             (40004, 80, 1011),
+            (40006, 80, 1002),
             (40010, 80, 1),
         ]
     );
