@@ -19,6 +19,11 @@
 //! a scalar `global` summed over the shards where it is an integer (each
 //! shard runs the state's setup, so a counter that starts at 0 sums to the
 //! total; one that starts elsewhere sums its start once per worker).
+//! Meters show their tokens at the latest packet time any worker saw, and
+//! Bloom filters the bits set in the union of the workers' filters, so a
+//! dump at the end is the same whatever the number of workers
+//! (`tests/meters_no_alloc.rs` holds that metering and filter lookups
+//! allocate nothing per frame).
 //!
 //! This crate must not read or write ports itself (that is
 //! `flick-packet-io`) nor hold language rules (that is `flick-check`).
