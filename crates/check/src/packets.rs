@@ -682,6 +682,7 @@ fun f: (m: ref meter, ms: ref dict<string*meter>, b: ref bloom, x: integer) -> (
     fn meter_and_bloom_parameters_are_checked() {
         let bad = "proc P: (integer/integer c)
   global m: meter {rate=0, burst=1500, depth=3} := new_meter
+  global y: meter {rate=1, burst=1, excess=0} := new_meter
   global b: bloom {bits=8, hashes=17} := new_bloom
   global d: bloom {bits=1 - 2} := new_bloom
   c => c
@@ -691,6 +692,7 @@ fun f: (m: ref meter, ms: ref dict<string*meter>, b: ref bloom, x: integer) -> (
             vec![
                 ("E0503", "0".to_string()),
                 ("E0108", "depth".to_string()),
+                ("E0503", "0".to_string()),
                 ("E0503", "8".to_string()),
                 ("E0503", "17".to_string()),
                 ("E0503", "1 - 2".to_string()),
@@ -729,7 +731,10 @@ fun f: (m: ref meter, n: ref integer, b: ref bloom, x: integer) -> (integer)
   bloom_add(b, l)
   bloom_add(m, 1)
   bloom_has(b)
-  meter(n, 1) + meter(m, \"k\", 1) + meter(m, True)
+  meter(n, 1) + meter(m, \"k\", 1) + meter(m, True) + g(m)
+
+fun g: (m: meter) -> (integer)
+  meter(m, 1)
 ";
         assert_eq!(
             errors(bad),
@@ -740,6 +745,7 @@ fun f: (m: ref meter, n: ref integer, b: ref bloom, x: integer) -> (integer)
                 ("E0203", "n".to_string()),
                 ("E0203", "m".to_string()),
                 ("E0203", "True".to_string()),
+                ("E0203", "m".to_string()),
             ]
         );
     }
