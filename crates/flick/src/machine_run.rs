@@ -116,6 +116,16 @@ pub fn check(path: &str, color: bool, bounds: bool) -> bool {
         .zip(&program.tables)
         .enumerate()
     {
+        if stage.stateless() {
+            println!(
+                "  stage {}: stateless, {} condition bits, {} entries, {} rows",
+                stage.name,
+                tables.conditions.len(),
+                tables.entries.len(),
+                tables.row_count(),
+            );
+            continue;
+        }
         println!(
             "  stage {}: {} states, {} condition bits, {} entries, {} rows; key {} fields{}; {} flow registers, {} bytes per context, {} contexts",
             stage.name,
@@ -132,6 +142,9 @@ pub fn check(path: &str, color: bool, bounds: bool) -> bool {
     }
     if !program.machine.globals.is_empty() {
         println!("  {} global registers", program.machine.globals.len());
+    }
+    if !program.machine.meta.is_empty() {
+        println!("  {} metadata words", program.machine.meta.len());
     }
     if bounds {
         print!("{}", bounds_report(&program));
