@@ -570,14 +570,28 @@ fn transition(out: &mut Out, t: &TransitionDecl) {
     }
     let actions: Vec<String> = t.actions.iter().map(m_action).collect();
     let line = format!("{head}: {}", actions.join("; "));
-    if 2 * INDENT.len() + line.len() <= TRANSITION_WIDTH || actions.len() < 2 {
+    // Comments among the items keep their places on lines of their own.
+    let commented = out
+        .comments
+        .get(out.next)
+        .is_some_and(|c| c.span.start < t.span.end);
+    let fits = 2 * INDENT.len() + line.len() <= TRANSITION_WIDTH || actions.len() < 2;
+    if fits && !commented {
         let _ = writeln!(out, "{line}");
-    } else {
-        let _ = writeln!(out, "{head}:");
-        for a in &actions {
-            indent(out, 3);
-            let _ = writeln!(out, "{a}");
-        }
+        return;
+    }
+    let _ = writeln!(out, "{head}:");
+    if let Some(first) = t.actions.first() {
+        out.trailing_comment(Span {
+            start: t.span.start,
+            end: first.span().start.saturating_sub(1),
+        });
+    }
+    for (a, text) in t.actions.iter().zip(&actions) {
+        out.comments_before(a.span(), 3);
+        indent(out, 3);
+        let _ = writeln!(out, "{text}");
+        out.trailing_comment(a.span());
     }
 }
 

@@ -55,7 +55,7 @@ fn fmt_keeps_every_comment_and_is_idempotent() {
 
 #[test]
 fn a_machines_comments_stay_where_they_were() {
-    let src = "grammar packet\n\n# a machine\nmachine m: (packet/packet a)  # its channel\n  const K = 1  # a constant\n\n  # the stage\n  stage s:  # stateless\n    # drops\n    on packet when tcp.dport = K: drop  # port 1\n    on packet:\n      forward a\n# the end\n";
+    let src = "grammar packet\n\n# a machine\nmachine m: (packet/packet a)  # its channel\n  const K = 1  # a constant\n\n  # the stage\n  stage s:  # stateless\n    # drops\n    on packet when tcp.dport = K: drop  # port 1\n    on packet:\n      forward a\n    on packet:  # two items\n      # first\n      forward a\n      goto t  # then\n# the end\n";
     let (p, comments, diags) = flick_syntax::parse_with_comments(src);
     assert!(diags.is_empty(), "{diags:#?}");
     let text = flick_syntax::format_with_comments(&p, &comments);
@@ -74,4 +74,24 @@ fn a_machines_comments_stay_where_they_were() {
     let (q, comments2, diags) = flick_syntax::parse_with_comments(&text);
     assert!(diags.is_empty());
     assert_eq!(flick_syntax::format_with_comments(&q, &comments2), text);
+}
+
+#[test]
+fn the_flowblaze_machines_are_in_canonical_layout() {
+    let dir = format!("{}/../../examples/flowblaze", env!("CARGO_MANIFEST_DIR"));
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_none_or(|x| x != "flick") {
+            continue;
+        }
+        let src = std::fs::read_to_string(&path).unwrap();
+        let (p, comments, diags) = flick_syntax::parse_with_comments(&src);
+        assert!(diags.is_empty(), "{}: {diags:#?}", path.display());
+        assert_eq!(
+            flick_syntax::format_with_comments(&p, &comments),
+            src,
+            "{}",
+            path.display()
+        );
+    }
 }
