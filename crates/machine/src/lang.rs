@@ -17,7 +17,7 @@ use crate::model::{
 };
 use flick_span::{Diagnostic, Span};
 use flick_syntax::ast::{
-    BinOp, Ident, MAction, MCond, MExpr, MOperand, MOperandKind, MachineDecl, MachineItem,
+    BinOp, Decl, Ident, MAction, MCond, MExpr, MOperand, MOperandKind, MachineDecl, MachineItem,
     RegisterDecl, StageDecl, StageItem, TransitionDecl, TypeKind,
 };
 use std::collections::HashMap;
@@ -44,7 +44,8 @@ pub const E_CHANNEL: &str = "M0009";
 pub const E_MISSING: &str = "M0010";
 /// Items of one transition that contradict each other.
 pub const E_CONFLICT: &str = "M0011";
-/// Programs that hold no machine, or several.
+/// Programs that hold no machine, or several, or name a grammar other
+/// than `packet`.
 pub const E_MACHINES: &str = "M0012";
 
 /// Most flow contexts a stage may ask for.
@@ -88,6 +89,24 @@ pub fn compile(text: &str) -> Result<Lowered, Vec<Diagnostic>> {
         };
         diags.push(Diagnostic::error(E_MACHINES, what, span));
         return Err(diags);
+    }
+    // A machine reads packets: fields are the `packet` grammar's.
+    for d in &program.decls {
+        if let Decl::Grammar(g) = d {
+            if g.name.name != "packet" {
+                diags.push(
+                    Diagnostic::error(
+                        E_MACHINES,
+                        format!(
+                            "a machine reads the `packet` grammar, not `{}`",
+                            g.name.name
+                        ),
+                        g.name.span,
+                    )
+                    .hint("write `grammar packet`"),
+                );
+            }
+        }
     }
     match lower(&program.machines[0]) {
         Ok(l) if diags.is_empty() => Ok(l),

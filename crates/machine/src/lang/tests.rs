@@ -232,6 +232,9 @@ fn a_channel_that_is_not_one_and_a_program_without_a_machine() {
     assert_eq!((code.as_str(), text.as_str()), (E_CHANNEL, "integer"));
     let diags = compile("grammar packet\n").unwrap_err();
     assert_eq!(diags[0].code, E_MACHINES);
+    let (code, _, text) =
+        error("grammar http\n\nmachine m: (packet/packet a)\n  stage s:\n    on packet: drop\n");
+    assert_eq!((code.as_str(), text.as_str()), (E_MACHINES, "http"));
 }
 
 #[test]
