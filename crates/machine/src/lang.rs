@@ -12,8 +12,8 @@
 use crate::fields::{write_place, xl_field, FieldSource, XL_FIELDS};
 use crate::model::{
     ArithOp, CmpOp, Condition, Event, Eviction, Expr, FieldDef, FieldId, Machine, Operand,
-    Register, Stage, StateId, Target, Transition, Update, DEFAULT_CAPACITY, MAX_CONDITIONS,
-    MAX_KEY, MAX_META, MAX_PORTS,
+    Register, Stage, StateId, Target, Transition, Update, DEFAULT_CAPACITY, MAX_CAPACITY,
+    MAX_CONDITIONS, MAX_KEY, MAX_META, MAX_PORTS,
 };
 use flick_span::{Diagnostic, Span};
 use flick_syntax::ast::{
@@ -47,9 +47,6 @@ pub const E_CONFLICT: &str = "M0011";
 /// Programs that hold no machine, or several, or name a grammar other
 /// than `packet`.
 pub const E_MACHINES: &str = "M0012";
-
-/// Most flow contexts a stage may ask for.
-pub use crate::model::MAX_CAPACITY;
 
 /// The one state of a stateless stage.
 pub const STATELESS_STATE: &str = "default";
