@@ -1,15 +1,22 @@
 //! One worker's runnable tasks, by group, served by deficit round robin
 //! charged with the time each run took.
 //!
-//! Groups with runnable tasks take turns in `turns`. A group entering the
-//! turns gets a quantum of credit (its weight times the base quantum); the
-//! group at the front runs its tasks in FIFO order while its credit lasts,
-//! each run charged with the time it took, and then goes to the back with
-//! a fresh quantum. Over time every busy group gets CPU in proportion to
-//! its weight, and a light group waits at most one turn of each busy one.
+//! Groups with runnable tasks take turns. The group at the front runs its
+//! tasks in FIFO order while its credit lasts, each run charged with the
+//! time it took, and then goes to the back of the turns with a fresh
+//! quantum (its weight times the base quantum). Over time every busy group
+//! gets CPU in proportion to its weight.
 //!
-//! A group with nothing runnable banks nothing: when its queue is found
-//! empty it leaves the turns keeping only its debt (an overrun), and it
+//! A group that had nothing to run and now has (a light service whose
+//! request just came in) is served first, for one quantum: FQ-CoDel's
+//! "new flows" list, ahead of the "old flows" (RFC 8290, section 4.2). So
+//! a light group waits for the run in progress, not for a turn of every
+//! busy group. It cannot take that way twice in a row: when its quantum is
+//! used up, or its queue is found empty, it joins the old list's back, and
+//! it is new again only after it has been found empty there.
+//!
+//! A group with nothing runnable banks nothing: found empty on the old
+//! list, it leaves the turns keeping only its debt (an overrun), and it
 //! comes back with one quantum. It is found empty only at the next pop,
 //! not when its last task is taken: a task that wakes another of its group
 //! on this worker (a reader waking its compute task) keeps the group's
@@ -23,10 +30,14 @@
 
 use std::collections::VecDeque;
 
-/// The most time one run is charged with: a task that ran longer (one that
-/// ignores its timeslice, or any task under run-to-completion) costs its
-/// group this much, so that no group's debt takes many rounds to repay.
-pub(crate) const MAX_CHARGE_NS: u64 = 10_000_000;
+/// Which list of turns a group is on.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum Turns {
+    #[default]
+    None,
+    New,
+    Old,
+}
 
 #[derive(Default)]
 struct GroupQueue {
@@ -34,8 +45,8 @@ struct GroupQueue {
     /// Nanoseconds the group may still run in its turn; negative: it
     /// overran, and the overrun is taken from its next quantum.
     credit: i64,
-    /// In `turns` (possibly with no tasks, until the next pop sees it).
-    in_turns: bool,
+    /// The list it is on (possibly with no tasks, until a pop sees it).
+    turns: Turns,
     /// Every nanosecond charged to the group on this worker.
     charged: u64,
 }
@@ -43,8 +54,10 @@ struct GroupQueue {
 pub(crate) struct RunQueue {
     /// By group id; grown when a group first queues a task here.
     groups: Vec<GroupQueue>,
-    /// Groups with a turn to come, the one running first.
-    turns: VecDeque<u32>,
+    /// Groups that came back to work, served first, in order of arrival.
+    new: VecDeque<u32>,
+    /// Groups taking turns, the one running first.
+    old: VecDeque<u32>,
     /// Tasks queued over every group.
     len: usize,
 }
@@ -58,7 +71,8 @@ impl RunQueue {
                 tasks: VecDeque::with_capacity(tasks),
                 ..GroupQueue::default()
             }],
-            turns: VecDeque::with_capacity(16),
+            new: VecDeque::with_capacity(16),
+            old: VecDeque::with_capacity(16),
             len: 0,
         }
     }
@@ -79,10 +93,10 @@ impl RunQueue {
             self.groups.resize_with(g + 1, GroupQueue::default);
         }
         let q = &mut self.groups[g];
-        if !q.in_turns {
+        if q.turns == Turns::None {
             q.credit = q.credit.min(0) + quantum(group);
-            q.in_turns = true;
-            self.turns.push_back(group);
+            q.turns = Turns::New;
+            self.new.push_back(group);
         }
         q.tasks.push_back(id);
         self.len += 1;
@@ -91,14 +105,24 @@ impl RunQueue {
     /// The next task to run and its group.
     pub(crate) fn pop(&mut self, quantum: impl Fn(u32) -> i64) -> Option<(u32, u32)> {
         loop {
-            let group = *self.turns.front()?;
-            let alone = self.turns.len() == 1;
+            let (group, new) = match self.new.front() {
+                Some(g) => (*g, true),
+                None => (*self.old.front()?, false),
+            };
+            let alone = self.new.len() + self.old.len() == 1;
             let q = &mut self.groups[group as usize];
             if q.tasks.is_empty() {
-                // Its turn ends with its work: no credit is kept.
-                q.in_turns = false;
-                q.credit = q.credit.min(0);
-                self.turns.pop_front();
+                if new {
+                    // Not new again until it is found empty in its turn.
+                    self.new.pop_front();
+                    q.turns = Turns::Old;
+                    self.old.push_back(group);
+                } else {
+                    // Its turn ends with its work: no credit is kept.
+                    self.old.pop_front();
+                    q.turns = Turns::None;
+                    q.credit = q.credit.min(0);
+                }
                 continue;
             }
             if q.credit <= 0 {
@@ -108,7 +132,13 @@ impl RunQueue {
                     q.credit += (-q.credit / quantum + 1) * quantum;
                 } else {
                     q.credit += quantum;
-                    self.turns.rotate_left(1);
+                    if new {
+                        self.new.pop_front();
+                    } else {
+                        self.old.pop_front();
+                    }
+                    q.turns = Turns::Old;
+                    self.old.push_back(group);
                     continue;
                 }
             }
@@ -118,11 +148,11 @@ impl RunQueue {
         }
     }
 
-    /// Charges `group` with a run of `nanos` on this worker.
+    /// Charges `group` with a run of `nanos` on this worker (the caller
+    /// caps it: see `Shared::max_charge`).
     pub(crate) fn charge(&mut self, group: u32, nanos: u64) {
         if let Some(q) = self.groups.get_mut(group as usize) {
-            let nanos = nanos.min(MAX_CHARGE_NS);
-            q.credit -= nanos as i64;
+            q.credit -= nanos.min(i64::MAX as u64) as i64;
             q.charged += nanos;
         }
     }
@@ -263,6 +293,63 @@ mod tests {
         let after = spin(&mut q, &weights, 4_000, 10_000);
         let ratio = after[2] as f64 / after[1] as f64;
         assert!((0.9..=1.1).contains(&ratio), "{after:?}");
+    }
+
+    #[test]
+    fn a_group_back_at_work_goes_first_once() {
+        let weights = [1, 1, 1];
+        let quantum = |g: u32| weights[g as usize] as i64 * BASE;
+        let mut q = with_tasks(&weights, &[(1, 3)]);
+        spin(&mut q, &weights, 10, 20_000);
+        // A light group's request comes in: it runs next, not after group
+        // 1's turn.
+        q.push(50, 2, quantum);
+        let (id, g) = q.pop(quantum).unwrap();
+        assert_eq!((id, g), (50, 2));
+        q.charge(2, 5_000);
+        // Its queue is found empty: it waits its turn behind group 1 now,
+        // and work that comes meanwhile does not jump ahead again.
+        let (id, g) = q.pop(quantum).unwrap();
+        assert_eq!(g, 1);
+        q.push(51, 2, quantum);
+        q.charge(1, 60_000);
+        q.push(id, 1, quantum);
+        assert_eq!(q.pop(quantum), Some((51, 2)), "its old turn");
+        q.charge(2, 5_000);
+        // Found empty in its turn, it is new when it comes back.
+        assert_eq!(q.pop(quantum).map(|(_, g)| g), Some(1));
+        q.push(52, 2, quantum);
+        assert_eq!(q.pop(quantum), Some((52, 2)));
+    }
+
+    /// A group that uses its quantum, goes idle and is woken again during
+    /// the next run, again and again, gets no more than its share by
+    /// coming back new.
+    #[test]
+    fn coming_back_new_does_not_beat_the_weights() {
+        let weights = [1, 1, 1];
+        let quantum = |g: u32| weights[g as usize] as i64 * BASE;
+        let mut q = with_tasks(&weights, &[(1, 2), (2, 1)]);
+        let mut time = [0u64; 3];
+        let mut waking = None;
+        for _ in 0..4_000 {
+            let (id, g) = q.pop(quantum).unwrap();
+            if let Some(w) = waking.take() {
+                q.push(w, 2, quantum);
+            }
+            // Group 2's task runs a whole quantum and goes idle; group 1's
+            // run 10 us and yield.
+            let run = if g == 2 { BASE as u64 } else { 10_000 };
+            time[g as usize] += run;
+            q.charge(g, run);
+            if g == 2 {
+                waking = Some(id);
+            } else {
+                q.push(id, g, quantum);
+            }
+        }
+        let ratio = time[2] as f64 / time[1] as f64;
+        assert!((0.8..=1.25).contains(&ratio), "{time:?}");
     }
 
     #[test]

@@ -9,10 +9,14 @@
 //! others) with a weight; tasks not given one are in the default group,
 //! of weight 1. A worker's queue is a FIFO queue per group, the groups
 //! served in deficit round robin (`run_queue.rs`): each run is charged to
-//! its group with the time it took, so busy groups share a worker's CPU in
-//! proportion to their weights, and a light group's task waits for at most
-//! one turn of each busy group, not for every task queued before it. A
-//! group with nothing runnable banks no credit. While only the default
+//! its group with the time it took (at most a few timeslices: a longer run
+//! lost its core to the system), so busy groups share a worker's CPU in
+//! proportion to their weights. A group that comes back to work (a light
+//! service's request) runs first, for one quantum, as FQ-CoDel serves new
+//! flows: its task waits for the run in progress, not for every task queued
+//! before it. A group with nothing runnable banks no credit. While groups
+//! exist a busy worker also polls its epoll every two timeslices, not only
+//! every 32 tasks, so that such a request is seen soon. While only the default
 //! group exists nothing is timed, and the queue is the FIFO queue it was.
 //! A worker charges its own queue; a task an idle worker scavenges runs on
 //! time nobody else wanted, and is not charged.
@@ -59,6 +63,12 @@ pub const MAX_GROUPS: usize = 4096;
 pub const MAX_WEIGHT: u32 = 1000;
 /// The default group: tasks reserved without one.
 const DEFAULT_GROUP: u32 = 0;
+/// The most a run is charged, in base quanta. A cooperative task's run
+/// lasts about a timeslice; one that took far longer was mostly descheduled
+/// by the system (another process on the core), or ignored its timeslice.
+/// Charging all of it would leave its group in debt for many turns, so a
+/// light service would pay with its latency for a moment its worker lost.
+const MAX_CHARGE_QUANTA: u64 = 4;
 
 const IDLE: u8 = 0;
 const QUEUED: u8 = 1;
@@ -295,6 +305,7 @@ impl Shared {
         let cost = timed.then(|| {
             let end = Instant::now();
             let nanos = end.saturating_duration_since(start).as_nanos() as u64;
+            let nanos = nanos.min(MAX_CHARGE_QUANTA * self.base_quantum as u64);
             (Charge { group, nanos }, end)
         });
         match status {
