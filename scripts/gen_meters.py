@@ -7,11 +7,11 @@ Deterministic, like scripts/gen_packets.py (whose frame builders it
 uses), but with timestamps of its own, since a meter's colours depend on
 when frames arrive (microsecond pcap timestamps):
 
-  policer.pcap    traffic for policer.flick over 2 s: a source under the
-                  rate (500-byte frames, 100 a second), one far over it
-                  (1000-byte frames, 500 a second), one in bursts of 1400-
-                  byte frames twice a second, an IPv6 source over the
-                  rate, and ARP (not metered)
+  policer.pcap    traffic for policer.flick over 1 s: a source under the
+                  rate (500-byte frames, 100 a second), one at twice the
+                  rate (1000-byte frames, 250 a second), one in bursts of
+                  8 1400-byte frames twice a second, an IPv6 source over
+                  the rate, and ARP (not metered)
   new_flows.pcap  traffic for new_flows.flick: 200 IPv4 TCP and UDP flows
                   and 10 IPv6 ones, each of 1 to 6 frames, interleaved,
                   with ARP between them
@@ -47,20 +47,20 @@ def policer(rng: random.Random):
     dst = "192.168.9.1"
     frames = []
     # Under the rate: 500 B x 100/s = 50 kB/s of 125 kB/s.
-    for i in range(200):
+    for i in range(100):
         frames.append((i * 10_000 + rng.randrange(0, 500), sized_udp4("10.0.3.1", dst, 40001, 9000, 500)))
-    # Far over it: 1000 B x 500/s = 500 kB/s.
-    for i in range(1000):
-        frames.append((i * 2_000 + rng.randrange(0, 100), sized_udp4("10.0.3.2", dst, 40002, 9000, 1000)))
+    # Twice the rate: 1000 B x 250/s = 250 kB/s.
+    for i in range(250):
+        frames.append((i * 4_000 + rng.randrange(0, 100), sized_udp4("10.0.3.2", dst, 40002, 9000, 1000)))
     # Bursts: 8 frames of 1400 B back to back, twice a second.
-    for burst in range(4):
+    for burst in range(2):
         for i in range(8):
             frames.append((burst * 500_000 + 3_000 + i * 10, tcp4("10.0.3.3", dst, 40003, 80, payload=pad(1400 - 54))))
-    # IPv6, over the rate: 1200-byte frames (a 62-byte header), 200 a second.
-    for i in range(400):
-        frames.append((i * 5_000 + 1_234, udp6("fd00::7", "fd00::1", 40007, 9000, pad(1200 - 62))))
+    # IPv6, over the rate: 1200-byte frames (a 62-byte header), 150 a second.
+    for i in range(150):
+        frames.append((i * 6_667 + 1_234, udp6("fd00::7", "fd00::1", 40007, 9000, pad(1200 - 62))))
     # Not IP: passes unmetered.
-    for i in range(10):
+    for i in range(5):
         frames.append((i * 200_000 + 77, arp("10.0.3.1", dst)))
     return frames
 

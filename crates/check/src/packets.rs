@@ -128,7 +128,7 @@ impl Checker<'_> {
                 return 0;
             };
             if v < lo as i128 || v > hi as i128 {
-                let range = if hi == u64::MAX {
+                let range = if hi >= u64::MAX / 2 {
                     format!("at least {lo}")
                 } else {
                     format!("from {lo} to {hi}")
