@@ -806,6 +806,11 @@ pub(crate) fn merged(names: &[&str], shards: &[&Shard]) -> Map<String, Json> {
         for shard in shards {
             let v = match &shard.vars[i] {
                 Var::Value(v) => json(v),
+                // A worker that metered nothing (a program without `steer`
+                // runs on one) adds no bucket of its own.
+                Var::Meter(state) if *state == MeterState::default() && shards.len() > 1 => {
+                    continue
+                }
                 Var::Meter(state) => match object {
                     Some(StateObject::Meter(spec)) => meter_json(&spec, *state, latest),
                     _ => Json::Null,
@@ -886,6 +891,9 @@ pub(crate) fn merged(names: &[&str], shards: &[&Shard]) -> Map<String, Json> {
             m.insert("bits".into(), b.bits.into());
             m.insert("hashes".into(), b.hashes.into());
             m.insert("set".into(), set.into());
+        }
+        if let (None, Some(StateObject::Meter(spec))) = (&entry, object) {
+            entry = Some(meter_json(&spec, MeterState::default(), latest));
         }
         out.insert(name.to_string(), entry.unwrap_or(Json::Null));
     }
@@ -1090,10 +1098,14 @@ mod tests {
         s.advance(10 * SEC + SEC / 2);
         assert_eq!(s.meter(0, None, 501).unwrap(), flick_exec::RED);
         assert_eq!(s.meter(0, None, 500).unwrap(), flick_exec::GREEN);
-        // The dump shows the tokens at the latest packet time.
+        // The dump shows the tokens at the latest packet time; a worker
+        // that metered nothing adds no bucket.
         s.advance(11 * SEC);
         let m = merged(&["m"], &[&s]);
         assert_eq!(m["m"], 500);
+        let unused = objects(&[StateObject::Meter(METER)]);
+        assert_eq!(merged(&["m"], &[&unused, &s])["m"], 500);
+        assert_eq!(merged(&["m"], &[&unused, &unused])["m"], 1500);
         assert!(s.meter(0, None, -1).is_err());
     }
 
