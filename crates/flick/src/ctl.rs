@@ -22,9 +22,12 @@ pub enum CtlCommand {
         connect: Vec<String>,
         config: Option<String>,
         max_instances: Option<usize>,
+        weight: Option<u32>,
         redeploy: bool,
     },
     Undeploy(String),
+    /// A running service given another weight.
+    Weight(String, u32),
     List,
     Status(String),
     /// A global, a dictionary entry (`VAR/KEY`), or a page of a
@@ -94,6 +97,7 @@ pub fn run(
             connect,
             config,
             max_instances,
+            weight,
             redeploy,
         } => {
             let program =
@@ -110,6 +114,7 @@ pub fn run(
                 connect,
                 config,
                 max_instances,
+                weight,
             };
             let body = serde_json::to_value(&spec).expect("a deploy request is JSON");
             let a = match redeploy {
@@ -127,11 +132,12 @@ pub fn run(
                 _ => String::new(),
             };
             let plain = format!(
-                "{} {} version {} on {} in {} us{carried}",
+                "{} {} version {} on {} with weight {} in {} us{carried}",
                 if redeploy { "redeployed" } else { "deployed" },
                 a["name"].as_str().unwrap_or(&name),
                 a["version"],
                 a["listen"].as_str().unwrap_or("?"),
+                a["weight"],
                 a["deploy_us"],
             );
             (a, plain)
@@ -147,18 +153,28 @@ pub fn run(
             };
             (a, plain)
         }
+        CtlCommand::Weight(name, weight) => {
+            let a = call(
+                "PUT",
+                &format!("/services/{}/weight", enc(&name)),
+                Some(&json!({ "weight": weight })),
+            )?;
+            let plain = format!("{name} weight {} (was {})", a["weight"], a["previous"]);
+            (a, plain)
+        }
         CtlCommand::List => {
             let a = call("GET", "/services", None)?;
             let mut plain = format!(
-                "{:<24} {:<22} {:>7} {:>8} {:>9}",
-                "NAME", "LISTEN", "VERSION", "CLIENTS", "INSTANCES"
+                "{:<24} {:<22} {:>7} {:>6} {:>8} {:>9}",
+                "NAME", "LISTEN", "VERSION", "WEIGHT", "CLIENTS", "INSTANCES"
             );
             for s in a["services"].as_array().into_iter().flatten() {
                 plain.push_str(&format!(
-                    "\n{:<24} {:<22} {:>7} {:>8} {:>9}",
+                    "\n{:<24} {:<22} {:>7} {:>6} {:>8} {:>9}",
                     s["name"].as_str().unwrap_or(""),
                     s["listen"].as_str().unwrap_or(""),
                     s["version"].to_string(),
+                    s["weight"].to_string(),
                     s["clients"].to_string(),
                     s["instances"].to_string()
                 ));
@@ -228,8 +244,16 @@ pub fn run(
         } => {
             let body = match base64 {
                 true => json!({ "base64": value }),
-                // A dictionary entry's message: the text as it is.
-                false if path.contains('/') => json!({ "value": value }),
+                // A dictionary entry: an integer or boolean as JSON (a
+                // dictionary of values), anything else as it is (a message's
+                // wire bytes, a string; quoted JSON for a string of digits).
+                false if path.contains('/') => {
+                    let v = match serde_json::from_str::<Json>(&value) {
+                        Ok(v @ (Json::Number(_) | Json::Bool(_) | Json::String(_))) => v,
+                        _ => Json::String(value),
+                    };
+                    json!({ "value": v })
+                }
                 // A value that is not JSON is taken as a string.
                 false => {
                     let v: Json = serde_json::from_str(&value).unwrap_or(Json::String(value));
@@ -279,6 +303,7 @@ fn status_lines(a: &Json) -> String {
         "name",
         "file",
         "version",
+        "weight",
         "listen",
         "clients",
         "parked",
@@ -379,6 +404,11 @@ pub struct DeployArgs {
     /// Client connections open at once (default 1024).
     #[arg(long)]
     pub max_instances: Option<usize>,
+    /// Its share of the workers against other services with work (1 to
+    /// 1000; default: the configuration's `weight`, else 1, else on a
+    /// redeploy the weight it runs with).
+    #[arg(long)]
+    pub weight: Option<u32>,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -389,6 +419,9 @@ pub enum CtlSub {
     Redeploy(DeployArgs),
     /// Stop a service: it drains and its resources are released.
     Undeploy { name: String },
+    /// Give a running service another weight (1 to 1000): its share of the
+    /// workers against other services with work.
+    Weight { name: String, weight: u32 },
     /// List the services.
     List,
     /// A service's bindings, connections, instances and counters.
@@ -406,7 +439,8 @@ pub enum CtlSub {
         cursor: Option<usize>,
     },
     /// Write a global integer, boolean or string (VAR; VALUE as JSON, else a
-    /// string), or a dictionary entry (VAR/KEY; VALUE the message's wire bytes).
+    /// string), or a dictionary entry (VAR/KEY; VALUE the message's wire
+    /// bytes, or for a dictionary of values an integer, boolean or string).
     Write {
         name: String,
         path: String,
@@ -432,12 +466,14 @@ pub fn main(args: CtlArgs) -> std::process::ExitCode {
         connect: d.connect,
         config: d.config,
         max_instances: d.max_instances,
+        weight: d.weight,
         redeploy,
     };
     let cmd = match args.command {
         CtlSub::Deploy(d) => deploy(d, false),
         CtlSub::Redeploy(d) => deploy(d, true),
         CtlSub::Undeploy { name } => CtlCommand::Undeploy(name),
+        CtlSub::Weight { name, weight } => CtlCommand::Weight(name, weight),
         CtlSub::List => CtlCommand::List,
         CtlSub::Status { name } => CtlCommand::Status(name),
         CtlSub::Read {

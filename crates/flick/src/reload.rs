@@ -8,16 +8,19 @@
 //! oldest first, so it evicts in the same order); `local` state starts
 //! afresh.
 
-use flick_platform::{Service, StateValue};
+use flick_platform::{EntryRef, EntryValue, Service, StateValue};
 
 /// What a dictionary's entries hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DictOf {
     /// Messages: records of the grammar unit so named.
     Messages(String),
-    /// Integers, booleans or strings, which a service's dictionaries do
-    /// not hold (only messages are stored), named by their type.
-    Values(String),
+    /// Integers, booleans or strings (or bytes), with a string's declared
+    /// maximum length.
+    Values(Scalar, Option<u64>),
+    /// Values of another type (tuples, lists), named by their type, which
+    /// the operator can neither read nor write.
+    Other(String),
 }
 
 /// The kinds of value an operator may write to a `global`.
@@ -54,7 +57,12 @@ pub fn state_vars(process: &flick_check::Process) -> Vec<StateVar> {
             dict: match &v.ty {
                 flick_check::Ty::Dict(_, value, _) => Some(match &**value {
                     flick_check::Ty::Record(_, name) => DictOf::Messages(name.clone()),
-                    other => DictOf::Values(other.to_string()),
+                    flick_check::Ty::Int { .. } => DictOf::Values(Scalar::Int, None),
+                    flick_check::Ty::Bool => DictOf::Values(Scalar::Bool, None),
+                    flick_check::Ty::Str { max } | flick_check::Ty::Bytes { max } => {
+                        DictOf::Values(Scalar::Bytes, Some(*max))
+                    }
+                    other => DictOf::Other(other.to_string()),
                 }),
                 _ => None,
             },
@@ -68,30 +76,53 @@ pub fn state_vars(process: &flick_check::Process) -> Vec<StateVar> {
         .collect()
 }
 
-/// The entries of `old`'s dictionary `name`, oldest first: key and the
-/// message's wire bytes.
-pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+/// The entries of a dictionary, oldest first: key and value (a message's
+/// wire bytes, or an integer, boolean or string).
+pub type Entries = Vec<(Vec<u8>, EntryValue)>;
 
 /// Every entry of a service's `global` dictionary, oldest first.
 pub fn dict_entries(service: &Service, name: &str) -> Entries {
     let mut out = Vec::new();
     if let Ok(d) = service.global_dict(name) {
-        let _ = d.entries(0, usize::MAX, |k, v| out.push((k.to_vec(), v.to_vec())));
+        let _ = d.entries(0, usize::MAX, |k, v| out.push((k.to_vec(), v.to_owned())));
     }
     out
 }
 
-/// Writes `entries` into `service`'s dictionary `var` of messages of
-/// `unit`, in order; how many were taken. One that does not parse as the
-/// unit (the grammar changed) is skipped and logged; at a full dictionary
-/// (a smaller capacity) it stops.
-pub fn put_entries(service: &Service, var: &str, unit: &str, entries: &Entries) -> usize {
+/// Whether `value` is of the kind a dictionary of `of` holds.
+pub fn holds(of: &DictOf, value: &EntryValue) -> bool {
+    matches!(
+        (of, value),
+        (DictOf::Messages(_), EntryValue::Message(_))
+            | (DictOf::Values(Scalar::Int, _), EntryValue::Int(_))
+            | (DictOf::Values(Scalar::Bool, _), EntryValue::Bool(_))
+            | (DictOf::Values(Scalar::Bytes, _), EntryValue::Bytes(_))
+    )
+}
+
+/// Writes `entries` into `service`'s dictionary `var` (of messages of a
+/// unit, or of values), in order; how many were taken. One that does not
+/// parse as the unit (the grammar changed), or is not of the kind the
+/// dictionary holds, is skipped and logged; at a full dictionary (a
+/// smaller capacity) it stops.
+pub fn put_entries(service: &Service, var: &str, of: &DictOf, entries: &Entries) -> usize {
     let Ok(d) = service.global_dict(var) else {
         return 0;
     };
     let mut taken = 0;
-    for (key, bytes) in entries {
-        match d.insert(key, unit, bytes) {
+    for (key, value) in entries {
+        if !holds(of, value) {
+            tracing::warn!(dictionary = %var, key = %String::from_utf8_lossy(key), "entry not taken: not of the dictionary's kind");
+            continue;
+        }
+        let put = match (of, value) {
+            (DictOf::Messages(unit), EntryValue::Message(bytes)) => d.insert(key, unit, bytes),
+            (_, EntryValue::Int(n)) => d.insert_value(key, EntryRef::Int(*n)),
+            (_, EntryValue::Bool(b)) => d.insert_value(key, EntryRef::Bool(*b)),
+            (_, EntryValue::Bytes(b)) => d.insert_value(key, EntryRef::Bytes(b)),
+            _ => continue,
+        };
+        match put {
             Ok(_) => taken += 1,
             Err(e @ flick_platform::DictError::Full { .. }) => {
                 tracing::warn!(dictionary = %var, "entries not taken: {e}");
@@ -122,10 +153,10 @@ pub fn carry_globals(
         if !same {
             continue;
         }
-        if let Some(DictOf::Messages(unit)) = &var.dict {
+        if let Some(of @ (DictOf::Messages(_) | DictOf::Values(..))) = &var.dict {
             let entries = dict_entries(old, &var.name);
             if !entries.is_empty() {
-                put_entries(new, &var.name, unit, &entries);
+                put_entries(new, &var.name, of, &entries);
                 carried.push(var.name.clone());
             }
             continue;
@@ -139,4 +170,17 @@ pub fn carry_globals(
         }
     }
     carried
+}
+
+/// Gives each `global` dictionary of strings with a small declared
+/// maximum entries made with room for one (`GlobalDict::bound_strings`),
+/// so the program's sets allocate nothing.
+pub fn bound_dicts(service: &Service, state: &[StateVar]) {
+    for var in state.iter().filter(|v| v.global) {
+        if let Some(DictOf::Values(Scalar::Bytes, Some(max))) = &var.dict {
+            if let Ok(d) = service.global_dict(&var.name) {
+                d.bound_strings(*max);
+            }
+        }
+    }
 }

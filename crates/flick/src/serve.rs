@@ -14,7 +14,7 @@
 
 use crate::api::{self, ApiAddr, HttpError, Request};
 use crate::reload::{DictOf, Scalar, StateVar};
-use flick_platform::{Platform, PlatformConfig, Service, StateValue};
+use flick_platform::{EntryRef, EntryValue, Platform, PlatformConfig, Service, StateValue};
 use flick_span::SourceFile;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value as Json};
@@ -79,6 +79,10 @@ pub struct DeploySpec {
     pub config: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_instances: Option<usize>,
+    /// Its share of the workers against the other services' (1 to 1000;
+    /// the configuration's `weight`, or 1, unless given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +144,9 @@ struct Deployed {
     deploy_us: u64,
     /// Globals carried over from the version it replaced.
     carried: Vec<String>,
+    /// The weight it was given (what `Service::weight` says it runs with,
+    /// unless the scheduler had no group for it).
+    weight: u32,
 }
 
 struct Registry {
@@ -160,6 +167,29 @@ struct Prepared {
     bound: String,
     max_instances: usize,
     state: Vec<StateVar>,
+    /// The weight the request or its configuration gives, if either does.
+    weight: Option<u32>,
+}
+
+/// The weight of a service the request says nothing of (nor a recorded
+/// earlier version).
+pub const DEFAULT_WEIGHT: u32 = 1;
+
+/// A weight checked against [`crate::config::WEIGHT`].
+fn checked_weight(w: u64) -> Result<u32, Refusal> {
+    u32::try_from(w)
+        .ok()
+        .filter(|w| crate::config::WEIGHT.contains(w))
+        .ok_or_else(|| {
+            Refusal::new(
+                400,
+                format!(
+                    "weight: {w} is out of range: must be between {} and {}",
+                    crate::config::WEIGHT.start(),
+                    crate::config::WEIGHT.end()
+                ),
+            )
+        })
 }
 
 fn valid_name(name: &str) -> bool {
@@ -230,6 +260,10 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
         &flags,
     )
     .map_err(|e| Refusal::new(400, e.join("; ")))?;
+    let weight = match spec.weight {
+        Some(w) => Some(checked_weight(w.into())?),
+        None => file_config.as_ref().and_then(|c| c.weight),
+    };
     // The grammar's limits, before any parser copies them (the grammar
     // was just loaded: nothing else holds it yet).
     let mut grammar = grammar;
@@ -273,6 +307,7 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
         graphs_ahead: 1,
         message_pool: 1024,
         messages_ahead: 0,
+        weight: weight.unwrap_or(DEFAULT_WEIGHT),
         ..flick_platform::ServiceConfig::default()
     };
     Ok(Prepared {
@@ -282,6 +317,7 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
         bound,
         max_instances: settings.max_instances,
         state,
+        weight,
     })
 }
 
@@ -292,7 +328,12 @@ impl Registry {
     }
 
     /// Deploys (or, with `replace`, redeploys) a service.
-    fn deploy(&self, spec: DeploySpec, replace: bool, started: Instant) -> Result<Json, Refusal> {
+    fn deploy(
+        &self,
+        mut spec: DeploySpec,
+        replace: bool,
+        started: Instant,
+    ) -> Result<Json, Refusal> {
         if !valid_name(&spec.name) {
             return Err(Refusal::new(
                 400,
@@ -350,14 +391,23 @@ impl Registry {
         }
         let Prepared {
             loaded,
-            config,
+            mut config,
             reserved,
             max_instances,
             state,
+            weight,
             ..
         } = prepared;
+        // A redeploy that names no weight keeps the one the service runs with.
+        let weight = weight
+            .or_else(|| services.get(&spec.name).map(|d| d.weight))
+            .unwrap_or(DEFAULT_WEIGHT);
+        config.weight = weight;
+        // Recorded with the service, so a restart gives it the same.
+        spec.weight = Some(weight);
         let service = Service::start_on(&self.platform, loaded, config)
             .map_err(|e| Refusal::new(409, e.to_string()))?;
+        crate::reload::bound_dicts(&service, &state);
         let old = services.remove(&spec.name);
         let mut carried = Vec::new();
         if let Some(old) = &old {
@@ -374,6 +424,7 @@ impl Registry {
             file = %spec.file,
             listen = %local,
             version,
+            weight,
             deploy_us,
             carried = ?carried,
             "{}",
@@ -386,6 +437,7 @@ impl Registry {
             "deploy_us": deploy_us,
             "reserved_bytes": reserved,
             "carried": carried,
+            "weight": weight,
         });
         services.insert(
             spec.name.clone(),
@@ -398,6 +450,7 @@ impl Registry {
                 version,
                 deploy_us,
                 carried,
+                weight,
             },
         );
         drop(services);
@@ -440,6 +493,34 @@ impl Registry {
         }))
     }
 
+    /// Gives a running service another weight, from each worker's next
+    /// turn of it, and records it for the next `serve`.
+    fn set_weight(&self, name: &str, body: &[u8]) -> Result<Json, Refusal> {
+        let j: Json = serde_json::from_slice(body)
+            .map_err(|e| Refusal::new(400, format!("the body is not JSON: {e}")))?;
+        let given = j.get("weight").unwrap_or(&j);
+        let w = given.as_u64().ok_or_else(|| {
+            Refusal::new(
+                400,
+                format!("give the weight as {{\"weight\": N}}, N from 1 to 1000, not {given}"),
+            )
+        })?;
+        let weight = checked_weight(w)?;
+        let mut services = self.services.lock().expect("services lock");
+        let d = services
+            .get_mut(name)
+            .ok_or_else(|| Refusal::new(404, format!("no service `{name}`")))?;
+        let previous = d.weight;
+        d.service.set_weight(weight);
+        d.weight = weight;
+        d.spec.weight = Some(weight);
+        if let Err(e) = self.record(&d.spec) {
+            tracing::warn!(service = %name, "cannot record the service in the state directory: {e}");
+        }
+        tracing::info!(service = %name, weight, previous, "weight changed");
+        Ok(json!({ "name": name, "weight": weight, "previous": previous }))
+    }
+
     fn services_dir(&self) -> PathBuf {
         self.dir.join("services")
     }
@@ -470,10 +551,19 @@ impl Registry {
     fn save_state(&self, name: &str, service: &Service, state: &[StateVar]) -> std::io::Result<()> {
         let mut saved = serde_json::Map::new();
         for var in state.iter().filter(|v| v.global) {
-            if let Some(DictOf::Messages(_)) = &var.dict {
+            if let Some(DictOf::Messages(_) | DictOf::Values(..)) = &var.dict {
                 let entries: Vec<Json> = crate::reload::dict_entries(service, &var.name)
                     .iter()
-                    .map(|(k, v)| json!({ "key": hex(k), "message": hex(v) }))
+                    .map(|(k, v)| {
+                        let mut e = json!({ "key": hex(k) });
+                        match v {
+                            EntryValue::Message(b) => e["message"] = json!(hex(b)),
+                            EntryValue::Int(n) => e["int"] = json!(n),
+                            EntryValue::Bool(b) => e["bool"] = json!(b),
+                            EntryValue::Bytes(b) => e["hex"] = json!(hex(b)),
+                        }
+                        e
+                    })
                     .collect();
                 saved.insert(
                     var.name.clone(),
@@ -555,16 +645,26 @@ impl Registry {
             if entry["type"].as_str() != Some(var.ty.as_str()) {
                 continue;
             }
-            if let Some(DictOf::Messages(unit)) = &var.dict {
+            if let Some(of @ (DictOf::Messages(_) | DictOf::Values(..))) = &var.dict {
                 let entries: crate::reload::Entries = entry["entries"]
                     .as_array()
                     .into_iter()
                     .flatten()
                     .filter_map(|e| {
-                        Some((unhex(e["key"].as_str()?)?, unhex(e["message"].as_str()?)?))
+                        let key = unhex(e["key"].as_str()?)?;
+                        let value = if let Some(m) = e["message"].as_str() {
+                            EntryValue::Message(unhex(m)?)
+                        } else if let Some(n) = e["int"].as_i64() {
+                            EntryValue::Int(n)
+                        } else if let Some(b) = e["bool"].as_bool() {
+                            EntryValue::Bool(b)
+                        } else {
+                            EntryValue::Bytes(unhex(e["hex"].as_str()?)?)
+                        };
+                        Some((key, value))
                     })
                     .collect();
-                if crate::reload::put_entries(&service, &var.name, unit, &entries) > 0 {
+                if crate::reload::put_entries(&service, &var.name, of, &entries) > 0 {
                     given.push(var.name.clone());
                 }
                 continue;
@@ -661,6 +761,7 @@ impl Registry {
                     "clients": d.service.client_connections(),
                     "instances": d.service.stats().graphs_live.load(Ordering::Relaxed),
                     "reserved_bytes": d.reserved,
+                    "weight": d.service.weight(),
                 })
             })
             .collect();
@@ -686,6 +787,7 @@ impl Registry {
             "version": d.version,
             "deploy_us": d.deploy_us,
             "carried": d.carried,
+            "weight": d.service.weight(),
             "bindings": {
                 "listen": d.spec.listen,
                 "connect": d.spec.connect,
@@ -721,10 +823,11 @@ impl Registry {
             .ok_or_else(|| Refusal::new(404, format!("no service `{name}`")))
     }
 
-    /// The service and its `global` dictionary `var`, whose entries hold
-    /// messages of the grammar unit returned; refused with 404 (no such
-    /// global), 400 (not a dictionary) or 422 (a dictionary of values).
-    fn dict_var(&self, name: &str, var: &str) -> Result<(Arc<Service>, String), Refusal> {
+    /// The service and its `global` dictionary `var`, with what its
+    /// entries hold (messages of a grammar unit, or integers, booleans or
+    /// strings); refused with 404 (no such global), 400 (not a
+    /// dictionary) or 422 (a dictionary of values of another type).
+    fn dict_var(&self, name: &str, var: &str) -> Result<(Arc<Service>, DictOf), Refusal> {
         let (service, state) = self.service_state(name)?;
         let refuse = |e: flick_platform::StateError| Refusal::new(404, e.to_string());
         // Unknown or `local`: the platform says which.
@@ -734,11 +837,11 @@ impl Registry {
             .find(|v| v.name == var)
             .ok_or_else(|| Refusal::new(404, format!("`{var}` is not state of the process")))?;
         match &v.dict {
-            Some(DictOf::Messages(unit)) => Ok((service, unit.clone())),
-            Some(DictOf::Values(of)) => Err(Refusal::new(
+            Some(of @ (DictOf::Messages(_) | DictOf::Values(..))) => Ok((service, of.clone())),
+            Some(DictOf::Other(of)) => Err(Refusal::new(
                 422,
                 format!(
-                    "`{var}` is a {}: a service's dictionaries hold messages of its grammar, not {of} values, so its entries cannot be written",
+                    "`{var}` is a {}: the API reads and writes dictionaries of messages, integers, booleans and strings, not of {of}",
                     v.ty
                 ),
             )),
@@ -767,6 +870,7 @@ impl Registry {
                 }
             }
             Some((var, key)) => {
+                self.dict_var(name, var)?;
                 let d = service.global_dict(var).map_err(refuse)?;
                 let v = d
                     .get(key.as_bytes())
@@ -774,11 +878,9 @@ impl Registry {
                 let v = v.ok_or_else(|| {
                     Refusal::new(404, format!("`{var}` holds nothing under `{key}`"))
                 })?;
-                Ok(json!({
-                    "path": path,
-                    "value": String::from_utf8_lossy(&v),
-                    "base64": api::base64_encode(&v),
-                }))
+                let mut answer = json!({ "path": path });
+                entry_json(&mut answer, &v);
+                Ok(answer)
             }
         }
     }
@@ -840,9 +942,16 @@ impl Registry {
     /// Sets a dictionary entry to a message given as its wire bytes: the
     /// body's `value` (text) or `base64`, or the body a JSON string.
     fn write_entry(&self, name: &str, var: &str, key: &str, body: &[u8]) -> Result<Json, Refusal> {
-        let (service, unit) = self.dict_var(name, var)?;
+        let (service, of) = self.dict_var(name, var)?;
         let j: Json = serde_json::from_slice(body)
             .map_err(|e| Refusal::new(400, format!("the body is not JSON: {e}")))?;
+        let unit = match of {
+            DictOf::Messages(unit) => unit,
+            DictOf::Values(kind, max) => {
+                return self.write_value_entry(name, &service, var, key, &j, kind, max)
+            }
+            DictOf::Other(_) => unreachable!("dict_var refuses it"),
+        };
         let wanted = || {
             Refusal::new(
                 400,
@@ -878,6 +987,89 @@ impl Registry {
             "len": size.len,
             "capacity": size.capacity,
         }))
+    }
+
+    /// Sets an entry of a dictionary of integers, booleans or strings to
+    /// the body's `value` (or the body itself), which must be of that
+    /// kind; a string may come as `base64`, and is at most the declared
+    /// maximum long.
+    #[allow(clippy::too_many_arguments)]
+    fn write_value_entry(
+        &self,
+        name: &str,
+        service: &Service,
+        var: &str,
+        key: &str,
+        j: &Json,
+        kind: Scalar,
+        max: Option<u64>,
+    ) -> Result<Json, Refusal> {
+        let wanted = match kind {
+            Scalar::Int => "an integer",
+            Scalar::Bool => "a boolean",
+            Scalar::Bytes => "a string",
+        };
+        let refuse = || {
+            Refusal::new(
+                400,
+                format!("an entry of `{var}` is {wanted}: give it as {{\"value\": VALUE}}"),
+            )
+        };
+        let given = match (j.get("value"), j.get("base64")) {
+            (Some(v), None) => v,
+            (None, Some(_)) => j,
+            _ if !j.is_object() => j,
+            _ => return Err(refuse()),
+        };
+        let decoded;
+        let value = match (kind, given) {
+            (Scalar::Int, Json::Number(n)) => EntryRef::Int(
+                n.as_i64()
+                    .ok_or_else(|| Refusal::new(400, format!("{n} is not a 64-bit integer")))?,
+            ),
+            (Scalar::Bool, Json::Bool(b)) => EntryRef::Bool(*b),
+            (Scalar::Bytes, Json::String(s)) => EntryRef::Bytes(s.as_bytes()),
+            (Scalar::Bytes, Json::Object(o)) => match o.get("base64") {
+                Some(Json::String(b)) => {
+                    decoded = api::base64_decode(b)
+                        .ok_or_else(|| Refusal::new(400, "`base64` is not base64"))?;
+                    EntryRef::Bytes(&decoded)
+                }
+                _ => return Err(refuse()),
+            },
+            _ => return Err(refuse()),
+        };
+        if let (EntryRef::Bytes(b), Some(max)) = (value, max) {
+            if b.len() as u64 > max {
+                return Err(Refusal::new(
+                    400,
+                    format!(
+                        "an entry of `{var}` is a string of at most {max} bytes, and this one has {}",
+                        b.len()
+                    ),
+                ));
+            }
+        }
+        let d = service
+            .global_dict(var)
+            .map_err(|e| Refusal::new(404, e.to_string()))?;
+        let created = d.insert_value(key.as_bytes(), value).map_err(|e| {
+            let status = match e {
+                flick_platform::DictError::Full { .. } => 409,
+                _ => 400,
+            };
+            Refusal::new(status, format!("`{var}`: {e}"))
+        })?;
+        let size = d.size().map_err(|e| Refusal::new(400, e.to_string()))?;
+        tracing::info!(service = %name, dictionary = %var, key = %key, created, "dictionary entry written");
+        let mut answer = json!({
+            "path": format!("{var}/{key}"),
+            "created": created,
+            "len": size.len,
+            "capacity": size.capacity,
+        });
+        entry_json(&mut answer, &value.to_owned());
+        Ok(answer)
     }
 
     fn delete_entry(&self, name: &str, path: &str) -> Result<Json, Refusal> {
@@ -936,11 +1128,8 @@ fn list_entries(service: &Service, var: &StateVar, req: &Request) -> Result<Json
     let mut entries = Vec::new();
     let size = d
         .entries(cursor, limit, |k, v| {
-            let mut e = json!({
-                "key": String::from_utf8_lossy(k),
-                "value": String::from_utf8_lossy(v),
-                "base64": api::base64_encode(v),
-            });
+            let mut e = json!({ "key": String::from_utf8_lossy(k) });
+            entry_json(&mut e, &v.to_owned());
             if std::str::from_utf8(k).is_err() {
                 e["key_base64"] = json!(api::base64_encode(k));
             }
@@ -958,6 +1147,26 @@ fn list_entries(service: &Service, var: &StateVar, req: &Request) -> Result<Json
         "next": if end < size.len { json!(end) } else { Json::Null },
         "entries": entries,
     }))
+}
+
+/// An entry's value as the API shows it: a message's bytes as text
+/// (`value`) and in base64 (`base64`); an integer or boolean as itself; a
+/// string as text, and in base64 too where it is not UTF-8.
+fn entry_json(answer: &mut Json, v: &EntryValue) {
+    match v {
+        EntryValue::Message(b) => {
+            answer["value"] = json!(String::from_utf8_lossy(b));
+            answer["base64"] = json!(api::base64_encode(b));
+        }
+        EntryValue::Int(n) => answer["value"] = json!(n),
+        EntryValue::Bool(b) => answer["value"] = json!(b),
+        EntryValue::Bytes(b) => {
+            answer["value"] = json!(String::from_utf8_lossy(b));
+            if std::str::from_utf8(b).is_err() {
+                answer["base64"] = json!(api::base64_encode(b));
+            }
+        }
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -1036,6 +1245,14 @@ fn route(
                 Ok((200, reg.deploy(spec, true, started)?))
             }
             _ => Err(not_allowed("GET, PUT or DELETE")),
+        },
+        ["services", name, "weight"] => match method {
+            "GET" => {
+                let status = reg.status(name)?;
+                Ok((200, json!({ "name": name, "weight": status["weight"] })))
+            }
+            "PUT" => Ok((200, reg.set_weight(name, &req.body)?)),
+            _ => Err(not_allowed("GET or PUT")),
         },
         ["services", name, "state", rest @ ..] if !rest.is_empty() => {
             let path = rest.join("/");

@@ -3,7 +3,7 @@
 //! rules send to the output tasks.
 
 use crate::msg::{Msg, MsgPool, Part};
-use crate::state::SharedState;
+use crate::state::{DictGot, DictSet, SharedState};
 use flick_exec::code::ProcessCode;
 use flick_exec::{Fault, Host, Module, Outcome, Sent, Value, Vm};
 use flick_runtime::{Receiver, Sender, TaskStatus, Timeslice, TryRecvError};
@@ -202,6 +202,9 @@ pub struct GraphHost {
     /// the instance ends at once.
     pub broken: bool,
     pub grammar: Arc<flick_wire::Grammar>,
+    /// The code it runs: string constants kept in dictionaries are read
+    /// from it.
+    pub module: Arc<Module>,
     /// The grammar unit of each process channel.
     pub units: Arc<Vec<Option<flick_wire::UnitId>>>,
     /// The grammar unit of what is written to each process channel.
@@ -266,6 +269,66 @@ impl GraphHost {
                 .ok_or(Fault::Kind("a live record")),
             _ => Err(Fault::Kind("a record")),
         }
+    }
+
+    /// What a dictionary read gives compute code: a string's bytes stay in
+    /// a message of the pool, held until the rule ends.
+    fn dict_got(&mut self, got: Option<DictGot>) -> Value {
+        match got {
+            None => Value::None,
+            Some(DictGot::Msg(m)) => self.hold(m),
+            Some(DictGot::Int(n)) => Value::Int(n),
+            Some(DictGot::Bool(b)) => Value::Bool(b),
+            Some(DictGot::Bytes(m)) => {
+                let len = m.bytes.len() as u32;
+                match self.hold(m) {
+                    Value::Msg(msg) => Value::MsgBytes { msg, start: 0, len },
+                    _ => unreachable!("hold gives a message"),
+                }
+            }
+        }
+    }
+
+    /// A value compute code sets a dictionary entry to: a record (copied
+    /// from the pool), an integer, a boolean, or a string's bytes where
+    /// they lie (a message's, a constant's, the host's).
+    fn dict_value<'a>(&'a self, v: &'a Value) -> Result<DictSet<'a>, Fault> {
+        Ok(match v {
+            Value::Int(n) => DictSet::Int(*n),
+            Value::Bool(b) => DictSet::Bool(*b),
+            Value::Msg(_) => DictSet::Msg(self.pool.copy(self.msg(v)?)),
+            Value::ConstBytes { func, op } => {
+                let code = self
+                    .module
+                    .functions
+                    .get(*func as usize)
+                    .and_then(|f| f.code.get(*op as usize));
+                match code {
+                    Some(flick_exec::code::Op::Const {
+                        value: flick_exec::code::Const::Str(s),
+                        ..
+                    }) => DictSet::Bytes(s),
+                    _ => return Err(Fault::Kind("a string")),
+                }
+            }
+            Value::MsgBytes { .. } | Value::Bytes(_) => {
+                DictSet::Bytes(self.bytes(v).ok_or(Fault::Kind("a string"))?)
+            }
+            // `to_string`'s and `lower`'s bytes live in the interpreter's
+            // scratch, which the host cannot reach.
+            Value::Scratch { .. } | Value::Halves { .. } => {
+                return Err(Fault::Host(
+                    "a string made in this rule (to_string, lower, split_once) cannot be kept in a dictionary; keep a field's or a constant's"
+                        .into(),
+                ))
+            }
+            _ => {
+                return Err(Fault::Host(
+                    "a dictionary of this service holds records, integers, booleans and strings only"
+                        .into(),
+                ))
+            }
+        })
     }
 
     pub(crate) fn hold(&mut self, m: Msg) -> Value {
@@ -456,19 +519,25 @@ impl Host for GraphHost {
 
     fn dict_get(&mut self, state: u16, key: &Value) -> Result<Value, Fault> {
         let key = self.bytes(key).ok_or(Fault::Kind("bytes"))?;
-        match self.state(state).dict_get(state, key, &self.pool) {
-            Some(m) => Ok(self.hold(m)),
-            None => Ok(Value::None),
-        }
+        let got = self.state(state).dict_get(state, key, &self.pool);
+        Ok(self.dict_got(got))
     }
 
     fn dict_set(&mut self, state: u16, key: &Value, value: &Value) -> Result<(), Fault> {
-        let m = self.pool.copy(self.msg(value)?);
-        let Some(key) = self.bytes(key) else {
-            self.pool.give(m);
-            return Err(Fault::Kind("bytes"));
-        };
-        self.state(state).dict_set(state, key, m, &self.pool);
+        let key = self.bytes(key).ok_or(Fault::Kind("bytes"))?;
+        let value = self.dict_value(value)?;
+        self.state(state).dict_set(state, key, value, &self.pool);
+        Ok(())
+    }
+
+    fn dict_get_bytes(&mut self, state: u16, key: &[u8]) -> Result<Value, Fault> {
+        let got = self.state(state).dict_get(state, key, &self.pool);
+        Ok(self.dict_got(got))
+    }
+
+    fn dict_set_bytes(&mut self, state: u16, key: &[u8], value: &Value) -> Result<(), Fault> {
+        let value = self.dict_value(value)?;
+        self.state(state).dict_set(state, key, value, &self.pool);
         Ok(())
     }
 

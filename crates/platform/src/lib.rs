@@ -32,7 +32,7 @@ pub use service::{
     release_free_memory, Accept, LoadError, Loaded, Service, ServiceConfig, Sharing, StartError,
     StateError, StateValue, Stopped,
 };
-pub use state::{DictError, DictSize, GlobalDict};
+pub use state::{DictError, DictSize, EntryRef, EntryValue, GlobalDict, STRING_ROOM_MAX};
 pub use stats::{
     BackendStats, ChannelStats, Histogram, HistogramSnapshot, Stats, BUCKETS, LATENCY_BOUNDS_US,
 };

@@ -1134,12 +1134,7 @@ impl Service {
             StateValue::Unset => return Ok(None),
             _ => return Err(StateError::NotDict(name.to_string())),
         }
-        let pool = &self.parts.pool;
-        Ok(self.parts.globals.dict_get(i, key, pool).map(|m| {
-            let bytes = m.bytes.clone();
-            pool.give(m);
-            bytes
-        }))
+        Ok(self.parts.globals.entry_bytes(i, key, &self.parts.pool))
     }
 
     /// A `global` dictionary, for the operator to list, write and delete
@@ -1741,6 +1736,7 @@ fn instantiate(
             ending: false,
             client_address: Default::default(),
             grammar: p.loaded.grammar.clone(),
+            module: p.loaded.module.clone(),
             units: p.loaded.units.clone(),
             out_units: p.loaded.out_units.clone(),
             merges: g.merges,

@@ -1,0 +1,144 @@
+//! Dictionaries of integers, booleans and strings in a socket program run
+//! with `flick run`, answering real HTTP clients over loopback: a count per
+//! target kept in a `dict<string*integer>` across many clients and both
+//! workers, the target kept in a `dict<string*string {max=32}>` (a field of
+//! the request) and a flag in a `dict<string*bool>`; a missing key reads as
+//! `None`, and a full dictionary evicts its oldest entry. Every process is
+//! killed when its test ends, and every read is bounded in time.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+use support::{start_flick, Procs};
+
+/// Counts requests per target: the first answers `New` and `1`; the second
+/// `Second` and `2`; later ones the target as it was first kept (reason)
+/// and the count (body).
+const COUNTS: &str = "\
+grammar http
+
+type request: record
+  target : string
+
+type simple_response: record
+  status : integer {size=2}
+  reason : string
+  body : string
+
+proc Counts: (request/simple_response client)
+  global hits := empty_dict
+  global first := empty_dict
+  global again := empty_dict
+  | client => count(hits, first, again, client)
+
+fun count: (hits: ref dict<string*integer>, first: ref dict<string*string {max=32}>, again: ref dict<string*bool>, -/simple_response client, req: request) -> ()
+  if hits[req.target] = None:
+    hits[req.target] := 1
+    first[req.target] := req.target
+    again[req.target] := False
+    simple_response(200, \"New\", \"1\") => client
+  else:
+    hits[req.target] := hits[req.target] + 1
+    if again[req.target]:
+      simple_response(200, first[req.target], to_string(hits[req.target])) => client
+    else:
+      again[req.target] := True
+      simple_response(200, \"Second\", to_string(hits[req.target])) => client
+";
+
+/// A program file removed when the test ends.
+struct Program(std::path::PathBuf);
+
+impl Program {
+    fn new(name: &str) -> Program {
+        let p = std::env::temp_dir().join(format!(
+            "flick-dict-values-{}-{name}.flick",
+            std::process::id()
+        ));
+        std::fs::write(&p, COUNTS).unwrap();
+        Program(p)
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `GET target` over a connection of its own: (reason, body).
+fn get(port: u16, target: &str) -> (String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head.lines().next().unwrap_or("");
+    assert!(status.starts_with("HTTP/1.1 200 "), "{answer:?}");
+    (
+        status["HTTP/1.1 200 ".len()..].to_string(),
+        body.to_string(),
+    )
+}
+
+fn run(procs: &mut Procs, program: &Program, more: &[&str]) -> u16 {
+    let listen = format!("client=127.0.0.1:{}", support::free_port());
+    let mut args = vec!["run", program.0.to_str().unwrap(), "--listen", &listen];
+    args.extend(more);
+    start_flick(procs, &args)
+}
+
+#[test]
+fn counts_per_key_are_kept_across_clients_and_workers() {
+    let program = Program::new("counts");
+    let mut procs = Procs(Vec::new());
+    let port = run(&mut procs, &program, &[]);
+    assert_eq!(get(port, "/k"), ("New".into(), "1".into()));
+    assert_eq!(get(port, "/k"), ("Second".into(), "2".into()));
+    assert_eq!(get(port, "/k"), ("/k".into(), "3".into()));
+    // Eight clients at once, ten requests each: every one counted once.
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    let (reason, _) = get(port, "/k");
+                    assert_eq!(reason, "/k");
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert_eq!(get(port, "/k"), ("/k".into(), "84".into()));
+    // Another key counts apart; a long target is kept whole.
+    let long = format!("/{}", "x".repeat(30));
+    assert_eq!(get(port, &long), ("New".into(), "1".into()));
+    assert_eq!(get(port, &long).1, "2");
+    assert_eq!(get(port, &long), (long.clone(), "3".into()));
+    assert_eq!(get(port, "/k").1, "85");
+}
+
+#[test]
+fn a_full_dictionary_of_values_evicts_its_oldest_entry() {
+    let program = Program::new("evict");
+    let mut procs = Procs(Vec::new());
+    let port = run(&mut procs, &program, &["--dict-capacity", "2"]);
+    assert_eq!(get(port, "/a").0, "New");
+    assert_eq!(get(port, "/b").0, "New");
+    assert_eq!(get(port, "/b").1, "2");
+    // /b was replaced, not inserted: /a is still the oldest, and goes.
+    assert_eq!(get(port, "/c").0, "New");
+    assert_eq!(get(port, "/b"), ("/b".into(), "3".into()));
+    assert_eq!(get(port, "/a"), ("New".into(), "1".into()), "evicted: None");
+    // /a came back in /b's place, the oldest then.
+    assert_eq!(get(port, "/c").1, "2");
+    assert_eq!(get(port, "/b"), ("New".into(), "1".into()));
+}
