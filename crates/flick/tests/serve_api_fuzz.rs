@@ -450,11 +450,13 @@ type simple_response: record
 proc Notes: (request/simple_response client)
   global hits := 0
   global notes := empty_dict
-  | client => respond(hits, notes, client)
+  global counts := empty_dict
+  | client => respond(hits, notes, counts, client)
 
-fun respond: (hits: ref integer, notes: ref dict<string*request>, -/simple_response client, req: request) -> ()
+fun respond: (hits: ref integer, notes: ref dict<string*request>, counts: ref dict<string*integer>, -/simple_response client, req: request) -> ()
   hits := hits + 1
   notes[req.target] := req
+  counts[req.target] := hits
   simple_response(200, \"OK\", \"noted\") => client
 ";
 
@@ -530,6 +532,9 @@ fn path_value(name: &str, rng: &mut Rng) -> String {
                 "hits/x",
                 "nothing",
                 "notes/a/b/c",
+                "counts//f",
+                "counts/x",
+                "counts",
                 "%E2%82%AC",
                 "..%2F..",
             ])
