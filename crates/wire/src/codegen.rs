@@ -1525,6 +1525,16 @@ impl UnitGen<'_> {
                 let (a, b) = (self.bytes_c(arg(0)?, sc, dollar)?, self.bytes_c(arg(1)?, sc, dollar)?);
                 format!("Val::Bytes(before({a}, {b}))")
             }
+            Builtin::After => {
+                let (a, b) = (self.bytes_c(arg(0)?, sc, dollar)?, self.bytes_c(arg(1)?, sc, dollar)?);
+                format!("Val::Bytes(after({a}, {b}))")
+            }
+            Builtin::Trim => format!("Val::Bytes(trim({}))", self.bytes_c(arg(0)?, sc, dollar)?),
+            Builtin::Only => {
+                let (a, b) = (self.bytes_c(arg(0)?, sc, dollar)?, self.bytes_c(arg(1)?, sc, dollar)?);
+                int(format!("only({a}, {b})"))
+            }
+            Builtin::PctEncoded => int(format!("pct_encoded({})", self.bytes_c(arg(0)?, sc, dollar)?)),
             // As the evaluator's `elem`, in place.
             Builtin::Elem => {
                 let list = self.val(arg(0)?, sc, dollar)?;

@@ -1041,6 +1041,10 @@ impl<'a> Compiler<'a> {
             "is_token" => (Builtin::IsToken, 1),
             "has_token_nocase" => (Builtin::HasTokenNocase, 2),
             "before" => (Builtin::Before, 2),
+            "after" => (Builtin::After, 2),
+            "trim" => (Builtin::Trim, 1),
+            "only" => (Builtin::Only, 2),
+            "pct_encoded" => (Builtin::PctEncoded, 1),
             "elem" => (Builtin::Elem, 3),
             "reply_context" => (Builtin::ReplyContext, 0),
             "choose" => (Builtin::Choose, 3),
@@ -1048,7 +1052,7 @@ impl<'a> Compiler<'a> {
             "streamed" => (Builtin::Streamed, 0),
             _ => {
                 self.diags.push(Diagnostic::error("W0112", format!("unknown function `{name}`"), span).hint(
-                    "the functions are len, to_int, hex_to_int, eq_nocase, last_token_nocase, has_token_nocase, before, lookup, count, all_same, ends_with_ws, starts_with_ws, is_dec, is_hex, is_token, present, elem, reply_context, choose, limit, streamed",
+                    "the functions are len, to_int, hex_to_int, eq_nocase, last_token_nocase, has_token_nocase, before, after, trim, only, pct_encoded, lookup, count, all_same, ends_with_ws, starts_with_ws, is_dec, is_hex, is_token, present, elem, reply_context, choose, limit, streamed",
                 ));
                 return None;
             }
@@ -1097,7 +1101,27 @@ impl<'a> Compiler<'a> {
                     | (Builtin::AllSame, 1 | 3)
                     | (Builtin::Elem, 2)
             );
-            if field_arg {
+            if (b, i) == (Builtin::Only, 1) {
+                // The class, compiled once to its map.
+                let class = match &a.kind {
+                    ExprKind::Str(s) if !s.is_empty() => crate::eval::char_class(s),
+                    _ => None,
+                };
+                match class {
+                    Some(map) => out.push(CExpr::Str(Arc::from(&map[..]))),
+                    None => {
+                        self.diags.push(
+                            Diagnostic::error(
+                                "W0112",
+                                "`only` takes a class of bytes as a non-empty string",
+                                a.span,
+                            )
+                            .hint("e.g. only($$, \"0-9A-Fa-f\"), or \"^\\x00-\\x1f\" for any byte but those; a range's end is not below its start"),
+                        );
+                        return None;
+                    }
+                }
+            } else if field_arg {
                 let scope = elem_scope.as_ref().unwrap();
                 match &a.kind {
                     ExprKind::Str(s) => match scope.get(std::str::from_utf8(s).unwrap_or("")) {

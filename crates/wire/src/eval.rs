@@ -221,6 +221,13 @@ impl<'a> Env<'a> {
                 self.bytes(&args[0])?,
                 self.bytes(&args[1])?,
             ))),
+            Builtin::After => Ok(Val::Bytes(after(
+                self.bytes(&args[0])?,
+                self.bytes(&args[1])?,
+            ))),
+            Builtin::Trim => Ok(Val::Bytes(trim(self.bytes(&args[0])?))),
+            Builtin::Only => bool(only(self.bytes(&args[0])?, self.bytes(&args[1])?)),
+            Builtin::PctEncoded => bool(pct_encoded(self.bytes(&args[0])?)),
             Builtin::Elem => {
                 let list = self.eval(&args[0])?;
                 let CExpr::ElemField(f) = &args[2] else {
@@ -354,6 +361,80 @@ pub fn before<'a>(v: &'a [u8], sep: &[u8]) -> &'a [u8] {
     &v[..end.unwrap_or(v.len())]
 }
 
+/// The bytes of `v` after the first `sep`, or none.
+pub fn after<'a>(v: &'a [u8], sep: &[u8]) -> &'a [u8] {
+    let at = match sep {
+        [b] => memchr::memchr(*b, v),
+        _ => memchr::memmem::find(v, sep),
+    };
+    match at {
+        Some(i) => &v[i + sep.len()..],
+        None => &v[v.len()..],
+    }
+}
+
+/// Whether every byte of `v` is in `class`, a 256-bit map (bit `c % 8`
+/// of byte `c / 8`) as the compiler makes of `only`'s class. A map of
+/// another length holds nothing.
+#[inline]
+pub fn only(v: &[u8], class: &[u8]) -> bool {
+    let Ok(map) = <&[u8; 32]>::try_from(class) else {
+        return v.is_empty();
+    };
+    v.iter()
+        .all(|c| map[(*c >> 3) as usize] & (1 << (*c & 7)) != 0)
+}
+
+/// Whether every `%` in `v` starts a percent-encoding: `%` and two
+/// hexadecimal digits (RFC 3986 section 2.1).
+pub fn pct_encoded(v: &[u8]) -> bool {
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b'%', &v[from..]) {
+        let at = from + i;
+        match v.get(at + 1..at + 3) {
+            Some([a, b]) if a.is_ascii_hexdigit() && b.is_ascii_hexdigit() => from = at + 3,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// `only`'s class, `[...]` of a regular expression without the brackets:
+/// bytes, ranges `a-z`, a `-` first or last standing for itself, and a
+/// leading `^` taking the complement. As a 256-bit map; `None` for a
+/// range whose end is below its start.
+pub fn char_class(spec: &[u8]) -> Option<[u8; 32]> {
+    let (negate, spec) = match spec {
+        [b'^', rest @ ..] if !rest.is_empty() => (true, rest),
+        _ => (false, spec),
+    };
+    let mut map = [0u8; 32];
+    let mut i = 0;
+    while i < spec.len() {
+        let (lo, hi) = match spec.get(i..i + 3) {
+            Some([lo, b'-', hi]) => (*lo, *hi),
+            _ => (spec[i], spec[i]),
+        };
+        if lo > hi {
+            return None;
+        }
+        for c in lo..=hi {
+            map[(c >> 3) as usize] |= 1 << (c & 7);
+        }
+        i += if spec.get(i + 1) == Some(&b'-') && i + 2 < spec.len() {
+            3
+        } else {
+            1
+        };
+    }
+    if negate {
+        for b in &mut map {
+            *b = !*b;
+        }
+    }
+    Some(map)
+}
+
 pub(crate) fn equal(a: Val, b: Val) -> Result<bool, EvalFail> {
     match (a, b) {
         (Val::Int(x), Val::Int(y)) => Ok(x == y),
@@ -387,7 +468,8 @@ static TCHAR: [bool; 256] = {
     t
 };
 
-pub(crate) fn trim(b: &[u8]) -> &[u8] {
+/// `b` without the spaces and tabs around it.
+pub fn trim(b: &[u8]) -> &[u8] {
     let start = b
         .iter()
         .position(|c| !matches!(c, b' ' | b'\t'))

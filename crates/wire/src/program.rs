@@ -67,6 +67,17 @@ pub enum Builtin {
     HasTokenNocase,
     /// The bytes before the first occurrence of a separator (or all).
     Before,
+    /// The bytes after the first occurrence of a separator (or none).
+    After,
+    /// The bytes without the spaces and tabs around them.
+    Trim,
+    /// `only(b, "CLASS")`: is every byte of b in the class? The class is
+    /// compiled to a 256-bit map (32 bytes, bit `c % 8` of byte `c / 8`),
+    /// the call's second argument.
+    Only,
+    /// Is every `%` in bytes the start of a percent-encoding (`%` and two
+    /// hexadecimal digits, RFC 3986 section 2.1)?
+    PctEncoded,
     /// `elem(list, INDEX, "field")`: a field of a list's element, unset
     /// when there is no such element (an optional trailing argument).
     Elem,

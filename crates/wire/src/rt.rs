@@ -464,7 +464,9 @@ pub struct CompiledGrammar {
     pub units: &'static [CompiledUnit],
 }
 
-pub use crate::eval::{before, elem, has_token_nocase, last_token_nocase, to_int, Val};
+pub use crate::eval::{
+    after, before, elem, has_token_nocase, last_token_nocase, only, pct_encoded, to_int, trim, Val,
+};
 pub use crate::parse::var_slot;
 
 /// A slot's value, as the evaluator reads it.

@@ -740,3 +740,131 @@ fn a_body_over_max_body_bytes_is_413() {
         }
     }
 }
+
+/// The request target, the Host value and a chunk's size line are
+/// checked as RFC 9112 and RFC 3986 write them: what fails is 400, and
+/// what they allow (the forms nginx and HAProxy pass) parses.
+#[test]
+fn targets_hosts_and_chunk_lines_are_checked() {
+    let chunked = |line: &str| {
+        format!(
+            "POST /p HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n{line}\r\nhello\r\n0\r\n\r\n"
+        )
+    };
+    for (what, bytes) in [
+        (
+            "no slash",
+            "GET echo HTTP/1.1\r\nHost: t\r\n\r\n".to_string(),
+        ),
+        (
+            "fragment",
+            "GET /e#f HTTP/1.1\r\nHost: t\r\n\r\n".to_string(),
+        ),
+        (
+            "control byte",
+            "GET /e?x=\x01 HTTP/1.1\r\nHost: t\r\n\r\n".to_string(),
+        ),
+        ("DEL", "GET /e\x7f HTTP/1.1\r\nHost: t\r\n\r\n".to_string()),
+        (
+            "bad percent",
+            "GET /e?x=%zz HTTP/1.1\r\nHost: t\r\n\r\n".to_string(),
+        ),
+        (
+            "cut percent",
+            "GET /e%4 HTTP/1.1\r\nHost: t\r\n\r\n".to_string(),
+        ),
+        (
+            "empty scheme",
+            "GET :x HTTP/1.1\r\nHost: t\r\n\r\n".to_string(),
+        ),
+        (
+            "query before colon",
+            "GET a?b:c HTTP/1.1\r\nHost: t\r\n\r\n".to_string(),
+        ),
+        (
+            "host space",
+            "GET / HTTP/1.1\r\nHost: t evil\r\n\r\n".to_string(),
+        ),
+        (
+            "host port",
+            "GET / HTTP/1.1\r\nHost: t:8o\r\n\r\n".to_string(),
+        ),
+        (
+            "host two ports",
+            "GET / HTTP/1.1\r\nHost: t:80:80\r\n\r\n".to_string(),
+        ),
+        (
+            "host bad percent",
+            "GET / HTTP/1.1\r\nHost: t%g0\r\n\r\n".to_string(),
+        ),
+        (
+            "host open bracket",
+            "GET / HTTP/1.1\r\nHost: [::1\r\n\r\n".to_string(),
+        ),
+        (
+            "host after bracket",
+            "GET / HTTP/1.1\r\nHost: [::1]x\r\n\r\n".to_string(),
+        ),
+        (
+            "host bracket port",
+            "GET / HTTP/1.1\r\nHost: [::1]:8o\r\n\r\n".to_string(),
+        ),
+        (
+            "host userinfo",
+            "GET / HTTP/1.1\r\nHost: u@t\r\n\r\n".to_string(),
+        ),
+        (
+            "host path",
+            "GET / HTTP/1.1\r\nHost: t/x\r\n\r\n".to_string(),
+        ),
+        ("size leading space", chunked(" 5")),
+        ("size trailing space", chunked("5 ")),
+        ("size 0x", chunked("0x5")),
+        ("size empty", chunked("")),
+        ("ext empty name", chunked("5;")),
+        ("ext empty name before value", chunked("5;=b")),
+        ("ext open quote", chunked("5;a=\"b")),
+        ("ext empty value", chunked("5;a=")),
+        ("ext two equals", chunked("5;a==b")),
+        ("ext bad token", chunked("5;a=b(c")),
+        ("ext NUL", chunked("5;a=b\0")),
+        ("ext NUL quoted", chunked("5;a=\"b\0\"")),
+        ("ext bare CR", chunked("5;a=b\rc")),
+        ("ext bare LF", chunked("5;a=b\nc")),
+        ("ext junk after quote", chunked("5;a=\"b\"c")),
+    ] {
+        assert_eq!(status_of("request", bytes.as_bytes()), Some(400), "{what}");
+    }
+    for (what, bytes) in [
+        ("origin", "GET /a/b?c=d&e=/f?g:h@i HTTP/1.1\r\nHost: t\r\n\r\n".to_string()),
+        ("percent", "GET /%65cho%2Fx HTTP/1.1\r\nHost: t\r\n\r\n".to_string()),
+        ("absolute", "GET http://t/e HTTP/1.1\r\nHost: t\r\n\r\n".to_string()),
+        ("absolute upper", "GET HTTP://t/e HTTP/1.1\r\nHost: t\r\n\r\n".to_string()),
+        ("asterisk", "OPTIONS * HTTP/1.1\r\nHost: t\r\n\r\n".to_string()),
+        ("high bytes", "GET /caf\u{e9} HTTP/1.1\r\nHost: t\r\n\r\n".to_string()),
+        ("host port", "GET / HTTP/1.1\r\nHost: t:8080\r\n\r\n".to_string()),
+        ("host ipv6", "GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n".to_string()),
+        ("host ipv6 no port", "GET / HTTP/1.1\r\nHost: [fe80::1]\r\n\r\n".to_string()),
+        ("host ows", "GET / HTTP/1.1\r\nHost:   t  \r\n\r\n".to_string()),
+        ("host empty", "GET / HTTP/1.1\r\nHost:\r\n\r\n".to_string()),
+        ("host empty port", "GET / HTTP/1.1\r\nHost: t:\r\n\r\n".to_string()),
+        ("host ipv4", "GET / HTTP/1.1\r\nHost: 10.0.0.1:80\r\n\r\n".to_string()),
+        ("host sub-delims", "GET / HTTP/1.1\r\nHost: a-b_c.d~e!$&'()*+,;=%41\r\n\r\n".to_string()),
+        ("no host in 1.0", "GET / HTTP/1.0\r\n\r\n".to_string()),
+        (
+            "size upper",
+            "POST /p HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nA\r\nhelloworld\r\n0\r\n\r\n"
+                .to_string(),
+        ),
+        ("size zeros", chunked("0005")),
+        ("ext", chunked("5;a=b")),
+        ("ext name only", chunked("5;a")),
+        ("ext several", chunked("5;a=b;c;d=\"e;f\"")),
+        ("ext quoted", chunked("5;a=\"x y\"")),
+        ("ext quoted tab", chunked("5;a=\"x\ty\"")),
+        ("ext bws", chunked("5 ;a=b")),
+        ("ext bws around", chunked("5\t; a = b ;c")),
+    ] {
+        assert!(whole("request", bytes.as_bytes()).is_ok(), "{what}");
+    }
+}
