@@ -154,3 +154,33 @@ fn a_full_dictionary_of_values_evicts_its_oldest_entry() {
     assert_eq!(get(port, "/c").1, "2");
     assert_eq!(get(port, "/b"), ("New".into(), "1".into()));
 }
+
+/// `flick run`'s reload on SIGHUP carries dictionaries of values into the
+/// new version, entry by entry.
+#[test]
+fn dictionaries_of_values_survive_flick_runs_reload() {
+    let program = Program::new("reload");
+    let mut procs = Procs(Vec::new());
+    let port = run(&mut procs, &program, &[]);
+    for _ in 0..3 {
+        get(port, "/a");
+    }
+    std::fs::write(&program.0, COUNTS.replace("\"New\"", "\"Fresh\"")).unwrap();
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &procs.0[0].id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    // A target never asked before, each time, until the new version answers.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut n = 0;
+    while get(port, &format!("/z{n}")).0 != "Fresh" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new version never answered"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        n += 1;
+    }
+    assert_eq!(get(port, "/a"), ("/a".into(), "4".into()), "carried over");
+}
