@@ -227,6 +227,20 @@ impl Checker<'_> {
             _ => None,
         });
         for (decl, var) in decls.zip(&info.state) {
+            if matches!(var.ty.behind_refs(), Ty::Meter { .. })
+                && self.fun_ids.contains_key("steer")
+            {
+                let at = decl.ty.as_ref().map_or(decl.name.span, |t| t.span);
+                self.out.warnings.push(
+                    flick_span::Diagnostic::warning(
+                        "E0903",
+                        format!("each worker meters its own frames with its own `{}`", var.name),
+                        at,
+                    )
+                    .label("one meter per worker: the program steers frames to workers")
+                    .hint("meter per key in a dictionary of meters keyed by what `steer` gives, or leave `steer` out to run on one worker"),
+                );
+            }
             let ty = match var.ty.behind_refs() {
                 Ty::Dict(_, v, _) => v.behind_refs(),
                 t => t,

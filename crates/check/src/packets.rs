@@ -750,6 +750,38 @@ fun g: (m: meter) -> (integer)
         );
     }
 
+    /// A lone meter in a program that steers is one per worker: a
+    /// warning says so; a dictionary of meters is not warned about.
+    #[test]
+    fn a_lone_meter_under_steering_is_warned_about() {
+        let src = |steer: &str| {
+            format!(
+                "proc P: (integer/integer c)
+  global m: meter {{rate=10, burst=10}} := new_meter
+  global ms: dict<integer*meter {{rate=1, burst=1}}> {{capacity=100}} := empty_dict
+  c => c
+{steer}"
+            )
+        };
+        let warnings = |src: &str| {
+            let (program, diags) = flick_syntax::parse(src);
+            assert!(diags.is_empty(), "{diags:?}");
+            let (checked, diags) = crate::check(&program);
+            assert!(diags.is_empty(), "{diags:?}");
+            checked
+                .warnings
+                .iter()
+                .map(|d| (d.code, src[d.span().range()].to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(warnings(&src("")), vec![]);
+        let steering = src("\nfun steer: (x: integer) -> (integer)\n  x\n");
+        assert_eq!(
+            warnings(&steering),
+            vec![("E0903", "meter {rate=10, burst=10}".to_string())]
+        );
+    }
+
     /// A meter keeps two integers; a Bloom filter its bits, in words.
     #[test]
     fn meters_and_bloom_filters_count_in_the_memory_bound() {
