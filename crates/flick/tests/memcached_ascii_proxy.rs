@@ -258,13 +258,20 @@ fn a_get_reply_arrives_in_one_piece() {
     let want = b"VALUE whole 42 1\r\nf\r\nEND\r\n";
     let mut split = 0;
     let mut buf = [0u8; 256];
+    // A read a signal interrupts is made again: it read nothing.
+    let read = |c: &mut TcpStream, buf: &mut [u8]| loop {
+        match c.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => return r.unwrap(),
+        }
+    };
     for _ in 0..5000 {
         c.write_all(b"get whole\r\n").unwrap();
-        let mut got = c.read(&mut buf).unwrap();
+        let mut got = read(&mut c, &mut buf);
         if got < want.len() {
             split += 1;
             while got < want.len() {
-                let n = c.read(&mut buf[got..]).unwrap();
+                let n = read(&mut c, &mut buf[got..]);
                 assert!(n > 0, "the proxy closed mid-reply");
                 got += n;
             }
@@ -397,4 +404,49 @@ fn stats_are_summed_over_the_backends() {
     // Other forms of stats are each server's, one after the other.
     let settings = exchange(&mut c, b"stats settings\r\n", b"END\r\n");
     assert_eq!(settings.matches("STAT maxbytes ").count(), 2, "{settings}");
+}
+
+/// A backend connection that breaks with requests in flight: the reads
+/// that change nothing (`get`, `mg` asking for the value) are sent again
+/// once over a new connection and answered as if nothing happened; a
+/// `gat` or a `set`, which may have been done, gets the fault reply.
+/// Toxiproxy closes the connection once 200 bytes of replies have come
+/// back: the gat's value takes it over, the retried reads' replies on the
+/// new connection do not.
+#[test]
+fn reads_lost_with_their_connection_are_sent_again() {
+    use flick_testkit::toxiproxy::{Stream, Toxic, Toxiproxy};
+    let mut procs = Procs(Vec::new());
+    let Some(toxi) = Toxiproxy::start(&mut procs) else {
+        return;
+    };
+    let m = memcached(&mut procs);
+    let p = toxi.proxy("mc", m);
+    let port = proxy(&mut procs, &[p.port]);
+    let mut c = connect(port);
+    let mut big = b"set big 0 0 1000\r\n".to_vec();
+    big.extend_from_slice(&[b'x'; 1000]);
+    big.extend_from_slice(b"\r\nset small 0 0 5\r\nhello\r\n");
+    assert_eq!(
+        exchange(&mut c, &big, b"STORED\r\nSTORED\r\n"),
+        "STORED\r\nSTORED\r\n"
+    );
+    p.add(
+        "cut",
+        Stream::Downstream,
+        1.0,
+        Toxic::LimitData { bytes: 200 },
+    );
+    let batch = b"gat 0 big\r\nget small\r\nmg small v\r\nset after 0 0 1\r\nz\r\nmg small k v\r\n";
+    let reply = exchange(&mut c, batch, b"ksmall\r\nhello\r\n");
+    assert_eq!(
+        reply,
+        "SERVER_ERROR backend unavailable\r\nVALUE small 0 5\r\nhello\r\nEND\r\n\
+         VA 5\r\nhello\r\nSERVER_ERROR backend unavailable\r\nVA 5 ksmall\r\nhello\r\n"
+    );
+    p.remove("cut");
+    assert_eq!(
+        exchange(&mut c, b"get small\r\n", b"END\r\n"),
+        "VALUE small 0 5\r\nhello\r\nEND\r\n"
+    );
 }

@@ -495,3 +495,53 @@ fn binary_stats_are_summed_over_the_backends() {
     // The connection reads on in step.
     assert_eq!(get(&mut c, b"bsum1"), (0, b"v".to_vec()));
 }
+
+/// A backend connection that breaks with requests in flight: gets are sent
+/// again once over a new connection and answered; a gat or a set, which
+/// may have been done, gets the fault reply (0x86). Toxiproxy closes the
+/// connection once 200 bytes of replies have come back: the gat's value
+/// takes it over, the retried gets' replies do not.
+#[test]
+fn gets_lost_with_their_connection_are_sent_again() {
+    use flick_testkit::toxiproxy::{Stream, Toxic, Toxiproxy};
+    let mut procs = Procs(Vec::new());
+    let Some(toxi) = Toxiproxy::start(&mut procs) else {
+        return;
+    };
+    let m = memcached(&mut procs);
+    let p = toxi.proxy("mc", m);
+    let port = flick_proxy(&mut procs, &[p.port]);
+    let mut c = connect(port);
+    assert_eq!(set(&mut c, b"big", &[b'x'; 1000]), 0);
+    assert_eq!(set(&mut c, b"small", b"hello"), 0);
+    p.add(
+        "cut",
+        Stream::Downstream,
+        1.0,
+        Toxic::LimitData { bytes: 200 },
+    );
+    let mut batch = request_with_opaque(0x1d, b"big", b"", &0u32.to_be_bytes(), 1);
+    batch.extend(request_with_opaque(0x00, b"small", b"", b"", 2));
+    batch.extend(request_with_opaque(0x01, b"after", b"z", &[0; 8], 3));
+    batch.extend(request_with_opaque(0x0c, b"small", b"", b"", 4));
+    c.write_all(&batch).unwrap();
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        let h = support::response_header(&mut c);
+        let (key, value) = support::response_body(&mut c, &h);
+        let opaque = u32::from_be_bytes(h[12..16].try_into().unwrap());
+        got.push((h[1], support::status(&h), opaque, key, value));
+    }
+    let fault = b"SERVER_ERROR backend unavailable".to_vec();
+    assert_eq!(
+        got,
+        [
+            (0x1d, 0x86, 1, vec![], fault.clone()),
+            (0x00, 0, 2, vec![], b"hello".to_vec()),
+            (0x01, 0x86, 3, vec![], fault),
+            (0x0c, 0, 4, b"small".to_vec(), b"hello".to_vec()),
+        ]
+    );
+    p.remove("cut");
+    assert_eq!(get(&mut c, b"small"), (0, b"hello".to_vec()));
+}

@@ -90,6 +90,10 @@ pub struct Pending {
     /// head, a quiet request's hit): it must get no other reply, and is
     /// not sent again.
     pub replied: bool,
+    /// Some of a reply that comes whole has come (`%coalesce`: a VALUE
+    /// before its END): lost with its connection, it is not sent again,
+    /// whose reply would repeat that part.
+    pub begun: bool,
 }
 
 /// A reply on its way to the rule that reads its channel.
@@ -423,6 +427,7 @@ impl GraphHost {
                         fenced,
                         retried: self.resending,
                         replied: false,
+                        begun: false,
                     });
                     if self.peers[out].outstanding.len() > MAX_OUTSTANDING {
                         let old = self.peers[out]
@@ -943,6 +948,7 @@ impl GraphHost {
         if more {
             if let Some(p) = self.peers[out].outstanding.front_mut() {
                 p.replied |= streaming || p.fenced;
+                p.begun |= reply.continued;
             }
         }
         if !more {
@@ -1209,12 +1215,13 @@ impl GraphHost {
                 && (p.seq.is_none()
                     || self.out_property(chan, "ends", &p.request).unwrap_or(0) != 0);
             // A request that is safe to send twice (`%idempotent`: HTTP's
-            // GET without a body), lost with its connection (a keep-alive
+            // GET without a body, Memcached's get), lost with its connection (a keep-alive
             // connection the backend closed as the request went out), goes
             // again over a new connection, once.
             let retry = cause == Cause::Lost
                 && !p.retried
                 && !p.replied
+                && !p.begun
                 && p.group.is_none()
                 && self
                     .out_property(chan, "idempotent", &p.request)
@@ -1241,7 +1248,11 @@ impl GraphHost {
         if !again.is_empty() && self.reconnect_now(out) {
             let resending = std::mem::replace(&mut self.resending, true);
             for p in again.drain(..) {
+                // A part of a split request sent again is still that part:
+                // its final reply ends the client's reply only if it did.
+                let part_last = self.part_last.replace(p.keep_final);
                 let _ = self.send_one(out, p.request, p.group, p.seq, p.fenced);
+                self.part_last = part_last;
             }
             self.resending = resending;
         }
