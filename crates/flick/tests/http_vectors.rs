@@ -24,39 +24,6 @@ use support::Procs;
 /// run and shown; it is not asserted, and the test says so if it passes.
 /// Each group is one change to `grammars/http.grammar` (or the platform).
 const KNOWN_GAPS: &[(&str, &str)] = &[
-    // RFC 9112 section 3.2: a Host with an invalid value is 400 (MUST).
-    // The grammar refuses a Host with userinfo or a path, not one with
-    // whitespace inside or a port that is not a number.
-    ("host-invalid-space", "Host value not checked"),
-    ("host-invalid-port", "Host value not checked"),
-    // RFC 9112 section 3.2: the target must be origin-, absolute-,
-    // authority- or asterisk-form. The grammar checks only that it is
-    // non-empty and free of NUL, CR and LF (docs/grammars.md 10.3).
-    (
-        "line-target-no-slash",
-        "target not checked beyond NUL, CR and LF",
-    ),
-    (
-        "line-target-fragment",
-        "target not checked beyond NUL, CR and LF",
-    ),
-    (
-        "line-target-control",
-        "target not checked beyond NUL, CR and LF",
-    ),
-    (
-        "line-target-bad-pct",
-        "target not checked beyond NUL, CR and LF",
-    ),
-    // RFC 9112 section 7.1: chunk-size is 1*HEXDIG, and an extension is
-    // `;` name [ = value ]. The grammar trims whitespace around the size
-    // (`is_hex` of a trimmed value) and does not parse extensions, so it
-    // forwards these; the backend may read them otherwise (nginx refuses a
-    // space before the size).
-    ("chunk-size-leading-space", "chunk size trimmed"),
-    ("chunk-size-trailing-space", "chunk size trimmed"),
-    ("chunk-ext-empty-name", "chunk extensions not parsed"),
-    ("chunk-ext-open-quote", "chunk extensions not parsed"),
     // RFC 9112 section 7.1: a malformed chunked body is 400. Bodies stream
     // (`&stream`): the head has gone to the backend before the bad chunk
     // or trailer is parsed, so the client gets the backend's response (its
