@@ -15,7 +15,7 @@
 //! service's request) runs first, for one quantum, as FQ-CoDel serves new
 //! flows: its task waits for the run in progress, not for every task queued
 //! before it. A group with nothing runnable banks no credit. While groups
-//! exist a busy worker also polls its epoll every two timeslices, not only
+//! exist a busy worker also polls its epoll every timeslice, not only
 //! every 32 tasks, so that such a request is seen soon. While only the default
 //! group exists nothing is timed, and the queue is the FIFO queue it was.
 //! A worker charges its own queue; a task an idle worker scavenges runs on
@@ -53,8 +53,9 @@ use std::time::{Duration, Instant};
 const TASKS_PER_POLL: u32 = 32;
 /// While groups share the workers (and runs are timed), a busy worker
 /// also looks at its epoll once this many base quanta have passed, so a
-/// light group's socket is not left unread behind 32 long runs of another.
-const QUANTA_PER_POLL: u32 = 2;
+/// light group's socket is not left unread behind 32 long runs of another
+/// (an `epoll_wait` that returns at once costs about a microsecond).
+const QUANTA_PER_POLL: u32 = 1;
 
 /// Groups alive at once (each service on a platform is one), besides the
 /// default group.
