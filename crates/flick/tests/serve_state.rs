@@ -149,8 +149,8 @@ fn http_get(port: u16, target: &str) -> String {
 
 /// A program that notes each request under its target and answers, for a
 /// target noted already, the target of the request noted under it (which
-/// an operator may have written). `seen`, a dictionary of integers, is
-/// declared and never written.
+/// an operator may have written). `seen`, a dictionary of integers, and
+/// `pairs`, one of tuples, are declared and never written.
 const NOTES: &str = "\
 grammar http
 
@@ -166,9 +166,10 @@ proc Notes: (request/simple_response client)
   global hits := 0
   global notes := empty_dict
   global seen := empty_dict
-  | client => respond(hits, notes, seen, client)
+  global pairs := empty_dict
+  | client => respond(hits, notes, seen, pairs, client)
 
-fun respond: (hits: ref integer, notes: ref dict<string*request>, seen: ref dict<string*integer>, -/simple_response client, req: request) -> ()
+fun respond: (hits: ref integer, notes: ref dict<string*request>, seen: ref dict<string*integer>, pairs: ref dict<string*(integer, integer)>, -/simple_response client, req: request) -> ()
   hits := hits + 1
   if notes[req.target] = None:
     notes[req.target] := req
@@ -318,6 +319,11 @@ fn dictionary_writes_are_refused_with_their_status() {
         a["error"].as_str().unwrap().contains("is an integer"),
         "{a}"
     );
+    // A dictionary of tuples is neither written nor read.
+    let (status, a) = put("/services/notes/state/pairs/x", json!(1));
+    assert_eq!(status, 422, "{a}");
+    let (status, a) = call(&state, "GET", "/services/notes/state/pairs/x", None);
+    assert_eq!(status, 422, "{a}");
     // Before any instance has set them, globals take only their own kind.
     let (status, a) = put("/services/notes/state/hits", json!("abc"));
     assert_eq!(status, 400, "{a}");
