@@ -450,3 +450,28 @@ fn reads_lost_with_their_connection_are_sent_again() {
         "VALUE small 0 5\r\nhello\r\nEND\r\n"
     );
 }
+
+/// A command sent to every backend, one of which is down, ends in the
+/// fault reply whichever backend answers last: `stats` gives the live
+/// server's lines and then `SERVER_ERROR` (its numbers are not the whole
+/// sum), `flush_all` and `version` give `SERVER_ERROR` (not every server
+/// did it), never an `END`, `OK` or `VERSION` that would say all went well.
+#[test]
+fn a_broadcast_with_a_dead_backend_ends_in_the_fault_reply() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
+    let port = proxy(&mut procs, &backends);
+    let mut c = connect(port);
+    assert_eq!(exchange(&mut c, b"version\r\n", b"\r\n")[..8], *"VERSION ");
+    procs.0[1].kill().unwrap();
+    procs.0[1].wait().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let fault = "SERVER_ERROR backend unavailable\r\n";
+    for _ in 0..3 {
+        let r = exchange(&mut c, b"stats\r\n", fault.as_bytes());
+        assert!(r.starts_with("STAT pid ") && !r.contains("END\r\n"), "{r}");
+        assert_eq!(r.matches("STAT pid ").count(), 1, "{r}");
+        assert_eq!(exchange(&mut c, b"flush_all\r\n", b"\r\n"), fault);
+        assert_eq!(exchange(&mut c, b"version\r\n", b"\r\n"), fault);
+    }
+}

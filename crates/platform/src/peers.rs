@@ -182,6 +182,9 @@ pub struct Group {
     pub merge: bool,
     /// Those entries so far, with the output each came from.
     pub entries: Vec<(usize, Msg)>,
+    /// A peer failed it: its fault reply is the final one, whichever
+    /// peer answers last.
+    pub faulted: bool,
 }
 
 /// Requests remembered per peer; beyond this (quiet requests that are never
@@ -331,6 +334,7 @@ impl GraphHost {
             seq,
             merge,
             entries: Vec::new(),
+            faulted: false,
         };
         match self.groups.iter().position(|g| g.is_none()) {
             Some(i) => {
@@ -1063,7 +1067,8 @@ impl GraphHost {
         }
     }
 
-    /// One reply of broadcast `g` is in: the last one is passed on.
+    /// One reply of broadcast `g` is in: the last one is passed on, or the
+    /// fault reply of a peer that failed it.
     fn settle_group(&mut self, g: u32, reply: Option<Reply>) {
         let Some(group) = self.groups.get_mut(g as usize).and_then(|x| x.as_mut()) else {
             if let Some((_, _, m)) = reply {
@@ -1073,7 +1078,10 @@ impl GraphHost {
         };
         group.remaining = group.remaining.saturating_sub(1);
         if let Some(r) = reply {
-            if let Some((_, _, old)) = group.held.replace(r) {
+            if group.faulted && group.held.is_some() {
+                // A peer's fault reply stays the final one.
+                self.pool.give(r.2);
+            } else if let Some((_, _, old)) = group.held.replace(r) {
                 self.pool.give(old);
             }
         }
@@ -1149,7 +1157,19 @@ impl GraphHost {
             _ => None,
         };
         match group {
-            Some(g) => self.settle_group(g, reply),
+            Some(g) => {
+                if let Some(Some(group)) = self.groups.get_mut(g as usize) {
+                    // Kept as the final reply: a broadcast that reached
+                    // not every peer must not end as if it had.
+                    if reply.is_some() && !group.faulted {
+                        group.faulted = true;
+                        if let Some((_, _, old)) = group.held.take() {
+                            self.pool.give(old);
+                        }
+                    }
+                }
+                self.settle_group(g, reply)
+            }
             None => self.reply_for(seq, reply, true),
         }
     }
