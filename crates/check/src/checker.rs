@@ -58,6 +58,10 @@ pub(crate) struct Checker<'p> {
     pub wire_messages: HashMap<String, u64>,
     /// Header lists of the units records view, by record name.
     pub header_lists: HashMap<String, crate::HeaderList>,
+    /// Where meters and Bloom filters are written (their types, fresh
+    /// values and built-ins), each with what it is: packet state, refused
+    /// at the end unless the program says `grammar packet`.
+    pub packet_state_uses: Vec<(Span, String)>,
 }
 
 impl<'p> Checker<'p> {
@@ -83,6 +87,7 @@ impl<'p> Checker<'p> {
             wire_max: None,
             wire_messages: HashMap::new(),
             header_lists: HashMap::new(),
+            packet_state_uses: Vec::new(),
         }
     }
 
@@ -100,6 +105,7 @@ impl<'p> Checker<'p> {
         for p in procs {
             checked.push(self.process(p));
         }
+        self.packet_state_outside_packet_programs();
         let types = std::mem::take(&mut self.out.expr_types);
         self.out.expr_types = types
             .into_iter()

@@ -70,6 +70,8 @@ impl Checker<'_> {
         }
         // Fresh packet state, typed by what it is stored in.
         if v.name == crate::builtins::NEW_METER {
+            self.packet_state_uses
+                .push((v.span, format!("`{}`", v.name)));
             return Ty::Meter {
                 rate: 0,
                 burst: 0,
@@ -77,6 +79,8 @@ impl Checker<'_> {
             };
         }
         if v.name == crate::builtins::NEW_BLOOM {
+            self.packet_state_uses
+                .push((v.span, format!("`{}`", v.name)));
             return Ty::Bloom { bits: 0, hashes: 0 };
         }
         if self.fun_ids.contains_key(&v.name) || crate::builtins::is_builtin(&v.name) {

@@ -10,7 +10,9 @@
 //! leave them out), a dictionary of meters, and the built-ins `meter(m, n)`,
 //! `meter(ms, key, n)` (the colour: 0 green, 1 yellow, 2 red), `bloom_add(b, key)`,
 //! `bloom_has(b, key)` and `bloom_clear(b)`, whose first argument names the
-//! state variable (or a `ref` parameter given one).
+//! state variable (or a `ref` parameter given one). A program that does
+//! not say `grammar packet` has none of them (E0802): a TCP service keeps
+//! no such state.
 //!
 //! None of them fails at run time on `None` (a header the packet lacks):
 //! `pack` packs it as a part of its own, `in_prefix` is `False`, `min` and
@@ -143,6 +145,13 @@ impl Checker<'_> {
             v as u64
         };
         match name {
+            "meter" => self.packet_state_uses.push((te.span, "a meter".into())),
+            "bloom" => self
+                .packet_state_uses
+                .push((te.span, "a Bloom filter".into())),
+            _ => {}
+        }
+        match name {
             "meter" => Some(Ty::Meter {
                 rate: param(self, "rate", 1, u64::MAX / 2),
                 burst: param(self, "burst", 1, u64::MAX / 2),
@@ -160,6 +169,7 @@ impl Checker<'_> {
     /// `bloom_has(b, key)`, `bloom_clear(b)`.
     fn object_builtin(&mut self, f: &Ident, args: &[Expr], span: Span) -> Ty {
         let name = f.name.as_str();
+        self.packet_state_uses.push((f.span, format!("`{name}`")));
         let result = match name {
             "meter" => Ty::int(),
             "bloom_has" => Ty::Bool,
@@ -265,6 +275,40 @@ impl Checker<'_> {
             self.operand(&nt, &Ty::int(), n.span, "`meter`");
         }
         result
+    }
+
+    /// Meters and Bloom filters live in a packet worker's shard of the
+    /// state; a TCP service has none to give them, so a program that
+    /// does not say `grammar packet` is refused here rather than fault
+    /// at its first call. One diagnostic names every place, since one
+    /// change (the grammar, or taking them out) answers them all.
+    pub(crate) fn packet_state_outside_packet_programs(&mut self) {
+        if self.out.grammar.as_deref() == Some("packet") || self.packet_state_uses.is_empty() {
+            return;
+        }
+        let mut uses = std::mem::take(&mut self.packet_state_uses);
+        uses.sort_by_key(|(at, _)| (at.start, at.end));
+        uses.dedup_by_key(|(at, _)| *at);
+        let (first, what) = uses[0].clone();
+        let label = match &self.out.grammar {
+            Some(g) => format!("{what} in a `grammar {g}` program"),
+            None => format!("{what} in a program without `grammar packet`"),
+        };
+        let mut d = Diagnostic::error(
+            "E0802",
+            "meters and Bloom filters are for packet programs only",
+            first,
+        )
+        .label(label);
+        for (at, what) in &uses[1..] {
+            d = d.also(*at, format!("{what} too"));
+        }
+        if self.out.grammar.is_some() {
+            d = d.also(self.out.grammar_span, "a TCP service's grammar");
+        }
+        self.diags.push(d.hint(
+            "meters and Bloom filters are packet state, kept by each packet worker: a program with them says `grammar packet` and runs over packet ports (`flick run --port`); a TCP service has none (docs/packets.md)",
+        ));
     }
 
     pub(crate) fn packet_builtin(&mut self, f: &Ident, args: &[Expr], span: Span) -> Ty {
@@ -662,7 +706,9 @@ fun f: ([integer/-] ins, -/integer out, x: integer) -> ()
 
     #[test]
     fn meters_and_bloom_filters_check() {
-        let ok = "proc P: (integer/integer c)
+        let ok = "grammar packet
+
+proc P: (integer/integer c)
   global m: meter {rate=1000, burst=1500} := new_meter
   global ms: dict<string*meter {rate=10, burst=20}> {capacity=8} := empty_dict
   global b: bloom {bits=1024, hashes=3} := new_bloom
@@ -680,7 +726,9 @@ fun f: (m: ref meter, ms: ref dict<string*meter>, b: ref bloom, x: integer) -> (
 
     #[test]
     fn meter_and_bloom_parameters_are_checked() {
-        let bad = "proc P: (integer/integer c)
+        let bad = "grammar packet
+
+proc P: (integer/integer c)
   global m: meter {rate=0, burst=1500, depth=3} := new_meter
   global y: meter {rate=1, burst=1, excess=0} := new_meter
   global b: bloom {bits=8, hashes=17} := new_bloom
@@ -702,7 +750,9 @@ fun f: (m: ref meter, ms: ref dict<string*meter>, b: ref bloom, x: integer) -> (
 
     #[test]
     fn meters_and_bloom_filters_in_state_need_their_bounds() {
-        let bad = "proc P: (integer/integer c)
+        let bad = "grammar packet
+
+proc P: (integer/integer c)
   global m: meter {rate=10} := new_meter
   global ms: dict<string*meter> {capacity=8} := empty_dict
   global b: bloom {hashes=2} := new_bloom
@@ -720,7 +770,9 @@ fun f: (m: ref meter, ms: ref dict<string*meter>, b: ref bloom, x: integer) -> (
 
     #[test]
     fn meter_and_bloom_built_ins_want_their_state() {
-        let bad = "proc P: (integer/integer c)
+        let bad = "grammar packet
+
+proc P: (integer/integer c)
   global m: meter {rate=10, burst=10} := new_meter
   global n: integer := 0
   global b: bloom {bits=64, hashes=1} := new_bloom
@@ -756,7 +808,9 @@ fun g: (m: meter) -> (integer)
     fn a_lone_meter_under_steering_is_warned_about() {
         let src = |steer: &str| {
             format!(
-                "proc P: (integer/integer c)
+                "grammar packet
+
+proc P: (integer/integer c)
   global m: meter {{rate=10, burst=10}} := new_meter
   global ms: dict<integer*meter {{rate=1, burst=1}}> {{capacity=100}} := empty_dict
   c => c
@@ -785,7 +839,9 @@ fun g: (m: meter) -> (integer)
     /// A meter keeps two integers; a Bloom filter its bits, in words.
     #[test]
     fn meters_and_bloom_filters_count_in_the_memory_bound() {
-        let src = "proc P: (integer/integer c)
+        let src = "grammar packet
+
+proc P: (integer/integer c)
   global m: meter {rate=10, burst=10} := new_meter
   global ms: dict<integer*meter {rate=1, burst=1}> {capacity=100} := empty_dict
   global b: bloom {bits=100, hashes=2} := new_bloom
@@ -796,6 +852,58 @@ fun g: (m: meter) -> (integer)
         let (checked, diags) = crate::check(&program);
         assert!(diags.is_empty(), "{diags:?}");
         assert_eq!(checked.processes[0].bounds.global_bytes, 16 + 100 * 24 + 16);
+    }
+
+    /// A TCP service has no meters or Bloom filters: one error names
+    /// every place they are written, whatever grammar (or none) it says.
+    #[test]
+    fn meters_and_bloom_filters_outside_packet_programs_are_refused() {
+        let body = "proc P: (integer/integer c)
+  global m: meter {rate=1000, burst=1500} := new_meter
+  global b: bloom {bits=1024, hashes=3} := new_bloom
+  c => f(m, b)
+
+fun f: (m: ref meter, b: ref bloom, x: integer) -> (integer)
+  bloom_add(b, x)
+  meter(m, x)
+";
+        let refused = |src: &str| {
+            let (program, diags) = flick_syntax::parse(src);
+            assert!(diags.is_empty(), "{diags:?}");
+            let diags = crate::check(&program).1;
+            assert_eq!(diags.len(), 1, "{diags:?}");
+            let d = &diags[0];
+            assert_eq!(d.code, "E0802");
+            assert!(d.hint.as_deref().unwrap().contains("`grammar packet`"));
+            d.labels
+                .iter()
+                .map(|l| src[l.span.range()].to_string())
+                .collect::<Vec<_>>()
+        };
+        let places = [
+            "meter {rate=1000, burst=1500}",
+            "new_meter",
+            "bloom {bits=1024, hashes=3}",
+            "new_bloom",
+            "meter",
+            "bloom",
+            "bloom_add",
+            "meter",
+        ];
+        assert_eq!(refused(body), places);
+        let http = format!("grammar http\n\n{body}");
+        let mut with_grammar = places.map(String::from).to_vec();
+        with_grammar.push("http".into());
+        assert_eq!(refused(&http), with_grammar);
+        // A dictionary of meters is refused too, and a packet program
+        // keeps every one.
+        let dict = "proc P: (integer/integer c)
+  global ms: dict<integer*meter {rate=1, burst=1}> {capacity=8} := empty_dict
+  c => c
+";
+        assert_eq!(refused(dict), ["meter {rate=1, burst=1}"]);
+        assert_eq!(errors(&format!("grammar packet\n\n{dict}")), vec![]);
+        assert_eq!(errors(&format!("grammar packet\n\n{body}")), vec![]);
     }
 
     #[test]
