@@ -1863,6 +1863,10 @@ fn found_differences_stay_fixed() {
             b"ms  key-15  2   T0  \nhi\r\nmg key-15   v  k \nmd  key-15 q\nmg key-15 v\n".to_vec(),
         ),
         (
+            "a missing key is ERROR, a gat of no key END",
+            b"set \r\ndelete  \nincr  \r\nmg \r\ngat 10\r\ngats 10  \n".to_vec(),
+        ),
+        (
             "empty lines, a lone \\r, and tabs inside tokens",
             b"\n \n\r\nget\tkey-16\r\nget key\t17\r\n".to_vec(),
         ),

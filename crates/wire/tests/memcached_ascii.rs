@@ -723,12 +723,16 @@ fn built_messages_recompute_the_length() {
 fn malformed_requests_are_errors() {
     let long_key = "k".repeat(251);
     let cases: Vec<(String, WireErrorKind, Option<u16>)> = vec![
-        // A key over 250 bytes.
+        // A key over 250 bytes: read up to 2048 bytes, then refused by
+        // length, as memcached words it; a missing key is ERROR.
         (
             format!("set {long_key} 0 0 1\r\nx\r\n"),
-            WireErrorKind::TooLong { max: 250 },
+            WireErrorKind::Invalid,
             Some(1),
         ),
+        ("set \r\n".into(), WireErrorKind::Mismatch, None),
+        ("delete  \n".into(), WireErrorKind::Mismatch, None),
+        ("mg \r\n".into(), WireErrorKind::Mismatch, None),
         // A get's key too: read up to 2048 bytes, then refused by length.
         (
             format!("get a {long_key}\r\n"),
@@ -737,7 +741,7 @@ fn malformed_requests_are_errors() {
         ),
         (
             format!("mg {long_key} v\r\n"),
-            WireErrorKind::TooLong { max: 250 },
+            WireErrorKind::Invalid,
             Some(1),
         ),
         // A length, or another number, that is not one.
@@ -1256,6 +1260,9 @@ fn requests_are_tokenised_as_memcached_does() {
         reserialize("request", b"  set  k   1 0  3 \r\nabc\r\n"),
         b"set k 1 0 3 \r\nabc\r\n"
     );
+    // memcached answers a gat of no key with END: it parses, keyless.
+    let p = parse_one("request", b"gat 10 \r\n");
+    assert_eq!(text(&p.message(b"gat 10 \r\n"), "key"), None);
     let mut p = parse_one("request", b"get  a  bb\n");
     assert_eq!(tokens(&p.message(b"get  a  bb\n"), "keys"), ["a", "bb"]);
     p.reset();
