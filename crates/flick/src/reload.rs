@@ -89,15 +89,21 @@ pub fn dict_entries(service: &Service, name: &str) -> Entries {
     out
 }
 
-/// Whether `value` is of the kind a dictionary of `of` holds.
+/// Whether `value` is of the kind a dictionary of `of` holds (a string
+/// within its declared maximum: a type's text does not show it, so a
+/// version that lowers it still names the same type).
 pub fn holds(of: &DictOf, value: &EntryValue) -> bool {
-    matches!(
-        (of, value),
-        (DictOf::Messages(_), EntryValue::Message(_))
-            | (DictOf::Values(Scalar::Int, _), EntryValue::Int(_))
-            | (DictOf::Values(Scalar::Bool, _), EntryValue::Bool(_))
-            | (DictOf::Values(Scalar::Bytes, _), EntryValue::Bytes(_))
-    )
+    match (of, value) {
+        (DictOf::Values(Scalar::Bytes, max), EntryValue::Bytes(b)) => {
+            max.is_none_or(|m| b.len() as u64 <= m)
+        }
+        _ => matches!(
+            (of, value),
+            (DictOf::Messages(_), EntryValue::Message(_))
+                | (DictOf::Values(Scalar::Int, _), EntryValue::Int(_))
+                | (DictOf::Values(Scalar::Bool, _), EntryValue::Bool(_))
+        ),
+    }
 }
 
 /// Writes `entries` into `service`'s dictionary `var` (of messages of a
@@ -112,7 +118,7 @@ pub fn put_entries(service: &Service, var: &str, of: &DictOf, entries: &Entries)
     let mut taken = 0;
     for (key, value) in entries {
         if !holds(of, value) {
-            tracing::warn!(dictionary = %var, key = %String::from_utf8_lossy(key), "entry not taken: not of the dictionary's kind");
+            tracing::warn!(dictionary = %var, key = %String::from_utf8_lossy(key), "entry not taken: not of the dictionary's kind, or longer than its maximum");
             continue;
         }
         let put = match (of, value) {
@@ -182,5 +188,28 @@ pub fn bound_dicts(service: &Service, state: &[StateVar]) {
                 d.bound_strings(*max);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_is_taken_only_by_a_dictionary_of_its_kind_and_size() {
+        let strings = DictOf::Values(Scalar::Bytes, Some(3));
+        assert!(holds(&strings, &EntryValue::Bytes(b"abc".to_vec())));
+        assert!(!holds(&strings, &EntryValue::Bytes(b"abcd".to_vec())));
+        assert!(!holds(&strings, &EntryValue::Int(1)));
+        let ints = DictOf::Values(Scalar::Int, None);
+        assert!(holds(&ints, &EntryValue::Int(1)));
+        assert!(!holds(&ints, &EntryValue::Bool(true)));
+        let messages = DictOf::Messages("request".into());
+        assert!(holds(&messages, &EntryValue::Message(b"GET".to_vec())));
+        assert!(!holds(&messages, &EntryValue::Bytes(b"GET".to_vec())));
+        assert!(!holds(
+            &DictOf::Other("(integer, integer)".into()),
+            &EntryValue::Int(1)
+        ));
     }
 }
