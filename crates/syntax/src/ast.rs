@@ -161,9 +161,11 @@ pub struct MOperand {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MOperandKind {
+    /// An integer literal, written as [`ExprKind::Int`] is.
     Int {
         value: u64,
         hex: bool,
+        spelling: Option<Box<str>>,
     },
     /// A dotted IPv4 address: `10.0.0.1`.
     Ipv4([u8; 4]),
@@ -462,6 +464,23 @@ pub enum StmtKind {
     Expr(Expr),
 }
 
+/// How `fmt` writes an integer literal that keeps no spelling of its own:
+/// decimal, or lower-case hexadecimal of at least two digits (`0x0c`).
+pub fn int_literal(value: u64, hex: bool) -> String {
+    if hex {
+        format!("0x{value:02x}")
+    } else {
+        value.to_string()
+    }
+}
+
+/// What an integer literal keeps of its text: the text itself where
+/// [`int_literal`] would write it otherwise (separators, leading zeros,
+/// capitals), so that `fmt` gives it back as the author wrote it.
+pub fn int_spelling(text: &str, value: u64, hex: bool) -> Option<Box<str>> {
+    (text != int_literal(value, hex)).then(|| text.into())
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Expr {
     pub kind: ExprKind,
@@ -470,10 +489,15 @@ pub struct Expr {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ExprKind {
-    /// An integer literal; `hex` records how it was written, for `fmt`.
+    /// An integer literal; `hex` and `spelling` record how it was
+    /// written, for `fmt`.
     Int {
         value: u64,
         hex: bool,
+        /// The literal as written (`0x0a01_0000`, `1_000`, `007`), where
+        /// that is not [`int_literal`]'s spelling of `value`; `None` where
+        /// it is, so that a tree built by hand needs none.
+        spelling: Option<Box<str>>,
     },
     Str(String),
     Bool(bool),

@@ -391,8 +391,11 @@ fn precedence(e: &Expr) -> u8 {
 /// Prints `e`, parenthesised when its precedence is below `min`.
 pub fn expr(e: &Expr, min: u8, depth: usize) -> String {
     let text = match &e.kind {
-        ExprKind::Int { value, hex: true } => format!("0x{value:02x}"),
-        ExprKind::Int { value, hex: false } => value.to_string(),
+        ExprKind::Int {
+            spelling: Some(text),
+            ..
+        } => text.to_string(),
+        ExprKind::Int { value, hex, .. } => crate::ast::int_literal(*value, *hex),
         ExprKind::Str(s) => string_literal(s),
         ExprKind::Bool(true) => "True".into(),
         ExprKind::Bool(false) => "False".into(),
@@ -622,8 +625,11 @@ fn m_action(a: &MAction) -> String {
 
 fn m_operand(o: &MOperand) -> String {
     match &o.kind {
-        MOperandKind::Int { value, hex: true } => format!("0x{value:02x}"),
-        MOperandKind::Int { value, hex: false } => value.to_string(),
+        MOperandKind::Int {
+            spelling: Some(text),
+            ..
+        } => text.to_string(),
+        MOperandKind::Int { value, hex, .. } => crate::ast::int_literal(*value, *hex),
         MOperandKind::Ipv4([a, b, c, d]) => format!("{a}.{b}.{c}.{d}"),
         MOperandKind::Name(n) => n.name.clone(),
         MOperandKind::Dotted(a, b) => format!("{}.{}", a.name, b.name),

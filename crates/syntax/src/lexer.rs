@@ -14,6 +14,8 @@ pub enum Tok {
     Int {
         value: u64,
         hex: bool,
+        /// The text where it is not the canonical one (`ast::int_spelling`).
+        spelling: Option<Box<str>>,
     },
     Str(String),
     // Keywords.
@@ -446,8 +448,11 @@ impl Lexer<'_> {
         } else {
             digits.parse::<u64>()
         };
-        let value = match parsed {
-            Ok(v) => v,
+        let (value, spelling) = match parsed {
+            Ok(v) => (
+                v,
+                crate::ast::int_spelling(&self.src[start..self.pos], v, hex),
+            ),
             Err(_) => {
                 self.diags.push(
                     Diagnostic::error(
@@ -457,10 +462,17 @@ impl Lexer<'_> {
                     )
                     .hint("integers are decimal or 0x-prefixed hexadecimal and fit in 64 bits"),
                 );
-                0
+                (0, None)
             }
         };
-        self.push(Tok::Int { value, hex }, start);
+        self.push(
+            Tok::Int {
+                value,
+                hex,
+                spelling,
+            },
+            start,
+        );
     }
 
     fn string(&mut self) {

@@ -978,9 +978,17 @@ impl Parser {
     fn primary(&mut self) -> PResult<Expr> {
         let start = self.span();
         let kind = match self.tok().clone() {
-            Tok::Int { value, hex } => {
+            Tok::Int {
+                value,
+                hex,
+                spelling,
+            } => {
                 self.bump();
-                ExprKind::Int { value, hex }
+                ExprKind::Int {
+                    value,
+                    hex,
+                    spelling,
+                }
             }
             Tok::Str(s) => {
                 self.bump();
@@ -1507,9 +1515,17 @@ impl Parser {
     fn m_operand(&mut self) -> PResult<MOperand> {
         let start = self.span();
         let kind = match self.tok().clone() {
-            Tok::Int { value, hex } => {
+            Tok::Int {
+                value,
+                hex,
+                spelling,
+            } => {
                 self.bump();
-                MOperandKind::Int { value, hex }
+                MOperandKind::Int {
+                    value,
+                    hex,
+                    spelling,
+                }
             }
             Tok::Ipv4(a) => {
                 self.bump();

@@ -95,3 +95,48 @@ fn the_flowblaze_machines_are_in_canonical_layout() {
         );
     }
 }
+
+/// An integer literal is printed as it was written: `_` separators,
+/// leading zeros and capital hexadecimal digits stay, in expressions,
+/// annotations and machine operands alike; a canonical one stays so.
+#[test]
+fn fmt_keeps_the_spelling_of_integer_literals() {
+    let src = "type t: record\n  n : integer {size=0x0004}\n\n\
+               fun f: (x: integer) -> (bool)\n  in_prefix(x + 1_000, \"10.0.0.0/8\") or x = 0x02000000_0a01 or x = 007 or x = 0xFF or x = 0x0c or x = 12\n\n\
+               machine m: (packet/packet a)\n  const BIG = 0x0a00_0001\n  const SMALL = 1_500\n\n  \
+               stage s:\n    on packet when len > 0_64: forward a\n";
+    let (p, diags) = parse(src);
+    assert!(diags.is_empty(), "{diags:#?}");
+    let text = format_program(&p);
+    for literal in [
+        "0x0004",
+        "1_000",
+        "0x02000000_0a01",
+        "007",
+        "0xFF",
+        "0x0c",
+        "= 12",
+        "0x0a00_0001",
+        "1_500",
+        "0_64",
+    ] {
+        assert!(text.contains(literal), "lost {literal} in:\n{text}");
+    }
+    assert!(!text.contains("0x20000000a01"), "{text}");
+    assert_eq!(format_program(&parse(&text).0), text, "not a fixed point");
+    // The value is the same whatever the spelling.
+    let value = |src: &str| match &parse(src).0.decls[0] {
+        flick_syntax::ast::Decl::Fun(f) => match &f.body.stmts[0].kind {
+            flick_syntax::ast::StmtKind::Expr(e) => match &e.kind {
+                flick_syntax::ast::ExprKind::Int { value, .. } => *value,
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    let f = |lit: &str| format!("fun f: () -> (integer)\n  {lit}\n");
+    assert_eq!(value(&f("0x02000000_0a01")), 0x0200_0000_0a01);
+    assert_eq!(value(&f("0x20000000a01")), 0x0200_0000_0a01);
+    assert_eq!(value(&f("1_000")), 1000);
+}

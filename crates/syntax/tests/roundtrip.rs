@@ -133,9 +133,46 @@ fn binop() -> impl Strategy<Value = BinOp> + Clone {
     ])
 }
 
+/// An integer literal as the lexer leaves it: its value, whether it is
+/// hexadecimal, and its text where that is not the canonical one (leading
+/// zeros, `_` between digits, capital hexadecimal digits).
+fn int_parts(
+    value: impl Strategy<Value = u64> + Clone,
+) -> impl Strategy<Value = (u64, bool, Option<Box<str>>)> + Clone {
+    (value, any::<bool>()).prop_flat_map(|(value, hex)| {
+        let written = (0usize..3, vec(any::<bool>(), 24), any::<bool>()).prop_map(
+            move |(zeros, separators, upper)| {
+                let digits = if hex {
+                    format!("{value:x}")
+                } else {
+                    value.to_string()
+                };
+                let digits = "0".repeat(zeros) + &digits;
+                let mut body = String::new();
+                for (i, d) in digits.chars().enumerate() {
+                    if i > 0 && separators.get(i).copied().unwrap_or(false) {
+                        body.push('_');
+                    }
+                    body.push(if upper { d.to_ascii_uppercase() } else { d });
+                }
+                let text = if hex { format!("0x{body}") } else { body };
+                int_spelling(&text, value, hex)
+            },
+        );
+        let spelling = prop_oneof![2 => Just(None), 1 => written];
+        (Just(value), Just(hex), spelling)
+    })
+}
+
 fn int() -> impl Strategy<Value = Expr> + Clone {
     let value = prop_oneof![0u64..300, any::<u64>()];
-    (value, any::<bool>()).prop_map(|(value, hex)| ex(ExprKind::Int { value, hex }))
+    int_parts(value).prop_map(|(value, hex, spelling)| {
+        ex(ExprKind::Int {
+            value,
+            hex,
+            spelling,
+        })
+    })
 }
 
 fn string_literal() -> impl Strategy<Value = String> + Clone {
@@ -353,7 +390,11 @@ fn decl() -> impl Strategy<Value = Decl> {
 
 fn m_operand() -> impl Strategy<Value = MOperand> {
     prop_oneof![
-        (any::<u64>(), any::<bool>()).prop_map(|(value, hex)| MOperandKind::Int { value, hex }),
+        int_parts(any::<u64>()).prop_map(|(value, hex, spelling)| MOperandKind::Int {
+            value,
+            hex,
+            spelling
+        }),
         any::<[u8; 4]>().prop_map(MOperandKind::Ipv4),
         ident().prop_map(MOperandKind::Name),
         (ident(), ident()).prop_map(|(a, b)| MOperandKind::Dotted(a, b)),
