@@ -8,6 +8,7 @@
 # Usage:
 #   bench/isolation.sh                     # about 2 minutes once built
 #   ISOLATION_ARGS="--requests 20000 --repeat 5" bench/isolation.sh
+#   SKIP_BUILD=1 bench/isolation.sh        # use the binary already built
 #
 # Drives the platform directly (bench/isolation, a workspace member): one
 # process with the platform's workers pinned to the first cores and the
@@ -26,7 +27,7 @@ TARGET=${CARGO_TARGET_DIR:-target}
 ISOLATION_ARGS=${ISOLATION_ARGS:-}
 NICE=${NICE:--15}
 
-cargo build --release -p isolation
+[ -n "${SKIP_BUILD:-}" ] || cargo build --release -p isolation
 mkdir -p "$RESULTS"
 # shellcheck disable=SC2086
 timeout 900 nice -n "$NICE" "$TARGET/release/isolation" --port "$BASE_PORT" $ISOLATION_ARGS \

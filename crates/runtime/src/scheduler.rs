@@ -15,9 +15,10 @@
 //! service's request) runs first, for one quantum, as FQ-CoDel serves new
 //! flows: its task waits for the run in progress, not for every task queued
 //! before it. A group with nothing runnable banks no credit. While groups
-//! exist a busy worker also polls its epoll every timeslice, not only
-//! every 32 tasks, so that such a request is seen soon. While only the default
-//! group exists nothing is timed, and the queue is the FIFO queue it was.
+//! share the workers a busy worker also polls its epoll every timeslice,
+//! not only every 32 tasks, so that such a request is seen soon. While one
+//! group alone has tasks (the default one, or one service's) nothing is
+//! timed, and the queue is the FIFO queue it was.
 //! A worker charges its own queue; a task an idle worker scavenges runs on
 //! time nobody else wanted, and is not charged.
 //!
@@ -144,9 +145,10 @@ struct Shared {
     /// By group id; 0 is the default group.
     groups: Vec<GroupSlot>,
     free_groups: Mutex<Vec<u32>>,
-    /// Groups alive besides the default one: while none are, runs are not
-    /// timed.
+    /// Groups alive besides the default one.
     grouped: AtomicUsize,
+    /// Tasks of the default group (reserved and not done).
+    default_tasks: AtomicUsize,
     /// A weight-1 group's credit per turn, in nanoseconds: the timeslice.
     base_quantum: i64,
     /// Tasks alive (spawned and not done).
@@ -189,6 +191,7 @@ impl Shared {
                 .collect(),
             free_groups: Mutex::new((1..=groups as u32).rev().collect()),
             grouped: AtomicUsize::new(0),
+            default_tasks: AtomicUsize::new(0),
             base_quantum: (base.as_nanos() as i64).max(1_000),
             live: AtomicUsize::new(0),
             sleep: Mutex::new(0),
@@ -202,6 +205,18 @@ impl Shared {
     fn home(&self, id: u32) -> usize {
         // Fibonacci hashing spreads consecutive ids over the queues.
         (id.wrapping_mul(0x9E37_79B9) as usize >> 8) % self.queues.len()
+    }
+
+    /// Whether groups share the workers now, so that runs are timed and
+    /// charged: two groups with tasks or handles (the default group counts
+    /// while it has tasks). A lone group, default or not, runs as one FIFO
+    /// queue per worker, untimed.
+    fn shared_by_groups(&self) -> bool {
+        match self.grouped.load(Ordering::Relaxed) {
+            0 => false,
+            1 => self.default_tasks.load(Ordering::Relaxed) > 0,
+            _ => true,
+        }
     }
 
     /// Group `g`'s credit per turn, in nanoseconds.
@@ -300,7 +315,7 @@ impl Shared {
         let mut guard = slot.task.lock().expect("task lock");
         let task = guard.as_mut()?;
         let start = Instant::now();
-        let timed = self.grouped.load(Ordering::Relaxed) > 0;
+        let timed = self.shared_by_groups();
         let mut slice = Timeslice::start_at(self.policy, start);
         let status = task.run(&mut slice);
         let cost = timed.then(|| {
@@ -353,6 +368,7 @@ impl Shared {
     /// the last frees its id.
     fn release_group(&self, g: u32) {
         if g == DEFAULT_GROUP {
+            self.default_tasks.fetch_sub(1, Ordering::Relaxed);
             return;
         }
         if self.groups[g as usize].refs.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -619,7 +635,9 @@ impl Scheduler {
             }
         };
         drop(free);
-        if group != DEFAULT_GROUP {
+        if group == DEFAULT_GROUP {
+            self.shared.default_tasks.fetch_add(1, Ordering::Relaxed);
+        } else {
             // The caller's handle keeps the group alive meanwhile.
             self.shared.groups[group as usize]
                 .refs

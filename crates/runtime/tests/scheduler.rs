@@ -390,3 +390,31 @@ fn a_group_lives_while_its_handle_or_a_task_does() {
     drop(all);
     assert_eq!(s.groups(), 0);
 }
+
+/// One group alone (a single service on its workers) runs untimed, as the
+/// default group does; runs are charged once a second group has tasks.
+#[test]
+fn a_lone_group_is_not_timed() {
+    let s = scheduler(1, Policy::default());
+    let alone = s.group(1).unwrap();
+    let yielding = |n: u32| -> Box<dyn flick_runtime::Task> {
+        let mut left = n;
+        Box::new(move |_: &mut Timeslice| {
+            left -= 1;
+            if left == 0 {
+                TaskStatus::Done
+            } else {
+                TaskStatus::Yield
+            }
+        })
+    };
+    s.spawn_in(&alone, yielding(100)).unwrap();
+    assert!(s.wait_all_done(Duration::from_secs(10)));
+    assert_eq!(alone.charged(), Duration::ZERO);
+    let other = s.group(1).unwrap();
+    s.spawn_in(&alone, yielding(100)).unwrap();
+    s.spawn_in(&other, yielding(100)).unwrap();
+    assert!(s.wait_all_done(Duration::from_secs(10)));
+    assert!(alone.charged() > Duration::ZERO);
+    assert!(other.charged() > Duration::ZERO);
+}
