@@ -166,6 +166,14 @@ fn counts_per_key_are_kept_across_clients_and_workers() {
     assert_eq!(get(port, &long).1, "2");
     assert_eq!(get(port, &long), (long.clone(), "3".into()));
     assert_eq!(get(port, "/k").1, (n + 1).to_string());
+    // curl, a client of its own, counted too.
+    let curl = std::process::Command::new("curl")
+        .args(["-s", "--max-time", "10"])
+        .arg(format!("http://127.0.0.1:{port}/k"))
+        .output()
+        .expect("curl runs");
+    assert!(curl.status.success(), "{curl:?}");
+    assert_eq!(String::from_utf8_lossy(&curl.stdout), (n + 2).to_string());
 }
 
 #[test]
