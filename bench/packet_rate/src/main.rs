@@ -18,6 +18,12 @@
 //! half the samples, worker and `steer` together) and dictionary lookups.
 //!
 //!   packet-rate [--workers "1 2 4"] [--frames N] [--flows N] [--reps N]
+//!   packet-rate machines [--frames N] [--reps N] [--slots N]
+//!
+//! `machines` measures FlowBlaze's use cases on `flick_machine`'s engine
+//! instead (see the module `machines`).
+
+mod machines;
 
 use crossbeam_queue::ArrayQueue;
 use flick_packet::{Binding, BoundPort, PacketConfig, PacketService};
@@ -305,6 +311,9 @@ fn hash(bytes: &[u8]) -> u64 {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("machines") {
+        return machines::main(std::env::args().skip(2));
+    }
     flick_grammars::install();
     let a = args();
     let tracker = Arc::new(tracker_traffic(a.frames, a.flows));

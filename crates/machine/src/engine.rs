@@ -16,6 +16,21 @@ use crate::model::{Event, FieldId, Machine, Stage, Value, MAX_KEY, MAX_META, MAX
 use crate::tables::{apply_updates, CompileError, Entry, Inputs, StageTables, Writable};
 use std::sync::Arc;
 
+/// Whether two register lists are equal: a loop the compiler keeps
+/// inline, where slice equality calls `memcmp` (lists are a few words).
+#[inline]
+fn same(a: &[Value], b: &[Value]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// Copies registers word by word, for the same reason.
+#[inline]
+fn copy(to: &mut [Value], from: &[Value]) {
+    for (t, f) in to.iter_mut().zip(from) {
+        *t = *f;
+    }
+}
+
 /// A machine and its compiled tables.
 #[derive(Debug)]
 pub struct Program {
@@ -147,6 +162,11 @@ impl Engine {
         self.counters
     }
 
+    /// Contexts stage `stage` holds now.
+    pub fn live_contexts(&self, stage: usize) -> usize {
+        self.stages.get(stage).map_or(0, |s| s.flows.len())
+    }
+
     pub fn globals(&self) -> &[Value] {
         &self.globals
     }
@@ -273,7 +293,7 @@ impl Engine {
         let (mut state, mut created) = (stage.initial, now);
         match found {
             Some(slot) => {
-                st.regs.copy_from_slice(st.flows.regs(slot));
+                copy(&mut st.regs, st.flows.regs(slot));
                 let m = *st.flows.meta(slot);
                 (state, created) = (m.state, m.created);
                 if let Some(why) = timeouts.expiry(&m, now) {
@@ -299,7 +319,7 @@ impl Engine {
                         }
                         None => {
                             state = stage.initial;
-                            st.regs.copy_from_slice(&st.init);
+                            copy(&mut st.regs, &st.init);
                         }
                     }
                     created = now;
@@ -322,7 +342,7 @@ impl Engine {
             apply_updates(&e.updates, fields, &mut st.regs, out, now, port, len);
             state = e.next_state.unwrap_or(state);
         }
-        let initial = state == stage.initial && st.regs == st.init;
+        let initial = state == stage.initial && same(&st.regs, &st.init);
         let slot = match found {
             Some(slot) if initial => {
                 st.flows.remove(slot);
@@ -338,7 +358,7 @@ impl Engine {
                 }
                 Err(_) => {
                     counters.table_full += 1;
-                    st.regs.copy_from_slice(&st.init);
+                    copy(&mut st.regs, &st.init);
                     let inputs = Inputs {
                         fields,
                         globals,
@@ -358,7 +378,7 @@ impl Engine {
             },
         };
         if let Some(slot) = slot {
-            st.flows.regs_mut(slot).copy_from_slice(&st.regs);
+            copy(st.flows.regs_mut(slot), &st.regs);
             let m = st.flows.meta_mut(slot);
             m.state = state;
             m.created = created;

@@ -19,7 +19,7 @@ pub const BUCKET: usize = 4;
 /// Slots in the stash, for keys whose buckets and moves are all full.
 pub const STASH: usize = 8;
 /// Slots visited looking for a chain of moves.
-pub const MAX_SEARCH: usize = 64;
+pub const MAX_SEARCH: usize = 256;
 
 /// A context's bookkeeping beside its key and registers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,7 +79,14 @@ pub struct FlowTable {
     keys: Vec<Value>,
     values: Vec<Value>,
     meta: Vec<Meta>,
+    /// Per slot, 16 bits of its key's hash (never 0), or 0 when free: a
+    /// lookup reads a bucket's tags (small and dense, so mostly cached)
+    /// and the keys only where a tag matches.
+    tags: Vec<u16>,
     len: usize,
+    /// Used slots in the stash: a lookup reads the stash only when some
+    /// are.
+    in_stash: usize,
     /// Breadth-first search: (slot, parent node), reused.
     search: Vec<(u32, u32)>,
 }
@@ -118,7 +125,9 @@ impl FlowTable {
             keys: vec![0; slots * key_len],
             values: vec![0; slots * regs],
             meta: vec![Meta::default(); slots],
+            tags: vec![0; slots],
             len: 0,
+            in_stash: 0,
             search: Vec::with_capacity(MAX_SEARCH + 2 * BUCKET),
         }
     }
@@ -141,13 +150,20 @@ impl FlowTable {
     }
 
     fn buckets_of(&self, key: &[Value]) -> (usize, usize) {
+        let (b1, b2, _) = self.place_of(key);
+        (b1, b2)
+    }
+
+    /// The key's two buckets and its tag.
+    #[inline]
+    fn place_of(&self, key: &[Value]) -> (usize, usize, u16) {
         let h = hash_key(key, TABLE_SEED);
         let b1 = h as usize & self.mask;
         let mut b2 = (h >> 32) as usize & self.mask;
         if b2 == b1 {
             b2 = b1 ^ 1;
         }
-        (b1, b2)
+        (b1, b2, (h >> 48) as u16 | 1)
     }
 
     pub fn key(&self, slot: usize) -> &[Value] {
@@ -175,28 +191,46 @@ impl FlowTable {
         (0..self.meta.len()).filter(|&s| self.meta[s].used)
     }
 
+    /// Whether `slot` holds `key`: the key words first (one cache line for
+    /// a bucket's keys), compared without a call (keys are a few words).
+    #[inline]
     fn holds(&self, slot: usize, key: &[Value]) -> bool {
-        self.meta[slot].used && self.key(slot) == key
+        let k = self.key_len;
+        let stored = &self.keys[slot * k..(slot + 1) * k];
+        let diff = stored.iter().zip(key).fold(0, |d, (a, b)| d | (a ^ b));
+        diff == 0 && self.meta[slot].used
     }
 
     /// The slot holding `key`: its two buckets, then the stash.
+    #[inline]
     pub fn find(&self, key: &[Value]) -> Option<usize> {
-        let (b1, b2) = self.buckets_of(key);
-        (b1 * BUCKET..(b1 + 1) * BUCKET)
-            .chain(b2 * BUCKET..(b2 + 1) * BUCKET)
-            .chain(self.stash_start()..self.meta.len())
-            .find(|&s| self.holds(s, key))
+        let (b1, b2, tag) = self.place_of(key);
+        for b in [b1, b2] {
+            for s in b * BUCKET..(b + 1) * BUCKET {
+                if self.tags[s] == tag && self.holds(s, key) {
+                    return Some(s);
+                }
+            }
+        }
+        if self.in_stash == 0 {
+            return None;
+        }
+        (self.stash_start()..self.meta.len()).find(|&s| self.tags[s] == tag && self.holds(s, key))
     }
 
     pub fn remove(&mut self, slot: usize) {
         if self.meta[slot].used {
             self.meta[slot].used = false;
+            self.tags[slot] = 0;
             self.len -= 1;
+            if slot >= self.stash_start() {
+                self.in_stash -= 1;
+            }
         }
     }
 
     fn free_in(&self, bucket: usize) -> Option<usize> {
-        (bucket * BUCKET..(bucket + 1) * BUCKET).find(|&s| !self.meta[s].used)
+        (bucket * BUCKET..(bucket + 1) * BUCKET).find(|&s| self.tags[s] == 0)
     }
 
     fn move_slot(&mut self, from: usize, to: usize) {
@@ -205,6 +239,8 @@ impl FlowTable {
         self.values.copy_within(from * r..(from + 1) * r, to * r);
         self.meta[to] = self.meta[from];
         self.meta[from].used = false;
+        self.tags[to] = self.tags[from];
+        self.tags[from] = 0;
     }
 
     /// The other bucket of the entry in `slot`.
@@ -227,7 +263,9 @@ impl FlowTable {
         }
         let mut found = None;
         let mut i = 0;
-        while i < search.len() && search.len() < MAX_SEARCH {
+        // Every slot queued is tried, not only those expanded before the
+        // queue filled: a table then fills to about 95% before its stash.
+        while i < search.len() {
             let slot = search[i].0 as usize;
             let alt = self.other_bucket(slot);
             if let Some(free) = self.free_in(alt) {
@@ -267,13 +305,13 @@ impl FlowTable {
         timeouts: &Timeouts,
         eviction: Eviction,
     ) -> Result<Placed, TableFull> {
-        let (b1, b2) = self.buckets_of(key);
+        let (b1, b2, tag) = self.place_of(key);
         let stash = self.stash_start()..self.meta.len();
         let placed = if let Some(s) = self.free_in(b1).or_else(|| self.free_in(b2)) {
             Placed::Free(s)
         } else if let Some(s) = self.make_room(b1, b2) {
             Placed::Free(s)
-        } else if let Some(s) = stash.clone().find(|&s| !self.meta[s].used) {
+        } else if let Some(s) = stash.clone().find(|&s| self.tags[s] == 0) {
             Placed::Free(s)
         } else {
             let candidates = (b1 * BUCKET..(b1 + 1) * BUCKET)
@@ -301,7 +339,11 @@ impl FlowTable {
             used: true,
             ..Meta::default()
         };
+        self.tags[slot] = tag;
         self.len += 1;
+        if slot >= self.stash_start() {
+            self.in_stash += 1;
+        }
         Ok(placed)
     }
 }

@@ -23,6 +23,12 @@
 //!
 //! Output files are therefore the same whatever the number of workers.
 //! Nothing is allocated per frame once the pool's buffers have grown.
+//!
+//! While it runs, [`LiveStats`] counts frames in, out and dropped per port
+//! and each worker's engine counters (for metrics), and a dump asked for
+//! through [`MachineService::dump_on`] is taken without stopping: the
+//! dispatcher queues a dump request to every worker behind the frames
+//! already sent to it, gathers their contexts, and hands the dump over.
 
 use crate::engine::{Context, Counters, Engine, Program};
 use crate::fields::{write_field, write_place, FieldError, FieldReader};
@@ -32,7 +38,7 @@ use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError};
 use flick_packet_io::{PortError, RecvStatus, RxPort, TxPort};
 use serde_json::{Map, Value as Json};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A port frames come in on, by its XL number.
@@ -92,7 +98,137 @@ struct Job {
 enum Msg {
     Frame(Job),
     Swap(Arc<Program>),
+    /// Send back this worker's part of a dump.
+    Dump(Sender<WorkerDump>),
 }
+
+/// One worker's contexts, globals and counters, for a dump.
+struct WorkerDump {
+    program: Arc<Program>,
+    contexts: Vec<Context>,
+    globals: Vec<Value>,
+    counters: Counters,
+    now_us: u64,
+}
+
+impl WorkerDump {
+    fn of(engine: &Engine) -> WorkerDump {
+        WorkerDump {
+            program: engine.program().clone(),
+            contexts: engine.contexts(),
+            globals: engine.globals().to_vec(),
+            counters: engine.counters(),
+            now_us: engine.now_us,
+        }
+    }
+}
+
+/// Builds a dump from the workers' parts (the first worker's globals and
+/// program: globals are written only where one worker serves).
+fn assemble(
+    parts: Vec<WorkerDump>,
+    fallback: &Arc<Program>,
+    frames: u64,
+    sent: BTreeMap<u8, u64>,
+    dropped: u64,
+) -> Dump {
+    let mut contexts: Vec<Context> = Vec::new();
+    let mut counters = Counters::default();
+    for p in &parts {
+        let c = p.counters;
+        counters.packets += c.packets;
+        counters.table_full += c.table_full;
+        counters.evicted += c.evicted;
+        counters.expired += c.expired;
+    }
+    let now_us = parts.iter().map(|p| p.now_us).max().unwrap_or(0);
+    let program = parts
+        .first()
+        .map_or(fallback.clone(), |p| p.program.clone());
+    let globals = parts.first().map(|p| p.globals.clone()).unwrap_or_default();
+    for p in parts {
+        contexts.extend(p.contexts);
+    }
+    contexts.sort_by(|a, b| (a.stage, &a.key).cmp(&(b.stage, &b.key)));
+    Dump {
+        program: Some(program),
+        contexts,
+        globals,
+        counters,
+        now_us,
+        frames,
+        sent,
+        dropped,
+    }
+}
+
+/// A worker's engine counters as it goes.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    pub frames: AtomicU64,
+    pub table_full: AtomicU64,
+    pub evicted: AtomicU64,
+    pub expired: AtomicU64,
+    /// Table replacements the worker took.
+    pub swaps: AtomicU64,
+    /// Contexts held, per stage.
+    pub contexts: Vec<AtomicU64>,
+}
+
+/// A run's counters while it runs: per port number frames received and
+/// sent, frames dropped, and each worker's [`WorkerStats`]. Read with
+/// relaxed loads: each counter is exact, two read together may be a few
+/// frames apart.
+#[derive(Debug)]
+pub struct LiveStats {
+    pub received: Vec<AtomicU64>,
+    pub sent: Vec<AtomicU64>,
+    /// Frames the machine sent nowhere.
+    pub dropped: AtomicU64,
+    /// Sends to a port number no port binds.
+    pub unbound: AtomicU64,
+    pub unparsed: AtomicU64,
+    pub workers: Vec<WorkerStats>,
+}
+
+impl LiveStats {
+    fn new(workers: usize, stages: usize) -> LiveStats {
+        let counters = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect::<Vec<_>>();
+        LiveStats {
+            received: counters(MAX_PORTS),
+            sent: counters(MAX_PORTS),
+            dropped: AtomicU64::new(0),
+            unbound: AtomicU64::new(0),
+            unparsed: AtomicU64::new(0),
+            workers: (0..workers)
+                .map(|_| WorkerStats {
+                    contexts: counters(stages),
+                    ..WorkerStats::default()
+                })
+                .collect(),
+        }
+    }
+
+    /// A worker's counter summed over the workers.
+    pub fn workers_sum(&self, f: impl Fn(&WorkerStats) -> &AtomicU64) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| f(w).load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Contexts held in `stage`, over the workers.
+    pub fn contexts(&self, stage: usize) -> u64 {
+        self.workers
+            .iter()
+            .filter_map(|w| w.contexts.get(stage))
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+/// Where a dump taken while running goes.
+pub type DumpSink = Box<dyn Fn(&Dump) + Send>;
 
 /// What a run did, and the state it left.
 #[derive(Debug, Default)]
@@ -251,6 +387,8 @@ pub fn swap_channel() -> (SwapSender, Receiver<Arc<Program>>) {
 pub struct MachineService {
     program: Arc<Program>,
     workers: usize,
+    stats: Arc<LiveStats>,
+    dump: Option<(Arc<AtomicBool>, DumpSink)>,
 }
 
 impl MachineService {
@@ -258,10 +396,24 @@ impl MachineService {
     pub fn new(program: Arc<Program>, workers: usize) -> Result<MachineService, RunError> {
         FieldReader::new(&program.machine.fields)?;
         let one = program.machine.single_worker();
+        let workers = if one { 1 } else { workers.max(1) };
         Ok(MachineService {
-            workers: if one { 1 } else { workers.max(1) },
+            stats: Arc::new(LiveStats::new(workers, program.machine.stages.len())),
+            workers,
             program,
+            dump: None,
         })
+    }
+
+    /// The run's counters as it goes.
+    pub fn stats(&self) -> Arc<LiveStats> {
+        self.stats.clone()
+    }
+
+    /// Whenever `request` is set, the run takes a dump between two frames,
+    /// hands it to `sink` and clears `request`, without stopping.
+    pub fn dump_on(&mut self, request: Arc<AtomicBool>, sink: DumpSink) {
+        self.dump = Some((request, sink));
     }
 
     /// Workers that will run (one where the program needs it).
@@ -307,9 +459,10 @@ impl MachineService {
             queues.push(tx);
             let done = done_tx.clone();
             let program = self.program.clone();
+            let stats = self.stats.clone();
             let h = std::thread::Builder::new()
                 .name(format!("flick-machine-{w}"))
-                .spawn(move || work(program, rx, done))
+                .spawn(move || work(program, rx, done, &stats.workers[w]))
                 .map_err(|e| RunError::Spawn("worker", e))?;
             workers.push(h);
         }
@@ -319,9 +472,10 @@ impl MachineService {
             let n = p.number as usize;
             tx_ports[n] = Some(p);
         }
+        let stats = self.stats.clone();
         let writer = std::thread::Builder::new()
             .name("flick-machine-writer".into())
-            .spawn(move || write(tx_ports, done_rx, free_tx))
+            .spawn(move || write(tx_ports, done_rx, free_tx, &stats))
             .map_err(|e| RunError::Spawn("writer", e))?;
         let mut d = Dispatch {
             reader: FieldReader::new(&self.program.machine.fields)?,
@@ -331,6 +485,8 @@ impl MachineService {
             unparsed: 0,
             received: BTreeMap::new(),
             refused: Vec::new(),
+            stats: self.stats.clone(),
+            dump: self.dump.as_ref(),
         };
         let read = d.read_all(inputs, &free_rx, stop, swaps.as_ref());
         let Dispatch {
@@ -363,42 +519,18 @@ impl MachineService {
         if let Some(e) = write_error {
             return Err(e);
         }
-        let mut contexts: Vec<Context> = engines.iter().flat_map(|e| e.contexts()).collect();
-        contexts.sort_by(|a, b| (a.stage, &a.key).cmp(&(b.stage, &b.key)));
-        let mut counters = Counters::default();
-        for e in &engines {
-            let c = e.counters();
-            counters.packets += c.packets;
-            counters.table_full += c.table_full;
-            counters.evicted += c.evicted;
-            counters.expired += c.expired;
-        }
         let frames = received.values().sum();
+        let worker_frames = engines.iter().map(|e| e.counters().packets).collect();
+        let parts = engines.iter().map(WorkerDump::of).collect();
         Ok(Summary {
             received,
             sent: sent.clone(),
             dropped,
             unbound,
             unparsed,
-            worker_frames: engines.iter().map(|e| e.counters().packets).collect(),
+            worker_frames,
             refused_swaps: refused,
-            dump: Dump {
-                program: Some(
-                    engines
-                        .first()
-                        .map_or(self.program.clone(), |e| e.program().clone()),
-                ),
-                contexts,
-                globals: engines
-                    .first()
-                    .map(|e| e.globals().to_vec())
-                    .unwrap_or_default(),
-                counters,
-                now_us: engines.iter().map(|e| e.now_us).max().unwrap_or(0),
-                frames,
-                sent,
-                dropped,
-            },
+            dump: assemble(parts, &self.program, frames, sent, dropped),
         })
     }
 }
@@ -417,7 +549,12 @@ fn set_field(frame: &mut [u8], at: usize, len: usize, value: Value) {
     flick_packet::rewrite::write_keeping_checksums(frame, at, &bytes[..len]);
 }
 
-fn work(program: Arc<Program>, rx: Receiver<Msg>, done: Sender<Job>) -> (Engine, Vec<String>) {
+fn work(
+    program: Arc<Program>,
+    rx: Receiver<Msg>,
+    done: Sender<Job>,
+    stats: &WorkerStats,
+) -> (Engine, Vec<String>) {
     let mut engine = Engine::new(program);
     let mut refused = Vec::new();
     for msg in rx {
@@ -431,23 +568,46 @@ fn work(program: Arc<Program>, rx: Receiver<Msg>, done: Sender<Job>) -> (Engine,
                     }
                 }
                 job.ports = v.ports;
+                publish(&engine, stats);
                 if done.send(job).is_err() {
                     break;
                 }
             }
-            Msg::Swap(p) => {
-                if let Err(e) = engine.replace(p) {
-                    refused.push(e.to_string());
+            Msg::Swap(p) => match engine.replace(p) {
+                Ok(()) => {
+                    stats.swaps.fetch_add(1, Ordering::Relaxed);
                 }
+                Err(e) => refused.push(e.to_string()),
+            },
+            Msg::Dump(reply) => {
+                let _ = reply.send(WorkerDump::of(&engine));
             }
         }
     }
     (engine, refused)
 }
 
+/// The engine's counters into the worker's live ones: plain stores to
+/// counters only this worker writes.
+fn publish(engine: &Engine, stats: &WorkerStats) {
+    let c = engine.counters();
+    stats.frames.store(c.packets, Ordering::Relaxed);
+    stats.table_full.store(c.table_full, Ordering::Relaxed);
+    stats.evicted.store(c.evicted, Ordering::Relaxed);
+    stats.expired.store(c.expired, Ordering::Relaxed);
+    for (s, n) in stats.contexts.iter().enumerate() {
+        n.store(engine.live_contexts(s) as u64, Ordering::Relaxed);
+    }
+}
+
 type Written = (BTreeMap<u8, u64>, BTreeMap<u8, u64>, u64, Option<RunError>);
 
-fn write(mut ports: Vec<Option<OutPort>>, done: Receiver<Job>, free: Sender<Job>) -> Written {
+fn write(
+    mut ports: Vec<Option<OutPort>>,
+    done: Receiver<Job>,
+    free: Sender<Job>,
+    stats: &LiveStats,
+) -> Written {
     let mut ring: Vec<Option<Job>> = (0..POOL).map(|_| None).collect();
     let mut next = 0u64;
     let mut sent = BTreeMap::new();
@@ -478,6 +638,7 @@ fn write(mut ports: Vec<Option<OutPort>>, done: Receiver<Job>, free: Sender<Job>
             next += 1;
             if job.ports == 0 {
                 dropped += 1;
+                stats.dropped.fetch_add(1, Ordering::Relaxed);
             }
             let mut bits = job.ports;
             while bits != 0 {
@@ -487,6 +648,7 @@ fn write(mut ports: Vec<Option<OutPort>>, done: Receiver<Job>, free: Sender<Job>
                     Some(p) => match p.tx.send(&job.buf, job.ts) {
                         Ok(()) => {
                             unflushed = true;
+                            stats.sent[n].fetch_add(1, Ordering::Relaxed);
                             *sent.entry(n as u8).or_insert(0) += 1
                         }
                         Err(e) if e.is_frame_error() => {}
@@ -498,7 +660,10 @@ fn write(mut ports: Vec<Option<OutPort>>, done: Receiver<Job>, free: Sender<Job>
                             });
                         }
                     },
-                    None => *unbound.entry(n as u8).or_insert(0) += 1,
+                    None => {
+                        stats.unbound.fetch_add(1, Ordering::Relaxed);
+                        *unbound.entry(n as u8).or_insert(0) += 1
+                    }
                 }
             }
             let _ = free.send(job);
@@ -520,7 +685,7 @@ fn flush_all(ports: &mut [Option<OutPort>], error: &mut Option<RunError>) {
     }
 }
 
-struct Dispatch {
+struct Dispatch<'a> {
     reader: FieldReader,
     program: Arc<Program>,
     queues: Vec<Sender<Msg>>,
@@ -529,9 +694,38 @@ struct Dispatch {
     received: BTreeMap<u8, u64>,
     /// Swaps refused before they reached the workers.
     refused: Vec<String>,
+    stats: Arc<LiveStats>,
+    dump: Option<&'a (Arc<AtomicBool>, DumpSink)>,
 }
 
-impl Dispatch {
+impl Dispatch<'_> {
+    /// Takes a dump if one was asked for: each worker answers once it has
+    /// run the frames queued to it before.
+    fn dump_if_asked(&mut self) {
+        let Some((request, sink)) = self.dump else {
+            return;
+        };
+        if !request.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let mut replies = Vec::new();
+        for q in &self.queues {
+            let (tx, rx) = bounded(1);
+            if q.send(Msg::Dump(tx)).is_ok() {
+                replies.push(rx);
+            }
+        }
+        let parts: Vec<WorkerDump> = replies.iter().filter_map(|r| r.recv().ok()).collect();
+        let frames = parts.iter().map(|p| p.counters.packets).sum();
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let sent = (0..MAX_PORTS)
+            .filter(|&n| load(&self.stats.sent[n]) > 0)
+            .map(|n| (n as u8, load(&self.stats.sent[n])))
+            .collect();
+        let dropped = load(&self.stats.dropped);
+        sink(&assemble(parts, &self.program, frames, sent, dropped));
+    }
+
     fn swaps(&mut self, swaps: Option<&Receiver<Arc<Program>>>) -> Result<(), RunError> {
         let Some(rx) = swaps else { return Ok(()) };
         while let Ok(p) = rx.try_recv() {
@@ -555,12 +749,14 @@ impl Dispatch {
         job.seq = self.seq;
         self.seq += 1;
         *self.received.entry(job.port).or_insert(0) += 1;
+        self.stats.received[job.port as usize % MAX_PORTS].fetch_add(1, Ordering::Relaxed);
         let n = self.program.machine.fields.len();
         if job.fields.len() != n {
             job.fields.resize(n, 0);
         }
         if !self.reader.read(&job.buf, &mut job.fields) {
             self.unparsed += 1;
+            self.stats.unparsed.fetch_add(1, Ordering::Relaxed);
         }
         let steering = self.program.machine.steering_stage();
         let w = if self.queues.len() > 1 && steering.is_none() {
@@ -601,6 +797,7 @@ impl Dispatch {
             let mut ended = vec![false; inputs.len()];
             while !stop.load(Ordering::Relaxed) && ended.iter().any(|e| !e) {
                 self.swaps(swaps)?;
+                self.dump_if_asked();
                 let mut idle = true;
                 for (i, p) in inputs.iter_mut().enumerate() {
                     if ended[i] {
@@ -649,6 +846,7 @@ impl Dispatch {
                 break;
             }
             self.swaps(swaps)?;
+            self.dump_if_asked();
             for (i, p) in inputs.iter_mut().enumerate() {
                 while pending[i].is_none() && !ended[i] {
                     let mut job = match spare.take() {
