@@ -673,6 +673,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
             args.workers,
             args.dump.as_deref(),
             args.control.as_deref(),
+            args.metrics.as_deref(),
             color,
         );
     }
