@@ -5,10 +5,12 @@
 //! over packet ports (numbered, or named by the machine's channels) until
 //! its input files end (or, for live ports, until SIGINT or SIGTERM); its
 //! tables replaced while it runs on SIGHUP and through `--control`
-//! ([`crate::table_load`]).
+//! ([`crate::table_load`]). SIGUSR1 writes the `--dump` file while it
+//! runs; `--metrics ADDR` serves the run's counters ([`render_metrics`]).
 
 use crate::render::render;
 use crate::table_load::{self, ControlSocket, TableLoader};
+use flick_machine::service::LiveStats;
 use flick_machine::xl::{self, XlError};
 use flick_machine::{lang, InPort, Machine, MachineService, OutPort, Program};
 use flick_packet_io::PortSpec;
@@ -181,13 +183,149 @@ pub fn bounds_report(program: &Program) -> String {
     out
 }
 
-/// `flick run FILE.xl --port N=SPEC ... [--control PATH]`.
+/// Writes `text` to `path` through a file beside it renamed over it, so
+/// that a reader never sees half a dump.
+fn write_whole(path: &str, text: &str) -> std::io::Result<()> {
+    let part = format!("{path}.part");
+    std::fs::write(&part, text)?;
+    std::fs::rename(&part, path)
+}
+
+/// `/metrics` for a machine: per port frames received, sent and dropped
+/// (by the port they came in on), frames not parsed and sent to unbound
+/// ports; the engines' new contexts refused by full tables, evictions,
+/// expiries and table swaps; frames per worker; contexts held per stage.
+/// `ports` names each port number (its channel, or the number).
+pub fn render_metrics(
+    stats: Arc<LiveStats>,
+    program: Arc<Program>,
+    ports: Vec<(u8, String)>,
+) -> crate::metrics::Render {
+    use std::fmt::Write;
+    use std::sync::atomic::Ordering::Relaxed;
+    Arc::new(move |format| {
+        let open = format == crate::metrics::Format::OpenMetrics;
+        let mut out = String::new();
+        let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, u64)>| {
+            let counter = kind == "counter";
+            // OpenMetrics names a counter's family without `_total`.
+            let family = if counter && !open {
+                format!("{name}_total")
+            } else {
+                name.to_string()
+            };
+            let sample = if counter {
+                format!("{name}_total")
+            } else {
+                name.to_string()
+            };
+            let _ = writeln!(out, "# HELP {family} {help}");
+            let _ = writeln!(out, "# TYPE {family} {kind}");
+            for (labels, v) in samples {
+                let _ = writeln!(out, "{sample}{labels} {v}");
+            }
+        };
+        let per_port = |c: &[std::sync::atomic::AtomicU64]| {
+            ports
+                .iter()
+                .map(|(n, name)| (format!("{{port=\"{name}\"}}"), c[*n as usize].load(Relaxed)))
+                .collect::<Vec<_>>()
+        };
+        family(
+            "flick_machine_rx_frames",
+            "counter",
+            "Frames received.",
+            per_port(&stats.received),
+        );
+        family(
+            "flick_machine_tx_frames",
+            "counter",
+            "Frames sent.",
+            per_port(&stats.sent),
+        );
+        family(
+            "flick_machine_dropped",
+            "counter",
+            "Frames the machine sent nowhere, by the port they came in on.",
+            per_port(&stats.dropped_from),
+        );
+        let one = |v: u64| vec![(String::new(), v)];
+        family(
+            "flick_machine_unbound",
+            "counter",
+            "Sends to a port number no --port binds.",
+            one(stats.unbound.load(Relaxed)),
+        );
+        family(
+            "flick_machine_unparsed",
+            "counter",
+            "Frames the packet grammar did not parse.",
+            one(stats.unparsed.load(Relaxed)),
+        );
+        family(
+            "flick_machine_table_full",
+            "counter",
+            "New flow contexts refused by a full table.",
+            one(stats.workers_sum(|w| &w.table_full)),
+        );
+        family(
+            "flick_machine_evicted",
+            "counter",
+            "Flow contexts evicted for new ones.",
+            one(stats.workers_sum(|w| &w.evicted)),
+        );
+        family(
+            "flick_machine_expired",
+            "counter",
+            "Flow contexts found past their idle or hard timeout.",
+            one(stats.workers_sum(|w| &w.expired)),
+        );
+        family(
+            "flick_machine_table_swaps",
+            "counter",
+            "Table replacements taken, summed over the workers.",
+            one(stats.workers_sum(|w| &w.swaps)),
+        );
+        family(
+            "flick_machine_worker_frames",
+            "counter",
+            "Frames each worker ran.",
+            stats
+                .workers
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (format!("{{worker=\"{i}\"}}"), w.frames.load(Relaxed)))
+                .collect(),
+        );
+        family(
+            "flick_machine_contexts",
+            "gauge",
+            "Flow contexts held, per stage.",
+            program
+                .machine
+                .stages
+                .iter()
+                .enumerate()
+                .filter(|(_, st)| !st.stateless())
+                .map(|(i, st)| (format!("{{stage=\"{}\"}}", st.name), stats.contexts(i)))
+                .collect(),
+        );
+        if open {
+            out.push_str("# EOF\n");
+        }
+        out
+    })
+}
+
+/// `flick run FILE.xl --port N=SPEC ... [--control PATH] [--metrics ADDR]`.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     path: &str,
     ports: &[String],
     workers: Option<usize>,
     dump: Option<&str>,
     control: Option<&str>,
+    metrics: Option<&str>,
     color: bool,
 ) -> ExitCode {
     let Some((program, channels)) = load(path, color) else {
@@ -272,7 +410,7 @@ pub fn run(
     }
     let asked =
         workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let service = match MachineService::new(program.clone(), asked) {
+    let mut service = match MachineService::new(program.clone(), asked) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {path}: {e}");
@@ -286,6 +424,52 @@ pub fn run(
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         let _ = signal_hook::flag::register(sig, stop.clone());
     }
+    let dump_request = Arc::new(AtomicBool::new(false));
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGUSR1, dump_request.clone());
+    let dump_to = dump.map(String::from);
+    service.dump_on(
+        dump_request,
+        Box::new(move |d| match &dump_to {
+            Some(to) => {
+                if let Err(e) = write_whole(to, &d.json()) {
+                    eprintln!("error: cannot write the dump to {to}: {e}");
+                }
+            }
+            None => eprintln!("note: SIGUSR1 asks for a dump, but no --dump names its file"),
+        }),
+    );
+    let mut named: Vec<(u8, String)> = inputs
+        .iter()
+        .map(|p| p.number)
+        .chain(outputs.iter().map(|p| p.number))
+        .map(|n| {
+            let name = channels
+                .get(n as usize - 1)
+                .cloned()
+                .unwrap_or_else(|| n.to_string());
+            (n, name)
+        })
+        .collect();
+    named.sort();
+    named.dedup();
+    let metrics = match metrics {
+        None => None,
+        Some(addr) => {
+            let render = render_metrics(service.stats(), program.clone(), named);
+            let started = std::net::TcpListener::bind(addr)
+                .and_then(|l| crate::metrics::MetricsServer::start(l, render));
+            match started {
+                Ok(m) => {
+                    println!("flick: metrics on http://{}/metrics", m.local_addr());
+                    Some(m)
+                }
+                Err(e) => {
+                    eprintln!("error: cannot serve metrics on {addr}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
     let (swap_tx, swaps) = flick_machine::swap_channel();
     let loader = Arc::new(Mutex::new(TableLoader::new(
         program,
@@ -304,7 +488,11 @@ pub fn run(
             }
         },
     };
-    let summary = match service.run(inputs, outputs, &stop, Some(swaps)) {
+    let result = service.run(inputs, outputs, &stop, Some(swaps));
+    if let Some(m) = metrics {
+        m.stop();
+    }
+    let summary = match result {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
@@ -312,7 +500,7 @@ pub fn run(
         }
     };
     if let Some(d) = dump {
-        if let Err(e) = std::fs::write(d, summary.dump.json()) {
+        if let Err(e) = write_whole(d, &summary.dump.json()) {
             eprintln!("error: cannot write the dump to {d}: {e}");
             return ExitCode::FAILURE;
         }

@@ -185,6 +185,8 @@ pub struct LiveStats {
     pub sent: Vec<AtomicU64>,
     /// Frames the machine sent nowhere.
     pub dropped: AtomicU64,
+    /// The same, per port number the frame came in on.
+    pub dropped_from: Vec<AtomicU64>,
     /// Sends to a port number no port binds.
     pub unbound: AtomicU64,
     pub unparsed: AtomicU64,
@@ -198,6 +200,7 @@ impl LiveStats {
             received: counters(MAX_PORTS),
             sent: counters(MAX_PORTS),
             dropped: AtomicU64::new(0),
+            dropped_from: counters(MAX_PORTS),
             unbound: AtomicU64::new(0),
             unparsed: AtomicU64::new(0),
             workers: (0..workers)
@@ -639,6 +642,7 @@ fn write(
             if job.ports == 0 {
                 dropped += 1;
                 stats.dropped.fetch_add(1, Ordering::Relaxed);
+                stats.dropped_from[job.port as usize % MAX_PORTS].fetch_add(1, Ordering::Relaxed);
             }
             let mut bits = job.ports;
             while bits != 0 {
