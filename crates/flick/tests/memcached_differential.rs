@@ -89,14 +89,14 @@
 //! verbosity is such an unknown opcode to memcached 1.6.
 //!
 //! Requests whose replies through the proxy differ from memcached's where
-//! a proxy could match them (Flick differences: a value over 1 MiB, which
-//! memcached also drops the old item for, and some sequences around a get
-//! key over 250 bytes) are reproduced in `known_differences` below
-//! (`--ignored`) or left out of the random sequences unless
-//! `FLICK_DIFF_KNOWN=1`. Those fixed since (a meta `EN` with flags, a meta
-//! `k` flag of a 250-byte key, a get key over 250 bytes alone, a token
-//! after a command's last argument) are generated, or asserted in
-//! `found_differences_stay_fixed`.
+//! a proxy could match them (Flick differences: some sequences around a
+//! get key over 250 bytes, and tokenising corner cases) are reproduced in
+//! `known_differences` below (`--ignored`) or left out of the random
+//! sequences unless `FLICK_DIFF_KNOWN=1`. Those fixed since (a meta `EN`
+//! with flags, a meta `k` flag of a 250-byte key, a get key over 250 bytes
+//! alone, a token after a command's last argument, a `set` or `ms` over
+//! 1 MiB, which memcached also drops the old item for) are generated, or
+//! asserted in `found_differences_stay_fixed`.
 
 mod support;
 
@@ -1870,8 +1870,71 @@ fn found_differences_stay_fixed() {
             "empty lines, a lone \\r, and tabs inside tokens",
             b"\n \n\r\nget\tkey-16\r\nget key\t17\r\n".to_vec(),
         ),
+        (
+            "a set over 1 MiB: memcached also drops the item it replaces",
+            oversized(
+                "set key-8 0 0 2\r\nhi\r\n",
+                "set key-8 0 0 {big}",
+                "get key-8",
+            ),
+        ),
+        (
+            "the same with noreply: no reply, and the item dropped",
+            oversized(
+                "set key-18 0 0 2\r\nhi\r\n",
+                "set key-18 0 0 {big} noreply",
+                "get key-18",
+            ),
+        ),
+        (
+            "an ms over 1 MiB drops the item too, q or not",
+            [
+                oversized(
+                    "set key-19 0 0 2\r\nhi\r\n",
+                    "ms key-19 {big} T0",
+                    "mg key-19 v",
+                ),
+                oversized(
+                    "set key-20 0 0 2\r\nhi\r\n",
+                    "ms key-20 {big} q",
+                    "mg key-20 v",
+                ),
+            ]
+            .concat(),
+        ),
+        (
+            "add, replace, append, prepend and cas over 1 MiB keep it",
+            [
+                oversized(
+                    "set key-21 0 0 2\r\nhi\r\n",
+                    "add key-21 0 0 {big}",
+                    "get key-21",
+                ),
+                oversized("", "replace key-21 0 0 {big}", "get key-21"),
+                oversized("", "append key-21 0 0 {big}", "get key-21"),
+                oversized("", "prepend key-21 0 0 {big}", "get key-21"),
+                oversized("", "cas key-21 0 0 {big} 1", "get key-21"),
+            ]
+            .concat(),
+        ),
     ];
     assert_none_differ(&cases);
+}
+
+/// `before`, then `line` (where `{big}` is a length one byte over the item
+/// size limit) with a data block of that length, then `after`.
+fn oversized(before: &str, line: &str, after: &str) -> Vec<u8> {
+    let big = 1_048_577;
+    [
+        before.as_bytes().to_vec(),
+        line.replace("{big}", &big.to_string()).into_bytes(),
+        b"\r\n".to_vec(),
+        vec![b'x'; big],
+        b"\r\n".to_vec(),
+        after.as_bytes().to_vec(),
+        b"\r\n".to_vec(),
+    ]
+    .concat()
 }
 
 /// Requests whose replies through the proxy differ from memcached's where
@@ -1882,17 +1945,20 @@ fn found_differences_stay_fixed() {
 #[test]
 #[ignore = "Flick differences found by the differential suite, not fixed yet"]
 fn known_differences() {
-    let big = 1_048_577;
-    let cases: Vec<(&str, Vec<u8>)> = vec![(
-        "a set over 1 MiB: memcached also drops the item it replaces",
-        [
-            b"set key-8 0 0 2\r\nhi\r\n".to_vec(),
-            format!("set key-8 0 0 {big}\r\n").into_bytes(),
-            vec![b'x'; big],
-            b"\r\nget key-8\r\n".to_vec(),
-        ]
-        .concat(),
-    )];
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "a tab right after a space between get keys is the first byte of a key",
+            b"set key-1 0 0 1\r\nx\r\nget key-1 \tkey-1\r\n".to_vec(),
+        ),
+        (
+            "a \\r not just before the line's \\n is a byte of its token",
+            b"set key-2 0 0 1\r\r\nx\r\nget key-2\r\nget key-2\r\r\n".to_vec(),
+        ),
+        (
+            "a number missing after trailing spaces is too few tokens: ERROR",
+            b"set key-3  \r\nincr key-3 \r\ntouch key-3 \r\nset key-3 0 0 \r\n".to_vec(),
+        ),
+    ];
     assert_none_differ(&cases);
 }
 

@@ -203,6 +203,11 @@ pub struct ReadSide {
     hangup: bool,
     /// A read said the connecting was refused.
     pub refused: bool,
+    /// The request the grammar sends in place of one that did not parse
+    /// (`%reject_send`), handed on as the next message: it reaches the
+    /// program's rule, and so the backend that owns its key, after the
+    /// rejected request's answer and before anything read later.
+    instead: Option<Msg>,
 }
 
 impl ReadSide {
@@ -223,6 +228,7 @@ impl ReadSide {
             drained: false,
             hangup: false,
             refused: false,
+            instead: None,
         }
     }
 
@@ -273,6 +279,32 @@ impl ReadSide {
         }
     }
 
+    /// The request the grammar sends in place of the one whose parse just
+    /// failed (`%reject_send`), parsed as a request read from the
+    /// connection would be; `None` where there is none, or it does not
+    /// parse whole. Leaves the parser reset.
+    fn made_instead(&mut self, pool: &MsgPool) -> Option<Msg> {
+        let mut m = pool.take();
+        let made = self.parser.grammar().reject_send(
+            self.parser.unit(),
+            self.parser.slots(),
+            &self.buf[self.start..self.end],
+            &mut m.bytes,
+        );
+        self.parser.reset();
+        let whole = made
+            && matches!(self.parser.parse(&m.bytes), Ok(Progress::Done(n)) if n == m.bytes.len());
+        if !whole {
+            self.parser.reset();
+            pool.give(m);
+            return None;
+        }
+        let values = Values::parsed(&self.parser);
+        pool.copy_values(&mut m, values, self.parser.slots());
+        self.parser.reset();
+        Some(m)
+    }
+
     /// What the request the next reply answers said of it
     /// (`%reply_context`).
     pub fn set_reply_context(&mut self, context: i128) {
@@ -287,6 +319,7 @@ impl ReadSide {
             && !self.skipping
             && self.discard == 0
             && self.after_head.is_none()
+            && self.instead.is_none()
     }
 
     /// Empty, for another connection.
@@ -302,11 +335,15 @@ impl ReadSide {
         self.drained = false;
         self.hangup = false;
         self.refused = false;
+        self.instead = None;
     }
 
     /// The next message: parsed from what is buffered, reading the socket
     /// when the buffer runs dry.
     pub fn next(&mut self, stream: &TcpStream, pool: &MsgPool) -> Inbound {
+        if let Some(m) = self.instead.take() {
+            return Inbound::Message(m);
+        }
         loop {
             if (self.skipping || self.discard > 0) && !self.skip() {
                 // Nothing to parse until the delimiter comes, and what
@@ -388,6 +425,7 @@ impl ReadSide {
                             self.discard = said("discard")
                                 .and_then(|n| u64::try_from(n).ok())
                                 .unwrap_or(0);
+                            self.instead = self.made_instead(pool);
                             return Inbound::Rejected {
                                 status,
                                 resume: true,

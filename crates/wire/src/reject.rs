@@ -43,6 +43,71 @@ impl Grammar {
         Ok(true)
     }
 
+    /// What a proxy sends on, in place of a request of `unit` that did not
+    /// parse, so that the backend ends as the server alone would have
+    /// (memcached drops the old item of a `set` too large to store):
+    /// `%reject_send`, a string evaluated over what parsed of the request,
+    /// with each `{FIELD}` in it replaced by that bytes field of the unit,
+    /// appended to `out`. `false`, with `out` as it was, where the unit
+    /// has none, it is empty for this request, or a field it names has no
+    /// bytes.
+    pub fn reject_send(
+        &self,
+        unit: UnitId,
+        slots: &[Slot],
+        bytes: &[u8],
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let info = &self.units[unit];
+        let Some((_, e)) = info.properties.iter().find(|(n, _)| n == "reject_send") else {
+            return false;
+        };
+        let env = eval::Env {
+            slots,
+            base: 0,
+            data: bytes,
+            dollar: eval::Val::Unset,
+            dollar_base: 0,
+            context: 0,
+            limits: &self.limit_values,
+            streamed: 0,
+        };
+        let Ok(eval::Val::Bytes(template)) = env.eval(e) else {
+            return false;
+        };
+        if template.is_empty() {
+            return false;
+        }
+        let was = out.len();
+        let mut rest = template;
+        while let Some(open) = rest.iter().position(|b| *b == b'{') {
+            out.extend_from_slice(&rest[..open]);
+            let Some(close) = rest[open..].iter().position(|b| *b == b'}') else {
+                out.truncate(was);
+                return false;
+            };
+            let name = &rest[open + 1..open + close];
+            let value = info
+                .fields
+                .iter()
+                .find(|f| f.name.as_bytes() == name)
+                .and_then(|f| match slots.get(f.slot as usize) {
+                    Some(Slot::Bytes { start, len }) => {
+                        bytes.get(*start as usize..(*start + *len) as usize)
+                    }
+                    _ => None,
+                });
+            let Some(value) = value else {
+                out.truncate(was);
+                return false;
+            };
+            out.extend_from_slice(value);
+            rest = &rest[open + close + 1..];
+        }
+        out.extend_from_slice(rest);
+        true
+    }
+
     /// Where reading resumes after a request of `unit` that did not parse:
     /// just past the next occurrence of these bytes (`%resync`); `None` if
     /// the connection cannot recover.

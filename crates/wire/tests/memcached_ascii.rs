@@ -1201,6 +1201,42 @@ fn rejected_requests_get_memcacheds_replies() {
     assert_eq!(said(b"ms k 2000000 q\r\n", "quiet_reject"), Some(0));
 }
 
+/// A `set` or `ms` over the item size limit also drops the key's old item
+/// in memcached: a proxy sends a quiet delete of the key in its place
+/// (`%reject_send`, its `{key}` filled from what parsed); other storage
+/// commands, and other errors, send nothing.
+#[test]
+fn an_oversized_set_sends_a_delete_in_its_place() {
+    let g = grammar();
+    let req = g.unit_id("request").unwrap();
+    let sent = |bytes: &[u8]| {
+        let mut p = g.parser(req);
+        assert!(
+            p.parse(bytes).is_err(),
+            "{:?}",
+            String::from_utf8_lossy(bytes)
+        );
+        let mut out = b"kept".to_vec();
+        let made = g.reject_send(req, p.slots(), bytes, &mut out);
+        assert_eq!(made, out.len() > 4, "{:?}", String::from_utf8_lossy(&out));
+        made.then(|| String::from_utf8(out[4..].to_vec()).unwrap())
+    };
+    let delete = Some("delete k-1 noreply\r\n".to_string());
+    assert_eq!(sent(b"set k-1 0 0 2000000\r\n"), delete);
+    assert_eq!(sent(b"set  k-1 0 0 1048577 noreply\r\n"), delete);
+    assert_eq!(sent(b"ms k-1 1048577 q\r\n"), delete);
+    assert_eq!(sent(b"add k-1 0 0 2000000\r\n"), None);
+    assert_eq!(sent(b"cas k-1 0 0 2000000 1\r\n"), None);
+    assert_eq!(sent(b"set k-1 0 0 3\r\nabcde\r\n"), None);
+    assert_eq!(sent(b"set k-1 0 0 x\r\n"), None);
+    assert_eq!(sent(b"bogus\r\n"), None);
+    // What is sent parses as the quiet request it is.
+    let mut p = g.parser(req);
+    let delete = b"delete k-1 noreply\r\n";
+    assert!(matches!(p.parse(delete), Ok(Progress::Done(n)) if n == delete.len()));
+    assert_eq!(g.property(req, "quiet", p.slots(), delete), Some(1));
+}
+
 /// Requests as memcached 1.6 tokenises them (`tokenize_command`): runs of
 /// spaces between tokens, spaces before the first token and after the
 /// last, and a bare "\n" line end; a tab is a byte of its token.

@@ -171,6 +171,7 @@ pub const ROUTING: &[&str] = &[
     "fenced",
     "discard",
     "quiet_reject",
+    "reject_send",
     "refuse",
     "exclusive",
     "idempotent",
