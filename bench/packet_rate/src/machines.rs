@@ -730,7 +730,7 @@ fn table_rates(slots: usize, reps: usize) {
         let k = key(next);
         if let Ok(p) = table.insert(&k, 0, &none, Eviction::Expired) {
             let (Placed::Free(s) | Placed::Evicted(s)) = p;
-            table.meta_mut(s).last = 0;
+            table.set_meta(s, 0, 0, 0);
         } else {
             panic!("the table refused a key at {} of {}", table.len(), nominal)
         }

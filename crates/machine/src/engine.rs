@@ -294,7 +294,7 @@ impl Engine {
         match found {
             Some(slot) => {
                 copy(&mut st.regs, st.flows.regs(slot));
-                let m = *st.flows.meta(slot);
+                let m = st.flows.meta(slot);
                 (state, created) = (m.state, m.created);
                 if let Some(why) = timeouts.expiry(&m, now) {
                     counters.expired += 1;
@@ -379,10 +379,7 @@ impl Engine {
         };
         if let Some(slot) = slot {
             copy(st.flows.regs_mut(slot), &st.regs);
-            let m = st.flows.meta_mut(slot);
-            m.state = state;
-            m.created = created;
-            m.last = now;
+            st.flows.set_meta(slot, state, created, now);
         }
         entry
     }

@@ -5,8 +5,10 @@
 //! whatever the load. An insertion that finds both buckets full searches
 //! (breadth first, at most [`MAX_SEARCH`] slots) for a chain of entries to
 //! move to their other bucket, then falls back to the stash, then to the
-//! eviction policy. Keys, registers and metadata live in flat arrays made
-//! once: nothing is allocated after [`FlowTable::new`].
+//! eviction policy. A slot's state, timestamps, key and registers lie
+//! together in one record of a flat array (a lookup that finds its key
+//! then reads one place, not three arrays), beside a dense array of 16-bit
+//! tags; both are made once: nothing is allocated after [`FlowTable::new`].
 //!
 //! Written here rather than taken from a crate: the table must hand out
 //! slot numbers (registers are kept beside it), evict by the machine's
@@ -75,13 +77,13 @@ pub struct FlowTable {
     key_len: usize,
     regs: usize,
     mask: usize,
-    /// Slots: `buckets * BUCKET` in buckets, then the stash.
-    keys: Vec<Value>,
-    values: Vec<Value>,
-    meta: Vec<Meta>,
+    /// Slots: `buckets * BUCKET` in buckets, then the stash; each a
+    /// record of `stride` words: state, created, last, key, registers.
+    records: Vec<Value>,
+    stride: usize,
     /// Per slot, 16 bits of its key's hash (never 0), or 0 when free: a
     /// lookup reads a bucket's tags (small and dense, so mostly cached)
-    /// and the keys only where a tag matches.
+    /// and a record only where a tag matches.
     tags: Vec<u16>,
     len: usize,
     /// Used slots in the stash: a lookup reads the stash only when some
@@ -110,6 +112,8 @@ pub fn hash_key(key: &[Value], seed: u64) -> u64 {
 }
 
 const TABLE_SEED: u64 = 0x2545_f491_4f6c_dd1d;
+/// Words of a record before its key: state, created, last.
+const META_WORDS: usize = 3;
 
 impl FlowTable {
     /// A table for at least `capacity` contexts (whole buckets, a power of
@@ -122,9 +126,8 @@ impl FlowTable {
             key_len,
             regs,
             mask: buckets - 1,
-            keys: vec![0; slots * key_len],
-            values: vec![0; slots * regs],
-            meta: vec![Meta::default(); slots],
+            records: vec![0; slots * (META_WORDS + key_len + regs)],
+            stride: META_WORDS + key_len + regs,
             tags: vec![0; slots],
             len: 0,
             in_stash: 0,
@@ -134,7 +137,7 @@ impl FlowTable {
 
     /// Slots in all, stash included.
     pub fn capacity(&self) -> usize {
-        self.meta.len()
+        self.tags.len()
     }
 
     pub fn len(&self) -> usize {
@@ -166,39 +169,52 @@ impl FlowTable {
         (b1, b2, (h >> 48) as u16 | 1)
     }
 
+    fn record(&self, slot: usize) -> &[Value] {
+        &self.records[slot * self.stride..(slot + 1) * self.stride]
+    }
+
     pub fn key(&self, slot: usize) -> &[Value] {
-        &self.keys[slot * self.key_len..(slot + 1) * self.key_len]
+        &self.record(slot)[META_WORDS..META_WORDS + self.key_len]
     }
 
     pub fn regs(&self, slot: usize) -> &[Value] {
-        &self.values[slot * self.regs..(slot + 1) * self.regs]
+        &self.record(slot)[META_WORDS + self.key_len..]
     }
 
     pub fn regs_mut(&mut self, slot: usize) -> &mut [Value] {
-        &mut self.values[slot * self.regs..(slot + 1) * self.regs]
+        let at = slot * self.stride + META_WORDS + self.key_len;
+        &mut self.records[at..at + self.regs]
     }
 
-    pub fn meta(&self, slot: usize) -> &Meta {
-        &self.meta[slot]
+    pub fn meta(&self, slot: usize) -> Meta {
+        let r = self.record(slot);
+        Meta {
+            used: self.tags[slot] != 0,
+            state: r[0] as u16,
+            created: r[1],
+            last: r[2],
+        }
     }
 
-    pub fn meta_mut(&mut self, slot: usize) -> &mut Meta {
-        &mut self.meta[slot]
+    /// Sets a used slot's state and timestamps.
+    pub fn set_meta(&mut self, slot: usize, state: u16, created: u64, last: u64) {
+        let at = slot * self.stride;
+        self.records[at..at + META_WORDS].copy_from_slice(&[state as Value, created, last]);
     }
 
     /// Used slots, in slot order.
     pub fn slots(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.meta.len()).filter(|&s| self.meta[s].used)
+        (0..self.tags.len()).filter(|&s| self.tags[s] != 0)
     }
 
     /// Whether `slot` holds `key`: the key words first (one cache line for
     /// a bucket's keys), compared without a call (keys are a few words).
     #[inline]
     fn holds(&self, slot: usize, key: &[Value]) -> bool {
-        let k = self.key_len;
-        let stored = &self.keys[slot * k..(slot + 1) * k];
+        let at = slot * self.stride + META_WORDS;
+        let stored = &self.records[at..at + self.key_len];
         let diff = stored.iter().zip(key).fold(0, |d, (a, b)| d | (a ^ b));
-        diff == 0 && self.meta[slot].used
+        diff == 0 && self.tags[slot] != 0
     }
 
     /// The slot holding `key`: its two buckets, then the stash.
@@ -215,12 +231,11 @@ impl FlowTable {
         if self.in_stash == 0 {
             return None;
         }
-        (self.stash_start()..self.meta.len()).find(|&s| self.tags[s] == tag && self.holds(s, key))
+        (self.stash_start()..self.tags.len()).find(|&s| self.tags[s] == tag && self.holds(s, key))
     }
 
     pub fn remove(&mut self, slot: usize) {
-        if self.meta[slot].used {
-            self.meta[slot].used = false;
+        if self.tags[slot] != 0 {
             self.tags[slot] = 0;
             self.len -= 1;
             if slot >= self.stash_start() {
@@ -234,11 +249,8 @@ impl FlowTable {
     }
 
     fn move_slot(&mut self, from: usize, to: usize) {
-        let (k, r) = (self.key_len, self.regs);
-        self.keys.copy_within(from * k..(from + 1) * k, to * k);
-        self.values.copy_within(from * r..(from + 1) * r, to * r);
-        self.meta[to] = self.meta[from];
-        self.meta[from].used = false;
+        let w = self.stride;
+        self.records.copy_within(from * w..(from + 1) * w, to * w);
         self.tags[to] = self.tags[from];
         self.tags[from] = 0;
     }
@@ -306,7 +318,7 @@ impl FlowTable {
         eviction: Eviction,
     ) -> Result<Placed, TableFull> {
         let (b1, b2, tag) = self.place_of(key);
-        let stash = self.stash_start()..self.meta.len();
+        let stash = self.stash_start()..self.tags.len();
         let placed = if let Some(s) = self.free_in(b1).or_else(|| self.free_in(b2)) {
             Placed::Free(s)
         } else if let Some(s) = self.make_room(b1, b2) {
@@ -319,11 +331,11 @@ impl FlowTable {
                 .chain(stash);
             let expired = candidates
                 .clone()
-                .find(|&s| timeouts.expiry(&self.meta[s], now).is_some());
+                .find(|&s| timeouts.expiry(&self.meta(s), now).is_some());
             let victim = match (expired, eviction) {
                 (Some(s), _) => s,
                 (None, Eviction::Oldest) => candidates
-                    .min_by_key(|&s| (self.meta[s].last, s))
+                    .min_by_key(|&s| (self.meta(s).last, s))
                     .ok_or(TableFull)?,
                 (None, Eviction::Expired) => return Err(TableFull),
             };
@@ -334,11 +346,9 @@ impl FlowTable {
             Placed::Free(s) | Placed::Evicted(s) => s,
         };
         let k = self.key_len;
-        self.keys[slot * k..(slot + 1) * k].copy_from_slice(key);
-        self.meta[slot] = Meta {
-            used: true,
-            ..Meta::default()
-        };
+        let at = slot * self.stride;
+        self.records[at..at + META_WORDS].fill(0);
+        self.records[at + META_WORDS..at + META_WORDS + k].copy_from_slice(key);
         self.tags[slot] = tag;
         self.len += 1;
         if slot >= self.stash_start() {
@@ -363,8 +373,7 @@ mod tests {
         let s = match p {
             Placed::Free(s) | Placed::Evicted(s) => s,
         };
-        t.meta_mut(s).created = now;
-        t.meta_mut(s).last = now;
+        t.set_meta(s, 0, now, now);
         t.regs_mut(s)[0] = k * 10;
         Ok(p)
     }
