@@ -405,14 +405,24 @@ impl Registry {
         config.weight = weight;
         // Recorded with the service, so a restart gives it the same.
         spec.weight = Some(weight);
-        let service = Service::start_on(&self.platform, loaded, config)
-            .map_err(|e| Refusal::new(409, e.to_string()))?;
-        crate::reload::bound_dicts(&service, &state);
-        let old = services.remove(&spec.name);
-        let mut carried = Vec::new();
-        if let Some(old) = &old {
-            carried = crate::reload::carry_globals(&old.service, &old.state, &service, &state);
+        // A redeploy takes over the old version's listening sockets once
+        // the state is carried, so no connection waiting in them is reset.
+        let (service, carried) = match services.get(&spec.name) {
+            Some(old) => crate::reload::start_next(
+                &self.platform,
+                loaded,
+                config,
+                &old.service,
+                &old.state,
+                &state,
+            ),
+            None => Service::start_on(&self.platform, loaded, config).map(|service| {
+                crate::reload::bound_dicts(&service, &state);
+                (service, Vec::new())
+            }),
         }
+        .map_err(|e| Refusal::new(409, e.to_string()))?;
+        let old = services.remove(&spec.name);
         let deploy_us = started.elapsed().as_micros() as u64;
         let version = old.as_ref().map_or(1, |o| o.version + 1);
         if let Err(e) = self.record(&spec) {
@@ -458,7 +468,7 @@ impl Registry {
         // free pages (in the API thread's arena): given back now, or an
         // idle service would seem to cost them.
         flick_platform::release_free_memory();
-        // The new version listens already; the old one drains beside it.
+        // The new version accepts already; the old one drains beside it.
         if let Some(old) = old {
             let stopped = old.service.stop(DRAIN_DEADLINE);
             tracing::info!(service = %old.spec.name, version = old.version, drained = stopped.drained, "old version stopped");
