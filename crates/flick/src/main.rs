@@ -614,10 +614,18 @@ impl Reloader<'_> {
         }
         let mut config = run_service_config(&load.settings, &load.loaded)?;
         config.access_log = self.access_log.clone();
-        let service = flick_platform::Service::start_on(self.platform, load.loaded, config)
-            .map_err(|e| RunFailure::new(ExitCode::FAILURE, format!("error: {e}")))?;
-        let carried =
-            flick::reload::carry_globals(&running.service, &running.state, &service, &load.state);
+        // The new version takes over the old one's listening sockets once
+        // the state is carried: from then on only it accepts, and what
+        // waits in the backlogs is its to accept.
+        let (service, carried) = flick::reload::start_next(
+            self.platform,
+            load.loaded,
+            config,
+            &running.service,
+            &running.state,
+            &load.state,
+        )
+        .map_err(|e| RunFailure::new(ExitCode::FAILURE, format!("error: {e}")))?;
         let service = std::sync::Arc::new(service);
         if let Some(m) = &self.metrics {
             *m.lock().expect("metrics lock") = flick::metrics::render_service(service.clone());
@@ -630,9 +638,6 @@ impl Reloader<'_> {
                 version: running.version + 1,
             },
         );
-        // From here on only the new version accepts, so a connection made
-        // once the reload is reported reaches it; the old one drains.
-        old.service.stop_accepting();
         tracing::info!(
             program = %load.program_path,
             listen = %running.service.local_addr(),
@@ -757,12 +762,13 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
     // The listeners share their port (SO_REUSEPORT) so that a reloaded
     // version can bind beside the old one; that would also let a second
     // `flick run` on the same address share it without a word. A plain
-    // bind first fails as nginx does when anything listens there already.
+    // bind first fails as nginx does when anything listens there already;
+    // it does not listen, so no connection made meanwhile is reset.
     for (chan, addr) in &config.listen {
         if addr.port() == 0 {
             continue;
         }
-        if let Err(e) = std::net::TcpListener::bind(addr) {
+        if let Err(e) = flick_platform::Service::check_address_free(*addr) {
             eprintln!("error: cannot listen on {addr} for channel `{chan}`: {e}");
             return ExitCode::FAILURE;
         }

@@ -1,14 +1,42 @@
 //! What a new version of a service takes over from the old one it
 //! replaces, shared by `flick serve`'s redeploy and `flick run`'s reload
 //! on SIGHUP: the new version starts beside the old on the same platform
-//! (listeners with SO_REUSEPORT), then the old one drains.
+//! (listeners with SO_REUSEPORT), takes over the old one's listening
+//! sockets once its state is carried (`start_next`), then the old one
+//! drains. No listening socket closes across a reload, so a connection
+//! waiting in a backlog is accepted by the new version, never reset.
 //!
 //! `global` integers, booleans and strings, and `global` dictionaries, of
 //! the same name and type are carried over (a dictionary entry by entry,
 //! oldest first, so it evicts in the same order); `local` state starts
 //! afresh.
 
-use flick_platform::{EntryRef, EntryValue, Service, StateValue};
+use flick_platform::{
+    EntryRef, EntryValue, Loaded, Platform, Service, ServiceConfig, StartError, StateValue,
+};
+
+/// Starts the next version of `old` on `platform`: its string
+/// dictionaries bounded and `old`'s `global` state carried over before it
+/// accepts, then it takes over `old`'s listening sockets
+/// (`Service::start_replacing`); `old` accepts no more and is left to
+/// drain. The new version and what was carried, by name.
+pub fn start_next(
+    platform: &Platform,
+    loaded: Loaded,
+    config: ServiceConfig,
+    old: &Service,
+    old_state: &[StateVar],
+    new_state: &[StateVar],
+) -> Result<(Service, Vec<String>), StartError> {
+    let mut carried = Vec::new();
+    let service = Service::start_replacing(platform, loaded, config, old, &mut |new| {
+        bound_dicts(new, new_state);
+        carried = carry_globals(old, old_state, new, new_state);
+    })?;
+    // Bound elsewhere: from here on only the new version accepts.
+    old.stop_accepting();
+    Ok((service, carried))
+}
 
 /// What a dictionary's entries hold.
 #[derive(Clone, Debug, PartialEq, Eq)]

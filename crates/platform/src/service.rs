@@ -730,6 +730,35 @@ impl Service {
         loaded: Loaded,
         config: ServiceConfig,
     ) -> Result<Service, StartError> {
+        Service::start_with(platform, loaded, config, None, &mut |_| {})
+    }
+
+    /// Starts a new version of `old` on `platform`, as `start_on` does,
+    /// that takes over `old`'s listening sockets instead of binding new
+    /// ones: `prepare` runs on the new version before it accepts (to carry
+    /// state over), then `old` stops accepting and the new version accepts
+    /// on the same sockets, what waits in their backlogs included. No
+    /// listening socket closes, so no connection is refused or reset, and
+    /// none is left in a socket that nobody polls. A version that listens
+    /// elsewhere, or on a different number of sockets, binds its own (then
+    /// `old`'s close when it stops accepting).
+    pub fn start_replacing(
+        platform: &Platform,
+        loaded: Loaded,
+        config: ServiceConfig,
+        old: &Service,
+        prepare: &mut dyn FnMut(&Service),
+    ) -> Result<Service, StartError> {
+        Service::start_with(platform, loaded, config, Some(old), prepare)
+    }
+
+    fn start_with(
+        platform: &Platform,
+        loaded: Loaded,
+        config: ServiceConfig,
+        old: Option<&Service>,
+        prepare: &mut dyn FnMut(&Service),
+    ) -> Result<Service, StartError> {
         // Parsers made from here on run the stock grammars' generated code.
         flick_grammars::install();
         let Bound {
@@ -783,16 +812,26 @@ impl Service {
         // every worker the same port.
         let per_worker = config.accept == Accept::PerWorker && fan_in == 1 && workers > 1;
         let reuse = per_worker || config.reuse_port;
-        let first = listen(laddr, reuse).map_err(|e| StartError::Listen(laddr, e))?;
-        let local = first
-            .local_addr()
-            .map_err(|e| StartError::Listen(laddr, e))?;
-        let mut listeners = vec![first];
-        if per_worker {
-            for _ in 1..workers {
-                listeners.push(listen(local, true).map_err(|e| StartError::Listen(local, e))?);
+        let count = if per_worker { workers } else { 1 };
+        // The old version's sockets, taken over once this one is ready.
+        let takes_over = old.filter(|o| {
+            let same_addr = o.local == laddr || (laddr.port() == 0 && laddr.ip() == o.local.ip());
+            same_addr && o.listeners() == count && o.parts.accepting.len() == count
+        });
+        let (local, mut listeners) = match takes_over {
+            Some(o) => (o.local, Vec::new()),
+            None => {
+                let first = listen(laddr, reuse).map_err(|e| StartError::Listen(laddr, e))?;
+                let local = first
+                    .local_addr()
+                    .map_err(|e| StartError::Listen(laddr, e))?;
+                let mut listeners = vec![first];
+                for _ in 1..count {
+                    listeners.push(listen(local, true).map_err(|e| StartError::Listen(local, e))?);
+                }
+                (local, listeners)
             }
-        }
+        };
         let client_unit = loaded.units[client_chan].expect("checked: channels carry grammar units");
         let links_per_graph = 2 * fan_in
             + backends
@@ -889,7 +928,7 @@ impl Service {
             shared,
             graphs,
             balance,
-            accepting: (0..listeners.len())
+            accepting: (0..count)
                 .map(|w| Acceptor {
                     listener: Mutex::new(None),
                     token: Mutex::new(None),
@@ -924,12 +963,25 @@ impl Service {
             parts: parts.clone(),
             local,
         };
+        prepare(&service);
+        if let Some(o) = takes_over {
+            listeners = o.take_listeners();
+            // Stopped meanwhile by someone else: the rest bound anew.
+            while listeners.len() < count {
+                listeners.push(listen(local, true).map_err(|e| StartError::Listen(local, e))?);
+            }
+        }
         // The reactor owns the registrations, each on its worker's epoll;
         // a callback accepts from its listener while the service accepts.
         // It holds the service weakly: a stopped service is freed even if
-        // a callback outlives its listener.
+        // a callback outlives its listener. The listener's slot is held
+        // while it registers: connections already in its backlog make
+        // the worker call back at once (readiness is edge-triggered, and
+        // said once), and the callback must find the listener there, or
+        // they would wait until another connection arrives.
         for (i, mut listener) in listeners.into_iter().enumerate() {
             let (weak, hooks) = (Arc::downgrade(&parts), hooks(&parts));
+            let mut slot = parts.accepting[i].listener.lock().expect("listener lock");
             let token = reactor
                 .register_listener_on(
                     &mut listener,
@@ -942,9 +994,21 @@ impl Service {
                 )
                 .map_err(|e| StartError::Listen(local, e))?;
             *parts.accepting[i].token.lock().expect("token lock") = Some(token);
-            *parts.accepting[i].listener.lock().expect("listener lock") = Some(listener);
+            *slot = Some(listener);
         }
         Ok(service)
+    }
+
+    /// Fails as a plain bind does where something listens on `addr`
+    /// already (listeners with `SO_REUSEPORT` would share it without a
+    /// word), without listening itself: a client that connects meanwhile
+    /// is refused and tries again, where a listener that closed would have
+    /// taken its connection and then reset it.
+    pub fn check_address_free(addr: SocketAddr) -> std::io::Result<()> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_reuse_address(true)?;
+        socket.bind(&addr.into())
     }
 
     /// The address the service listens on (useful with port 0).
@@ -1041,13 +1105,23 @@ impl Service {
     /// their backlogs is refused); instances already running finish on
     /// their own.
     pub fn stop_accepting(&self) {
+        drop(self.take_listeners());
+    }
+
+    /// Stops accepting and hands the listening sockets over, open, in
+    /// order (an accept under way finishes first); what waits in their
+    /// backlogs stays there for whoever accepts next.
+    fn take_listeners(&self) -> Vec<TcpListener> {
+        let mut taken = Vec::new();
         for a in &self.parts.accepting {
-            let listener = a.listener.lock().expect("listener lock").take();
+            let mut slot = a.listener.lock().expect("listener lock");
             let token = a.token.lock().expect("token lock").take();
-            if let (Some(mut l), Some(t)) = (listener, token) {
+            if let (Some(mut l), Some(t)) = (slot.take(), token) {
                 self.parts.reactor.deregister_listener(&mut l, t);
+                taken.push(l);
             }
         }
+        taken
     }
 
     /// Stops the service alone (an undeploy): it stops accepting, its

@@ -1,0 +1,377 @@
+//! `flick run` leaves no request unanswered, as nginx's reload does: a
+//! server just started answers the connections made in its first
+//! milliseconds, and across 20 SIGHUP reloads under load (clients on new
+//! and kept-alive connections, and busy threads beside them, as parallel
+//! tests are) every request on a new connection is answered within 2 s,
+//! none reset or refused. A kept-alive connection the old version closes
+//! as it drains may lose the request written as it closes (as with any
+//! HTTP server); it is asked again on a new connection, as clients do.
+//! Each `flick run` is killed when the test ends, and every wait is
+//! bounded.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::{free_port, ROOT};
+
+/// How long a request may wait for its answer.
+const ANSWER_WITHIN: Duration = Duration::from_secs(2);
+
+/// A program whose answer's reason phrase names its version.
+fn program(version: &str) -> String {
+    format!(
+        "\
+grammar http
+
+type request: record
+  target : string
+
+type simple_response: record
+  status : integer {{size=2}}
+  reason : string
+  body : string
+
+proc Hits: (request/simple_response client)
+  global hits := 0
+  | client => respond(hits, client)
+
+fun respond: (hits: ref integer, -/simple_response client, req: request) -> ()
+  hits := hits + 1
+  simple_response(200, \"{version}\", to_string(hits)) => client
+"
+    )
+}
+
+/// A scratch directory removed when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("flick-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `flick run` on two workers, killed on drop.
+struct Run {
+    child: Child,
+    port: u16,
+    /// Lines of its standard output seen so far ("listening", "reloaded").
+    log: Arc<std::sync::Mutex<String>>,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Run {
+    /// Starts `flick run PROGRAM` on `port`, without waiting for it.
+    fn spawn(program: &std::path::Path, port: u16) -> Run {
+        let listen = format!("client=127.0.0.1:{port}");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+            .current_dir(ROOT)
+            .arg("run")
+            .arg(program)
+            .args(["--listen", &listen, "--workers", "2"])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(std::sync::Mutex::new(String::new()));
+        let err = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(err);
+            let mut line = String::new();
+            while lines.read_line(&mut line).unwrap_or(0) > 0 {
+                sink.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        Run { child, port, log }
+    }
+
+    fn hup(&self) {
+        let sent = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+
+    fn reloads(&self) -> usize {
+        self.log.lock().unwrap().matches("reloaded").count()
+    }
+}
+
+/// How a request ended.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    /// Answered: the reason phrase.
+    Answered(String),
+    /// Nothing within `ANSWER_WITHIN`.
+    Stalled,
+    /// Closed or reset before any byte of an answer.
+    Closed,
+    /// Refused: nothing listened.
+    Refused,
+}
+
+/// One GET on `s`, its answer read whole.
+fn exchange(s: &mut TcpStream, keep_alive: bool) -> Outcome {
+    let connection = if keep_alive { "keep-alive" } else { "close" };
+    let request = format!("GET / HTTP/1.1\r\nHost: x\r\nConnection: {connection}\r\n\r\n");
+    if s.write_all(request.as_bytes()).is_err() {
+        return Outcome::Closed;
+    }
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    let failed = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Outcome::Stalled,
+        _ => Outcome::Closed,
+    };
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(0) => return Outcome::Closed,
+            Ok(_) => head.push(byte[0]),
+            Err(e) => return failed(e),
+        }
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    if let Err(e) = s.read_exact(&mut body) {
+        return failed(e);
+    }
+    let reason = head.lines().next().and_then(|l| l.splitn(3, ' ').nth(2));
+    Outcome::Answered(reason.unwrap_or_default().to_string())
+}
+
+fn connect(port: u16) -> Result<TcpStream, Outcome> {
+    let s = TcpStream::connect(("127.0.0.1", port)).map_err(|_| Outcome::Refused)?;
+    s.set_read_timeout(Some(ANSWER_WITHIN)).unwrap();
+    s.set_write_timeout(Some(ANSWER_WITHIN)).unwrap();
+    Ok(s)
+}
+
+/// A GET over a new connection.
+fn get_new(port: u16) -> Outcome {
+    match connect(port) {
+        Ok(mut s) => exchange(&mut s, false),
+        Err(o) => o,
+    }
+}
+
+/// Threads that keep both cores busy until dropped, as tests running
+/// beside this one do.
+struct Busy(Arc<AtomicBool>, Vec<std::thread::JoinHandle<()>>);
+
+impl Busy {
+    fn start(threads: usize) -> Busy {
+        let stop = Arc::new(AtomicBool::new(false));
+        let handles = (0..threads)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = std::hint::black_box(
+                            x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                        );
+                    }
+                })
+            })
+            .collect();
+        Busy(stop, handles)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+        for h in self.1.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+#[test]
+fn connections_made_as_flick_run_starts_are_answered() {
+    let dir = TempDir::new("start-load");
+    let path = dir.0.join("hits.flick");
+    std::fs::write(&path, program("v1")).unwrap();
+    let _busy = Busy::start(2);
+    // Each round, clients connect from the moment the port is bound
+    // (refused before), one request each, and nothing else arrives that
+    // would wake a listener that missed its connections.
+    for round in 0..8 {
+        let port = free_port();
+        let run = Run::spawn(&path, port);
+        let clients: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let until = Instant::now() + Duration::from_secs(30);
+                    loop {
+                        match connect(port) {
+                            Ok(mut s) => return exchange(&mut s, false),
+                            Err(_) if Instant::now() < until => {
+                                std::thread::sleep(Duration::from_micros(200))
+                            }
+                            Err(o) => return o,
+                        }
+                    }
+                })
+            })
+            .collect();
+        for c in clients {
+            let outcome = c.join().unwrap();
+            assert_eq!(
+                outcome,
+                Outcome::Answered("v1".into()),
+                "round {round}: a connection made as flick run started; log:\n{}",
+                run.log.lock().unwrap()
+            );
+        }
+    }
+}
+
+/// What the clients saw, counted.
+#[derive(Default)]
+struct Counts {
+    answered: AtomicU64,
+    stalled: AtomicU64,
+    /// New connections closed or reset before their answer.
+    reset: AtomicU64,
+    refused: AtomicU64,
+    /// Kept-alive connections closed by a draining version before an
+    /// answer: asked again on a new connection.
+    keep_alive_closed: AtomicU64,
+}
+
+impl Counts {
+    fn note(&self, outcome: &Outcome) {
+        let counter = match outcome {
+            Outcome::Answered(_) => &self.answered,
+            Outcome::Stalled => &self.stalled,
+            Outcome::Closed => &self.reset,
+            Outcome::Refused => &self.refused,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Requests over new connections until `stop`.
+fn fresh_client(port: u16, stop: Arc<AtomicBool>, counts: Arc<Counts>) {
+    while !stop.load(Ordering::Relaxed) {
+        counts.note(&get_new(port));
+    }
+}
+
+/// Requests over one kept-alive connection until `stop`; when the
+/// server closes it, a new one, as HTTP clients do.
+fn keep_alive_client(port: u16, stop: Arc<AtomicBool>, counts: Arc<Counts>) {
+    let mut conn: Option<TcpStream> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let reused = conn.is_some();
+        let mut s = match conn.take() {
+            Some(s) => s,
+            None => match connect(port) {
+                Ok(s) => s,
+                Err(o) => {
+                    counts.note(&o);
+                    continue;
+                }
+            },
+        };
+        match exchange(&mut s, true) {
+            Outcome::Answered(r) => {
+                counts.note(&Outcome::Answered(r));
+                conn = Some(s);
+            }
+            Outcome::Closed if reused => {
+                counts.keep_alive_closed.fetch_add(1, Ordering::Relaxed);
+            }
+            other => counts.note(&other),
+        }
+    }
+}
+
+#[test]
+fn no_request_is_left_unanswered_across_reloads_under_load() {
+    let dir = TempDir::new("reload-load");
+    let path = dir.0.join("hits.flick");
+    std::fs::write(&path, program("v1")).unwrap();
+    let run = Run::spawn(&path, free_port());
+    let until = Instant::now() + Duration::from_secs(30);
+    while get_new(run.port) != Outcome::Answered("v1".into()) {
+        assert!(Instant::now() < until, "flick run never answered");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _busy = Busy::start(2);
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts = Arc::new(Counts::default());
+    let mut clients = Vec::new();
+    for i in 0..4 {
+        let (stop, counts, port) = (stop.clone(), counts.clone(), run.port);
+        clients.push(std::thread::spawn(move || match i % 2 {
+            0 => fresh_client(port, stop, counts),
+            _ => keep_alive_client(port, stop, counts),
+        }));
+    }
+    let reloads = 20;
+    for n in 2..=reloads + 1 {
+        std::fs::write(&path, program(&format!("v{n}"))).unwrap();
+        run.hup();
+        let until = Instant::now() + Duration::from_secs(30);
+        while run.reloads() < n - 1 {
+            assert!(Instant::now() < until, "reload {n} never happened");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let last = format!("v{}", reloads + 1);
+    assert_eq!(
+        get_new(run.port),
+        Outcome::Answered(last),
+        "the last version answers"
+    );
+    let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let report = format!(
+        "answered {}, stalled {}, reset {}, refused {}, kept-alive closed {}",
+        read(&counts.answered),
+        read(&counts.stalled),
+        read(&counts.reset),
+        read(&counts.refused),
+        read(&counts.keep_alive_closed)
+    );
+    eprintln!("{report}");
+    assert!(read(&counts.answered) > 100, "too few requests: {report}");
+    assert_eq!(read(&counts.stalled), 0, "{report}");
+    assert_eq!(read(&counts.reset), 0, "{report}");
+    assert_eq!(read(&counts.refused), 0, "{report}");
+}
