@@ -455,9 +455,10 @@ fn emit_scalar(
                     return Err(Grammar::err(op, WireErrorKind::Invalid, out.len()));
                 }
             }
-            // What `&while_any` skipped is not written (HTTP's empty lines
-            // before a request line).
-            if let Len::WhileAny(_) = len {
+            // What an anonymous `&while_any` skipped is not written (HTTP's
+            // empty lines before a request line); a named one writes what
+            // it holds (Memcached's spaces between tokens).
+            if let (Len::WhileAny(_), "_") = (len, &*op.field) {
                 return Ok(());
             }
             out.extend_from_slice(b);
