@@ -1312,3 +1312,26 @@ fn requests_are_tokenised_as_memcached_does() {
         ],
     );
 }
+
+/// A tab right after a space begins a key, as memcached reads it (spaces
+/// alone separate tokens), and the parts of a split get keep the client's
+/// spaces, written back as read.
+#[test]
+fn a_tab_after_a_space_begins_a_key() {
+    let g = grammar();
+    let bytes = b"get a \tb\r\n";
+    let p = parse_one("request", bytes);
+    assert_eq!(g.split_parts(p.unit(), p.slots()), 2);
+    let part = |i| {
+        let (mut scratch, mut out) = (Vec::new(), Vec::new());
+        g.split_part(p.unit(), p.slots(), bytes, i, &mut scratch, &mut out)
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    assert_eq!(part(0), "get a \r\n");
+    assert_eq!(part(1), "get \tb\r\n");
+    assert_eq!(
+        reserialize("request", b"get  a \tb  \r\n"),
+        b"get  a \tb  \r\n"
+    );
+}
