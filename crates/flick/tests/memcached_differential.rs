@@ -1957,8 +1957,9 @@ fn known_differences() {
             b"set key-2 0 0 1\r\r\nx\r\nget key-2\r\nget key-2\r\r\n".to_vec(),
         ),
         (
-            "a number missing after trailing spaces is too few tokens: ERROR",
-            b"set key-3  \r\nincr key-3 \r\ntouch key-3 \r\nset key-3 0 0 \r\n".to_vec(),
+            "too few tokens is ERROR, before any is checked (trailing spaces, a bad one)",
+            b"set key-3  \r\nincr key-3 \r\ntouch key-3 \r\nset key-3 0 0 \r\nset key-3 abc\r\n"
+                .to_vec(),
         ),
     ];
     assert_none_differ(&cases);
