@@ -6,6 +6,8 @@
 //! none reset or refused. A kept-alive connection the old version closes
 //! as it drains may lose the request written as it closes (as with any
 //! HTTP server); it is asked again on a new connection, as clients do.
+//! `flick serve`'s redeploy, the same path, is held to the same over 10
+//! redeploys.
 //! Each `flick run` is killed when the test ends, and every wait is
 //! bounded.
 
@@ -317,49 +319,27 @@ fn keep_alive_client(port: u16, stop: Arc<AtomicBool>, counts: Arc<Counts>) {
     }
 }
 
-#[test]
-fn no_request_is_left_unanswered_across_reloads_under_load() {
-    let dir = TempDir::new("reload-load");
-    let path = dir.0.join("hits.flick");
-    std::fs::write(&path, program("v1")).unwrap();
-    let run = Run::spawn(&path, free_port());
-    let until = Instant::now() + Duration::from_secs(30);
-    while get_new(run.port) != Outcome::Answered("v1".into()) {
-        assert!(Instant::now() < until, "flick run never answered");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// Runs `reload` while clients (two on new connections, two on
+/// kept-alive ones) and two busy threads run beside it; what the clients
+/// saw, checked: no request stalled, reset or refused.
+fn under_load(port: u16, reload: impl FnOnce()) {
     let _busy = Busy::start(2);
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(Counts::default());
-    let mut clients = Vec::new();
-    for i in 0..4 {
-        let (stop, counts, port) = (stop.clone(), counts.clone(), run.port);
-        clients.push(std::thread::spawn(move || match i % 2 {
-            0 => fresh_client(port, stop, counts),
-            _ => keep_alive_client(port, stop, counts),
-        }));
-    }
-    let reloads = 20;
-    for n in 2..=reloads + 1 {
-        std::fs::write(&path, program(&format!("v{n}"))).unwrap();
-        run.hup();
-        let until = Instant::now() + Duration::from_secs(30);
-        while run.reloads() < n - 1 {
-            assert!(Instant::now() < until, "reload {n} never happened");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let clients: Vec<_> = (0..4)
+        .map(|i| {
+            let (stop, counts) = (stop.clone(), counts.clone());
+            std::thread::spawn(move || match i % 2 {
+                0 => fresh_client(port, stop, counts),
+                _ => keep_alive_client(port, stop, counts),
+            })
+        })
+        .collect();
+    reload();
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.join().unwrap();
     }
-    let last = format!("v{}", reloads + 1);
-    assert_eq!(
-        get_new(run.port),
-        Outcome::Answered(last),
-        "the last version answers"
-    );
     let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
     let report = format!(
         "answered {}, stalled {}, reset {}, refused {}, kept-alive closed {}",
@@ -374,4 +354,123 @@ fn no_request_is_left_unanswered_across_reloads_under_load() {
     assert_eq!(read(&counts.stalled), 0, "{report}");
     assert_eq!(read(&counts.reset), 0, "{report}");
     assert_eq!(read(&counts.refused), 0, "{report}");
+}
+
+/// Asks over new connections (at most 30 s) until `version` answers.
+fn wait_for_version(port: u16, version: &str) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while get_new(port) != Outcome::Answered(version.into()) {
+        assert!(Instant::now() < until, "{version} never answered");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn no_request_is_left_unanswered_across_reloads_under_load() {
+    let dir = TempDir::new("reload-load");
+    let path = dir.0.join("hits.flick");
+    std::fs::write(&path, program("v1")).unwrap();
+    let run = Run::spawn(&path, free_port());
+    wait_for_version(run.port, "v1");
+    let reloads = 20;
+    under_load(run.port, || {
+        for n in 2..=reloads + 1 {
+            std::fs::write(&path, program(&format!("v{n}"))).unwrap();
+            run.hup();
+            let until = Instant::now() + Duration::from_secs(30);
+            while run.reloads() < n - 1 {
+                assert!(Instant::now() < until, "reload {n} never happened");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let last = format!("v{}", reloads + 1);
+    assert_eq!(
+        get_new(run.port),
+        Outcome::Answered(last),
+        "the last version answers"
+    );
+}
+
+/// A running `flick serve` on two workers, killed on drop.
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `flick ctl --api SOCKET ARGS`, bounded in time; its output if it
+/// succeeded.
+fn ctl(state: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(ROOT)
+        .args(["ctl", "--api"])
+        .arg(state.join("flick.sock"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "flick ctl {args:?} failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+#[test]
+fn no_request_is_left_unanswered_across_flick_serves_redeploys_under_load() {
+    let dir = TempDir::new("redeploy-load");
+    let state = dir.0.join("state");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(ROOT)
+        .args(["serve", "--workers", "2", "--state-dir"])
+        .arg(&state)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let _serve = Serve(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(out);
+        let mut line = String::new();
+        while lines.read_line(&mut line).unwrap_or(0) > 0 {
+            if line.contains("serving the API") {
+                let _ = tx.send(());
+            }
+            line.clear();
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("flick serve serves its API");
+    let port = free_port();
+    let listen = format!("client=127.0.0.1:{port}");
+    let path = dir.0.join("hits.flick");
+    std::fs::write(&path, program("v1")).unwrap();
+    let file = path.to_str().unwrap();
+    ctl(&state, &["deploy", "hits", file, "--listen", &listen]);
+    wait_for_version(port, "v1");
+    let redeploys = 10;
+    under_load(port, || {
+        for n in 2..=redeploys + 1 {
+            std::fs::write(&path, program(&format!("v{n}"))).unwrap();
+            let said = ctl(&state, &["redeploy", "hits", file, "--listen", &listen]);
+            assert!(said.contains(&format!("version {n}")), "{said}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let last = format!("v{}", redeploys + 1);
+    assert_eq!(
+        get_new(port),
+        Outcome::Answered(last),
+        "the last version answers"
+    );
 }
