@@ -85,6 +85,10 @@ pub struct FlowTable {
     /// lookup reads a bucket's tags (small and dense, so mostly cached)
     /// and a record only where a tag matches.
     tags: Vec<u16>,
+    /// Per bucket slot, the other bucket of its key: the search for moves
+    /// reads it rather than hashing each key it passes (a record, not in
+    /// cache, per slot searched).
+    alts: Vec<u32>,
     len: usize,
     /// Used slots in the stash: a lookup reads the stash only when some
     /// are.
@@ -129,6 +133,7 @@ impl FlowTable {
             records: vec![0; slots * (META_WORDS + key_len + regs)],
             stride: META_WORDS + key_len + regs,
             tags: vec![0; slots],
+            alts: vec![0; slots],
             len: 0,
             in_stash: 0,
             search: Vec::with_capacity(MAX_SEARCH + 2 * BUCKET),
@@ -150,11 +155,6 @@ impl FlowTable {
 
     fn stash_start(&self) -> usize {
         (self.mask + 1) * BUCKET
-    }
-
-    fn buckets_of(&self, key: &[Value]) -> (usize, usize) {
-        let (b1, b2, _) = self.place_of(key);
-        (b1, b2)
     }
 
     /// The key's two buckets and its tag.
@@ -253,16 +253,13 @@ impl FlowTable {
         self.records.copy_within(from * w..(from + 1) * w, to * w);
         self.tags[to] = self.tags[from];
         self.tags[from] = 0;
+        // Moves go from a key's bucket to its other one.
+        self.alts[to] = (from / BUCKET) as u32;
     }
 
     /// The other bucket of the entry in `slot`.
     fn other_bucket(&self, slot: usize) -> usize {
-        let (b1, b2) = self.buckets_of(self.key(slot));
-        if slot / BUCKET == b1 {
-            b2
-        } else {
-            b1
-        }
+        self.alts[slot] as usize
     }
 
     /// Frees a slot in one of `key`'s buckets by moving a chain of entries
@@ -350,6 +347,7 @@ impl FlowTable {
         self.records[at..at + META_WORDS].fill(0);
         self.records[at + META_WORDS..at + META_WORDS + k].copy_from_slice(key);
         self.tags[slot] = tag;
+        self.alts[slot] = if slot / BUCKET == b1 { b2 } else { b1 } as u32;
         self.len += 1;
         if slot >= self.stash_start() {
             self.in_stash += 1;
