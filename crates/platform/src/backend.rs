@@ -123,6 +123,16 @@ impl SharedConn {
             if busy {
                 return None;
             }
+            // The backend may have closed it while it idled (nginx's
+            // `keepalive_timeout`) with its reader not yet run since: its
+            // end is in the socket already, and a request written now
+            // would be lost with it (a POST's, not sent again: 502).
+            if self.ended_while_idle() {
+                self.dead.store(true, Ordering::Release);
+                members.list.clear();
+                let _ = self.conn.stream.shutdown(std::net::Shutdown::Both);
+                return None;
+            }
             members.list.clear();
         }
         let (req_tx, req_rx) = graphs.links.channel();
@@ -159,6 +169,15 @@ impl SharedConn {
                 shared: true,
             },
         ))
+    }
+
+    /// Whether an idle connection has ended, or holds bytes no request
+    /// asked for, as a look at its socket (nothing read) finds.
+    fn ended_while_idle(&self) -> bool {
+        match self.conn.stream.peek(&mut [0u8; 1]) {
+            Ok(_) => true,
+            Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted),
+        }
     }
 
     /// Alive, with no member and nothing in flight.
