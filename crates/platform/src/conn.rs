@@ -139,9 +139,162 @@ impl Drop for Conn {
                 return;
             }
         }
+        if self.client.is_some() {
+            linger::close(&self.stream);
+        }
         self.stats.connections_open.fetch_sub(1, Ordering::Relaxed);
         if let Some(client) = &self.client {
             client.closed();
+        }
+    }
+}
+
+/// Closing a client connection the way nginx does ("lingering close"):
+/// its end is sent, then what the client still sends (a body no one read)
+/// is read and dropped for a while before the socket closes. A socket
+/// closed with bytes unread, or that are still to come, is reset by the
+/// kernel, which drops what it had yet to send of the last replies.
+/// One thread does it for the process, for at most [`LINGER`] and
+/// [`DRAIN_MAX`] bytes a connection, [`MAX_LINGERING`] connections at a
+/// time (past them a connection closes at once); it holds no instance.
+mod linger {
+    use mio::net::TcpStream;
+    use mio::{Events, Interest, Poll, Token, Waker};
+    use std::io::{ErrorKind, Read};
+    use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    const LINGER: Duration = Duration::from_secs(5);
+    const DRAIN_MAX: usize = 64 * 1024;
+    const MAX_LINGERING: usize = 1024;
+    const WAKE: Token = Token(usize::MAX);
+
+    struct Closer {
+        tx: SyncSender<TcpStream>,
+        waker: Waker,
+    }
+
+    static CLOSER: OnceLock<Option<Closer>> = OnceLock::new();
+
+    /// Sends the connection's end, and leaves its socket to close once the
+    /// client has ended too, or the linger time passed; `stream` may be
+    /// dropped as soon as this returns.
+    pub fn close(stream: &TcpStream) {
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        let mut drained = 0;
+        if drain(stream, &mut [0; 512], &mut drained) {
+            return;
+        }
+        let Some(closer) = CLOSER.get_or_init(start) else {
+            return;
+        };
+        use std::os::fd::AsFd;
+        let Ok(fd) = stream.as_fd().try_clone_to_owned() else {
+            return;
+        };
+        let dup = TcpStream::from_std(std::net::TcpStream::from(fd));
+        // Full: this one closes now.
+        if closer.tx.try_send(dup).is_ok() {
+            let _ = closer.waker.wake();
+        }
+    }
+
+    /// Reads and drops what the socket has: `true` once the connection
+    /// ended, failed or gave [`DRAIN_MAX`] bytes.
+    fn drain(stream: &TcpStream, buf: &mut [u8], drained: &mut usize) -> bool {
+        loop {
+            match (&*stream).read(buf) {
+                Ok(0) => return true,
+                Ok(n) => {
+                    *drained += n;
+                    if *drained >= DRAIN_MAX {
+                        return true;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return e.kind() != ErrorKind::WouldBlock,
+            }
+        }
+    }
+
+    fn start() -> Option<Closer> {
+        let poll = Poll::new().ok()?;
+        let waker = Waker::new(poll.registry(), WAKE).ok()?;
+        let (tx, rx) = sync_channel(MAX_LINGERING);
+        std::thread::Builder::new()
+            .name("flick-linger".into())
+            .spawn(move || run(poll, rx))
+            .ok()?;
+        Some(Closer { tx, waker })
+    }
+
+    struct Lingering {
+        stream: TcpStream,
+        until: Instant,
+        drained: usize,
+    }
+
+    fn run(mut poll: Poll, rx: Receiver<TcpStream>) {
+        let mut slots: Vec<Option<Lingering>> = Vec::new();
+        let mut free: Vec<usize> = Vec::new();
+        let mut events = Events::with_capacity(256);
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            let next = slots.iter().flatten().map(|l| l.until).min();
+            let timeout = next.map(|t| t.saturating_duration_since(Instant::now()));
+            if let Err(e) = poll.poll(&mut events, timeout) {
+                if e.kind() != ErrorKind::Interrupted {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                continue;
+            }
+            for ev in events.iter() {
+                let i = ev.token().0;
+                let done = slots
+                    .get_mut(i)
+                    .and_then(Option::as_mut)
+                    .is_some_and(|l| drain(&l.stream, &mut buf, &mut l.drained));
+                if done {
+                    end(&poll, &mut slots, &mut free, i);
+                }
+            }
+            let now = Instant::now();
+            while let Ok(stream) = rx.try_recv() {
+                let i = match free.pop() {
+                    Some(i) => i,
+                    None if slots.len() < MAX_LINGERING => {
+                        slots.push(None);
+                        slots.len() - 1
+                    }
+                    None => continue,
+                };
+                let mut l = Lingering {
+                    stream,
+                    until: now + LINGER,
+                    drained: 0,
+                };
+                // Registered, it is reported readable if it is already.
+                match poll
+                    .registry()
+                    .register(&mut l.stream, Token(i), Interest::READABLE)
+                {
+                    Ok(()) => slots[i] = Some(l),
+                    Err(_) => free.push(i),
+                }
+            }
+            for i in 0..slots.len() {
+                if slots[i].as_ref().is_some_and(|l| l.until <= now) {
+                    end(&poll, &mut slots, &mut free, i);
+                }
+            }
+        }
+    }
+
+    fn end(poll: &Poll, slots: &mut [Option<Lingering>], free: &mut Vec<usize>, i: usize) {
+        if let Some(mut l) = slots[i].take() {
+            let _ = poll.registry().deregister(&mut l.stream);
+            free.push(i);
         }
     }
 }
@@ -583,7 +736,9 @@ impl Reader {
         }
         // Closing the channel tells the compute task the peer is gone.
         self.out = None;
-        if !self.conn.parked() {
+        // A client's connection is read on as it closes (`linger`): a
+        // read side shut now would reset it at the client's next bytes.
+        if !self.conn.parked() && self.conn.client.is_none() {
             let _ = self.conn.stream.shutdown(std::net::Shutdown::Read);
         }
         if let (Some(r), Some(g)) = (self.read.take(), &self.graphs) {
