@@ -236,8 +236,8 @@ fn a_backend_that_closes_its_connections_every_few_requests() {
 /// its socket is looked at and not taken). A GET is sent again once, over
 /// the worker's next idle connection, which may be closing too; a POST
 /// gets 502, as nginx's own proxy answers. In 6 s of 32 clients (debug
-/// build, 13,000 to 21,000 requests): 330 to 460 get 502, nearly all
-/// POSTs, and 50 to 95 POSTs no response at all, each one that says
+/// build, about 23,000 requests): 833 to 1,000 get 502, nearly all POSTs,
+/// and 150 to 190 POSTs no response at all, each one that says
 /// `Connection: close`: its session is ending, and the loss of the backend
 /// connection is taken for its answer, so its connection closes cleanly
 /// with nothing written and nothing logged.
