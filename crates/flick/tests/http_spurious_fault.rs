@@ -163,8 +163,13 @@ fn client(port: u16, until: Instant, n: usize, seen: &Seen) {
 
 /// Runs `clients` clients for `secs` seconds through a balancer in front
 /// of an nginx with `server` directives; panics, with the counts and the
-/// balancer's fault log lines, if any request got a fault reply.
+/// balancer's fault log lines, if any request got a fault reply (or,
+/// where `faults_allowed`, if any request got no answer at all).
 fn no_fault_replies(name: &str, server: &str, clients: usize, secs: u64) {
+    run_clients(name, server, clients, secs, false)
+}
+
+fn run_clients(name: &str, server: &str, clients: usize, secs: u64, faults_allowed: bool) {
     let mut procs = Procs(Vec::new());
     let root = std::env::temp_dir().join(format!("flick-spurious-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&root).unwrap();
@@ -211,8 +216,12 @@ fn no_fault_replies(name: &str, server: &str, clients: usize, secs: u64) {
         seen.other_kinds[2].load(Ordering::Relaxed)
     );
     assert!(ok > 0, "{name}: nothing answered");
+    let counted = match faults_allowed {
+        true => 0,
+        false => faults.iter().sum::<usize>(),
+    };
     assert_eq!(
-        faults.iter().sum::<usize>() + other,
+        counted + other,
         0,
         "{name}: {ok} answered 200, fault replies [502, 503, 504] {faults:?}, other {other}; \
          the balancer's log:\n{}",
@@ -236,15 +245,20 @@ fn a_backend_that_closes_its_connections_every_few_requests() {
 /// its socket is looked at and not taken). A GET is sent again once, over
 /// the worker's next idle connection, which may be closing too; a POST
 /// gets 502, as nginx's own proxy answers. In 6 s of 32 clients (debug
-/// build, about 23,000 requests): 833 to 1,000 get 502, nearly all POSTs,
-/// and 150 to 190 POSTs no response at all, each one that says
-/// `Connection: close`: its session is ending, and the loss of the backend
-/// connection is taken for its answer, so its connection closes cleanly
-/// with nothing written and nothing logged.
+/// build, about 23,000 requests): 833 to 1,000 get 502, nearly all POSTs.
 /// `HTTP_SPURIOUS_DEBUG=1` prints each request with no response and runs
 /// the balancer at log level debug.
 #[test]
 #[ignore = "a request written as the backend closes an idle connection is lost (docs/reliability.md)"]
 fn a_backend_that_closes_idle_connections() {
     no_fault_replies("idles", "keepalive_timeout 1ms;", 32, 6);
+}
+
+/// The same backend: a request lost with an idle connection may get a
+/// 502, but every request is answered. The last request of a client
+/// (`Connection: close`) lost so was dropped without a word, its client's
+/// connection closed: 100 to 190 of them in a run like this one.
+#[test]
+fn a_backend_that_closes_idle_connections_leaves_no_request_unanswered() {
+    run_clients("idles-answered", "keepalive_timeout 1ms;", 32, 4, true);
 }

@@ -248,6 +248,15 @@ impl GraphHost {
         self.grammar.property(unit, name, &m.slots, &m.bytes)
     }
 
+    /// Whether `m` ends its session and the connection it goes over
+    /// (`%ends_peer`, by default as `%ends`).
+    fn ends_peer(&self, chan: u16, m: &Msg) -> bool {
+        let ends = self.out_property(chan, "ends", m).unwrap_or(0) != 0;
+        ends && self
+            .out_property(chan, "ends_peer", m)
+            .is_none_or(|v| v != 0)
+    }
+
     /// Sends `request` to output `out`, or to every peer of its channel
     /// array if the grammar says it goes to all (`%broadcast`).
     pub(crate) fn route(&mut self, out: usize, request: Msg) -> Sent {
@@ -1229,11 +1238,13 @@ impl GraphHost {
         while let Some(p) = self.peers[out].outstanding.pop_front() {
             // In a session that is ending, a peer closing is expected after
             // a request that may get no reply, and after the request that
-            // ends the session (Memcached's quit is answered by the close).
+            // ends the session and its connection to the peer too
+            // (Memcached's quit is answered by the close). HTTP's last
+            // request keeps its backend connection (`%ends_peer` 0): lost
+            // with it, it is answered like any other.
             let expected = self.ending
                 && cause == Cause::Lost
-                && (p.seq.is_none()
-                    || self.out_property(chan, "ends", &p.request).unwrap_or(0) != 0);
+                && (p.seq.is_none() || self.ends_peer(chan, &p.request));
             // A request that is safe to send twice (`%idempotent`: HTTP's
             // GET without a body, Memcached's get), lost with its connection (a keep-alive
             // connection the backend closed as the request went out), goes
