@@ -11,126 +11,15 @@
 
 mod support;
 
-use flick::api::{self, ApiAddr};
+use flick::api;
 use serde_json::{json, Value as Json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::serve::{call, ctl, ok, refused, serve, TempDir};
 use support::{free_port, ROOT};
-
-/// A scratch directory removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("flick-serve-state-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn file(&self, name: &str, text: &str) -> String {
-        let p = self.0.join(name);
-        std::fs::write(&p, text).unwrap();
-        p.to_string_lossy().into_owned()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A running `flick serve`, killed on drop.
-struct Serve {
-    child: Child,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `flick serve` on `state` with two workers and `more` flags, and
-/// waits (at most 20 s) for it to say it serves the API.
-fn serve(state: &Path, more: &[&str]) -> Serve {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
-        .current_dir(ROOT)
-        .args(["serve", "--workers", "2", "--state-dir"])
-        .arg(state)
-        .args(more)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(out);
-        let mut banner = String::new();
-        for _ in 0..2 {
-            if lines.read_line(&mut banner).unwrap_or(0) == 0 {
-                break;
-            }
-        }
-        let _ = tx.send(banner);
-        let mut rest = String::new();
-        while lines.read_line(&mut rest).unwrap_or(0) > 0 {
-            rest.clear();
-        }
-    });
-    let banner = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
-    let s = Serve { child };
-    assert!(
-        banner.contains("serving the API"),
-        "flick serve did not start: {banner:?}"
-    );
-    s
-}
-
-/// `flick ctl --api SOCKET ARGS`, bounded in time.
-fn ctl(state: &Path, args: &[&str]) -> Output {
-    Command::new("timeout")
-        .arg("60")
-        .arg(env!("CARGO_BIN_EXE_flick"))
-        .current_dir(ROOT)
-        .args(["ctl", "--api"])
-        .arg(state.join("flick.sock"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "flick ctl failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn refused(out: &Output) -> String {
-    assert!(
-        !out.status.success(),
-        "flick ctl should have failed: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// One API request over the Unix socket: status and JSON answer.
-fn call(state: &Path, method: &str, path: &str, body: Option<&Json>) -> (u16, Json) {
-    let addr = ApiAddr::Unix(state.join("flick.sock"));
-    api::call(&addr, None, method, path, body, Duration::from_secs(30)).unwrap()
-}
 
 /// The body of a 200 answer to `GET target` over a new connection, or
 /// `None` if it was not answered within `wait` (a connection left in the

@@ -176,3 +176,5 @@ pub fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
     }
     got
 }
+
+pub mod serve;
