@@ -360,9 +360,18 @@ impl Parser {
         Ok(Field { name, ty, span })
     }
 
-    fn proc_decl(&mut self) -> PResult<ProcDecl> {
+    /// The head of a process or a machine: the keyword, `NAME [:]
+    /// [(PARAMS) [:]]`, the line end and the indent of its body. The
+    /// parameters may instead open the body's first line (then `None`
+    /// here: see [`Parser::params_line`]).
+    fn body_head(
+        &mut self,
+        what: &str,
+        kind: &str,
+        hint: &str,
+    ) -> PResult<(Span, Ident, Option<Vec<Param>>)> {
         let start = self.bump().span;
-        let name = self.ident("a process name")?;
+        let name = self.ident(what)?;
         self.eat(&Tok::Colon);
         let mut params = None;
         if self.at(&Tok::LParen) {
@@ -374,20 +383,32 @@ impl Parser {
             return Err(self.error(
                 Diagnostic::error(
                     "E0006",
-                    format!("process `{}` has no body", name.name),
+                    format!("{kind} `{}` has no body", name.name),
                     name.span,
                 )
-                .hint("write the process's rules on indented lines below its signature"),
+                .hint(hint),
             ));
         }
+        Ok((start, name, params))
+    }
+
+    /// Parameters on a body's first line, as a line of their own.
+    fn params_line(&mut self) -> PResult<Vec<Param>> {
+        let p = self.params()?;
+        self.eat(&Tok::Colon);
+        self.newline()?;
+        Ok(p)
+    }
+
+    fn proc_decl(&mut self) -> PResult<ProcDecl> {
+        let (start, name, params) = self.body_head(
+            "a process name",
+            "process",
+            "write the process's rules on indented lines below its signature",
+        )?;
         let params = match params {
             Some(p) => p,
-            None => {
-                let p = self.params()?;
-                self.eat(&Tok::Colon);
-                self.newline()?;
-                p
-            }
+            None => self.params_line()?,
         };
         let mut items = Vec::new();
         while !self.eat(&Tok::Dedent) {
@@ -1118,35 +1139,16 @@ impl Parser {
     }
 
     fn machine_decl(&mut self) -> PResult<MachineDecl> {
-        let start = self.bump().span;
-        let name = self.ident("a machine name")?;
-        self.eat(&Tok::Colon);
-        let mut channels = None;
-        if self.at(&Tok::LParen) {
-            channels = Some(self.params()?);
-            self.eat(&Tok::Colon);
-        }
-        self.newline()?;
-        if !self.eat(&Tok::Indent) {
-            return Err(self.error(
-                Diagnostic::error(
-                    "E0006",
-                    format!("machine `{}` has no body", name.name),
-                    name.span,
-                )
-                .hint("write its constants, registers and stages on indented lines below it"),
-            ));
-        }
+        let (start, name, channels) = self.body_head(
+            "a machine name",
+            "machine",
+            "write its constants, registers and stages on indented lines below it",
+        )?;
         // The channels may go on the first indented line, as a process's
         // parameters may.
         let channels = match channels {
             Some(c) => c,
-            None if self.at(&Tok::LParen) => {
-                let c = self.params()?;
-                self.eat(&Tok::Colon);
-                self.newline()?;
-                c
-            }
+            None if self.at(&Tok::LParen) => self.params_line()?,
             None => Vec::new(),
         };
         let mut items = Vec::new();
