@@ -155,11 +155,8 @@ fn sigusr1_dumps_and_metrics_answer_while_a_machine_runs() {
     let mut flick = Flick { child, dump, log };
     // Ready once metrics answer and both packet sockets are bound.
     let deadline = Instant::now() + Duration::from_secs(10);
-    let table = format!("/proc/{}/net/packet", flick.child.id());
     loop {
-        let sockets =
-            std::fs::read_to_string(&table).map_or(0, |t| t.lines().count().saturating_sub(1));
-        if sockets >= 2 && !scrape(&ns).is_empty() {
+        if netns::bound_packet_sockets(flick.child.id()) >= 2 && !scrape(&ns).is_empty() {
             break;
         }
         assert!(

@@ -55,14 +55,10 @@ impl Flick {
             log,
         };
         // Ready once its packet sockets are bound (frames then wait in
-        // their rings): the namespace's packet sockets, as its
-        // /proc/PID/net/packet lists them, one line each after a header.
-        let table = format!("/proc/{}/net/packet", flick.child.id());
+        // their rings).
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let sockets =
-                std::fs::read_to_string(&table).map_or(0, |t| t.lines().count().saturating_sub(1));
-            if sockets >= ports.len() {
+            if netns::bound_packet_sockets(flick.child.id()) >= ports.len() {
                 break;
             }
             assert!(

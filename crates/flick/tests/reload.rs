@@ -335,9 +335,8 @@ fn sighup_is_logged_as_not_supported_for_a_packet_program() {
         let _ = Command::new("kill").args([sig, &pid]).status();
     };
     // Its packet sockets bound: it runs, and its signal handlers are set.
-    let table = format!("/proc/{}/net/packet", child.0.id());
     let until = Instant::now() + Duration::from_secs(10);
-    while std::fs::read_to_string(&table).map_or(0, |t| t.lines().count().saturating_sub(1)) < 2 {
+    while netns::bound_packet_sockets(child.0.id()) < 2 {
         assert!(Instant::now() < until, "no ports opened: {}", log());
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -221,12 +221,9 @@ fn tables_replaced_while_knock_states_carry_over() {
     };
     // Ready once both packet sockets are bound and the control socket
     // listens.
-    let table = format!("/proc/{}/net/packet", flick.child.id());
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let sockets =
-            std::fs::read_to_string(&table).map_or(0, |t| t.lines().count().saturating_sub(1));
-        if sockets >= 2 && control.exists() {
+        if netns::bound_packet_sockets(flick.child.id()) >= 2 && control.exists() {
             break;
         }
         assert!(

@@ -130,6 +130,26 @@ impl Drop for Netns {
     }
 }
 
+/// How many packet sockets in the network namespace of process `pid` are
+/// bound to an interface and running, as `/proc/PID/net/packet` lists
+/// them. A socket shows there from its creation, before its ring is set
+/// up and it is bound: frames sent then are not read, so a test waits for
+/// the bound count, not the listed one.
+pub fn bound_packet_sockets(pid: u32) -> usize {
+    let Ok(table) = std::fs::read_to_string(format!("/proc/{pid}/net/packet")) else {
+        return 0;
+    };
+    // Columns: sk RefCnt Type Proto Iface R Rmem User Inode.
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            cols.len() > 5 && cols[4] != "0" && cols[5] == "1"
+        })
+        .count()
+}
+
 fn run(program: &str, args: &[&str]) {
     let output = Command::new(program).args(args).output().expect(program);
     assert!(
