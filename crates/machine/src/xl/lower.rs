@@ -5,9 +5,10 @@
 use super::parser::{ActionDecl, Cond, ExprAst, Ident, Pos, RegDecl, Stmt, Term, XlFile};
 use super::XlError;
 use crate::fields::{write_place, xl_field, FieldSource, XL_FIELDS};
+use crate::lang::E_CAPACITY;
 use crate::model::{
     Condition, Event, Eviction, Expr, FieldDef, FieldId, Machine, Operand, Register, Stage,
-    StateId, Target, Transition, Update, DEFAULT_CAPACITY, MAX_KEY, MAX_PORTS,
+    StateId, Target, Transition, Update, DEFAULT_CAPACITY, MAX_CAPACITY, MAX_KEY, MAX_PORTS,
 };
 use std::collections::HashMap;
 
@@ -397,7 +398,18 @@ impl Lower<'_> {
             }
             "setIdleTimeout" => stage.idle_timeout_us = Some(one(self)?),
             "setHardTimeout" => stage.hard_timeout_us = Some(one(self)?),
-            "setTableSize" => stage.capacity = (one(self)? as usize).max(1),
+            "setTableSize" => {
+                // Bounded as `machine`'s `capacity` is, so that `flick check
+                // --bounds` reports a table that can be allocated.
+                let n = one(self)?;
+                if n == 0 || n > MAX_CAPACITY as u64 {
+                    let message = format!(
+                        "a stage holds 1 to {MAX_CAPACITY} flow contexts; setTableSize asks for {n}"
+                    );
+                    return Err((self.err)(args[0].pos(), message).with_code(E_CAPACITY));
+                }
+                stage.capacity = n as usize;
+            }
             "setEvictionPolicy" => {
                 stage.eviction = match args.as_slice() {
                     [Term::Name(i)] if i.name == "expired" => Eviction::Expired,

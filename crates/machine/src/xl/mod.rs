@@ -14,6 +14,9 @@ pub use parser::{address, Pos, XlFile};
 use crate::model::Machine;
 use std::path::{Path, PathBuf};
 
+/// The code of an XL mistake that has no `machine` counterpart.
+pub const X_SYNTAX: &str = "X0001";
+
 #[derive(Debug, thiserror::Error)]
 pub enum XlError {
     /// A mistake in a file, at a place in it.
@@ -26,6 +29,9 @@ pub enum XlError {
         start: usize,
         end: usize,
         message: String,
+        /// The diagnostic's code: [`X_SYNTAX`] for most mistakes, a
+        /// machine code (`M…`) where `machine` reports the same one.
+        code: &'static str,
     },
     #[error("cannot read {}: {source}", path.display())]
     Read {
@@ -41,6 +47,22 @@ impl XlError {
             other => other.to_string(),
         }
     }
+
+    /// The diagnostic's code (an unreadable file has [`X_SYNTAX`]).
+    pub fn code(&self) -> &'static str {
+        match self {
+            XlError::At { code, .. } => code,
+            XlError::Read { .. } => X_SYNTAX,
+        }
+    }
+
+    /// The same error under another code.
+    pub(crate) fn with_code(mut self, new: &'static str) -> XlError {
+        if let XlError::At { code, .. } = &mut self {
+            *code = new;
+        }
+        self
+    }
 }
 
 fn at(path: &Path, text: &str, start: usize, end: usize, message: String) -> XlError {
@@ -55,6 +77,7 @@ fn at(path: &Path, text: &str, start: usize, end: usize, message: String) -> XlE
         start,
         end: end.max(start),
         message,
+        code: X_SYNTAX,
     }
 }
 

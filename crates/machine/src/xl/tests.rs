@@ -295,3 +295,42 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn a_table_size_over_the_bound_is_refused_with_the_capacity_code() {
+    let program = |size: &str| {
+        format!(
+            "PacketField ipv4 {{ src = packet.data[26:+4]; }}\n\
+             Stage s {{\n    setFlowKey(ipv4.src);\n    setTableSize({size});\n    State initial a {{ on (pktRcvd) {{ }} }}\n}}\n"
+        )
+    };
+    let largest = crate::model::MAX_CAPACITY.to_string();
+    let m = parse_str("t.xl", &program(&largest)).expect("the bound itself is accepted");
+    assert_eq!(m.stages[0].capacity, crate::model::MAX_CAPACITY);
+    for size in [
+        (crate::model::MAX_CAPACITY + 1).to_string(),
+        "0".to_string(),
+    ] {
+        let text = program(&size);
+        match parse_str("t.xl", &text) {
+            Err(e @ XlError::At { .. }) => {
+                assert_eq!(e.code(), crate::lang::E_CAPACITY);
+                let XlError::At {
+                    line,
+                    col,
+                    start,
+                    end,
+                    message,
+                    ..
+                } = e
+                else {
+                    unreachable!()
+                };
+                assert_eq!((line, col), (4, 18), "{message}");
+                assert_eq!(&text[start..end], size, "the caret is under the size");
+                assert!(message.contains("1 to 16777216"), "{message}");
+            }
+            other => panic!("setTableSize({size}) accepted: {other:?}"),
+        }
+    }
+}
