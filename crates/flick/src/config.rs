@@ -14,6 +14,7 @@
 //! dict_capacity = 1024
 //! response_timeout_ms = 2000
 //! max_body_bytes = 1048576           # a request body over it is 413 (HTTP)
+//! request_buffer_bytes = 16384       # a request this size or less is read whole before it goes on
 //! backend_connections = 1             # per backend and worker; 0: per client
 //! backend_sharing = "pipelined"       # or "exclusive"; default: as the grammar says
 //! accept = "per-worker"               # or "single": only the first worker accepts
@@ -57,6 +58,11 @@ pub const BACKEND_CONNECTIONS: RangeInclusive<usize> = 0..=1024;
 pub const MAX_BODY_BYTES: RangeInclusive<u64> = 0..=1 << 30;
 /// `max_body_bytes` unless set: 1 MiB, as nginx's `client_max_body_size`.
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 1 << 20;
+/// A request (head and body) of at most this many bytes is read whole and
+/// checked before any of it goes to a backend; a larger one streams. 0:
+/// every body streams. Each client connection's read buffer may grow to
+/// it, so it is kept well below the memory a connection may take.
+pub const REQUEST_BUFFER_BYTES: RangeInclusive<usize> = 0..=1 << 20;
 /// A service's weight: its share of `flick serve`'s workers against the
 /// other services' while they all have work (the scheduler's groups).
 pub const WEIGHT: RangeInclusive<u32> = 1..=flick_runtime::MAX_WEIGHT;
@@ -87,6 +93,8 @@ pub struct FileConfig {
     pub response_timeout_ms: Option<u64>,
     /// A request body's most bytes (the grammar's `max_body_bytes`).
     pub max_body_bytes: Option<u64>,
+    /// The largest request read whole before it goes on.
+    pub request_buffer_bytes: Option<usize>,
     /// Connections to each backend shared by all clients (0: per client).
     pub backend_connections: Option<usize>,
     /// `pipelined` or `exclusive`.
@@ -162,6 +170,7 @@ pub struct Overrides {
     pub dict_capacity: Option<usize>,
     pub response_timeout_ms: Option<u64>,
     pub max_body_bytes: Option<u64>,
+    pub request_buffer_bytes: Option<usize>,
     pub backend_connections: Option<usize>,
     pub backend_sharing: Option<String>,
     pub accept: Option<String>,
@@ -191,6 +200,8 @@ pub struct Settings {
     pub response_timeout_ms: u64,
     /// Set as the grammar's limit `max_body_bytes` where it has one.
     pub max_body_bytes: u64,
+    /// `ServiceConfig::request_buffer_bytes`.
+    pub request_buffer_bytes: usize,
     pub backend_connections: usize,
     /// `None`: as the grammar says.
     pub backend_sharing: Option<flick_platform::Sharing>,
@@ -430,6 +441,15 @@ pub fn resolve(
     .map_or(DEFAULT_MAX_BODY_BYTES, |(o, v)| {
         ranged(&mut errors, &o, v, &MAX_BODY_BYTES)
     });
+    let request_buffer_bytes = setting(
+        &at,
+        "request_buffer_bytes",
+        flags.request_buffer_bytes,
+        cfg.request_buffer_bytes,
+    )
+    .map_or(defaults.request_buffer_bytes, |(o, v)| {
+        ranged(&mut errors, &o, v, &REQUEST_BUFFER_BYTES)
+    });
     let backend_connections = setting(
         &at,
         "backend_connections",
@@ -522,6 +542,7 @@ pub fn resolve(
             dict_capacity,
             response_timeout_ms,
             max_body_bytes,
+            request_buffer_bytes,
             backend_connections,
             backend_sharing,
             accept,
@@ -723,6 +744,37 @@ one = "127.0.0.1:3"
             resolve(None, &flags).unwrap_err(),
             vec![
                 "--max-body-bytes: 1073741825 is out of range: must be between 0 and 1073741824"
+                    .to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn request_buffer_bytes_is_16_kib_unless_set_and_checked() {
+        let program = || Overrides {
+            program: Some("p.flick".into()),
+            ..Overrides::default()
+        };
+        let s = resolve(None, &program()).unwrap();
+        assert_eq!(s.request_buffer_bytes, 16 << 10);
+        let cfg =
+            FileConfig::parse("program = \"p.flick\"\nrequest_buffer_bytes = 65536\n").unwrap();
+        let s = resolve(Some((&cfg, Path::new("f.toml"))), &Overrides::default()).unwrap();
+        assert_eq!(s.request_buffer_bytes, 65536);
+        let flags = Overrides {
+            request_buffer_bytes: Some(0),
+            ..Overrides::default()
+        };
+        let s = resolve(Some((&cfg, Path::new("f.toml"))), &flags).unwrap();
+        assert_eq!(s.request_buffer_bytes, 0, "the flag wins over the file");
+        let flags = Overrides {
+            request_buffer_bytes: Some((1 << 20) + 1),
+            ..program()
+        };
+        assert_eq!(
+            resolve(None, &flags).unwrap_err(),
+            vec![
+                "--request-buffer-bytes: 1048577 is out of range: must be between 0 and 1048576"
                     .to_string()
             ]
         );

@@ -125,6 +125,13 @@ struct RunArgs {
     /// add up to more, get 413 [default: 1048576, at most 1073741824].
     #[arg(long, value_name = "N")]
     max_body_bytes: Option<u64>,
+    /// A request of at most this many bytes, head and body, is read whole
+    /// and checked before any of it goes to a backend, so a body that
+    /// breaks its framing gets 400 and the backend sees nothing; a larger
+    /// one streams. 0: every body streams [default: 16384, at most
+    /// 1048576].
+    #[arg(long, value_name = "N")]
+    request_buffer_bytes: Option<usize>,
     /// Connections to each backend per worker, shared by the clients on
     /// that worker, requests pipelined; 0 gives each client its own
     /// [default: 1].
@@ -409,6 +416,7 @@ fn load_run(args: &RunArgs, color: bool) -> Result<RunLoad, RunFailure> {
         dict_capacity: args.dict_capacity,
         response_timeout_ms: args.response_timeout_ms,
         max_body_bytes: args.max_body_bytes,
+        request_buffer_bytes: args.request_buffer_bytes,
         backend_connections: args.backend_connections,
         backend_sharing: args.backend_sharing.clone(),
         accept: args.accept.clone(),
@@ -510,6 +518,7 @@ fn run_service_config(
         channel_capacity: settings.channel_capacity,
         dict_capacity: settings.dict_capacity,
         response_timeout: std::time::Duration::from_millis(settings.response_timeout_ms),
+        request_buffer_bytes: settings.request_buffer_bytes,
         backend_connections: settings.backend_connections,
         backend_sharing: settings.backend_sharing,
         accept: settings.accept,

@@ -295,6 +295,7 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
         channel_capacity: settings.channel_capacity,
         dict_capacity: settings.dict_capacity,
         response_timeout: Duration::from_millis(settings.response_timeout_ms),
+        request_buffer_bytes: settings.request_buffer_bytes,
         backend_connections: settings.backend_connections,
         backend_sharing: settings.backend_sharing,
         accept: settings.accept,

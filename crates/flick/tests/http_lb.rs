@@ -854,17 +854,19 @@ fn max_body_bytes_limits_request_bodies_and_empty_lines_are_skipped() {
         s.write_all(&post(n)).unwrap();
         assert_eq!(read_response(&mut r).status, status, "Content-Length {n}");
     }
-    // Chunks over it, to a backend that answers from the head (nginx's
-    // /echo): the client gets that one reply, the backend's, and the
-    // connection closes with nothing after it (no 413 besides).
+    // Chunks over it, in a request that fits the request buffer (16 KiB):
+    // read whole before anything goes on, so the balancer's own 413, and
+    // the connection closes.
     let (mut s, mut r) = connect(port);
     s.write_all(&chunked(&[500, 500, 1])).unwrap();
     let resp = read_response(&mut r);
-    assert_eq!(resp.status, 200);
-    assert_eq!(resp.header("x-served-by"), Some("a"));
+    assert_eq!(resp.status, 413);
+    assert_eq!(resp.header("x-served-by"), None);
     assert!(closed(&mut r), "nothing follows the one reply");
-    // Chunks over it: the head and the chunks within it went on before
-    // the chunk that takes the body over, which the backend never gets.
+    // Chunks over it, in a request larger than the request buffer (here
+    // 256 bytes), which streams: the head and the chunks within it went on
+    // before the chunk that takes the body over, which the backend never
+    // gets.
     // The backend has the head and may act on it, so its reply is the
     // request's: one that waits for the whole body never answers, and the
     // client gets the fault reply once the response timeout passes (504),
@@ -885,7 +887,14 @@ fn max_body_bytes_limits_request_bodies_and_empty_lines_are_skipped() {
         &mut procs,
         "examples/http_lb.flick",
         &[silent_port],
-        &["--max-body-bytes", "1000", "--response-timeout-ms", "300"],
+        &[
+            "--max-body-bytes",
+            "1000",
+            "--response-timeout-ms",
+            "300",
+            "--request-buffer-bytes",
+            "256",
+        ],
     );
     let (mut s, mut r) = connect(port);
     let body = chunked(&[500, 500, 1]);

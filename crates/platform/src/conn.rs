@@ -7,7 +7,7 @@ use crate::outbox::Flushed;
 use crate::stats::Stats;
 use flick_runtime::io::{IoToken, Reactor};
 use flick_runtime::{Receiver, Sender, TaskStatus, Timeslice, TryRecvError, TrySendError};
-use flick_wire::{Parser, Progress};
+use flick_wire::{Parser, Progress, PropertyRef};
 use mio::net::TcpStream;
 use std::io::{ErrorKind, Read};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -347,6 +347,22 @@ pub struct ReadSide {
     head: usize,
     /// What the parser said right after a head, before the head went out.
     after_head: Option<Progress>,
+    /// A message whose whole body, head included, fits in `hold` bytes is
+    /// read and checked to its end before any of it goes on, so a body
+    /// that breaks its framing is refused with nothing of it sent (and a
+    /// slow one holds no backend meanwhile); a larger one streams. 0:
+    /// every body streams. The grammar's `%buffer_body`, where it has one,
+    /// says which messages may wait (not one whose sender waits for an
+    /// interim reply before it sends its body).
+    hold: usize,
+    buffer_body: Option<PropertyRef>,
+    /// The head of the message being held, and how many bytes from
+    /// `start` the parser has finished with in it.
+    held: Option<Msg>,
+    held_len: usize,
+    /// Pieces owed once a held head went out: the buffer's first bytes,
+    /// less the head's, as a body piece or the body's end.
+    owed: Option<(usize, Part)>,
     /// The last read took less than there was room for: the socket had
     /// nothing more then, and readiness is edge-triggered, so another read
     /// before the next wake-up would only say `WouldBlock`.
@@ -378,11 +394,50 @@ impl ReadSide {
             streaming: false,
             head: 0,
             after_head: None,
+            hold: 0,
+            buffer_body: None,
+            held: None,
+            held_len: 0,
+            owed: None,
             drained: false,
             hangup: false,
             refused: false,
             instead: None,
         }
+    }
+
+    /// Holds back a message whose whole body fits in `hold` bytes, head
+    /// included, until its body is complete and checked; the buffer grows
+    /// up to at least that much.
+    pub fn holding(mut self, hold: usize) -> ReadSide {
+        self.hold = hold;
+        self.max = self.max.max(hold.saturating_add(4096));
+        self.buffer_body = self
+            .parser
+            .grammar()
+            .property_ref(self.parser.unit(), "buffer_body");
+        self
+    }
+
+    /// Whether the message whose head the parser just read may be held.
+    fn may_hold(&self, head: usize) -> bool {
+        head <= self.hold
+            && self.buffer_body.as_ref().is_none_or(|p| {
+                self.parser
+                    .grammar()
+                    .property_at(p, self.parser.slots(), &self.buf[self.start..self.end])
+                    .is_some_and(|v| v != 0)
+            })
+    }
+
+    /// Lets the held head go; the body bytes read with it follow as the
+    /// next message, and the rest streams.
+    fn release(&mut self, part: Part) -> Option<Msg> {
+        let m = self.held.take()?;
+        self.owed = Some((self.held_len, part));
+        self.held_len = 0;
+        self.streaming = true;
+        Some(m)
     }
 
     /// The task was woken (or runs again): the socket may have more;
@@ -473,6 +528,8 @@ impl ReadSide {
             && self.discard == 0
             && self.after_head.is_none()
             && self.instead.is_none()
+            && self.held.is_none()
+            && self.owed.is_none()
     }
 
     /// Empty, for another connection.
@@ -485,6 +542,9 @@ impl ReadSide {
         self.streaming = false;
         self.head = 0;
         self.after_head = None;
+        self.held = None;
+        self.held_len = 0;
+        self.owed = None;
         self.drained = false;
         self.hangup = false;
         self.refused = false;
@@ -497,17 +557,52 @@ impl ReadSide {
         if let Some(m) = self.instead.take() {
             return Inbound::Message(m);
         }
+        if let Some((n, part)) = self.owed.take() {
+            let m = self.piece(n, pool, part);
+            if part == Part::End {
+                self.streaming = false;
+                return Inbound::Message(m);
+            }
+            if !m.bytes.is_empty() {
+                return Inbound::Message(m);
+            }
+            pool.give(m);
+        }
         loop {
             if (self.skipping || self.discard > 0) && !self.skip() {
                 // Nothing to parse until the delimiter comes, and what
                 // is discarded after it.
-            } else if self.end > self.start || self.after_head.is_some() || self.streaming {
+            } else if self.end > self.start
+                || self.after_head.is_some()
+                || self.streaming
+                || self.held.is_some()
+            {
                 // (A body may be over with nothing buffered: `Done(0)`.)
                 let progress = match self.after_head.take() {
                     Some(p) => Ok(p),
-                    None => self.parser.parse(&self.buf[self.start..self.end]),
+                    None => self
+                        .parser
+                        .parse(&self.buf[self.start + self.held_len..self.end]),
                 };
                 match progress {
+                    // A held message is complete and checked: its head
+                    // goes, and its body right after it.
+                    Ok(Progress::Done(n)) if self.held.is_some() => {
+                        self.held_len += n;
+                        self.parser.reset();
+                        if let Some(m) = self.release(Part::End) {
+                            return Inbound::Message(m);
+                        }
+                    }
+                    Ok(Progress::Stream(n)) if self.held.is_some() => {
+                        self.held_len += n;
+                        if self.held_len > self.hold {
+                            if let Some(m) = self.release(Part::Body) {
+                                return Inbound::Message(m);
+                            }
+                        }
+                        continue;
+                    }
                     Ok(Progress::Done(n)) if self.streaming => {
                         self.streaming = false;
                         let m = self.piece(n, pool, Part::End);
@@ -526,6 +621,18 @@ impl ReadSide {
                     }
                     // The head of a message whose body streams: its values
                     // and bytes now, the body in pieces after it.
+                    Ok(Progress::Head(n)) if self.may_hold(n) => {
+                        let mut m = pool.take();
+                        m.bytes
+                            .extend_from_slice(&self.buf[self.start..self.start + n]);
+                        let values = Values::parsed(&self.parser);
+                        pool.copy_values(&mut m, values, self.parser.slots());
+                        m.part = Part::Head;
+                        self.head = n;
+                        self.held = Some(m);
+                        self.held_len = 0;
+                        continue;
+                    }
                     Ok(Progress::Head(n)) => {
                         // A body the grammar refuses (too long, a bad first
                         // chunk) refuses the message before its head goes
@@ -563,6 +670,13 @@ impl ReadSide {
                     Ok(Progress::NeedMore) => {}
                     Err(e) => {
                         let status = e.status;
+                        // A held message goes no further: nothing of it
+                        // was sent.
+                        if let Some(m) = self.held.take() {
+                            pool.give(m);
+                            self.held_len = 0;
+                            self.head = 0;
+                        }
                         if self.resync.is_some() && !self.streaming {
                             self.skipping = true;
                             // What the part that parsed says of the rest.
@@ -631,6 +745,13 @@ impl ReadSide {
                 self.start = 0;
             }
             if self.end == self.buf.len() {
+                // No room to hold more: what is held goes, and the rest
+                // streams.
+                if self.buf.len() >= self.max && self.held.is_some() {
+                    if let Some(m) = self.release(Part::Body) {
+                        return Inbound::Message(m);
+                    }
+                }
                 if self.buf.len() >= self.max {
                     return Inbound::Malformed;
                 }

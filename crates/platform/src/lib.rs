@@ -30,7 +30,7 @@ pub use msg::{Msg, MsgPool};
 pub use platform::{Platform, PlatformConfig, PlatformError};
 pub use service::{
     release_free_memory, Accept, LoadError, Loaded, Service, ServiceConfig, Sharing, StartError,
-    StateError, StateValue, Stopped,
+    StateError, StateValue, Stopped, REQUEST_BUFFER_BYTES,
 };
 pub use state::{DictError, DictSize, EntryRef, EntryValue, GlobalDict, STRING_ROOM_MAX};
 pub use stats::{

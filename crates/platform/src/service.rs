@@ -237,7 +237,16 @@ pub struct ServiceConfig {
     /// served, with every other such service. A service on a platform of
     /// its own (`Service::start`) has nobody to share with and takes none.
     pub weight: u32,
+    /// A client's message whose whole body, head included, fits in this
+    /// many bytes is read and checked to its end before any of it goes
+    /// on (where its grammar's `%buffer_body` allows); a larger one
+    /// streams. 0: every body streams.
+    pub request_buffer_bytes: usize,
 }
+
+/// What [`ServiceConfig::request_buffer_bytes`] is unless set: 16 KiB, as
+/// nginx's `client_body_buffer_size` on 64-bit systems.
+pub const REQUEST_BUFFER_BYTES: usize = 16 << 10;
 
 /// Which workers accept client connections.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -301,6 +310,7 @@ impl Default for ServiceConfig {
             message_pool: MSG_POOL_MAX,
             messages_ahead: 256,
             weight: 1,
+            request_buffer_bytes: REQUEST_BUFFER_BYTES,
         }
     }
 }
@@ -856,7 +866,7 @@ impl Service {
                 dict_capacity: config.dict_capacity,
             },
             scheduler.waker(),
-            || read_side(&loaded, client_unit),
+            || read_side(&loaded, client_unit, config.request_buffer_bytes),
         ));
         let stats = Arc::new(
             Stats::for_channels(&loaded.module.processes[loaded.process].channels)
@@ -1323,8 +1333,10 @@ fn connection(
         Box::new(move |sl: &mut flick_runtime::Timeslice| r.run(sl))
     } else {
         let read = match client {
-            true => p.graphs.read_side(|| read_side(&p.loaded, unit)),
-            false => read_side(&p.loaded, unit),
+            true => p
+                .graphs
+                .read_side(|| read_side(&p.loaded, unit, p.config.request_buffer_bytes)),
+            false => read_side(&p.loaded, unit, 0),
         };
         let mut r = Reader {
             conn: conn.clone(),
@@ -1384,10 +1396,10 @@ fn reserve(p: &Parts, worker: Option<usize>) -> Result<TaskId, flick_runtime::Fu
 }
 
 /// A new read side for messages of `unit`: a buffer that grows up to the
-/// largest message the grammar allows.
-fn read_side(loaded: &Loaded, unit: UnitId) -> crate::conn::ReadSide {
+/// largest message the grammar allows, or that `hold` holds back whole.
+fn read_side(loaded: &Loaded, unit: UnitId, hold: usize) -> crate::conn::ReadSide {
     let max = (loaded.grammar.max_bytes(unit) as usize).clamp(4096, 16 << 20);
-    crate::conn::ReadSide::new(loaded.grammar.parser(unit), 4096, max)
+    crate::conn::ReadSide::new(loaded.grammar.parser(unit), 4096, max).holding(hold)
 }
 
 /// Takes task ids for a socket's reader and writer and registers the

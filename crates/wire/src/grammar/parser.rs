@@ -175,6 +175,7 @@ pub const ROUTING: &[&str] = &[
     "refuse",
     "exclusive",
     "idempotent",
+    "buffer_body",
     "merge",
     "merge_key",
     "merge_value",
