@@ -207,8 +207,7 @@ impl Engine {
                     len,
                     meta: &meta,
                 };
-                let bits = inputs.bits(&st.regs, &tables.conditions);
-                let entry = tables.lookup(stage.initial, Event::Packet, bits);
+                let entry = tables.decide(stage.initial, Event::Packet, &inputs, &st.regs);
                 if let Some(e) = entry {
                     let out = Writable {
                         globals: &mut self.globals,
@@ -310,8 +309,7 @@ impl Engine {
                         len,
                         meta,
                     };
-                    let bits = inputs.bits(&st.regs, &tables.conditions);
-                    match tables.lookup(state, event, bits) {
+                    match tables.decide(state, event, &inputs, &st.regs) {
                         Some(e) => {
                             let out = Writable { globals, meta };
                             apply_updates(&e.updates, fields, &mut st.regs, out, now, port, len);
@@ -335,8 +333,7 @@ impl Engine {
             len,
             meta,
         };
-        let bits = inputs.bits(&st.regs, &tables.conditions);
-        let mut entry = tables.lookup(state, Event::Packet, bits);
+        let mut entry = tables.decide(state, Event::Packet, &inputs, &st.regs);
         if let Some(e) = entry {
             let out = Writable { globals, meta };
             apply_updates(&e.updates, fields, &mut st.regs, out, now, port, len);
@@ -367,8 +364,7 @@ impl Engine {
                         len,
                         meta,
                     };
-                    let bits = inputs.bits(&st.regs, &tables.conditions);
-                    entry = tables.lookup(stage.initial, Event::TableFull, bits);
+                    entry = tables.decide(stage.initial, Event::TableFull, &inputs, &st.regs);
                     if let Some(e) = entry {
                         let out = Writable { globals, meta };
                         apply_updates(&e.updates, fields, &mut st.regs, out, now, port, len);

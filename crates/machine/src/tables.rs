@@ -9,9 +9,17 @@
 //! bits under its mask equal its value. Interpreting tables rather than
 //! code is what lets a stage's tables be replaced while flow contexts
 //! stay ([`crate::Engine::replace`]).
+//!
+//! When tables are made (loaded or replaced, never per packet) each
+//! (state, event) is also compiled to a [`Plan`]: the few conditions its
+//! rows read, in a flat list, and a decision table indexed by those
+//! conditions' bits that names the first matching row's entry. A packet
+//! then evaluates only those conditions and reads one word, rather than
+//! the stage's whole condition vector and a walk of the rows; the entry is
+//! the same one the rows give, so the two forms cannot disagree.
 
 use crate::model::{
-    Condition, Event, Expr, FieldId, Operand, Stage, StateId, Target, Update, MAX_CONDITIONS,
+    Condition, Event, Expr, FieldId, Operand, Stage, StateId, Target, Update, Value, MAX_CONDITIONS,
 };
 
 /// One row of the transition table.
@@ -42,6 +50,78 @@ pub struct StageTables {
     /// Indexed by `state * Event::COUNT + event`.
     pub rows: Vec<Vec<Row>>,
     pub entries: Vec<Entry>,
+    /// Indexed as `rows`.
+    plans: Vec<Plan>,
+    /// The conditions each plan reads, plan after plan.
+    tests: Vec<Condition>,
+    /// Decision tables, plan after plan: `1 << tests` words each, the
+    /// entry (plus one; 0: no row matches) for those condition bits.
+    decisions: Vec<u32>,
+}
+
+/// Most conditions one (state, event) may read for a decision table
+/// (`2^DECISION_BITS` words); more are decided by walking the rows.
+pub const DECISION_BITS: usize = 8;
+
+/// One (state, event), compiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Plan {
+    /// Where its conditions start in `tests`.
+    tests: u32,
+    /// How many (the rows before the first unconditional one read no
+    /// others).
+    count: u8,
+    /// Where its decision table starts in `decisions`; `u32::MAX`: none,
+    /// walk the rows.
+    decisions: u32,
+    /// The condition bits it reads.
+    used: u64,
+}
+
+/// The plan of one (state, event): the conditions its reachable rows read
+/// and, when few, the first matching row for each of their values.
+fn plan(
+    rows: &[Row],
+    conditions: &[Condition],
+    tests: &mut Vec<Condition>,
+    decisions: &mut Vec<u32>,
+) -> Plan {
+    // Rows after an unconditional one are never reached.
+    let reachable = rows
+        .iter()
+        .position(|r| r.mask == 0)
+        .map_or(rows, |i| &rows[..=i]);
+    let used = reachable.iter().fold(0u64, |m, r| m | r.mask);
+    let bits: Vec<usize> = (0..64).filter(|b| used >> b & 1 == 1).collect();
+    let at = tests.len() as u32;
+    tests.extend(bits.iter().map(|&b| conditions[b]));
+    if bits.len() > DECISION_BITS {
+        return Plan {
+            tests: at,
+            count: bits.len() as u8,
+            decisions: u32::MAX,
+            used,
+        };
+    }
+    let table = decisions.len() as u32;
+    for index in 0..1u64 << bits.len() {
+        // The condition vector these bits stand for (the others unread).
+        let vector = bits
+            .iter()
+            .enumerate()
+            .fold(0u64, |v, (i, &b)| v | (index >> i & 1) << b);
+        let first = reachable
+            .iter()
+            .find(|r| vector & r.mask == r.value)
+            .map_or(0, |r| r.entry + 1);
+        decisions.push(first);
+    }
+    Plan {
+        tests: at,
+        count: bits.len() as u8,
+        decisions: table,
+        used,
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -97,11 +177,59 @@ impl StageTables {
         for (i, rows) in own.iter_mut().enumerate() {
             rows.extend_from_slice(&any[i % Event::COUNT]);
         }
+        let (mut tests, mut decisions) = (Vec::new(), Vec::new());
+        let plans = own
+            .iter()
+            .map(|rows| plan(rows, &conditions, &mut tests, &mut decisions))
+            .collect();
         Ok(StageTables {
             conditions,
             rows: own,
             entries,
+            plans,
+            tests,
+            decisions,
         })
+    }
+
+    /// The entry a packet takes in (`state`, `event`): what [`lookup`]
+    /// gives for the full condition vector, found by evaluating only the
+    /// conditions the rows read and indexing the decision table.
+    ///
+    /// [`lookup`]: StageTables::lookup
+    #[inline]
+    pub fn decide(
+        &self,
+        state: StateId,
+        event: Event,
+        inputs: &Inputs,
+        flow: &[Value],
+    ) -> Option<&Entry> {
+        let slot = state as usize * Event::COUNT + event.index();
+        let plan = *self.plans.get(slot)?;
+        let tests = &self.tests[plan.tests as usize..][..plan.count as usize];
+        let mut index = 0usize;
+        for (i, c) in tests.iter().enumerate() {
+            index |= (inputs.holds(flow, c) as usize) << i;
+        }
+        if plan.decisions == u32::MAX {
+            // Too many conditions for a table: the bits back in their
+            // places in the condition vector, and the rows walked.
+            let mut bits = 0u64;
+            let mut rest = plan.used;
+            let mut i = 0;
+            while rest != 0 {
+                let b = rest.trailing_zeros();
+                bits |= (index as u64 >> i & 1) << b;
+                rest &= rest - 1;
+                i += 1;
+            }
+            return self.lookup(state, event, bits);
+        }
+        match self.decisions[plan.decisions as usize + index] {
+            0 => None,
+            e => Some(&self.entries[e as usize - 1]),
+        }
     }
 
     /// The first row of (`state`, `event`) that `bits` match.
@@ -145,6 +273,12 @@ impl Inputs<'_> {
             Operand::Len => self.len,
             Operand::Meta(m) => self.meta[m as usize],
         }
+    }
+
+    /// Whether one condition holds.
+    #[inline]
+    pub fn holds(&self, flow: &[u64], c: &Condition) -> bool {
+        c.op.holds(self.operand(flow, c.lhs), self.operand(flow, c.rhs))
     }
 
     /// The condition vector.
@@ -202,6 +336,84 @@ pub fn apply_updates(
             Target::FlowReg(r) => flow[r as usize] = v,
             Target::GlobalReg(r) => globals[r as usize] = v,
             Target::Meta(m) => meta[m as usize] = v,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A stage whose states cover the plans' cases: rows with shared and
+    /// distinct conditions, rows for any state, an unconditional row with
+    /// rows after it, and a state reading more conditions than a decision
+    /// table takes.
+    const STAGE: &str = r#"
+PacketField h { a = packet.data[26:+1]; b = packet.data[27:+1]; c = packet.data[28:+1]; }
+Constant PKT = 255;
+Stage s {
+    Register r;
+    setFlowKey(h.a);
+    State initial one {
+        on (pktRcvd) {
+            if (h.a == 1, h.b < 2) { sendPacket(PKT, 1); setNextState(two); }
+            if (h.a == 1) { sendPacket(PKT, 2); }
+            if (r >= h.c) { r = r + 1; }
+        }
+        on (idleTimeout) { if (h.b == 0) { setNextState(two); } }
+    }
+    State two {
+        on (pktRcvd) {
+            if (h.c != 3) { sendPacket(PKT, 3); }
+            sendPacket(PKT, 0);
+            if (h.a == 2) { setNextState(one); }
+        }
+    }
+    State wide {
+        on (pktRcvd) {
+            if (h.a == 0, h.a == 1, h.a == 2, h.b == 0, h.b == 1, h.b == 2,
+                h.c == 0, h.c == 1, h.c == 2) { sendPacket(PKT, 1); }
+            if (h.a == 3, h.b == 3, h.c > 1) { sendPacket(PKT, 2); }
+            if (h.c < 2, r == 1) { sendPacket(PKT, 3); }
+        }
+    }
+    State any {
+        on (pktRcvd) { if (h.b == 1) { sendPacket(PKT, 3); } }
+        on (tableFull) { if (h.c == 2) { sendPacket(PKT, 2); } }
+    }
+}
+"#;
+
+    proptest! {
+        #[test]
+        fn decisions_take_the_entry_the_rows_give(
+            values in proptest::collection::vec(0u64..4, 3),
+            reg in 0u64..3,
+        ) {
+            let stage = &crate::xl::parse_str("t.xl", STAGE).expect("parses").stages[0];
+            let tables = StageTables::compile(stage).expect("compiles");
+            prop_assert!(tables.plans.iter().any(|p| p.decisions == u32::MAX));
+            let fields: Vec<u64> = values;
+            let flow = [reg];
+            let inputs = Inputs {
+                fields: &fields,
+                globals: &[],
+                now_us: 0,
+                port: 0,
+                len: 64,
+                meta: &[],
+            };
+            let bits = inputs.bits(&flow, &tables.conditions);
+            for state in 0..stage.states.len() as StateId {
+                for event in Event::ALL {
+                    prop_assert_eq!(
+                        tables.decide(state, event, &inputs, &flow),
+                        tables.lookup(state, event, bits),
+                        "state {} event {:?}", state, event
+                    );
+                }
+            }
         }
     }
 }
