@@ -8,7 +8,10 @@
 //! eviction policy. A slot's state, timestamps, key and registers lie
 //! together in one record of a flat array (a lookup that finds its key
 //! then reads one place, not three arrays), beside a dense array of 16-bit
-//! tags; both are made once: nothing is allocated after [`FlowTable::new`].
+//! tags, a bucket's four in one word: a lookup loads both of its buckets'
+//! words at once (their cache misses overlap), finds the slots whose tag
+//! matches with a few word operations, and reads a record only there.
+//! Both are made once: nothing is allocated after [`FlowTable::new`].
 //!
 //! Written here rather than taken from a crate: the table must hand out
 //! slot numbers (registers are kept beside it), evict by the machine's
@@ -20,6 +23,8 @@ use crate::model::{Eviction, Value};
 pub const BUCKET: usize = 4;
 /// Slots in the stash, for keys whose buckets and moves are all full.
 pub const STASH: usize = 8;
+// Tags are kept a bucket to a word, the stash's too.
+const _: () = assert!(STASH % BUCKET == 0 && BUCKET * 16 == 64);
 /// Slots visited looking for a chain of moves.
 pub const MAX_SEARCH: usize = 256;
 
@@ -81,10 +86,11 @@ pub struct FlowTable {
     /// record of `stride` words: state, created, last, key, registers.
     records: Vec<Value>,
     stride: usize,
-    /// Per slot, 16 bits of its key's hash (never 0), or 0 when free: a
-    /// lookup reads a bucket's tags (small and dense, so mostly cached)
-    /// and a record only where a tag matches.
-    tags: Vec<u16>,
+    /// Per slot, 16 bits of its key's hash (never 0), or 0 when free,
+    /// [`BUCKET`] slots to a word (the stash is whole words too): a lookup
+    /// reads a bucket's tags (small and dense, so mostly cached) and a
+    /// record only where a tag matches.
+    tags: Vec<u64>,
     /// Per bucket slot, the other bucket of its key: the search for moves
     /// reads it rather than hashing each key it passes (a record, not in
     /// cache, per slot searched).
@@ -116,6 +122,16 @@ pub fn hash_key(key: &[Value], seed: u64) -> u64 {
 }
 
 const TABLE_SEED: u64 = 0x2545_f491_4f6c_dd1d;
+
+/// The high bit of each 16-bit lane of `word` whose tag is `tag`, exactly
+/// (no false matches: a carry never crosses lanes).
+#[inline]
+fn matching_lanes(word: u64, tag: u16) -> u64 {
+    const LOW: u64 = 0x7fff_7fff_7fff_7fff;
+    const HIGH: u64 = 0x8000_8000_8000_8000;
+    let x = word ^ (tag as u64).wrapping_mul(0x0001_0001_0001_0001);
+    !(((x & LOW).wrapping_add(LOW)) | x) & HIGH
+}
 /// Words of a record before its key: state, created, last.
 const META_WORDS: usize = 3;
 
@@ -132,7 +148,7 @@ impl FlowTable {
             mask: buckets - 1,
             records: vec![0; slots * (META_WORDS + key_len + regs)],
             stride: META_WORDS + key_len + regs,
-            tags: vec![0; slots],
+            tags: vec![0; slots / BUCKET],
             alts: vec![0; slots],
             len: 0,
             in_stash: 0,
@@ -142,7 +158,20 @@ impl FlowTable {
 
     /// Slots in all, stash included.
     pub fn capacity(&self) -> usize {
-        self.tags.len()
+        self.tags.len() * BUCKET
+    }
+
+    /// The tag of `slot`; 0: free.
+    #[inline]
+    fn tag(&self, slot: usize) -> u16 {
+        (self.tags[slot / BUCKET] >> (16 * (slot % BUCKET))) as u16
+    }
+
+    #[inline]
+    fn set_tag(&mut self, slot: usize, tag: u16) {
+        let shift = 16 * (slot % BUCKET);
+        let word = &mut self.tags[slot / BUCKET];
+        *word = *word & !(0xffff << shift) | (tag as u64) << shift;
     }
 
     pub fn len(&self) -> usize {
@@ -189,7 +218,7 @@ impl FlowTable {
     pub fn meta(&self, slot: usize) -> Meta {
         let r = self.record(slot);
         Meta {
-            used: self.tags[slot] != 0,
+            used: self.tag(slot) != 0,
             state: r[0] as u16,
             created: r[1],
             last: r[2],
@@ -204,7 +233,7 @@ impl FlowTable {
 
     /// Used slots, in slot order.
     pub fn slots(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.tags.len()).filter(|&s| self.tags[s] != 0)
+        (0..self.capacity()).filter(|&s| self.tag(s) != 0)
     }
 
     /// Whether `slot` holds `key`: the key words first (one cache line for
@@ -214,29 +243,34 @@ impl FlowTable {
         let at = slot * self.stride + META_WORDS;
         let stored = &self.records[at..at + self.key_len];
         let diff = stored.iter().zip(key).fold(0, |d, (a, b)| d | (a ^ b));
-        diff == 0 && self.tags[slot] != 0
+        diff == 0 && self.tag(slot) != 0
     }
 
     /// The slot holding `key`: its two buckets, then the stash.
     #[inline]
     pub fn find(&self, key: &[Value]) -> Option<usize> {
         let (b1, b2, tag) = self.place_of(key);
-        for b in [b1, b2] {
-            for s in b * BUCKET..(b + 1) * BUCKET {
-                if self.tags[s] == tag && self.holds(s, key) {
+        // Both words read before either is looked at.
+        let (w1, w2) = (self.tags[b1], self.tags[b2]);
+        for (b, w) in [(b1, w1), (b2, w2)] {
+            let mut lanes = matching_lanes(w, tag);
+            while lanes != 0 {
+                let s = b * BUCKET + lanes.trailing_zeros() as usize / 16;
+                if self.holds(s, key) {
                     return Some(s);
                 }
+                lanes &= lanes - 1;
             }
         }
         if self.in_stash == 0 {
             return None;
         }
-        (self.stash_start()..self.tags.len()).find(|&s| self.tags[s] == tag && self.holds(s, key))
+        (self.stash_start()..self.capacity()).find(|&s| self.tag(s) == tag && self.holds(s, key))
     }
 
     pub fn remove(&mut self, slot: usize) {
-        if self.tags[slot] != 0 {
-            self.tags[slot] = 0;
+        if self.tag(slot) != 0 {
+            self.set_tag(slot, 0);
             self.len -= 1;
             if slot >= self.stash_start() {
                 self.in_stash -= 1;
@@ -245,14 +279,14 @@ impl FlowTable {
     }
 
     fn free_in(&self, bucket: usize) -> Option<usize> {
-        (bucket * BUCKET..(bucket + 1) * BUCKET).find(|&s| self.tags[s] == 0)
+        (bucket * BUCKET..(bucket + 1) * BUCKET).find(|&s| self.tag(s) == 0)
     }
 
     fn move_slot(&mut self, from: usize, to: usize) {
         let w = self.stride;
         self.records.copy_within(from * w..(from + 1) * w, to * w);
-        self.tags[to] = self.tags[from];
-        self.tags[from] = 0;
+        self.set_tag(to, self.tag(from));
+        self.set_tag(from, 0);
         // Moves go from a key's bucket to its other one.
         self.alts[to] = (from / BUCKET) as u32;
     }
@@ -315,12 +349,12 @@ impl FlowTable {
         eviction: Eviction,
     ) -> Result<Placed, TableFull> {
         let (b1, b2, tag) = self.place_of(key);
-        let stash = self.stash_start()..self.tags.len();
+        let stash = self.stash_start()..self.capacity();
         let placed = if let Some(s) = self.free_in(b1).or_else(|| self.free_in(b2)) {
             Placed::Free(s)
         } else if let Some(s) = self.make_room(b1, b2) {
             Placed::Free(s)
-        } else if let Some(s) = stash.clone().find(|&s| self.tags[s] == 0) {
+        } else if let Some(s) = stash.clone().find(|&s| self.tag(s) == 0) {
             Placed::Free(s)
         } else {
             let candidates = (b1 * BUCKET..(b1 + 1) * BUCKET)
@@ -346,7 +380,7 @@ impl FlowTable {
         let at = slot * self.stride;
         self.records[at..at + META_WORDS].fill(0);
         self.records[at + META_WORDS..at + META_WORDS + k].copy_from_slice(key);
-        self.tags[slot] = tag;
+        self.set_tag(slot, tag);
         self.alts[slot] = if slot / BUCKET == b1 { b2 } else { b1 } as u32;
         self.len += 1;
         if slot >= self.stash_start() {
@@ -374,6 +408,32 @@ mod tests {
         t.set_meta(s, 0, now, now);
         t.regs_mut(s)[0] = k * 10;
         Ok(p)
+    }
+
+    #[test]
+    fn matching_lanes_are_exactly_those_holding_the_tag() {
+        let word = |lanes: [u16; 4]| {
+            lanes
+                .iter()
+                .enumerate()
+                .fold(0u64, |w, (i, &t)| w | (t as u64) << (16 * i))
+        };
+        for (lanes, tag, expected) in [
+            ([0, 0, 0, 0], 1, 0b0000),
+            ([5, 0, 5, 7], 5, 0b0101),
+            ([0x8001, 1, 0xffff, 0x7fff], 0x8001, 0b0001),
+            ([0x8001, 1, 0xffff, 0x7fff], 1, 0b0010),
+            ([0x8001, 1, 0xffff, 0x7fff], 0xffff, 0b0100),
+            ([0x8001, 1, 0xffff, 0x7fff], 0x7fff, 0b1000),
+            ([0xfffe, 0xffff, 0xffff, 0xfffe], 0xffff, 0b0110),
+        ] {
+            let m = matching_lanes(word(lanes), tag);
+            let got: u32 = (0..4)
+                .map(|i| ((m >> (16 * i + 15)) & 1) as u32 * (1 << i))
+                .sum();
+            assert_eq!(got, expected, "{lanes:x?} for {tag:x}");
+            assert_eq!(m & !0x8000_8000_8000_8000, 0);
+        }
     }
 
     #[test]
