@@ -17,6 +17,7 @@
 //! request_buffer_bytes = 16384       # a request this size or less is read whole before it goes on
 //! backend_connections = 1             # per backend and worker; 0: per client
 //! backend_sharing = "pipelined"       # or "exclusive"; default: as the grammar says
+//! backend_idle_timeout_ms = 4000      # an idle exclusive backend connection older is closed; 0: never
 //! accept = "per-worker"               # or "single": only the first worker accepts
 //! weight = 1                          # share of `flick serve`'s workers against other services
 //!
@@ -53,6 +54,9 @@ pub const CHANNEL_CAPACITY: RangeInclusive<usize> = 1..=65_536;
 pub const DICT_CAPACITY: RangeInclusive<usize> = 1..=16_777_216;
 pub const RESPONSE_TIMEOUT_MS: RangeInclusive<u64> = 10..=600_000;
 pub const BACKEND_CONNECTIONS: RangeInclusive<usize> = 0..=1024;
+/// How long an idle exclusive backend connection may wait to be taken
+/// again; 0: however long.
+pub const BACKEND_IDLE_TIMEOUT_MS: RangeInclusive<u64> = 0..=3_600_000;
 /// A request body's most bytes, where the grammar has the limit
 /// `max_body_bytes` (HTTP): up to its fields' own maximum, 1 GiB.
 pub const MAX_BODY_BYTES: RangeInclusive<u64> = 0..=1 << 30;
@@ -97,6 +101,8 @@ pub struct FileConfig {
     pub request_buffer_bytes: Option<usize>,
     /// Connections to each backend shared by all clients (0: per client).
     pub backend_connections: Option<usize>,
+    /// How long an idle exclusive backend connection is kept (0: always).
+    pub backend_idle_timeout_ms: Option<u64>,
     /// `pipelined` or `exclusive`.
     pub backend_sharing: Option<String>,
     /// `per-worker` or `single`.
@@ -172,6 +178,7 @@ pub struct Overrides {
     pub max_body_bytes: Option<u64>,
     pub request_buffer_bytes: Option<usize>,
     pub backend_connections: Option<usize>,
+    pub backend_idle_timeout_ms: Option<u64>,
     pub backend_sharing: Option<String>,
     pub accept: Option<String>,
     pub fan_in_timeout_ms: Option<u64>,
@@ -203,6 +210,8 @@ pub struct Settings {
     /// `ServiceConfig::request_buffer_bytes`.
     pub request_buffer_bytes: usize,
     pub backend_connections: usize,
+    /// `ServiceConfig::backend_idle_timeout` in ms; 0: none.
+    pub backend_idle_timeout_ms: u64,
     /// `None`: as the grammar says.
     pub backend_sharing: Option<flick_platform::Sharing>,
     pub accept: flick_platform::Accept,
@@ -459,6 +468,18 @@ pub fn resolve(
     .map_or(defaults.backend_connections, |(o, v)| {
         ranged(&mut errors, &o, v, &BACKEND_CONNECTIONS)
     });
+    let backend_idle_timeout_ms = setting(
+        &at,
+        "backend_idle_timeout_ms",
+        flags.backend_idle_timeout_ms,
+        cfg.backend_idle_timeout_ms,
+    )
+    .map_or(
+        defaults
+            .backend_idle_timeout
+            .map_or(0, |t| t.as_millis() as u64),
+        |(o, v)| ranged(&mut errors, &o, v, &BACKEND_IDLE_TIMEOUT_MS),
+    );
     let backend_sharing = setting(
         &at,
         "backend_sharing",
@@ -544,6 +565,7 @@ pub fn resolve(
             max_body_bytes,
             request_buffer_bytes,
             backend_connections,
+            backend_idle_timeout_ms,
             backend_sharing,
             accept,
             fan_in_timeout_ms,

@@ -137,6 +137,13 @@ struct RunArgs {
     /// [default: 1].
     #[arg(long, value_name = "N")]
     backend_connections: Option<usize>,
+    /// An idle exclusive backend connection (HTTP's) unused this long is
+    /// closed rather than taken again; keep it under the backends' own
+    /// idle timeout (nginx's `keepalive_timeout`), or a request written as
+    /// a backend closes one is lost with it. 0: kept however long, in ms
+    /// [default: 4000].
+    #[arg(long, value_name = "MS")]
+    backend_idle_timeout_ms: Option<u64>,
     /// How clients share a backend connection: `pipelined` (requests of
     /// many clients interleaved) or `exclusive` (one client at a time, then
     /// back to the idle ones) [default: as the grammar says: exclusive for
@@ -418,6 +425,7 @@ fn load_run(args: &RunArgs, color: bool) -> Result<RunLoad, RunFailure> {
         max_body_bytes: args.max_body_bytes,
         request_buffer_bytes: args.request_buffer_bytes,
         backend_connections: args.backend_connections,
+        backend_idle_timeout_ms: args.backend_idle_timeout_ms,
         backend_sharing: args.backend_sharing.clone(),
         accept: args.accept.clone(),
         fan_in_timeout_ms: args.fan_in_timeout_ms,
@@ -520,6 +528,8 @@ fn run_service_config(
         response_timeout: std::time::Duration::from_millis(settings.response_timeout_ms),
         request_buffer_bytes: settings.request_buffer_bytes,
         backend_connections: settings.backend_connections,
+        backend_idle_timeout: (settings.backend_idle_timeout_ms > 0)
+            .then(|| std::time::Duration::from_millis(settings.backend_idle_timeout_ms)),
         backend_sharing: settings.backend_sharing,
         accept: settings.accept,
         fan_in_timeout: std::time::Duration::from_millis(settings.fan_in_timeout_ms),

@@ -297,6 +297,8 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
         response_timeout: Duration::from_millis(settings.response_timeout_ms),
         request_buffer_bytes: settings.request_buffer_bytes,
         backend_connections: settings.backend_connections,
+        backend_idle_timeout: (settings.backend_idle_timeout_ms > 0)
+            .then(|| Duration::from_millis(settings.backend_idle_timeout_ms)),
         backend_sharing: settings.backend_sharing,
         accept: settings.accept,
         fan_in_timeout: Duration::from_millis(settings.fan_in_timeout_ms),

@@ -31,8 +31,16 @@ use flick_runtime::{Receiver, Sender, TaskId, TaskStatus, Timeslice, TryRecvErro
 use flick_wire::{Grammar, UnitId};
 use std::collections::VecDeque;
 use std::io::ErrorKind;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Nanoseconds on a clock that starts at its first reading: when a
+/// connection was last used, in a word that needs no lock.
+fn clock_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
 
 struct Member {
     key: u32,
@@ -75,6 +83,9 @@ pub struct SharedConn {
     refusal_counted: AtomicBool,
     /// The writer is in the middle of a member's request body.
     streaming: AtomicBool,
+    /// When a member joined it or a reply was handed on (`clock_ns`): the
+    /// backend's idle timer runs from about then.
+    last_used: AtomicU64,
     chan: u16,
     index: Option<u32>,
 }
@@ -84,6 +95,21 @@ impl SharedConn {
         self.dead.load(Ordering::Acquire)
     }
 
+    fn touch(&self) {
+        self.last_used.store(clock_ns(), Ordering::Relaxed);
+    }
+
+    /// How long since it was last used.
+    fn unused_for(&self) -> Duration {
+        Duration::from_nanos(clock_ns().saturating_sub(self.last_used.load(Ordering::Relaxed)))
+    }
+
+    /// Closes a connection no instance is on.
+    fn close_unused(&self) {
+        self.fail();
+        let _ = self.conn.stream.shutdown(std::net::Shutdown::Both);
+    }
+
     /// Adds instance `compute` as a member: its input (replies) and output
     /// (requests) for this backend.
     pub fn join(
@@ -91,30 +117,34 @@ impl SharedConn {
         compute: TaskId,
         graphs: &crate::graph_pool::GraphPool,
     ) -> Option<(Input, Output)> {
-        self.join_when(compute, graphs, false)
+        self.join_when(compute, graphs, None)
     }
 
     /// Adds instance `compute` as a member only if the connection is idle:
-    /// alive, with no member and no request in flight.
+    /// alive, with no member and no request in flight. One idle for
+    /// `idle_timeout` or longer is closed instead (see [`Backend`]).
     pub fn join_if_idle(
         self: &Arc<Self>,
         compute: TaskId,
         graphs: &crate::graph_pool::GraphPool,
+        idle_timeout: Option<Duration>,
     ) -> Option<(Input, Output)> {
-        self.join_when(compute, graphs, true)
+        self.join_when(compute, graphs, Some(idle_timeout))
     }
 
+    /// `idle_only`: join only an idle connection, closing it if it has
+    /// been idle for as long as the limit it holds, or longer.
     fn join_when(
         self: &Arc<Self>,
         compute: TaskId,
         graphs: &crate::graph_pool::GraphPool,
-        idle_only: bool,
+        idle_only: Option<Option<Duration>>,
     ) -> Option<(Input, Output)> {
         let mut members = self.members.lock().expect("members lock");
         if self.is_dead() {
             return None;
         }
-        if idle_only {
+        if let Some(idle_timeout) = idle_only {
             // Members whose instance has ended and left nothing to write
             // are gone already, whether or not the writer has seen it.
             let busy = self.streaming.load(Ordering::Acquire)
@@ -127,7 +157,11 @@ impl SharedConn {
             // `keepalive_timeout`) with its reader not yet run since: its
             // end is in the socket already, and a request written now
             // would be lost with it (a POST's, not sent again: 502).
-            if self.ended_while_idle() {
+            // Idle as long as the backend may keep it, or longer: the
+            // backend may be closing it now, and a request written as it
+            // does is lost with it (nginx's upstream `keepalive_timeout`).
+            let too_old = idle_timeout.is_some_and(|t| self.unused_for() >= t);
+            if too_old || self.ended_while_idle() {
                 self.dead.store(true, Ordering::Release);
                 members.list.clear();
                 let _ = self.conn.stream.shutdown(std::net::Shutdown::Both);
@@ -135,6 +169,7 @@ impl SharedConn {
             }
             members.list.clear();
         }
+        self.touch();
         let (req_tx, req_rx) = graphs.links.channel();
         req_tx.bind(compute);
         req_rx.bind(self.writer);
@@ -167,6 +202,7 @@ impl SharedConn {
                 conn: Some((self.conn.clone(), self.reader)),
                 crc: None,
                 shared: true,
+                idle_limit: idle_only.flatten(),
             },
         ))
     }
@@ -405,6 +441,7 @@ impl SharedReader {
         };
         match member.replies.try_send(m) {
             Ok(()) => {
+                self.shared.touch();
                 self.stats.message_in(self.shared.conn.chan);
                 true
             }
@@ -562,6 +599,11 @@ pub struct Backend {
     pub next: std::sync::atomic::AtomicUsize,
     /// Exclusive: each worker's connections, one instance on each at most.
     pub exclusive: Option<Mutex<Vec<Vec<Arc<SharedConn>>>>>,
+    /// Exclusive: an idle connection unused this long is closed rather
+    /// than taken again, before the backend's own idle timeout can close
+    /// it under a request (nginx's upstream `keepalive_timeout`, HAProxy's
+    /// `timeout http-keep-alive`). `None`: kept however long.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Backend {
@@ -572,6 +614,7 @@ impl Backend {
         per_worker: usize,
         workers: usize,
         exclusive: bool,
+        idle_timeout: Option<Duration>,
     ) -> Backend {
         let per_worker = per_worker.max(1);
         Backend {
@@ -582,6 +625,7 @@ impl Backend {
             per_worker,
             next: std::sync::atomic::AtomicUsize::new(0),
             exclusive: exclusive.then(|| Mutex::new(vec![Vec::new(); workers.max(1)])),
+            idle_timeout,
         }
     }
 
@@ -604,12 +648,15 @@ impl Backend {
 
     /// Instance `compute` on `worker` takes an idle connection of that
     /// worker's, or one `open` dials for it; `None` if the backend cannot
-    /// be reached. Only for an exclusive backend.
+    /// be reached. `fresh`: a new one, never an idle one (for a request
+    /// sent again, lost with a connection the backend closed: its other
+    /// idle connections may be closing too). Only for an exclusive backend.
     pub fn take_exclusive(
         &self,
         worker: usize,
         compute: TaskId,
         graphs: &crate::graph_pool::GraphPool,
+        fresh: bool,
         open: impl FnOnce(u16, Option<u32>) -> Option<Arc<SharedConn>>,
     ) -> Option<(Input, Output)> {
         let pools = self.exclusive.as_ref()?;
@@ -617,20 +664,26 @@ impl Backend {
         let n = pools.len();
         let pool = &mut pools[worker % n];
         pool.retain(|c| !c.is_dead());
-        for c in pool.iter() {
-            if let Some(joined) = c.join_if_idle(compute, graphs) {
+        for c in pool.iter().filter(|_| !fresh) {
+            if let Some(joined) = c.join_if_idle(compute, graphs, self.idle_timeout) {
                 return Some(joined);
             }
         }
         let c = open(self.chan, self.index)?;
-        let joined = c.join(compute, graphs);
+        let joined = c
+            .join_when(compute, graphs, None)
+            .map(|(input, mut output)| {
+                output.idle_limit = self.idle_timeout;
+                (input, output)
+            });
         pool.push(c);
         joined
     }
 
     /// Closes each worker's idle exclusive connections beyond `keep` (what
-    /// a burst opened), as nginx's upstream `keepalive` caches a few; how
-    /// many. Their tasks see the socket shut and end.
+    /// a burst opened), as nginx's upstream `keepalive` caches a few, and
+    /// those idle for `idle_timeout` or longer; how many. Their tasks see
+    /// the socket shut and end.
     pub fn close_idle(&self, keep: usize) -> usize {
         let Some(pools) = &self.exclusive else {
             return 0;
@@ -646,11 +699,11 @@ impl Backend {
                     return true;
                 }
                 idle += 1;
-                if idle <= keep {
+                let too_old = self.idle_timeout.is_some_and(|t| c.unused_for() >= t);
+                if idle <= keep && !too_old {
                     return true;
                 }
-                c.fail();
-                let _ = c.conn.stream.shutdown(std::net::Shutdown::Both);
+                c.close_unused();
                 closed += 1;
                 false
             });
@@ -696,6 +749,7 @@ pub fn shared_conn(
         dead: AtomicBool::new(false),
         refusal_counted: AtomicBool::new(false),
         streaming: AtomicBool::new(false),
+        last_used: AtomicU64::new(clock_ns()),
         chan,
         index,
     })

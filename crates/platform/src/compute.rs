@@ -46,6 +46,10 @@ pub struct Output {
     pub crc: Option<flick_wire::StreamCrc>,
     /// A backend connection other instances share.
     pub shared: bool,
+    /// An exclusive backend connection left with nothing owed this long is
+    /// not written to again: the next request goes over a new one
+    /// (`Backend::idle_timeout`).
+    pub idle_limit: Option<std::time::Duration>,
 }
 
 /// Opens a new connection for `chan[index]` of the instance whose compute
@@ -181,6 +185,10 @@ pub struct GraphHost {
     /// Opens a connection of this instance's own to `chan[index]`, even
     /// where connections are shared.
     pub own_connection: Reconnect,
+    /// As `reconnect`, but never takes an idle connection: a request sent
+    /// again after the backend closed its connection goes over a new one,
+    /// where another idle one may be closing too.
+    pub fresh_connection: Reconnect,
     /// Inputs of connections opened while a rule ran, for the compute task
     /// to take in.
     pub new_inputs: Vec<Input>,
@@ -201,6 +209,10 @@ pub struct GraphHost {
     /// A stream to a peer that answers nothing broke (or never connected):
     /// the instance ends at once.
     pub broken: bool,
+    /// A reply to the client was cut short by its backend: the instance
+    /// ends (`broken`) once what is queued for the client has gone on,
+    /// the cut reply's part among it, and reads no more requests.
+    pub cutting: bool,
     pub grammar: Arc<flick_wire::Grammar>,
     /// The code it runs: string constants kept in dictionaries are read
     /// from it.
@@ -868,13 +880,22 @@ impl Compute {
                 continue;
             }
             // Quiet requests may rightly get no reply: they do not time out.
-            let late = self.host.peers[out]
-                .outstanding
-                .iter()
-                .find(|p| p.seq.is_some())
-                .is_some_and(|p| p.sent + self.host.timeout <= now);
-            if late && !self.host.peers[out].dead {
-                self.host.give_up(out);
+            let late = |host: &GraphHost| {
+                host.peers[out]
+                    .outstanding
+                    .iter()
+                    .find(|p| p.seq.is_some())
+                    .is_some_and(|p| p.heard + host.timeout <= now)
+            };
+            // Replies that came in time but wait in the inputs are taken
+            // first: a reply whose last piece waits there must not be
+            // cut short, closing its client's connection under the
+            // requests it sent after (which get the fault reply instead).
+            if late(&self.host) && !self.host.peers[out].dead {
+                self.absorb_replies();
+                if late(&self.host) && !self.host.peers[out].dead {
+                    self.host.give_up(out);
+                }
             }
             // Before any reconnect: its new input must stay open.
             self.close_given_up();
@@ -911,7 +932,7 @@ impl Compute {
                     .outstanding
                     .iter()
                     .find(|q| q.seq.is_some())
-                    .map(|q| q.sent + self.host.timeout);
+                    .map(|q| q.heard + self.host.timeout);
                 let retry = p.retry_at.filter(|_| p.dead);
                 late.into_iter().chain(retry)
             })
@@ -1157,6 +1178,13 @@ impl Compute {
             }
         }
         loop {
+            if self.host.cutting
+                && self.host.ready.is_empty()
+                && !self.vm.is_running()
+                && self.held_piece.is_none()
+            {
+                self.host.broken = true;
+            }
             if self.host.broken || self.sentinel_closed() {
                 return self.break_up();
             }
@@ -1222,6 +1250,11 @@ impl Compute {
             if let Some((chan, index, m, last)) = self.host.parts.pop_front() {
                 self.host.part_last = Some(last);
                 self.start_rule(chan, index, m);
+                continue;
+            }
+            if self.host.cutting {
+                // Everything queued for the client went on.
+                self.host.broken = true;
                 continue;
             }
             self.close_given_up();

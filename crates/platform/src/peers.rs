@@ -36,6 +36,8 @@ pub struct Peer {
     /// requests or so long idle): the next request reconnects at once
     /// rather than failing.
     pub closed_clean: bool,
+    /// Since when its connection has owed nothing, after a reply.
+    pub quiet_since: Option<Instant>,
 }
 
 /// Why a request gets its grammar's `%fault` reply: `$$` in `%fault`
@@ -73,8 +75,14 @@ pub struct Pending {
     pub corr: Option<i128>,
     /// The broadcast it is part of.
     pub group: Option<u32>,
-    /// When it was sent, for the response timeout.
+    /// When it was sent.
     pub sent: Instant,
+    /// When its peer was last heard from about it: when it was sent, then
+    /// when each part of a reply that streams came. The response timeout
+    /// runs from it, so a reply that streams on is not cut short, nor one
+    /// whose last part is on its way (nginx's `proxy_read_timeout` also
+    /// runs between two reads).
+    pub heard: Instant,
     /// Its place among the client's requests, for answering in order;
     /// `None` for a quiet request, which may get no reply (`%quiet`).
     pub seq: Option<u64>,
@@ -383,8 +391,11 @@ impl GraphHost {
         let silent = answers && seq.is_none() && corr.is_none();
         let keep_final = self.part_last.unwrap_or(true);
         let gone = self.peers[out].dead || self.outputs[out].tx.is_none();
+        if answers && !gone && self.idled_too_long(out) {
+            self.renew_connection(out);
+        }
         if answers && gone && self.peers[out].closed_clean {
-            self.reconnect_now(out);
+            self.reconnect_now(out, self.resending);
         }
         if answers && (self.peers[out].dead || self.outputs[out].tx.is_none()) {
             // A part of a split request gets the fault reply like any
@@ -430,11 +441,13 @@ impl GraphHost {
                     self.settle_group(g, None);
                 }
                 if let Some(r) = remember {
+                    let now = Instant::now();
                     self.peers[out].outstanding.push_back(Pending {
                         request: r,
                         corr,
                         group,
-                        sent: Instant::now(),
+                        sent: now,
+                        heard: now,
                         seq,
                         keep_final,
                         fenced,
@@ -864,6 +877,71 @@ impl GraphHost {
         crate::limited!(CLOSED, warn, "a client's connection is closed: {why}");
     }
 
+    /// A reply the client is getting was cut short by its backend: the
+    /// client's connection closes once what is queued for it went on.
+    fn cut_client(&mut self) {
+        self.cutting = true;
+        self.stats.clients_closed.fetch_add(1, Ordering::Relaxed);
+        static CUT: crate::log::RateLimit = crate::log::RateLimit::new();
+        crate::limited!(
+            CUT,
+            warn,
+            "a client's connection is closed: its reply was cut short by its backend"
+        );
+    }
+
+    /// Takes back the parts of request `seq`'s reply from output `out`
+    /// that came but have not gone on to the client (held behind an
+    /// earlier request's reply, or queued for the rules); `true` if none
+    /// of it went on, so that it can still get a whole reply instead.
+    fn take_back_reply(&mut self, out: usize, seq: Option<u64>) -> bool {
+        let Some(seq) = seq else {
+            return false;
+        };
+        let deliver = self.order.deliver;
+        if seq > deliver {
+            // Held: nothing of it went on.
+            if let Some(h) = self.order.held.get_mut((seq - deliver) as usize) {
+                for (_, _, m) in h.replies.drain(..) {
+                    self.pool.give(m);
+                }
+            }
+            return true;
+        }
+        if seq < deliver {
+            return false;
+        }
+        // Next in order: its parts went to `ready`, after its head.
+        let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
+        let from_peer = |r: &Reply| r.0 == chan && r.1 == index;
+        let Some(head) = self
+            .ready
+            .iter()
+            .rposition(|r| from_peer(r) && r.2.part == Part::Head)
+        else {
+            return false;
+        };
+        if self
+            .ready
+            .iter()
+            .skip(head + 1)
+            .any(|r| from_peer(r) && r.2.part == Part::End)
+        {
+            // That head is an earlier reply's, whole.
+            return false;
+        }
+        let mut i = self.ready.len();
+        while i > head {
+            i -= 1;
+            if from_peer(&self.ready[i]) {
+                if let Some((_, _, m)) = self.ready.remove(i) {
+                    self.pool.give(m);
+                }
+            }
+        }
+        true
+    }
+
     fn lost_stream(&mut self, out: usize) {
         if self.outputs[out].chan != self.client_chan {
             self.close_client("a stream it feeds is lost");
@@ -962,12 +1040,18 @@ impl GraphHost {
             if let Some(p) = self.peers[out].outstanding.front_mut() {
                 p.replied |= streaming || p.fenced;
                 p.begun |= reply.continued;
+                if streaming {
+                    p.heard = Instant::now();
+                }
             }
         }
         if !more {
             if let Some(p) = self.peers[out].outstanding.pop_front() {
                 self.replied_in(chan, index, p.sent);
                 self.pool.give(p.request);
+            }
+            if self.peers[out].outstanding.is_empty() && self.outputs[out].idle_limit.is_some() {
+                self.peers[out].quiet_since = Some(Instant::now());
             }
             if !keep {
                 // A split request's part: its end is not the client's.
@@ -1183,13 +1267,41 @@ impl GraphHost {
         }
     }
 
+    /// Whether the exclusive connection of output `out` has owed nothing
+    /// for its idle limit or longer: the backend may be closing it.
+    fn idled_too_long(&self, out: usize) -> bool {
+        let peer = &self.peers[out];
+        peer.outstanding.is_empty()
+            && self.outputs[out]
+                .idle_limit
+                .zip(peer.quiet_since)
+                .is_some_and(|(limit, since)| since.elapsed() >= limit)
+    }
+
+    /// Leaves output `out`'s connection (it goes back to the idle ones,
+    /// too old to be taken again) for a new one; the old one stays if no
+    /// new one can be had.
+    fn renew_connection(&mut self, out: usize) {
+        let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
+        if let Some((input, output)) = (self.fresh_connection)(self.id, chan, index) {
+            self.outputs[out] = output;
+            self.new_inputs.push(input);
+            self.peers[out].quiet_since = None;
+        }
+    }
+
     /// Reconnects a peer whose connection closed with nothing owed, now;
-    /// `true` if it is connected again.
-    fn reconnect_now(&mut self, out: usize) -> bool {
+    /// `true` if it is connected again. `fresh`: over a new connection,
+    /// for a request sent again (see `fresh_connection`).
+    fn reconnect_now(&mut self, out: usize, fresh: bool) -> bool {
         self.peers[out].closed_clean = false;
         let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
         self.given_up.push((chan, index));
-        let Some((input, output)) = (self.reconnect)(self.id, chan, index) else {
+        let connect = match fresh {
+            true => &self.fresh_connection,
+            false => &self.reconnect,
+        };
+        let Some((input, output)) = connect(self.id, chan, index) else {
             return false;
         };
         self.outputs[out] = output;
@@ -1263,11 +1375,16 @@ impl GraphHost {
             } else if p.replied && p.fenced {
                 // A quiet request whose hit came: that was its reply.
                 self.forget(p);
+            } else if p.replied && p.group.is_none() && self.take_back_reply(out, p.seq) {
+                // Part of its reply came, but none of it went on to the
+                // client yet: the fault reply takes its place.
+                self.fault(out, p.request, p.group, p.seq, cause);
             } else if p.replied {
                 // Its reply is cut short: the client's connection closes
-                // rather than take a fault reply inside it.
+                // rather than take a fault reply inside it, once what is
+                // queued for it (that reply's part among it) went on.
                 self.pool.give(p.request);
-                self.close_client("its reply was cut short by its backend");
+                self.cut_client();
             } else if retry {
                 again.push(p);
             } else {
@@ -1276,7 +1393,7 @@ impl GraphHost {
                 self.fault(out, p.request, p.group, p.seq, cause);
             }
         }
-        if !again.is_empty() && self.reconnect_now(out) {
+        if !again.is_empty() && self.reconnect_now(out, true) {
             let resending = std::mem::replace(&mut self.resending, true);
             for p in again.drain(..) {
                 // A part of a split request sent again is still that part:

@@ -199,6 +199,11 @@ pub struct ServiceConfig {
     /// instances on that worker, with requests pipelined; 0 gives each
     /// instance connections of its own.
     pub backend_connections: usize,
+    /// An idle exclusive backend connection unused this long is closed
+    /// rather than taken again, so that a backend's own idle timeout set
+    /// longer than it (nginx's `keepalive_timeout`, 75 s by default) never
+    /// closes one under a request. `None`: kept however long.
+    pub backend_idle_timeout: Option<std::time::Duration>,
     /// How backend connections are shared; `None`: as the grammar says
     /// (`%exclusive` on the unit of requests).
     pub backend_sharing: Option<Sharing>,
@@ -299,6 +304,7 @@ impl Default for ServiceConfig {
             dict_capacity: 1024,
             response_timeout: std::time::Duration::from_secs(2),
             backend_connections: 1,
+            backend_idle_timeout: Some(BACKEND_IDLE_TIMEOUT),
             backend_sharing: None,
             fan_in_timeout: std::time::Duration::from_secs(10),
             connect_timeout: std::time::Duration::from_secs(10),
@@ -594,6 +600,7 @@ fn listen(addr: SocketAddr, shared: bool) -> std::io::Result<TcpListener> {
 struct Hooks {
     reconnect: crate::compute::Reconnect,
     own_connection: crate::compute::Reconnect,
+    fresh_connection: crate::compute::Reconnect,
     wake_at: crate::compute::WakeAt,
 }
 
@@ -812,6 +819,7 @@ impl Service {
                         config.backend_connections,
                         scheduler.workers(),
                         exclusive(&loaded, *chan, config.backend_sharing),
+                        config.backend_idle_timeout,
                     ));
                 }
             }
@@ -1375,6 +1383,7 @@ fn connection(
             conn: Some((conn, rid)),
             crc: None,
             shared: false,
+            idle_limit: None,
         },
         tasks: [
             (rid, reader),
@@ -1501,12 +1510,14 @@ fn open_shared(
     Some(shared)
 }
 
-/// Joins instance `compute` to a shared connection of backend `chan[index]`.
+/// Joins instance `compute` to a shared connection of backend `chan[index]`;
+/// `fresh`: a new one where connections are exclusive.
 fn join_shared(
     p: &Arc<Parts>,
     compute: TaskId,
     chan: u16,
     index: Option<u32>,
+    fresh: bool,
 ) -> Option<(Input, Output)> {
     let backend = p
         .shared
@@ -1517,7 +1528,7 @@ fn join_shared(
     let worker = p.scheduler.home_of(compute);
     let open = |c, i| open_shared(p, c, i, addr, worker);
     if backend.exclusive.is_some() {
-        return backend.take_exclusive(worker, compute, &p.graphs, open);
+        return backend.take_exclusive(worker, compute, &p.graphs, fresh, open);
     }
     let conn = backend.pick(worker, open)?;
     conn.join(compute, &p.graphs)
@@ -1552,16 +1563,18 @@ const GRAPHS_MADE_AHEAD: usize = 64;
 /// They hold the service weakly: instances that outlive a stopped service
 /// get no new connections, and keep nothing of it alive.
 fn hooks(p: &Arc<Parts>) -> Hooks {
-    let reconnect: crate::compute::Reconnect = {
+    let reconnect_with = |fresh: bool| -> crate::compute::Reconnect {
         let weak = Arc::downgrade(p);
         Arc::new(move |compute: TaskId, chan: u16, index: Option<u32>| {
             let p = weak.upgrade()?;
             if !p.shared.is_empty() && p.loaded.readable[chan as usize] {
-                return join_shared(&p, compute, chan, index);
+                return join_shared(&p, compute, chan, index, fresh);
             }
             own_connection(&p, compute, chan, index)
         })
     };
+    let reconnect = reconnect_with(false);
+    let fresh_connection = reconnect_with(true);
     let own: crate::compute::Reconnect = {
         let weak = Arc::downgrade(p);
         Arc::new(move |compute: TaskId, chan: u16, index: Option<u32>| {
@@ -1575,6 +1588,7 @@ fn hooks(p: &Arc<Parts>) -> Hooks {
     Hooks {
         reconnect,
         own_connection: own,
+        fresh_connection,
         wake_at,
     }
 }
@@ -1671,6 +1685,7 @@ fn unconnected(chan: usize, index: Option<u32>) -> Output {
         conn: None,
         crc: None,
         shared: false,
+        idle_limit: None,
     }
 }
 
@@ -1745,7 +1760,7 @@ fn instantiate(
         for (i, a) in addrs.iter().enumerate() {
             let index = array.then_some(i as u32);
             if readable && !p.shared.is_empty() {
-                match join_shared(p, compute_id, *chan as u16, index) {
+                match join_shared(p, compute_id, *chan as u16, index, false) {
                     Some((input, output)) => {
                         g.inputs.push(input);
                         g.outputs.push(output);
@@ -1785,6 +1800,7 @@ fn instantiate(
             retry_at: o.tx.is_none().then_some(now + crate::peers::FIRST_BACKOFF),
             backoff: crate::peers::FIRST_BACKOFF,
             closed_clean: false,
+            quiet_since: None,
             outstanding: match g.peers.get_mut(i) {
                 Some(old) => std::mem::take(&mut old.outstanding),
                 None => std::collections::VecDeque::new(),
@@ -1842,6 +1858,7 @@ fn instantiate(
             timer: None,
             reconnect: hooks.reconnect.clone(),
             own_connection: hooks.own_connection.clone(),
+            fresh_connection: hooks.fresh_connection.clone(),
             new_inputs: Vec::new(),
             wake_at: hooks.wake_at.clone(),
             draining: p.draining.clone(),
@@ -1850,6 +1867,7 @@ fn instantiate(
             id: compute_id,
             last_route: None,
             broken: false,
+            cutting: false,
             sends: 0,
             resending: false,
             given_up: Vec::new(),
@@ -1919,6 +1937,7 @@ fn quiescent(c: &Compute) -> bool {
         && !c.guards_due
         && !h.ending
         && !h.broken
+        && !h.cutting
         && !h.job_failed
         && !h.resending
         && h.settled()
@@ -2016,6 +2035,11 @@ impl crate::platform::Tenant for Tenancy {
 
 /// Idle exclusive backend connections kept per backend and worker.
 const IDLE_BACKEND_KEPT: usize = 16;
+
+/// `ServiceConfig::backend_idle_timeout` unless set: 4 s, as HAProxy's
+/// `timeout http-keep-alive` examples and under the idle timeouts of
+/// common servers (nginx 75 s, Apache 5 s, Node.js 5 s).
+const BACKEND_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// Messages the pool keeps however long they go unused.
 const MSGS_KEPT: usize = 1024;
