@@ -1050,8 +1050,14 @@ impl GraphHost {
                 self.replied_in(chan, index, p.sent);
                 self.pool.give(p.request);
             }
-            if self.peers[out].outstanding.is_empty() && self.outputs[out].idle_limit.is_some() {
-                self.peers[out].quiet_since = Some(Instant::now());
+            match self.peers[out].outstanding.front_mut() {
+                // Replies come in order: the peer is heard from about the
+                // next request from now on.
+                Some(next) => next.heard = Instant::now(),
+                None if self.outputs[out].idle_limit.is_some() => {
+                    self.peers[out].quiet_since = Some(Instant::now());
+                }
+                None => {}
             }
             if !keep {
                 // A split request's part: its end is not the client's.
