@@ -31,6 +31,26 @@ fn copy(to: &mut [Value], from: &[Value]) {
     }
 }
 
+/// A stage's flow key for a packet, on the stack: its fields' values,
+/// the two endpoints in order for a biflow key.
+#[inline]
+fn flow_key(stage: &Stage, fields: &[Value]) -> ([Value; MAX_KEY], usize) {
+    let mut key = [0 as Value; MAX_KEY];
+    let n = stage.key.len();
+    for (k, &f) in key.iter_mut().zip(&stage.key) {
+        *k = fields[f as usize];
+    }
+    if stage.biflow {
+        let h = n / 2;
+        if key[h..n] < key[..h] {
+            for i in 0..h {
+                key.swap(i, h + i);
+            }
+        }
+    }
+    (key, n)
+}
+
 /// A machine and its compiled tables.
 #[derive(Debug)]
 pub struct Program {
@@ -270,25 +290,14 @@ impl Engine {
         fields: &[Value],
         (now, port, len): (u64, Value, Value),
     ) -> Option<&'t Entry> {
-        let mut key = [0 as Value; MAX_KEY];
-        let n = stage.key.len();
-        for (k, &f) in key.iter_mut().zip(&stage.key) {
-            *k = fields[f as usize];
-        }
-        if stage.biflow {
-            let h = n / 2;
-            if key[h..n] < key[..h] {
-                for i in 0..h {
-                    key.swap(i, h + i);
-                }
-            }
-        }
+        let (key, n) = flow_key(stage, fields);
         let key = &key[..n];
         let timeouts = Timeouts {
             idle: stage.idle_timeout_us,
             hard: stage.hard_timeout_us,
         };
-        let found = st.flows.find(key);
+        let place = st.flows.place(key);
+        let found = st.flows.find_at(key, place);
         let (mut state, mut created) = (stage.initial, now);
         match found {
             Some(slot) => {
@@ -347,7 +356,10 @@ impl Engine {
             }
             Some(slot) => Some(slot),
             None if initial => None,
-            None => match st.flows.insert(key, now, &timeouts, stage.eviction) {
+            None => match st
+                .flows
+                .insert_at(key, place, now, &timeouts, stage.eviction)
+            {
                 Ok(Placed::Free(slot)) => Some(slot),
                 Ok(Placed::Evicted(slot)) => {
                     counters.evicted += 1;

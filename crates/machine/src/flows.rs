@@ -74,6 +74,16 @@ pub enum Placed {
     Evicted(usize),
 }
 
+/// Where a key's slots are: its two buckets and its tag. It depends on
+/// the key and the table's size only, so one computed for a lookup serves
+/// the insertion after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    b1: usize,
+    b2: usize,
+    tag: u16,
+}
+
 /// No slot could be found or freed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TableFull;
@@ -188,14 +198,18 @@ impl FlowTable {
 
     /// The key's two buckets and its tag.
     #[inline]
-    fn place_of(&self, key: &[Value]) -> (usize, usize, u16) {
+    pub fn place(&self, key: &[Value]) -> Place {
         let h = hash_key(key, TABLE_SEED);
         let b1 = h as usize & self.mask;
         let mut b2 = (h >> 32) as usize & self.mask;
         if b2 == b1 {
             b2 = b1 ^ 1;
         }
-        (b1, b2, (h >> 48) as u16 | 1)
+        Place {
+            b1,
+            b2,
+            tag: (h >> 48) as u16 | 1,
+        }
     }
 
     fn record(&self, slot: usize) -> &[Value] {
@@ -249,7 +263,13 @@ impl FlowTable {
     /// The slot holding `key`: its two buckets, then the stash.
     #[inline]
     pub fn find(&self, key: &[Value]) -> Option<usize> {
-        let (b1, b2, tag) = self.place_of(key);
+        self.find_at(key, self.place(key))
+    }
+
+    /// [`FlowTable::find`] with the key's place already computed.
+    #[inline]
+    pub fn find_at(&self, key: &[Value], place: Place) -> Option<usize> {
+        let Place { b1, b2, tag } = place;
         // Both words read before either is looked at.
         let (w1, w2) = (self.tags[b1], self.tags[b2]);
         for (b, w) in [(b1, w1), (b2, w2)] {
@@ -348,7 +368,19 @@ impl FlowTable {
         timeouts: &Timeouts,
         eviction: Eviction,
     ) -> Result<Placed, TableFull> {
-        let (b1, b2, tag) = self.place_of(key);
+        self.insert_at(key, self.place(key), now, timeouts, eviction)
+    }
+
+    /// [`FlowTable::insert`] with the key's place already computed.
+    pub fn insert_at(
+        &mut self,
+        key: &[Value],
+        place: Place,
+        now: u64,
+        timeouts: &Timeouts,
+        eviction: Eviction,
+    ) -> Result<Placed, TableFull> {
+        let Place { b1, b2, tag } = place;
         let stash = self.stash_start()..self.capacity();
         let placed = if let Some(s) = self.free_in(b1).or_else(|| self.free_in(b2)) {
             Placed::Free(s)
