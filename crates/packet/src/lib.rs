@@ -29,10 +29,12 @@
 //! `flick-packet-io`) nor hold language rules (that is `flick-check`).
 
 mod host;
+mod pure_steer;
 pub mod rewrite;
 mod service;
 mod state;
 mod stats;
+pub mod steering;
 
 pub use host::{Sends, MAX_SENDS};
 pub use service::{
