@@ -255,3 +255,19 @@ fn a_slow_body_within_the_buffer_is_answered() {
     assert_eq!(response(&mut r), (200, "got 60".to_string()));
     assert_eq!(seen.recv_timeout(DEADLINE), Ok(Seen::Arrived));
 }
+
+/// Identical Content-Length fields frame the body by their one value (RFC
+/// 9110 section 8.6), as the backend reads it: the request is complete
+/// after 5 bytes, not after their sum.
+#[test]
+fn identical_content_lengths_frame_the_body_by_their_one_value() {
+    let mut procs = Procs(Vec::new());
+    let (backend, _seen) = recording_backend();
+    let port = balancer(&mut procs, backend, &[]);
+    let (mut s, mut r) = connect(port);
+    s.write_all(
+        b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+    )
+    .unwrap();
+    assert_eq!(response(&mut r), (200, "got 5".to_string()));
+}
