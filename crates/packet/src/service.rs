@@ -8,7 +8,8 @@
 //!    If the program has `steer`, it parses each frame with the grammar
 //!    unit of the port's channel (a frame that does not parse is dropped
 //!    and counted as malformed), runs `steer` on it and hashes the result
-//!    to pick a worker; without `steer` every frame goes to worker 0. The
+//!    to pick a worker; without `steer` every frame goes to worker 0, as
+//!    it does with one worker where `steer` cannot fault (`pure_steer.rs`). The
 //!    frame is numbered in reading order and copied into the batch the
 //!    dispatcher is filling for that worker. A batch goes to its worker's
 //!    queue when it is full and when a port's `recv_batch` call ends, so a
@@ -331,6 +332,19 @@ impl PacketService {
         self.steer.is_some()
     }
 
+    /// Whether the dispatcher runs `steer` on each frame with this many
+    /// workers: not without `steer`, nor with one worker where `steer`
+    /// cannot fault, since every frame then goes to that worker anyway.
+    pub fn steers_in_dispatcher(&self, workers: usize) -> bool {
+        self.dispatch_steer(workers).is_some()
+    }
+
+    fn dispatch_steer(&self, workers: usize) -> Option<FuncId> {
+        self.steer.filter(|&f| {
+            workers > 1 || !crate::pure_steer::cannot_fault(&self.module, &self.fields, f)
+        })
+    }
+
     /// Every problem with binding these ports to the process's channels:
     /// unknown names, unbound channels, a read channel without a receiving
     /// port, a written one without a transmitting port, an array's width.
@@ -519,6 +533,7 @@ impl PacketService {
             vm: Vm::default(),
             key: Vec::new(),
             sends: Sends::default(),
+            steer: self.dispatch_steer(workers),
             filling: (0..workers).map(|_| None).collect(),
             held: false,
             queues,
@@ -909,6 +924,10 @@ struct Dispatch<'s> {
     vm: Vm,
     key: Vec<u8>,
     sends: Sends,
+    /// The `steer` hash run on each frame: the program's, except with one
+    /// worker where `steer` cannot fault (`pure_steer.rs`), which every frame
+    /// would go to anyway.
+    steer: Option<FuncId>,
     /// Per worker: the batch being filled for it, if any.
     filling: Vec<Option<Batch>>,
     /// Whether a batch in `filling` found its queue full.
@@ -1033,9 +1052,10 @@ impl Dispatch<'_> {
         let Some(p) = self.parsers[unit].as_mut() else {
             return;
         };
-        // Without `steer` the frame is parsed once, by its worker, which
-        // also counts it if it does not parse.
-        let worker = match svc.steer {
+        // Without `steer` (or with one worker and a `steer` that cannot
+        // fault) the frame is parsed once, by its worker, which also
+        // counts it if it does not parse.
+        let worker = match self.steer {
             None => 0,
             Some(_) if !parse_frame(p, frame) => {
                 self.malformed += 1;
