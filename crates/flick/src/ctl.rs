@@ -23,6 +23,8 @@ pub enum CtlCommand {
         config: Option<String>,
         max_instances: Option<usize>,
         weight: Option<u32>,
+        /// Packet ports, `CHANNEL=SPEC[,SPEC...]`.
+        ports: Vec<String>,
         redeploy: bool,
     },
     Undeploy(String),
@@ -98,6 +100,7 @@ pub fn run(
             config,
             max_instances,
             weight,
+            ports,
             redeploy,
         } => {
             let program =
@@ -115,6 +118,7 @@ pub fn run(
                 config,
                 max_instances,
                 weight,
+                ports,
             };
             let body = serde_json::to_value(&spec).expect("a deploy request is JSON");
             let a = match redeploy {
@@ -244,6 +248,12 @@ pub fn run(
         } => {
             let body = match base64 {
                 true => json!({ "base64": value }),
+                // A machine's tables, replaced from a program file.
+                false if path == "table" => {
+                    let program = std::fs::read_to_string(&value)
+                        .map_err(|e| CtlError::Read(value.clone(), e))?;
+                    json!({ "file": value, "program": program })
+                }
                 // A dictionary entry: an integer or boolean as JSON (a
                 // dictionary of values), anything else as it is (a message's
                 // wire bytes, a string; quoted JSON for a string of digits).
@@ -299,6 +309,41 @@ fn status_lines(a: &Json) -> String {
         Json::String(s) => s.clone(),
         other => other.to_string(),
     };
+    if a["kind"].is_string() {
+        // A service on packet ports: its ports, flow tables and counters.
+        for k in ["name", "file", "kind", "version", "running"] {
+            line(k, text(&a[k]));
+        }
+        line("reserved", format!("{} bytes", a["reserved_bytes"]));
+        line("deployed in", format!("{} us", a["deploy_us"]));
+        for p in a["ports"].as_array().into_iter().flatten() {
+            line(
+                "port",
+                format!(
+                    "{} rx {} tx {} drops {}",
+                    text(&p["port"]),
+                    p["rx_frames"],
+                    p["tx_frames"],
+                    p["drops"]
+                ),
+            );
+        }
+        for t in a["flow_tables"].as_array().into_iter().flatten() {
+            line(
+                "flow table",
+                format!(
+                    "{} {} of {}",
+                    text(&t["stage"]),
+                    t["contexts"],
+                    t["capacity"]
+                ),
+            );
+        }
+        for (k, v) in a["counters"].as_object().into_iter().flatten() {
+            line(k, text(v));
+        }
+        return out.trim_end().to_string();
+    }
     for k in [
         "name",
         "file",
@@ -409,6 +454,11 @@ pub struct DeployArgs {
     /// redeploy the weight it runs with).
     #[arg(long)]
     pub weight: Option<u32>,
+    /// CHANNEL=SPEC[,SPEC...]: packet ports (afpacket:IFACE, tun:NAME,
+    /// pcap:FILE, pcap-out:FILE) of a packet program or a machine (N=SPEC
+    /// for an XL program's numbered ports).
+    #[arg(long = "port", value_name = "CHANNEL=SPEC")]
+    pub ports: Vec<String>,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -467,6 +517,7 @@ pub fn main(args: CtlArgs) -> std::process::ExitCode {
         config: d.config,
         max_instances: d.max_instances,
         weight: d.weight,
+        ports: d.ports,
         redeploy,
     };
     let cmd = match args.command {

@@ -317,28 +317,19 @@ pub fn render_metrics(
     })
 }
 
-/// `flick run FILE.xl --port N=SPEC ... [--control PATH] [--metrics ADDR]`.
-#[allow(clippy::too_many_arguments)]
-pub fn run(
-    path: &str,
+/// Opens `--port N=SPEC` / `--port CHANNEL=SPEC` flags for a machine whose
+/// channels are `channels` (none for XL, whose ports are numbers).
+pub fn open_ports(
     ports: &[String],
-    workers: Option<usize>,
-    dump: Option<&str>,
-    control: Option<&str>,
-    metrics: Option<&str>,
-    color: bool,
-) -> ExitCode {
-    let Some((program, channels)) = load(path, color) else {
-        return ExitCode::FAILURE;
-    };
+    channels: &[String],
+) -> Result<(Vec<InPort>, Vec<OutPort>), String> {
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
     for flag in ports {
         let (name, spec) = match PortSpec::parse_named(flag) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("error: --port {flag}: {e}");
-                return ExitCode::FAILURE;
+                return Err(format!("--port {flag}: {e}"));
             }
         };
         let by_name = channels
@@ -349,24 +340,21 @@ pub fn run(
             (Some(n), _) => n,
             (None, Ok(n)) if (1..64).contains(&n) => n,
             _ if channels.is_empty() => {
-                eprintln!("error: --port {flag}: an XL program's ports are numbered 1 to 63, as its sendPacket calls and pktRcvd.port name them (`--port 1=pcap:in.pcap`)");
-                return ExitCode::FAILURE;
+                return Err(format!("--port {flag}: an XL program's ports are numbered 1 to 63, as its sendPacket calls and pktRcvd.port name them (`--port 1=pcap:in.pcap`)"));
             }
             _ => {
-                eprintln!(
+                return Err(format!(
                     "error: --port {flag}: the machine's channels are {} (or their numbers, 1 to {})",
                     channels.join(", "),
                     channels.len()
-                );
-                return ExitCode::FAILURE;
+                ));
             }
         };
         let live = matches!(spec, PortSpec::AfPacket(_) | PortSpec::Tun(_));
         let port = match flick_packet_io::open(&spec) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("error: --port {flag}: {e}");
-                return ExitCode::FAILURE;
+                return Err(format!("--port {flag}: {e}"));
             }
         };
         // A number may name one port that reads and one that writes (a
@@ -374,8 +362,7 @@ pub fn run(
         let twice = (port.rx.is_some() && inputs.iter().any(|p: &InPort| p.number == number))
             || (port.tx.is_some() && outputs.iter().any(|p: &OutPort| p.number == number));
         if twice {
-            eprintln!("error: --port {flag}: port {number} is bound twice");
-            return ExitCode::FAILURE;
+            return Err(format!("--port {flag}: port {number} is bound twice"));
         }
         if let Some(rx) = port.rx {
             inputs.push(InPort {
@@ -393,6 +380,30 @@ pub fn run(
             });
         }
     }
+    Ok((inputs, outputs))
+}
+
+/// `flick run FILE.xl --port N=SPEC ... [--control PATH] [--metrics ADDR]`.
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    path: &str,
+    ports: &[String],
+    workers: Option<usize>,
+    dump: Option<&str>,
+    control: Option<&str>,
+    metrics: Option<&str>,
+    color: bool,
+) -> ExitCode {
+    let Some((program, channels)) = load(path, color) else {
+        return ExitCode::FAILURE;
+    };
+    let (inputs, outputs) = match open_ports(ports, &channels) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let sent_to = program
         .machine
         .stages

@@ -12,6 +12,8 @@
 //! The API answers one request per connection, at most [`MAX_CLIENTS`] at
 //! once, each bounded in size and time (`api.rs`).
 
+mod packets;
+
 use crate::api::{self, ApiAddr, HttpError, Request};
 use crate::reload::{DictOf, Scalar, StateVar};
 use flick_platform::{EntryRef, EntryValue, Platform, PlatformConfig, Service, StateValue};
@@ -83,6 +85,10 @@ pub struct DeploySpec {
     /// the configuration's `weight`, or 1, unless given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// `CHANNEL=SPEC[,SPEC...]`: packet ports, for a packet program or a
+    /// machine (`N=SPEC` for an XL program's numbered ports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -152,6 +158,9 @@ struct Deployed {
 struct Registry {
     platform: Platform,
     services: Mutex<BTreeMap<String, Deployed>>,
+    /// Services on packet ports (packet programs and machines); a name is
+    /// in one map or the other. Locked after `services` where both are.
+    packet_services: Mutex<BTreeMap<String, packets::Running>>,
     budget: Option<u64>,
     dir: PathBuf,
     /// Held while state files are written or removed, so that a save
@@ -229,7 +238,7 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
     if checked.grammar.as_deref() == Some("packet") {
         return Err(Refusal::new(
             422,
-            "packet programs are not served by `flick serve` yet: run them with `flick run --port`",
+            "a packet program is bound to packet ports: deploy it with `--port CH=SPEC`",
         ));
     }
     let grammar = match &checked.grammar {
@@ -327,7 +336,112 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
 impl Registry {
     fn reserved_except(&self, services: &BTreeMap<String, Deployed>, name: &str) -> (u64, usize) {
         let others = services.iter().filter(|(n, _)| *n != name);
-        others.fold((0, 0), |(b, n), (_, d)| (b + d.reserved, n + 1))
+        let (b, n) = others.fold((0, 0), |(b, n), (_, d)| (b + d.reserved, n + 1));
+        let packet = self.packet_services.lock().expect("packet services lock");
+        let others = packet.iter().filter(|(n, _)| *n != name);
+        others.fold((b, n), |(b, n), (_, d)| (b + d.reserved, n + 1))
+    }
+
+    /// Deploys (or redeploys) a packet program or a machine on its ports.
+    fn deploy_packets(
+        &self,
+        spec: DeploySpec,
+        kind: packets::Kind,
+        replace: bool,
+        started: Instant,
+    ) -> Result<Json, Refusal> {
+        // Held throughout: the name is checked against both maps.
+        let services = self.services.lock().expect("services lock");
+        if services.contains_key(&spec.name) {
+            return Err(Refusal::new(
+                409,
+                format!(
+                    "service `{}` is deployed already, on sockets: undeploy it first",
+                    spec.name
+                ),
+            ));
+        }
+        let exists = self
+            .packet_services
+            .lock()
+            .expect("packet services lock")
+            .contains_key(&spec.name);
+        if exists && !replace {
+            return Err(Refusal::new(
+                409,
+                format!(
+                    "service `{}` is deployed already: redeploy it with PUT",
+                    spec.name
+                ),
+            ));
+        }
+        if !exists && replace {
+            return Err(Refusal::new(404, format!("no service `{}`", spec.name)));
+        }
+        if replace {
+            let mut packet = self.packet_services.lock().expect("packet services lock");
+            let running = packet.get_mut(&spec.name).expect("checked above");
+            if let Some(answer) = running.replace_tables(&spec) {
+                let answer = answer?;
+                if let Err(e) = self.record(&running.spec) {
+                    tracing::warn!(service = %spec.name, "cannot record the service in the state directory: {e}");
+                }
+                tracing::info!(service = %spec.name, version = running.version, "redeployed: tables replaced, flow contexts kept");
+                return Ok(answer);
+            }
+        }
+        let (others, n) = self.reserved_except(&services, &spec.name);
+        // A replaced version's ports close before the new one opens them.
+        let old = match replace {
+            true => self
+                .packet_services
+                .lock()
+                .expect("packet services lock")
+                .remove(&spec.name),
+            false => None,
+        };
+        let version = old.as_ref().map_or(1, |o| o.version + 1);
+        if let Some(old) = old {
+            let stopped = old.stop();
+            tracing::info!(service = %spec.name, summary = %stopped["summary"], "old version stopped");
+        }
+        let mut running = packets::start(&spec, kind, &self.dir)?;
+        if let Some(budget) = self.budget {
+            if others.saturating_add(running.reserved) > budget {
+                let reserved = running.reserved;
+                running.stop();
+                return Err(Refusal::new(
+                    507,
+                    format!(
+                        "service `{}` needs {reserved} bytes (its flow tables and state), but the memory budget is {budget} bytes and {n} services reserve {others} of them ({} left)",
+                        spec.name,
+                        budget.saturating_sub(others)
+                    ),
+                ));
+            }
+        }
+        running.version = version;
+        running.deploy_us = started.elapsed().as_micros() as u64;
+        if let Err(e) = self.record(&spec) {
+            tracing::warn!(service = %spec.name, "cannot record the service in the state directory: {e}");
+        }
+        tracing::info!(service = %spec.name, file = %spec.file, ports = ?spec.ports, version, deploy_us = running.deploy_us, "{}", if replace { "redeployed" } else { "deployed" });
+        let answer = json!({
+            "name": spec.name,
+            "kind": match kind { packets::Kind::Packet => "packet", packets::Kind::Machine => "machine" },
+            "version": version,
+            "listen": "",
+            "ports": spec.ports,
+            "deploy_us": running.deploy_us,
+            "reserved_bytes": running.reserved,
+            "carried": [],
+            "weight": DEFAULT_WEIGHT,
+        });
+        self.packet_services
+            .lock()
+            .expect("packet services lock")
+            .insert(spec.name.clone(), running);
+        Ok(answer)
     }
 
     /// Deploys (or, with `replace`, redeploys) a service.
@@ -342,6 +456,23 @@ impl Registry {
                 400,
                 format!(
                     "`{}` is not a service name: 1 to 64 letters, digits, `-` and `_`",
+                    spec.name
+                ),
+            ));
+        }
+        if let Some(kind) = packets::kind_of(&spec) {
+            return self.deploy_packets(spec, kind, replace, started);
+        }
+        if self
+            .packet_services
+            .lock()
+            .expect("packet services lock")
+            .contains_key(&spec.name)
+        {
+            return Err(Refusal::new(
+                409,
+                format!(
+                    "service `{}` is deployed already, on packet ports: undeploy it first",
                     spec.name
                 ),
             ));
@@ -480,6 +611,20 @@ impl Registry {
     }
 
     fn undeploy(&self, name: &str) -> Result<Json, Refusal> {
+        let packet = self
+            .packet_services
+            .lock()
+            .expect("packet services lock")
+            .remove(name);
+        if let Some(running) = packet {
+            {
+                let _saving = self.saving.lock().expect("saving lock");
+                self.forget(name);
+            }
+            let answer = running.stop();
+            tracing::info!(service = %name, summary = %answer["summary"], "undeployed; its ports are closed");
+            return Ok(answer);
+        }
         let old = self
             .services
             .lock()
@@ -778,7 +923,17 @@ impl Registry {
                 })
             })
             .collect();
-        let reserved: u64 = services.values().map(|d| d.reserved).sum();
+        let mut reserved: u64 = services.values().map(|d| d.reserved).sum();
+        let mut list = list;
+        for (_, p) in self
+            .packet_services
+            .lock()
+            .expect("packet services lock")
+            .iter()
+        {
+            reserved += p.reserved;
+            list.push(p.list_entry());
+        }
         json!({
             "services": list,
             "reserved_bytes": reserved,
@@ -789,6 +944,14 @@ impl Registry {
     }
 
     fn status(&self, name: &str) -> Result<Json, Refusal> {
+        if let Some(p) = self
+            .packet_services
+            .lock()
+            .expect("packet services lock")
+            .get(name)
+        {
+            return Ok(p.status());
+        }
         let services = self.services.lock().expect("services lock");
         let d = services
             .get(name)
@@ -1267,6 +1430,38 @@ fn route(
             "PUT" => Ok((200, reg.set_weight(name, &req.body)?)),
             _ => Err(not_allowed("GET or PUT")),
         },
+        ["services", name, "state", rest @ ..]
+            if !rest.is_empty()
+                && reg
+                    .packet_services
+                    .lock()
+                    .expect("packet services lock")
+                    .contains_key(*name) =>
+        {
+            let path = rest.join("/");
+            let mut packet = reg.packet_services.lock().expect("packet services lock");
+            let running = packet
+                .get_mut(*name)
+                .ok_or_else(|| Refusal::new(404, format!("no service `{name}`")))?;
+            match method {
+                "GET" => Ok((200, running.read(&path)?)),
+                "PUT" => {
+                    let answer = running.write(&path, &req.body)?;
+                    let spec = running.spec.clone();
+                    drop(packet);
+                    tracing::info!(service = %name, path = %path, "table replaced");
+                    if let Err(e) = reg.record(&spec) {
+                        tracing::warn!(service = %name, "cannot record the service in the state directory: {e}");
+                    }
+                    Ok((200, answer))
+                }
+                "DELETE" => Err(Refusal::new(
+                    422,
+                    "a service on packet ports has no dictionary entries to delete through the API",
+                )),
+                _ => Err(not_allowed("GET, PUT or DELETE")),
+            }
+        }
         ["services", name, "state", rest @ ..] if !rest.is_empty() => {
             let path = rest.join("/");
             match method {
@@ -1400,6 +1595,7 @@ pub fn serve(
     let reg = Arc::new(Registry {
         platform,
         services: Mutex::new(BTreeMap::new()),
+        packet_services: Mutex::new(BTreeMap::new()),
         budget: opts.memory_budget,
         dir: opts.state_dir.clone(),
         saving: Mutex::new(()),
@@ -1491,6 +1687,11 @@ pub fn serve(
         if let Err(e) = reg.save_state(&name, &d.service, &d.state) {
             tracing::warn!(service = %name, "cannot save its state: {e}");
         }
+    }
+    let packet = std::mem::take(&mut *reg.packet_services.lock().expect("packet services lock"));
+    for (name, p) in packet {
+        let stopped = p.stop();
+        tracing::info!(service = %name, summary = %stopped["summary"], "stopped");
     }
     if let ApiAddr::Unix(p) = &opts.api {
         let _ = std::fs::remove_file(p);

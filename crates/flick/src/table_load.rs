@@ -102,8 +102,30 @@ impl TableLoader {
         }
     }
 
+    /// The tables the last load installed.
+    pub fn running(&self) -> Arc<Program> {
+        self.running.clone()
+    }
+
+    /// [`TableLoader::load`] of a machine already read (`file` names it in
+    /// errors): the control API's table writes.
+    pub fn load_machine(&mut self, file: &str, machine: flick_machine::Machine) -> LoadOutcome {
+        let start = Instant::now();
+        let result = self.install(Path::new(file), machine);
+        let micros = start.elapsed().as_micros() as u64;
+        LoadOutcome {
+            applied: result.is_ok(),
+            micros,
+            error: result.err(),
+        }
+    }
+
     fn try_load(&mut self, path: &Path) -> Result<(), String> {
         let (machine, _) = read_machine(path, false)?;
+        self.install(path, machine)
+    }
+
+    fn install(&mut self, path: &Path, machine: flick_machine::Machine) -> Result<(), String> {
         let program = Program::new(machine).map_err(|e| format!("{}: {e}", path.display()))?;
         flick_machine::FieldReader::new(&program.machine.fields)
             .map_err(|e| format!("{}: {e}", path.display()))?;

@@ -51,7 +51,13 @@ impl Drop for Serve {
 /// Starts `flick serve` on `state` with two workers and `more` flags, and
 /// waits (at most 20 s) for it to say it serves the API.
 pub fn serve(state: &Path, more: &[&str]) -> Serve {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+    serve_by(Command::new(env!("CARGO_BIN_EXE_flick")), state, more)
+}
+
+/// [`serve`] started by `command`, a command for the flick binary (one
+/// that runs it in a network namespace, say).
+pub fn serve_by(mut command: Command, state: &Path, more: &[&str]) -> Serve {
+    let mut child = command
         .current_dir(ROOT)
         .args(["serve", "--workers", "2", "--state-dir"])
         .arg(state)

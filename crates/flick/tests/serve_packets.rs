@@ -1,0 +1,317 @@
+//! Packet programs and machines under `flick serve`: the server runs in a
+//! network namespace of the test's own with veth pairs, services are
+//! deployed on AF_PACKET ports through `flick ctl`, frames are sent by the
+//! test, and their counters, flow entries and flow contexts are read
+//! through the API. A machine's table is replaced through the API and the
+//! verdict changes while the flow context lives on; an undeploy closes
+//! the service's ports.
+//!
+//! Needs root and `ip` (iproute2): under CI (`CI=true`) a missing one
+//! fails the test, elsewhere it is skipped with a message.
+
+mod support;
+
+use flick_packet_io::{PortSpec, RecvStatus};
+use flick_testkit::netns::{self, Netns};
+use serde_json::Value as Json;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use support::serve::{ctl, ok, refused, serve_by, TempDir};
+use support::ROOT;
+
+/// Passes what comes from outside to the inside, counting each source
+/// host's frames in its flow context.
+const GATE_OPEN: &str = "grammar packet
+
+machine gate: (packet/packet inside, packet/packet outside)
+  stage gate:
+    key ipv4.src
+    capacity 64
+    flow packets: integer := 0
+    states seen
+    in seen on packet when from outside: packets := packets + 1; forward inside
+    in seen on packet: packets := packets + 1
+";
+
+/// The same machine, its key, registers and states unchanged, dropping
+/// what comes from outside.
+const GATE_SHUT: &str = "grammar packet
+
+machine gate: (packet/packet inside, packet/packet outside)
+  stage gate:
+    key ipv4.src
+    capacity 64
+    flow packets: integer := 0
+    states seen
+    in seen on packet: packets := packets + 1
+";
+
+/// An Ethernet/IPv4/TCP SYN from 10.0.0.`host` to `dport`.
+fn syn(host: u8, dport: u16) -> Vec<u8> {
+    let mut f = vec![0u8; 54];
+    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, host]);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&40u16.to_be_bytes());
+    f[22] = 64;
+    f[23] = 6;
+    f[26..30].copy_from_slice(&[10, 0, 0, host]);
+    f[30..34].copy_from_slice(&[10, 0, 1, 1]);
+    f[34..36].copy_from_slice(&40000u16.to_be_bytes());
+    f[36..38].copy_from_slice(&dport.to_be_bytes());
+    f[46] = 0x50;
+    f[47] = 0x02;
+    flick_testkit::packet_model::fix_checksums(&mut f);
+    f
+}
+
+/// Sends `frames` into `iface`, then reads what reaches `out` (if any)
+/// until `expected` came and nothing more for 300 ms, or 5 s pass.
+fn send(
+    ns: &Netns,
+    iface: &str,
+    frames: &[Vec<u8>],
+    out: Option<&str>,
+    expected: usize,
+) -> Vec<Vec<u8>> {
+    ns.enter(|| {
+        let mut rx = out.map(|o| {
+            flick_packet_io::open(&PortSpec::AfPacket(o.into()))
+                .unwrap()
+                .rx
+                .unwrap()
+        });
+        let mut tx = flick_packet_io::open(&PortSpec::AfPacket(iface.into()))
+            .unwrap()
+            .tx
+            .unwrap();
+        for f in frames {
+            tx.send(f, 0).unwrap();
+            tx.flush().unwrap();
+        }
+        let mut got = Vec::new();
+        let Some(rx) = rx.as_mut() else {
+            return got;
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut quiet_since = Instant::now();
+        while Instant::now() < deadline {
+            match rx.recv_batch(64, &mut |f, _| got.push(f.to_vec())).unwrap() {
+                RecvStatus::Frames(n) if n > 0 => quiet_since = Instant::now(),
+                _ => {
+                    if got.len() >= expected && quiet_since.elapsed() > Duration::from_millis(300) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+        // Frames the test sent itself are seen on their own veth end too.
+        got.retain(|f| f.len() > 29 && f[29] != 0 && f[30..34] == [10, 0, 1, 1]);
+        got
+    })
+}
+
+/// Waits (at most 10 s) until `pid` holds `n` bound packet sockets.
+fn wait_sockets(pid: u32, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while netns::bound_packet_sockets(pid) != n {
+        assert!(
+            Instant::now() < deadline,
+            "flick serve holds {} bound packet sockets, not {n}",
+            netns::bound_packet_sockets(pid)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn json(out: &std::process::Output) -> Json {
+    serde_json::from_str(&ok(out)).unwrap()
+}
+
+/// Reads `path` of `name` until `done` holds of its value (10 s at most):
+/// frames reach the engine a little after they reach the port.
+fn read_until(state: &Path, name: &str, path: &str, done: impl Fn(&Json) -> bool) -> Json {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = json(&ctl(state, &["--json", "read", name, path]))["value"].clone();
+        if done(&v) || Instant::now() > deadline {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn packet_program_and_machine_served_read_replaced_and_undeployed() {
+    if !netns::available("packet_program_and_machine_served_read_replaced_and_undeployed") {
+        return;
+    }
+    let ns = Netns::new("flkservep");
+    ns.veth_pair("in0", "in1");
+    ns.veth_pair("out0", "out1");
+    ns.veth_pair("t0", "t1");
+    let dir = TempDir::new("packets");
+    let state = dir.0.join("state");
+    let server = serve_by(ns.command(env!("CARGO_BIN_EXE_flick")), &state, &[]);
+    let pid = server.child.id();
+
+    // A packet program: the flow tracker counts what t1 receives.
+    let tracker = Path::new(ROOT).join("examples/packets/flow_tracker.flick");
+    let a = json(&ctl(
+        &state,
+        &[
+            "--json",
+            "deploy",
+            "tracker",
+            tracker.to_str().unwrap(),
+            "--port",
+            "wire=afpacket:t1",
+        ],
+    ));
+    assert_eq!(a["kind"], "packet", "{a}");
+    wait_sockets(pid, 1);
+    let input =
+        flick_packet_io::read_pcap(&Path::new(ROOT).join("examples/packets/testdata/tracker.pcap"))
+            .unwrap();
+    let frames: Vec<Vec<u8>> = input.into_iter().map(|(f, _)| f).collect();
+    send(&ns, "t0", &frames, None, 0);
+    let rx = read_until(&state, "tracker", "ports/wire/rx_frames", |v| {
+        *v == frames.len()
+    });
+    assert_eq!(rx, frames.len(), "frames the tracker read");
+    let want: Json = serde_json::from_slice(
+        &std::fs::read(
+            Path::new(ROOT).join("examples/packets/testdata/expected/tracker.flow_tracker.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let packets = json(&ctl(
+        &state,
+        &["--json", "read", "tracker", "globals/packets"],
+    ));
+    assert_eq!(
+        packets["value"], want["packets"],
+        "flow entries through the API"
+    );
+    let status = json(&ctl(&state, &["--json", "status", "tracker"]));
+    assert_eq!(status["ports"][0]["rx_frames"], frames.len(), "{status}");
+
+    // A machine on two ports, its table file written for a redeploy.
+    let open = dir.file("gate.flick", GATE_OPEN);
+    let shut = dir.file("gate_shut.flick", GATE_SHUT);
+    let a = json(&ctl(
+        &state,
+        &[
+            "--json",
+            "deploy",
+            "gate",
+            &open,
+            "--port",
+            "inside=afpacket:in1",
+            "--port",
+            "outside=afpacket:out0",
+        ],
+    ));
+    assert_eq!(a["kind"], "machine", "{a}");
+    assert!(a["reserved_bytes"].as_u64().unwrap() > 0, "{a}");
+    wait_sockets(pid, 3);
+    let before: Vec<Vec<u8>> = (0..3).map(|i| syn(5, 1000 + i)).collect();
+    let passed = send(&ns, "out1", &before, Some("in0"), 3);
+    assert_eq!(passed.len(), 3, "the open gate passes host 5's frames");
+    let context = read_until(&state, "gate", "stages/gate/0/registers/packets", |v| {
+        *v == 3
+    });
+    assert_eq!(context, 3, "host 5's flow context");
+
+    // The table replaced through the API: the verdict changes, the
+    // context lives on.
+    let w = json(&ctl(&state, &["--json", "write", "gate", "table", &shut]));
+    assert_eq!(w["applied"], true, "{w}");
+    let table = json(&ctl(&state, &["--json", "read", "gate", "table"]));
+    assert_eq!(table["value"], GATE_SHUT);
+    let after: Vec<Vec<u8>> = (0..2).map(|i| syn(5, 2000 + i)).collect();
+    let passed = send(&ns, "out1", &after, Some("in0"), 0);
+    assert!(passed.is_empty(), "the shut gate passed {}", passed.len());
+    let context = read_until(&state, "gate", "stages/gate/0/registers/packets", |v| {
+        *v == 5
+    });
+    assert_eq!(context, 5, "host 5's flow context survived the new table");
+    let status = json(&ctl(&state, &["--json", "status", "gate"]));
+    assert_eq!(status["flow_tables"][0]["contexts"], 1, "{status}");
+    assert_eq!(status["counters"]["table_swaps"], 1, "{status}");
+
+    // A table with another key is refused; the running one stays.
+    let other = dir.file(
+        "gate_other.flick",
+        &GATE_SHUT.replace("key ipv4.src", "key ipv4.dst"),
+    );
+    let e = refused(&ctl(&state, &["write", "gate", "table", &other]));
+    assert!(e.contains("key"), "{e}");
+    let table = json(&ctl(&state, &["--json", "read", "gate", "table"]));
+    assert_eq!(table["value"], GATE_SHUT);
+
+    // Listed with its kind; undeployed, its ports close.
+    let list = json(&ctl(&state, &["--json", "list"]));
+    let kinds: Vec<&str> = list["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["machine", "packet"], "{list}");
+    ok(&ctl(&state, &["undeploy", "gate"]));
+    wait_sockets(pid, 1);
+    ok(&ctl(&state, &["undeploy", "tracker"]));
+    wait_sockets(pid, 0);
+    let e = refused(&ctl(&state, &["status", "gate"]));
+    assert!(e.contains("no service"), "{e}");
+}
+
+#[test]
+fn packet_deploys_are_refused_with_the_reason() {
+    if !netns::available("packet_deploys_are_refused_with_the_reason") {
+        return;
+    }
+    let ns = Netns::new("flkserver");
+    let dir = TempDir::new("packet-refusals");
+    let state = dir.0.join("state");
+    let _server = serve_by(
+        ns.command(env!("CARGO_BIN_EXE_flick")),
+        &state,
+        &["--memory-budget", "1000"],
+    );
+    let gate = dir.file("gate.flick", GATE_OPEN);
+    // No ports.
+    let e = refused(&ctl(&state, &["deploy", "gate", &gate]));
+    assert!(e.contains("packet ports"), "{e}");
+    // Its flow table is more than the budget.
+    let e = refused(&ctl(
+        &state,
+        &[
+            "deploy",
+            "gate",
+            &gate,
+            "--port",
+            "inside=afpacket:lo",
+            "--port",
+            "outside=afpacket:lo",
+        ],
+    ));
+    assert!(e.contains("memory budget"), "{e}");
+    // A port that does not exist.
+    let tracker = Path::new(ROOT).join("examples/packets/flow_tracker.flick");
+    let e = refused(&ctl(
+        &state,
+        &[
+            "deploy",
+            "t",
+            tracker.to_str().unwrap(),
+            "--port",
+            "wire=afpacket:nosuch0",
+        ],
+    ));
+    assert!(e.contains("nosuch0"), "{e}");
+}
