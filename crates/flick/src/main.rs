@@ -82,6 +82,10 @@ enum Command {
 struct RunArgs {
     /// The program (optional with a configuration file that names it).
     file: Option<String>,
+    /// Further packet programs, sharing the ports their channels name
+    /// (steered by their largest common flow key).
+    #[arg(value_name = "MORE")]
+    more: Vec<String>,
     /// Read the settings from a TOML file; flags override it.
     #[arg(long, value_name = "FILE")]
     config: Option<String>,
@@ -144,6 +148,12 @@ struct RunArgs {
     /// [default: 4000].
     #[arg(long, value_name = "MS")]
     backend_idle_timeout_ms: Option<u64>,
+    /// The most exclusive connections (HTTP's) each worker opens to each
+    /// backend, busy and idle; past it a request waits for one to come
+    /// back, at most the response timeout, then gets the fault reply
+    /// (HTTP 503). 0: no cap [default: 0].
+    #[arg(long, value_name = "N")]
+    backend_max_connections: Option<usize>,
     /// How clients share a backend connection: `pipelined` (requests of
     /// many clients interleaved) or `exclusive` (one client at a time, then
     /// back to the idle ones) [default: as the grammar says: exclusive for
@@ -392,6 +402,26 @@ struct RunLoad {
     state: Vec<flick::reload::StateVar>,
 }
 
+/// A checked program over the stock `packet` grammar, with the flow key
+/// its `steer` declares; `None` for any other program.
+fn shared_packet_program(
+    path: &str,
+    text: &str,
+    checked: &flick_check::CheckedProgram,
+) -> Option<flick::packet_run::SharedProgram> {
+    if checked.grammar.as_deref() != Some("packet") {
+        return None;
+    }
+    let grammar = flick::views::find_grammar("packet", std::path::Path::new(path)).ok()?;
+    let (program, _) = flick_syntax::parse(&flick::views::program_source(text));
+    let loaded = flick_platform::Loaded::new(&program, checked, grammar).ok()?;
+    Some(flick::packet_run::SharedProgram {
+        path: path.to_string(),
+        key: flick_packet::steering::DeclaredKey::of_module(&loaded.module),
+        bounds: checked.processes.first()?.bounds.clone(),
+    })
+}
+
 /// Reads the configuration file (if any) and the program, resolves the
 /// settings (flags win over the file) and checks the program.
 fn load_run(args: &RunArgs, color: bool) -> Result<RunLoad, RunFailure> {
@@ -426,6 +456,7 @@ fn load_run(args: &RunArgs, color: bool) -> Result<RunLoad, RunFailure> {
         request_buffer_bytes: args.request_buffer_bytes,
         backend_connections: args.backend_connections,
         backend_idle_timeout_ms: args.backend_idle_timeout_ms,
+        backend_max_connections: args.backend_max_connections,
         backend_sharing: args.backend_sharing.clone(),
         accept: args.accept.clone(),
         fan_in_timeout_ms: args.fan_in_timeout_ms,
@@ -530,6 +561,7 @@ fn run_service_config(
         backend_connections: settings.backend_connections,
         backend_idle_timeout: (settings.backend_idle_timeout_ms > 0)
             .then(|| std::time::Duration::from_millis(settings.backend_idle_timeout_ms)),
+        backend_max_connections: settings.backend_max_connections,
         backend_sharing: settings.backend_sharing,
         accept: settings.accept,
         fan_in_timeout: std::time::Duration::from_millis(settings.fan_in_timeout_ms),
@@ -717,9 +749,27 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
             return f.code;
         }
     };
-    if !args.port.is_empty() || !settings.ports.is_empty() {
+    let packet = !args.port.is_empty() || !settings.ports.is_empty();
+    if !args.more.is_empty() && !packet {
+        eprintln!("error: several programs run together only over packet ports (--port)");
+        return ExitCode::FAILURE;
+    }
+    if packet {
         reload_not_supported("packet programs");
+        let mut others = Vec::new();
+        let mut args = args;
+        for path in std::mem::take(&mut args.more) {
+            args.file = Some(path.clone());
+            match load_run(&args, color) {
+                Ok(l) => others.push((path, l.loaded)),
+                Err(f) => {
+                    eprint!("{}", f.message);
+                    return f.code;
+                }
+            }
+        }
         return flick::packet_run::run(flick::packet_run::PacketRun {
+            others,
             loaded,
             settings: &settings,
             ports: &args.port,
@@ -976,6 +1026,9 @@ fn main() -> ExitCode {
         }
         Command::Check { bounds, files } => {
             let mut failed = false;
+            // Packet programs given together may share a port: their
+            // steering plan and combined bound follow the files' lines.
+            let mut packet_programs = Vec::new();
             for path in &files {
                 if let Some(procs) = flick::machine_run::machine_file(path) {
                     failed |= !flick::machine_run::check(path, color, bounds);
@@ -1003,12 +1056,21 @@ fn main() -> ExitCode {
                     if bounds {
                         print!("{}", bounds_report(&checked));
                     }
+                    if let Some(p) = shared_packet_program(path, &file.text, &checked) {
+                        packet_programs.push(p);
+                    }
                 } else {
                     failed = true;
                     eprint!("{}", render(&file, &diags, color));
                     let s = if diags.len() == 1 { "" } else { "s" };
                     eprintln!("{path}: {} error{s}", diags.len());
                 }
+            }
+            if packet_programs.len() > 1 {
+                print!(
+                    "{}",
+                    flick::packet_run::shared_port_report(&packet_programs)
+                );
             }
             if failed {
                 ExitCode::FAILURE

@@ -5,6 +5,7 @@
 //! also come from the configuration file's `[ports]`.
 
 use crate::config::Settings;
+use flick_packet::steering::{DeclaredKey, SteeringPlan};
 use flick_packet::{Binding, BoundPort, LiveStats, PacketConfig, PacketService, PortUse};
 use flick_packet_io::PortSpec;
 use std::process::ExitCode;
@@ -23,6 +24,10 @@ pub struct PacketRun<'a> {
     pub log_level: Option<&'a str>,
     pub log_format: crate::logging::LogFormat,
     pub program_path: &'a str,
+    /// Further programs given on the command line (`flick run A B ...`),
+    /// with their paths: each reads and writes the ports its channels
+    /// name, beside the first.
+    pub others: Vec<(String, flick_platform::Loaded)>,
 }
 
 /// `NAME=SPEC[,SPEC...]`: a channel and its ports, one per element of a
@@ -108,19 +113,59 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
         stats: Some(stats.clone()),
         ..PacketConfig::default()
     };
-    let service = match PacketService::new(r.loaded, config) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
+    let mut programs: Vec<(String, flick_platform::Loaded)> =
+        vec![(r.program_path.to_string(), r.loaded)];
+    programs.extend(r.others);
+    let several = programs.len() > 1;
+    let keys: Vec<DeclaredKey> = programs
+        .iter()
+        .map(|(_, l)| DeclaredKey::of_module(&l.module))
+        .collect();
+    let names: Vec<String> = programs.iter().map(|(p, _)| p.clone()).collect();
+    let mut services = Vec::new();
+    for (i, (path, loaded)) in programs.into_iter().enumerate() {
+        let config = PacketConfig {
+            dump_path: r.dump.map(|d| dump_path(d, &path, several).into()),
+            // The metrics show the first program's workers.
+            stats: (i == 0).then(|| stats.clone()),
+            ..config.clone()
+        };
+        match PacketService::new(loaded, config) {
+            Ok(s) => services.push((path, s)),
+            Err(e) => {
+                eprintln!("error: {path}: {e}");
+                return ExitCode::FAILURE;
+            }
         }
-    };
+    }
     let uses: Vec<(String, Vec<PortUse>)> = bound
         .iter()
         .map(|(n, specs)| (n.clone(), specs.iter().map(port_use).collect()))
         .collect();
-    if let Err(e) = service.check_bindings(&uses) {
-        errors.push(e.to_string());
+    for (path, service) in &services {
+        // Each program binds the ports of its own channels.
+        let own: Vec<(String, Vec<PortUse>)> = uses
+            .iter()
+            .filter(|(n, _)| !several || service.channels().contains(n))
+            .cloned()
+            .collect();
+        if let Err(e) = service.check_bindings(&own) {
+            errors.push(if several {
+                format!("{path}: {e}")
+            } else {
+                e.to_string()
+            });
+        }
+    }
+    if several {
+        for (n, _) in &bound {
+            if !services.iter().any(|(_, s)| s.channels().contains(n)) {
+                errors.push(format!(
+                    "--port: `{n}` is not a channel of any program ({})",
+                    names.join(", ")
+                ));
+            }
+        }
     }
     if !errors.is_empty() {
         for e in errors {
@@ -128,31 +173,64 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
         }
         return ExitCode::FAILURE;
     }
+    if several {
+        print!("{}", SteeringPlan::new(&keys).describe(&names));
+    }
     if r.check {
-        println!("{}: program and ports are valid", r.program_path);
+        for path in &names {
+            println!("{path}: program and ports are valid");
+        }
         return ExitCode::SUCCESS;
     }
     if let Err(e) = crate::logging::init(r.log_level, r.log_format) {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
-    let mut bindings = Vec::new();
-    for (channel, specs) in bound {
-        let mut ports = Vec::new();
-        for spec in specs {
-            match flick_packet_io::open(&spec) {
-                Ok(port) => ports.push(BoundPort {
-                    spec: spec.to_string(),
-                    port,
-                    live: matches!(spec, PortSpec::AfPacket(_) | PortSpec::Tun(_)),
-                }),
-                Err(e) => {
-                    eprintln!("error: --port {channel}={spec}: {e}");
-                    return ExitCode::FAILURE;
+    // A file written by several programs is opened once and shared: the
+    // frames each sends are all written.
+    let mut shared_out: Vec<(String, SharedTx)> = Vec::new();
+    let mut all_bindings = Vec::new();
+    for (_, service) in &services {
+        let mut bindings = Vec::new();
+        for (channel, specs) in bound
+            .iter()
+            .filter(|(n, _)| !several || service.channels().contains(n))
+        {
+            let mut ports = Vec::new();
+            for spec in specs {
+                let opened = match spec {
+                    PortSpec::PcapOut(_) if several => {
+                        let key = spec.to_string();
+                        match shared_out.iter().find(|(k, _)| *k == key) {
+                            Some((_, tx)) => Ok(tx.port()),
+                            None => flick_packet_io::open(spec).map(|p| {
+                                let tx = SharedTx::new(p.tx.expect("a pcap-out port writes"));
+                                let port = tx.port();
+                                shared_out.push((key, tx));
+                                port
+                            }),
+                        }
+                    }
+                    _ => flick_packet_io::open(spec),
+                };
+                match opened {
+                    Ok(port) => ports.push(BoundPort {
+                        spec: spec.to_string(),
+                        port,
+                        live: matches!(spec, PortSpec::AfPacket(_) | PortSpec::Tun(_)),
+                    }),
+                    Err(e) => {
+                        eprintln!("error: --port {channel}={spec}: {e}");
+                        return ExitCode::FAILURE;
+                    }
                 }
             }
+            bindings.push(Binding {
+                channel: channel.clone(),
+                ports,
+            });
         }
-        bindings.push(Binding { channel, ports });
+        all_bindings.push(bindings);
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -177,20 +255,127 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
             }
         }
     };
-    let result = service.run(bindings, &stop);
+    // Each program on threads of its own, all until their inputs end.
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let running: Vec<_> = services
+            .iter()
+            .zip(all_bindings)
+            .map(|((_, service), bindings)| {
+                let stop = &stop;
+                scope.spawn(move || service.run(bindings, stop))
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|h| h.join().expect("a packet service thread panicked"))
+            .collect()
+    });
     if let Some(m) = metrics {
         m.stop();
     }
-    match result {
-        Ok(summary) => {
-            eprintln!("{}", summary.line());
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
+    let mut code = ExitCode::SUCCESS;
+    for ((path, _), result) in services.iter().zip(results) {
+        let prefix = if several {
+            format!("{path}: ")
+        } else {
+            String::new()
+        };
+        match result {
+            Ok(summary) => eprintln!("{prefix}{}", summary.line()),
+            Err(e) => {
+                eprintln!("error: {prefix}{e}");
+                code = ExitCode::FAILURE;
+            }
         }
     }
+    code
+}
+
+/// Where a program's `--dump` goes: the path given, or with several
+/// programs the path with the program's file stem before its extension
+/// (`flows.json` and `a.flick`: `flows.a.json`).
+pub fn dump_path(dump: &str, program: &str, several: bool) -> String {
+    if !several {
+        return dump.to_string();
+    }
+    let stem = std::path::Path::new(program)
+        .file_stem()
+        .map_or_else(|| "program".into(), |s| s.to_string_lossy());
+    let d = std::path::Path::new(dump);
+    let named = match (d.file_stem(), d.extension()) {
+        (Some(base), Some(ext)) => format!(
+            "{}.{stem}.{}",
+            base.to_string_lossy(),
+            ext.to_string_lossy()
+        ),
+        _ => format!("{dump}.{stem}"),
+    };
+    d.with_file_name(named).to_string_lossy().into_owned()
+}
+
+/// A transmitting port several programs send to: each program's
+/// service holds a handle, and every frame any of them sends is written.
+#[derive(Clone)]
+struct SharedTx(Arc<std::sync::Mutex<Box<dyn flick_packet_io::TxPort>>>);
+
+impl SharedTx {
+    fn new(tx: Box<dyn flick_packet_io::TxPort>) -> SharedTx {
+        SharedTx(Arc::new(std::sync::Mutex::new(tx)))
+    }
+
+    fn port(&self) -> flick_packet_io::Port {
+        flick_packet_io::Port {
+            rx: None,
+            tx: Some(Box::new(self.clone())),
+        }
+    }
+}
+
+impl flick_packet_io::TxPort for SharedTx {
+    fn send(&mut self, frame: &[u8], timestamp_ns: u64) -> Result<(), flick_packet_io::PortError> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(frame, timestamp_ns)
+    }
+
+    fn flush(&mut self) -> Result<(), flick_packet_io::PortError> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).flush()
+    }
+
+    fn stats(&self) -> flick_packet_io::PortStats {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).stats()
+    }
+}
+
+/// One packet program of several given together (`flick check A B`).
+pub struct SharedProgram {
+    pub path: String,
+    /// The flow key its `steer` declares.
+    pub key: DeclaredKey,
+    pub bounds: flick_check::ProcessBounds,
+}
+
+/// The steering plan of several packet programs on one port, each
+/// program's own key, and the bound of one frame through all of them:
+/// a frame runs every program's rule on its cluster's worker, and each
+/// program keeps its own state.
+pub fn shared_port_report(programs: &[SharedProgram]) -> String {
+    use std::fmt::Write;
+    let keys: Vec<DeclaredKey> = programs.iter().map(|p| p.key.clone()).collect();
+    let names: Vec<String> = programs.iter().map(|p| p.path.clone()).collect();
+    let mut out = SteeringPlan::new(&keys).describe(&names);
+    for p in programs {
+        let _ = writeln!(out, "  {}: flow key {}", p.path, p.key);
+    }
+    let global: u64 = programs.iter().map(|p| p.bounds.global_bytes).sum();
+    let instance: u64 = programs.iter().map(|p| p.bounds.instance_bytes).sum();
+    let ops: u64 = programs.iter().map(|p| p.bounds.max_ops()).sum();
+    let _ = writeln!(
+        out,
+        "combined: state {global} B per worker, {instance} B per frame in flight, at most {ops} operations per frame"
+    );
+    out
 }
 
 /// `/metrics` for a packet program: per port frames and bytes received
@@ -322,6 +507,13 @@ mod tests {
             "{open}"
         );
         assert!(open.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn each_programs_dump_is_named_after_it_when_several_run() {
+        assert_eq!(dump_path("out/d.json", "x/a.flick", false), "out/d.json");
+        assert_eq!(dump_path("out/d.json", "x/a.flick", true), "out/d.a.json");
+        assert_eq!(dump_path("dump", "b.flick", true), "dump.b");
     }
 
     #[test]
