@@ -18,6 +18,7 @@
 //! backend_connections = 1             # per backend and worker; 0: per client
 //! backend_sharing = "pipelined"       # or "exclusive"; default: as the grammar says
 //! backend_idle_timeout_ms = 4000      # an idle exclusive backend connection older is closed; 0: never
+//! backend_max_connections = 0         # exclusive connections per backend and worker; 0: no cap
 //! accept = "per-worker"               # or "single": only the first worker accepts
 //! weight = 1                          # share of `flick serve`'s workers against other services
 //!
@@ -57,6 +58,8 @@ pub const BACKEND_CONNECTIONS: RangeInclusive<usize> = 0..=1024;
 /// How long an idle exclusive backend connection may wait to be taken
 /// again; 0: however long.
 pub const BACKEND_IDLE_TIMEOUT_MS: RangeInclusive<u64> = 0..=3_600_000;
+/// Exclusive connections each worker may open to a backend; 0: no cap.
+pub const BACKEND_MAX_CONNECTIONS: RangeInclusive<usize> = 0..=100_000;
 /// A request body's most bytes, where the grammar has the limit
 /// `max_body_bytes` (HTTP): up to its fields' own maximum, 1 GiB.
 pub const MAX_BODY_BYTES: RangeInclusive<u64> = 0..=1 << 30;
@@ -103,6 +106,8 @@ pub struct FileConfig {
     pub backend_connections: Option<usize>,
     /// How long an idle exclusive backend connection is kept (0: always).
     pub backend_idle_timeout_ms: Option<u64>,
+    /// Exclusive connections per backend and worker, at most (0: no cap).
+    pub backend_max_connections: Option<usize>,
     /// `pipelined` or `exclusive`.
     pub backend_sharing: Option<String>,
     /// `per-worker` or `single`.
@@ -179,6 +184,7 @@ pub struct Overrides {
     pub request_buffer_bytes: Option<usize>,
     pub backend_connections: Option<usize>,
     pub backend_idle_timeout_ms: Option<u64>,
+    pub backend_max_connections: Option<usize>,
     pub backend_sharing: Option<String>,
     pub accept: Option<String>,
     pub fan_in_timeout_ms: Option<u64>,
@@ -212,6 +218,8 @@ pub struct Settings {
     pub backend_connections: usize,
     /// `ServiceConfig::backend_idle_timeout` in ms; 0: none.
     pub backend_idle_timeout_ms: u64,
+    /// `ServiceConfig::backend_max_connections`.
+    pub backend_max_connections: usize,
     /// `None`: as the grammar says.
     pub backend_sharing: Option<flick_platform::Sharing>,
     pub accept: flick_platform::Accept,
@@ -480,6 +488,15 @@ pub fn resolve(
             .map_or(0, |t| t.as_millis() as u64),
         |(o, v)| ranged(&mut errors, &o, v, &BACKEND_IDLE_TIMEOUT_MS),
     );
+    let backend_max_connections = setting(
+        &at,
+        "backend_max_connections",
+        flags.backend_max_connections,
+        cfg.backend_max_connections,
+    )
+    .map_or(defaults.backend_max_connections, |(o, v)| {
+        ranged(&mut errors, &o, v, &BACKEND_MAX_CONNECTIONS)
+    });
     let backend_sharing = setting(
         &at,
         "backend_sharing",
@@ -566,6 +583,7 @@ pub fn resolve(
             request_buffer_bytes,
             backend_connections,
             backend_idle_timeout_ms,
+            backend_max_connections,
             backend_sharing,
             accept,
             fan_in_timeout_ms,

@@ -148,6 +148,12 @@ struct RunArgs {
     /// [default: 4000].
     #[arg(long, value_name = "MS")]
     backend_idle_timeout_ms: Option<u64>,
+    /// The most exclusive connections (HTTP's) each worker opens to each
+    /// backend, busy and idle; past it a request waits for one to come
+    /// back, at most the response timeout, then gets the fault reply
+    /// (HTTP 503). 0: no cap [default: 0].
+    #[arg(long, value_name = "N")]
+    backend_max_connections: Option<usize>,
     /// How clients share a backend connection: `pipelined` (requests of
     /// many clients interleaved) or `exclusive` (one client at a time, then
     /// back to the idle ones) [default: as the grammar says: exclusive for
@@ -450,6 +456,7 @@ fn load_run(args: &RunArgs, color: bool) -> Result<RunLoad, RunFailure> {
         request_buffer_bytes: args.request_buffer_bytes,
         backend_connections: args.backend_connections,
         backend_idle_timeout_ms: args.backend_idle_timeout_ms,
+        backend_max_connections: args.backend_max_connections,
         backend_sharing: args.backend_sharing.clone(),
         accept: args.accept.clone(),
         fan_in_timeout_ms: args.fan_in_timeout_ms,
@@ -554,6 +561,7 @@ fn run_service_config(
         backend_connections: settings.backend_connections,
         backend_idle_timeout: (settings.backend_idle_timeout_ms > 0)
             .then(|| std::time::Duration::from_millis(settings.backend_idle_timeout_ms)),
+        backend_max_connections: settings.backend_max_connections,
         backend_sharing: settings.backend_sharing,
         accept: settings.accept,
         fan_in_timeout: std::time::Duration::from_millis(settings.fan_in_timeout_ms),

@@ -87,6 +87,7 @@ pub struct Sample {
     pub compute_faults: u64,
     pub fault_replies: u64,
     pub late_replies: u64,
+    pub backend_busy: u64,
     pub jobs_failed: u64,
     pub clients_closed: u64,
     /// Per worker.
@@ -123,6 +124,7 @@ impl Sample {
             compute_faults: get(&s.compute_faults),
             fault_replies: get(&s.fault_replies),
             late_replies: get(&s.late_replies),
+            backend_busy: get(&s.backend_busy),
             jobs_failed: get(&s.jobs_failed),
             clients_closed: get(&s.clients_closed),
             queue_lengths: service.queue_lengths(),
@@ -346,6 +348,12 @@ impl Collector for Sample {
             "flick_late_replies",
             "Backend replies dropped because no waiting request owned them: late (their request had its fault reply already) or unsolicited.",
             self.late_replies,
+        )?;
+        counter(
+            e,
+            "flick_backend_busy",
+            "Requests that waited for a backend connection, every one the worker may have (--backend-max-connections) being busy, and got none in time: they got the fault reply.",
+            self.backend_busy,
         )?;
         let workers: Vec<String> = (0..self.queue_lengths.len())
             .map(|i| i.to_string())

@@ -308,6 +308,7 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
         backend_connections: settings.backend_connections,
         backend_idle_timeout: (settings.backend_idle_timeout_ms > 0)
             .then(|| Duration::from_millis(settings.backend_idle_timeout_ms)),
+        backend_max_connections: settings.backend_max_connections,
         backend_sharing: settings.backend_sharing,
         accept: settings.accept,
         fan_in_timeout: Duration::from_millis(settings.fan_in_timeout_ms),

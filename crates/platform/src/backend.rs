@@ -604,19 +604,34 @@ pub struct Backend {
     /// it under a request (nginx's upstream `keepalive_timeout`, HAProxy's
     /// `timeout http-keep-alive`). `None`: kept however long.
     pub idle_timeout: Option<Duration>,
+    /// Exclusive: the most connections each worker has open to it at
+    /// once, busy and idle (HAProxy's `maxconn` per server); past it an
+    /// instance waits for one to come back. 0: no cap.
+    pub max_per_worker: usize,
+}
+
+/// How a backend's exclusive connections are kept: see [`Backend`].
+#[derive(Clone, Copy, Debug)]
+pub struct ExclusiveLimits {
+    pub idle_timeout: Option<Duration>,
+    pub max_per_worker: usize,
 }
 
 impl Backend {
+    /// `exclusive`: its connections are exclusive, kept so.
     pub fn new(
         chan: u16,
         index: Option<u32>,
         addr: std::net::SocketAddr,
         per_worker: usize,
         workers: usize,
-        exclusive: bool,
-        idle_timeout: Option<Duration>,
+        exclusive: Option<ExclusiveLimits>,
     ) -> Backend {
         let per_worker = per_worker.max(1);
+        let limits = exclusive.unwrap_or(ExclusiveLimits {
+            idle_timeout: None,
+            max_per_worker: 0,
+        });
         Backend {
             chan,
             index,
@@ -624,8 +639,9 @@ impl Backend {
             slots: Mutex::new(vec![None; per_worker * workers.max(1)]),
             per_worker,
             next: std::sync::atomic::AtomicUsize::new(0),
-            exclusive: exclusive.then(|| Mutex::new(vec![Vec::new(); workers.max(1)])),
-            idle_timeout,
+            exclusive: exclusive.map(|_| Mutex::new(vec![Vec::new(); workers.max(1)])),
+            idle_timeout: limits.idle_timeout,
+            max_per_worker: limits.max_per_worker,
         }
     }
 
@@ -669,6 +685,11 @@ impl Backend {
                 return Some(joined);
             }
         }
+        // Those the last look found too old are gone: they count no more.
+        pool.retain(|c| !c.is_dead());
+        if self.max_per_worker > 0 && pool.len() >= self.max_per_worker {
+            return None;
+        }
         let c = open(self.chan, self.index)?;
         let joined = c
             .join_when(compute, graphs, None)
@@ -678,6 +699,21 @@ impl Backend {
             });
         pool.push(c);
         joined
+    }
+
+    /// Whether `worker` has as many exclusive connections open to this
+    /// backend as it may, none of them idle: an instance waits for one.
+    pub fn at_cap(&self, worker: usize) -> bool {
+        let Some(pools) = &self.exclusive else {
+            return false;
+        };
+        if self.max_per_worker == 0 {
+            return false;
+        }
+        let pools = pools.lock().expect("pools lock");
+        let pool = &pools[worker % pools.len()];
+        pool.iter().filter(|c| !c.is_dead()).count() >= self.max_per_worker
+            && !pool.iter().any(|c| c.is_idle())
     }
 
     /// Closes each worker's idle exclusive connections beyond `keep` (what

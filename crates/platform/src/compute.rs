@@ -56,6 +56,9 @@ pub struct Output {
 /// task is given: its input and output, with their tasks already started.
 pub type Reconnect =
     Arc<dyn Fn(flick_runtime::TaskId, u16, Option<u32>) -> Option<(Input, Output)> + Send + Sync>;
+/// Whether every connection the instance's worker may have to
+/// `chan[index]` is open and busy (`Backend::at_cap`).
+pub type AtCap = Arc<dyn Fn(flick_runtime::TaskId, u16, Option<u32>) -> bool + Send + Sync>;
 /// Wakes a compute task at a time.
 pub type WakeAt = Arc<dyn Fn(flick_runtime::TaskId, std::time::Instant) + Send + Sync>;
 
@@ -189,6 +192,9 @@ pub struct GraphHost {
     /// again after the backend closed its connection goes over a new one,
     /// where another idle one may be closing too.
     pub fresh_connection: Reconnect,
+    /// Whether a connection could not be had because the worker has as
+    /// many as it may (`--backend-max-connections`).
+    pub at_cap: AtCap,
     /// Inputs of connections opened while a rule ran, for the compute task
     /// to take in.
     pub new_inputs: Vec<Input>,
@@ -1329,6 +1335,10 @@ impl Compute {
                     && !self.host.close_outputs()
                 {
                     return TaskStatus::Idle;
+                }
+                if !self.host.new_inputs.is_empty() {
+                    // A rule reconnected a peer: its input is taken in first.
+                    continue;
                 }
                 if self.inputs.iter().any(|i| i.open && !i.sentinel) || !self.host.merges_done() {
                     return TaskStatus::Idle;

@@ -38,7 +38,13 @@ pub struct Peer {
     pub closed_clean: bool,
     /// Since when its connection has owed nothing, after a reply.
     pub quiet_since: Option<Instant>,
+    /// Since when a request has waited for a connection to it to come
+    /// free (the worker has as many as it may).
+    pub waiting_since: Option<Instant>,
 }
+
+/// How often a request waiting for a connection to come free looks again.
+const CONNECTION_POLL: Duration = Duration::from_millis(5);
 
 /// Why a request gets its grammar's `%fault` reply: `$$` in `%fault`
 /// (HTTP answers 503, 504 and 502 for them).
@@ -296,7 +302,7 @@ impl GraphHost {
             let full = (owes_too_many
                 || self.outputs[out].tx.as_ref().is_some_and(|t| !t.has_room()))
                 && !self.peers[out].dead;
-            if full {
+            if full || (answers && self.waits_for_connection(out)) {
                 self.pool.give(request);
                 return Sent::Full;
             }
@@ -1271,6 +1277,48 @@ impl GraphHost {
             }
             None => self.reply_for(seq, reply, true),
         }
+    }
+
+    /// Whether a request to output `out`, which has no connection, waits
+    /// for one to come free: its worker has as many connections to the
+    /// backend as it may, all busy. It waits at most the response
+    /// timeout; then it goes on, and gets the fault reply (HTTP 503).
+    fn waits_for_connection(&mut self, out: usize) -> bool {
+        let gone = self.peers[out].dead || self.outputs[out].tx.is_none();
+        let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
+        let waiting = self.peers[out].waiting_since.is_some();
+        if !gone
+            || self.peers[out].closed_clean
+            || !(waiting || (self.at_cap)(self.id, chan, index))
+        {
+            self.peers[out].waiting_since = None;
+            return false;
+        }
+        // One may have come back since the last look; if none did and the
+        // worker is not at its cap, the backend cannot be reached.
+        if self.reconnect_now(out, false) || !(self.at_cap)(self.id, chan, index) {
+            self.peers[out].waiting_since = None;
+            return false;
+        }
+        let now = Instant::now();
+        let since = *self.peers[out].waiting_since.get_or_insert(now);
+        if now.duration_since(since) < self.timeout {
+            let at = now + CONNECTION_POLL;
+            self.peers[out].retry_at = Some(at);
+            (self.wake_at)(self.id, at);
+            return true;
+        }
+        self.peers[out].waiting_since = None;
+        self.stats.backend_busy.fetch_add(1, Ordering::Relaxed);
+        static BUSY: crate::log::RateLimit = crate::log::RateLimit::new();
+        crate::limited!(
+            BUSY,
+            warn,
+            backend = %format!("{chan}[{index:?}]"),
+            "a request waited for a backend connection and none came free in time: \
+             its worker has as many as it may (--backend-max-connections)"
+        );
+        false
     }
 
     /// Whether the exclusive connection of output `out` has owed nothing

@@ -204,6 +204,11 @@ pub struct ServiceConfig {
     /// longer than it (nginx's `keepalive_timeout`, 75 s by default) never
     /// closes one under a request. `None`: kept however long.
     pub backend_idle_timeout: Option<std::time::Duration>,
+    /// The most exclusive connections each worker opens to each backend
+    /// address, busy and idle; past it a request waits for one to come
+    /// back, at most the response timeout, then gets the grammar's fault
+    /// reply (HTTP 503). 0: no cap.
+    pub backend_max_connections: usize,
     /// How backend connections are shared; `None`: as the grammar says
     /// (`%exclusive` on the unit of requests).
     pub backend_sharing: Option<Sharing>,
@@ -305,6 +310,7 @@ impl Default for ServiceConfig {
             response_timeout: std::time::Duration::from_secs(2),
             backend_connections: 1,
             backend_idle_timeout: Some(BACKEND_IDLE_TIMEOUT),
+            backend_max_connections: 0,
             backend_sharing: None,
             fan_in_timeout: std::time::Duration::from_secs(10),
             connect_timeout: std::time::Duration::from_secs(10),
@@ -601,6 +607,7 @@ struct Hooks {
     reconnect: crate::compute::Reconnect,
     own_connection: crate::compute::Reconnect,
     fresh_connection: crate::compute::Reconnect,
+    at_cap: crate::compute::AtCap,
     wake_at: crate::compute::WakeAt,
 }
 
@@ -818,8 +825,12 @@ impl Service {
                         *a,
                         config.backend_connections,
                         scheduler.workers(),
-                        exclusive(&loaded, *chan, config.backend_sharing),
-                        config.backend_idle_timeout,
+                        exclusive(&loaded, *chan, config.backend_sharing).then_some(
+                            crate::backend::ExclusiveLimits {
+                                idle_timeout: config.backend_idle_timeout,
+                                max_per_worker: config.backend_max_connections,
+                            },
+                        ),
                     ));
                 }
             }
@@ -1581,6 +1592,19 @@ fn hooks(p: &Arc<Parts>) -> Hooks {
             own_connection(&weak.upgrade()?, compute, chan, index)
         })
     };
+    let at_cap: crate::compute::AtCap = {
+        let weak = Arc::downgrade(p);
+        Arc::new(move |compute: TaskId, chan: u16, index: Option<u32>| {
+            let Some(p) = weak.upgrade() else {
+                return false;
+            };
+            let worker = p.scheduler.home_of(compute);
+            p.shared
+                .iter()
+                .find(|b| b.chan == chan && b.index == index)
+                .is_some_and(|b| b.at_cap(worker))
+        })
+    };
     let wake_at: crate::compute::WakeAt = {
         let reactor = p.reactor.clone();
         Arc::new(move |compute, at| reactor.wake_at(compute, at))
@@ -1589,6 +1613,7 @@ fn hooks(p: &Arc<Parts>) -> Hooks {
         reconnect,
         own_connection: own,
         fresh_connection,
+        at_cap,
         wake_at,
     }
 }
@@ -1801,6 +1826,7 @@ fn instantiate(
             backoff: crate::peers::FIRST_BACKOFF,
             closed_clean: false,
             quiet_since: None,
+            waiting_since: None,
             outstanding: match g.peers.get_mut(i) {
                 Some(old) => std::mem::take(&mut old.outstanding),
                 None => std::collections::VecDeque::new(),
@@ -1859,6 +1885,7 @@ fn instantiate(
             reconnect: hooks.reconnect.clone(),
             own_connection: hooks.own_connection.clone(),
             fresh_connection: hooks.fresh_connection.clone(),
+            at_cap: hooks.at_cap.clone(),
             new_inputs: Vec::new(),
             wake_at: hooks.wake_at.clone(),
             draining: p.draining.clone(),

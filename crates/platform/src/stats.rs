@@ -37,6 +37,9 @@ pub struct Stats {
     /// Backend replies dropped because no waiting request owned them: late
     /// (their request had its fault reply already) or unsolicited.
     pub late_replies: AtomicU64,
+    /// Requests that waited for a backend connection to come free, every
+    /// one the worker may have being busy, and got none in time.
+    pub backend_busy: AtomicU64,
     /// The same message counts per process channel, in the process's order
     /// of channels (a channel array counts all its connections).
     pub channels: Vec<ChannelStats>,

@@ -1,0 +1,156 @@
+//! Exclusive backend connections of the HTTP load balancer
+//! (`examples/http_lb.flick`) are capped per backend and worker
+//! (`--backend-max-connections`, as HAProxy's `maxconn` per server): past
+//! the cap a request waits for a connection to come back, never opens
+//! another, and one that waits longer than the response timeout gets 503.
+//!
+//! The backend is the test's own: it answers each request after a delay
+//! and records how many connections it had open at once.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+use support::Procs;
+
+/// Connections open now, and the most open at once.
+#[derive(Default)]
+struct Open {
+    now: AtomicUsize,
+    most: AtomicUsize,
+}
+
+/// Answers each GET with its path after `delay`, on keep-alive connections.
+fn backend(delay: Duration, open: Arc<Open>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            let n = open.now.fetch_add(1, Ordering::SeqCst) + 1;
+            open.most.fetch_max(n, Ordering::SeqCst);
+            let open = open.clone();
+            thread::spawn(move || {
+                serve(s, delay);
+                open.now.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    port
+}
+
+fn serve(s: TcpStream, delay: Duration) {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    loop {
+        let mut h = String::new();
+        let mut path = String::new();
+        loop {
+            h.clear();
+            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            if path.is_empty() {
+                path = h.split(' ').nth(1).unwrap_or("").to_string();
+            }
+            if h == "\r\n" {
+                break;
+            }
+        }
+        thread::sleep(delay);
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{path}",
+            path.len()
+        );
+        if w.write_all(resp.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// A GET of `/c<n>` on a new connection that it closes: the response's
+/// status.
+fn get(port: u16, n: usize) -> u16 {
+    let s = support::connect(port);
+    let mut w = s.try_clone().unwrap();
+    w.write_all(format!("GET /c{n} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut text = String::new();
+    let r = BufReader::new(s).read_to_string(&mut text);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    // A response is the client's own: its body is the path it asked for.
+    if status == 200 {
+        assert!(
+            r.is_ok() && text.ends_with(&format!("\r\n\r\n/c{n}")),
+            "{text:?}"
+        );
+    }
+    status
+}
+
+/// `clients` GETs at once through a balancer (two workers) capped at one
+/// connection per worker; the statuses, and the most connections the
+/// backend had open at once.
+fn capped(clients: usize, delay_ms: u64, timeout_ms: &str) -> (Vec<u16>, usize) {
+    let open = Arc::new(Open::default());
+    let port = backend(Duration::from_millis(delay_ms), open.clone());
+    let mut procs = Procs(Vec::new());
+    let flick = support::flick_run_with(
+        &mut procs,
+        "examples/http_lb.flick",
+        &[port],
+        &[
+            "--backend-max-connections",
+            "1",
+            "--response-timeout-ms",
+            timeout_ms,
+        ],
+    );
+    let threads: Vec<_> = (0..clients)
+        .map(|n| thread::spawn(move || get(flick, n)))
+        .collect();
+    let statuses = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    (statuses, open.most.load(Ordering::SeqCst))
+}
+
+#[test]
+fn requests_past_the_cap_wait_for_a_connection() {
+    // Six requests of 50 ms, at most three on a worker: each waits less
+    // than the timeout.
+    let (statuses, most) = capped(6, 50, "2000");
+    assert!(
+        statuses.iter().all(|s| *s == 200),
+        "every request waits its turn: {statuses:?}"
+    );
+    assert!(
+        most <= 2,
+        "{most} backend connections at once, over 1 per worker"
+    );
+}
+
+#[test]
+fn a_request_that_waits_longer_than_the_timeout_gets_503() {
+    // Ten requests of 150 ms, at least five on one worker: its fifth
+    // waits 600 ms for a connection, over the 400 ms timeout.
+    let (statuses, most) = capped(10, 150, "400");
+    assert!(
+        most <= 2,
+        "{most} backend connections at once, over 1 per worker"
+    );
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 503),
+        "each request is answered or gets 503: {statuses:?}"
+    );
+    assert!(
+        statuses.contains(&503),
+        "a request waited past the timeout: {statuses:?}"
+    );
+}
