@@ -122,12 +122,23 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
         .map(|(_, l)| DeclaredKey::of_module(&l.module))
         .collect();
     let names: Vec<String> = programs.iter().map(|(p, _)| p.clone()).collect();
+    let plan = SteeringPlan::new(&keys);
     let mut services = Vec::new();
     for (i, (path, loaded)) in programs.into_iter().enumerate() {
         let config = PacketConfig {
             dump_path: r.dump.map(|d| dump_path(d, &path, several).into()),
             // The metrics show the first program's workers.
             stats: (i == 0).then(|| stats.clone()),
+            // A frame goes to the same worker index for every program
+            // of its cluster: by the cluster's common key.
+            steer_by: plan
+                .clusters
+                .iter()
+                .find(|c| several && c.programs.contains(&i))
+                .and_then(|c| match c.key {
+                    DeclaredKey::Key(k) => Some(k),
+                    DeclaredKey::Whole | DeclaredKey::Opaque => None,
+                }),
             ..config.clone()
         };
         match PacketService::new(loaded, config) {
@@ -174,7 +185,7 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
         return ExitCode::FAILURE;
     }
     if several {
-        print!("{}", SteeringPlan::new(&keys).describe(&names));
+        print!("{}", plan.describe(&names));
     }
     if r.check {
         for path in &names {

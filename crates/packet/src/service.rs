@@ -70,6 +70,12 @@ pub struct PacketConfig {
     pub dump_path: Option<std::path::PathBuf>,
     /// Counters published while running (for `--metrics`).
     pub stats: Option<Arc<LiveStats>>,
+    /// Steer by this flow key instead of the program's `steer`: the
+    /// common key of the programs run beside it on the same frames
+    /// (`steering.rs`), so a frame goes to the same worker index for
+    /// each. It must lie within the program's own key, and the frames
+    /// be Ethernet.
+    pub steer_by: Option<crate::steering::FlowKey>,
 }
 
 impl Default for PacketConfig {
@@ -82,6 +88,7 @@ impl Default for PacketConfig {
             dump_request: None,
             dump_path: None,
             stats: None,
+            steer_by: None,
         }
     }
 }
@@ -1056,6 +1063,12 @@ impl Dispatch<'_> {
         // fault) the frame is parsed once, by its worker, which also
         // counts it if it does not parse.
         let worker = match self.steer {
+            // The common key needs no parse here: the worker parses.
+            _ if svc.config.steer_by.is_some() && self.queues.len() > 1 => {
+                let key = svc.config.steer_by.expect("checked above");
+                let fields = crate::steering::FrameFields::of_ethernet(frame);
+                (key.hash(&fields) % self.queues.len() as u64) as usize
+            }
             None => 0,
             Some(_) if !parse_frame(p, frame) => {
                 self.malformed += 1;
