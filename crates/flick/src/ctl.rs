@@ -173,10 +173,22 @@ pub fn run(
                 "NAME", "LISTEN", "VERSION", "WEIGHT", "CLIENTS", "INSTANCES"
             );
             for s in a["services"].as_array().into_iter().flatten() {
+                // A service on packet ports lists its ports where others
+                // list their address.
+                let ports: Vec<&str> = s["ports"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Json::as_str)
+                    .collect();
+                let listen = match s["listen"].as_str() {
+                    Some(l) if !l.is_empty() => l.to_string(),
+                    _ => ports.join(" "),
+                };
                 plain.push_str(&format!(
                     "\n{:<24} {:<22} {:>7} {:>6} {:>8} {:>9}",
                     s["name"].as_str().unwrap_or(""),
-                    s["listen"].as_str().unwrap_or(""),
+                    listen,
                     s["version"].to_string(),
                     s["weight"].to_string(),
                     s["clients"].to_string(),
