@@ -721,7 +721,8 @@ impl ReadSide {
                             m.bytes.extend_from_slice(&self.buf[self.start..self.end]);
                             let values = Values::parsed(&self.parser);
                             pool.copy_values(&mut m, values, self.parser.slots());
-                            self.parser.reset();
+                            // (Resets the parser.)
+                            self.instead = self.made_instead(pool);
                             self.discard = n;
                             return Inbound::Rejected {
                                 status,

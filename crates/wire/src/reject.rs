@@ -48,9 +48,12 @@ impl Grammar {
     /// (memcached drops the old item of a `set` too large to store):
     /// `%reject_send`, a string evaluated over what parsed of the request,
     /// with each `{FIELD}` in it replaced by that bytes field of the unit,
-    /// appended to `out`. `false`, with `out` as it was, where the unit
-    /// has none, it is empty for this request, or a field it names has no
-    /// bytes.
+    /// and each `{FIELD:be16}` (or `+N` after the name, and `be8`..`be64`,
+    /// `le8`..`le64`) by that integer field plus `N` in that width and byte
+    /// order (a binary header's lengths), appended to `out`. `false`, with
+    /// `out` as it was, where the unit has none, it is empty for this
+    /// request, or a field it names has no value of that kind (or one that
+    /// does not fit its width).
     pub fn reject_send(
         &self,
         unit: UnitId,
@@ -86,22 +89,41 @@ impl Grammar {
                 out.truncate(was);
                 return false;
             };
-            let name = &rest[open + 1..open + close];
-            let value = info
+            let spec = &rest[open + 1..open + close];
+            let (name, encoding) = match spec.iter().position(|b| *b == b':') {
+                Some(colon) => (&spec[..colon], Some(&spec[colon + 1..])),
+                None => (spec, None),
+            };
+            let (name, added) = match name.iter().position(|b| *b == b'+') {
+                Some(plus) => (&name[..plus], Some(&name[plus + 1..])),
+                None => (name, None),
+            };
+            let slot = info
                 .fields
                 .iter()
                 .find(|f| f.name.as_bytes() == name)
-                .and_then(|f| match slots.get(f.slot as usize) {
-                    Some(Slot::Bytes { start, len }) => {
-                        bytes.get(*start as usize..(*start + *len) as usize)
+                .and_then(|f| slots.get(f.slot as usize));
+            let written = match (slot, encoding) {
+                (Some(Slot::Bytes { start, len }), None) if added.is_none() => bytes
+                    .get(*start as usize..(*start + *len) as usize)
+                    .map(|value| out.extend_from_slice(value))
+                    .is_some(),
+                (Some(Slot::Int(n)), Some(encoding)) => {
+                    let added = match added {
+                        Some(digits) => parse_decimal(digits),
+                        None => Some(0),
+                    };
+                    match (added.and_then(|a| n.checked_add(a)), int_encoding(encoding)) {
+                        (Some(n), Some((width, big))) => put_uint(n, width, big, out),
+                        _ => false,
                     }
-                    _ => None,
-                });
-            let Some(value) = value else {
+                }
+                _ => false,
+            };
+            if !written {
                 out.truncate(was);
                 return false;
-            };
-            out.extend_from_slice(value);
+            }
             rest = &rest[open + close + 1..];
         }
         out.extend_from_slice(rest);
@@ -133,4 +155,48 @@ impl Grammar {
                 _ => None,
             })
     }
+}
+
+/// A decimal number of a `%reject_send` template (`{key_len+8:be32}`).
+fn parse_decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// An integer encoding of a `%reject_send` template: its width in bytes,
+/// and whether it is big-endian.
+fn int_encoding(name: &[u8]) -> Option<(usize, bool)> {
+    let (big, bits) = match name {
+        [b'b', b'e', bits @ ..] => (true, bits),
+        [b'l', b'e', bits @ ..] => (false, bits),
+        _ => return None,
+    };
+    let width = match bits {
+        b"8" => 1,
+        b"16" => 2,
+        b"32" => 4,
+        b"64" => 8,
+        _ => return None,
+    };
+    Some((width, big))
+}
+
+/// `n` in `width` bytes appended to `out`; `false` where it does not fit.
+fn put_uint(n: u64, width: usize, big: bool, out: &mut Vec<u8>) -> bool {
+    if width < 8 && n >> (width * 8) != 0 {
+        return false;
+    }
+    let all = if big {
+        n.to_be_bytes()
+    } else {
+        n.to_le_bytes()
+    };
+    if big {
+        out.extend_from_slice(&all[8 - width..]);
+    } else {
+        out.extend_from_slice(&all[..width]);
+    }
+    true
 }

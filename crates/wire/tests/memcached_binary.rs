@@ -266,3 +266,57 @@ fn the_fence_after_a_quiet_request_is_a_noop() {
     assert_eq!(prop(&noop_reply, "fenced"), Some(1));
     assert_eq!(prop(&hex(GET_RESPONSE), "fenced"), Some(0));
 }
+
+/// A Set or SetQ over the item size limit also drops the key's old item in
+/// memcached: a proxy sends in its place a SetQ of an empty value that
+/// expired long ago (`%reject_send`, its lengths and key filled from the
+/// header that parsed), which memcached never answers. Add, Replace,
+/// Append and Prepend keep the old item, and send nothing.
+#[test]
+fn an_oversized_set_sends_an_expired_quiet_set_in_its_place() {
+    let g = Grammar::stock("memcached_binary").unwrap();
+    let unit = g.unit_id("cmd").unwrap();
+    // A header, its 8 bytes of extras and a key, saying the value is `len`.
+    let head = |opcode: u8, key: &[u8], len: u32| {
+        let mut b = vec![0x80, opcode, 0, key.len() as u8, 8, 0, 0, 0];
+        b.extend_from_slice(&(8 + key.len() as u32 + len).to_be_bytes());
+        b.extend_from_slice(&[0xaa; 4]);
+        b.extend_from_slice(&[0; 8]);
+        b.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0]);
+        b.extend_from_slice(key);
+        b
+    };
+    let sent = |bytes: &[u8]| {
+        let mut p = g.parser(unit);
+        let status = p.parse(bytes).unwrap_err().status;
+        let mut out = b"kept".to_vec();
+        let made = g.reject_send(unit, p.slots(), bytes, &mut out);
+        assert_eq!(made, out.len() > 4);
+        (status, made.then(|| out[4..].to_vec()))
+    };
+    let key = vec![b'k'; 250];
+    for opcode in [0x01, 0x11] {
+        let (status, made) = sent(&head(opcode, &key, 2_000_000));
+        assert_eq!(status, Some(0x03));
+        let made = made.expect("a set in its place");
+        let mut want = vec![0x80, 0x11, 0, 250, 8, 0, 0, 0, 0, 0, 1, 2];
+        want.extend_from_slice(&[0; 16]);
+        want.extend_from_slice(&2_592_001u32.to_be_bytes());
+        want.extend_from_slice(&key);
+        assert_eq!(made, want);
+        let mut p = g.parser(unit);
+        assert_eq!(p.parse(&made).unwrap(), Progress::Done(made.len()));
+        let m = p.message(&made);
+        assert_eq!(m.int("expiration"), Some(2_592_001));
+        assert_eq!(m.bytes("key"), Some(&key[..]));
+        assert_eq!(g.property(unit, "quiet", p.slots(), &made), Some(1));
+    }
+    for opcode in [0x02, 0x03, 0x12, 0x13] {
+        assert_eq!(sent(&head(opcode, b"k", 2_000_000)), (Some(0x03), None));
+    }
+    // Another error of a Set sends nothing.
+    let mut bad_extras = head(0x01, b"k", 1);
+    bad_extras[4] = 7;
+    bad_extras[11] -= 1;
+    assert_eq!(sent(&bad_extras).1, None);
+}
