@@ -265,3 +265,30 @@ fn check_of_several_packet_programs_prints_the_plan_and_the_combined_bound() {
     assert!(out.contains("combined: state "), "{out}");
     assert!(out.contains("operations per frame"), "{out}");
 }
+
+#[test]
+fn a_port_no_program_reads_or_writes_is_refused() {
+    let o = Command::new(env!("CARGO_BIN_EXE_flick"))
+        .args([
+            "run".to_string(),
+            example("flow_tracker.flick"),
+            example("port_knocking.flick"),
+            "--port".into(),
+            format!("wire=pcap:{}", capture("knock.pcap")),
+            "--port".into(),
+            format!("inside=pcap:{}", capture("knock.pcap")),
+            "--port".into(),
+            "outside=pcap-out:/dev/null".into(),
+            "--port".into(),
+            format!("nowhere=pcap:{}", capture("knock.pcap")),
+            "--check".into(),
+        ])
+        .output()
+        .expect("flick runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("`nowhere` is not a channel of any program"),
+        "{err}"
+    );
+}
