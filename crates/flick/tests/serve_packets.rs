@@ -253,6 +253,40 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
     let table = json(&ctl(&state, &["--json", "read", "gate", "table"]));
     assert_eq!(table["value"], GATE_SHUT);
 
+    // A redeploy on the same ports swaps the tables in place: the gate
+    // opens again and the context goes on counting.
+    let r = json(&ctl(
+        &state,
+        &[
+            "--json",
+            "redeploy",
+            "gate",
+            &open,
+            "--port",
+            "inside=afpacket:in1",
+            "--port",
+            "outside=afpacket:out0",
+        ],
+    ));
+    assert_eq!(r["carried"][0], "flow contexts", "{r}");
+    assert_eq!(r["version"], 2, "{r}");
+    let again = vec![syn(5, 3000)];
+    let passed = send(&ns, "out1", &again, Some("in0"), 1);
+    assert_eq!(passed.len(), 1, "the gate redeployed open passes again");
+    let context = read_until(&state, "gate", "stages/gate/0/registers/packets", |v| {
+        *v == 6
+    });
+    assert_eq!(context, 6, "host 5's flow context survived the redeploy");
+
+    // A restart deploys both again from the state directory, ports open.
+    drop(server);
+    let server = serve_by(ns.command(env!("CARGO_BIN_EXE_flick")), &state, &[]);
+    let pid = server.child.id();
+    wait_sockets(pid, 3);
+    let status = json(&ctl(&state, &["--json", "status", "gate"]));
+    assert_eq!(status["kind"], "machine", "{status}");
+    assert_eq!(status["running"], true, "{status}");
+
     // Listed with its kind; undeployed, its ports close.
     let list = json(&ctl(&state, &["--json", "list"]));
     let kinds: Vec<&str> = list["services"]
