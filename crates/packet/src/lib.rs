@@ -25,6 +25,11 @@
 //! (`tests/meters_no_alloc.rs` holds that metering and filter lookups
 //! allocate nothing per frame).
 //!
+//! Several programs on the same frames are planned by `steering`: their
+//! largest common flow key, or clusters where there is none; a program
+//! in a cluster is steered by the cluster's key (`PacketConfig::steer_by`)
+//! so a frame goes to the same worker index for each.
+//!
 //! This crate must not read or write ports itself (that is
 //! `flick-packet-io`) nor hold language rules (that is `flick-check`).
 
