@@ -32,7 +32,7 @@ pub fn render_xl_error(e: &XlError, color: bool) -> String {
         } => match std::fs::read_to_string(path) {
             Ok(text) => {
                 let file = SourceFile::new(path.display().to_string(), text);
-                let d = Diagnostic::error("X0001", message.clone(), Span::new(*start, *end));
+                let d = Diagnostic::error(e.code(), message.clone(), Span::new(*start, *end));
                 render(&file, &[d], color)
             }
             Err(_) => format!("error: {e}\n"),

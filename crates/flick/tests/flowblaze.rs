@@ -263,6 +263,16 @@ fn check_prints_the_tables_sizes_and_errors_with_a_caret() {
         "{err}"
     );
     assert!(err.contains("^^^^^^^"), "{err}");
+    // A table over the bound is refused under the capacity's own code.
+    let big = dir.path("big.xl");
+    std::fs::write(&big, "Stage s {\n  setFlowKey(ipv4.src);\n  setTableSize(16777217);\n  State initial a { on(pktRcvd) { setNextState(a); } }\n}\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_flick"))
+        .args(["check", &big.display().to_string()])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("big.xl:3:16: error[M0007]"), "{err}");
 }
 
 /// The UDP firewall by hand: a path per unordered endpoint pair, open
