@@ -51,7 +51,9 @@ pub fn parse_port_flag(flag: &str) -> Result<(String, Vec<PortSpec>), String> {
     Ok((name.to_string(), specs))
 }
 
-fn port_use(spec: &PortSpec) -> PortUse {
+/// What a port spec reads and writes: a pcap file one way, a live port
+/// both.
+pub(crate) fn port_use(spec: &PortSpec) -> PortUse {
     let (rx, tx) = match spec {
         PortSpec::PcapIn(_) => (true, false),
         PortSpec::PcapOut(_) => (false, true),

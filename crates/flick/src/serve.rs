@@ -208,9 +208,18 @@ fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// Load, check and bind a program, as `flick run` does.
-fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
-    use crate::config::{check_bindings, resolve, FileConfig, Overrides};
+/// A deployed program read and checked: its file name, source, tree and
+/// checked form.
+struct Checked {
+    file_name: String,
+    file: SourceFile,
+    program: flick_syntax::ast::Program,
+    checked: flick_check::CheckedProgram,
+}
+
+/// Reads and checks the program of `spec` (its file name, or NAME.flick),
+/// refusing one that does not check with its diagnostics.
+fn check_deployed(spec: &DeploySpec) -> Result<Checked, Refusal> {
     let file_name = if spec.file.is_empty() {
         format!("{}.flick", spec.name)
     } else {
@@ -218,9 +227,8 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
     };
     let text = crate::views::program_source(&spec.program).into_owned();
     let file = SourceFile::new(&file_name, text);
-    let path = Path::new(&file_name);
     let (program, _) = flick_syntax::parse(&file.text);
-    let (checked, diags) = crate::views::check_program(path, &file.text);
+    let (checked, diags) = crate::views::check_program(Path::new(&file_name), &file.text);
     if !diags.is_empty() {
         return Err(Refusal {
             status: 422,
@@ -228,6 +236,24 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
             diagnostics: Some(crate::render::render(&file, &diags, false)),
         });
     }
+    Ok(Checked {
+        file_name,
+        file,
+        program,
+        checked,
+    })
+}
+
+/// Load, check and bind a program, as `flick run` does.
+fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
+    use crate::config::{check_bindings, resolve, FileConfig, Overrides};
+    let Checked {
+        file_name,
+        file,
+        program,
+        checked,
+    } = check_deployed(spec)?;
+    let path = Path::new(&file_name);
     let procs = checked.processes.len();
     if procs != 1 {
         return Err(Refusal::new(

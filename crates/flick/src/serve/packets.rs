@@ -99,19 +99,6 @@ fn refuse(status: u16, message: impl Into<String>) -> Refusal {
     Refusal::new(status, message)
 }
 
-fn port_use(spec: &PortSpec) -> PortUse {
-    let (rx, tx) = match spec {
-        PortSpec::PcapIn(_) => (true, false),
-        PortSpec::PcapOut(_) => (false, true),
-        PortSpec::AfPacket(_) | PortSpec::Tun(_) => (true, true),
-    };
-    PortUse {
-        spec: spec.to_string(),
-        rx,
-        tx,
-    }
-}
-
 /// Loads, checks, binds and starts a packet service. `dumps` is the
 /// directory its dumps are written to.
 pub fn start(spec: &DeploySpec, kind: Kind, dumps: &Path) -> Result<Running, Refusal> {
@@ -154,19 +141,13 @@ fn file_name(spec: &DeploySpec) -> String {
 }
 
 fn start_packet(spec: &DeploySpec, dumps: &Path) -> Result<Running, Refusal> {
-    let file_name = file_name(spec);
-    let text = crate::views::program_source(&spec.program).into_owned();
-    let file = flick_span::SourceFile::new(&file_name, text);
+    let super::Checked {
+        file_name,
+        file,
+        program,
+        checked,
+    } = super::check_deployed(spec)?;
     let path = Path::new(&file_name);
-    let (program, _) = flick_syntax::parse(&file.text);
-    let (checked, diags) = crate::views::check_program(path, &file.text);
-    if !diags.is_empty() {
-        return Err(Refusal {
-            status: 422,
-            message: format!("{file_name} does not check"),
-            diagnostics: Some(crate::render::render(&file, &diags, false)),
-        });
-    }
     if checked.processes.len() != 1 {
         return Err(refuse(
             422,
@@ -206,7 +187,12 @@ fn start_packet(spec: &DeploySpec, dumps: &Path) -> Result<Running, Refusal> {
     }
     let uses: Vec<(String, Vec<PortUse>)> = bound
         .iter()
-        .map(|(n, specs)| (n.clone(), specs.iter().map(port_use).collect()))
+        .map(|(n, specs)| {
+            (
+                n.clone(),
+                specs.iter().map(crate::packet_run::port_use).collect(),
+            )
+        })
         .collect();
     service
         .check_bindings(&uses)
