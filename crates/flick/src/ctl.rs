@@ -39,6 +39,9 @@ pub enum CtlCommand {
         path: String,
         limit: Option<usize>,
         cursor: Option<usize>,
+        /// The entry of dictionary `path` under this key, in base64 (a key
+        /// that is not UTF-8, such as a `pack` of integers).
+        key_base64: Option<String>,
     },
     /// A global's value, or a dictionary entry's message: as text, or
     /// `base64` (its wire bytes in base64).
@@ -47,9 +50,14 @@ pub enum CtlCommand {
         path: String,
         value: String,
         base64: bool,
+        key_base64: Option<String>,
     },
-    /// A dictionary entry removed (`VAR/KEY`).
-    Delete(String, String),
+    /// A dictionary entry removed (`VAR/KEY`, or `VAR` and `key_base64`).
+    Delete {
+        name: String,
+        path: String,
+        key_base64: Option<String>,
+    },
 }
 
 /// A command that failed, as `flick ctl` reports it.
@@ -207,8 +215,12 @@ pub fn run(
             path,
             limit,
             cursor,
+            key_base64,
         } => {
             let mut query: Vec<String> = Vec::new();
+            if let Some(k) = &key_base64 {
+                query.push(format!("key_base64={}", enc(k)));
+            }
             if let Some(l) = limit {
                 query.push(format!("limit={l}"));
             }
@@ -257,6 +269,7 @@ pub fn run(
             path,
             value,
             base64,
+            key_base64,
         } => {
             let body = match base64 {
                 true => json!({ "base64": value }),
@@ -269,7 +282,7 @@ pub fn run(
                 // A dictionary entry: an integer or boolean as JSON (a
                 // dictionary of values), anything else as it is (a message's
                 // wire bytes, a string; quoted JSON for a string of digits).
-                false if path.contains('/') => {
+                false if path.contains('/') || key_base64.is_some() => {
                     let v = match serde_json::from_str::<Json>(&value) {
                         Ok(v @ (Json::Number(_) | Json::Bool(_) | Json::String(_))) => v,
                         _ => Json::String(value),
@@ -284,19 +297,37 @@ pub fn run(
             };
             let a = call(
                 "PUT",
-                &format!("/services/{}/state/{}", enc(&name), encode_path(&path)),
+                &format!(
+                    "/services/{}/state/{}{}",
+                    enc(&name),
+                    encode_path(&path),
+                    key_query(key_base64.as_deref())
+                ),
                 Some(&body),
             )?;
-            let plain = format!("{name} {path} = {}", a["value"]);
+            let plain = format!("{name} {} = {}", shown_path(&a, &path), a["value"]);
             (a, plain)
         }
-        CtlCommand::Delete(name, path) => {
+        CtlCommand::Delete {
+            name,
+            path,
+            key_base64,
+        } => {
             let a = call(
                 "DELETE",
-                &format!("/services/{}/state/{}", enc(&name), encode_path(&path)),
+                &format!(
+                    "/services/{}/state/{}{}",
+                    enc(&name),
+                    encode_path(&path),
+                    key_query(key_base64.as_deref())
+                ),
                 None,
             )?;
-            let plain = format!("{name} {path} deleted ({} entries left)", a["len"]);
+            let plain = format!(
+                "{name} {} deleted ({} entries left)",
+                shown_path(&a, &path),
+                a["len"]
+            );
             (a, plain)
         }
     };
@@ -304,6 +335,22 @@ pub fn run(
         true => serde_json::to_string_pretty(&answer).expect("JSON prints"),
         false => plain,
     })
+}
+
+/// `?key_base64=KEY` escaped, or nothing.
+fn key_query(key_base64: Option<&str>) -> String {
+    key_base64.map_or_else(String::new, |k| {
+        format!("?key_base64={}", api::percent_encode(k))
+    })
+}
+
+/// An entry's path as printed: `VAR/KEY`, or `VAR[key_base64=KEY]` for a
+/// key that is not UTF-8.
+fn shown_path(answer: &Json, path: &str) -> String {
+    match answer["key_base64"].as_str() {
+        Some(k) => format!("{path}[key_base64={k}]"),
+        None => path.to_string(),
+    }
 }
 
 /// A state path's segments escaped one by one, keeping its `/`.
@@ -499,6 +546,10 @@ pub enum CtlSub {
         /// Where a dictionary's listing starts (the `next` of the page before).
         #[arg(long)]
         cursor: Option<usize>,
+        /// Read the entry of dictionary VAR under this key, given in base64
+        /// (a key that is not UTF-8, as listed in `key_base64`).
+        #[arg(long)]
+        key_base64: Option<String>,
     },
     /// Write a global integer, boolean or string (VAR; VALUE as JSON, else a
     /// string), or a dictionary entry (VAR/KEY; VALUE the message's wire
@@ -510,9 +561,18 @@ pub enum CtlSub {
         /// VALUE is the message's wire bytes in base64 (binary grammars).
         #[arg(long)]
         base64: bool,
+        /// Write the entry of dictionary VAR under this key, given in base64.
+        #[arg(long)]
+        key_base64: Option<String>,
     },
-    /// Delete a dictionary entry (VAR/KEY).
-    Delete { name: String, path: String },
+    /// Delete a dictionary entry (VAR/KEY, or VAR with --key-base64).
+    Delete {
+        name: String,
+        path: String,
+        /// Delete the entry of dictionary VAR under this key, given in base64.
+        #[arg(long)]
+        key_base64: Option<String>,
+    },
 }
 
 /// `flick ctl`: one request, its answer printed.
@@ -544,24 +604,36 @@ pub fn main(args: CtlArgs) -> std::process::ExitCode {
             path,
             limit,
             cursor,
+            key_base64,
         } => CtlCommand::Read {
             name,
             path,
             limit,
             cursor,
+            key_base64,
         },
         CtlSub::Write {
             name,
             path,
             value,
             base64,
+            key_base64,
         } => CtlCommand::Write {
             name,
             path,
             value,
             base64,
+            key_base64,
         },
-        CtlSub::Delete { name, path } => CtlCommand::Delete(name, path),
+        CtlSub::Delete {
+            name,
+            path,
+            key_base64,
+        } => CtlCommand::Delete {
+            name,
+            path,
+            key_base64,
+        },
     };
     match run(&addr, args.api_token.as_deref(), args.json, cmd) {
         Ok(out) => {

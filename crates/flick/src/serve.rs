@@ -1072,25 +1072,33 @@ impl Registry {
                     None => Ok(json!({ "path": path, "value": to_json(&v) })),
                 }
             }
-            Some((var, key)) => {
-                self.dict_var(name, var)?;
-                let d = service.global_dict(var).map_err(refuse)?;
-                let v = d
-                    .get(key.as_bytes())
-                    .map_err(|e| Refusal::new(400, format!("`{var}`: {e}")))?;
-                let v = v.ok_or_else(|| {
-                    Refusal::new(404, format!("`{var}` holds nothing under `{key}`"))
-                })?;
-                let mut answer = json!({ "path": path });
-                entry_json(&mut answer, &v);
-                Ok(answer)
-            }
+            Some((var, key)) => self.read_entry(name, var, key.as_bytes()),
         }
+    }
+
+    /// What the dictionary `var` holds under `key`.
+    fn read_entry(&self, name: &str, var: &str, key: &[u8]) -> Result<Json, Refusal> {
+        let (service, _) = self.dict_var(name, var)?;
+        let d = service
+            .global_dict(var)
+            .map_err(|e| Refusal::new(404, e.to_string()))?;
+        let v = d
+            .get(key)
+            .map_err(|e| Refusal::new(400, format!("`{var}`: {e}")))?;
+        let v = v.ok_or_else(|| {
+            Refusal::new(
+                404,
+                format!("`{var}` holds nothing under {}", shown_key(key)),
+            )
+        })?;
+        let mut answer = entry_answer(var, key);
+        entry_json(&mut answer, &v);
+        Ok(answer)
     }
 
     fn write_state(&self, name: &str, path: &str, body: &[u8]) -> Result<Json, Refusal> {
         if let Some((var, key)) = path.split_once('/') {
-            return self.write_entry(name, var, key, body);
+            return self.write_entry(name, var, key.as_bytes(), body);
         }
         let (service, state) = self.service_state(name)?;
         let j: Json = serde_json::from_slice(body)
@@ -1144,7 +1152,7 @@ impl Registry {
 
     /// Sets a dictionary entry to a message given as its wire bytes: the
     /// body's `value` (text) or `base64`, or the body a JSON string.
-    fn write_entry(&self, name: &str, var: &str, key: &str, body: &[u8]) -> Result<Json, Refusal> {
+    fn write_entry(&self, name: &str, var: &str, key: &[u8], body: &[u8]) -> Result<Json, Refusal> {
         let (service, of) = self.dict_var(name, var)?;
         let j: Json = serde_json::from_slice(body)
             .map_err(|e| Refusal::new(400, format!("the body is not JSON: {e}")))?;
@@ -1172,7 +1180,7 @@ impl Registry {
         let d = service
             .global_dict(var)
             .map_err(|e| Refusal::new(404, e.to_string()))?;
-        let created = d.insert(key.as_bytes(), &unit, &bytes).map_err(|e| {
+        let created = d.insert(key, &unit, &bytes).map_err(|e| {
             let status = match e {
                 flick_platform::DictError::Full { .. } => 409,
                 flick_platform::DictError::NoUnit(_) => 422,
@@ -1181,15 +1189,14 @@ impl Registry {
             Refusal::new(status, format!("`{var}`: {e}"))
         })?;
         let size = d.size().map_err(|e| Refusal::new(400, e.to_string()))?;
-        tracing::info!(service = %name, dictionary = %var, key = %key, bytes = bytes.len(), created, "dictionary entry written");
-        Ok(json!({
-            "path": format!("{var}/{key}"),
-            "value": String::from_utf8_lossy(&bytes),
-            "base64": api::base64_encode(&bytes),
-            "created": created,
-            "len": size.len,
-            "capacity": size.capacity,
-        }))
+        tracing::info!(service = %name, dictionary = %var, key = %shown_key(key), bytes = bytes.len(), created, "dictionary entry written");
+        let mut answer = entry_answer(var, key);
+        answer["value"] = json!(String::from_utf8_lossy(&bytes));
+        answer["base64"] = json!(api::base64_encode(&bytes));
+        answer["created"] = json!(created);
+        answer["len"] = json!(size.len);
+        answer["capacity"] = json!(size.capacity);
+        Ok(answer)
     }
 
     /// Sets an entry of a dictionary of integers, booleans or strings to
@@ -1202,7 +1209,7 @@ impl Registry {
         name: &str,
         service: &Service,
         var: &str,
-        key: &str,
+        key: &[u8],
         j: &Json,
         kind: Scalar,
         max: Option<u64>,
@@ -1256,7 +1263,7 @@ impl Registry {
         let d = service
             .global_dict(var)
             .map_err(|e| Refusal::new(404, e.to_string()))?;
-        let created = d.insert_value(key.as_bytes(), value).map_err(|e| {
+        let created = d.insert_value(key, value).map_err(|e| {
             let status = match e {
                 flick_platform::DictError::Full { .. } => 409,
                 _ => 400,
@@ -1264,13 +1271,11 @@ impl Registry {
             Refusal::new(status, format!("`{var}`: {e}"))
         })?;
         let size = d.size().map_err(|e| Refusal::new(400, e.to_string()))?;
-        tracing::info!(service = %name, dictionary = %var, key = %key, created, "dictionary entry written");
-        let mut answer = json!({
-            "path": format!("{var}/{key}"),
-            "created": created,
-            "len": size.len,
-            "capacity": size.capacity,
-        });
+        tracing::info!(service = %name, dictionary = %var, key = %shown_key(key), created, "dictionary entry written");
+        let mut answer = entry_answer(var, key);
+        answer["created"] = json!(created);
+        answer["len"] = json!(size.len);
+        answer["capacity"] = json!(size.capacity);
         entry_json(&mut answer, &value.to_owned());
         Ok(answer)
     }
@@ -1282,27 +1287,31 @@ impl Registry {
                 format!("`{path}` is a variable, which cannot be deleted; DELETE takes a dictionary entry, VAR/KEY"),
             ));
         };
+        self.delete_key(name, var, key.as_bytes())
+    }
+
+    /// Removes the entry under `key` of the dictionary `var`.
+    fn delete_key(&self, name: &str, var: &str, key: &[u8]) -> Result<Json, Refusal> {
         let (service, _) = self.dict_var(name, var)?;
         let d = service
             .global_dict(var)
             .map_err(|e| Refusal::new(404, e.to_string()))?;
         let removed = d
-            .remove(key.as_bytes())
+            .remove(key)
             .map_err(|e| Refusal::new(400, format!("`{var}`: {e}")))?;
         if !removed {
             return Err(Refusal::new(
                 404,
-                format!("`{var}` holds nothing under `{key}`"),
+                format!("`{var}` holds nothing under {}", shown_key(key)),
             ));
         }
         let size = d.size().map_err(|e| Refusal::new(400, e.to_string()))?;
-        tracing::info!(service = %name, dictionary = %var, key = %key, "dictionary entry deleted");
-        Ok(json!({
-            "path": path,
-            "deleted": true,
-            "len": size.len,
-            "capacity": size.capacity,
-        }))
+        tracing::info!(service = %name, dictionary = %var, key = %shown_key(key), "dictionary entry deleted");
+        let mut answer = entry_answer(var, key);
+        answer["deleted"] = json!(true);
+        answer["len"] = json!(size.len);
+        answer["capacity"] = json!(size.capacity);
+        Ok(answer)
     }
 }
 
@@ -1350,6 +1359,41 @@ fn list_entries(service: &Service, var: &StateVar, req: &Request) -> Result<Json
         "next": if end < size.len { json!(end) } else { Json::Null },
         "entries": entries,
     }))
+}
+
+/// A dictionary key in a message: as text in backquotes where it is
+/// UTF-8, else as the `key_base64` that names it.
+fn shown_key(key: &[u8]) -> String {
+    match std::str::from_utf8(key) {
+        Ok(k) => format!("`{k}`"),
+        Err(_) => format!("key_base64 `{}`", api::base64_encode(key)),
+    }
+}
+
+/// The start of an answer about one entry: its `path`, and its key in
+/// base64 where the key is not UTF-8 (and so cannot be named in a path).
+fn entry_answer(var: &str, key: &[u8]) -> Json {
+    let mut answer = json!({ "path": format!("{var}/{}", String::from_utf8_lossy(key)) });
+    if std::str::from_utf8(key).is_err() {
+        answer["key_base64"] = json!(api::base64_encode(key));
+    }
+    answer
+}
+
+/// A key given as `key_base64`: standard or URL-safe base64, padded or
+/// not; a `+` left unescaped in a query arrives as a space, so a space is
+/// taken as `+`.
+fn key_from_base64(text: &str) -> Result<Vec<u8>, Refusal> {
+    let standard: String = text
+        .chars()
+        .map(|c| match c {
+            '-' | ' ' => '+',
+            '_' => '/',
+            c => c,
+        })
+        .collect();
+    api::base64_decode(&standard)
+        .ok_or_else(|| Refusal::new(400, format!("`key_base64` is not base64: `{text}`")))
 }
 
 /// An entry's value as the API shows it: a message's bytes as text
@@ -1491,6 +1535,23 @@ fn route(
         }
         ["services", name, "state", rest @ ..] if !rest.is_empty() => {
             let path = rest.join("/");
+            // A key that is not UTF-8 cannot be a path segment: it comes
+            // as `state/VAR?key_base64=KEY`.
+            if let Some(b64) = req.query_param("key_base64")? {
+                let key = key_from_base64(&b64)?;
+                if path.contains('/') {
+                    return Err(Refusal::new(
+                        400,
+                        format!("`key_base64` names an entry of a dictionary: give the path as state/VAR, not `{path}`"),
+                    ));
+                }
+                return match method {
+                    "GET" => Ok((200, reg.read_entry(name, &path, &key)?)),
+                    "PUT" => Ok((200, reg.write_entry(name, &path, &key, &req.body)?)),
+                    "DELETE" => Ok((200, reg.delete_key(name, &path, &key)?)),
+                    _ => Err(not_allowed("GET, PUT or DELETE")),
+                };
+            }
             match method {
                 "GET" => Ok((200, reg.read_state(name, &path, req)?)),
                 "PUT" => Ok((200, reg.write_state(name, &path, &req.body)?)),

@@ -641,3 +641,140 @@ fn dictionaries_of_values_survive_a_redeploy_and_a_restart() {
         "true"
     );
 }
+
+/// Counts requests per pair of integers, a key that is not UTF-8: each
+/// request counts under `pack(target's length, 255)` and answers the count.
+const PACKED: &str = "\
+grammar http
+
+type request: record
+  target : string
+
+type simple_response: record
+  status : integer {size=2}
+  reason : string
+  body : string
+
+proc Packed: (request/simple_response client)
+  global by_pair := empty_dict
+  | client => count(by_pair, client)
+
+fun count: (by_pair: ref dict<string*integer>, -/simple_response client, req: request) -> ()
+  if by_pair[pack(len(req.target), 255)] = None:
+    by_pair[pack(len(req.target), 255)] := 1
+  else:
+    by_pair[pack(len(req.target), 255)] := by_pair[pack(len(req.target), 255)] + 1
+  simple_response(200, \"OK\", to_string(by_pair[pack(len(req.target), 255)])) => client
+";
+
+/// A key that is not UTF-8 (a `pack` of integers) is listed with its
+/// `key_base64`, and read, written and deleted by it, over the API and
+/// with `flick ctl --key-base64`; the program answers from what was
+/// written.
+#[test]
+fn entries_under_keys_that_are_not_utf8_are_reached_by_key_base64() {
+    let dir = TempDir::new("packed-keys");
+    let state = dir.0.join("state");
+    let file = dir.file("packed.flick", PACKED);
+    let port = free_port();
+    let _server = serve(&state, &[]);
+    ok(&ctl(
+        &state,
+        &[
+            "deploy",
+            "packed",
+            &file,
+            "--listen",
+            &format!("client=127.0.0.1:{port}"),
+        ],
+    ));
+    assert_eq!(http_get(port, "/ab"), "1");
+    assert_eq!(http_get(port, "/ab"), "2");
+
+    // Listed with the key in base64, which names the entry.
+    let (status, page) = call(&state, "GET", "/services/packed/state/by_pair", None);
+    assert_eq!(status, 200, "{page}");
+    let listed = page["entries"][0]["key_base64"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let key = api::base64_decode(&listed).unwrap();
+    assert!(std::str::from_utf8(&key).is_err());
+    // A tag byte and 8 bytes big-endian per integer: pack(3, 255).
+    assert_eq!((key.len(), key[8], key[17]), (18, 3, 255), "{key:?}");
+    let q = |key: &[u8]| {
+        format!(
+            "/services/packed/state/by_pair?key_base64={}",
+            api::percent_encode(&api::base64_encode(key))
+        )
+    };
+    let (status, a) = call(&state, "GET", &q(&key), None);
+    assert_eq!((status, &a["value"]), (200, &json!(2)), "{a}");
+    assert_eq!(a["key_base64"], json!(listed));
+
+    // Written over the API: the program counts on from it.
+    let (status, a) = call(&state, "PUT", &q(&key), Some(&json!({ "value": 40 })));
+    assert_eq!((status, &a["created"]), (200, &json!(false)), "{a}");
+    assert_eq!(http_get(port, "/ab"), "41");
+
+    // A new entry under another pair, through ctl; URL-safe base64 too.
+    let mut four = key.clone();
+    four[8] = 4;
+    let four_b64 = api::base64_encode(&four);
+    let url_safe = four_b64.replace('+', "-").replace('/', "_");
+    let out = ok(&ctl(
+        &state,
+        &[
+            "write",
+            "packed",
+            "by_pair",
+            "100",
+            "--key-base64",
+            &url_safe,
+        ],
+    ));
+    assert!(out.contains("= 100"), "{out}");
+    assert_eq!(
+        ok(&ctl(
+            &state,
+            &["read", "packed", "by_pair", "--key-base64", &four_b64]
+        ))
+        .trim(),
+        "100"
+    );
+    assert_eq!(http_get(port, "/abc"), "101");
+
+    // Deleted: the API with the key, then ctl; a second delete is 404.
+    let (status, a) = call(&state, "DELETE", &q(&key), None);
+    assert_eq!((status, &a["deleted"]), (200, &json!(true)), "{a}");
+    let (status, a) = call(&state, "GET", &q(&key), None);
+    assert_eq!(status, 404, "{a}");
+    assert!(a["error"].as_str().unwrap().contains(&listed), "{a}");
+    let out = ok(&ctl(
+        &state,
+        &["delete", "packed", "by_pair", "--key-base64", &four_b64],
+    ));
+    assert!(out.contains("deleted (0 entries left)"), "{out}");
+    let err = refused(&ctl(
+        &state,
+        &["delete", "packed", "by_pair", "--key-base64", &four_b64],
+    ));
+    assert!(err.contains("holds nothing"), "{err}");
+    assert_eq!(http_get(port, "/ab"), "1", "counting starts again");
+
+    // What is not base64, or a path that names an entry already, is 400.
+    let (status, _) = call(
+        &state,
+        "GET",
+        "/services/packed/state/by_pair?key_base64=%21%21",
+        None,
+    );
+    assert_eq!(status, 400);
+    let (status, _) = call(
+        &state,
+        "GET",
+        "/services/packed/state/by_pair/x?key_base64=AA",
+        None,
+    );
+    assert_eq!(status, 400);
+}
