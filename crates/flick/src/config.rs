@@ -18,6 +18,7 @@
 //! backend_connections = 1             # per backend and worker; 0: per client
 //! backend_sharing = "pipelined"       # or "exclusive"; default: as the grammar says
 //! backend_idle_timeout_ms = 4000      # an idle exclusive backend connection older is closed; 0: never
+//! client_request_timeout_ms = 60000   # a client request begun and not complete gets 408 (or a close); 0: never
 //! backend_max_connections = 0         # exclusive connections per backend and worker; 0: no cap
 //! accept = "per-worker"               # or "single": only the first worker accepts
 //! weight = 1                          # share of `flick serve`'s workers against other services
@@ -58,6 +59,8 @@ pub const BACKEND_CONNECTIONS: RangeInclusive<usize> = 0..=1024;
 /// How long an idle exclusive backend connection may wait to be taken
 /// again; 0: however long.
 pub const BACKEND_IDLE_TIMEOUT_MS: RangeInclusive<u64> = 0..=3_600_000;
+/// How long a client request may take to arrive, ms; 0: no limit.
+pub const CLIENT_REQUEST_TIMEOUT_MS: RangeInclusive<u64> = 0..=3_600_000;
 /// Exclusive connections each worker may open to a backend; 0: no cap.
 pub const BACKEND_MAX_CONNECTIONS: RangeInclusive<usize> = 0..=100_000;
 /// A request body's most bytes, where the grammar has the limit
@@ -106,6 +109,9 @@ pub struct FileConfig {
     pub backend_connections: Option<usize>,
     /// How long an idle exclusive backend connection is kept (0: always).
     pub backend_idle_timeout_ms: Option<u64>,
+    /// How long a client request may take from its first bytes to its
+    /// last (0: no limit).
+    pub client_request_timeout_ms: Option<u64>,
     /// Exclusive connections per backend and worker, at most (0: no cap).
     pub backend_max_connections: Option<usize>,
     /// `pipelined` or `exclusive`.
@@ -184,6 +190,7 @@ pub struct Overrides {
     pub request_buffer_bytes: Option<usize>,
     pub backend_connections: Option<usize>,
     pub backend_idle_timeout_ms: Option<u64>,
+    pub client_request_timeout_ms: Option<u64>,
     pub backend_max_connections: Option<usize>,
     pub backend_sharing: Option<String>,
     pub accept: Option<String>,
@@ -218,6 +225,8 @@ pub struct Settings {
     pub backend_connections: usize,
     /// `ServiceConfig::backend_idle_timeout` in ms; 0: none.
     pub backend_idle_timeout_ms: u64,
+    /// `ServiceConfig::client_request_timeout` in ms; 0: none.
+    pub client_request_timeout_ms: u64,
     /// `ServiceConfig::backend_max_connections`.
     pub backend_max_connections: usize,
     /// `None`: as the grammar says.
@@ -488,6 +497,18 @@ pub fn resolve(
             .map_or(0, |t| t.as_millis() as u64),
         |(o, v)| ranged(&mut errors, &o, v, &BACKEND_IDLE_TIMEOUT_MS),
     );
+    let client_request_timeout_ms = setting(
+        &at,
+        "client_request_timeout_ms",
+        flags.client_request_timeout_ms,
+        cfg.client_request_timeout_ms,
+    )
+    .map_or(
+        defaults
+            .client_request_timeout
+            .map_or(0, |t| t.as_millis() as u64),
+        |(o, v)| ranged(&mut errors, &o, v, &CLIENT_REQUEST_TIMEOUT_MS),
+    );
     let backend_max_connections = setting(
         &at,
         "backend_max_connections",
@@ -583,6 +604,7 @@ pub fn resolve(
             request_buffer_bytes,
             backend_connections,
             backend_idle_timeout_ms,
+            client_request_timeout_ms,
             backend_max_connections,
             backend_sharing,
             accept,
@@ -787,6 +809,34 @@ one = "127.0.0.1:3"
                     .to_string()
             ]
         );
+    }
+
+    #[test]
+    fn client_request_timeout_is_60_s_unless_set_and_checked() {
+        let program = || Overrides {
+            program: Some("p.flick".into()),
+            ..Overrides::default()
+        };
+        let s = resolve(None, &program()).unwrap();
+        assert_eq!(s.client_request_timeout_ms, 60_000);
+        let cfg =
+            FileConfig::parse("program = \"p.flick\"\nclient_request_timeout_ms = 500\n").unwrap();
+        let s = resolve(Some((&cfg, Path::new("f.toml"))), &Overrides::default()).unwrap();
+        assert_eq!(s.client_request_timeout_ms, 500);
+        let flags = Overrides {
+            client_request_timeout_ms: Some(0),
+            ..Overrides::default()
+        };
+        let s = resolve(Some((&cfg, Path::new("f.toml"))), &flags).unwrap();
+        assert_eq!(
+            s.client_request_timeout_ms, 0,
+            "the flag wins over the file"
+        );
+        let flags = Overrides {
+            client_request_timeout_ms: Some(3_600_001),
+            ..program()
+        };
+        assert!(resolve(None, &flags).is_err());
     }
 
     #[test]

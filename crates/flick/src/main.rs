@@ -148,6 +148,13 @@ struct RunArgs {
     /// [default: 4000].
     #[arg(long, value_name = "MS")]
     backend_idle_timeout_ms: Option<u64>,
+    /// How long a client request may take from its first bytes to its
+    /// last; past it the client gets the grammar's timeout reply (HTTP
+    /// 408) or its connection closes (Memcached), as nginx's
+    /// `client_header_timeout`. A connection idle between requests is not
+    /// timed. 0: no limit, in ms [default: 60000].
+    #[arg(long, value_name = "MS")]
+    client_request_timeout_ms: Option<u64>,
     /// The most exclusive connections (HTTP's) each worker opens to each
     /// backend, busy and idle; past it a request waits for one to come
     /// back, at most the response timeout, then gets the fault reply
@@ -456,6 +463,7 @@ fn load_run(args: &RunArgs, color: bool) -> Result<RunLoad, RunFailure> {
         request_buffer_bytes: args.request_buffer_bytes,
         backend_connections: args.backend_connections,
         backend_idle_timeout_ms: args.backend_idle_timeout_ms,
+        client_request_timeout_ms: args.client_request_timeout_ms,
         backend_max_connections: args.backend_max_connections,
         backend_sharing: args.backend_sharing.clone(),
         accept: args.accept.clone(),
@@ -561,6 +569,8 @@ fn run_service_config(
         backend_connections: settings.backend_connections,
         backend_idle_timeout: (settings.backend_idle_timeout_ms > 0)
             .then(|| std::time::Duration::from_millis(settings.backend_idle_timeout_ms)),
+        client_request_timeout: (settings.client_request_timeout_ms > 0)
+            .then(|| std::time::Duration::from_millis(settings.client_request_timeout_ms)),
         backend_max_connections: settings.backend_max_connections,
         backend_sharing: settings.backend_sharing,
         accept: settings.accept,

@@ -88,6 +88,7 @@ pub struct Sample {
     pub fault_replies: u64,
     pub late_replies: u64,
     pub backend_busy: u64,
+    pub client_timeouts: u64,
     pub jobs_failed: u64,
     pub clients_closed: u64,
     /// Per worker.
@@ -125,6 +126,7 @@ impl Sample {
             fault_replies: get(&s.fault_replies),
             late_replies: get(&s.late_replies),
             backend_busy: get(&s.backend_busy),
+            client_timeouts: get(&s.client_timeouts),
             jobs_failed: get(&s.jobs_failed),
             clients_closed: get(&s.clients_closed),
             queue_lengths: service.queue_lengths(),
@@ -354,6 +356,12 @@ impl Collector for Sample {
             "flick_backend_busy",
             "Requests that waited for a backend connection, every one the worker may have (--backend-max-connections) being busy, and got none in time: they got the fault reply.",
             self.backend_busy,
+        )?;
+        counter(
+            e,
+            "flick_client_timeouts",
+            "Client requests begun but not complete within --client-request-timeout-ms: they got the timeout reply (HTTP 408), or their connection closed.",
+            self.client_timeouts,
         )?;
         let workers: Vec<String> = (0..self.queue_lengths.len())
             .map(|i| i.to_string())

@@ -334,6 +334,8 @@ fn prepare(spec: &DeploySpec) -> Result<Prepared, Refusal> {
         backend_connections: settings.backend_connections,
         backend_idle_timeout: (settings.backend_idle_timeout_ms > 0)
             .then(|| Duration::from_millis(settings.backend_idle_timeout_ms)),
+        client_request_timeout: (settings.client_request_timeout_ms > 0)
+            .then(|| Duration::from_millis(settings.client_request_timeout_ms)),
         backend_max_connections: settings.backend_max_connections,
         backend_sharing: settings.backend_sharing,
         accept: settings.accept,

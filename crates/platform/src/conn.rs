@@ -846,6 +846,33 @@ pub struct Reader {
     /// has read what already arrived. `None` for peers, whose replies are
     /// still awaited.
     pub draining: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Client connections: how long a request may take from its first
+    /// bytes read to its last (`None`: no limit).
+    pub request_timeout: Option<RequestTimeout>,
+}
+
+/// The limit on how long a client's request may take to arrive, and when
+/// the one being read began.
+pub struct RequestTimeout {
+    pub limit: std::time::Duration,
+    /// The reader's own task, which the reactor wakes when the limit is up.
+    pub task: flick_runtime::TaskId,
+    /// The status the grammar's `%reject` answers a timed-out request
+    /// with (HTTP's 408); `None`: the grammar has no such reply, and the
+    /// connection just closes (Memcached).
+    pub status: Option<u16>,
+    /// When the request being read began (its first bytes were seen), and
+    /// whether a wake-up is due then.
+    pub began: Option<std::time::Instant>,
+    pub armed: bool,
+}
+
+impl RequestTimeout {
+    /// A new request is to be timed from its first bytes.
+    fn reset(&mut self) {
+        self.began = None;
+        self.armed = false;
+    }
 }
 
 impl Reader {
@@ -867,6 +894,36 @@ impl Reader {
             g.give_read_side(r);
         }
         TaskStatus::Done
+    }
+
+    /// A client's request did not arrive whole in time: it gets the
+    /// grammar's timeout reply and nothing more is read (`None`: the reader
+    /// reads on to hand it over), or, where there is none, the connection
+    /// closes.
+    fn timed_out(&mut self) -> Option<TaskStatus> {
+        self.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
+        let status = self.request_timeout.as_ref().and_then(|t| t.status);
+        static TIMED_OUT: crate::log::RateLimit = crate::log::RateLimit::new();
+        crate::limited!(
+            TIMED_OUT,
+            warn,
+            peer = %peer(&self.conn),
+            status = status.unwrap_or(0),
+            "a client request not complete within the client request timeout: its connection closes"
+        );
+        let Some(status) = status else {
+            return Some(self.finish());
+        };
+        // As a request that does not parse and ends its connection: the
+        // compute task answers it, then the reader, with no read side,
+        // ends.
+        if let (Some(r), Some(g)) = (self.read.take(), &self.graphs) {
+            g.give_read_side(r);
+        }
+        let mut m = self.pool.take();
+        m.rejected = Some(status);
+        self.pending = Some(m);
+        None
     }
 
     pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
@@ -891,7 +948,14 @@ impl Reader {
                 return self.finish();
             };
             match read.next(&self.conn.stream, &self.pool) {
-                Inbound::Message(m) => self.pending = Some(m),
+                Inbound::Message(m) => {
+                    // Something of the request went on (the whole of a held
+                    // one): the next part is timed afresh.
+                    if let Some(t) = &mut self.request_timeout {
+                        t.reset();
+                    }
+                    self.pending = Some(m);
+                }
                 Inbound::Idle => {
                     let draining = self
                         .draining
@@ -900,8 +964,27 @@ impl Reader {
                     if draining {
                         return self.finish();
                     }
-                    if self.conn.parkable && self.read.as_ref().is_some_and(ReadSide::at_rest) {
+                    let at_rest = self.read.as_ref().is_some_and(ReadSide::at_rest);
+                    if self.conn.parkable && at_rest {
                         self.conn.resting();
+                    }
+                    if let Some(t) = &mut self.request_timeout {
+                        if at_rest {
+                            t.reset();
+                        } else {
+                            let now = std::time::Instant::now();
+                            let due = *t.began.get_or_insert(now) + t.limit;
+                            if now >= due {
+                                match self.timed_out() {
+                                    Some(status) => return status,
+                                    None => continue,
+                                }
+                            }
+                            if !t.armed {
+                                t.armed = true;
+                                self.conn.reactor.wake_at(t.task, due);
+                            }
+                        }
                     }
                     return TaskStatus::Idle;
                 }

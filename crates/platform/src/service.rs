@@ -204,6 +204,12 @@ pub struct ServiceConfig {
     /// longer than it (nginx's `keepalive_timeout`, 75 s by default) never
     /// closes one under a request. `None`: kept however long.
     pub backend_idle_timeout: Option<std::time::Duration>,
+    /// A client request begun (some of it read) but not complete this
+    /// long after gets the grammar's timeout reply (HTTP 408) where it has
+    /// one, or its connection closes: a client that stops mid-request
+    /// (slowloris) holds no instance for ever. A connection idle between
+    /// requests is not timed. `None`: no limit.
+    pub client_request_timeout: Option<std::time::Duration>,
     /// The most exclusive connections each worker opens to each backend
     /// address, busy and idle; past it a request waits for one to come
     /// back, at most the response timeout, then gets the grammar's fault
@@ -310,6 +316,7 @@ impl Default for ServiceConfig {
             response_timeout: std::time::Duration::from_secs(2),
             backend_connections: 1,
             backend_idle_timeout: Some(BACKEND_IDLE_TIMEOUT),
+            client_request_timeout: Some(CLIENT_REQUEST_TIMEOUT),
             backend_max_connections: 0,
             backend_sharing: None,
             fan_in_timeout: std::time::Duration::from_secs(10),
@@ -346,6 +353,9 @@ pub enum StartError {
 struct Parts {
     loaded: Loaded,
     config: ServiceConfig,
+    /// What a client request that timed out is answered with
+    /// ([`timeout_status`]).
+    timeout_status: Option<u16>,
     platform: Platform,
     /// The scheduler group its tasks run in; `None`: the default group.
     group: Option<flick_runtime::Group>,
@@ -934,9 +944,11 @@ impl Service {
             && !balanced
             && backends.iter().all(|(c, _)| loaded.readable[*c])
             && (backends.is_empty() || config.backend_connections > 0);
+        let timeout_status = timeout_status(&loaded, client_chan);
         let parts = Arc::new(Parts {
             loaded,
             config,
+            timeout_status,
             platform: platform.clone(),
             group,
             tenant: std::sync::OnceLock::new(),
@@ -1366,6 +1378,16 @@ fn connection(
             pending: None,
             stats: p.stats.clone(),
             draining: (chan == p.client_chan).then(|| p.draining.clone()),
+            request_timeout: client
+                .then_some(p.config.client_request_timeout)
+                .flatten()
+                .map(|limit| crate::conn::RequestTimeout {
+                    limit,
+                    task: rid,
+                    status: p.timeout_status,
+                    began: None,
+                    armed: false,
+                }),
         };
         Box::new(move |sl: &mut flick_runtime::Timeslice| r.run(sl))
     };
@@ -1404,6 +1426,35 @@ fn connection(
             ),
         ],
     })
+}
+
+/// The status HTTP gives a request not received in time (RFC 9110
+/// section 15.5.9).
+const REQUEST_TIMEOUT_STATUS: u16 = 408;
+
+/// What a client request that timed out is answered with: 408, where the
+/// client reply unit's `%reject` puts the status it is given in its reply
+/// (HTTP's `status = $$`); `None` where it has no `%reject`, or one that
+/// maps statuses to replies of its own (Memcached's `ERROR` and
+/// `CLIENT_ERROR`, none of which says timeout): such a connection just
+/// closes, as memcached has no reply for it.
+fn timeout_status(loaded: &Loaded, client_chan: usize) -> Option<u16> {
+    let unit = loaded.out_units.get(client_chan).copied().flatten()?;
+    let reply = |status: u16| {
+        let mut out = Vec::new();
+        match loaded.grammar.reject_reply(unit, Some(status), &mut out) {
+            Ok(true) => Some(out),
+            _ => None,
+        }
+    };
+    let timed_out = reply(REQUEST_TIMEOUT_STATUS)?;
+    let other = reply(REQUEST_TIMEOUT_STATUS + 1)?;
+    let says = |out: &[u8], status: u16| {
+        let digits = status.to_string();
+        memchr::memmem::find(out, digits.as_bytes()).is_some()
+    };
+    (says(&timed_out, REQUEST_TIMEOUT_STATUS) && says(&other, REQUEST_TIMEOUT_STATUS + 1))
+        .then_some(REQUEST_TIMEOUT_STATUS)
 }
 
 /// A task id for the service (on `worker`'s queue, if given), in its group.
@@ -2067,6 +2118,10 @@ const IDLE_BACKEND_KEPT: usize = 16;
 /// `timeout http-keep-alive` examples and under the idle timeouts of
 /// common servers (nginx 75 s, Apache 5 s, Node.js 5 s).
 const BACKEND_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// `ServiceConfig::client_request_timeout` unless set: 60 s, as nginx's
+/// `client_header_timeout` and `client_body_timeout`.
+const CLIENT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Messages the pool keeps however long they go unused.
 const MSGS_KEPT: usize = 1024;

@@ -40,6 +40,10 @@ pub struct Stats {
     /// Requests that waited for a backend connection to come free, every
     /// one the worker may have being busy, and got none in time.
     pub backend_busy: AtomicU64,
+    /// Client requests begun but not complete within the client request
+    /// timeout: they got the grammar's timeout reply, or their connection
+    /// closed.
+    pub client_timeouts: AtomicU64,
     /// The same message counts per process channel, in the process's order
     /// of channels (a channel array counts all its connections).
     pub channels: Vec<ChannelStats>,
