@@ -1428,33 +1428,18 @@ fn connection(
     })
 }
 
-/// The status HTTP gives a request not received in time (RFC 9110
-/// section 15.5.9).
-const REQUEST_TIMEOUT_STATUS: u16 = 408;
-
-/// What a client request that timed out is answered with: 408, where the
-/// client reply unit's `%reject` puts the status it is given in its reply
-/// (HTTP's `status = $$`); `None` where it has no `%reject`, or one that
-/// maps statuses to replies of its own (Memcached's `ERROR` and
-/// `CLIENT_ERROR`, none of which says timeout): such a connection just
-/// closes, as memcached has no reply for it.
+/// What a client request that timed out is answered with: the client
+/// reply unit's `%reject` with the status its `%timeout_status` declares
+/// (HTTP's 408, RFC 9110 section 15.5.9); `None` where the grammar
+/// declares none (Memcached, which has no reply for it): such a
+/// connection just closes, as memcached's would.
 fn timeout_status(loaded: &Loaded, client_chan: usize) -> Option<u16> {
     let unit = loaded.out_units.get(client_chan).copied().flatten()?;
-    let reply = |status: u16| {
-        let mut out = Vec::new();
-        match loaded.grammar.reject_reply(unit, Some(status), &mut out) {
-            Ok(true) => Some(out),
-            _ => None,
-        }
-    };
-    let timed_out = reply(REQUEST_TIMEOUT_STATUS)?;
-    let other = reply(REQUEST_TIMEOUT_STATUS + 1)?;
-    let says = |out: &[u8], status: u16| {
-        let digits = status.to_string();
-        memchr::memmem::find(out, digits.as_bytes()).is_some()
-    };
-    (says(&timed_out, REQUEST_TIMEOUT_STATUS) && says(&other, REQUEST_TIMEOUT_STATUS + 1))
-        .then_some(REQUEST_TIMEOUT_STATUS)
+    let status = loaded
+        .grammar
+        .property(unit, "timeout_status", &[], &[])
+        .filter(|s| (100..=999).contains(s))?;
+    u16::try_from(status).ok()
 }
 
 /// A task id for the service (on `worker`'s queue, if given), in its group.

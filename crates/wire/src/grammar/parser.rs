@@ -176,6 +176,7 @@ pub const ROUTING: &[&str] = &[
     "exclusive",
     "idempotent",
     "buffer_body",
+    "timeout_status",
     "merge",
     "merge_key",
     "merge_value",
