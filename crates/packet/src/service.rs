@@ -498,8 +498,10 @@ impl PacketService {
             .name("flick-packet-writer".into())
             .spawn(move || write_in_order(sinks, done_rx, free_tx, workers, batches, &writer_stats))
             .map_err(|e| Error::Spawn("writer", e))?;
-        let snapshots: Arc<std::sync::Mutex<Vec<Option<Snapshot>>>> =
-            Arc::new(std::sync::Mutex::new((0..workers).map(|_| None).collect()));
+        let snapshots = Arc::new(Snapshots {
+            shards: std::sync::Mutex::new((0..workers).map(|_| None).collect()),
+            epoch: std::sync::atomic::AtomicU64::new(0),
+        });
         let mut queues = Vec::with_capacity(workers);
         let mut handles = Vec::with_capacity(workers);
         for w in 0..workers {
@@ -640,20 +642,20 @@ impl PacketService {
     fn dump_while_running(
         &self,
         dispatch: &Dispatch<'_>,
-        snapshots: &std::sync::Mutex<Vec<Option<Snapshot>>>,
+        snapshots: &Snapshots,
         counts: &[PortCounts],
     ) {
         let Some(path) = &self.config.dump_path else {
             return;
         };
-        if let Ok(mut s) = snapshots.lock() {
+        if let Ok(mut s) = snapshots.shards.lock() {
             s.iter_mut().for_each(|x| *x = None);
         }
-        SNAPSHOT_EPOCH.fetch_add(1, Ordering::Relaxed);
+        snapshots.epoch.fetch_add(1, Ordering::Relaxed);
         // Idle workers look at the request when their queue wait times out.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         let shards = loop {
-            if let Ok(s) = snapshots.lock() {
+            if let Ok(s) = snapshots.shards.lock() {
                 if s.iter().all(Option::is_some) {
                     break s
                         .iter()
@@ -827,9 +829,13 @@ const BATCH: usize = 64;
 /// The most frames a [`Batch`] carries between threads.
 pub const BATCH_FRAMES: usize = 256;
 
-static SNAPSHOT_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// The shards copied out for a dump while running, and the request for
+/// them: a count the workers of this run (only) watch.
+struct Snapshots {
+    shards: std::sync::Mutex<Vec<Option<Snapshot>>>,
+    epoch: std::sync::atomic::AtomicU64,
+}
 
-/// One worker's state as JSON, for a dump while running.
 /// A worker's shard, copied out for a dump while running: its state and
 /// its flow tables' counts.
 struct Snapshot(Map<String, Json>, Map<String, Json>);
@@ -1163,7 +1169,7 @@ struct Worker {
     channels: Arc<Vec<String>>,
     stats: Arc<LiveStats>,
     state_names: Arc<Vec<String>>,
-    snapshots: Arc<std::sync::Mutex<Vec<Option<Snapshot>>>>,
+    snapshots: Arc<Snapshots>,
 }
 
 struct WorkerDone {
@@ -1201,14 +1207,14 @@ impl Worker {
                 tracing::error!("setting up the process state faulted: {f}");
             }
         }
-        let mut epoch = SNAPSHOT_EPOCH.load(Ordering::Relaxed);
+        let mut epoch = self.snapshots.epoch.load(Ordering::Relaxed);
         loop {
             let batch = match batches.recv_timeout(std::time::Duration::from_millis(50)) {
                 Ok(b) => Some(b),
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
             };
-            let now = SNAPSHOT_EPOCH.load(Ordering::Relaxed);
+            let now = self.snapshots.epoch.load(Ordering::Relaxed);
             if now != epoch {
                 epoch = now;
                 self.snapshot();
@@ -1308,7 +1314,7 @@ impl Worker {
         let names: Vec<&str> = self.state_names.iter().map(String::as_str).collect();
         let m = state::merged(&names, &[&self.shard]);
         let t = state::table_counts(&names, &[&self.shard]);
-        if let Ok(mut s) = self.snapshots.lock() {
+        if let Ok(mut s) = self.snapshots.shards.lock() {
             s[self.index] = Some(Snapshot(m, t));
         }
     }
