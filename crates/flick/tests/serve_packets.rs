@@ -13,6 +13,7 @@ mod support;
 
 use flick_packet_io::{PortSpec, RecvStatus};
 use flick_testkit::netns::{self, Netns};
+use flick_testkit::packet_model::tcp_syn;
 use serde_json::Value as Json;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -45,26 +46,6 @@ machine gate: (packet/packet inside, packet/packet outside)
     states seen
     in seen on packet: packets := packets + 1
 ";
-
-/// An Ethernet/IPv4/TCP SYN from 10.0.0.`host` to `dport`.
-fn syn(host: u8, dport: u16) -> Vec<u8> {
-    let mut f = vec![0u8; 54];
-    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
-    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, host]);
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    f[14] = 0x45;
-    f[16..18].copy_from_slice(&40u16.to_be_bytes());
-    f[22] = 64;
-    f[23] = 6;
-    f[26..30].copy_from_slice(&[10, 0, 0, host]);
-    f[30..34].copy_from_slice(&[10, 0, 1, 1]);
-    f[34..36].copy_from_slice(&40000u16.to_be_bytes());
-    f[36..38].copy_from_slice(&dport.to_be_bytes());
-    f[46] = 0x50;
-    f[47] = 0x02;
-    flick_testkit::packet_model::fix_checksums(&mut f);
-    f
-}
 
 /// Sends `frames` into `iface`, then reads what reaches `out` (if any)
 /// until `expected` came and nothing more for 300 ms, or 5 s pass.
@@ -218,7 +199,7 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
     assert_eq!(a["kind"], "machine", "{a}");
     assert!(a["reserved_bytes"].as_u64().unwrap() > 0, "{a}");
     wait_sockets(pid, 3);
-    let before: Vec<Vec<u8>> = (0..3).map(|i| syn(5, 1000 + i)).collect();
+    let before: Vec<Vec<u8>> = (0..3).map(|i| tcp_syn(5, 1000 + i)).collect();
     let passed = send(&ns, "out1", &before, Some("in0"), 3);
     assert_eq!(passed.len(), 3, "the open gate passes host 5's frames");
     let context = read_until(&state, "gate", "stages/gate/0/registers/packets", |v| {
@@ -232,7 +213,7 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
     assert_eq!(w["applied"], true, "{w}");
     let table = json(&ctl(&state, &["--json", "read", "gate", "table"]));
     assert_eq!(table["value"], GATE_SHUT);
-    let after: Vec<Vec<u8>> = (0..2).map(|i| syn(5, 2000 + i)).collect();
+    let after: Vec<Vec<u8>> = (0..2).map(|i| tcp_syn(5, 2000 + i)).collect();
     let passed = send(&ns, "out1", &after, Some("in0"), 0);
     assert!(passed.is_empty(), "the shut gate passed {}", passed.len());
     let context = read_until(&state, "gate", "stages/gate/0/registers/packets", |v| {
@@ -270,7 +251,7 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
     ));
     assert_eq!(r["carried"][0], "flow contexts", "{r}");
     assert_eq!(r["version"], 2, "{r}");
-    let again = vec![syn(5, 3000)];
+    let again = vec![tcp_syn(5, 3000)];
     let passed = send(&ns, "out1", &again, Some("in0"), 1);
     assert_eq!(passed.len(), 1, "the gate redeployed open passes again");
     let context = read_until(&state, "gate", "stages/gate/0/registers/packets", |v| {

@@ -11,6 +11,7 @@
 
 use flick_packet_io::{PortSpec, RecvStatus};
 use flick_testkit::netns::{self, Netns};
+use flick_testkit::packet_model::tcp_syn;
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -95,26 +96,6 @@ fn signal(child: &Child, sig: &str) {
     let _ = Command::new("kill")
         .args([&format!("-{sig}"), &child.id().to_string()])
         .status();
-}
-
-/// An Ethernet/IPv4/TCP SYN from 10.0.0.`host` to `dport`.
-fn syn(host: u8, dport: u16) -> Vec<u8> {
-    let mut f = vec![0u8; 54];
-    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
-    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, host]);
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    f[14] = 0x45;
-    f[16..18].copy_from_slice(&40u16.to_be_bytes());
-    f[22] = 64;
-    f[23] = 6;
-    f[26..30].copy_from_slice(&[10, 0, 0, host]);
-    f[30..34].copy_from_slice(&[10, 0, 1, 1]);
-    f[34..36].copy_from_slice(&40000u16.to_be_bytes());
-    f[36..38].copy_from_slice(&dport.to_be_bytes());
-    f[46] = 0x50;
-    f[47] = 0x02;
-    flick_testkit::packet_model::fix_checksums(&mut f);
-    f
 }
 
 /// The (host, dport) pairs of the frames the firewall let in.
@@ -238,13 +219,13 @@ fn tables_replaced_while_knock_states_carry_over() {
     let got = knock(
         &ns,
         &[
-            syn(1, 1111),
-            syn(1, 2222),
-            syn(2, 1111),
-            syn(2, 2222),
-            syn(2, 3333),
-            syn(2, 22),
-            syn(2, 2200),
+            tcp_syn(1, 1111),
+            tcp_syn(1, 2222),
+            tcp_syn(2, 1111),
+            tcp_syn(2, 2222),
+            tcp_syn(2, 3333),
+            tcp_syn(2, 22),
+            tcp_syn(2, 2200),
         ],
         1,
     );
@@ -266,11 +247,11 @@ fn tables_replaced_while_knock_states_carry_over() {
     let got = knock(
         &ns,
         &[
-            syn(1, 3333),
-            syn(1, 22),
-            syn(1, 2200),
-            syn(2, 22),
-            syn(2, 2200),
+            tcp_syn(1, 3333),
+            tcp_syn(1, 22),
+            tcp_syn(1, 2200),
+            tcp_syn(2, 22),
+            tcp_syn(2, 2200),
         ],
         2,
     );
@@ -307,7 +288,7 @@ fn tables_replaced_while_knock_states_carry_over() {
         let answer: Json = serde_json::from_str(answer.trim()).unwrap();
         assert_eq!(answer["applied"], false, "{answer}");
     }
-    let got = knock(&ns, &[syn(1, 22), syn(2, 2200)], 1);
+    let got = knock(&ns, &[tcp_syn(1, 22), tcp_syn(2, 2200)], 1);
     assert_eq!(got, [(2, 2200)], "the variant still runs: {}", flick.log());
 
     // SIGHUP loads the running file again: now it opens 2300.
@@ -321,7 +302,7 @@ fn tables_replaced_while_knock_states_carry_over() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(flick.log().contains("applied in"), "{}", flick.log());
-    let got = knock(&ns, &[syn(1, 2200), syn(2, 2300)], 1);
+    let got = knock(&ns, &[tcp_syn(1, 2200), tcp_syn(2, 2300)], 1);
     assert_eq!(got, [(2, 2300)], "the reloaded file: {}", flick.log());
 
     let log = flick.log();

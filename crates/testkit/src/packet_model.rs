@@ -337,6 +337,28 @@ pub fn fix_checksums(frame: &mut [u8]) {
     frame[sum..sum + 2].copy_from_slice(&c.to_be_bytes());
 }
 
+/// A 54-byte Ethernet/IPv4/TCP SYN from 10.0.0.`host` (MAC
+/// 02:00:00:00:00:`host`) port 40000 to 10.0.1.1 port `dport`, checksums
+/// right: the knock a firewall test sends.
+pub fn tcp_syn(host: u8, dport: u16) -> Vec<u8> {
+    let mut f = vec![0u8; 54];
+    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, host]);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&40u16.to_be_bytes());
+    f[22] = 64;
+    f[23] = 6;
+    f[26..30].copy_from_slice(&[10, 0, 0, host]);
+    f[30..34].copy_from_slice(&[10, 0, 1, 1]);
+    f[34..36].copy_from_slice(&40000u16.to_be_bytes());
+    f[36..38].copy_from_slice(&dport.to_be_bytes());
+    f[46] = 0x50;
+    f[47] = 0x02;
+    fix_checksums(&mut f);
+    f
+}
+
 /// `examples/packets/static_nat.flick`: a frame from inside (`outbound`)
 /// or from outside, as the program would send it on, or `None` where it
 /// drops it. Checksums recomputed from scratch.
