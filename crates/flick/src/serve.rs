@@ -208,6 +208,19 @@ fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// Refuses a deploy of a name already deployed (409) and a redeploy of
+/// one that is not (404).
+fn check_presence(name: &str, exists: bool, replace: bool) -> Result<(), Refusal> {
+    match (exists, replace) {
+        (true, false) => Err(Refusal::new(
+            409,
+            format!("service `{name}` is deployed already: redeploy it with PUT"),
+        )),
+        (false, true) => Err(Refusal::new(404, format!("no service `{name}`"))),
+        _ => Ok(()),
+    }
+}
+
 /// A deployed program read and checked: its file name, source, tree and
 /// checked form.
 struct Checked {
@@ -395,18 +408,7 @@ impl Registry {
             .lock()
             .expect("packet services lock")
             .contains_key(&spec.name);
-        if exists && !replace {
-            return Err(Refusal::new(
-                409,
-                format!(
-                    "service `{}` is deployed already: redeploy it with PUT",
-                    spec.name
-                ),
-            ));
-        }
-        if !exists && replace {
-            return Err(Refusal::new(404, format!("no service `{}`", spec.name)));
-        }
+        check_presence(&spec.name, exists, replace)?;
         if replace {
             let mut packet = self.packet_services.lock().expect("packet services lock");
             let running = packet.get_mut(&spec.name).expect("checked above");
@@ -509,18 +511,7 @@ impl Registry {
         let prepared = prepare(&spec)?;
         let mut services = self.services.lock().expect("services lock");
         let exists = services.contains_key(&spec.name);
-        if exists && !replace {
-            return Err(Refusal::new(
-                409,
-                format!(
-                    "service `{}` is deployed already: redeploy it with PUT",
-                    spec.name
-                ),
-            ));
-        }
-        if !exists && replace {
-            return Err(Refusal::new(404, format!("no service `{}`", spec.name)));
-        }
+        check_presence(&spec.name, exists, replace)?;
         // Listeners share ports (SO_REUSEPORT, for redeploys): another
         // service's address would be taken silently, connections split.
         for (other, d) in services.iter().filter(|(n, _)| **n != spec.name) {
