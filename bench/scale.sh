@@ -168,6 +168,16 @@ if [ -z "$FLICK" ]; then
     fi
 fi
 
+# Pinning: taskset where the kernel honours affinity; a sandboxed kernel
+# that refuses it gets the run unpinned, and the report says so.
+PINNED=true
+if ! taskset -c "${proxy_cores[0]}" true 2>/dev/null; then
+    echo "scale.sh: taskset cannot pin processes here; running unpinned" >&2
+    PINNED=false
+fi
+# The words that pin a command to CORES (none when unpinned).
+pin() { $PINNED && echo "taskset -c $1" || true; }
+
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 WORK=$(mktemp -d -t flick-scale.XXXXXX)
 # Each run's figures go to OUT as they come, so a run stopped part way
@@ -194,7 +204,8 @@ start() {
     local log=$1 cores=$2
     shift 2
     # shellcheck disable=SC2086
-    setsid taskset -c "$cores" $1 "${@:2}" >"$log" 2>&1 &
+    # shellcheck disable=SC2046
+    setsid $(pin "$cores") $1 "${@:2}" >"$log" 2>&1 &
     LAST_PID=$!
     pids+=("$LAST_PID")
 }
@@ -316,7 +327,7 @@ http_point() { # BENCH SYSTEM WORKERS CONNS REP
         return 0
     fi
     # shellcheck disable=SC2086
-    timeout $((SECONDS_PER_RUN + 30)) taskset -c "$LOAD_SET" $WRK -t "$LOAD_THREADS" -c "$conns" \
+    timeout $((SECONDS_PER_RUN + 30)) $(pin "$LOAD_SET") $WRK -t "$LOAD_THREADS" -c "$conns" \
         -d "${SECONDS_PER_RUN}s" --latency "http://127.0.0.1:$SYS_PORT/index.html" >"$log" 2>&1 \
         || echo "wrk exited with status $?" >>"$log"
     kill -0 "$SYS_PID" 2>/dev/null || alive=false
@@ -378,7 +389,7 @@ mc_load() {
     for j in "${!ports[@]}"; do
         local log="$WORK/memaslap-$bench-$system-$workers-$rep-$j.txt"
         # shellcheck disable=SC2086
-        timeout $((2 * SECONDS_PER_RUN + 20)) taskset -c "$LOAD_SET" $MEMASLAP -s "127.0.0.1:${ports[$j]}" \
+        timeout $((2 * SECONDS_PER_RUN + 20)) $(pin "$LOAD_SET") $MEMASLAP -s "127.0.0.1:${ports[$j]}" \
             $proto -c "$conns" -T "$threads" -t "${SECONDS_PER_RUN}s" -S "${SECONDS_PER_RUN}s" \
             -F "$WORK/memaslap.cfg" >"$log" 2>&1 &
         lp+=($!)
@@ -469,7 +480,8 @@ done
 mkdir -p "$OUT"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 python3 bench/scale_report.py report --runs "$RUNS" --out "$OUT" \
-    --meta "commit=$commit" --meta "partitioned=$PARTITIONED" --meta "nproc=$NPROC" \
+    --meta "commit=$commit" --meta "partitioned=$PARTITIONED" --meta "pinned=$PINNED" --meta "nproc=$NPROC" \
+    --meta "kernel=$(uname -sr)" \
     --meta "proxy_cores=$(join "${proxy_cores[@]}")" --meta "backend_cores=$BACKEND_SET" \
     --meta "load_cores=$LOAD_SET" --meta "seconds=$SECONDS_PER_RUN" --meta "reps=$REPS" \
     --meta "load_threads=$LOAD_THREADS" --meta "mc_conns=$MC_CONNS" \

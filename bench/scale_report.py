@@ -134,13 +134,16 @@ def fmt(x, digits=0):
 def markdown(meta, summary, rats, scal):
     lines = ["# Flick on a partitioned machine (bench/scale.sh)", ""]
     lines.append(
-        f"Machine: {meta.get('cpu')}, {meta.get('nproc')} cores. Cores: proxy {meta.get('proxy_cores')}, "
+        f"Machine: {meta.get('cpu')}, {meta.get('nproc')} cores, {meta.get('kernel')}. Cores: proxy {meta.get('proxy_cores')}, "
         f"backends {meta.get('backend_cores')}, load generators {meta.get('load_cores')} "
         f"(partitioned: {meta.get('partitioned')}). Flick {meta.get('commit')}. "
         f"{meta.get('reps')} runs per point of {meta.get('seconds')} s, systems alternating; medians.")
     if meta.get("partitioned") != "true":
         lines += ["", "**Not partitioned**: every role shared every core; these figures say "
                   "nothing per core."]
+    if meta.get("pinned") == "false":
+        lines += ["", "**Not pinned**: the kernel refused CPU affinity (taskset), so the core "
+                  "sets above were not enforced; each system's worker count still held."]
     failed = [s for s in summary if s["failed"]]
     if failed:
         lines += ["", "**Failed runs:**"]
