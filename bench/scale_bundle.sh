@@ -6,6 +6,7 @@
 #   bench/scale_bundle.sh DIR [BUNDLER]
 #   # then, on the other machine, in a copy of this repository:
 #   BUNDLE=DIR bench/scale.sh ...
+#   SKIP_BUILD=1 CARGO_TARGET_DIR=DIR/t bench/isolation.sh
 #
 # BUNDLER is a script that copies programs with their libraries and writes
 # DIR/run (default: ../shared/tools/bundle.sh beside the repository). Keep
@@ -15,7 +16,13 @@ cd "$(dirname "$0")/.."
 dir=${1:?usage: bench/scale_bundle.sh DIR [BUNDLER]}
 bundler=${2:-../shared/tools/bundle.sh}
 [ -x "$bundler" ] || { echo "scale_bundle.sh: no bundler at $bundler" >&2; exit 2; }
-cargo build --release --quiet -p flick
-progs=("${CARGO_TARGET_DIR:-target}/release/flick" nginx haproxy wrk memcached nutcracker)
+cargo build --release --quiet -p flick -p isolation
+target=${CARGO_TARGET_DIR:-target}
+progs=("$target/release/flick" "$target/release/isolation" nginx haproxy wrk memcached nutcracker)
 if command -v memcaslap >/dev/null; then progs+=(memcaslap); else progs+=(memaslap); fi
 "$bundler" "$dir" "${progs[@]}"
+# bench/isolation.sh runs $CARGO_TARGET_DIR/release/isolation: a wrapper
+# there runs the bundled one.
+mkdir -p "$dir/t/release"
+printf '#!/usr/bin/env bash\nexec "$(cd "$(dirname "$0")/../.." && pwd)/run" isolation "$@"\n' >"$dir/t/release/isolation"
+chmod +x "$dir/t/release/isolation"
