@@ -3,7 +3,7 @@
 //! capture frames sent into one end by the test and what comes out read
 //! at the other. The port-knocking firewall passes exactly the frames
 //! the expected capture holds (the same as from a file), and the flow
-//! tracker's counts are exact.
+//! tracker's counts are exact, also when both programs share the port.
 //!
 //! Needs root and `ip` (iproute2): under CI (`CI=true`) a missing one
 //! fails the test, elsewhere it is skipped with a message.
@@ -30,20 +30,18 @@ struct Flick {
 }
 
 impl Flick {
-    fn start(ns: &Netns, program: &str, ports: &[&str], tag: &str) -> Flick {
+    /// `programs` run together on their ports (several: one port shared,
+    /// each program's dump in a file of its own).
+    fn start(ns: &Netns, programs: &[&str], ports: &[&str], tag: &str) -> Flick {
         let dump =
             std::env::temp_dir().join(format!("flick-live-{tag}-{}.json", std::process::id()));
         let _ = std::fs::remove_file(&dump);
         let log = dump.with_extension("log");
         let mut cmd = ns.command(env!("CARGO_BIN_EXE_flick"));
         cmd.current_dir(ROOT)
-            .args([
-                "run",
-                &format!("examples/packets/{program}"),
-                "--workers",
-                "2",
-                "--dump",
-            ])
+            .arg("run")
+            .args(programs.iter().map(|p| format!("examples/packets/{p}")))
+            .args(["--workers", "2", "--dump"])
             .arg(&dump)
             .stderr(Stdio::from(std::fs::File::create(&log).unwrap()));
         for p in ports {
@@ -55,10 +53,13 @@ impl Flick {
             log,
         };
         // Ready once its packet sockets are bound (frames then wait in
-        // their rings).
+        // their rings): one per interface named.
+        let mut ifaces: Vec<&str> = ports.iter().map(|p| p.split_once(':').unwrap().1).collect();
+        ifaces.sort();
+        ifaces.dedup();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if netns::bound_packet_sockets(flick.child.id()) >= ports.len() {
+            if netns::bound_packet_sockets(flick.child.id()) >= ifaces.len() {
                 break;
             }
             assert!(
@@ -77,6 +78,35 @@ impl Flick {
 
     /// Stops it with SIGINT and returns its final dump.
     fn finish(mut self) -> Json {
+        self.stop();
+        serde_json::from_slice(&std::fs::read(&self.dump).unwrap()).unwrap()
+    }
+
+    /// Stops it with SIGINT and returns each program's final dump.
+    fn finish_programs(mut self, programs: &[&str]) -> Vec<Json> {
+        let stem = self.dump.with_extension("");
+        let paths: Vec<PathBuf> = programs
+            .iter()
+            .map(|p| {
+                let program = p.trim_end_matches(".flick");
+                PathBuf::from(format!("{}.{program}.json", stem.display()))
+            })
+            .collect();
+        for p in &paths {
+            let _ = std::fs::remove_file(p);
+        }
+        self.stop();
+        paths
+            .iter()
+            .map(|p| {
+                let dump = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                let _ = std::fs::remove_file(p);
+                serde_json::from_slice(&dump).unwrap()
+            })
+            .collect()
+    }
+
+    fn stop(&mut self) {
         let _ = std::fs::remove_file(&self.dump);
         signal(&self.child, "INT");
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -92,7 +122,6 @@ impl Flick {
             assert!(Instant::now() < deadline, "flick did not stop on SIGINT");
             std::thread::sleep(Duration::from_millis(20));
         }
-        serde_json::from_slice(&std::fs::read(&self.dump).unwrap()).unwrap()
     }
 }
 
@@ -169,7 +198,7 @@ fn port_knocking_on_a_veth_pair() {
     ns.veth_pair("out0", "out1");
     let flick = Flick::start(
         &ns,
-        "port_knocking.flick",
+        &["port_knocking.flick"],
         &["inside=afpacket:in1", "outside=afpacket:out0"],
         "knock",
     );
@@ -199,7 +228,12 @@ fn flow_tracker_counts_on_a_veth_pair() {
     }
     let ns = Netns::new("flktrack");
     ns.veth_pair("in0", "in1");
-    let flick = Flick::start(&ns, "flow_tracker.flick", &["wire=afpacket:in1"], "tracker");
+    let flick = Flick::start(
+        &ns,
+        &["flow_tracker.flick"],
+        &["wire=afpacket:in1"],
+        "tracker",
+    );
     let input = flick_packet_io::read_pcap(&testdata("tracker.pcap")).unwrap();
     send_and_collect(&ns, "in0", &input, None, 0);
     // Every frame read before stopping: the port's count says so.
@@ -223,4 +257,50 @@ fn flow_tracker_counts_on_a_veth_pair() {
     )
     .unwrap();
     assert_eq!(dump["globals"], want, "packets and bytes per flow");
+}
+
+#[test]
+fn tracker_and_port_knocking_share_a_live_port() {
+    if !netns::available("tracker_and_port_knocking_share_a_live_port") {
+        return;
+    }
+    let ns = Netns::new("flkshare");
+    ns.veth_pair("in0", "in1");
+    ns.veth_pair("out0", "out1");
+    let programs = ["flow_tracker.flick", "port_knocking.flick"];
+    let flick = Flick::start(
+        &ns,
+        &programs,
+        &[
+            "wire=afpacket:in1",
+            "inside=afpacket:in1",
+            "outside=afpacket:out0",
+        ],
+        "share",
+    );
+    let input = flick_packet_io::read_pcap(&testdata("knock.pcap")).unwrap();
+    let expected: Vec<Vec<u8>> =
+        flick_packet_io::read_pcap(&testdata("expected/knock.port_knocking.pcap"))
+            .unwrap()
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect();
+    let passed = send_and_collect(&ns, "in0", &input, Some("out1"), expected.len());
+    let dumps = flick.finish_programs(&programs);
+    // Each program saw every frame once and did what it does alone.
+    assert_eq!(passed, expected, "the frames the firewall passed");
+    let want = |name: &str| -> Json {
+        serde_json::from_slice(&std::fs::read(testdata(&format!("expected/{name}"))).unwrap())
+            .unwrap()
+    };
+    assert_eq!(
+        dumps[0]["globals"],
+        want("knock.flow_tracker.json"),
+        "packets and bytes per flow"
+    );
+    assert_eq!(
+        dumps[1]["globals"],
+        want("knock.port_knocking.json"),
+        "knock and flow tables"
+    );
 }
