@@ -202,6 +202,24 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
     // A file written by several programs is opened once and shared: the
     // frames each sends are all written.
     let mut shared_out: Vec<(String, SharedTx)> = Vec::new();
+    // A TUN device takes one reader: bound by several programs, it is
+    // opened once, every program reads every packet through a fan-out
+    // and all send through one handle.
+    let mut tun_uses: Vec<(String, usize)> = Vec::new();
+    if several {
+        for (_, service) in &services {
+            for (_, specs) in bound.iter().filter(|(n, _)| service.channels().contains(n)) {
+                for spec in specs.iter().filter(|s| matches!(s, PortSpec::Tun(_))) {
+                    let key = spec.to_string();
+                    match tun_uses.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, n)) => *n += 1,
+                        None => tun_uses.push((key, 1)),
+                    }
+                }
+            }
+        }
+    }
+    let mut shared_tun: Vec<(String, Vec<flick_packet_io::FanOutRx>, SharedTx)> = Vec::new();
     let mut all_bindings = Vec::new();
     for (_, service) in &services {
         let mut bindings = Vec::new();
@@ -223,6 +241,13 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
                                 port
                             }),
                         }
+                    }
+                    PortSpec::Tun(_)
+                        if tun_uses
+                            .iter()
+                            .any(|(k, n)| *k == spec.to_string() && *n > 1) =>
+                    {
+                        open_shared_tun(spec, &tun_uses, &mut shared_tun)
                     }
                     _ => flick_packet_io::open(spec),
                 };
@@ -359,6 +384,37 @@ impl flick_packet_io::TxPort for SharedTx {
     fn stats(&self) -> flick_packet_io::PortStats {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).stats()
     }
+}
+
+/// Frames a reader of a shared TUN device may hold unread.
+const SHARED_TUN_DEPTH: usize = 4096;
+
+/// A use of TUN port `spec` that `tun_uses` says several programs make:
+/// the device opened at its first use, each use given a reader of its
+/// own and the shared sending side.
+fn open_shared_tun(
+    spec: &PortSpec,
+    tun_uses: &[(String, usize)],
+    shared_tun: &mut Vec<(String, Vec<flick_packet_io::FanOutRx>, SharedTx)>,
+) -> Result<flick_packet_io::Port, flick_packet_io::PortError> {
+    let key = spec.to_string();
+    if !shared_tun.iter().any(|(k, _, _)| *k == key) {
+        let port = flick_packet_io::open(spec)?;
+        let uses = tun_uses.iter().find(|(k, _)| *k == key).map_or(1, |u| u.1);
+        let readers =
+            flick_packet_io::fan_out(port.rx.expect("a TUN port reads"), uses, SHARED_TUN_DEPTH)?;
+        let tx = SharedTx::new(port.tx.expect("a TUN port writes"));
+        shared_tun.push((key.clone(), readers, tx));
+    }
+    let (_, readers, tx) = shared_tun
+        .iter_mut()
+        .find(|(k, _, _)| *k == key)
+        .expect("opened above");
+    let rx = readers.pop().expect("a reader per use");
+    Ok(flick_packet_io::Port {
+        rx: Some(Box::new(rx)),
+        tx: tx.port().tx,
+    })
 }
 
 /// One packet program of several given together (`flick check A B`).

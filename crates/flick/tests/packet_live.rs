@@ -11,6 +11,7 @@
 use flick_packet_io::{PortSpec, RecvStatus};
 use flick_testkit::netns::{self, Netns};
 use serde_json::Value as Json;
+use std::net::{SocketAddrV4, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -53,13 +54,22 @@ impl Flick {
             log,
         };
         // Ready once its packet sockets are bound (frames then wait in
-        // their rings): one per interface named.
-        let mut ifaces: Vec<&str> = ports.iter().map(|p| p.split_once(':').unwrap().1).collect();
-        ifaces.sort();
-        ifaces.dedup();
+        // their rings), one per interface named, and its TUN devices made.
+        let named = |kind: &str| {
+            let mut names: Vec<&str> = ports
+                .iter()
+                .filter_map(|p| p.split_once('=')?.1.strip_prefix(kind))
+                .collect();
+            names.sort();
+            names.dedup();
+            names
+        };
+        let (ifaces, tuns) = (named("afpacket:"), named("tun:"));
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if netns::bound_packet_sockets(flick.child.id()) >= ifaces.len() {
+            if netns::bound_packet_sockets(flick.child.id()) >= ifaces.len()
+                && tuns.iter().all(|t| ns.has_link(t))
+            {
                 break;
             }
             assert!(
@@ -303,4 +313,94 @@ fn tracker_and_port_knocking_share_a_live_port() {
         want("knock.port_knocking.json"),
         "knock and flow tables"
     );
+}
+
+/// Frames in a pcap file `flick` wrote.
+fn written(path: &Path) -> Vec<Vec<u8>> {
+    flick_packet_io::read_pcap(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .into_iter()
+        .map(|(f, _)| f)
+        .collect()
+}
+
+#[test]
+fn two_programs_share_a_tun_port() {
+    if !netns::available("two_programs_share_a_tun_port") {
+        return;
+    }
+    let ns = Netns::new("flktun");
+    // The kernel sends nothing of its own (IPv6 router solicitations) on
+    // the device flick makes.
+    ns.sysctl("net.ipv6.conf.default.disable_ipv6=1");
+    let out = std::env::temp_dir().join(format!("flick-live-tun-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
+    let (new, all) = (out.join("new.pcap"), out.join("all.pcap"));
+    let programs = ["flow_tracker.flick", "new_flows.flick"];
+    let flick = Flick::start(
+        &ns,
+        &programs,
+        &[
+            "wire=tun:flt0",
+            &format!("new=pcap-out:{}", new.display()),
+            &format!("out=pcap-out:{}", all.display()),
+        ],
+        "tun",
+    );
+    ns.ip(&["addr", "add", "10.9.0.1/24", "dev", "flt0"]);
+    ns.ip(&["link", "set", "flt0", "up"]);
+    // Three flows of four datagrams, routed out through the device.
+    let (flows, each) = (3, 4);
+    ns.enter(|| {
+        for _ in 0..flows {
+            let socket = UdpSocket::bind("10.9.0.1:0").unwrap();
+            for i in 0..each {
+                socket
+                    .send_to(&[i as u8; 20], SocketAddrV4::new([10, 9, 0, 2].into(), 9))
+                    .unwrap();
+            }
+        }
+    });
+    // Every datagram read before stopping: the tracker's dump says so.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let tracker_dump = {
+        let stem = flick.dump.with_extension("");
+        PathBuf::from(format!("{}.flow_tracker.json", stem.display()))
+    };
+    let counted = |dump: &Json| -> i64 {
+        dump["globals"]["packets"]
+            .as_object()
+            .map(|m| m.values().filter_map(Json::as_i64).sum())
+            .unwrap_or(0)
+    };
+    loop {
+        let _ = std::fs::remove_file(&tracker_dump);
+        signal(&flick.child, "USR1");
+        std::thread::sleep(Duration::from_millis(100));
+        let seen = std::fs::read(&tracker_dump)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Json>(&b).ok())
+            .map(|d| counted(&d));
+        if seen == Some(flows * each) || Instant::now() > deadline {
+            break;
+        }
+    }
+    let dumps = flick.finish_programs(&programs);
+    let packets = dumps[0]["globals"]["packets"].as_object().unwrap().clone();
+    assert_eq!(
+        packets.len(),
+        flows as usize,
+        "one entry per flow: {packets:?}"
+    );
+    assert!(
+        packets.values().all(|n| n.as_i64() == Some(each)),
+        "{each} datagrams in each flow: {packets:?}"
+    );
+    // The other program saw the same datagrams: each flow's first is new.
+    let (new, all) = (written(&new), written(&all));
+    let _ = std::fs::remove_dir_all(&out);
+    assert_eq!(all.len(), (flows * each) as usize, "every datagram out");
+    assert_eq!(new.len(), flows as usize, "each flow's first datagram");
+    assert!(new.iter().all(|f| all.contains(f)));
 }

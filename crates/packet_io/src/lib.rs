@@ -15,6 +15,9 @@
 //! Every port counts frames, bytes, errors and drops ([`PortStats`]), read
 //! through [`RxPort::stats`] and [`TxPort::stats`].
 //!
+//! A port that takes one reader only (a TUN device) is shared by several
+//! with [`fan_out`]: each reader gets every frame.
+//!
 //! AF_XDP is not here. It would be one more [`PortSpec`] kind behind the
 //! same two traits: a UMEM shared by the RX and TX rings in place of the
 //! TPACKET ring, the fill and completion rings refilled inside
@@ -26,10 +29,12 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 pub mod afpacket;
+pub mod fanout;
 pub mod pcap;
 pub mod tun;
 
 pub use afpacket::{AfPacket, AfPacketConfig, AfPacketRx, AfPacketTx};
+pub use fanout::{fan_out, FanOutRx};
 pub use pcap::{PcapRx, PcapTx, TimestampResolution};
 pub use tun::{Tun, TunRx, TunTx, TUN_DST_MAC, TUN_SRC_MAC};
 

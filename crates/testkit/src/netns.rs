@@ -59,18 +59,7 @@ impl Netns {
     pub fn veth_pair(&self, a: &str, b: &str) {
         self.ip(&["link", "add", a, "type", "veth", "peer", "name", b]);
         for dev in [a, b] {
-            run(
-                "ip",
-                &[
-                    "netns",
-                    "exec",
-                    &self.name,
-                    "sysctl",
-                    "-q",
-                    "-w",
-                    &format!("net.ipv6.conf.{dev}.disable_ipv6=1"),
-                ],
-            );
+            self.sysctl(&format!("net.ipv6.conf.{dev}.disable_ipv6=1"));
             self.ip(&["link", "set", dev, "up"]);
         }
         // Carrier comes a moment after `up`; a frame sent before it is
@@ -93,6 +82,24 @@ impl Netns {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
         }
+    }
+
+    /// Sets a sysctl (`KEY=VALUE`) inside the namespace.
+    pub fn sysctl(&self, setting: &str) {
+        run(
+            "ip",
+            &["netns", "exec", &self.name, "sysctl", "-q", "-w", setting],
+        );
+    }
+
+    /// Whether a network device `dev` exists inside.
+    pub fn has_link(&self, dev: &str) -> bool {
+        Command::new("ip")
+            .args(["-n", &self.name, "link", "show", "dev", dev])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
     }
 
     /// `ip netns exec NAME PROGRAM`: a command to start inside.
