@@ -92,16 +92,33 @@ impl Flick {
         serde_json::from_slice(&std::fs::read(&self.dump).unwrap()).unwrap()
     }
 
+    /// Where `program`'s dump goes when several run.
+    fn program_dump(&self, program: &str) -> PathBuf {
+        let stem = self.dump.with_extension("");
+        let program = program.trim_end_matches(".flick");
+        PathBuf::from(format!("{}.{program}.json", stem.display()))
+    }
+
+    /// Asks for dumps (SIGUSR1) into `path` until one satisfies `done`,
+    /// for at most 5 s.
+    fn dump_until(&self, path: &Path, done: impl Fn(&Json) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let _ = std::fs::remove_file(path);
+            signal(&self.child, "USR1");
+            std::thread::sleep(Duration::from_millis(100));
+            let dump = std::fs::read(path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Json>(&b).ok());
+            if dump.is_some_and(|d| done(&d)) {
+                return;
+            }
+        }
+    }
+
     /// Stops it with SIGINT and returns each program's final dump.
     fn finish_programs(mut self, programs: &[&str]) -> Vec<Json> {
-        let stem = self.dump.with_extension("");
-        let paths: Vec<PathBuf> = programs
-            .iter()
-            .map(|p| {
-                let program = p.trim_end_matches(".flick");
-                PathBuf::from(format!("{}.{program}.json", stem.display()))
-            })
-            .collect();
+        let paths: Vec<PathBuf> = programs.iter().map(|p| self.program_dump(p)).collect();
         for p in &paths {
             let _ = std::fs::remove_file(p);
         }
@@ -213,12 +230,7 @@ fn port_knocking_on_a_veth_pair() {
         "knock",
     );
     let input = flick_packet_io::read_pcap(&testdata("knock.pcap")).unwrap();
-    let expected: Vec<Vec<u8>> =
-        flick_packet_io::read_pcap(&testdata("expected/knock.port_knocking.pcap"))
-            .unwrap()
-            .into_iter()
-            .map(|(f, _)| f)
-            .collect();
+    let expected = written(&testdata("expected/knock.port_knocking.pcap"));
     assert!(!expected.is_empty() && expected.len() < input.len());
     let passed = send_and_collect(&ns, "in0", &input, Some("out1"), expected.len());
     let dump = flick.finish();
@@ -247,19 +259,9 @@ fn flow_tracker_counts_on_a_veth_pair() {
     let input = flick_packet_io::read_pcap(&testdata("tracker.pcap")).unwrap();
     send_and_collect(&ns, "in0", &input, None, 0);
     // Every frame read before stopping: the port's count says so.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let _ = std::fs::remove_file(&flick.dump);
-        signal(&flick.child, "USR1");
-        std::thread::sleep(Duration::from_millis(100));
-        let seen = std::fs::read(&flick.dump)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Json>(&b).ok())
-            .and_then(|d| d["ports"]["wire"]["rx_frames"].as_u64());
-        if seen == Some(input.len() as u64) || Instant::now() > deadline {
-            break;
-        }
-    }
+    flick.dump_until(&flick.dump, |d| {
+        d["ports"]["wire"]["rx_frames"].as_u64() == Some(input.len() as u64)
+    });
     let dump = flick.finish();
     assert_eq!(dump["ports"]["wire"]["rx_frames"], input.len(), "{dump}");
     let want: Json = serde_json::from_slice(
@@ -289,12 +291,7 @@ fn tracker_and_port_knocking_share_a_live_port() {
         "share",
     );
     let input = flick_packet_io::read_pcap(&testdata("knock.pcap")).unwrap();
-    let expected: Vec<Vec<u8>> =
-        flick_packet_io::read_pcap(&testdata("expected/knock.port_knocking.pcap"))
-            .unwrap()
-            .into_iter()
-            .map(|(f, _)| f)
-            .collect();
+    let expected = written(&testdata("expected/knock.port_knocking.pcap"));
     let passed = send_and_collect(&ns, "in0", &input, Some("out1"), expected.len());
     let dumps = flick.finish_programs(&programs);
     // Each program saw every frame once and did what it does alone.
@@ -363,29 +360,15 @@ fn two_programs_share_a_tun_port() {
         }
     });
     // Every datagram read before stopping: the tracker's dump says so.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let tracker_dump = {
-        let stem = flick.dump.with_extension("");
-        PathBuf::from(format!("{}.flow_tracker.json", stem.display()))
-    };
     let counted = |dump: &Json| -> i64 {
         dump["globals"]["packets"]
             .as_object()
             .map(|m| m.values().filter_map(Json::as_i64).sum())
             .unwrap_or(0)
     };
-    loop {
-        let _ = std::fs::remove_file(&tracker_dump);
-        signal(&flick.child, "USR1");
-        std::thread::sleep(Duration::from_millis(100));
-        let seen = std::fs::read(&tracker_dump)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Json>(&b).ok())
-            .map(|d| counted(&d));
-        if seen == Some(flows * each) || Instant::now() > deadline {
-            break;
-        }
-    }
+    flick.dump_until(&flick.program_dump("flow_tracker.flick"), |d| {
+        counted(d) == flows * each
+    });
     let dumps = flick.finish_programs(&programs);
     let packets = dumps[0]["globals"]["packets"].as_object().unwrap().clone();
     assert_eq!(
