@@ -312,6 +312,24 @@ fn tracker_and_port_knocking_share_a_live_port() {
     );
 }
 
+/// A directory of the test's own, removed on drop (the test failing too).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("flick-live-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Frames in a pcap file `flick` wrote.
 fn written(path: &Path) -> Vec<Vec<u8>> {
     flick_packet_io::read_pcap(path)
@@ -330,10 +348,8 @@ fn two_programs_share_a_tun_port() {
     // The kernel sends nothing of its own (IPv6 router solicitations) on
     // the device flick makes.
     ns.sysctl("net.ipv6.conf.default.disable_ipv6=1");
-    let out = std::env::temp_dir().join(format!("flick-live-tun-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::create_dir_all(&out).unwrap();
-    let (new, all) = (out.join("new.pcap"), out.join("all.pcap"));
+    let out = Scratch::new("tun");
+    let (new, all) = (out.0.join("new.pcap"), out.0.join("all.pcap"));
     let programs = ["flow_tracker.flick", "new_flows.flick"];
     let flick = Flick::start(
         &ns,
@@ -382,7 +398,6 @@ fn two_programs_share_a_tun_port() {
     );
     // The other program saw the same datagrams: each flow's first is new.
     let (new, all) = (written(&new), written(&all));
-    let _ = std::fs::remove_dir_all(&out);
     assert_eq!(all.len(), (flows * each) as usize, "every datagram out");
     assert_eq!(new.len(), flows as usize, "each flow's first datagram");
     assert!(new.iter().all(|f| all.contains(f)));
