@@ -32,6 +32,36 @@
 //! slot. At most one worker runs a task at a time because only the worker
 //! that won the `QUEUED -> RUNNING` exchange takes it out of its slot.
 //!
+//! # Hand-off between a connection's tasks
+//!
+//! A request crosses several tasks (a reader, compute, a writer, a backend
+//! connection's), each woken by the one before. Queued at the back of its
+//! worker's queue, each hop would wait for every other connection's tasks.
+//! So a task woken by the task running on worker W, whose home is W, goes
+//! into W's hand-off slot instead (tokio's "LIFO slot"), and W runs the
+//! slot before it pops its queue: the hops of a request run back to back,
+//! while the task graph stays the model. The queue stays the fallback:
+//!
+//! - A wake that finds the slot taken puts the earlier occupant at the
+//!   back of the queue, so the slot holds the newest hop only.
+//! - At most [`MAX_HANDOFFS`] runs in a row come from the slot; after them
+//!   wakes go to the queue until the worker next pops it, so a chain of
+//!   tasks waking each other cannot starve the queue.
+//! - A task that yields, or that was woken while running by another thread
+//!   (`NOTIFIED`), goes to the queue as before; so does any wake from
+//!   outside a run (epoll, timers, other threads).
+//! - While groups share the workers, only a task of the running task's
+//!   group is handed off, and its run is charged to the group as a queued
+//!   run is.
+//!
+//! The slot belongs to the worker's thread (a thread-local, no lock): only
+//! that thread fills it, during a run, and it runs the slot before doing
+//! anything else, so a task in the slot is never left there while its
+//! worker polls, scavenges or sleeps. Scavenging workers cannot see the
+//! slot, but the slot's task runs next anyway. The task state word does
+//! not change: a task in the slot is `QUEUED`, exactly as in a queue.
+//! `FLICK_HANDOFF=0`, read when a scheduler starts, turns the slot off.
+//!
 //! # Sleeping
 //!
 //! A worker with nothing to run polls its own epoll instance (`io.rs`)
@@ -47,6 +77,7 @@ use crate::task::{Policy, Task, TaskId, TaskStatus, Timeslice};
 // the state word, the queues and the wake-up path.
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use crate::sync::{Arc, Condvar, Mutex};
+use std::cell::Cell;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -71,6 +102,46 @@ const DEFAULT_GROUP: u32 = 0;
 /// Charging all of it would leave its group in debt for many turns, so a
 /// light service would pay with its latency for a moment its worker lost.
 const MAX_CHARGE_QUANTA: u64 = 4;
+/// The most runs in a row a worker takes from its hand-off slot before it
+/// pops its queue again.
+const MAX_HANDOFFS: u32 = 4;
+
+/// What a worker's thread knows of the run in progress, for the wakes that
+/// run makes; the worker's hand-off slot.
+struct Handoff {
+    /// The scheduler whose task this thread runs now; null between runs.
+    running_for: Cell<*const Shared>,
+    /// The worker this thread is, while `running_for` is set.
+    worker: Cell<usize>,
+    /// The running task's group.
+    group: Cell<u32>,
+    /// The task to run next, woken by an earlier run on this worker.
+    slot: Cell<Option<u32>>,
+    /// Runs from the slot since the worker last took a task elsewhere.
+    chain: Cell<u32>,
+}
+
+impl Handoff {
+    const fn new() -> Handoff {
+        Handoff {
+            running_for: Cell::new(std::ptr::null()),
+            worker: Cell::new(0),
+            group: Cell::new(DEFAULT_GROUP),
+            slot: Cell::new(None),
+            chain: Cell::new(0),
+        }
+    }
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    static HANDOFF: Handoff = const { Handoff::new() };
+}
+// Each model thread has its own, as each worker thread does.
+#[cfg(loom)]
+loom::thread_local! {
+    static HANDOFF: Handoff = Handoff::new();
+}
 
 const IDLE: u8 = 0;
 const QUEUED: u8 = 1;
@@ -139,6 +210,9 @@ struct Charge {
 
 struct Shared {
     policy: Policy,
+    /// Whether a task woken by a run on its own worker goes to the
+    /// worker's hand-off slot (`FLICK_HANDOFF=0`: always to the queue).
+    handoff: bool,
     slots: Vec<Slot>,
     free: Mutex<Vec<u32>>,
     queues: Vec<Mutex<RunQueue>>,
@@ -172,6 +246,7 @@ impl Shared {
         };
         let shared = Arc::new(Shared {
             policy: config.policy,
+            handoff: handoff_enabled(),
             slots: (0..capacity)
                 .map(|_| Slot {
                     state: AtomicU8::new(FREE),
@@ -225,10 +300,40 @@ impl Shared {
         weight.clamp(1, MAX_WEIGHT) as i64 * self.base_quantum
     }
 
+    /// Makes task `id`, just `QUEUED`, runnable: into the hand-off slot of
+    /// the worker whose run woke it, if it may go there, else onto its home
+    /// queue.
     fn enqueue(&self, id: u32) {
         let home = self.home(id);
         // Set before the id was started; the wake that queues it follows.
         let group = self.slots[id as usize].group.load(Ordering::Relaxed);
+        if self.handoff && self.hand_off(id, home, group) {
+            return;
+        }
+        self.push_queue(id, home, group);
+    }
+
+    /// Puts task `id` in the hand-off slot if this thread is running a
+    /// task of this scheduler on `home` (see the module doc); `false` if it
+    /// may not.
+    fn hand_off(&self, id: u32, home: usize, group: u32) -> bool {
+        HANDOFF.with(|h| {
+            if !std::ptr::eq(h.running_for.get(), self)
+                || h.worker.get() != home
+                || h.chain.get() >= MAX_HANDOFFS
+                || (h.group.get() != group && self.shared_by_groups())
+            {
+                return false;
+            }
+            if let Some(earlier) = h.slot.replace(Some(id)) {
+                let group = self.slots[earlier as usize].group.load(Ordering::Relaxed);
+                self.push_queue(earlier, home, group);
+            }
+            true
+        })
+    }
+
+    fn push_queue(&self, id: u32, home: usize, group: u32) {
         let queued = {
             let mut q = self.queues[home].lock().expect("queue lock");
             q.push(id, group, |g| self.quantum(g));
@@ -300,9 +405,20 @@ impl Shared {
         })
     }
 
-    /// Runs task `id` once; what it cost and when it ended, if runs are
-    /// timed (while groups besides the default one exist).
-    fn run_one(&self, id: u32) -> Option<(Charge, Instant)> {
+    /// The task in this thread's hand-off slot, counted as a run in a row
+    /// from it.
+    fn take_handoff(&self) -> Option<u32> {
+        HANDOFF.with(|h| {
+            let id = h.slot.take()?;
+            h.chain.set(h.chain.get() + 1);
+            Some(id)
+        })
+    }
+
+    /// Runs task `id` once on worker `me`, `handed_off` if it came from the
+    /// hand-off slot; what it cost and when it ended, if runs are timed
+    /// (while groups besides the default one exist).
+    fn run_one(&self, id: u32, me: usize, handed_off: bool) -> Option<(Charge, Instant)> {
         let slot = &self.slots[id as usize];
         if slot
             .state
@@ -314,11 +430,26 @@ impl Shared {
         let group = slot.group.load(Ordering::Relaxed);
         let mut guard = slot.task.lock().expect("task lock");
         let task = guard.as_mut()?;
-        let start = Instant::now();
-        let timed = self.shared_by_groups();
-        let mut slice = Timeslice::start_at(self.policy, start);
+        // The clock is read only where a run is charged; otherwise the
+        // timeslice starts at the task's first look at it.
+        let start = self.shared_by_groups().then(Instant::now);
+        let mut slice = match start {
+            Some(start) => Timeslice::start_at(self.policy, start),
+            None => Timeslice::start_lazy(self.policy),
+        };
+        HANDOFF.with(|h| {
+            h.running_for.set(self);
+            h.worker.set(me);
+            h.group.set(group);
+            if !handed_off {
+                h.chain.set(0);
+            }
+        });
         let status = task.run(&mut slice);
-        let cost = timed.then(|| {
+        // Wakes from here on (a yield, a wake seen as `NOTIFIED`) are the
+        // queue's.
+        HANDOFF.with(|h| h.running_for.set(std::ptr::null()));
+        let cost = start.map(|start| {
             let end = Instant::now();
             let nanos = end.saturating_duration_since(start).as_nanos() as u64;
             let nanos = nanos.min(MAX_CHARGE_QUANTA * self.base_quantum as u64);
@@ -362,6 +493,24 @@ impl Shared {
             }
         }
         cost
+    }
+
+    /// Adds a run's cost to what worker `me` owes its queue: merged with
+    /// the debt of the same group (a chain of hand-offs), or, for another
+    /// group, the earlier debt paid at once.
+    fn owe(&self, me: usize, owed: &mut Option<Charge>, charge: Charge) {
+        match owed {
+            Some(o) if o.group == charge.group => o.nanos += charge.nanos,
+            Some(o) => {
+                let earlier = *o;
+                self.queues[me]
+                    .lock()
+                    .expect("queue lock")
+                    .charge(earlier.group, earlier.nanos);
+                *owed = Some(charge);
+            }
+            None => *owed = Some(charge),
+        }
     }
 
     /// Drops a reference to group `g` (a handle, or a task that ended);
@@ -412,11 +561,22 @@ impl Shared {
         let mut last_end = None;
         let mut poll_due = false;
         while !self.stop.load(Ordering::Acquire) {
+            // The slot first, whatever else is due: its task was woken by
+            // the run just ended, and nothing else looks at the slot.
+            if let Some(id) = self.take_handoff() {
+                if let Some((charge, end)) = self.run_one(id, me, true) {
+                    self.owe(me, &mut owed, charge);
+                    last_end = Some(end);
+                    poll_due = end.saturating_duration_since(polled) >= poll_every;
+                }
+                ran += 1;
+                continue;
+            }
             if ran < TASKS_PER_POLL && !poll_due {
                 // (The queue's lock is let go before the task runs.)
                 if let Some(id) = self.pop_own(me, &mut owed) {
-                    if let Some((charge, end)) = self.run_one(id) {
-                        owed = Some(charge);
+                    if let Some((charge, end)) = self.run_one(id, me, false) {
+                        self.owe(me, &mut owed, charge);
                         last_end = Some(end);
                         poll_due = end.saturating_duration_since(polled) >= poll_every;
                     }
@@ -436,9 +596,9 @@ impl Shared {
                 continue;
             }
             if let Some((id, own)) = self.next(me, &mut owed) {
-                let cost = self.run_one(id);
-                if own {
-                    owed = cost.map(|(charge, _)| charge);
+                let cost = self.run_one(id, me, false);
+                if let (true, Some((charge, _))) = (own, cost) {
+                    self.owe(me, &mut owed, charge);
                 }
                 continue;
             }
@@ -452,6 +612,15 @@ impl Shared {
             self.io.awake(me);
         }
     }
+}
+
+/// Whether the hand-off slot is on: unless `FLICK_HANDOFF=0` (for
+/// measuring without it).
+fn handoff_enabled() -> bool {
+    #[cfg(loom)]
+    return true;
+    #[cfg(not(loom))]
+    return std::env::var_os("FLICK_HANDOFF").is_none_or(|v| v != "0");
 }
 
 /// Wakes tasks from anywhere: other tasks, I/O threads, timers.
@@ -773,7 +942,11 @@ impl Scheduler {
         let Some((id, _)) = self.shared.next(me, &mut None) else {
             return false;
         };
-        self.shared.run_one(id);
+        self.shared.run_one(id, me, false);
+        // What the run handed off runs next, as on a worker.
+        while let Some(id) = self.shared.take_handoff() {
+            self.shared.run_one(id, me, true);
+        }
         true
     }
 

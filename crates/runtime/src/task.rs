@@ -1,6 +1,7 @@
 //! Tasks: the schedulable units of a task graph, and what a task may ask
 //! of the worker running it.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 /// A task's index in the scheduler's table; stable while the task lives.
@@ -60,24 +61,43 @@ impl Default for Policy {
 /// after each input item (and compiled code at loop back-edges).
 #[derive(Debug)]
 pub struct Timeslice {
-    deadline: Option<Instant>,
+    /// When the turn ends; unset until the task first asks, in a turn
+    /// started without a clock reading (see [`Timeslice::start_lazy`]).
+    deadline: Cell<Option<Instant>>,
+    /// The turn's length, for a deadline set at the first question.
+    length: Option<Duration>,
     items_left: Option<u32>,
 }
 
 impl Timeslice {
     /// A turn that began at `now`.
     pub(crate) fn start_at(policy: Policy, now: Instant) -> Timeslice {
+        let mut slice = Timeslice::start_lazy(policy);
+        if let Some(length) = slice.length {
+            slice.deadline = Cell::new(Some(now + length));
+        }
+        slice
+    }
+
+    /// A turn whose clock starts when the task first asks whether it is
+    /// over: a run that handles one item and goes idle (most runs of a
+    /// request's hops) reads the clock once, not twice. The turn lasts at
+    /// most the first item plus the timeslice.
+    pub(crate) fn start_lazy(policy: Policy) -> Timeslice {
         match policy {
             Policy::Cooperative { timeslice } => Timeslice {
-                deadline: Some(now + timeslice),
+                deadline: Cell::new(None),
+                length: Some(timeslice),
                 items_left: None,
             },
             Policy::RunToCompletion => Timeslice {
-                deadline: None,
+                deadline: Cell::new(None),
+                length: None,
                 items_left: None,
             },
             Policy::RoundRobin => Timeslice {
-                deadline: None,
+                deadline: Cell::new(None),
+                length: None,
                 items_left: Some(1),
             },
         }
@@ -86,7 +106,8 @@ impl Timeslice {
     /// A turn without limits, for running a task outside a scheduler.
     pub fn unlimited() -> Timeslice {
         Timeslice {
-            deadline: None,
+            deadline: Cell::new(None),
+            length: None,
             items_left: None,
         }
     }
@@ -94,7 +115,8 @@ impl Timeslice {
     /// A turn that is already over, for testing code that yields.
     pub fn expired_now() -> Timeslice {
         Timeslice {
-            deadline: None,
+            deadline: Cell::new(None),
+            length: None,
             items_left: Some(0),
         }
     }
@@ -109,6 +131,19 @@ impl Timeslice {
 
     /// Whether the task's turn is over.
     pub fn expired(&self) -> bool {
-        self.items_left == Some(0) || self.deadline.is_some_and(|d| Instant::now() >= d)
+        if self.items_left == Some(0) {
+            return true;
+        }
+        let Some(length) = self.length else {
+            return false;
+        };
+        let now = Instant::now();
+        match self.deadline.get() {
+            Some(deadline) => now >= deadline,
+            None => {
+                self.deadline.set(Some(now + length));
+                false
+            }
+        }
     }
 }

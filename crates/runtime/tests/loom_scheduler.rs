@@ -235,3 +235,152 @@ fn a_group_is_freed_once_by_its_handle_or_its_last_task() {
         assert!(sched.group(1).is_err(), "an id was freed twice");
     });
 }
+
+/// A task that, on its first run, feeds `probe`'s task `target` (a
+/// channel's send from inside a run, so the wake goes to the hand-off
+/// slot when `target`'s home is this worker) and reports `status`.
+fn waking(
+    probe: &Probe,
+    waker: flick_runtime::Waker,
+    targets: Vec<TaskId>,
+    status: TaskStatus,
+) -> Box<dyn Task> {
+    let probe = probe.clone();
+    // Dropped after the first run: a task that outlives the model holding
+    // its scheduler's waker would be a reference cycle (loom: "Arc leaked").
+    let mut waker = Some(waker);
+    Box::new(move |_: &mut Timeslice| match waker.take() {
+        Some(waker) => {
+            for t in &targets {
+                probe.feed(&waker, *t);
+            }
+            status
+        }
+        None => TaskStatus::Idle,
+    })
+}
+
+/// Runs every queue (worker 0's and 1's) until all are empty.
+fn drain_both(sched: &Scheduler) {
+    for _ in 0..8 {
+        if !sched.run_next(0) && !sched.run_next(1) {
+            return;
+        }
+    }
+    panic!("the queues never emptied");
+}
+
+/// A run hands task `b` off (into its worker's slot) while another thread
+/// wakes `b` too, and a second worker scavenges: `b` is never queued twice
+/// or run on two workers at once, and a run after both wakes sees both
+/// inputs, whether the waking task goes idle or ends.
+fn hand_off_racing_a_wake(first: TaskStatus) {
+    model(move || {
+        // Ids 0, 4 and 5 are worker 0's: six slots give two.
+        let sched = Arc::new(Scheduler::model(2, 6));
+        let probe = Probe::new();
+        // Both on worker 0: `a`'s wake of `b` is a hand-off there.
+        let b = sched.reserve_on(0).unwrap();
+        let a = sched.reserve_on(0).unwrap();
+        sched.start_task(b, probe.task(TaskStatus::Idle));
+        assert!(sched.run_next(0));
+        assert_eq!(sched.task_state(b), "idle");
+        sched.start_task(a, waking(&probe, sched.waker(), vec![b], first));
+
+        let other = {
+            let (probe, waker) = (probe.clone(), sched.waker());
+            thread::spawn(move || probe.feed(&waker, b))
+        };
+        let scavenger = {
+            let sched = sched.clone();
+            thread::spawn(move || {
+                sched.run_next(1);
+            })
+        };
+        sched.run_next(0);
+        other.join().unwrap();
+        scavenger.join().unwrap();
+        assert!(
+            sched.queue_lengths().iter().sum::<usize>() <= 2,
+            "queued twice"
+        );
+        drain_both(&sched);
+
+        assert_eq!(probe.seen(), 2, "a wake-up was lost");
+        assert_eq!(sched.task_state(b), "idle");
+        if first == TaskStatus::Done {
+            assert_eq!(sched.task_state(a), "free");
+            assert_eq!(sched.live(), 1);
+        } else {
+            assert_eq!(sched.task_state(a), "idle");
+            assert_eq!(sched.live(), 2);
+        }
+    });
+}
+
+#[test]
+fn a_hand_off_racing_a_wake_is_never_lost() {
+    hand_off_racing_a_wake(TaskStatus::Idle);
+}
+
+#[test]
+fn a_hand_off_from_a_task_that_ends_is_never_lost() {
+    hand_off_racing_a_wake(TaskStatus::Done);
+}
+
+/// A run hands off `b` and then `c`: `b` is pushed out of the slot onto
+/// the queue while another thread wakes it, and a second worker may
+/// scavenge it from there. Both run after their wakes, once each at a
+/// time, and nothing is left queued.
+#[test]
+fn a_task_pushed_out_of_the_slot_is_queued_once() {
+    model(|| {
+        // Ids 0, 4 and 5 are worker 0's.
+        let sched = Arc::new(Scheduler::model(2, 6));
+        let probe_b = Probe::new();
+        let probe_c = Probe::new();
+        let b = sched.reserve_on(0).unwrap();
+        let c = sched.reserve_on(0).unwrap();
+        let a = sched.reserve_on(0).unwrap();
+        sched.start_task(b, probe_b.task(TaskStatus::Idle));
+        sched.start_task(c, probe_c.task(TaskStatus::Idle));
+        assert!(sched.run_next(0));
+        assert!(sched.run_next(0));
+        // `a` feeds `b`, then `c`: `c` pushes `b` out of the slot.
+        let waker = sched.waker();
+        let (pb, pc) = (probe_b.clone(), probe_c.clone());
+        let mut first = true;
+        sched.start_task(
+            a,
+            Box::new(move |_: &mut Timeslice| {
+                if std::mem::take(&mut first) {
+                    pb.feed(&waker, b);
+                    pc.feed(&waker, c);
+                }
+                TaskStatus::Done
+            }),
+        );
+
+        let other = {
+            let (probe, waker) = (probe_b.clone(), sched.waker());
+            thread::spawn(move || probe.feed(&waker, b))
+        };
+        let scavenger = {
+            let sched = sched.clone();
+            thread::spawn(move || {
+                sched.run_next(1);
+            })
+        };
+        sched.run_next(0);
+        other.join().unwrap();
+        scavenger.join().unwrap();
+        drain_both(&sched);
+
+        assert_eq!(probe_b.seen(), 2, "a wake-up of b was lost");
+        assert_eq!(probe_c.seen(), 1, "the hand-off of c was lost");
+        assert_eq!(sched.task_state(b), "idle");
+        assert_eq!(sched.task_state(c), "idle");
+        assert_eq!(sched.queue_lengths(), vec![0, 0]);
+        assert_eq!(sched.live(), 2);
+    });
+}

@@ -418,3 +418,136 @@ fn a_lone_group_is_not_timed() {
     assert!(alone.charged() > Duration::ZERO);
     assert!(other.charged() > Duration::ZERO);
 }
+
+/// Waits until `cond` holds, for at most ten seconds.
+fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::yield_now();
+    }
+}
+
+/// Tasks on one worker, each of which records its number when woken and
+/// wakes the next in `chain[n]`; `wake_first` are woken (from this
+/// thread) while the worker is held busy, so they queue in that order.
+/// The order the tasks ran in (each is expected to run once).
+fn hops(chain: &[Option<usize>], wake_first: &[usize]) -> Vec<usize> {
+    let s = scheduler(1, Policy::default());
+    let waker = s.waker();
+    let ids: Vec<_> = chain.iter().map(|_| s.reserve().unwrap()).collect();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let ready = Arc::new(AtomicUsize::new(0));
+    for (n, next) in chain.iter().enumerate() {
+        let (order, ready, waker) = (order.clone(), ready.clone(), waker.clone());
+        let next = next.map(|k| ids[k]);
+        let mut first = true;
+        let task = move |_: &mut Timeslice| {
+            if std::mem::take(&mut first) {
+                ready.fetch_add(1, Ordering::AcqRel);
+                return TaskStatus::Idle;
+            }
+            order.lock().unwrap().push(n);
+            if let Some(next) = next {
+                waker.wake(next);
+            }
+            TaskStatus::Idle
+        };
+        s.start_task(ids[n], Box::new(task));
+    }
+    wait_for("every task ran once", || {
+        ready.load(Ordering::Acquire) == chain.len()
+    });
+    // Hold the worker while the first wakes queue up behind the gate.
+    let holding = Arc::new(AtomicUsize::new(0));
+    let go = Arc::new(AtomicUsize::new(0));
+    let (h, g) = (holding.clone(), go.clone());
+    s.spawn(Box::new(move |_: &mut Timeslice| {
+        h.store(1, Ordering::Release);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while g.load(Ordering::Acquire) == 0 && std::time::Instant::now() < deadline {
+            std::hint::spin_loop();
+        }
+        TaskStatus::Done
+    }))
+    .unwrap();
+    wait_for("the gate runs", || holding.load(Ordering::Acquire) == 1);
+    for n in wake_first {
+        waker.wake(ids[*n]);
+    }
+    go.store(1, Ordering::Release);
+    wait_for("every hop ran", || {
+        order.lock().unwrap().len() >= chain.len()
+    });
+    let order = order.lock().unwrap().clone();
+    order
+}
+
+/// A task woken by the run before it, on its own worker, runs next: not
+/// behind the tasks already queued (unless `FLICK_HANDOFF=0`).
+#[test]
+fn a_task_woken_by_a_run_on_its_worker_runs_next() {
+    if std::env::var_os("FLICK_HANDOFF").is_some_and(|v| v == "0") {
+        return;
+    }
+    // 0 wakes 1; 2 and 3 were queued behind 0.
+    let order = hops(&[Some(1), None, None, None], &[0, 2, 3]);
+    assert_eq!(order, [0, 1, 2, 3]);
+}
+
+/// A chain of tasks waking each other takes at most four hand-offs in a
+/// row; then the queued task runs, then the chain goes on.
+#[test]
+fn a_chain_of_hand_offs_does_not_starve_the_queue() {
+    if std::env::var_os("FLICK_HANDOFF").is_some_and(|v| v == "0") {
+        return;
+    }
+    let mut chain: Vec<Option<usize>> = (1..10).map(Some).collect();
+    chain.push(None);
+    // Task 10 is queued behind the chain's first.
+    chain.push(None);
+    let order = hops(&chain, &[0, 10]);
+    assert_eq!(order, [0, 1, 2, 3, 4, 10, 5, 6, 7, 8, 9]);
+}
+
+/// Of two tasks woken by one run, the later takes the slot and the
+/// earlier goes to the back of the queue.
+#[test]
+fn a_second_hand_off_sends_the_first_to_the_queue() {
+    if std::env::var_os("FLICK_HANDOFF").is_some_and(|v| v == "0") {
+        return;
+    }
+    let s = scheduler(1, Policy::default());
+    let waker = s.waker();
+    let ids: Vec<_> = (0..3).map(|_| s.reserve().unwrap()).collect();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let ready = Arc::new(AtomicUsize::new(0));
+    for (n, id) in ids.iter().enumerate().skip(1) {
+        let (order, ready) = (order.clone(), ready.clone());
+        let mut first = true;
+        s.start_task(
+            *id,
+            Box::new(move |_: &mut Timeslice| {
+                if std::mem::take(&mut first) {
+                    ready.fetch_add(1, Ordering::AcqRel);
+                } else {
+                    order.lock().unwrap().push(n);
+                }
+                TaskStatus::Idle
+            }),
+        );
+    }
+    wait_for("both ran once", || ready.load(Ordering::Acquire) == 2);
+    let (o, w, next) = (order.clone(), waker.clone(), ids.clone());
+    s.start_task(
+        ids[0],
+        Box::new(move |_: &mut Timeslice| {
+            o.lock().unwrap().push(0);
+            w.wake(next[1]);
+            w.wake(next[2]);
+            TaskStatus::Done
+        }),
+    );
+    wait_for("all ran", || order.lock().unwrap().len() == 3);
+    assert_eq!(*order.lock().unwrap(), [0, 2, 1]);
+}
