@@ -861,7 +861,27 @@ impl Compute {
     /// Peers that took too long are given up on (their requests get fault
     /// replies), dead peers are reconnected with backoff, and the task is
     /// woken when the next of these falls due.
-    fn maintain(&mut self) {
+    ///
+    /// Between runs only this task moves its deadlines, and each run ends
+    /// by arming the timer at the earliest of them (`arm_timer`): while
+    /// that timer is still ahead of `now` nothing can be due, and the
+    /// per-peer bookkeeping is skipped (it was 2-3% of a Memcached
+    /// proxy's CPU when done twice a run).
+    fn maintain(&mut self, now: std::time::Instant) {
+        self.notice_drain();
+        if self.host.timer.is_some_and(|t| t <= now) {
+            self.host.timer = None;
+        }
+        if !self.host.ending && self.host.timer.is_some() {
+            return;
+        }
+        self.handle_due(now);
+        self.arm_timer();
+    }
+
+    /// Shutting down: the client's readers are woken to read what has
+    /// arrived and then close.
+    fn notice_drain(&mut self) {
         if !self.host.drain_noticed
             && self
                 .host
@@ -877,10 +897,10 @@ impl Compute {
                 }
             }
         }
-        let now = std::time::Instant::now();
-        if self.host.timer.is_some_and(|t| t <= now) {
-            self.host.timer = None;
-        }
+    }
+
+    /// Gives up on late peers and reconnects dead ones whose retry is due.
+    fn handle_due(&mut self, now: std::time::Instant) {
         for out in 0..self.host.peers.len() {
             if !self.host.peers[out].answers {
                 continue;
@@ -928,6 +948,11 @@ impl Compute {
                 }
             }
         }
+    }
+
+    /// Sets the task's timer to the earliest deadline, if that is earlier
+    /// than the one it holds.
+    fn arm_timer(&mut self) {
         let next = self
             .host
             .peers
@@ -1024,10 +1049,13 @@ impl Compute {
     }
 
     pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
-        self.maintain();
+        // One clock reading a run: what falls due during the run is
+        // handled when its timer wakes the task.
+        self.maintain(std::time::Instant::now());
         let status = self.run_inner(slice);
         if status != TaskStatus::Done {
-            self.maintain();
+            self.notice_drain();
+            self.arm_timer();
         }
         status
     }
