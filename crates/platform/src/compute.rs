@@ -1197,6 +1197,12 @@ impl Compute {
     }
 
     fn run_inner(&mut self, slice: &mut Timeslice) -> TaskStatus {
+        // Inputs found empty in this run (the first 64). Each is polled
+        // empty once a run: a value sent to it since wakes the task while
+        // it runs, which runs it again (the scheduler's `NOTIFIED`), so
+        // polling it again now would only cost a poll (a compute task
+        // trying its inputs in turn was 4-7% of a Memcached proxy's CPU).
+        let mut seen_empty: u64 = 0;
         if !self.started {
             if let Some(status) = self.reach_writes_only() {
                 return status;
@@ -1296,8 +1302,9 @@ impl Compute {
             let mut got = None;
             for k in 0..n {
                 let i = (self.next_input + k) % n;
+                let bit = 1u64.checked_shl(i as u32).unwrap_or(0);
                 let input = &mut self.inputs[i];
-                if !input.open {
+                if !input.open || seen_empty & bit != 0 {
                     continue;
                 }
                 match input.rx.try_recv() {
@@ -1305,7 +1312,7 @@ impl Compute {
                         got = Some((i, m));
                         break;
                     }
-                    Err(TryRecvError::Empty) => {}
+                    Err(TryRecvError::Empty) => seen_empty |= bit,
                     Err(TryRecvError::Closed) if input.sentinel => {
                         input.open = false;
                         self.host.broken = true;
