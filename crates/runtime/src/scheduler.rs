@@ -60,7 +60,14 @@
 //! worker polls, scavenges or sleeps. Scavenging workers cannot see the
 //! slot, but the slot's task runs next anyway. The task state word does
 //! not change: a task in the slot is `QUEUED`, exactly as in a queue.
-//! `FLICK_HANDOFF=0`, read when a scheduler starts, turns the slot off.
+//!
+//! The slot is off by default: measured on the HTTP balancer, the static
+//! server and the Memcached proxy at one worker it gained no throughput and
+//! cost CPU per request (docs/performance.md, "Hand-off between a
+//! connection's tasks"); a shared backend writer woken by one client after
+//! another runs once per request instead of once per batch. It is turned on
+//! with `FLICK_HANDOFF=1` when a scheduler starts, or
+//! [`Scheduler::set_handoff`].
 //!
 //! # Sleeping
 //!
@@ -211,8 +218,8 @@ struct Charge {
 struct Shared {
     policy: Policy,
     /// Whether a task woken by a run on its own worker goes to the
-    /// worker's hand-off slot (`FLICK_HANDOFF=0`: always to the queue).
-    handoff: bool,
+    /// worker's hand-off slot (see the module doc); read on every such wake.
+    handoff: AtomicBool,
     slots: Vec<Slot>,
     free: Mutex<Vec<u32>>,
     queues: Vec<Mutex<RunQueue>>,
@@ -246,7 +253,7 @@ impl Shared {
         };
         let shared = Arc::new(Shared {
             policy: config.policy,
-            handoff: handoff_enabled(),
+            handoff: AtomicBool::new(handoff_enabled()),
             slots: (0..capacity)
                 .map(|_| Slot {
                     state: AtomicU8::new(FREE),
@@ -307,7 +314,7 @@ impl Shared {
         let home = self.home(id);
         // Set before the id was started; the wake that queues it follows.
         let group = self.slots[id as usize].group.load(Ordering::Relaxed);
-        if self.handoff && self.hand_off(id, home, group) {
+        if self.handoff.load(Ordering::Relaxed) && self.hand_off(id, home, group) {
             return;
         }
         self.push_queue(id, home, group);
@@ -614,13 +621,13 @@ impl Shared {
     }
 }
 
-/// Whether the hand-off slot is on: unless `FLICK_HANDOFF=0` (for
-/// measuring without it).
+/// Whether the hand-off slot starts on: with `FLICK_HANDOFF=1` (off by
+/// default: see the module doc); always in the loom models.
 fn handoff_enabled() -> bool {
     #[cfg(loom)]
     return true;
     #[cfg(not(loom))]
-    return std::env::var_os("FLICK_HANDOFF").is_none_or(|v| v != "0");
+    return std::env::var_os("FLICK_HANDOFF").is_some_and(|v| v == "1");
 }
 
 /// Wakes tasks from anywhere: other tasks, I/O threads, timers.
@@ -828,6 +835,12 @@ impl Scheduler {
             shared: self.shared.clone(),
             id,
         })
+    }
+
+    /// Turns the workers' hand-off slots on or off (see the module doc);
+    /// wakes from then on follow it, a task already in a slot runs there.
+    pub fn set_handoff(&self, on: bool) {
+        self.shared.handoff.store(on, Ordering::Relaxed);
     }
 
     /// Groups alive now, besides the default one.

@@ -432,8 +432,9 @@ fn wait_for(what: &str, cond: impl Fn() -> bool) {
 /// wakes the next in `chain[n]`; `wake_first` are woken (from this
 /// thread) while the worker is held busy, so they queue in that order.
 /// The order the tasks ran in (each is expected to run once).
-fn hops(chain: &[Option<usize>], wake_first: &[usize]) -> Vec<usize> {
+fn hops(chain: &[Option<usize>], wake_first: &[usize], handoff: bool) -> Vec<usize> {
     let s = scheduler(1, Policy::default());
+    s.set_handoff(handoff);
     let waker = s.waker();
     let ids: Vec<_> = chain.iter().map(|_| s.reserve().unwrap()).collect();
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -483,30 +484,26 @@ fn hops(chain: &[Option<usize>], wake_first: &[usize]) -> Vec<usize> {
     order
 }
 
-/// A task woken by the run before it, on its own worker, runs next: not
-/// behind the tasks already queued (unless `FLICK_HANDOFF=0`).
+/// With hand-off on, a task woken by the run before it, on its own
+/// worker, runs next, not behind the tasks already queued; with it off
+/// (the default), behind them.
 #[test]
 fn a_task_woken_by_a_run_on_its_worker_runs_next() {
-    if std::env::var_os("FLICK_HANDOFF").is_some_and(|v| v == "0") {
-        return;
-    }
     // 0 wakes 1; 2 and 3 were queued behind 0.
-    let order = hops(&[Some(1), None, None, None], &[0, 2, 3]);
-    assert_eq!(order, [0, 1, 2, 3]);
+    let chain = [Some(1), None, None, None];
+    assert_eq!(hops(&chain, &[0, 2, 3], true), [0, 1, 2, 3]);
+    assert_eq!(hops(&chain, &[0, 2, 3], false), [0, 2, 3, 1]);
 }
 
 /// A chain of tasks waking each other takes at most four hand-offs in a
 /// row; then the queued task runs, then the chain goes on.
 #[test]
 fn a_chain_of_hand_offs_does_not_starve_the_queue() {
-    if std::env::var_os("FLICK_HANDOFF").is_some_and(|v| v == "0") {
-        return;
-    }
     let mut chain: Vec<Option<usize>> = (1..10).map(Some).collect();
     chain.push(None);
     // Task 10 is queued behind the chain's first.
     chain.push(None);
-    let order = hops(&chain, &[0, 10]);
+    let order = hops(&chain, &[0, 10], true);
     assert_eq!(order, [0, 1, 2, 3, 4, 10, 5, 6, 7, 8, 9]);
 }
 
@@ -514,10 +511,8 @@ fn a_chain_of_hand_offs_does_not_starve_the_queue() {
 /// earlier goes to the back of the queue.
 #[test]
 fn a_second_hand_off_sends_the_first_to_the_queue() {
-    if std::env::var_os("FLICK_HANDOFF").is_some_and(|v| v == "0") {
-        return;
-    }
     let s = scheduler(1, Policy::default());
+    s.set_handoff(true);
     let waker = s.waker();
     let ids: Vec<_> = (0..3).map(|_| s.reserve().unwrap()).collect();
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
