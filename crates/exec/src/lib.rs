@@ -9,6 +9,7 @@
 //! a long `fold` yields to the scheduler and resumes where it stopped.
 
 pub mod code;
+mod compiled;
 pub mod fold;
 mod lower;
 mod vm;

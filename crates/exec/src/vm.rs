@@ -3,6 +3,7 @@
 //! an expired timeslice and resume at the same operation later.
 
 use crate::code::*;
+use crate::compiled::Flat;
 use crate::fold::{FoldSpec, FoldStep};
 use flick_runtime::Timeslice;
 use flick_syntax::ast::{BinOp, UnOp};
@@ -262,6 +263,22 @@ pub struct Vm {
     /// when the next run starts, its storage kept, so that once it has
     /// grown to what the messages need nothing more is allocated.
     scratch: Vec<u8>,
+    /// Flattened functions of the module last started, by function id
+    /// (`None` inside: that function is interpreted).
+    flats: Vec<Option<Option<Flat>>>,
+    /// Which module `flats` belongs to (addresses of the module and its
+    /// functions, and their count).
+    flats_of: (usize, usize, usize),
+    /// The flattened function being run, and where it is.
+    flat_run: Option<(FuncId, u32)>,
+    /// Whether to interpret everything; `None`: as `FLICK_INTERPRET` says.
+    interpret: Option<bool>,
+}
+
+/// Whether `FLICK_INTERPRET=1` asks for the interpreter only (read once).
+fn interpret_forced() -> bool {
+    static FORCED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| std::env::var_os("FLICK_INTERPRET").is_some_and(|v| v == "1"))
 }
 
 /// 64-bit FNV-1a: the `hash` of the language, stable across runs and
@@ -282,19 +299,55 @@ impl Vm {
         Vm {
             frames: Vec::with_capacity(frames),
             regs: Vec::with_capacity(regs),
-            scratch: Vec::new(),
+            ..Vm::default()
         }
+    }
+
+    /// Makes this interpreter run flattened code (`false`) or interpret
+    /// every function (`true`) whatever `FLICK_INTERPRET` says: how
+    /// tests compare the two.
+    pub fn set_interpreted(&mut self, interpret: bool) {
+        self.interpret = Some(interpret);
+    }
+
+    /// Whether `func` of `module` runs flattened (see [`crate::compiled`]).
+    pub fn runs_compiled(&mut self, module: &Module, func: FuncId) -> bool {
+        !self.interpret.unwrap_or_else(interpret_forced) && self.flat(module, func)
+    }
+
+    /// Whether `func` has a flattened form, made on first asking.
+    fn flat(&mut self, module: &Module, func: FuncId) -> bool {
+        let of = (
+            module as *const Module as usize,
+            module.functions.as_ptr() as usize,
+            module.functions.len(),
+        );
+        if self.flats_of != of {
+            self.flats.clear();
+            self.flats.resize_with(module.functions.len(), || None);
+            self.flats_of = of;
+        }
+        let Some(slot) = self.flats.get_mut(func as usize) else {
+            return false;
+        };
+        slot.get_or_insert_with(|| crate::compiled::flatten(module, func))
+            .is_some()
     }
 
     /// Where the last run stopped: after [`Vm::run`] returned a fault, the
     /// function and the operation that faulted (see
     /// [`Module::source_offset`](crate::Module::source_offset)).
     pub fn fault_site(&self) -> Option<(FuncId, u32)> {
+        if let Some((func, pc)) = self.flat_run {
+            let flat = self.flats.get(func as usize)?.as_ref()?.as_ref()?;
+            return flat.sites.get(pc as usize).copied();
+        }
         self.frames.last().map(|f| (f.func, f.pc))
     }
 
     /// Abandons the run in progress (after a fault: it cannot resume).
     pub fn stop(&mut self) {
+        self.flat_run = None;
         self.frames.clear();
         self.regs.clear();
         self.scratch.clear();
@@ -302,14 +355,27 @@ impl Vm {
 
     /// Whether a run is in progress (blocked or yielded).
     pub fn is_running(&self) -> bool {
-        !self.frames.is_empty()
+        self.flat_run.is_some() || !self.frames.is_empty()
     }
 
     /// Starts `func` with `args`; then call [`Vm::run`].
     pub fn start(&mut self, module: &Module, func: FuncId, args: &[Value]) {
+        self.flat_run = None;
         self.frames.clear();
         self.regs.clear();
         self.scratch.clear();
+        if self.runs_compiled(module, func) {
+            let regs = match &self.flats[func as usize] {
+                Some(Some(flat)) => flat.regs,
+                _ => unreachable!("runs_compiled made it"),
+            };
+            self.regs.resize_with(regs, || Value::Unit);
+            for (i, a) in args.iter().enumerate() {
+                self.regs[i] = a.clone();
+            }
+            self.flat_run = Some((func, 0));
+            return;
+        }
         let f = &module.functions[func as usize];
         // `resize_with` writes each register; `resize` would clone the
         // filler into each, a match per register on every run and call.
@@ -360,6 +426,16 @@ impl Vm {
         host: &mut dyn Host,
         slice: &mut Timeslice,
     ) -> Result<Outcome, Fault> {
+        if let Some((func, pc)) = self.flat_run {
+            // Taken out while it runs, so the registers can be borrowed.
+            let flats = std::mem::take(&mut self.flats);
+            let ran = match &flats[func as usize] {
+                Some(Some(flat)) => self.run_flat(module, host, flat, func, pc),
+                _ => unreachable!("started flattened"),
+            };
+            self.flats = flats;
+            return ran;
+        }
         loop {
             let Some(&frame) = self.frames.last() else {
                 return Ok(Outcome::Done(Value::Unit));
@@ -445,114 +521,7 @@ impl Vm {
                     self.set(base, *dst, v);
                 }
                 Op::Builtin { f, dst, args } => {
-                    let v = match f {
-                        Builtin::Hash => {
-                            let v = self.reg(base, args[0]);
-                            let h = match v {
-                                Value::Chan { chan, elem } => host.connection_hash(*chan, *elem)?,
-                                Value::Int(i) => fnv1a(&i.to_le_bytes()),
-                                Value::Bool(b) => fnv1a(&[*b as u8]),
-                                // A field the message does not have (the key
-                                // of a keyless command) hashes as empty.
-                                Value::None => fnv1a(&[]),
-                                other => fnv1a(
-                                    self.bytes_of(module, host, other)
-                                        .ok_or(Fault::Kind("hashable"))?,
-                                ),
-                            };
-                            // Non-negative, so `mod` picks a valid index.
-                            Value::Int((h >> 1) as i64)
-                        }
-                        Builtin::Len => Value::Int(match self.reg(base, args[0]) {
-                            Value::Chan { chan, elem: None } => host.channels(*chan),
-                            Value::List(l) => l.len() as i64,
-                            other => self
-                                .bytes_of(module, host, other)
-                                .ok_or(Fault::Kind("something with a length"))?
-                                .len() as i64,
-                        }),
-                        Builtin::LeastConnections => match self.reg(base, args[0]) {
-                            Value::Chan { chan, elem: None } => {
-                                Value::Int(host.least_connections(*chan)? as i64)
-                            }
-                            _ => return Err(Fault::Kind("a channel array")),
-                        },
-                        // A fresh dictionary; storing it in state gives it storage.
-                        Builtin::EmptyDict => Value::Dict { state: u16::MAX },
-                        Builtin::AllReady => match self.reg(base, args[0]) {
-                            Value::Chan { chan, .. } => Value::Bool(host.all_ready(*chan)),
-                            _ => return Err(Fault::Kind("a channel array")),
-                        },
-                        Builtin::Pack => self.pack(module, &*host, base, args)?,
-                        Builtin::FrameLen => match self.reg(base, args[0]) {
-                            Value::None => Value::None,
-                            m => host.message_len(m)?,
-                        },
-                        Builtin::EditHeader(edit) => {
-                            let v = self.int(base, args[1])?;
-                            host.edit_header(self.reg(base, args[0]), *edit, v)?;
-                            Value::Unit
-                        }
-                        Builtin::Log => {
-                            let v = self.reg(base, args[0]);
-                            let text: Option<&[u8]> = match v {
-                                Value::Int(_) | Value::Bool(_) | Value::None => None,
-                                v => self.bytes_of(module, &*host, v),
-                            };
-                            match (text, v) {
-                                (Some(t), _) => {
-                                    // Copied out so the host may be borrowed mutably;
-                                    // bounded, so a line costs no allocation.
-                                    let mut line = [0u8; LOG_LINE_MAX];
-                                    let n = t.len().min(LOG_LINE_MAX);
-                                    line[..n].copy_from_slice(&t[..n]);
-                                    host.log(frame.func, frame.pc, &line[..n])?;
-                                }
-                                (None, Value::None) => host.log(frame.func, frame.pc, b"None")?,
-                                (None, _) => return Err(Fault::Kind("a string")),
-                            }
-                            Value::Unit
-                        }
-                        Builtin::Meter => {
-                            let state = object_state(self.reg(base, args[0]))?;
-                            let n = self.int(base, args[args.len() - 1])?;
-                            let key = if args.len() == 3 {
-                                Some(self.object_key(module, base, args[1]))
-                            } else {
-                                None
-                            };
-                            Value::Int(host.meter(state, key, n)?)
-                        }
-                        Builtin::Bloom(op) => {
-                            let state = object_state(self.reg(base, args[0]))?;
-                            let key = args.get(1).map(|&r| self.object_key(module, base, r));
-                            let has = host.bloom(state, *op, key)?;
-                            match op {
-                                BloomOp::Has => Value::Bool(has),
-                                _ => Value::Unit,
-                            }
-                        }
-                        Builtin::InPrefix => {
-                            let addr = self.reg(base, args[0]);
-                            let prefix = self.bytes_of(module, &*host, self.reg(base, args[1]));
-                            Value::Bool(in_prefix(addr, prefix))
-                        }
-                        Builtin::Min | Builtin::Max => {
-                            match (self.reg(base, args[0]), self.reg(base, args[1])) {
-                                (Value::None, _) | (_, Value::None) => Value::None,
-                                _ => {
-                                    let (a, b) =
-                                        (self.int(base, args[0])?, self.int(base, args[1])?);
-                                    Value::Int(if *f == Builtin::Min {
-                                        a.min(b)
-                                    } else {
-                                        a.max(b)
-                                    })
-                                }
-                            }
-                        }
-                        g => self.string_builtin(module, &*host, base, *g, args)?,
-                    };
+                    let v = self.builtin(module, host, base, *f, args, (frame.func, frame.pc))?;
                     self.set(base, *dst, v);
                 }
                 Op::Record { dst, record, args } => {
@@ -714,6 +683,316 @@ impl Vm {
             }
             self.frames.last_mut().unwrap().pc = next;
         }
+    }
+
+    /// Runs flattened function `func` from operation `pc`: the
+    /// interpreter's operations over one register file, without frames.
+    /// Where it stops (a fault, a full channel) is kept in `flat_run`.
+    fn run_flat(
+        &mut self,
+        module: &Module,
+        host: &mut dyn Host,
+        flat: &Flat,
+        func: FuncId,
+        mut pc: u32,
+    ) -> Result<Outcome, Fault> {
+        let ran = loop {
+            let op = &flat.code[pc as usize];
+            let mut next = pc + 1;
+            let step: Result<(), Fault> = (|| {
+                match op {
+                    Op::Const { dst, value } => {
+                        let v = match value {
+                            Const::Unit => Value::Unit,
+                            Const::Bool(b) => Value::Bool(*b),
+                            Const::Int(i) => Value::Int(*i),
+                            Const::Str(_) => {
+                                let (func, op) = flat.sites[pc as usize];
+                                Value::ConstBytes { func, op }
+                            }
+                            Const::None => Value::None,
+                        };
+                        self.set(0, *dst, v);
+                    }
+                    Op::Move { dst, src } => {
+                        let v = self.reg(0, *src).clone();
+                        self.set(0, *dst, v);
+                    }
+                    Op::Chan { dst, chan } => self.set(
+                        0,
+                        *dst,
+                        Value::Chan {
+                            chan: *chan,
+                            elem: None,
+                        },
+                    ),
+                    Op::LoadState { dst, state } => {
+                        let v = host.load_state(*state);
+                        self.set(0, *dst, v);
+                    }
+                    Op::StoreState { state, src } => {
+                        let v = self.detach(module, &*host, self.reg(0, *src));
+                        host.store_state(*state, v)?
+                    }
+                    Op::Field {
+                        dst,
+                        src,
+                        record,
+                        field,
+                    } => {
+                        let v = host.field(self.reg(0, *src), *record, *field)?;
+                        self.set(0, *dst, v);
+                    }
+                    Op::Index { dst, base, index } => {
+                        let v = self.index(module, host, 0, *base, *index)?;
+                        self.set(0, *dst, v);
+                    }
+                    Op::IndexSet { base, index, src } => match self.reg(0, *base) {
+                        Value::Dict { state } => match self.scratch_bytes(0, *index) {
+                            Some(key) => host.dict_set_bytes(*state, key, self.reg(0, *src))?,
+                            None => {
+                                let key = self.detach(module, &*host, self.reg(0, *index));
+                                host.dict_set(*state, &key, self.reg(0, *src))?;
+                            }
+                        },
+                        _ => return Err(Fault::Kind("a dictionary")),
+                    },
+                    Op::Unary { op, dst, src } => {
+                        let v = match op {
+                            UnOp::Not => Value::Bool(!self.truthy(0, *src)?),
+                            UnOp::Neg => Value::Int(self.int(0, *src)?.wrapping_neg()),
+                        };
+                        self.set(0, *dst, v);
+                    }
+                    Op::Binary { op, dst, a, b } => {
+                        // Integers and booleans unboxed here; anything else
+                        // as the interpreter does it.
+                        let v = match (self.reg(0, *a), self.reg(0, *b)) {
+                            (Value::Int(x), Value::Int(y)) => int_binary(*op, *x, *y)?,
+                            (Value::Bool(x), Value::Bool(y)) => match op {
+                                BinOp::Eq => Value::Bool(x == y),
+                                BinOp::Ne => Value::Bool(x != y),
+                                BinOp::And => Value::Bool(*x && *y),
+                                BinOp::Or => Value::Bool(*x || *y),
+                                _ => self.binary(module, host, 0, *op, *a, *b)?,
+                            },
+                            _ => self.binary(module, host, 0, *op, *a, *b)?,
+                        };
+                        self.set(0, *dst, v);
+                    }
+                    Op::Builtin { f, dst, args } => {
+                        let v = self.builtin(module, host, 0, *f, args, flat.sites[pc as usize])?;
+                        self.set(0, *dst, v);
+                    }
+                    Op::Record { dst, record, args } => {
+                        let fields: Vec<Value> = args
+                            .iter()
+                            .map(|r| self.detach(module, &*host, self.reg(0, *r)))
+                            .collect();
+                        let v = host.record(*record, &fields)?;
+                        self.set(0, *dst, v);
+                    }
+                    Op::List { dst, items } => {
+                        let l: Vec<Value> = items.iter().map(|r| self.reg(0, *r).clone()).collect();
+                        self.set(0, *dst, Value::List(Arc::new(l)));
+                    }
+                    Op::Push { list, src } => {
+                        let v = self.reg(0, *src).clone();
+                        match &mut self.regs[*list as usize] {
+                            Value::List(l) => Arc::make_mut(l).push(v),
+                            _ => return Err(Fault::Kind("a list")),
+                        }
+                    }
+                    Op::Tuple { dst, items } => {
+                        let t: Vec<Value> = items.iter().map(|r| self.reg(0, *r).clone()).collect();
+                        self.set(0, *dst, Value::Tuple(t.into()));
+                    }
+                    Op::Send { src, chan } => {
+                        if host.send(self.reg(0, *chan), self.reg(0, *src))? == Sent::Full {
+                            // Stay on this operation: it runs again on resume.
+                            next = u32::MAX;
+                        }
+                    }
+                    Op::Jump { to } => next = *to,
+                    Op::JumpIfFalse { cond, to } => {
+                        if !self.truthy(0, *cond)? {
+                            next = *to;
+                        }
+                    }
+                    Op::Release { src, unless } => {
+                        let v = self.reg(0, *src);
+                        if matches!(v, Value::Msg(_))
+                            && !unless.iter().any(|r| self.reg(0, *r) == v)
+                        {
+                            host.release(v);
+                        }
+                    }
+                    Op::StateRef { dst, state } => self.set(0, *dst, Value::StateRef(*state)),
+                    Op::Deref { dst, src } => {
+                        let v = match self.reg(0, *src) {
+                            Value::StateRef(s) => host.load_state(*s),
+                            v => v.clone(),
+                        };
+                        self.set(0, *dst, v);
+                    }
+                    Op::StoreRef { target, src } => {
+                        let v = self.reg(0, *src).clone();
+                        match self.reg(0, *target) {
+                            Value::StateRef(s) => {
+                                let s = *s;
+                                let v = self.detach(module, &*host, &v);
+                                host.store_state(s, v)?
+                            }
+                            _ => self.set(0, *target, v),
+                        }
+                    }
+                    Op::Return { .. } => next = u32::MAX - 1,
+                    Op::Call { .. } | Op::CheckSlice | Op::Merge { .. } | Op::MergeFold { .. } => {
+                        unreachable!("never flattened")
+                    }
+                }
+                Ok(())
+            })();
+            if let Err(f) = step {
+                break Err(f);
+            }
+            match next {
+                u32::MAX => break Ok(Outcome::Blocked),
+                n if n == u32::MAX - 1 => {
+                    let Op::Return { src } = op else {
+                        unreachable!("set by a return")
+                    };
+                    let v = self.reg(0, *src).clone();
+                    self.regs.clear();
+                    self.flat_run = None;
+                    return Ok(Outcome::Done(v));
+                }
+                n => pc = n,
+            }
+        };
+        self.flat_run = Some((func, pc));
+        ran
+    }
+
+    /// Built-in `f` on registers `args`, called from `site` (function and
+    /// operation, where `log` says the call is).
+    fn builtin(
+        &mut self,
+        module: &Module,
+        host: &mut dyn Host,
+        base: u32,
+        f: Builtin,
+        args: &[Reg],
+        site: (FuncId, u32),
+    ) -> Result<Value, Fault> {
+        let f = &f;
+        Ok(match f {
+            Builtin::Hash => {
+                let v = self.reg(base, args[0]);
+                let h = match v {
+                    Value::Chan { chan, elem } => host.connection_hash(*chan, *elem)?,
+                    Value::Int(i) => fnv1a(&i.to_le_bytes()),
+                    Value::Bool(b) => fnv1a(&[*b as u8]),
+                    // A field the message does not have (the key
+                    // of a keyless command) hashes as empty.
+                    Value::None => fnv1a(&[]),
+                    other => fnv1a(
+                        self.bytes_of(module, host, other)
+                            .ok_or(Fault::Kind("hashable"))?,
+                    ),
+                };
+                // Non-negative, so `mod` picks a valid index.
+                Value::Int((h >> 1) as i64)
+            }
+            Builtin::Len => Value::Int(match self.reg(base, args[0]) {
+                Value::Chan { chan, elem: None } => host.channels(*chan),
+                Value::List(l) => l.len() as i64,
+                other => self
+                    .bytes_of(module, host, other)
+                    .ok_or(Fault::Kind("something with a length"))?
+                    .len() as i64,
+            }),
+            Builtin::LeastConnections => match self.reg(base, args[0]) {
+                Value::Chan { chan, elem: None } => {
+                    Value::Int(host.least_connections(*chan)? as i64)
+                }
+                _ => return Err(Fault::Kind("a channel array")),
+            },
+            // A fresh dictionary; storing it in state gives it storage.
+            Builtin::EmptyDict => Value::Dict { state: u16::MAX },
+            Builtin::AllReady => match self.reg(base, args[0]) {
+                Value::Chan { chan, .. } => Value::Bool(host.all_ready(*chan)),
+                _ => return Err(Fault::Kind("a channel array")),
+            },
+            Builtin::Pack => self.pack(module, &*host, base, args)?,
+            Builtin::FrameLen => match self.reg(base, args[0]) {
+                Value::None => Value::None,
+                m => host.message_len(m)?,
+            },
+            Builtin::EditHeader(edit) => {
+                let v = self.int(base, args[1])?;
+                host.edit_header(self.reg(base, args[0]), *edit, v)?;
+                Value::Unit
+            }
+            Builtin::Log => {
+                let v = self.reg(base, args[0]);
+                let text: Option<&[u8]> = match v {
+                    Value::Int(_) | Value::Bool(_) | Value::None => None,
+                    v => self.bytes_of(module, &*host, v),
+                };
+                match (text, v) {
+                    (Some(t), _) => {
+                        // Copied out so the host may be borrowed mutably;
+                        // bounded, so a line costs no allocation.
+                        let mut line = [0u8; LOG_LINE_MAX];
+                        let n = t.len().min(LOG_LINE_MAX);
+                        line[..n].copy_from_slice(&t[..n]);
+                        host.log(site.0, site.1, &line[..n])?;
+                    }
+                    (None, Value::None) => host.log(site.0, site.1, b"None")?,
+                    (None, _) => return Err(Fault::Kind("a string")),
+                }
+                Value::Unit
+            }
+            Builtin::Meter => {
+                let state = object_state(self.reg(base, args[0]))?;
+                let n = self.int(base, args[args.len() - 1])?;
+                let key = if args.len() == 3 {
+                    Some(self.object_key(module, base, args[1]))
+                } else {
+                    None
+                };
+                Value::Int(host.meter(state, key, n)?)
+            }
+            Builtin::Bloom(op) => {
+                let state = object_state(self.reg(base, args[0]))?;
+                let key = args.get(1).map(|&r| self.object_key(module, base, r));
+                let has = host.bloom(state, *op, key)?;
+                match op {
+                    BloomOp::Has => Value::Bool(has),
+                    _ => Value::Unit,
+                }
+            }
+            Builtin::InPrefix => {
+                let addr = self.reg(base, args[0]);
+                let prefix = self.bytes_of(module, &*host, self.reg(base, args[1]));
+                Value::Bool(in_prefix(addr, prefix))
+            }
+            Builtin::Min | Builtin::Max => {
+                match (self.reg(base, args[0]), self.reg(base, args[1])) {
+                    (Value::None, _) | (_, Value::None) => Value::None,
+                    _ => {
+                        let (a, b) = (self.int(base, args[0])?, self.int(base, args[1])?);
+                        Value::Int(if *f == Builtin::Min {
+                            a.min(b)
+                        } else {
+                            a.max(b)
+                        })
+                    }
+                }
+            }
+            g => self.string_builtin(module, &*host, base, *g, args)?,
+        })
     }
 
     fn bytes_of<'a>(
@@ -1094,6 +1373,25 @@ impl Vm {
             },
         })
     }
+}
+
+/// `x op y` of two integers, as [`Vm::binary`] computes it.
+#[inline]
+fn int_binary(op: BinOp, x: i64, y: i64) -> Result<Value, Fault> {
+    Ok(match op {
+        BinOp::Add => Value::Int(x.wrapping_add(y)),
+        BinOp::Sub => Value::Int(x.wrapping_sub(y)),
+        BinOp::Mul => Value::Int(x.wrapping_mul(y)),
+        BinOp::Div => Value::Int(x.checked_div(y).ok_or(Fault::DivideByZero)?),
+        BinOp::Mod => Value::Int(x.checked_rem_euclid(y).ok_or(Fault::DivideByZero)?),
+        BinOp::Lt => Value::Bool(x < y),
+        BinOp::Le => Value::Bool(x <= y),
+        BinOp::Gt => Value::Bool(x > y),
+        BinOp::Ge => Value::Bool(x >= y),
+        BinOp::Eq => Value::Bool(x == y),
+        BinOp::Ne => Value::Bool(x != y),
+        BinOp::And | BinOp::Or => return Err(Fault::Kind("a boolean")),
+    })
 }
 
 /// Bytes that do not live in the interpreter: a constant's, or the host's.
