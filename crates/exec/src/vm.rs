@@ -273,6 +273,10 @@ pub struct Vm {
     flat_run: Option<(FuncId, u32)>,
     /// Whether to interpret everything; `None`: as `FLICK_INTERPRET` says.
     interpret: Option<bool>,
+    /// The last dictionary lookup of the flattened run: the dictionary's
+    /// state slot, the key and what it held. Another lookup of the same
+    /// key with no dictionary operation between is answered from it.
+    lookup: Option<(u16, Value, Value)>,
 }
 
 /// Whether `FLICK_INTERPRET=1` asks for the interpreter only (read once).
@@ -348,6 +352,7 @@ impl Vm {
     /// Abandons the run in progress (after a fault: it cannot resume).
     pub fn stop(&mut self) {
         self.flat_run = None;
+        self.lookup = None;
         self.frames.clear();
         self.regs.clear();
         self.scratch.clear();
@@ -361,6 +366,7 @@ impl Vm {
     /// Starts `func` with `args`; then call [`Vm::run`].
     pub fn start(&mut self, module: &Module, func: FuncId, args: &[Value]) {
         self.flat_run = None;
+        self.lookup = None;
         self.frames.clear();
         self.regs.clear();
         self.scratch.clear();
@@ -699,6 +705,21 @@ impl Vm {
         let ran = loop {
             let op = &flat.code[pc as usize];
             let mut next = pc + 1;
+            // What may change a dictionary, or touch another entry of one
+            // (which reorders a least-recently-used table), forgets the
+            // last lookup.
+            if let Op::IndexSet { .. }
+            | Op::StoreState { .. }
+            | Op::StoreRef { .. }
+            | Op::Record { .. }
+            | Op::Release { .. }
+            | Op::Builtin {
+                f: Builtin::Meter | Builtin::Bloom(_),
+                ..
+            } = op
+            {
+                self.lookup = None;
+            }
             let step: Result<(), Fault> = (|| {
                 match op {
                     Op::Const { dst, value } => {
@@ -744,7 +765,21 @@ impl Vm {
                         self.set(0, *dst, v);
                     }
                     Op::Index { dst, base, index } => {
-                        let v = self.index(module, host, 0, *base, *index)?;
+                        let v = match (self.reg(0, *base), &self.lookup) {
+                            (Value::Dict { state }, Some((s, k, v)))
+                                if s == state && k == self.reg(0, *index) =>
+                            {
+                                v.clone()
+                            }
+                            (Value::Dict { state }, _) => {
+                                let state = *state;
+                                let v = self.index(module, host, 0, *base, *index)?;
+                                let key = self.reg(0, *index).clone();
+                                self.lookup = Some((state, key, v.clone()));
+                                v
+                            }
+                            _ => self.index(module, host, 0, *base, *index)?,
+                        };
                         self.set(0, *dst, v);
                     }
                     Op::IndexSet { base, index, src } => match self.reg(0, *base) {

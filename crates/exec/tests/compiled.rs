@@ -87,6 +87,9 @@ fun add: (sums: ref dict<integer*integer>, total: ref integer, outside: -/pkt, p
     sums[p.flow] := share(p.kind, p.flow)
   else:
     sums[p.flow] := sums[p.flow] + share(p.flow, p.kind) * 2
+  # Read again after the write: a merged lookup must not answer it.
+  if sums[p.flow] > 1000:
+    p => outside
   if p.seq - p.kind >= 3 and not (p.flow = 2):
     p => outside
 ",
