@@ -90,13 +90,13 @@
 //!
 //! Requests whose replies through the proxy differ from memcached's where
 //! a proxy could match them (Flick differences: some sequences around a
-//! get key over 250 bytes, and tokenising corner cases) are reproduced in
-//! `known_differences` below (`--ignored`) or left out of the random
-//! sequences unless `FLICK_DIFF_KNOWN=1`. Those fixed since (a meta `EN`
-//! with flags, a meta `k` flag of a 250-byte key, a get key over 250 bytes
-//! alone, a token after a command's last argument, a `set` or `ms` over
-//! 1 MiB, which memcached also drops the old item for) are generated, or
-//! asserted in `found_differences_stay_fixed`.
+//! get key over 250 bytes) are left out of the random sequences unless
+//! `FLICK_DIFF_KNOWN=1`. Those fixed since (a meta `EN` with flags, a meta
+//! `k` flag of a 250-byte key, a get key over 250 bytes alone, a token
+//! after a command's last argument, a `set` or `ms` over 1 MiB, which
+//! memcached also drops the old item for, a `\r` inside a token, too few
+//! tokens with a bad number among them) are generated, and asserted in
+//! `found_differences_stay_fixed`.
 
 mod support;
 
@@ -450,7 +450,7 @@ struct Gen {
     /// (see the top of the file).
     flushed: bool,
     /// Whether to send requests whose replies through the proxy are known
-    /// to differ (`FLICK_DIFF_KNOWN=1`; see `known_differences`).
+    /// to differ (`FLICK_DIFF_KNOWN=1`).
     known: bool,
 }
 
@@ -690,7 +690,11 @@ impl Gen {
                 // answers it alone (`found_differences_stay_fixed`), but
                 // some sequences around it still differ, not yet
                 // understood: only with FLICK_DIFF_KNOWN=1.
-                let pick = self.rng.below(12);
+                // Too few tokens is ERROR whatever they hold (12, 13); a
+                // `\r` not just before the line's `\n` is a byte of its
+                // token (14, 15: `KEY\r` is another key, and the length
+                // `1\r` is 1).
+                let pick = self.rng.below(16);
                 match if pick == 7 && !self.known { 0 } else { pick } {
                     0 => r.lit("bogus\r\n"),
                     1 => r.lit("get\r\n"),
@@ -707,7 +711,14 @@ impl Gen {
                     8 => r.lit("touch ").lit(&key).lit(" abc\r\n"),
                     9 => r.lit("incr ").lit(&key).lit(" 1 2\r\n"),
                     10 => r.lit("set ").lit(&key).lit(" 0 0 1 junk\r\nx\r\n"),
-                    _ => r.lit("gat abc ").lit(&key).lit("\r\n"),
+                    11 => r.lit("gat abc ").lit(&key).lit("\r\n"),
+                    12 => r.lit("set ").lit(&key).lit(" abc\r\n"),
+                    13 => r.lit("cas ").lit(&key).lit(" 0 0 abc\r\n"),
+                    // `KEY\r` of a 250-byte key would be a get key over
+                    // 250 bytes (7): the lone `\r` is a key of its own.
+                    14 if key.len() >= 250 => r.lit("get ").lit(&key).lit(" \r\r\n"),
+                    14 => r.lit("get ").lit(&key).lit("\r\r\n"),
+                    _ => r.lit("set ").lit(&key).lit(" 0 0 1\r\r\n1\r\n"),
                 };
             }
         }
@@ -1828,6 +1839,45 @@ fn found_differences_stay_fixed() {
     let over = "K".repeat(251);
     let cases: Vec<(&str, Vec<u8>)> = vec![
         (
+            "a \\r not just before the line's \\n is a byte of its token",
+            b"set key-2 0 0 1\r\r\nx\r\nget key-2\r\nget key-2\r\r\n".to_vec(),
+        ),
+        (
+            "a \\r token, and tokens ending in \\r, in each kind of command",
+            b"set key-2 0 0 1 noreply\r\r\ny\r\nget key-2 \r\r\ndelete key-2\r\r\n\
+              delete key-2 0\r\r\nincr key-2 1\r\r\nmg key-2 v\r\r\nmg key-2\r v\r\n\
+              version\r\r\n\r\r\nget a\rb\r\ntouch key-2 10\r\r\nms key-2 1\r\r\nz\r\n"
+                .to_vec(),
+        ),
+        (
+            "a quiet meta flag ending in \\r (memcached reads a flag by its first byte)",
+            b"mg missing-q v q\r\r\nms key-2 1 q\r\r\nw\r\nmg key-2 v\r\n".to_vec(),
+        ),
+        (
+            "too few tokens is ERROR before any is checked: a bad one in a short line too",
+            b"set key-3 abc\r\nset key-3 0 abc\ncas key-3 0 0 abc\r\ncas key-3 0 abc 1\r\n"
+                .to_vec(),
+        ),
+        (
+            "a bad number in a line of enough tokens is the client's error",
+            b"set key-3 0 0 abc\r\nset key-3 abc 0 1\r\nx\r\ncas key-3 0 0 1 abc\r\nx\r\n\
+              set key-3 -1 0 1\r\nx\r\nset key-3 0 0 -1\r\nx\r\nset key-3 0 0 1x\r\nx\r\n"
+                .to_vec(),
+        ),
+        (
+            "numbers as memcached reads them: 64-bit flags kept low, negative exptime, 1\\rx",
+            b"set key-3 4294967296 0 1\r\nx\r\nget key-3\r\nset key-3 1 -1 1\r\nx\r\n\
+              get key-3\r\nset key-3 0 0 1\rx\r\ny\r\nget key-3\r\n"
+                .to_vec(),
+        ),
+        (
+            "missing keys and a stored key over 250 bytes",
+            format!(
+                "get\r\nget \r\n   \r\n\r\ndelete\r\nmg\r\nms key-3\r\nset {over} 0 0 1\r\nx\r\n"
+            )
+            .into_bytes(),
+        ),
+        (
             "a get of a 251-byte key: CLIENT_ERROR, not ERROR",
             format!("get {over}\r\n").into_bytes(),
         ),
@@ -2035,27 +2085,6 @@ fn oversized(before: &str, line: &str, after: &str) -> Vec<u8> {
         b"\r\n".to_vec(),
     ]
     .concat()
-}
-
-/// Requests whose replies through the proxy differ from memcached's where
-/// a proxy could match them: minimal reproductions of the Flick
-/// differences this suite found. The generator leaves them out unless
-/// `FLICK_DIFF_KNOWN=1`; this test fails until they are fixed (run it with
-/// `--ignored`).
-#[test]
-#[ignore = "Flick differences found by the differential suite, not fixed yet"]
-fn known_differences() {
-    let cases: Vec<(&str, Vec<u8>)> = vec![
-        (
-            "a \\r not just before the line's \\n is a byte of its token",
-            b"set key-2 0 0 1\r\r\nx\r\nget key-2\r\nget key-2\r\r\n".to_vec(),
-        ),
-        (
-            "too few tokens is ERROR before any is checked: a bad one in a short line too",
-            b"set key-3 abc\r\nset key-3 0 abc\n".to_vec(),
-        ),
-    ];
-    assert_none_differ(&cases);
 }
 
 // ---------------------------------------------------------------------

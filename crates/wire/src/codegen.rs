@@ -788,13 +788,21 @@ impl UnitGen<'_> {
                 self.line(&format!("pos = {e} + {};", d.len()));
             }
             Scalar::Bytes {
-                len: Len::BeforeAny(set),
+                len: Len::BeforeAny(set, also),
                 max,
             } => {
                 let e = self.fresh("e");
+                let find = if also.is_empty() {
+                    format!("before_any(buf, pos, {}, {max})", lit(set))
+                } else {
+                    format!(
+                        "before_any_or(buf, pos, {}, {}, {max})",
+                        lit(set),
+                        lit(also)
+                    )
+                };
                 self.line(&format!(
-                    "let Some({e}) = before_any(buf, pos, {}, {max}) else {{ {FB} }}; if {e} == pos {{ {FB} }}",
-                    lit(set)
+                    "let Some({e}) = {find} else {{ {FB} }}; if {e} == pos {{ {FB} }}"
                 ));
                 self.store(sc, slot, &bytes_at("pos", &format!("{e} - pos")), false);
                 self.line(&format!("pos = {e};"));

@@ -848,6 +848,7 @@ impl<'a> Compiler<'a> {
                         "length",
                         "until",
                         "before_any",
+                        "before_also",
                         "while_any",
                         "max",
                         "stream",
@@ -869,7 +870,11 @@ impl<'a> Compiler<'a> {
                 } else if !in_list && self.attr(f, "until").is_some() {
                     Len::Until(self.bytes_attr(f, "until")?)
                 } else if !in_list && self.attr(f, "before_any").is_some() {
-                    Len::BeforeAny(self.bytes_attr(f, "before_any")?)
+                    let also = match self.attr(f, "before_also") {
+                        Some(_) => self.bytes_attr(f, "before_also")?,
+                        None => Arc::from(&b""[..]),
+                    };
+                    Len::BeforeAny(self.bytes_attr(f, "before_any")?, also)
                 } else if !in_list && self.attr(f, "while_any").is_some() {
                     Len::WhileAny(self.bytes_attr(f, "while_any")?)
                 } else if !in_list && self.attr(f, "eof").is_some() {

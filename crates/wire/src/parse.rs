@@ -1053,7 +1053,7 @@ impl State {
                         n as u64
                     }
                     Len::Eof => u64::MAX,
-                    Len::Until(_) | Len::BeforeAny(_) | Len::WhileAny(_) => {
+                    Len::Until(_) | Len::BeforeAny(..) | Len::WhileAny(_) => {
                         return Err(self.error(op, WireErrorKind::Invalid))
                     }
                 };

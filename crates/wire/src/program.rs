@@ -127,7 +127,10 @@ pub enum Len {
     Eof,
     /// `&before_any`: up to (not including) the first of these bytes, which
     /// is left for the next field; at least one byte (a token of a line).
-    BeforeAny(Arc<[u8]>),
+    /// The second is `&before_also`, a sequence that ends it too (empty
+    /// when none): `"\r\n"` ends a Memcached token where a lone `\r` is
+    /// one of its bytes.
+    BeforeAny(Arc<[u8]>, Arc<[u8]>),
     /// `&while_any`: the bytes of this set there are (none, or up to the
     /// field's maximum); the first other byte is left for the next field.
     /// Written as nothing: what it skips is not passed on.

@@ -244,6 +244,32 @@ pub fn before_any(buf: &[u8], pos: usize, set: &[u8], max: usize) -> Option<usiz
     Some(pos + position_any(buf.get(pos..limit)?, set)?)
 }
 
+/// Where the first byte of `set`, or the first whole sequence `also`, is,
+/// within `max` bytes of `pos` (`&before_any` with `&before_also`). `None`
+/// when more bytes are needed, also where the buffer ends in a beginning
+/// of `also` (a `\r` that a `\n` may follow).
+#[inline]
+pub fn before_any_or(buf: &[u8], pos: usize, set: &[u8], also: &[u8], max: usize) -> Option<usize> {
+    let limit = (pos + max + 1).min(buf.len());
+    let first = *also.first()?;
+    for (i, c) in buf.get(pos..limit)?.iter().enumerate() {
+        if set.contains(c) {
+            return Some(pos + i);
+        }
+        if *c == first {
+            let rest = &buf[pos + i..];
+            if rest.len() < also.len() {
+                if also.starts_with(rest) {
+                    return None;
+                }
+            } else if rest.starts_with(also) {
+                return Some(pos + i);
+            }
+        }
+    }
+    None
+}
+
 /// Where the first byte not in `set` is, within `max` bytes of `pos`
 /// (`&while_any`).
 #[inline]
@@ -532,4 +558,59 @@ pub fn lookup<'a>(
 pub fn all_same(s: &[Slot], buf: &[u8], list: Val, f: u16, key: &[u8], v: u16) -> Option<bool> {
     let found = crate::eval::matching(s, buf, list, f, key)?;
     Some(crate::eval::all_same(s, buf, found, v))
+}
+
+#[cfg(test)]
+mod before_any_or_tests {
+    use super::before_any_or;
+    use proptest::prelude::*;
+
+    const SET: &[u8] = b" \n";
+    const ALSO: &[u8] = b"\r\n";
+
+    /// The reference: the first byte of SET or the first whole ALSO, with
+    /// the whole input known.
+    fn reference(buf: &[u8], max: usize) -> Option<usize> {
+        (0..buf.len().min(max + 1)).find(|&i| SET.contains(&buf[i]) || buf[i..].starts_with(ALSO))
+    }
+
+    #[test]
+    fn a_lone_cr_is_part_of_the_token() {
+        assert_eq!(before_any_or(b"k\r\r\n", 0, SET, ALSO, 250), Some(2));
+        assert_eq!(before_any_or(b"a\rb c", 0, SET, ALSO, 250), Some(3));
+        assert_eq!(before_any_or(b"k\r\n", 0, SET, ALSO, 250), Some(1));
+        assert_eq!(before_any_or(b"k\n", 0, SET, ALSO, 250), Some(1));
+        assert_eq!(before_any_or(b"x k\r\n", 2, SET, ALSO, 250), Some(3));
+        // A `\r` last: a `\n` may follow.
+        assert_eq!(before_any_or(b"k\r", 0, SET, ALSO, 250), None);
+        assert_eq!(before_any_or(b"kk", 0, SET, ALSO, 250), None);
+        // Past `max` bytes, nothing is looked at.
+        assert_eq!(before_any_or(b"kkk k", 0, SET, ALSO, 2), None);
+        assert_eq!(before_any_or(b"kk k", 0, SET, ALSO, 2), Some(2));
+    }
+
+    proptest! {
+        /// Over the whole input it finds what the reference finds, and
+        /// over any prefix either the same or `None` (more bytes needed):
+        /// bytes arriving later never change an answer already given.
+        #[test]
+        fn prefixes_never_answer_differently(
+            buf in proptest::collection::vec(prop::sample::select(vec![b'a', b' ', b'\r', b'\n']), 0..24),
+            max in 0usize..24,
+        ) {
+            let whole = before_any_or(&buf, 0, SET, ALSO, max);
+            let want = reference(&buf, max);
+            if let Some(i) = whole {
+                prop_assert_eq!(Some(i), want);
+            } else if let Some(i) = want {
+                // Not found in the whole buffer only where ALSO's first
+                // byte ends it.
+                prop_assert!(i + ALSO.len() > buf.len(), "{:?} {}", buf, i);
+            }
+            for k in 0..buf.len() {
+                let part = before_any_or(&buf[..k], 0, SET, ALSO, max);
+                prop_assert!(part.is_none() || part == want, "prefix {} of {:?}", k, buf);
+            }
+        }
+    }
 }

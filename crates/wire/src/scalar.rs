@@ -5,6 +5,7 @@
 use crate::error::{WireError, WireErrorKind};
 use crate::parse::{State, WS_MAX};
 use crate::program::*;
+use crate::rt::before_any_or;
 use memchr::memmem;
 
 impl State {
@@ -79,10 +80,15 @@ impl State {
                 self.pos = end + d.len();
             }
             Scalar::Bytes {
-                len: Len::BeforeAny(set),
+                len: Len::BeforeAny(set, also),
                 max,
             } => {
-                let Some(end) = self.find_any(buf, set, *max as usize, op)? else {
+                let found = if also.is_empty() {
+                    self.find_any(buf, set, *max as usize, op)?
+                } else {
+                    self.find_any_or(buf, set, also, *max as usize, op)?
+                };
+                let Some(end) = found else {
                     return Ok(false);
                 };
                 if end == self.pos {
@@ -235,6 +241,26 @@ impl State {
             return Err(self.error(op, WireErrorKind::TooLong { max: max as u64 }));
         }
         self.scan = buf.len().max(self.pos);
+        Ok(None)
+    }
+
+    /// [`find_any`](Self::find_any) where the sequence `also` ends the
+    /// bytes too (`&before_also`). The whole buffer is searched again each
+    /// time: a token is short.
+    fn find_any_or(
+        &mut self,
+        buf: &[u8],
+        set: &[u8],
+        also: &[u8],
+        max: usize,
+        op: &Op,
+    ) -> Result<Option<usize>, WireError> {
+        if let Some(i) = before_any_or(buf, self.pos, set, also, max) {
+            return Ok(Some(i));
+        }
+        if buf.len() >= self.pos + max + also.len() {
+            return Err(self.error(op, WireErrorKind::TooLong { max: max as u64 }));
+        }
         Ok(None)
     }
 

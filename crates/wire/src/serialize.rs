@@ -450,8 +450,11 @@ fn emit_scalar(
                 ));
             }
             // A token must not end early when parsed back (a key with a space).
-            if let Len::BeforeAny(set) = len {
-                if b.is_empty() || b.iter().any(|c| set.contains(c)) {
+            if let Len::BeforeAny(set, also) = len {
+                if b.is_empty()
+                    || b.iter().any(|c| set.contains(c))
+                    || (!also.is_empty() && b.windows(also.len()).any(|w| w == &also[..]))
+                {
                     return Err(Grammar::err(op, WireErrorKind::Invalid, out.len()));
                 }
             }
