@@ -11,7 +11,7 @@
 //! finds no room runs the `tableFull` transition of the initial state
 //! instead, which decides where the packet goes (nowhere if there is none).
 
-use crate::flows::{Expiry, FlowTable, Placed, Timeouts};
+use crate::flows::{Expiry, FlowTable, Place, Placed, Timeouts};
 use crate::model::{Event, FieldId, Machine, Stage, Value, MAX_KEY, MAX_META, MAX_WRITES};
 use crate::tables::{apply_updates, CompileError, Entry, Inputs, StageTables, Writable};
 use std::sync::Arc;
@@ -138,9 +138,60 @@ pub enum ReplaceError {
     Globals,
 }
 
+/// Frames [`Engine::process_batch`] hashes and prefetches ahead of
+/// processing them, at most.
+pub const BATCH: usize = 64;
+/// How many frames ahead of the one processed a batch asks for tag words,
+/// and for the records those tags point at (after the tags have had time
+/// to arrive).
+const TAGS_AHEAD: usize = 8;
+const RECORDS_AHEAD: usize = 4;
+
+/// One frame of a batch, as [`Engine::process_batch`] reads it.
+pub trait BatchFrame {
+    /// The program's field values (see [`crate::FieldReader`]).
+    fn fields(&self) -> &[Value];
+    /// The number of the port it came in on.
+    fn port(&self) -> u8;
+    /// Its length in bytes.
+    fn bytes(&self) -> usize;
+    /// Its timestamp, nanoseconds.
+    fn ts_ns(&self) -> u64;
+}
+
+/// A [`BatchFrame`] made of borrowed parts.
+#[derive(Clone, Copy, Debug)]
+pub struct Frame<'a> {
+    pub fields: &'a [Value],
+    pub port: u8,
+    pub len: usize,
+    pub ts_ns: u64,
+}
+
+impl BatchFrame for Frame<'_> {
+    fn fields(&self) -> &[Value] {
+        self.fields
+    }
+    fn port(&self) -> u8 {
+        self.port
+    }
+    fn bytes(&self) -> usize {
+        self.len
+    }
+    fn ts_ns(&self) -> u64 {
+        self.ts_ns
+    }
+}
+
 pub struct Engine {
     program: Arc<Program>,
     stages: Vec<StageState>,
+    /// A batch's places, [`BATCH`] frames of one per stage, made once.
+    places: Vec<Place>,
+    /// Per stage, an earlier stage whose key (fields and direction) and
+    /// table size are the same, so its place is this stage's too: a batch
+    /// hashes such a key once (the tracker's two stages).
+    same_place: Vec<Option<usize>>,
     globals: Vec<Value>,
     counters: Counters,
     /// The latest packet time seen, microseconds.
@@ -149,7 +200,7 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(program: Arc<Program>) -> Engine {
-        let stages = program
+        let stages: Vec<StageState> = program
             .machine
             .stages
             .iter()
@@ -165,9 +216,23 @@ impl Engine {
             })
             .collect();
         let globals = program.machine.globals.iter().map(|g| g.init).collect();
+        let places = vec![Place::default(); BATCH * stages.len()];
+        let all = &program.machine.stages;
+        let same_place = (0..all.len())
+            .map(|s| {
+                (0..s).find(|&t| {
+                    !all[s].stateless()
+                        && all[t].key == all[s].key
+                        && all[t].biflow == all[s].biflow
+                        && stages[t].flows.capacity() == stages[s].flows.capacity()
+                })
+            })
+            .collect();
         Engine {
             program,
             stages,
+            places,
+            same_place,
             globals,
             counters: Counters::default(),
             now_us: 0,
@@ -204,6 +269,80 @@ impl Engine {
     /// field values (see [`crate::FieldReader`]), `port` the number of the
     /// port it came in on, `ts_ns` its timestamp. Allocates nothing.
     pub fn process(&mut self, fields: &[Value], port: u8, len: usize, ts_ns: u64) -> Verdict {
+        self.process_at(fields, port, len, ts_ns, None)
+    }
+
+    /// Runs frames through the stages in order, as [`Engine::process`]
+    /// one after another would (same effects, same order), calling `out`
+    /// with each frame's index and verdict. Every stateful stage's key is
+    /// hashed once per frame up front, [`BATCH`] frames at a time, and
+    /// the buckets' tag words, then the matching records, are asked for a
+    /// few frames ahead, so that one frame's cache misses overlap the work
+    /// on those before it. Allocates nothing.
+    pub fn process_batch<F: BatchFrame>(
+        &mut self,
+        frames: &[F],
+        mut out: impl FnMut(usize, Verdict),
+    ) {
+        let mut places = std::mem::take(&mut self.places);
+        let program = Arc::clone(&self.program);
+        let stages = &program.machine.stages;
+        let n = stages.len();
+        for (c, chunk) in frames.chunks(BATCH).enumerate() {
+            for (i, f) in chunk.iter().enumerate() {
+                for (s, stage) in stages.iter().enumerate() {
+                    if let Some(t) = self.same_place[s] {
+                        places[i * n + s] = places[i * n + t];
+                    } else if !stage.stateless() {
+                        let (key, k) = flow_key(stage, f.fields());
+                        places[i * n + s] = self.stages[s].flows.place(&key[..k]);
+                    }
+                }
+            }
+            let ask = |engine: &Engine, i: usize, records: bool| {
+                for (s, stage) in stages.iter().enumerate() {
+                    if !stage.stateless() {
+                        let table = &engine.stages[s].flows;
+                        if records {
+                            table.prefetch_records(places[i * n + s]);
+                        } else {
+                            table.prefetch_tags(places[i * n + s]);
+                        }
+                    }
+                }
+            };
+            for i in 0..chunk.len().min(TAGS_AHEAD) {
+                ask(self, i, false);
+            }
+            for i in 0..chunk.len().min(RECORDS_AHEAD) {
+                ask(self, i, true);
+            }
+            for (i, f) in chunk.iter().enumerate() {
+                if i + TAGS_AHEAD < chunk.len() {
+                    ask(self, i + TAGS_AHEAD, false);
+                }
+                if i + RECORDS_AHEAD < chunk.len() {
+                    ask(self, i + RECORDS_AHEAD, true);
+                }
+                let at = &places[i * n..(i + 1) * n];
+                let v = self.process_at(f.fields(), f.port(), f.bytes(), f.ts_ns(), Some(at));
+                out(c * BATCH + i, v);
+            }
+        }
+        self.places = places;
+    }
+
+    /// [`Engine::process`], with each stateful stage's place computed
+    /// already where `places` is given (one per stage).
+    #[inline]
+    fn process_at(
+        &mut self,
+        fields: &[Value],
+        port: u8,
+        len: usize,
+        ts_ns: u64,
+        places: Option<&[Place]>,
+    ) -> Verdict {
         let now = ts_ns / 1000;
         self.now_us = self.now_us.max(now);
         self.counters.packets += 1;
@@ -245,6 +384,7 @@ impl Engine {
                     &mut self.counters,
                     &mut meta,
                     fields,
+                    places.map(|p| p[s]),
                     (now, port, len),
                 )
             };
@@ -288,6 +428,7 @@ impl Engine {
         counters: &mut Counters,
         meta: &mut [Value; MAX_META],
         fields: &[Value],
+        place: Option<Place>,
         (now, port, len): (u64, Value, Value),
     ) -> Option<&'t Entry> {
         let (key, n) = flow_key(stage, fields);
@@ -296,7 +437,7 @@ impl Engine {
             idle: stage.idle_timeout_us,
             hard: stage.hard_timeout_us,
         };
-        let place = st.flows.place(key);
+        let place = place.unwrap_or_else(|| st.flows.place(key));
         let found = st.flows.find_at(key, place);
         let (mut state, mut created) = (stage.initial, now);
         match found {

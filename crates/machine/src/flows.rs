@@ -77,7 +77,7 @@ pub enum Placed {
 /// Where a key's slots are: its two buckets and its tag. It depends on
 /// the key and the table's size only, so one computed for a lookup serves
 /// the insertion after it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Place {
     b1: usize,
     b2: usize,
@@ -144,6 +144,19 @@ fn matching_lanes(word: u64, tag: u16) -> u64 {
 }
 /// Words of a record before its key: state, created, last.
 const META_WORDS: usize = 3;
+
+/// Asks for the cache line holding `p`; a hint only, nothing where the
+/// target has no such instruction.
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults, whatever the address.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(p as *const i8, core::arch::x86_64::_MM_HINT_T0)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
 
 impl FlowTable {
     /// A table for at least `capacity` contexts (whole buckets, a power of
@@ -286,6 +299,34 @@ impl FlowTable {
             return None;
         }
         (self.stash_start()..self.capacity()).find(|&s| self.tag(s) == tag && self.holds(s, key))
+    }
+
+    /// Asks for the two tag words of `place` ahead of a lookup, so that a
+    /// batch's misses overlap.
+    #[inline]
+    pub fn prefetch_tags(&self, place: Place) {
+        prefetch(self.tags.as_ptr().wrapping_add(place.b1));
+        prefetch(self.tags.as_ptr().wrapping_add(place.b2));
+    }
+
+    /// Asks for the key words of the slots whose tag matches `place`'s,
+    /// reading the tag words (asked for earlier by
+    /// [`FlowTable::prefetch_tags`]); the stash is left alone.
+    #[inline]
+    pub fn prefetch_records(&self, place: Place) {
+        let Place { b1, b2, tag } = place;
+        for b in [b1, b2] {
+            let mut lanes = matching_lanes(self.tags[b], tag);
+            while lanes != 0 {
+                let s = b * BUCKET + lanes.trailing_zeros() as usize / 16;
+                prefetch(
+                    self.records
+                        .as_ptr()
+                        .wrapping_add(s * self.stride + META_WORDS),
+                );
+                lanes &= lanes - 1;
+            }
+        }
     }
 
     pub fn remove(&mut self, slot: usize) {

@@ -31,7 +31,7 @@ pub mod service;
 pub mod tables;
 pub mod xl;
 
-pub use engine::{Context, Counters, Engine, Program, ReplaceError, Verdict};
+pub use engine::{BatchFrame, Context, Counters, Engine, Frame, Program, ReplaceError, Verdict};
 pub use fields::{FieldError, FieldReader};
 pub use model::Machine;
 pub use service::{

@@ -30,7 +30,7 @@
 //! dispatcher queues a dump request to every worker behind the frames
 //! already sent to it, gathers their contexts, and hands the dump over.
 
-use crate::engine::{Context, Counters, Engine, Program};
+use crate::engine::{Context, Counters, Engine, Program, Verdict, BATCH as ENGINE_BATCH};
 use crate::fields::{write_field, write_place, FieldError, FieldReader};
 use crate::flows::{hash_key, Timeouts};
 use crate::model::{Value, MAX_KEY, MAX_PORTS};
@@ -552,6 +552,24 @@ fn set_field(frame: &mut [u8], at: usize, len: usize, value: Value) {
     flick_packet::rewrite::write_keeping_checksums(frame, at, &bytes[..len]);
 }
 
+impl crate::engine::BatchFrame for Job {
+    fn fields(&self) -> &[Value] {
+        &self.fields
+    }
+    fn port(&self) -> u8 {
+        self.port
+    }
+    fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+    fn ts_ns(&self) -> u64 {
+        self.ts
+    }
+}
+
+/// A worker: takes the frames queued to it (up to a batch, without
+/// waiting for more) and runs them through its engine as one batch, in
+/// order; a swap or a dump waits for the frames queued before it.
 fn work(
     program: Arc<Program>,
     rx: Receiver<Msg>,
@@ -560,20 +578,37 @@ fn work(
 ) -> (Engine, Vec<String>) {
     let mut engine = Engine::new(program);
     let mut refused = Vec::new();
-    for msg in rx {
+    let mut batch: Vec<Job> = Vec::with_capacity(ENGINE_BATCH);
+    let mut next = rx.recv().ok();
+    while let Some(msg) = next.take() {
         match msg {
-            Msg::Frame(mut job) => {
-                let v = engine.process(&job.fields, job.port, job.buf.len(), job.ts);
-                let fields = &engine.program().machine.fields;
-                for &(f, value) in v.writes() {
-                    if let Some((at, len)) = write_place(&fields[f as usize].source) {
-                        set_field(&mut job.buf, at, len, value);
+            Msg::Frame(job) => {
+                batch.push(job);
+                // Frames already queued join the batch; anything else ends it.
+                while batch.len() < ENGINE_BATCH {
+                    match rx.try_recv() {
+                        Ok(Msg::Frame(job)) => batch.push(job),
+                        Ok(other) => {
+                            next = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
                     }
                 }
-                job.ports = v.ports;
+                let mut verdicts = [Verdict::default(); ENGINE_BATCH];
+                engine.process_batch(&batch, |i, v| verdicts[i] = v);
                 publish(&engine, stats);
-                if done.send(job).is_err() {
-                    break;
+                let fields = &engine.program().machine.fields;
+                for (mut job, v) in batch.drain(..).zip(verdicts) {
+                    for &(f, value) in v.writes() {
+                        if let Some((at, len)) = write_place(&fields[f as usize].source) {
+                            set_field(&mut job.buf, at, len, value);
+                        }
+                    }
+                    job.ports = v.ports;
+                    if done.send(job).is_err() {
+                        return (engine, refused);
+                    }
                 }
             }
             Msg::Swap(p) => match engine.replace(p) {
@@ -585,6 +620,9 @@ fn work(
             Msg::Dump(reply) => {
                 let _ = reply.send(WorkerDump::of(&engine));
             }
+        }
+        if next.is_none() {
+            next = rx.recv().ok();
         }
     }
     (engine, refused)

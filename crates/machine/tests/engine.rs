@@ -155,3 +155,95 @@ fn a_packet_goes_on_through_later_stages() {
     );
     assert_eq!((cs[0].stage, cs[0].state), (1, 1));
 }
+
+/// Two stages on one biflow key, small tables (so they fill and evict)
+/// and idle timeouts: the batch path's shared place and prefetches meet
+/// every branch of a lookup.
+const SHARED_KEY: &str = r#"
+Stage one {
+    Register n;
+    setBiflowKey(ipv4.src, ipv4.dst);
+    setIdleTimeout(5000);
+    setTableSize(16);
+    State initial fresh {
+        on (pktRcvd) { n = n + 1; sendPacket(255, 1); setNextState(open); }
+        on (tableFull) { sendPacket(255, 2); }
+    }
+    State open {
+        on (pktRcvd) { n = n + 1; setNextStage(two); }
+        on (idleTimeout) { n = 0; }
+    }
+}
+Stage two {
+    Register m;
+    setBiflowKey(ipv4.src, ipv4.dst);
+    setIdleTimeout(3000);
+    setTableSize(16);
+    State initial fresh {
+        on (pktRcvd) { m = m + 2; sendPacket(255, 3); setNextState(seen); }
+        on (tableFull) { sendPacket(255, 4); }
+    }
+    State seen {
+        on (pktRcvd) { if (m >= 6) { sendPacket(255, 5); setNextState(fresh); } m = m + 1; }
+    }
+}
+"#;
+
+#[test]
+fn a_batch_does_what_frames_one_by_one_do() {
+    use flick_machine::{Counters, Frame};
+    let mut seen = Counters::default();
+    for (text, nf) in [(COUNTER, 1), (SHARED_KEY, 2)] {
+        for seed in 1..5u64 {
+            let (mut single, mut batched) = (engine(text), engine(text));
+            let mut x = seed;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            // Few addresses (contexts come back) over a time span that
+            // lets the timeouts fire.
+            let gap = if seed % 2 == 0 { 40_000 } else { 400_000 };
+            let frames: Vec<([u64; 2], u64)> = (0..2000u64)
+                .map(|i| ([next() % 40, next() % 40], i * gap + next() % gap))
+                .collect();
+            let mut at = 0;
+            for size in [1, 3, 64, 65, 200].iter().cycle() {
+                if at >= frames.len() {
+                    break;
+                }
+                let chunk = &frames[at..(at + size).min(frames.len())];
+                let views: Vec<Frame> = chunk
+                    .iter()
+                    .map(|(f, ts)| Frame {
+                        fields: &f[..nf],
+                        port: 1,
+                        len: 60,
+                        ts_ns: *ts,
+                    })
+                    .collect();
+                let mut got = Vec::new();
+                batched.process_batch(&views, |i, v| got.push((i, v)));
+                let want: Vec<_> = views
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| (i, single.process(f.fields, 1, 60, f.ts_ns)))
+                    .collect();
+                assert_eq!(got, want, "seed {seed}, frames from {at}");
+                at += chunk.len();
+            }
+            assert_eq!(batched.contexts(), single.contexts());
+            let c = batched.counters();
+            assert_eq!(c, single.counters());
+            seen.table_full += c.table_full;
+            seen.evicted += c.evicted;
+            seen.expired += c.expired;
+        }
+    }
+    assert!(
+        seen.table_full > 0 && seen.evicted > 0 && seen.expired > 0,
+        "{seen:?}"
+    );
+}

@@ -2,7 +2,7 @@
 //! running the engine, once the table holds its contexts.
 
 use flick_machine::xl::parse_str;
-use flick_machine::{Engine, FieldReader, Program};
+use flick_machine::{Engine, FieldReader, Frame, Program};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -86,6 +86,30 @@ fn reading_and_running_a_packet_allocates_nothing() {
     }
     assert_eq!(allocs() - before, 0);
     assert_eq!(engine.contexts().len(), 64);
+
+    // The batch path: fields read for a whole batch, then run.
+    let nf = program.machine.fields.len();
+    let mut all = vec![0u64; nf * frames.len()];
+    for (f, out) in frames.iter().zip(all.chunks_mut(nf)) {
+        assert!(reader.read(f, out));
+    }
+    let batch: Vec<Frame> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| Frame {
+            fields: &all[i * nf..(i + 1) * nf],
+            port: if i % 2 == 0 { 1 } else { 2 },
+            len: f.len(),
+            ts_ns: 0,
+        })
+        .collect();
+    let mut ports = 0u64;
+    let before = allocs();
+    for _ in 0..20 {
+        engine.process_batch(&batch, |_, v| ports |= v.ports);
+    }
+    assert_eq!(allocs() - before, 0);
+    assert_eq!(ports, 1 << 1, "every context is open: port 1");
 }
 
 #[test]
