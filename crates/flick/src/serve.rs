@@ -432,8 +432,10 @@ impl Registry {
             false => None,
         };
         let version = old.as_ref().map_or(1, |o| o.version + 1);
+        let mut state = None;
         if let Some(old) = old {
-            let stopped = old.stop();
+            let (stopped, kept) = old.stop_keeping();
+            state = kept;
             tracing::info!(service = %spec.name, summary = %stopped["summary"], "old version stopped");
         }
         let mut running = packets::start(&spec, kind, &self.dir)?;
@@ -452,6 +454,9 @@ impl Registry {
             }
         }
         running.version = version;
+        // Given before the deploy is answered, so a read after it sees them.
+        let carried = state.map_or_else(Vec::new, |s| running.take_over(&s));
+        running.carried.clone_from(&carried);
         running.deploy_us = started.elapsed().as_micros() as u64;
         if let Err(e) = self.record(&spec) {
             tracing::warn!(service = %spec.name, "cannot record the service in the state directory: {e}");
@@ -465,7 +470,7 @@ impl Registry {
             "ports": spec.ports,
             "deploy_us": running.deploy_us,
             "reserved_bytes": running.reserved,
-            "carried": [],
+            "carried": carried,
             "weight": DEFAULT_WEIGHT,
         });
         self.packet_services
@@ -492,6 +497,12 @@ impl Registry {
             ));
         }
         if let Some(kind) = packets::kind_of(&spec) {
+            if let Some(w) = spec.weight {
+                return Err(Refusal::new(
+                    400,
+                    format!("weight {w}: {}", packets::NO_WEIGHT),
+                ));
+            }
             return self.deploy_packets(spec, kind, replace, started);
         }
         if self
@@ -684,6 +695,17 @@ impl Registry {
             )
         })?;
         let weight = checked_weight(w)?;
+        if self
+            .packet_services
+            .lock()
+            .expect("packet services lock")
+            .contains_key(name)
+        {
+            return Err(Refusal::new(
+                422,
+                format!("service `{name}`: {}", packets::NO_WEIGHT),
+            ));
+        }
         let mut services = self.services.lock().expect("services lock");
         let d = services
             .get_mut(name)
@@ -864,6 +886,46 @@ impl Registry {
         given
     }
 
+    /// Writes a packet program's `global` state as it ended beside its
+    /// record, for the next `serve` (a packet service's is saved only at
+    /// a clean stop: its workers hold it, and a dump while running costs
+    /// each of them a copy of its shard).
+    fn save_packet_state(&self, name: &str, state: &packets::Carried) -> std::io::Result<()> {
+        let dir = self.services_dir();
+        let tmp = dir.join(format!(".{name}.globals.tmp"));
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(state.to_saved().to_string().as_bytes())?;
+            f.sync_data()?;
+        }
+        std::fs::rename(tmp, dir.join(format!("{name}.globals")))
+    }
+
+    /// Gives a packet service deployed again from its record the state
+    /// it was stopped with, where the program declares each variable with
+    /// the same type; what was given back, by name.
+    fn restore_packet_globals(&self, name: &str) -> Vec<String> {
+        let path = self.services_dir().join(format!("{name}.globals"));
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return Vec::new();
+        };
+        let saved = serde_json::from_str::<Json>(&text).ok();
+        let Some(state) = saved.as_ref().and_then(packets::Carried::from_saved) else {
+            tracing::warn!(service = %name, "the saved globals do not read as saved state: not given back");
+            return Vec::new();
+        };
+        let mut packet = self.packet_services.lock().expect("packet services lock");
+        match packet.get_mut(name) {
+            Some(running) => {
+                let given = running.take_over(&state);
+                running.carried.clone_from(&given);
+                given
+            }
+            None => Vec::new(),
+        }
+    }
+
     fn forget(&self, name: &str) {
         let dir = self.services_dir();
         for ext in ["json", "flick", "globals"] {
@@ -899,7 +961,8 @@ impl Registry {
             }) {
                 Ok(name) => {
                     ok += 1;
-                    let given = self.restore_globals(&name);
+                    let mut given = self.restore_globals(&name);
+                    given.extend(self.restore_packet_globals(&name));
                     if !given.is_empty() {
                         tracing::info!(service = %name, globals = ?given, "globals given back from the last stop");
                     }
@@ -922,6 +985,15 @@ impl Registry {
             registry
                 .sub_registry_with_label(("service".into(), name.clone().into()))
                 .register_collector(crate::metrics::collector(d.service.clone()));
+        }
+        drop(services);
+        let packet = self.packet_services.lock().expect("packet services lock");
+        for (name, running) in packet.iter() {
+            if let Some(c) = running.collector() {
+                registry
+                    .sub_registry_with_label(("service".into(), name.clone().into()))
+                    .register_collector(c);
+            }
         }
         crate::metrics::encode(&registry, format)
     }
@@ -1094,44 +1166,7 @@ impl Registry {
             return self.write_entry(name, var, key.as_bytes(), body);
         }
         let (service, state) = self.service_state(name)?;
-        let j: Json = serde_json::from_slice(body)
-            .map_err(|e| Refusal::new(400, format!("the body is not JSON: {e}")))?;
-        let j = j.get("value").cloned().unwrap_or(j);
-        // The declared type decides, not the value held: a global no
-        // instance has set yet holds nothing, and takes only its own kind.
-        if let Some(var) = state.iter().find(|v| v.name == path && v.global) {
-            let kind = |k: Option<Scalar>| match k {
-                Some(Scalar::Int) => "an integer".to_string(),
-                Some(Scalar::Bool) => "a boolean".to_string(),
-                Some(Scalar::Bytes) => "a string".to_string(),
-                None => format!("a {}", var.ty),
-            };
-            let given = match &j {
-                Json::Number(_) => Some(Scalar::Int),
-                Json::Bool(_) => Some(Scalar::Bool),
-                Json::String(_) => Some(Scalar::Bytes),
-                _ => None,
-            };
-            if given.is_some() && var.scalar != given {
-                return Err(Refusal::new(
-                    400,
-                    format!(
-                        "`{path}` holds {}; it cannot be given {}",
-                        kind(var.scalar),
-                        kind(given)
-                    ),
-                ));
-            }
-        }
-        let value = match &j {
-            Json::Number(n) => StateValue::Int(
-                n.as_i64()
-                    .ok_or_else(|| Refusal::new(400, format!("{n} is not a 64-bit integer")))?,
-            ),
-            Json::Bool(b) => StateValue::Bool(*b),
-            Json::String(s) => StateValue::Bytes(s.clone().into_bytes()),
-            _ => return Err(Refusal::new(400, "give an integer, a boolean or a string")),
-        };
+        let (j, value) = scalar_of(&state, path, body)?;
         service.write_global(path, value).map_err(|e| {
             let status = match e {
                 flick_platform::StateError::Kind(..) => 400,
@@ -1207,52 +1242,13 @@ impl Registry {
         kind: Scalar,
         max: Option<u64>,
     ) -> Result<Json, Refusal> {
-        let wanted = match kind {
-            Scalar::Int => "an integer",
-            Scalar::Bool => "a boolean",
-            Scalar::Bytes => "a string",
+        let owned = entry_value_of(var, j, kind, max)?;
+        let value = match &owned {
+            EntryValue::Int(n) => EntryRef::Int(*n),
+            EntryValue::Bool(b) => EntryRef::Bool(*b),
+            EntryValue::Bytes(b) => EntryRef::Bytes(b),
+            EntryValue::Message(b) => EntryRef::Message(b),
         };
-        let refuse = || {
-            Refusal::new(
-                400,
-                format!("an entry of `{var}` is {wanted}: give it as {{\"value\": VALUE}}"),
-            )
-        };
-        let given = match (j.get("value"), j.get("base64")) {
-            (Some(v), None) => v,
-            (None, Some(_)) => j,
-            _ if !j.is_object() => j,
-            _ => return Err(refuse()),
-        };
-        let decoded;
-        let value = match (kind, given) {
-            (Scalar::Int, Json::Number(n)) => EntryRef::Int(
-                n.as_i64()
-                    .ok_or_else(|| Refusal::new(400, format!("{n} is not a 64-bit integer")))?,
-            ),
-            (Scalar::Bool, Json::Bool(b)) => EntryRef::Bool(*b),
-            (Scalar::Bytes, Json::String(s)) => EntryRef::Bytes(s.as_bytes()),
-            (Scalar::Bytes, Json::Object(o)) => match o.get("base64") {
-                Some(Json::String(b)) => {
-                    decoded = api::base64_decode(b)
-                        .ok_or_else(|| Refusal::new(400, "`base64` is not base64"))?;
-                    EntryRef::Bytes(&decoded)
-                }
-                _ => return Err(refuse()),
-            },
-            _ => return Err(refuse()),
-        };
-        if let (EntryRef::Bytes(b), Some(max)) = (value, max) {
-            if b.len() as u64 > max {
-                return Err(Refusal::new(
-                    400,
-                    format!(
-                        "an entry of `{var}` is a string of at most {max} bytes, and this one has {}",
-                        b.len()
-                    ),
-                ));
-            }
-        }
         let d = service
             .global_dict(var)
             .map_err(|e| Refusal::new(404, e.to_string()))?;
@@ -1306,6 +1302,108 @@ impl Registry {
         answer["capacity"] = json!(size.capacity);
         Ok(answer)
     }
+}
+
+/// A dictionary entry's new value from a write's body (`{"value": V}`,
+/// V, or a string as `{"base64": B}`), of the `kind` the dictionary holds
+/// and, for a string, at most `max` bytes.
+fn entry_value_of(
+    var: &str,
+    j: &Json,
+    kind: Scalar,
+    max: Option<u64>,
+) -> Result<EntryValue, Refusal> {
+    let wanted = match kind {
+        Scalar::Int => "an integer",
+        Scalar::Bool => "a boolean",
+        Scalar::Bytes => "a string",
+    };
+    let refuse = || {
+        Refusal::new(
+            400,
+            format!("an entry of `{var}` is {wanted}: give it as {{\"value\": VALUE}}"),
+        )
+    };
+    let given = match (j.get("value"), j.get("base64")) {
+        (Some(v), None) => v,
+        (None, Some(_)) => j,
+        _ if !j.is_object() => j,
+        _ => return Err(refuse()),
+    };
+    let value = match (kind, given) {
+        (Scalar::Int, Json::Number(n)) => EntryValue::Int(
+            n.as_i64()
+                .ok_or_else(|| Refusal::new(400, format!("{n} is not a 64-bit integer")))?,
+        ),
+        (Scalar::Bool, Json::Bool(b)) => EntryValue::Bool(*b),
+        (Scalar::Bytes, Json::String(s)) => EntryValue::Bytes(s.as_bytes().to_vec()),
+        (Scalar::Bytes, Json::Object(o)) => match o.get("base64") {
+            Some(Json::String(b)) => {
+                let decoded = api::base64_decode(b)
+                    .ok_or_else(|| Refusal::new(400, "`base64` is not base64"))?;
+                EntryValue::Bytes(decoded)
+            }
+            _ => return Err(refuse()),
+        },
+        _ => return Err(refuse()),
+    };
+    if let (EntryValue::Bytes(b), Some(max)) = (&value, max) {
+        if b.len() as u64 > max {
+            return Err(Refusal::new(
+                400,
+                format!(
+                    "an entry of `{var}` is a string of at most {max} bytes, and this one has {}",
+                    b.len()
+                ),
+            ));
+        }
+    }
+    Ok(value)
+}
+
+/// A scalar global's new value from a write's body (`{"value": V}` or
+/// V), checked against the type `state` declares for `path`: the JSON
+/// given and the value it makes.
+fn scalar_of(state: &[StateVar], path: &str, body: &[u8]) -> Result<(Json, StateValue), Refusal> {
+    let j: Json = serde_json::from_slice(body)
+        .map_err(|e| Refusal::new(400, format!("the body is not JSON: {e}")))?;
+    let j = j.get("value").cloned().unwrap_or(j);
+    // The declared type decides, not the value held: a global no
+    // instance has set yet holds nothing, and takes only its own kind.
+    if let Some(var) = state.iter().find(|v| v.name == path && v.global) {
+        let kind = |k: Option<Scalar>| match k {
+            Some(Scalar::Int) => "an integer".to_string(),
+            Some(Scalar::Bool) => "a boolean".to_string(),
+            Some(Scalar::Bytes) => "a string".to_string(),
+            None => format!("a {}", var.ty),
+        };
+        let given = match &j {
+            Json::Number(_) => Some(Scalar::Int),
+            Json::Bool(_) => Some(Scalar::Bool),
+            Json::String(_) => Some(Scalar::Bytes),
+            _ => None,
+        };
+        if given.is_some() && var.scalar != given {
+            return Err(Refusal::new(
+                400,
+                format!(
+                    "`{path}` holds {}; it cannot be given {}",
+                    kind(var.scalar),
+                    kind(given)
+                ),
+            ));
+        }
+    }
+    let value = match &j {
+        Json::Number(n) => StateValue::Int(
+            n.as_i64()
+                .ok_or_else(|| Refusal::new(400, format!("{n} is not a 64-bit integer")))?,
+        ),
+        Json::Bool(b) => StateValue::Bool(*b),
+        Json::String(s) => StateValue::Bytes(s.clone().into_bytes()),
+        _ => return Err(Refusal::new(400, "give an integer, a boolean or a string")),
+    };
+    Ok((j, value))
 }
 
 /// A page of a dictionary's entries, oldest first: `limit` of them (at
@@ -1771,8 +1869,13 @@ pub fn serve(
     }
     let packet = std::mem::take(&mut *reg.packet_services.lock().expect("packet services lock"));
     for (name, p) in packet {
-        let stopped = p.stop();
+        let (stopped, kept) = p.stop_keeping();
         tracing::info!(service = %name, summary = %stopped["summary"], "stopped");
+        if let Some(state) = kept {
+            if let Err(e) = reg.save_packet_state(&name, &state) {
+                tracing::warn!(service = %name, "cannot save its state: {e}");
+            }
+        }
     }
     if let ApiAddr::Unix(p) = &opts.api {
         let _ = std::fs::remove_file(p);

@@ -330,3 +330,178 @@ fn packet_deploys_are_refused_with_the_reason() {
     ));
     assert!(e.contains("nosuch0"), "{e}");
 }
+
+/// Counts each IPv4 source's frames in `seen` and those within `limit`
+/// in `passed`; `tag` is a string only the API sets.
+const QUOTA: &str = "grammar packet
+
+proc quota: (packet/- wire)
+  global seen: dict<integer*integer> {capacity=64} := empty_dict
+  global limit: integer := 1
+  global passed: integer := 0
+  global tag: string {max=16} := \"none\"
+  | wire => count(seen, limit, passed)
+
+fun count: (seen: ref dict<integer*integer> {capacity=64}, limit: ref integer, passed: ref integer, p: packet) -> ()
+  if is_ip4(p):
+    let k = src_ip(p)
+    if seen[k] = None:
+      seen[k] := 1
+    else:
+      seen[k] := seen[k] + 1
+    if seen[k] <= limit:
+      passed := passed + 1
+";
+
+/// 10.0.0.5, the source of `tcp_syn(5, _)`, as `src_ip` gives it.
+const HOST5: &str = "167772165";
+
+/// `GET /metrics` over the API's Unix socket: the text served.
+fn metrics(state: &Path) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(state.join("flick.sock")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: flick\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// The value of the sample whose line starts with `series`, if served.
+fn sample(text: &str, series: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+#[test]
+fn packet_state_written_carried_over_a_redeploy_and_counted_in_metrics() {
+    if !netns::available("packet_state_written_carried_over_a_redeploy_and_counted_in_metrics") {
+        return;
+    }
+    let ns = Netns::new("flkservew");
+    ns.veth_pair("q0", "q1");
+    let dir = TempDir::new("packet-state");
+    let state = dir.0.join("state");
+    let server = serve_by(ns.command(env!("CARGO_BIN_EXE_flick")), &state, &[]);
+    let pid = server.child.id();
+    let quota = dir.file("quota.flick", QUOTA);
+    let deploy = ["deploy", "quota", &quota, "--port", "wire=afpacket:q1"];
+
+    // A weight means nothing to packet threads: refused, not ignored.
+    let mut weighted = deploy.to_vec();
+    weighted.extend(["--weight", "5"]);
+    let e = refused(&ctl(&state, &weighted));
+    assert!(e.contains("takes no weight"), "{e}");
+
+    ok(&ctl(&state, &deploy));
+    wait_sockets(pid, 1);
+    let series = "flick_packet_rx_frames_total{service=\"quota\",port=\"wire\"}";
+    assert_eq!(
+        sample(&metrics(&state), series),
+        Some(0),
+        "before any frame"
+    );
+
+    // Scalars, checked against their declared types.
+    let w = json(&ctl(
+        &state,
+        &["--json", "write", "quota", "tag", "\"blue\""],
+    ));
+    assert_eq!(w["value"], "blue", "{w}");
+    assert_eq!(read_until(&state, "quota", "globals/tag", |_| true), "blue");
+    let e = refused(&ctl(&state, &["write", "quota", "tag", "5"]));
+    assert!(e.contains("string"), "{e}");
+    ok(&ctl(&state, &["write", "quota", "limit", "3"]));
+    // A dictionary is written an entry at a time, under a key of its type.
+    let e = refused(&ctl(&state, &["write", "quota", "seen", "1"]));
+    assert!(e.contains("entry"), "{e}");
+    let e = refused(&ctl(&state, &["write", "quota", "seen/host", "1"]));
+    assert!(e.contains("integer"), "{e}");
+    let e = refused(&ctl(
+        &state,
+        &["write", "quota", &format!("seen/{HOST5}"), "\"x\""],
+    ));
+    assert!(e.contains("integer"), "{e}");
+
+    // Host 5's entry written before its frames: they count on from it,
+    // in the shard that handles them, and the new limit holds.
+    let w = json(&ctl(
+        &state,
+        &["--json", "write", "quota", &format!("seen/{HOST5}"), "1"],
+    ));
+    assert_eq!(w["value"], 1, "{w}");
+    let frames: Vec<Vec<u8>> = (0..4).map(|i| tcp_syn(5, 1000 + i)).collect();
+    send(&ns, "q0", &frames, None, 0);
+    let seen = read_until(&state, "quota", &format!("globals/seen/{HOST5}"), |v| {
+        *v == 5
+    });
+    assert_eq!(seen, 5, "the written entry and four frames");
+    let passed = read_until(&state, "quota", "globals/passed", |v| *v == 2);
+    let dump = json(&ctl(&state, &["--json", "read", "quota", "dump"]));
+    assert_eq!(passed, 2, "frames within the written limit of 3: {dump}");
+    let text = metrics(&state);
+    assert_eq!(sample(&text, series), Some(4), "{text}");
+    assert!(
+        text.contains("flick_packet_dropped_total{service=\"quota\"}"),
+        "{text}"
+    );
+    let status = json(&ctl(&state, &["--json", "status", "quota"]));
+    assert_eq!(status["ports"][0]["rx_frames"], 4, "{status}");
+
+    // A redeploy gives the new version the globals whose type is the
+    // same; `tag` changes type and starts again.
+    let changed = dir.file(
+        "quota2.flick",
+        &QUOTA.replace(
+            "global tag: string {max=16} := \"none\"",
+            "global tag: integer := 0",
+        ),
+    );
+    let r = json(&ctl(
+        &state,
+        &[
+            "--json",
+            "redeploy",
+            "quota",
+            &changed,
+            "--port",
+            "wire=afpacket:q1",
+        ],
+    ));
+    let carried: Vec<&str> = r["carried"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Json::as_str)
+        .collect();
+    assert_eq!(carried, ["seen", "limit", "passed"], "{r}");
+    wait_sockets(pid, 1);
+    let dump = json(&ctl(&state, &["--json", "read", "quota", "globals"]))["value"].clone();
+    assert_eq!(dump["seen"][HOST5], 5, "{dump}");
+    assert_eq!(dump["limit"], 3, "{dump}");
+    assert_eq!(dump["passed"], 2, "{dump}");
+    assert_eq!(dump["tag"], 0, "{dump}");
+    let e = refused(&ctl(&state, &["weight", "quota", "2"]));
+    assert!(e.contains("takes no weight"), "{e}");
+
+    // A clean stop saves the state; the next `serve` gives it back.
+    let mut server = server;
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let server = serve_by(ns.command(env!("CARGO_BIN_EXE_flick")), &state, &[]);
+    wait_sockets(server.child.id(), 1);
+    let status = json(&ctl(&state, &["--json", "status", "quota"]));
+    assert_eq!(status["carried"][0], "seen", "{status}");
+    let dump = json(&ctl(&state, &["--json", "read", "quota", "globals"]))["value"].clone();
+    assert_eq!(dump["seen"][HOST5], 5, "{dump}");
+    assert_eq!(dump["limit"], 3, "{dump}");
+    assert_eq!(dump["passed"], 2, "{dump}");
+}

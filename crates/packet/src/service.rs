@@ -76,6 +76,8 @@ pub struct PacketConfig {
     /// each. It must lie within the program's own key, and the frames
     /// be Ethernet.
     pub steer_by: Option<crate::steering::FlowKey>,
+    /// Writes of `global` state while running (an API's).
+    pub control: Option<Arc<StateControl>>,
 }
 
 impl Default for PacketConfig {
@@ -89,6 +91,7 @@ impl Default for PacketConfig {
             dump_path: None,
             stats: None,
             steer_by: None,
+            control: None,
         }
     }
 }
@@ -504,9 +507,13 @@ impl PacketService {
         });
         let mut queues = Vec::with_capacity(workers);
         let mut handles = Vec::with_capacity(workers);
+        let mut controls = Vec::with_capacity(workers);
+        let state_names = Arc::new(self.state_names.clone());
         for w in 0..workers {
             let (batch_tx, batch_rx) = bounded::<Batch>(queue_batches);
             queues.push(batch_tx);
+            let (control_tx, control_rx) = bounded::<Command>(CONTROL_QUEUE);
+            controls.push(control_tx);
             let worker = Worker {
                 module: self.module.clone(),
                 grammar: self.grammar.clone(),
@@ -524,8 +531,9 @@ impl PacketService {
                 index: w,
                 channels: Arc::new(self.channels.clone()),
                 stats: stats.clone(),
-                state_names: Arc::new(self.state_names.clone()),
+                state_names: state_names.clone(),
                 snapshots: snapshots.clone(),
+                control: control_rx,
             };
             let done = unordered.clone().unwrap_or_else(|| done_tx.clone());
             handles.push(
@@ -536,6 +544,9 @@ impl PacketService {
             );
         }
         drop((done_tx, unordered));
+        if let Some(control) = &self.config.control {
+            control.start(state_names, controls);
+        }
         let mut dispatch = Dispatch {
             service: self,
             parsers: self.parsers(),
@@ -599,6 +610,9 @@ impl PacketService {
         // Closing the queues ends the workers once they are drained, and
         // their ends of the writer's channel close with them.
         drop(queues);
+        if let Some(control) = &self.config.control {
+            control.end();
+        }
         let mut shards = Vec::with_capacity(workers);
         let mut summary = Summary {
             malformed,
@@ -1170,6 +1184,8 @@ struct Worker {
     stats: Arc<LiveStats>,
     state_names: Arc<Vec<String>>,
     snapshots: Arc<Snapshots>,
+    /// State writes from outside, applied between batches.
+    control: Receiver<Command>,
 }
 
 struct WorkerDone {
@@ -1214,6 +1230,10 @@ impl Worker {
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
             };
+            // An empty queue answers without allocating or locking.
+            while let Ok(cmd) = self.control.try_recv() {
+                apply_command(&mut self.shard, &self.state_names, cmd);
+            }
             let now = self.snapshots.epoch.load(Ordering::Relaxed);
             if now != epoch {
                 epoch = now;
@@ -1437,4 +1457,312 @@ fn flush_all(sinks: &mut [(usize, Box<dyn TxPort>)], sent: &mut [(usize, u64, u6
             tracing::error!("flushing a port failed: {e}");
         }
     }
+}
+
+/// Commands queued to one worker, at most; a write that finds its queue
+/// full is refused as busy rather than waited for.
+const CONTROL_QUEUE: usize = 16;
+
+/// Writes of a running program's `global` state, from outside (an API),
+/// into the workers' shards. Each worker owns a bounded queue of commands
+/// it drains between batches (and when its batch queue has been idle for
+/// its wait), so the frame path takes no lock and allocates nothing for
+/// them; each command is answered on a channel of its own.
+///
+/// Where a write goes:
+/// - a scalar global (integer, boolean, string) is set in every shard,
+///   since each worker reads its own copy. An integer with several
+///   workers is refused ([`WriteError::PerShard`]): a dump sums integers
+///   over the shards, so the same number in each would read as a multiple.
+/// - a dictionary entry goes to the shard that owns its key. With one
+///   worker that is the only shard; with several, a flow's worker is
+///   chosen by `steer` over a frame, not by the key, so an entry is
+///   written where a shard holds its key already, and a key no shard holds
+///   is refused ([`WriteError::Unplaced`]).
+///
+/// Made empty and given to [`PacketConfig::control`]; it serves the run
+/// that takes it while that run lasts.
+#[derive(Default)]
+pub struct StateControl {
+    run: std::sync::Mutex<Option<ControlRun>>,
+}
+
+impl std::fmt::Debug for StateControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StateControl")
+    }
+}
+
+struct ControlRun {
+    names: Arc<Vec<String>>,
+    queues: Vec<Sender<Command>>,
+}
+
+struct Command {
+    var: u16,
+    op: ControlOp,
+    reply: Sender<Result<Applied, WriteError>>,
+}
+
+enum ControlOp {
+    Set(Value),
+    Entry {
+        key: Vec<u8>,
+        value: Value,
+        /// Whether the entry is made where the shard does not hold the key.
+        create: bool,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Applied {
+    Written,
+    NotHeld,
+}
+
+/// Why a state write was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    #[error("the program is not running")]
+    NotRunning,
+    #[error("`{0}` is not global state of the program")]
+    NoSuchVar(String),
+    #[error(
+        "`{0}` holds a dictionary, a meter or a filter, not a value: write an entry as {0}/KEY"
+    )]
+    NotScalar(String),
+    #[error("`{0}` is not a dictionary (or the program has not made it yet)")]
+    NotDict(String),
+    #[error("`{var}` holds {held}; it cannot be given {given}")]
+    Kind {
+        var: String,
+        held: &'static str,
+        given: &'static str,
+    },
+    #[error("a dictionary key is an integer or a string, not {0}")]
+    Key(&'static str),
+    #[error("`{0}` is full: the key was refused")]
+    Full(String),
+    #[error("`{var}` is an integer of each of the {workers} workers' shards, and a dump sums them: it is written only with one worker")]
+    PerShard { var: String, workers: usize },
+    #[error("no worker's shard holds this key of `{0}`: with several workers an entry goes where `steer` sends its flow, so only keys a shard holds are written")]
+    Unplaced(String),
+    #[error("a worker's control queue is full; try again")]
+    Busy,
+    #[error("the workers did not answer in time")]
+    Timeout,
+}
+
+impl WriteError {
+    /// The HTTP status an API answers this refusal with.
+    pub fn status(&self) -> u16 {
+        match self {
+            WriteError::NotRunning => 409,
+            WriteError::NoSuchVar(_) => 404,
+            WriteError::NotScalar(_) | WriteError::NotDict(_) => 400,
+            WriteError::Kind { .. } | WriteError::Key(_) => 400,
+            WriteError::Full(_) => 409,
+            WriteError::PerShard { .. } | WriteError::Unplaced(_) => 422,
+            WriteError::Busy | WriteError::Timeout => 503,
+        }
+    }
+}
+
+fn kind_name(v: &Value) -> &'static str {
+    match v {
+        Value::Int(_) => "an integer",
+        Value::Bool(_) => "a boolean",
+        Value::Bytes(_) => "a string",
+        Value::None | Value::Unit => "nothing",
+        _ => "another kind of value",
+    }
+}
+
+impl StateControl {
+    /// Sets scalar global `var` to `value` (an integer, a boolean or a
+    /// string, as `Value::Bytes`) in every shard; waits at most `timeout`.
+    pub fn write_global(
+        &self,
+        var: &str,
+        value: Value,
+        timeout: std::time::Duration,
+    ) -> Result<(), WriteError> {
+        let (index, queues) = self.target(var)?;
+        if matches!(value, Value::Int(_)) && queues.len() > 1 {
+            return Err(WriteError::PerShard {
+                var: var.into(),
+                workers: queues.len(),
+            });
+        }
+        let replies = send_all(&queues, index, |_| ControlOp::Set(value.clone()))?;
+        collect(replies, timeout).map(|_| ())
+    }
+
+    /// Sets the entry under `key` (`Value::Int` or `Value::Bytes`) of
+    /// global dictionary `var` to `value` in the shard that owns the key;
+    /// waits at most `timeout`.
+    pub fn write_entry(
+        &self,
+        var: &str,
+        key: &Value,
+        value: Value,
+        timeout: std::time::Duration,
+    ) -> Result<(), WriteError> {
+        let mut encoded = Vec::new();
+        match key {
+            Value::Int(_) => {
+                state::encode_key(key, &|_| None, &mut encoded);
+            }
+            Value::Bytes(b) => state::encode_bytes_key(b, &mut encoded),
+            other => return Err(WriteError::Key(kind_name(other))),
+        }
+        let (index, queues) = self.target(var)?;
+        let create = queues.len() == 1;
+        let replies = send_all(&queues, index, |_| ControlOp::Entry {
+            key: encoded.clone(),
+            value: value.clone(),
+            create,
+        })?;
+        let applied = collect(replies, timeout)?;
+        match applied.contains(&Applied::Written) {
+            true => Ok(()),
+            false => Err(WriteError::Unplaced(var.into())),
+        }
+    }
+
+    /// Waits (at most `timeout`) until a run has taken this control;
+    /// whether one has.
+    pub fn wait_running(&self, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if self.run.lock().is_ok_and(|r| r.is_some()) {
+                return true;
+            }
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// The index of `var` and the queues of the run now going.
+    fn target(&self, var: &str) -> Result<(u16, Vec<Sender<Command>>), WriteError> {
+        let run = self.run.lock().map_err(|_| WriteError::NotRunning)?;
+        let run = run.as_ref().ok_or(WriteError::NotRunning)?;
+        let index = run
+            .names
+            .iter()
+            .position(|n| n == var)
+            .ok_or_else(|| WriteError::NoSuchVar(var.into()))?;
+        Ok((index as u16, run.queues.clone()))
+    }
+
+    fn start(&self, names: Arc<Vec<String>>, queues: Vec<Sender<Command>>) {
+        if let Ok(mut run) = self.run.lock() {
+            *run = Some(ControlRun { names, queues });
+        }
+    }
+
+    fn end(&self) {
+        if let Ok(mut run) = self.run.lock() {
+            *run = None;
+        }
+    }
+}
+
+type Reply = Receiver<Result<Applied, WriteError>>;
+
+/// Queues a command to each worker; refused whole if any queue is full
+/// (none is sent then: each is tried before any is sent).
+fn send_all(
+    queues: &[Sender<Command>],
+    var: u16,
+    op: impl Fn(usize) -> ControlOp,
+) -> Result<Vec<Reply>, WriteError> {
+    if queues.iter().any(Sender::is_full) {
+        return Err(WriteError::Busy);
+    }
+    let mut replies = Vec::with_capacity(queues.len());
+    for (w, q) in queues.iter().enumerate() {
+        let (reply, answer) = bounded(1);
+        q.try_send(Command {
+            var,
+            op: op(w),
+            reply,
+        })
+        .map_err(|e| match e {
+            TrySendError::Full(_) => WriteError::Busy,
+            TrySendError::Disconnected(_) => WriteError::NotRunning,
+        })?;
+        replies.push(answer);
+    }
+    Ok(replies)
+}
+
+fn collect(replies: Vec<Reply>, timeout: std::time::Duration) -> Result<Vec<Applied>, WriteError> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut applied = Vec::with_capacity(replies.len());
+    let mut error = None;
+    for r in replies {
+        match r.recv_deadline(deadline) {
+            Ok(Ok(a)) => applied.push(a),
+            Ok(Err(e)) => error = error.or(Some(e)),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => return Err(WriteError::Timeout),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                return Err(WriteError::NotRunning)
+            }
+        }
+    }
+    match error {
+        Some(e) => Err(e),
+        None => Ok(applied),
+    }
+}
+
+/// Applies one command to a worker's shard.
+fn apply_command(shard: &mut Shard, names: &[String], cmd: Command) {
+    let name = || {
+        names
+            .get(cmd.var as usize)
+            .cloned()
+            .unwrap_or_else(|| cmd.var.to_string())
+    };
+    let outcome = match cmd.op {
+        ControlOp::Set(value) => match shard.vars.get_mut(cmd.var as usize) {
+            Some(state::Var::Value(held)) => {
+                let unset = matches!(held, Value::None | Value::Unit);
+                if unset || std::mem::discriminant(held) == std::mem::discriminant(&value) {
+                    *held = value;
+                    Ok(Applied::Written)
+                } else {
+                    Err(WriteError::Kind {
+                        var: name(),
+                        held: kind_name(held),
+                        given: kind_name(&value),
+                    })
+                }
+            }
+            Some(_) => Err(WriteError::NotScalar(name())),
+            None => Err(WriteError::NoSuchVar(name())),
+        },
+        ControlOp::Entry { key, value, create } => {
+            match shard.holds(cmd.var, &key) {
+                Err(_) => Err(WriteError::NotDict(name())),
+                Ok(false) if !create => Ok(Applied::NotHeld),
+                Ok(_) => {
+                    let refused = shard.dict_full;
+                    match shard.dict_set(cmd.var, &key, value) {
+                        Ok(()) if shard.dict_full > refused => {
+                            // The refusal is the API's, not a frame's.
+                            shard.dict_full = refused;
+                            Err(WriteError::Full(name()))
+                        }
+                        Ok(()) => Ok(Applied::Written),
+                        Err(_) => Err(WriteError::NotDict(name())),
+                    }
+                }
+            }
+        }
+    };
+    let _ = cmd.reply.try_send(outcome);
 }

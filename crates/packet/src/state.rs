@@ -924,6 +924,18 @@ pub(crate) fn table_counts(names: &[&str], shards: &[&Shard]) -> Map<String, Jso
     out
 }
 
+impl Shard {
+    /// Whether dictionary `i` holds `key` (encoded) now: for a control
+    /// write, which goes to the shard owning the key.
+    pub(crate) fn holds(&mut self, i: u16, key: &[u8]) -> Result<bool, Fault> {
+        let now = self.now;
+        Ok(match self.dict(i)? {
+            Dict::Plain { entries, .. } => entries.contains_key(key),
+            Dict::Timed(t) => !matches!(t.get(key, now), Value::None),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

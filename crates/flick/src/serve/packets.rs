@@ -19,6 +19,7 @@
 //! routes to it by name.
 
 use super::{DeploySpec, Refusal};
+use crate::reload::{DictOf, Scalar, StateVar};
 use crate::table_load::TableLoader;
 use flick_machine::{MachineService, Program};
 use flick_packet::{Binding, BoundPort, PacketConfig, PacketService, PortUse};
@@ -29,6 +30,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// Why a packet service takes no weight.
+pub const NO_WEIGHT: &str = "a service on packet ports runs on packet threads of its own, not on the shared scheduler that weights divide, so it takes no weight";
 
 /// How long a read waits for the dump it asked for.
 pub const DUMP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -86,14 +90,37 @@ pub struct Running {
     pub reserved: u64,
     pub version: u64,
     pub deploy_us: u64,
+    /// Globals carried over from the version it replaced.
+    pub carried: Vec<String>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Result<String, String>>>,
+    /// What the run said when it ended: its line and (a packet
+    /// program's) final `global` state, or why it failed.
+    thread: Option<JoinHandle<Result<Ended, String>>>,
     dump_request: Arc<AtomicBool>,
     /// Where a packet program's dumps are written.
     dump_path: PathBuf,
     packet_stats: Option<Arc<flick_packet::LiveStats>>,
     machine: Option<MachineParts>,
+    /// A packet program's state: its declared variables, and the
+    /// configuration whose `control` writes them while it runs.
+    state: Option<PacketState>,
 }
+
+/// A run's last line and a packet program's final `global` state.
+type Ended = (String, Option<serde_json::Map<String, Json>>);
+
+/// What writing a packet program's `global` state needs.
+struct PacketState {
+    vars: Vec<StateVar>,
+    /// Per variable (by name): a dictionary's key kind, if it is one the
+    /// API can give (an integer or a string).
+    keys: Vec<(String, Option<Scalar>)>,
+    config: PacketConfig,
+}
+
+/// How long a state write waits for the workers to apply it: they look
+/// between batches, and an idle one at least every 50 ms.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn refuse(status: u16, message: impl Into<String>) -> Refusal {
     Refusal::new(status, message)
@@ -177,7 +204,30 @@ fn start_packet(spec: &DeploySpec, dumps: &Path) -> Result<Running, Refusal> {
         dump_request: Some(dump_request.clone()),
         dump_path: Some(dump_path.clone()),
         stats: Some(stats.clone()),
+        control: Some(Arc::default()),
         ..PacketConfig::default()
+    };
+    let process = &checked.processes[0];
+    let state = PacketState {
+        vars: crate::reload::state_vars(process),
+        keys: process
+            .state
+            .iter()
+            .map(|v| {
+                let key = match &v.ty {
+                    flick_check::Ty::Dict(key, ..) => match &**key {
+                        flick_check::Ty::Int { .. } => Some(Scalar::Int),
+                        flick_check::Ty::Str { .. } | flick_check::Ty::Bytes { .. } => {
+                            Some(Scalar::Bytes)
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                (v.name.clone(), key)
+            })
+            .collect(),
+        config: config.clone(),
     };
     let service = PacketService::new(loaded, config).map_err(|e| refuse(422, e.to_string()))?;
     let mut bound = Vec::new();
@@ -218,7 +268,7 @@ fn start_packet(spec: &DeploySpec, dumps: &Path) -> Result<Running, Refusal> {
         .spawn(move || {
             service
                 .run(bindings, &stopping)
-                .map(|s| s.line())
+                .map(|s| (s.line(), Some(s.state)))
                 .map_err(|e| e.to_string())
         })
         .map_err(|e| refuse(500, format!("cannot start the packet thread: {e}")))?;
@@ -228,12 +278,14 @@ fn start_packet(spec: &DeploySpec, dumps: &Path) -> Result<Running, Refusal> {
         reserved,
         version: 1,
         deploy_us: 0,
+        carried: Vec::new(),
         stop,
         thread: Some(thread),
         dump_request,
         dump_path,
         packet_stats: Some(stats),
         machine: None,
+        state: Some(state),
     })
 }
 
@@ -311,7 +363,7 @@ fn start_machine(spec: &DeploySpec) -> Result<Running, Refusal> {
         .spawn(move || {
             service
                 .run(inputs, outputs, &stopping, Some(swaps))
-                .map(|s| s.line())
+                .map(|s| (s.line(), None))
                 .map_err(|e| e.to_string())
         })
         .map_err(|e| refuse(500, format!("cannot start the machine's thread: {e}")))?;
@@ -321,11 +373,13 @@ fn start_machine(spec: &DeploySpec) -> Result<Running, Refusal> {
         reserved,
         version: 1,
         deploy_us: 0,
+        carried: Vec::new(),
         stop,
         thread: Some(thread),
         dump_request,
         dump_path: PathBuf::new(),
         packet_stats: None,
+        state: None,
         machine: Some(MachineParts {
             program: Arc::new(Mutex::new(program)),
             loader: Mutex::new(loader),
@@ -344,23 +398,38 @@ impl Running {
     }
 
     /// Stops its threads and closes its ports; what the run said.
-    pub fn stop(mut self) -> Json {
+    pub fn stop(self) -> Json {
+        self.stop_keeping().0
+    }
+
+    /// Stops it as [`Running::stop`] does; what the run said, and its
+    /// final state with the types it was declared with (a packet
+    /// program's), for a new version to take over.
+    pub fn stop_keeping(mut self) -> (Json, Option<Carried>) {
         let started = Instant::now();
         self.stop.store(true, Ordering::Relaxed);
+        let mut carried = None;
         let summary = match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(Ok(line))) => json!(line),
+            Some(Ok(Ok((line, state)))) => {
+                carried = state.zip(self.state.take()).map(|(values, s)| Carried {
+                    vars: s.vars,
+                    values,
+                });
+                json!(line)
+            }
             Some(Ok(Err(e))) => json!(format!("error: {e}")),
             Some(Err(_)) => json!("the service's thread panicked"),
             None => Json::Null,
         };
         let _ = std::fs::remove_file(&self.dump_path);
-        json!({
+        let answer = json!({
             "name": self.spec.name,
             "drained": true,
             "clients_left": 0,
             "summary": summary,
             "stop_us": started.elapsed().as_micros() as u64,
-        })
+        });
+        (answer, carried)
     }
 
     /// A machine redeployed with the same ports: its tables replaced, flow
@@ -487,7 +556,7 @@ impl Running {
             "kind": self.kind.name(),
             "version": self.version,
             "deploy_us": self.deploy_us,
-            "carried": [],
+            "carried": self.carried,
             "weight": super::DEFAULT_WEIGHT,
             "running": self.running(),
             "bindings": { "ports": self.spec.ports },
@@ -607,10 +676,13 @@ impl Running {
     /// a program's text (`{"file": F, "program": TEXT}`), atomically
     /// between two frames.
     pub fn write(&mut self, path: &str, body: &[u8]) -> Result<Json, Refusal> {
+        if let Some(state) = &self.state {
+            return state.write(&self.spec.name, path, body);
+        }
         let Some(m) = &self.machine else {
             return Err(refuse(
                 422,
-                format!("`{path}`: a packet program's state is read only through the API"),
+                format!("`{path}`: this service has no state to write"),
             ));
         };
         if path != "table" {
@@ -657,5 +729,309 @@ impl MachineParts {
                 Ok(outcome.micros)
             }
         }
+    }
+}
+
+/// A stopped packet program's final `global` state, with the types it
+/// declared, for the version replacing it.
+pub struct Carried {
+    vars: Vec<StateVar>,
+    values: serde_json::Map<String, Json>,
+}
+
+impl Carried {
+    /// As saved in the state directory: each global's declared type and
+    /// its value as the dump shows it.
+    pub fn to_saved(&self) -> Json {
+        let mut out = serde_json::Map::new();
+        for var in self.vars.iter().filter(|v| v.global) {
+            if let Some(v) = self.values.get(&var.name) {
+                out.insert(var.name.clone(), json!({ "type": var.ty, "value": v }));
+            }
+        }
+        Json::Object(out)
+    }
+
+    /// What [`Carried::to_saved`] wrote; `None` if it is not that.
+    pub fn from_saved(saved: &Json) -> Option<Carried> {
+        let mut vars = Vec::new();
+        let mut values = serde_json::Map::new();
+        for (name, entry) in saved.as_object()? {
+            vars.push(StateVar {
+                name: name.clone(),
+                ty: entry["type"].as_str()?.to_string(),
+                global: true,
+                dict: None,
+                scalar: None,
+            });
+            values.insert(name.clone(), entry["value"].clone());
+        }
+        Some(Carried { vars, values })
+    }
+}
+
+/// Bytes from a dump's text for them: `0x` and hex digits where they were
+/// not printable (see the packet crate's `state::text`), else the text.
+fn dumped_bytes(text: &str) -> Vec<u8> {
+    let hex = text
+        .strip_prefix("0x")
+        .filter(|h| !h.is_empty() && h.len() % 2 == 0 && h.bytes().all(|c| c.is_ascii_hexdigit()));
+    match hex {
+        Some(h) => (0..h.len())
+            .step_by(2)
+            .filter_map(|i| u8::from_str_radix(&h[i..i + 2], 16).ok())
+            .collect(),
+        None => text.as_bytes().to_vec(),
+    }
+}
+
+/// A scalar from a dump's JSON, of the kind declared.
+fn dumped_value(kind: Scalar, j: &Json) -> Option<flick_exec::Value> {
+    use flick_exec::Value;
+    match (kind, j) {
+        (Scalar::Int, Json::Number(n)) => n.as_i64().map(Value::Int),
+        (Scalar::Bool, Json::Bool(b)) => Some(Value::Bool(*b)),
+        (Scalar::Bytes, Json::String(t)) => Some(Value::Bytes(dumped_bytes(t).into())),
+        _ => None,
+    }
+}
+
+impl PacketState {
+    fn var(&self, service: &str, name: &str) -> Result<&StateVar, Refusal> {
+        self.vars
+            .iter()
+            .find(|v| v.name == name && v.global)
+            .ok_or_else(|| refuse(404, format!("`{name}` is not global state of `{service}`")))
+    }
+
+    fn key_kind(&self, name: &str) -> Option<Scalar> {
+        self.keys.iter().find(|(n, _)| n == name).and_then(|k| k.1)
+    }
+
+    /// `PUT state/VAR` (a scalar global, in every worker's shard) or
+    /// `PUT state/VAR/KEY` (an entry, in the shard owning the key),
+    /// checked against the declared types as a socket service's are.
+    fn write(&self, service: &str, path: &str, body: &[u8]) -> Result<Json, Refusal> {
+        use flick_exec::Value;
+        let control = self
+            .config
+            .control
+            .as_ref()
+            .ok_or_else(|| refuse(500, "the program takes no state writes"))?;
+        // Read paths name globals under `globals/`; a write may too.
+        let path = path.strip_prefix("globals/").unwrap_or(path);
+        let Some((name, key)) = path.split_once('/') else {
+            let var = self.var(service, path)?;
+            if var.dict.is_some() {
+                return Err(refuse(
+                    400,
+                    format!(
+                        "`{path}` is a {}, not a value: write an entry at state/{path}/KEY",
+                        var.ty
+                    ),
+                ));
+            }
+            let (j, value) = super::scalar_of(&self.vars, path, body)?;
+            let value = match value {
+                flick_platform::StateValue::Int(n) => Value::Int(n),
+                flick_platform::StateValue::Bool(b) => Value::Bool(b),
+                flick_platform::StateValue::Bytes(b) => Value::Bytes(b.into()),
+                _ => return Err(refuse(400, "give an integer, a boolean or a string")),
+            };
+            control
+                .write_global(path, value, WRITE_TIMEOUT)
+                .map_err(|e| refuse(e.status(), format!("`{path}`: {e}")))?;
+            tracing::info!(service = %service, global = %path, value = %j, "state written");
+            return Ok(json!({ "path": path, "value": j }));
+        };
+        let var = self.var(service, name)?;
+        let (kind, max) = match &var.dict {
+            Some(DictOf::Values(kind, max)) => (*kind, *max),
+            Some(_) => {
+                return Err(refuse(
+                    422,
+                    format!("`{name}` is a {}: a packet service's entries are written where they are integers, booleans or strings", var.ty),
+                ))
+            }
+            None => {
+                return Err(refuse(
+                    400,
+                    format!("`{name}` is a {}, not a dictionary: write it at state/{name}", var.ty),
+                ))
+            }
+        };
+        let key_value = match self.key_kind(name) {
+            Some(Scalar::Int) => Value::Int(key.parse().map_err(|_| {
+                refuse(400, format!("a key of `{name}` is an integer, not `{key}`"))
+            })?),
+            Some(_) => Value::Bytes(key.as_bytes().into()),
+            None => {
+                return Err(refuse(
+                    422,
+                    format!("the keys of `{name}` ({}) are neither integers nor strings: its entries are not written through the API", var.ty),
+                ))
+            }
+        };
+        let j: Json = serde_json::from_slice(body)
+            .map_err(|e| refuse(400, format!("the body is not JSON: {e}")))?;
+        let entry = super::entry_value_of(name, &j, kind, max)?;
+        let value = match &entry {
+            flick_platform::EntryValue::Int(n) => Value::Int(*n),
+            flick_platform::EntryValue::Bool(b) => Value::Bool(*b),
+            flick_platform::EntryValue::Bytes(b) | flick_platform::EntryValue::Message(b) => {
+                Value::Bytes(b.as_slice().into())
+            }
+        };
+        control
+            .write_entry(name, &key_value, value, WRITE_TIMEOUT)
+            .map_err(|e| refuse(e.status(), format!("`{path}`: {e}")))?;
+        tracing::info!(service = %service, dictionary = %name, key = %key, "dictionary entry written");
+        let mut answer = super::entry_answer(name, key.as_bytes());
+        super::entry_json(&mut answer, &entry);
+        Ok(answer)
+    }
+
+    /// Gives the program the `global` values and entries of `carried`
+    /// whose variable it declares with the same type; their names.
+    fn take_over(&self, service: &str, carried: &Carried) -> Vec<String> {
+        let Some(control) = self.config.control.as_ref() else {
+            return Vec::new();
+        };
+        if !control.wait_running(WRITE_TIMEOUT) {
+            tracing::warn!(service = %service, "the new version did not start in time: no state carried");
+            return Vec::new();
+        }
+        let mut given = Vec::new();
+        for var in self.vars.iter().filter(|v| v.global) {
+            let same = carried
+                .vars
+                .iter()
+                .any(|o| o.name == var.name && o.global && o.ty == var.ty);
+            let Some(old) = carried.values.get(&var.name).filter(|_| same) else {
+                continue;
+            };
+            let ok = match (&var.dict, var.scalar, old) {
+                (None, Some(kind), j) => dumped_value(kind, j)
+                    .is_some_and(|v| control.write_global(&var.name, v, WRITE_TIMEOUT).is_ok()),
+                (Some(DictOf::Values(kind, _)), _, Json::Object(entries)) => {
+                    let key_kind = self.key_kind(&var.name);
+                    let mut all = key_kind.is_some();
+                    for (k, v) in entries.iter().filter(|_| key_kind.is_some()) {
+                        let key = match key_kind {
+                            Some(Scalar::Int) => k.parse().ok().map(flick_exec::Value::Int),
+                            _ => Some(flick_exec::Value::Bytes(dumped_bytes(k).into())),
+                        };
+                        let written = key.zip(dumped_value(*kind, v)).is_some_and(|(key, v)| {
+                            control
+                                .write_entry(&var.name, &key, v, WRITE_TIMEOUT)
+                                .is_ok()
+                        });
+                        all &= written;
+                    }
+                    all
+                }
+                _ => false,
+            };
+            if ok {
+                given.push(var.name.clone());
+            } else {
+                tracing::warn!(service = %service, global = %var.name, "not carried over whole");
+            }
+        }
+        given
+    }
+}
+
+impl Running {
+    /// A new version's state from the one it replaced (see
+    /// [`Running::stop_keeping`]); the globals given back, by name.
+    pub fn take_over(&self, carried: &Carried) -> Vec<String> {
+        match &self.state {
+            Some(s) => s.take_over(&self.spec.name, carried),
+            None => Vec::new(),
+        }
+    }
+
+    /// Its counters for `/metrics`, read at each scrape (a packet
+    /// program's; a machine's are in `status`).
+    pub fn collector(&self) -> Option<Box<dyn prometheus_client::collector::Collector>> {
+        self.packet_stats
+            .clone()
+            .map(|stats| Box::new(PacketCollector(stats)) as Box<_>)
+    }
+}
+
+/// Reads a packet program's counters at each scrape: per port frames in,
+/// out and lost, and the program's drops, malformed frames and faults,
+/// named as `flick run --metrics` names them.
+#[derive(Debug)]
+struct PacketCollector(Arc<flick_packet::LiveStats>);
+
+impl prometheus_client::collector::Collector for PacketCollector {
+    fn encode(
+        &self,
+        mut e: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::MetricType;
+        let s = &self.0;
+        let r = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        type PortCounter = fn(&flick_packet::PortStats) -> u64;
+        let per_port: [(&str, &str, PortCounter); 5] = [
+            ("flick_packet_rx_frames", "Frames received.", |p| {
+                p.rx_frames.load(Ordering::Relaxed)
+            }),
+            ("flick_packet_tx_frames", "Frames sent.", |p| {
+                p.tx_frames.load(Ordering::Relaxed)
+            }),
+            (
+                "flick_packet_rx_overflow",
+                "Frames of a live port lost for want of a buffer or queue room.",
+                |p| p.rx_overflow.load(Ordering::Relaxed),
+            ),
+            (
+                "flick_packet_tx_errors",
+                "Frames a port failed to send.",
+                |p| p.tx_errors.load(Ordering::Relaxed),
+            ),
+            ("flick_packet_rx_bytes", "Bytes of frames received.", |p| {
+                p.rx_bytes.load(Ordering::Relaxed)
+            }),
+        ];
+        for (name, help, f) in per_port {
+            let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for p in s.ports() {
+                let labels = [("port", p.name.as_str())];
+                ConstCounter::new(f(p)).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        let totals = [
+            (
+                "flick_packet_dropped",
+                "Frames the program sent nowhere.",
+                s.workers_sum(|w| &w.dropped),
+            ),
+            (
+                "flick_packet_malformed",
+                "Frames that did not parse.",
+                r(&s.malformed),
+            ),
+            (
+                "flick_packet_faults",
+                "Frames whose rule or steer faulted.",
+                s.workers_sum(|w| &w.faults) + r(&s.steer_faults),
+            ),
+            (
+                "flick_packet_dict_full",
+                "New keys refused by full dictionaries.",
+                s.workers_sum(|w| &w.dict_full),
+            ),
+        ];
+        for (name, help, v) in totals {
+            let m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+            ConstCounter::new(v).encode(m)?;
+        }
+        Ok(())
     }
 }
