@@ -1871,6 +1871,12 @@ fn found_differences_stay_fixed() {
                 .to_vec(),
         ),
         (
+            "numbers with a leading +, as memcached's strtol reads them",
+            b"set key-4 +1 +0 +1\r\n5\r\nincr key-4 +2\r\ntouch key-4 +100\r\n\
+              gat +100 key-4\r\nms key-4 +1\r\n6\r\nget key-4\r\nset key-4 0 0 +-1\r\n"
+                .to_vec(),
+        ),
+        (
             "missing keys and a stored key over 250 bytes",
             format!(
                 "get\r\nget \r\n   \r\n\r\ndelete\r\nmg\r\nms key-3\r\nset {over} 0 0 1\r\nx\r\n"

@@ -1373,6 +1373,16 @@ fn a_lone_cr_is_a_byte_of_its_token() {
         (b"incr k 1\r\r\n", "incr", Some("k"), &[("value", 1)]),
         (b"touch k -5\r\r\n", "touch", Some("k"), &[("exptime", -5)]),
         (b"ms k 2\r\r\nhi\r\n", "ms", Some("k"), &[("bytes", 2)]),
+        // A leading `+` as strtol takes it.
+        (
+            b"set k +1 +0 +1\r\nx\r\n",
+            "set",
+            Some("k"),
+            &[("flags", 1), ("exptime", 0), ("bytes", 1)],
+        ),
+        (b"incr k +2\r\n", "incr", Some("k"), &[("value", 2)]),
+        (b"touch k +5\r\n", "touch", Some("k"), &[("exptime", 5)]),
+        (b"gat -5 k\r\n", "gat", Some("k"), &[("exptime", -5)]),
         // memcached reads a meta flag by its first byte: `q\r` is quiet.
         (b"mg k v q\r\r\n", "mg", Some("k"), &[("noreply", 1)]),
     ];
@@ -1401,6 +1411,10 @@ fn a_lone_cr_is_a_byte_of_its_token() {
         (b"set k 0 0 abc\r\n", Some(1)),
         (b"set k abc 0 1\r\n", Some(1)),
         (b"set k 0 0 1x\r\n", Some(1)),
+        (b"set k 0 0 +-1\r\n", Some(1)),
+        (b"set k -1 0 1\r\n", Some(1)),
+        (b"incr k -1\r\n", Some(4)),
+        (b"touch k 1+\r\n", Some(7)),
     ] {
         let e = parse_err("request", bytes);
         assert_eq!(
