@@ -252,6 +252,9 @@ impl Reactor {
             Interest::READABLE | Interest::WRITABLE,
         )?;
         self.io().registrations.fetch_add(1, Ordering::Relaxed);
+        if let Some(w) = writer {
+            self.waker.mark_writer(w);
+        }
         Ok(IoToken {
             worker,
             listener: None,

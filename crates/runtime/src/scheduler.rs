@@ -64,10 +64,14 @@
 //! The slot is off by default: measured on the HTTP balancer, the static
 //! server and the Memcached proxy at one worker it gained no throughput and
 //! cost CPU per request (docs/performance.md, "Hand-off between a
-//! connection's tasks"); a shared backend writer woken by one client after
-//! another runs once per request instead of once per batch. It is turned on
-//! with `FLICK_HANDOFF=1` when a scheduler starts, or
-//! [`Scheduler::set_handoff`].
+//! connection's tasks"): a writer run as soon as it is woken writes each
+//! response on its own, and each write wakes a peer that went back to
+//! sleep, where writers taken from the queue write in bursts. It is turned
+//! on with `FLICK_HANDOFF=1` when a scheduler starts, or
+//! [`Scheduler::set_handoff`]; `FLICK_HANDOFF=readers` (or
+//! [`Scheduler::set_handoff_skips_writers`]) hands off every task but those
+//! registered as a stream's writer (`io.rs` marks them), which measured no
+//! better either.
 //!
 //! # Sleeping
 //!
@@ -198,6 +202,9 @@ struct Slot {
     state: AtomicU8,
     /// The task's group, set when its id is reserved.
     group: AtomicU32,
+    /// The task writes a socket (registered as a stream's writer): it is
+    /// never handed off (see the module doc), so that writes come in bursts.
+    writes: AtomicBool,
     task: Mutex<Option<Box<dyn Task>>>,
 }
 
@@ -220,6 +227,9 @@ struct Shared {
     /// Whether a task woken by a run on its own worker goes to the
     /// worker's hand-off slot (see the module doc); read on every such wake.
     handoff: AtomicBool,
+    /// Whether socket writers go to the queue even with the slot on
+    /// (`FLICK_HANDOFF=readers`).
+    handoff_skips_writers: AtomicBool,
     slots: Vec<Slot>,
     free: Mutex<Vec<u32>>,
     queues: Vec<Mutex<RunQueue>>,
@@ -254,10 +264,12 @@ impl Shared {
         let shared = Arc::new(Shared {
             policy: config.policy,
             handoff: AtomicBool::new(handoff_enabled()),
+            handoff_skips_writers: AtomicBool::new(handoff_skips_writers()),
             slots: (0..capacity)
                 .map(|_| Slot {
                     state: AtomicU8::new(FREE),
                     group: AtomicU32::new(DEFAULT_GROUP),
+                    writes: AtomicBool::new(false),
                     task: Mutex::new(None),
                 })
                 .collect(),
@@ -328,6 +340,8 @@ impl Shared {
             if !std::ptr::eq(h.running_for.get(), self)
                 || h.worker.get() != home
                 || h.chain.get() >= MAX_HANDOFFS
+                || (self.handoff_skips_writers.load(Ordering::Relaxed)
+                    && self.slots[id as usize].writes.load(Ordering::Relaxed))
                 || (h.group.get() != group && self.shared_by_groups())
             {
                 return false;
@@ -627,7 +641,16 @@ fn handoff_enabled() -> bool {
     #[cfg(loom)]
     return true;
     #[cfg(not(loom))]
-    return std::env::var_os("FLICK_HANDOFF").is_some_and(|v| v == "1");
+    return std::env::var_os("FLICK_HANDOFF").is_some_and(|v| v == "1" || v == "readers");
+}
+
+/// Whether the slot leaves socket writers to the queue:
+/// `FLICK_HANDOFF=readers`.
+fn handoff_skips_writers() -> bool {
+    #[cfg(loom)]
+    return false;
+    #[cfg(not(loom))]
+    return std::env::var_os("FLICK_HANDOFF").is_some_and(|v| v == "readers");
 }
 
 /// Wakes tasks from anywhere: other tasks, I/O threads, timers.
@@ -714,6 +737,13 @@ impl Waker {
 
     pub(crate) fn io(&self) -> &IoShared {
         &self.shared.io
+    }
+
+    /// Marks task `id` as a socket's writer, until its id is taken again.
+    pub(crate) fn mark_writer(&self, id: TaskId) {
+        self.shared.slots[id.0 as usize]
+            .writes
+            .store(true, Ordering::Relaxed);
     }
 }
 
@@ -821,6 +851,7 @@ impl Scheduler {
         }
         let slot = &self.shared.slots[id as usize];
         slot.group.store(group, Ordering::Relaxed);
+        slot.writes.store(false, Ordering::Relaxed);
         slot.state.store(RESERVED, Ordering::Release);
         Ok(TaskId(id))
     }
@@ -841,6 +872,14 @@ impl Scheduler {
     /// wakes from then on follow it, a task already in a slot runs there.
     pub fn set_handoff(&self, on: bool) {
         self.shared.handoff.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether, with hand-off on, tasks registered as a stream's writer
+    /// are left to the queue (`FLICK_HANDOFF=readers` at start).
+    pub fn set_handoff_skips_writers(&self, skip: bool) {
+        self.shared
+            .handoff_skips_writers
+            .store(skip, Ordering::Relaxed);
     }
 
     /// Groups alive now, besides the default one.

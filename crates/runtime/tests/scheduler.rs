@@ -546,3 +546,61 @@ fn a_second_hand_off_sends_the_first_to_the_queue() {
     wait_for("all ran", || order.lock().unwrap().len() == 3);
     assert_eq!(*order.lock().unwrap(), [0, 2, 1]);
 }
+
+/// With writers left to the queue, a task registered as a stream's writer
+/// is not handed off: it runs behind the tasks queued before it.
+#[test]
+fn a_streams_writer_is_not_handed_off_when_writers_are_skipped() {
+    let s = scheduler(1, Policy::default());
+    s.set_handoff(true);
+    s.set_handoff_skips_writers(true);
+    let waker = s.waker();
+    let ids: Vec<_> = (0..3).map(|_| s.reserve().unwrap()).collect();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let armed = Arc::new(AtomicUsize::new(0));
+    for (n, id) in ids.iter().enumerate().skip(1) {
+        let (order, runs, armed) = (order.clone(), runs.clone(), armed.clone());
+        s.start_task(
+            *id,
+            Box::new(move |_: &mut Timeslice| {
+                runs.fetch_add(1, Ordering::AcqRel);
+                if armed.load(Ordering::Acquire) == 1 {
+                    order.lock().unwrap().push(n);
+                }
+                TaskStatus::Idle
+            }),
+        );
+    }
+    wait_for("both ran once", || runs.load(Ordering::Acquire) == 2);
+    // Registered now, task 1 is a writer; the stream's first readiness
+    // (writable) wakes it once more.
+    let reactor = flick_runtime::io::Reactor::start(s.waker()).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (_server, _) = listener.accept().unwrap();
+    client.set_nonblocking(true).unwrap();
+    let mut stream = mio::net::TcpStream::from_std(client);
+    let token = reactor
+        .register_stream(&mut stream, None, Some(ids[1]))
+        .unwrap();
+    wait_for("the writer was woken by its stream", || {
+        runs.load(Ordering::Acquire) == 3
+    });
+    armed.store(1, Ordering::Release);
+    let (o, w, next) = (order.clone(), waker.clone(), ids.clone());
+    s.start_task(
+        ids[0],
+        Box::new(move |_: &mut Timeslice| {
+            o.lock().unwrap().push(0);
+            // 2 takes the slot; 1, the writer, would push it out to the
+            // queue if it were handed off, but is queued itself.
+            w.wake(next[2]);
+            w.wake(next[1]);
+            TaskStatus::Done
+        }),
+    );
+    wait_for("all ran", || order.lock().unwrap().len() >= 3);
+    assert_eq!(*order.lock().unwrap(), [0, 2, 1]);
+    reactor.deregister_stream(&mut stream, token);
+}
