@@ -397,11 +397,14 @@ fn packet_state_written_carried_over_a_redeploy_and_counted_in_metrics() {
     ok(&ctl(&state, &deploy));
     wait_sockets(pid, 1);
     let series = "flick_packet_rx_frames_total{service=\"quota\",port=\"wire\"}";
-    assert_eq!(
-        sample(&metrics(&state), series),
-        Some(0),
-        "before any frame"
-    );
+    // The port's counters are published once its run has started.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut before = sample(&metrics(&state), series);
+    while before.is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        before = sample(&metrics(&state), series);
+    }
+    assert_eq!(before, Some(0), "before any frame");
 
     // Scalars, checked against their declared types.
     let w = json(&ctl(

@@ -34,6 +34,10 @@
 //!    to the free pool themselves and the writer has nothing to do.
 //!
 //! Output files are therefore the same whatever the number of workers.
+//!
+//! State written from outside while running ([`StateControl`], an API's
+//! writes) reaches each worker on a bounded queue of its own, which it
+//! drains between batches: the frame path takes no lock for it.
 
 use crate::host::{Edits, FieldTable, FrameHost, Sends, FRAME};
 use crate::rewrite;

@@ -13,7 +13,11 @@
 //!
 //! State is read from a dump taken between two frames without stopping
 //! (the one SIGUSR1 asks for under `flick run`), and a path names a part
-//! of it. A machine's `table` is written whole from a program's text.
+//! of it. A machine's `table` is written whole from a program's text; a
+//! packet program's `global` values and entries are written through its
+//! workers' write queues (`PacketConfig::control`), carried into a new
+//! version on redeploy and saved at a clean stop. Its counters are read
+//! for `/metrics` at each scrape.
 //!
 //! This module must not touch the socket services' registry: `serve.rs`
 //! routes to it by name.
@@ -677,6 +681,15 @@ impl Running {
     /// between two frames.
     pub fn write(&mut self, path: &str, body: &[u8]) -> Result<Json, Refusal> {
         if let Some(state) = &self.state {
+            if !self.running() {
+                return Err(refuse(
+                    409,
+                    format!(
+                        "service `{}` has stopped (its inputs ended)",
+                        self.spec.name
+                    ),
+                ));
+            }
             return state.write(&self.spec.name, path, body);
         }
         let Some(m) = &self.machine else {
@@ -818,6 +831,10 @@ impl PacketState {
             .control
             .as_ref()
             .ok_or_else(|| refuse(500, "the program takes no state writes"))?;
+        // Just deployed, its run may not have taken the control yet.
+        if !control.wait_running(WRITE_TIMEOUT) {
+            return Err(refuse(503, "the program did not start in time"));
+        }
         // Read paths name globals under `globals/`; a write may too.
         let path = path.strip_prefix("globals/").unwrap_or(path);
         let Some((name, key)) = path.split_once('/') else {
