@@ -35,17 +35,21 @@ pub(crate) fn flatten(module: &Module, func: FuncId) -> Option<Flat> {
         sites: Vec::new(),
         regs: module.functions.get(func as usize)?.regs as usize,
     };
-    inline(module, func, 0, None, &mut flat, 0)?;
+    inline(module, func, 0, &[], None, &mut flat, 0)?;
     (flat.regs <= Reg::MAX as usize).then_some(flat)
 }
 
-/// Appends `func`'s body with its registers at `base`. A callee's
-/// `Return` becomes a move to `ret` (caller's register, absolute) and a
-/// jump past the body; the entry function's stays a `Return`.
+/// Appends `func`'s body with its registers at `base`. A parameter the
+/// body never writes is the caller's register it was given (`args`,
+/// absolute), not a copy: the caller's registers do not change while the
+/// callee runs. A callee's `Return` becomes a move to `ret` (caller's
+/// register, absolute) and a jump past the body; the entry function's
+/// stays a `Return`.
 fn inline(
     module: &Module,
     func: FuncId,
     base: usize,
+    args: &[Reg],
     ret: Option<Reg>,
     flat: &mut Flat,
     depth: usize,
@@ -54,7 +58,20 @@ fn inline(
         return None;
     }
     let f = module.functions.get(func as usize)?;
-    let r = |x: Reg| -> Option<Reg> { Reg::try_from(base + x as usize).ok() };
+    let mut renamed: Vec<Option<Reg>> = args.iter().map(|a| Some(*a)).collect();
+    for op in &f.code {
+        if let Some(w) = written(op) {
+            if let Some(slot) = renamed.get_mut(w as usize) {
+                *slot = None;
+            }
+        }
+    }
+    let r = |x: Reg| -> Option<Reg> {
+        match renamed.get(x as usize) {
+            Some(Some(given)) => Some(*given),
+            _ => Reg::try_from(base + x as usize).ok(),
+        }
+    };
     // Where each operation of `f` starts in the flat body, and the jumps
     // to patch once every start is known.
     let mut starts = vec![0u32; f.code.len() + 1];
@@ -91,11 +108,15 @@ fn inline(
                 if flat.regs > Reg::MAX as usize {
                     return None;
                 }
-                for (i, a) in args.iter().enumerate() {
-                    let dst = Reg::try_from(window + i).ok()?;
-                    push(flat, Op::Move { dst, src: r(*a)? });
+                let given: Vec<Reg> = args.iter().map(|a| r(*a)).collect::<Option<_>>()?;
+                let callee_renamed = renamed_params(callee);
+                for (i, a) in given.iter().enumerate() {
+                    if !callee_renamed.get(i).copied().unwrap_or(false) {
+                        let dst = Reg::try_from(window + i).ok()?;
+                        push(flat, Op::Move { dst, src: *a });
+                    }
                 }
-                inline(module, *g, window, Some(r(*dst)?), flat, depth + 1)?;
+                inline(module, *g, window, &given, Some(r(*dst)?), flat, depth + 1)?;
                 continue;
             }
             Op::Return { src } => match ret {
@@ -122,6 +143,52 @@ fn inline(
         flat.code[at] = Op::Jump { to: end };
     }
     Some(())
+}
+
+/// Per parameter of `f`: whether inlining renames it to the caller's
+/// register (`f` never writes it).
+fn renamed_params(f: &crate::code::Function) -> Vec<bool> {
+    let mut renamed = vec![true; f.params as usize];
+    for op in &f.code {
+        if let Some(slot) = written(op).and_then(|w| renamed.get_mut(w as usize)) {
+            *slot = false;
+        }
+    }
+    renamed
+}
+
+/// The register `op` writes, if any (a `StoreRef`'s target counts: it
+/// writes the register when the target is no state).
+fn written(op: &Op) -> Option<Reg> {
+    match op {
+        Op::Const { dst, .. }
+        | Op::Move { dst, .. }
+        | Op::Chan { dst, .. }
+        | Op::LoadState { dst, .. }
+        | Op::Field { dst, .. }
+        | Op::Index { dst, .. }
+        | Op::Unary { dst, .. }
+        | Op::Binary { dst, .. }
+        | Op::Builtin { dst, .. }
+        | Op::Record { dst, .. }
+        | Op::List { dst, .. }
+        | Op::Tuple { dst, .. }
+        | Op::Call { dst, .. }
+        | Op::Merge { dst, .. }
+        | Op::StateRef { dst, .. }
+        | Op::Deref { dst, .. } => Some(*dst),
+        Op::Push { list, .. } => Some(*list),
+        Op::StoreRef { target, .. } => Some(*target),
+        Op::IndexSet { .. }
+        | Op::StoreState { .. }
+        | Op::Send { .. }
+        | Op::Jump { .. }
+        | Op::JumpIfFalse { .. }
+        | Op::MergeFold { .. }
+        | Op::Release { .. }
+        | Op::CheckSlice
+        | Op::Return { .. } => None,
+    }
 }
 
 /// `op` with its registers moved by `r` (no jumps, calls or returns).
