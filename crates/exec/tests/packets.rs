@@ -294,3 +294,43 @@ fun f: ([-/pkt] outs, p: pkt) -> ()
     let bound = parts.iter().find(|(w, _)| w.starts_with("values")).unwrap();
     assert!(bound.1 >= 30, "{parts:?}");
 }
+
+/// A flattened rule (calls inlined, see `compiled.rs`) allocates nothing
+/// per run once warm either.
+#[test]
+fn flattened_rules_allocate_nothing_once_warm() {
+    let src = "fun port_of: (p: pkt) -> (integer)
+  if p.src_port = None:
+    p.dst_port
+  else:
+    p.src_port
+
+fun route: (p: pkt) -> (integer)
+  let k = pack(p.ip_src, port_of(p), p.name)
+  if in_prefix(p.ip_src, \"10.0.0.0/8\") and port_of(p) = 53:
+    hash(k) mod 7 + frame_len(p) * 2 - port_of(p)
+  else:
+    0
+";
+    let (m, _) = module(src);
+    let f = m.functions.iter().position(|f| f.name == "route").unwrap() as u16;
+    let mut h = PacketHost::new();
+    let mut vm = Vm::for_function(&m, f);
+    vm.set_interpreted(false);
+    assert!(vm.runs_compiled(&m, f), "the rule is flattened");
+    let once = |vm: &mut Vm, h: &mut PacketHost| {
+        vm.start(&m, f, &[Value::Msg(0)]);
+        vm.run(&m, h, &mut Timeslice::unlimited()).unwrap()
+    };
+    let first = once(&mut vm, &mut h);
+    let Outcome::Done(Value::Int(n)) = first else {
+        panic!("an integer, not {first:?}");
+    };
+    assert!(n >= 196 - 53, "{n}");
+    COUNTING.with(|c| c.set(true));
+    for _ in 0..100 {
+        assert_eq!(once(&mut vm, &mut h), first);
+    }
+    COUNTING.with(|c| c.set(false));
+    assert_eq!(ALLOCATIONS.with(Cell::get), 0, "allocations once warm");
+}
