@@ -206,6 +206,10 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
         *v == 3
     });
     assert_eq!(context, 3, "host 5's flow context");
+    let outside = "flick_machine_rx_frames_total{service=\"gate\",port=\"outside\"}";
+    assert_eq!(sample_until(&state, outside, 3), Some(3));
+    let inside = "flick_machine_tx_frames_total{service=\"gate\",port=\"inside\"}";
+    assert_eq!(sample_until(&state, inside, 3), Some(3));
 
     // The table replaced through the API: the verdict changes, the
     // context lives on.
@@ -368,6 +372,19 @@ fn metrics(state: &Path) -> String {
     text
 }
 
+/// The sample `series` of `/metrics` once it is `want`, or as it is after
+/// 10 s: a counter is stored a little after its frame moves.
+fn sample_until(state: &Path, series: &str, want: u64) -> Option<u64> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = sample(&metrics(state), series);
+        if v == Some(want) || Instant::now() > deadline {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The value of the sample whose line starts with `series`, if served.
 fn sample(text: &str, series: &str) -> Option<u64> {
     text.lines()
@@ -443,8 +460,8 @@ fn packet_state_written_carried_over_a_redeploy_and_counted_in_metrics() {
     let passed = read_until(&state, "quota", "globals/passed", |v| *v == 2);
     let dump = json(&ctl(&state, &["--json", "read", "quota", "dump"]));
     assert_eq!(passed, 2, "frames within the written limit of 3: {dump}");
+    assert_eq!(sample_until(&state, series, 4), Some(4));
     let text = metrics(&state);
-    assert_eq!(sample(&text, series), Some(4), "{text}");
     assert!(
         text.contains("flick_packet_dropped_total{service=\"quota\"}"),
         "{text}"

@@ -969,12 +969,32 @@ impl Running {
         }
     }
 
-    /// Its counters for `/metrics`, read at each scrape (a packet
-    /// program's; a machine's are in `status`).
+    /// Its counters for `/metrics`, read at each scrape, named as `flick
+    /// run --metrics` names them.
     pub fn collector(&self) -> Option<Box<dyn prometheus_client::collector::Collector>> {
-        self.packet_stats
-            .clone()
-            .map(|stats| Box::new(PacketCollector(stats)) as Box<_>)
+        if let Some(stats) = &self.packet_stats {
+            return Some(Box::new(PacketCollector(stats.clone())));
+        }
+        let m = self.machine.as_ref()?;
+        let mut ports: Vec<(u8, String)> = Vec::new();
+        for flag in &self.spec.ports {
+            if let Ok((name, _)) = PortSpec::parse_named(flag) {
+                if let Some(n) = m.port_number(&name) {
+                    let shown = m
+                        .channels
+                        .get(n as usize - 1)
+                        .cloned()
+                        .unwrap_or_else(|| n.to_string());
+                    ports.push((n, shown));
+                }
+            }
+        }
+        ports.sort();
+        ports.dedup();
+        Some(Box::new(MachineCollector {
+            stats: m.stats.clone(),
+            ports,
+        }))
     }
 }
 
@@ -1043,6 +1063,82 @@ impl prometheus_client::collector::Collector for PacketCollector {
                 "flick_packet_dict_full",
                 "New keys refused by full dictionaries.",
                 s.workers_sum(|w| &w.dict_full),
+            ),
+        ];
+        for (name, help, v) in totals {
+            let m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+            ConstCounter::new(v).encode(m)?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads a machine's counters at each scrape: per port frames in, out and
+/// sent nowhere, and its engine's counters.
+#[derive(Debug)]
+struct MachineCollector {
+    stats: Arc<flick_machine::service::LiveStats>,
+    /// Each bound port's number and name.
+    ports: Vec<(u8, String)>,
+}
+
+impl prometheus_client::collector::Collector for MachineCollector {
+    fn encode(
+        &self,
+        mut e: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::MetricType;
+        let s = &self.stats;
+        let r = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let per_port: [(&str, &str, &[std::sync::atomic::AtomicU64]); 3] = [
+            ("flick_machine_rx_frames", "Frames received.", &s.received),
+            ("flick_machine_tx_frames", "Frames sent.", &s.sent),
+            (
+                "flick_machine_dropped",
+                "Frames the machine sent nowhere, by the port they came in on.",
+                &s.dropped_from,
+            ),
+        ];
+        for (name, help, counts) in per_port {
+            let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (n, port) in &self.ports {
+                let labels = [("port", port.as_str())];
+                let v = counts.get(*n as usize).map_or(0, r);
+                ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        let totals = [
+            (
+                "flick_machine_unbound",
+                "Sends to a port number no --port binds.",
+                r(&s.unbound),
+            ),
+            (
+                "flick_machine_unparsed",
+                "Frames the packet grammar did not parse.",
+                r(&s.unparsed),
+            ),
+            (
+                "flick_machine_table_full",
+                "New flow contexts refused by a full table.",
+                s.workers_sum(|w| &w.table_full),
+            ),
+            (
+                "flick_machine_evicted",
+                "Flow contexts evicted for new ones.",
+                s.workers_sum(|w| &w.evicted),
+            ),
+            (
+                "flick_machine_expired",
+                "Flow contexts found past their idle or hard timeout.",
+                s.workers_sum(|w| &w.expired),
+            ),
+            (
+                "flick_machine_table_swaps",
+                "Table replacements taken, summed over the workers.",
+                s.workers_sum(|w| &w.swaps),
             ),
         ];
         for (name, help, v) in totals {
