@@ -1510,19 +1510,17 @@ struct Command {
 
 enum ControlOp {
     Set(Value),
-    Entry {
-        key: Vec<u8>,
-        value: Value,
-        /// Whether the entry is made where the shard does not hold the key.
+    /// Entries (keys encoded), one command for many so that a whole
+    /// dictionary costs one wait for each worker.
+    Entries {
+        entries: Arc<Vec<(Vec<u8>, Value)>>,
+        /// Whether an entry is made where the shard does not hold its key.
         create: bool,
     },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Applied {
-    Written,
-    NotHeld,
-}
+/// Values a worker wrote for one command.
+type Applied = usize;
 
 /// Why a state write was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -1612,26 +1610,42 @@ impl StateControl {
         value: Value,
         timeout: std::time::Duration,
     ) -> Result<(), WriteError> {
-        let mut encoded = Vec::new();
-        match key {
-            Value::Int(_) => {
-                state::encode_key(key, &|_| None, &mut encoded);
+        match self.write_entries(var, vec![(key.clone(), value)], timeout)? {
+            0 => Err(WriteError::Unplaced(var.into())),
+            _ => Ok(()),
+        }
+    }
+
+    /// Sets many entries of `var` as [`StateControl::write_entry`] sets
+    /// one, in one command to each worker (a whole dictionary carried
+    /// over a redeploy); how many were written. Each worker stops at the
+    /// first entry it has no room for ([`WriteError::Full`]).
+    pub fn write_entries(
+        &self,
+        var: &str,
+        entries: Vec<(Value, Value)>,
+        timeout: std::time::Duration,
+    ) -> Result<usize, WriteError> {
+        let mut encoded = Vec::with_capacity(entries.len());
+        for (key, value) in entries {
+            let mut k = Vec::new();
+            match &key {
+                Value::Int(_) => {
+                    state::encode_key(&key, &|_| None, &mut k);
+                }
+                Value::Bytes(b) => state::encode_bytes_key(b, &mut k),
+                other => return Err(WriteError::Key(kind_name(other))),
             }
-            Value::Bytes(b) => state::encode_bytes_key(b, &mut encoded),
-            other => return Err(WriteError::Key(kind_name(other))),
+            encoded.push((k, value));
         }
         let (index, queues) = self.target(var)?;
         let create = queues.len() == 1;
-        let replies = send_all(&queues, index, |_| ControlOp::Entry {
-            key: encoded.clone(),
-            value: value.clone(),
+        let entries = Arc::new(encoded);
+        let replies = send_all(&queues, index, |_| ControlOp::Entries {
+            entries: entries.clone(),
             create,
         })?;
-        let applied = collect(replies, timeout)?;
-        match applied.contains(&Applied::Written) {
-            true => Ok(()),
-            false => Err(WriteError::Unplaced(var.into())),
-        }
+        Ok(collect(replies, timeout)?.iter().sum())
     }
 
     /// Waits (at most `timeout`) until a run has taken this control;
@@ -1737,7 +1751,7 @@ fn apply_command(shard: &mut Shard, names: &[String], cmd: Command) {
                 let unset = matches!(held, Value::None | Value::Unit);
                 if unset || std::mem::discriminant(held) == std::mem::discriminant(&value) {
                     *held = value;
-                    Ok(Applied::Written)
+                    Ok(1)
                 } else {
                     Err(WriteError::Kind {
                         var: name(),
@@ -1749,23 +1763,34 @@ fn apply_command(shard: &mut Shard, names: &[String], cmd: Command) {
             Some(_) => Err(WriteError::NotScalar(name())),
             None => Err(WriteError::NoSuchVar(name())),
         },
-        ControlOp::Entry { key, value, create } => {
-            match shard.holds(cmd.var, &key) {
-                Err(_) => Err(WriteError::NotDict(name())),
-                Ok(false) if !create => Ok(Applied::NotHeld),
-                Ok(_) => {
-                    let refused = shard.dict_full;
-                    match shard.dict_set(cmd.var, &key, value) {
-                        Ok(()) if shard.dict_full > refused => {
-                            // The refusal is the API's, not a frame's.
-                            shard.dict_full = refused;
-                            Err(WriteError::Full(name()))
-                        }
-                        Ok(()) => Ok(Applied::Written),
-                        Err(_) => Err(WriteError::NotDict(name())),
+        ControlOp::Entries { entries, create } => {
+            let mut written = 0;
+            let mut outcome = Ok(0);
+            for (key, value) in entries.iter() {
+                match shard.holds(cmd.var, key) {
+                    Err(_) => {
+                        outcome = Err(WriteError::NotDict(name()));
+                        break;
+                    }
+                    Ok(false) if !create => continue,
+                    Ok(_) => {}
+                }
+                let refused = shard.dict_full;
+                match shard.dict_set(cmd.var, key, value.clone()) {
+                    Ok(()) if shard.dict_full > refused => {
+                        // The refusal is the API's, not a frame's.
+                        shard.dict_full = refused;
+                        outcome = Err(WriteError::Full(name()));
+                        break;
+                    }
+                    Ok(()) => written += 1,
+                    Err(_) => {
+                        outcome = Err(WriteError::NotDict(name()));
+                        break;
                     }
                 }
             }
+            outcome.map(|_: usize| written)
         }
     };
     let _ = cmd.reply.try_send(outcome);

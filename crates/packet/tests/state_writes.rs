@@ -182,10 +182,16 @@ fn with_several_workers_an_entry_goes_to_the_shard_holding_its_key() {
 fn with_one_worker_a_new_key_is_made_and_an_integer_set() {
     let state = run_with(1, |entry, global| {
         entry("last", 999, 7).unwrap();
+        for k in 100..110 {
+            entry("last", k, k * 2).unwrap();
+        }
         entry("last", 3, 70).unwrap();
         global("count", 12345).unwrap();
     });
     assert_eq!(state["last"]["999"], 7);
+    for k in 100..110 {
+        assert_eq!(state["last"][k.to_string()], k * 2);
+    }
     assert_eq!(state["last"]["3"], 70);
     assert_eq!(state["count"], 12345);
 }

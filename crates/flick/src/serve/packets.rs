@@ -932,20 +932,21 @@ impl PacketState {
                     .is_some_and(|v| control.write_global(&var.name, v, WRITE_TIMEOUT).is_ok()),
                 (Some(DictOf::Values(kind, _)), _, Json::Object(entries)) => {
                     let key_kind = self.key_kind(&var.name);
-                    let mut all = key_kind.is_some();
-                    for (k, v) in entries.iter().filter(|_| key_kind.is_some()) {
-                        let key = match key_kind {
-                            Some(Scalar::Int) => k.parse().ok().map(flick_exec::Value::Int),
-                            _ => Some(flick_exec::Value::Bytes(dumped_bytes(k).into())),
-                        };
-                        let written = key.zip(dumped_value(*kind, v)).is_some_and(|(key, v)| {
-                            control
-                                .write_entry(&var.name, &key, v, WRITE_TIMEOUT)
-                                .is_ok()
-                        });
-                        all &= written;
-                    }
-                    all
+                    let pairs: Vec<_> = entries
+                        .iter()
+                        .filter(|_| key_kind.is_some())
+                        .filter_map(|(k, v)| {
+                            let key = match key_kind {
+                                Some(Scalar::Int) => k.parse().ok().map(flick_exec::Value::Int)?,
+                                _ => flick_exec::Value::Bytes(dumped_bytes(k).into()),
+                            };
+                            Some((key, dumped_value(*kind, v)?))
+                        })
+                        .collect();
+                    let whole = key_kind.is_some() && pairs.len() == entries.len();
+                    // One command for the whole dictionary.
+                    let written = control.write_entries(&var.name, pairs, WRITE_TIMEOUT);
+                    whole && written.is_ok_and(|n| n == entries.len())
                 }
                 _ => false,
             };
