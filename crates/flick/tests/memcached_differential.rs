@@ -1854,6 +1854,17 @@ fn found_differences_stay_fixed() {
             b"mg missing-q v q\r\r\nms key-2 1 q\r\r\nw\r\nmg key-2 v\r\n".to_vec(),
         ),
         (
+            "any meta flag token beginning with q is quiet, among other flags and an opaque",
+            b"mg missing-qx v qx\r\nmg missing-qfoo qfoo O12\r\nms key-22 1 T0 qx O123\r\nz\r\n\
+              mg key-22 k qz Oab v\r\nmd missing-qq qq O7\r\nmd key-22 O8 q1\r\nmg key-22 v\r\n\
+              ms key-22 1 qx F5\r\nw\r\nmg key-22 f v\r\n"
+                .to_vec(),
+        ),
+        (
+            "a q flag twice, or a Q, is answered: CLIENT_ERROR",
+            b"mg missing-q v q qx\r\nmg missing-q v Q\r\nmd missing-q qa q\r\n".to_vec(),
+        ),
+        (
             "too few tokens is ERROR before any is checked: a bad one in a short line too",
             b"set key-3 abc\r\nset key-3 0 abc\ncas key-3 0 0 abc\r\ncas key-3 0 abc 1\r\n"
                 .to_vec(),

@@ -1538,6 +1538,13 @@ impl UnitGen<'_> {
                 format!("Val::Bytes(after({a}, {b}))")
             }
             Builtin::Trim => format!("Val::Bytes(trim({}))", self.bytes_c(arg(0)?, sc, dollar)?),
+            // As the evaluator's: a negative length fails.
+            Builtin::Prefix => {
+                let (b, n) = (self.bytes_c(arg(0)?, sc, dollar)?, self.int_c(arg(1)?, sc, dollar)?);
+                format!(
+                    "{{ let b: &[u8] = {b}; let n: i128 = {n}; match usize::try_from(n) {{ Ok(n) => Val::Bytes(&b[..b.len().min(n)]), Err(_) => {FB} }} }}"
+                )
+            }
             Builtin::Only => {
                 let (a, b) = (self.bytes_c(arg(0)?, sc, dollar)?, self.bytes_c(arg(1)?, sc, dollar)?);
                 int(format!("only({a}, {b})"))

@@ -226,6 +226,11 @@ impl<'a> Env<'a> {
                 self.bytes(&args[1])?,
             ))),
             Builtin::Trim => Ok(Val::Bytes(trim(self.bytes(&args[0])?))),
+            Builtin::Prefix => {
+                let (b, n) = (self.bytes(&args[0])?, self.int(&args[1])?);
+                let n = usize::try_from(n).map_err(|_| EvalFail)?;
+                Ok(Val::Bytes(&b[..b.len().min(n)]))
+            }
             Builtin::Only => bool(only(self.bytes(&args[0])?, self.bytes(&args[1])?)),
             Builtin::PctEncoded => bool(pct_encoded(self.bytes(&args[0])?)),
             Builtin::Elem => {

@@ -71,6 +71,9 @@ pub enum Builtin {
     After,
     /// The bytes without the spaces and tabs around them.
     Trim,
+    /// `prefix(b, n)`: the first n bytes of b (all of b if shorter); a
+    /// Memcached meta flag is its token's first byte.
+    Prefix,
     /// `only(b, "CLASS")`: is every byte of b in the class? The class is
     /// compiled to a 256-bit map (32 bytes, bit `c % 8` of byte `c / 8`),
     /// the call's second argument.

@@ -1435,3 +1435,91 @@ fn a_lone_cr_is_a_byte_of_its_token() {
         ],
     );
 }
+
+/// memcached reads a meta flag by its token's first byte (the rest is
+/// its argument), so any token beginning with `q` is quiet, wherever it
+/// stands among the flags; `Q` is no flag, and a `q` inside a token is
+/// an argument.
+#[test]
+fn a_meta_flag_beginning_with_q_is_quiet() {
+    let cases: &[(&[u8], i128)] = &[
+        (b"mg k v qx\r\n", 1),
+        (b"mg k qfoo\r\n", 1),
+        (b"mg k O123 qq v\r\n", 1),
+        (b"md k q1 O8\r\n", 1),
+        (b"ma k qa\r\n", 1),
+        (b"ms k 1 T0 qx O1\r\nz\r\n", 1),
+        (b"mg k v Q\r\n", 0),
+        (b"mg k Oq vq\r\n", 0),
+        (b"mg k v\r\n", 0),
+    ];
+    for (bytes, quiet) in cases {
+        let p = parse_one("request", bytes);
+        let m = p.message(bytes);
+        let shown = String::from_utf8_lossy(bytes);
+        assert_eq!(m.int("noreply"), Some(*quiet), "{shown:?}");
+        // The tokens themselves are kept whole, as the client wrote them.
+        assert_eq!(reserialize("request", bytes), *bytes, "{shown:?}");
+    }
+}
+
+/// `prefix(b, n)`: the first n bytes, all of b when shorter, a failure
+/// for a negative n.
+#[test]
+fn prefix_takes_the_first_bytes() {
+    const GRAMMAR: &str = r#"grammar prefixes;
+type m = unit {
+    word : bytes &before_any = "\n" &max = 64;
+    : "\n";
+    var one : bytes &parse = prefix(self.word, 1);
+    var three : bytes &parse = prefix(self.word, 3);
+    var none : bytes &parse = prefix(self.word, 0);
+    var q : uint8 &parse = prefix(self.word, 1) == "q";
+    : bytes &length = 0 &requires = len(prefix(self.word, len(self.word) - 4)) >= 0;
+};
+"#;
+    let g = Arc::new(Grammar::from_source("prefixes", GRAMMAR).unwrap());
+    let unit = g.unit_id("m").unwrap();
+    let mut p = g.parser(unit);
+    let msg = b"qfoo\n";
+    assert!(matches!(p.parse(msg), Ok(Progress::Done(5))));
+    let m = p.message(msg);
+    assert_eq!(m.bytes("one"), Some(&b"q"[..]));
+    assert_eq!(m.bytes("three"), Some(&b"qfo"[..]));
+    assert_eq!(m.bytes("none"), Some(&b""[..]));
+    assert_eq!(m.int("q"), Some(1));
+    // A word of three bytes asks for a prefix of -1: the check fails.
+    let mut p = g.parser(unit);
+    assert!(p.parse(b"Qfo\n").is_err());
+    let mut p = g.parser(unit);
+    let msg = b"Qfoo\n";
+    assert!(matches!(p.parse(msg), Ok(Progress::Done(5))));
+    assert_eq!(p.message(msg).int("q"), Some(0));
+}
+
+proptest! {
+    /// Any flag token, among any others: the request is quiet exactly
+    /// when some token's first byte is `q`.
+    #[test]
+    fn quiet_is_a_flag_token_beginning_with_q(
+        command in prop::sample::select(vec!["mg", "md", "ma", "ms"]),
+        flags in proptest::collection::vec("[a-zA-Z0-9q]{1,6}", 0..6),
+    ) {
+        let mut line = format!("{command} k");
+        if command == "ms" {
+            line.push_str(" 1");
+        }
+        for f in &flags {
+            line.push(' ');
+            line.push_str(f);
+        }
+        line.push_str("\r\n");
+        if command == "ms" {
+            line.push_str("z\r\n");
+        }
+        let bytes = line.as_bytes();
+        let p = parse_one("request", bytes);
+        let quiet = flags.iter().any(|f| f.starts_with('q'));
+        prop_assert_eq!(p.message(bytes).int("noreply"), Some(i128::from(quiet)));
+    }
+}
