@@ -269,6 +269,9 @@ pub struct Vm {
     /// Which module `flats` belongs to (addresses of the module and its
     /// functions, and their count).
     flats_of: (usize, usize, usize),
+    /// Other modules' flattened functions, for a `Vm` that runs several
+    /// programs' functions in turn (a dispatcher steering for each).
+    other_flats: Vec<((usize, usize, usize), Vec<Option<Option<Flat>>>)>,
     /// The flattened function being run, and where it is.
     flat_run: Option<(FuncId, u32)>,
     /// Whether to interpret everything; `None`: as `FLICK_INTERPRET` says.
@@ -278,6 +281,9 @@ pub struct Vm {
     /// key with no dictionary operation between is answered from it.
     lookup: Option<(u16, Value, Value)>,
 }
+
+/// Modules besides the last one whose flattened functions a `Vm` keeps.
+const MODULES_KEPT: usize = 8;
 
 /// Whether `FLICK_INTERPRET=1` asks for the interpreter only (read once).
 fn interpret_forced() -> bool {
@@ -327,8 +333,22 @@ impl Vm {
             module.functions.len(),
         );
         if self.flats_of != of {
-            self.flats.clear();
-            self.flats.resize_with(module.functions.len(), || None);
+            // Kept for when that module's functions run again; a few
+            // modules at most, so a lookup is a short scan.
+            let mine = std::mem::take(&mut self.flats);
+            match self.other_flats.iter().position(|(o, _)| *o == of) {
+                Some(i) => {
+                    let (_, theirs) = self.other_flats.swap_remove(i);
+                    self.flats = theirs;
+                }
+                None => self.flats.resize_with(module.functions.len(), || None),
+            }
+            if self.flats_of != (0, 0, 0) {
+                self.other_flats.push((self.flats_of, mine));
+                if self.other_flats.len() > MODULES_KEPT {
+                    self.other_flats.remove(0);
+                }
+            }
             self.flats_of = of;
         }
         let Some(slot) = self.flats.get_mut(func as usize) else {

@@ -388,3 +388,39 @@ fn the_examples_rules_are_flattened() {
         assert!(vm.runs_compiled(&m, m.processes[0].items[0].func));
     }
 }
+
+/// One `Vm` running two programs' rules in turn (a dispatcher steering
+/// for each) keeps both flattened, and each run does what a fresh
+/// interpreter's does.
+#[test]
+fn a_vm_alternating_between_modules_keeps_each_flattened() {
+    let a = module(EXAMPLES[0].1);
+    let b = module(EXAMPLES[2].1);
+    let frames: Vec<Frame> = (0..6)
+        .map(|i| Frame {
+            fields: (0..80).map(|f| Value::Int((f * 7 + i) % 9)).collect(),
+            payload: vec![i as u8; 16],
+            len: 64 + i,
+        })
+        .collect();
+    let mut vm = Vm::default();
+    vm.set_interpreted(false);
+    let (mut ha, mut hb) = (ModelHost::default(), ModelHost::default());
+    let (mut ra, mut rb) = (ModelHost::default(), ModelHost::default());
+    for frame in &frames {
+        for (m, h, reference) in [(&a, &mut ha, &mut ra), (&b, &mut hb, &mut rb)] {
+            let f = entry_points(m)[0];
+            assert!(vm.runs_compiled(m, f));
+            h.frame = Some(frame.clone());
+            reference.frame = Some(frame.clone());
+            let mut fresh = Vm::default();
+            fresh.set_interpreted(true);
+            assert_eq!(
+                run_one(m, &mut vm, h, f, &[Value::Msg(0)]),
+                run_one(m, &mut fresh, reference, f, &[Value::Msg(0)])
+            );
+        }
+    }
+    assert_eq!(ha.dicts, ra.dicts);
+    assert_eq!(hb.dicts, rb.dicts);
+}
