@@ -265,13 +265,12 @@ pub struct Vm {
     scratch: Vec<u8>,
     /// Flattened functions of the module last started, by function id
     /// (`None` inside: that function is interpreted).
-    flats: Vec<Option<Option<Flat>>>,
-    /// Which module `flats` belongs to (addresses of the module and its
-    /// functions, and their count).
-    flats_of: (usize, usize, usize),
+    flats: Flats,
+    /// Which module `flats` belongs to.
+    flats_of: ModuleIdentity,
     /// Other modules' flattened functions, for a `Vm` that runs several
     /// programs' functions in turn (a dispatcher steering for each).
-    other_flats: Vec<((usize, usize, usize), Vec<Option<Option<Flat>>>)>,
+    other_flats: Vec<(ModuleIdentity, Flats)>,
     /// The flattened function being run, and where it is.
     flat_run: Option<(FuncId, u32)>,
     /// Whether to interpret everything; `None`: as `FLICK_INTERPRET` says.
@@ -281,6 +280,14 @@ pub struct Vm {
     /// key with no dictionary operation between is answered from it.
     lookup: Option<(u16, Value, Value)>,
 }
+
+/// Per function of a module: flattened (`Some(Some)`), left to the
+/// interpreter (`Some(None)`), or not yet asked (`None`).
+type Flats = Vec<Option<Option<Flat>>>;
+
+/// A module as a `Vm` tells modules apart: the addresses of the module
+/// and of its functions, and how many functions it has.
+type ModuleIdentity = (usize, usize, usize);
 
 /// Modules besides the last one whose flattened functions a `Vm` keeps.
 const MODULES_KEPT: usize = 8;
