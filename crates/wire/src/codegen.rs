@@ -1060,6 +1060,15 @@ impl UnitGen<'_> {
             });
         }
         let union: HashSet<String> = arms.iter().flat_map(|a| a.set.iter().cloned()).collect();
+        // A slot this message already wrote on every path before the switch
+        // (a field of the same name set by an earlier switch) holds what the
+        // interpreter holds: an arm that does not set it leaves it so.
+        let before: HashSet<String> = sc
+            .assigned
+            .iter()
+            .cloned()
+            .chain(sc.vals.keys().map(|rel| sc.base.at(*rel)))
+            .collect();
         if let Some(top) = self.arm_stack.last_mut() {
             top.1 |= arms.iter().fold(0, |m, a| m | a.bit | a.inside);
         }
@@ -1098,7 +1107,11 @@ impl UnitGen<'_> {
                     self.line(&format!("{j} = {}; {v} = {local};", self.ints[local]));
                 }
             }
-            let mut rest: Vec<String> = union.difference(&a.set).cloned().collect();
+            let mut rest: Vec<String> = union
+                .difference(&a.set)
+                .filter(|idx| !before.contains(*idx))
+                .cloned()
+                .collect();
             rest.sort();
             // Which arms may have stored these is known once the whole unit
             // is generated.
