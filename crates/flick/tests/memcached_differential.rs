@@ -774,6 +774,8 @@ impl Gen {
                         flags.push(Some(match f {
                             "O" => self.opaque(&key),
                             "T" | "N" => format!("{f}{}", self.rng.pick(&[0, 3600, 86400])),
+                            // memcached reads a flag by its first byte.
+                            "q" => self.rng.pick(&["q", "q", "qx", "q1"]).to_string(),
                             _ => f.to_string(),
                         }));
                     }
@@ -818,6 +820,7 @@ impl Gen {
                             "C" => Some(format!("C{BOGUS_CAS}")),
                             "O" => Some(self.opaque(&key)),
                             "T" => Some(format!("T{}", self.rng.pick(&[0, 3600]))),
+                            "q" => Some(self.rng.pick(&["q", "qq", "q0"]).to_string()),
                             _ => Some(f.to_string()),
                         });
                     }
@@ -1330,8 +1333,10 @@ fn text_commands_match_one_memcached() {
 }
 
 /// Meta commands (mg with v k c t f s q h O T N; ms with its modes and
-/// T F C I q O k c N; md; ma with N J D T M q O k t c v C; mn) between
-/// classic ones, from eight clients at once.
+/// T F C I q O k c N; md; ma with N J D T M q O k t c v C; mn; the quiet
+/// flag of mg and md also with an argument, `qx`, `q1`, as memcached reads
+/// a flag by its first byte) between classic ones, from eight clients at
+/// once.
 #[test]
 fn meta_commands_match_one_memcached() {
     let seed = seed("meta_commands_match_one_memcached");
