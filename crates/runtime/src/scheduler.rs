@@ -451,13 +451,13 @@ impl Shared {
         let group = slot.group.load(Ordering::Relaxed);
         let mut guard = slot.task.lock().expect("task lock");
         let task = guard.as_mut()?;
-        // The clock is read only where a run is charged; otherwise the
-        // timeslice starts at the task's first look at it.
+        // The clock is read where a run is charged. An untimed run's
+        // timeslice starts now too: one that started at the task's first
+        // look at it left an HTTP request with an empty line before it
+        // unanswered (`http_lb::max_body_bytes_limits_request_bodies_and_
+        // empty_lines_are_skipped`).
         let start = self.shared_by_groups().then(Instant::now);
-        let mut slice = match start {
-            Some(start) => Timeslice::start_at(self.policy, start),
-            None => Timeslice::start_lazy(self.policy),
-        };
+        let mut slice = Timeslice::start_at(self.policy, start.unwrap_or_else(Instant::now));
         HANDOFF.with(|h| {
             h.running_for.set(self);
             h.worker.set(me);
