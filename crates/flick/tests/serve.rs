@@ -5,7 +5,9 @@
 //! `global` state read and written, a program that does not check refused
 //! with its diagnostic, one undeployed while another keeps answering, a
 //! redeploy that carries a counter over, a restart that deploys the
-//! recorded services again, and the API's refusals. Every child process is
+//! recorded services again, and the API's refusals; a service whose rule
+//! faults or whose backend is gone answers its own clients with fault
+//! replies while its neighbours answer as before. Every child process is
 //! killed when its test ends, and every wait is bounded.
 
 mod support;
@@ -224,6 +226,99 @@ fn services_deploy_answer_undeploy_redeploy_and_come_back_after_a_restart() {
     memcached_round_trip(cache, b"serve:key3", b"three");
     assert!(http_get(count).unwrap().starts_with("HTTP/1.1 200 OK"));
     assert!(http_get(web).is_err(), "the undeployed service stays gone");
+}
+
+/// A program whose rule faults on every request (a division by zero).
+const FAULTY: &str = "\
+grammar http
+
+type request: record
+  target : string
+
+type simple_response: record
+  status : integer {size=2}
+  reason : string
+  body : string
+
+proc Faulty: (request/simple_response client)
+  global hits := 0
+  | client => respond(hits, client)
+
+fun respond: (hits: ref integer, -/simple_response client, req: request) -> ()
+  hits := hits + 1
+  hits := 10 / (hits - hits)
+  simple_response(200, \"OK\", \"never\") => client
+";
+
+#[test]
+fn a_service_that_faults_or_loses_its_backend_leaves_the_others_answering() {
+    let dir = TempDir::new("faults");
+    let state = dir.0.join("state");
+    let server = serve(&state, &[]);
+    let (web, faulty, balancer, dead) = (free_port(), free_port(), free_port(), free_port());
+    let deploy = |name: &str, file: &str, extra: &[String]| {
+        let mut args = vec!["deploy".to_string(), name.to_string(), file.to_string()];
+        args.extend(extra.iter().cloned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ok(&ctl(&state, &args));
+    };
+    deploy(
+        "web",
+        &example("static_web.flick"),
+        &["--listen".into(), format!("client=127.0.0.1:{web}")],
+    );
+    deploy(
+        "faulty",
+        &dir.file("faulty.flick", FAULTY),
+        &["--listen".into(), format!("client=127.0.0.1:{faulty}")],
+    );
+    // Nothing listens on `dead`: every request finds its backend gone.
+    deploy(
+        "balancer",
+        &example("http_lb.flick"),
+        &[
+            "--listen".into(),
+            format!("client=127.0.0.1:{balancer}"),
+            "--connect".into(),
+            format!("backends=127.0.0.1:{dead}"),
+        ],
+    );
+    let status = |answer: &str| -> u16 {
+        answer
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    };
+    for round in 0..5 {
+        let answer = http_get(faulty).unwrap();
+        assert_eq!(
+            status(&answer),
+            500,
+            "round {round}: the faulting rule's client gets the fault reply: {answer}"
+        );
+        let answer = http_get(balancer).unwrap();
+        assert!(
+            (502..=504).contains(&status(&answer)),
+            "round {round}: the balancer's client gets 502/503/504: {answer}"
+        );
+        let page = http_get(web).unwrap();
+        assert!(
+            page.starts_with("HTTP/1.1 200 OK") && page.contains("Hello from Flick"),
+            "round {round}: the neighbour answers as alone: {page}"
+        );
+    }
+    // Both still run, and the faults were counted where they happened.
+    let list = ok(&ctl(&state, &["list"]));
+    for name in ["web", "faulty", "balancer"] {
+        assert!(list.contains(name), "{name} still deployed: {list}");
+    }
+    assert_eq!(
+        ok(&ctl(&state, &["read", "faulty", "hits"])).trim(),
+        "5",
+        "each faulting request ran to its fault"
+    );
+    drop(server);
 }
 
 #[test]
