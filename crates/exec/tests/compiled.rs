@@ -42,27 +42,7 @@ const EXAMPLES: [(&str, &str); 6] = [
 /// As the packet engine's tests write them: state through `ref`
 /// parameters, calls, arithmetic that faults on some frames.
 const ENGINE_PROGRAMS: [&str; 2] = [
-    "grammar testpkt
-
-type pkt: record
-  flow : integer
-  kind : integer
-  seq : integer
-
-proc steered: (pkt/pkt inside, pkt/pkt outside)
-  global last := empty_dict
-  global count := 0
-  | inside => track(last, count, outside)
-
-fun steer: (p: pkt) -> (integer)
-  p.flow
-
-fun track: (last: ref dict<integer*integer>, count: ref integer, outside: -/pkt, p: pkt) -> ()
-  count := count + 1
-  last[p.flow] := p.seq
-  if p.kind = 1:
-    p => outside
-",
+    include_str!("../../packet/tests/programs/steered.flick"),
     "grammar testpkt
 
 type pkt: record

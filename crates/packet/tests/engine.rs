@@ -19,27 +19,7 @@ proc fwd: (pkt/pkt inside, pkt/pkt outside)
 
 /// Forwards kind 1 only, counts every frame and keeps each flow's last
 /// sequence number; steered by flow.
-const STEERED: &str = "grammar testpkt
-
-type pkt: record
-  flow : integer
-  kind : integer
-  seq : integer
-
-proc steered: (pkt/pkt inside, pkt/pkt outside)
-  global last := empty_dict
-  global count := 0
-  | inside => track(last, count, outside)
-
-fun steer: (p: pkt) -> (integer)
-  p.flow
-
-fun track: (last: ref dict<integer*integer>, count: ref integer, outside: -/pkt, p: pkt) -> ()
-  count := count + 1
-  last[p.flow] := p.seq
-  if p.kind = 1:
-    p => outside
-";
+const STEERED: &str = include_str!("programs/steered.flick");
 
 fn frames(n: usize) -> Vec<(Vec<u8>, u64)> {
     (0..n)
