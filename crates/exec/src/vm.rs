@@ -1398,18 +1398,7 @@ impl Vm {
             }));
         }
         let (x, y) = (self.int(base, a)?, self.int(base, b)?);
-        Ok(match op {
-            BinOp::Add => Value::Int(x.wrapping_add(y)),
-            BinOp::Sub => Value::Int(x.wrapping_sub(y)),
-            BinOp::Mul => Value::Int(x.wrapping_mul(y)),
-            BinOp::Div => Value::Int(x.checked_div(y).ok_or(Fault::DivideByZero)?),
-            BinOp::Mod => Value::Int(x.checked_rem_euclid(y).ok_or(Fault::DivideByZero)?),
-            BinOp::Lt => Value::Bool(x < y),
-            BinOp::Le => Value::Bool(x <= y),
-            BinOp::Gt => Value::Bool(x > y),
-            BinOp::Ge => Value::Bool(x >= y),
-            _ => unreachable!("handled above"),
-        })
+        int_binary(op, x, y)
     }
 
     fn equal(

@@ -228,27 +228,14 @@ fn services_deploy_answer_undeploy_redeploy_and_come_back_after_a_restart() {
     assert!(http_get(web).is_err(), "the undeployed service stays gone");
 }
 
-/// A program whose rule faults on every request (a division by zero).
-const FAULTY: &str = "\
-grammar http
-
-type request: record
-  target : string
-
-type simple_response: record
-  status : integer {size=2}
-  reason : string
-  body : string
-
-proc Faulty: (request/simple_response client)
-  global hits := 0
-  | client => respond(hits, client)
-
-fun respond: (hits: ref integer, -/simple_response client, req: request) -> ()
-  hits := hits + 1
-  hits := 10 / (hits - hits)
-  simple_response(200, \"OK\", \"never\") => client
-";
+/// `COUNTER` whose rule faults on every request, after counting it (a
+/// division by zero).
+fn faulty_counter() -> String {
+    COUNTER.replace(
+        "  hits := hits + 1\n",
+        "  hits := hits + 1\n  hits := 10 / (hits - hits)\n",
+    )
+}
 
 #[test]
 fn a_service_that_faults_or_loses_its_backend_leaves_the_others_answering() {
@@ -269,7 +256,7 @@ fn a_service_that_faults_or_loses_its_backend_leaves_the_others_answering() {
     );
     deploy(
         "faulty",
-        &dir.file("faulty.flick", FAULTY),
+        &dir.file("faulty.flick", &faulty_counter()),
         &["--listen".into(), format!("client=127.0.0.1:{faulty}")],
     );
     // Nothing listens on `dead`: every request finds its backend gone.
