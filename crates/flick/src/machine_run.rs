@@ -397,6 +397,14 @@ pub fn run(
     let Some((program, channels)) = load(path, color) else {
         return ExitCode::FAILURE;
     };
+    // Handlers go in before any port opens: a supervisor that waits for the
+    // ports and then signals must never meet the default action (exit).
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        let _ = signal_hook::flag::register(sig, stop.clone());
+    }
+    let dump_request = Arc::new(AtomicBool::new(false));
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGUSR1, dump_request.clone());
     let (inputs, outputs) = match open_ports(ports, &channels) {
         Ok(p) => p,
         Err(e) => {
@@ -431,12 +439,6 @@ pub fn run(
     if workers.is_some_and(|w| w > 1) && service.workers() == 1 {
         eprintln!("note: one worker serves this program: it has several stages with flow keys, or writes a global register");
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        let _ = signal_hook::flag::register(sig, stop.clone());
-    }
-    let dump_request = Arc::new(AtomicBool::new(false));
-    let _ = signal_hook::flag::register(signal_hook::consts::SIGUSR1, dump_request.clone());
     let dump_to = dump.map(String::from);
     service.dump_on(
         dump_request,

@@ -103,6 +103,13 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
         });
     }
     let dump_request = Arc::new(AtomicBool::new(false));
+    // Handlers go in before any port opens: a supervisor that waits for the
+    // ports and then signals must never meet the default action (exit).
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        let _ = signal_hook::flag::register(sig, stop.clone());
+    }
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGUSR1, dump_request.clone());
     let stats = Arc::new(LiveStats::default());
     let config = PacketConfig {
         workers: r
@@ -270,11 +277,6 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
         }
         all_bindings.push(bindings);
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        let _ = signal_hook::flag::register(sig, stop.clone());
-    }
-    let _ = signal_hook::flag::register(signal_hook::consts::SIGUSR1, dump_request);
     let metrics = match r.settings.metrics {
         None => None,
         Some(addr) => {
