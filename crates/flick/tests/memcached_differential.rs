@@ -87,11 +87,17 @@
 //! refuses these itself and keeps the client's connection, whose other
 //! requests share backend connections (see `no_cross_talk.rs`); binary
 //! verbosity is such an unknown opcode to memcached 1.6.
+//! Nor is a get of a key over 250 bytes among other requests: memcached
+//! 1.6 answers it `CLIENT_ERROR bad command line format` and, on that
+//! path (`process_get_command` calls `conn_release_items`), throws away
+//! every reply of the same read not yet written, so `set a 0 0 1`, `x`,
+//! `get <251 bytes>` written at once gets only the CLIENT_ERROR (1.6.18:
+//! STORED lost; `version`, `get <251 bytes>`, `version` loses the first
+//! VERSION). A proxy must not lose a client's replies; Flick answers each
+//! request (`a_long_get_key_costs_no_other_reply`), and the long get
+//! alone is compared in `found_differences_stay_fixed`.
 //!
-//! Requests whose replies through the proxy differ from memcached's where
-//! a proxy could match them (Flick differences: some sequences around a
-//! get key over 250 bytes) are left out of the random sequences unless
-//! `FLICK_DIFF_KNOWN=1`. Those fixed since (a meta `EN` with flags, a meta
+//! Differences found once (a meta `EN` with flags, a meta
 //! `k` flag of a 250-byte key, a get key over 250 bytes alone, a token
 //! after a command's last argument, a `set` or `ms` over 1 MiB, which
 //! memcached also drops the old item for, a `\r` inside a token, too few
@@ -449,9 +455,6 @@ struct Gen {
     /// Whether an immediate flush was sent: no delayed one may follow it
     /// (see the top of the file).
     flushed: bool,
-    /// Whether to send requests whose replies through the proxy are known
-    /// to differ (`FLICK_DIFF_KNOWN=1`).
-    known: bool,
 }
 
 impl Gen {
@@ -467,7 +470,6 @@ impl Gen {
             flushed: false,
             touched: [false; COUNTERS],
             sent: Vec::new(),
-            known: std::env::var("FLICK_DIFF_KNOWN").is_ok_and(|v| v == "1"),
         }
     }
 
@@ -686,16 +688,13 @@ impl Gen {
             }
             _ => {
                 // Requests memcached refuses, each with its own reply. A
-                // get of a key over 250 bytes (7) is answered as memcached
-                // answers it alone (`found_differences_stay_fixed`), but
-                // some sequences around it still differ, not yet
-                // understood: only with FLICK_DIFF_KNOWN=1.
+                // get of a key over 250 bytes is not generated (see the
+                // top of the file; `a_long_get_key_costs_no_other_reply`).
                 // Too few tokens is ERROR whatever they hold (12, 13); a
                 // `\r` not just before the line's `\n` is a byte of its
                 // token (14, 15: `KEY\r` is another key, and the length
                 // `1\r` is 1).
-                let pick = self.rng.below(16);
-                match if pick == 7 && !self.known { 0 } else { pick } {
+                match self.rng.below(17) {
                     0 => r.lit("bogus\r\n"),
                     1 => r.lit("get\r\n"),
                     2 => r.lit("GET ").lit(&key).lit("\r\n"),
@@ -703,11 +702,7 @@ impl Gen {
                     4 => r.lit("set ").lit(&key).lit(" 0 0 3\r\nabcde\r\n"),
                     5 => r.lit("set ").lit(&key).lit(" abc 0 1\r\nx\r\n"),
                     6 => r.lit("delete ").lit(&key).lit(" 5\r\n"),
-                    7 => r
-                        .lit("get ")
-                        .lit(&key)
-                        .lit("x".repeat(251 - key.len().min(250)))
-                        .lit("\r\n"),
+                    7 => r.lit("gets\r\n"),
                     8 => r.lit("touch ").lit(&key).lit(" abc\r\n"),
                     9 => r.lit("incr ").lit(&key).lit(" 1 2\r\n"),
                     10 => r.lit("set ").lit(&key).lit(" 0 0 1 junk\r\nx\r\n"),
@@ -718,7 +713,10 @@ impl Gen {
                     // 250 bytes (7): the lone `\r` is a key of its own.
                     14 if key.len() >= 250 => r.lit("get ").lit(&key).lit(" \r\r\n"),
                     14 => r.lit("get ").lit(&key).lit("\r\r\n"),
-                    _ => r.lit("set ").lit(&key).lit(" 0 0 1\r\r\n1\r\n"),
+                    15 => r.lit("set ").lit(&key).lit(" 0 0 1\r\r\n1\r\n"),
+                    // Whitespace around a number's digits (16), as strtol
+                    // and memcached's isspace check take it.
+                    _ => r.lit("set ").lit(&key).lit(" \x0c0 0\x0b 1\x0bx\r\n1\r\n"),
                 };
             }
         }
@@ -1887,6 +1885,15 @@ fn found_differences_stay_fixed() {
                 .to_vec(),
         ),
         (
+            "whitespace before a number's digits and after them, as strtol and isspace take it",
+            b"set key-5 0 0 1\x0b\r\n5\r\nset key-5 \x0c+1 \t0 1\r\nx\r\nget key-5\r\n\
+              set key-5 0 0 \r1\r\n6\r\nincr key-5 \x0b2\r\nincr key-5 2\x0bjunk\r\n\
+              incr key-5 2junk\r\ntouch key-5 10\x0c\r\ngat \x0b100 key-5\r\n\
+              gat 100\x0bz key-5\r\nset key-5 0 -1\x0c 1\r\nx\r\nget key-5\r\n\
+              set key-5 0 0 \x0b\r\nset key-5 0 0 +\x0b1\r\n"
+                .to_vec(),
+        ),
+        (
             "numbers with a leading +, as memcached's strtol reads them",
             b"set key-4 +1 +0 +1\r\n5\r\nincr key-4 +2\r\ntouch key-4 +100\r\n\
               gat +100 key-4\r\nms key-4 +1\r\n6\r\nget key-4\r\nset key-4 0 0 +-1\r\n"
@@ -2003,6 +2010,45 @@ fn found_differences_stay_fixed() {
         ),
     ];
     assert_none_differ(&cases);
+}
+
+/// A get key over 250 bytes among pipelined requests: the proxy answers
+/// each of them, where memcached 1.6 drops the unwritten replies of the
+/// requests before it (see the top of the file).
+#[test]
+fn a_long_get_key_costs_no_other_reply() {
+    let mut procs = Procs(Vec::new());
+    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
+    let proxy = flick_run_with(
+        &mut procs,
+        "examples/memcached_ascii_proxy.flick",
+        &backends,
+        &["--response-timeout-ms", "20000"],
+    );
+    let over = "K".repeat(251);
+    let bad = "CLIENT_ERROR bad command line format\r\n";
+    for (request, want) in [
+        (
+            format!("set long-1 0 0 1\r\nx\r\nget {over}\r\n"),
+            format!("STORED\r\n{bad}"),
+        ),
+        (
+            format!("get long-1\r\nget long-1 {over}\r\nget long-1\r\n"),
+            format!("VALUE long-1 0 1\r\nx\r\nEND\r\n{bad}VALUE long-1 0 1\r\nx\r\nEND\r\n"),
+        ),
+        (
+            format!("mg long-1 v\r\nget {over} long-1\r\ndelete long-1\r\n"),
+            format!("VA 1\r\nx\r\n{bad}DELETED\r\n"),
+        ),
+    ] {
+        let got = exchange_fenced(proxy, request.as_bytes());
+        assert_eq!(
+            show(&got),
+            show(format!("{want}MN\r\n").as_bytes()),
+            "request: {}",
+            show(request.as_bytes())
+        );
+    }
 }
 
 /// A binary request of opcode `op`, with opaque `opaque`.

@@ -1551,6 +1551,7 @@ impl UnitGen<'_> {
                 format!("Val::Bytes(after({a}, {b}))")
             }
             Builtin::Trim => format!("Val::Bytes(trim({}))", self.bytes_c(arg(0)?, sc, dollar)?),
+            Builtin::CNumber => format!("Val::Bytes(c_number({}))", self.bytes_c(arg(0)?, sc, dollar)?),
             // As the evaluator's: a negative length fails.
             Builtin::Prefix => {
                 let (b, n) = (self.bytes_c(arg(0)?, sc, dollar)?, self.int_c(arg(1)?, sc, dollar)?);

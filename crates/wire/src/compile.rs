@@ -1048,6 +1048,7 @@ impl<'a> Compiler<'a> {
             "before" => (Builtin::Before, 2),
             "after" => (Builtin::After, 2),
             "trim" => (Builtin::Trim, 1),
+            "c_number" => (Builtin::CNumber, 1),
             "prefix" => (Builtin::Prefix, 2),
             "only" => (Builtin::Only, 2),
             "pct_encoded" => (Builtin::PctEncoded, 1),
@@ -1058,7 +1059,7 @@ impl<'a> Compiler<'a> {
             "streamed" => (Builtin::Streamed, 0),
             _ => {
                 self.diags.push(Diagnostic::error("W0112", format!("unknown function `{name}`"), span).hint(
-                    "the functions are len, to_int, hex_to_int, eq_nocase, last_token_nocase, has_token_nocase, before, after, trim, prefix, only, pct_encoded, lookup, count, all_same, ends_with_ws, starts_with_ws, is_dec, is_hex, is_token, present, elem, reply_context, choose, limit, streamed",
+                    "the functions are len, to_int, hex_to_int, eq_nocase, last_token_nocase, has_token_nocase, before, after, trim, c_number, prefix, only, pct_encoded, lookup, count, all_same, ends_with_ws, starts_with_ws, is_dec, is_hex, is_token, present, elem, reply_context, choose, limit, streamed",
                 ));
                 return None;
             }

@@ -226,6 +226,7 @@ impl<'a> Env<'a> {
                 self.bytes(&args[1])?,
             ))),
             Builtin::Trim => Ok(Val::Bytes(trim(self.bytes(&args[0])?))),
+            Builtin::CNumber => Ok(Val::Bytes(c_number(self.bytes(&args[0])?))),
             Builtin::Prefix => {
                 let (b, n) = (self.bytes(&args[0])?, self.int(&args[1])?);
                 let n = usize::try_from(n).map_err(|_| EvalFail)?;
@@ -473,6 +474,16 @@ static TCHAR: [bool; 256] = {
     t
 };
 
+/// What C's `strtol` reads of `b` as memcached's `safe_strtol` checks
+/// it: whitespace before it skipped, and it ends at the next whitespace
+/// (where `strtol` stops and `isspace` accepts the end).
+pub fn c_number(b: &[u8]) -> &[u8] {
+    let c_space = |c: &u8| matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let start = b.iter().position(|c| !c_space(c)).unwrap_or(b.len());
+    let b = &b[start..];
+    &b[..b.iter().position(c_space).unwrap_or(b.len())]
+}
+
 /// `b` without the spaces and tabs around it.
 pub fn trim(b: &[u8]) -> &[u8] {
     let start = b
@@ -501,4 +512,25 @@ pub(crate) fn parse_int(b: &[u8], radix: u32) -> Result<i128, EvalFail> {
         return Err(EvalFail);
     }
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::c_number;
+
+    #[test]
+    fn c_number_is_what_strtol_reads_and_isspace_ends() {
+        for (token, number) in [
+            (&b"12"[..], &b"12"[..]),
+            (b"1\r", b"1"),
+            (b"\x0b+1", b"+1"),
+            (b"1\x0bjunk", b"1"),
+            (b"\r\t\x0c-3\n", b"-3"),
+            (b"1junk", b"1junk"),
+            (b"\x0b", b""),
+            (b"", b""),
+        ] {
+            assert_eq!(c_number(token), number, "{token:?}");
+        }
+    }
 }

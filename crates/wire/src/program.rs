@@ -71,6 +71,11 @@ pub enum Builtin {
     After,
     /// The bytes without the spaces and tabs around them.
     Trim,
+    /// `c_number(b)`: what C's `strtol` reads of a token as memcached
+    /// checks it: leading whitespace (`isspace`: space, `\t`, `\n`, `\v`,
+    /// `\f`, `\r`) skipped, then the bytes up to the next whitespace,
+    /// which ends the number (`1\x0bjunk` is 1, `1junk` is no number).
+    CNumber,
     /// `prefix(b, n)`: the first n bytes of b (all of b if shorter); a
     /// Memcached meta flag is its token's first byte.
     Prefix,

@@ -491,7 +491,8 @@ pub struct CompiledGrammar {
 }
 
 pub use crate::eval::{
-    after, before, elem, has_token_nocase, last_token_nocase, only, pct_encoded, to_int, trim, Val,
+    after, before, c_number, elem, has_token_nocase, last_token_nocase, only, pct_encoded, to_int,
+    trim, Val,
 };
 pub use crate::parse::var_slot;
 
