@@ -198,6 +198,11 @@ pub struct GraphHost {
     /// Inputs of connections opened while a rule ran, for the compute task
     /// to take in.
     pub new_inputs: Vec<Input>,
+    /// `hash(channel)` of each connection asked so far, by channel: its
+    /// addresses cost two system calls, and a balancer asks per request.
+    /// The `Weak` tells the connection the hash is for (a recycled
+    /// instance gets another), and keeps its address from being reused.
+    pub connection_hashes: Vec<(u16, Option<u32>, std::sync::Weak<crate::conn::Conn>, u64)>,
     pub wake_at: WakeAt,
     /// The service is shutting down: finish and close.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
@@ -588,6 +593,15 @@ impl Host for GraphHost {
             .find(|o| o.chan == chan && o.index == elem)
             .and_then(|o| o.conn.as_ref())
             .ok_or(Fault::Host("a channel with no connection".into()))?;
+        let known = self
+            .connection_hashes
+            .iter()
+            .position(|(c, e, _, _)| *c == chan && *e == elem);
+        if let Some((_, _, of, hash)) = known.map(|at| &self.connection_hashes[at]) {
+            if std::ptr::eq(of.as_ptr(), Arc::as_ptr(&conn.0)) {
+                return Ok(*hash);
+            }
+        }
         let (Ok(peer), Ok(local)) = (conn.0.stream.peer_addr(), conn.0.stream.local_addr()) else {
             return Err(Fault::Host("a connection without addresses".into()));
         };
@@ -601,7 +615,13 @@ impl Host for GraphHost {
             key[at..at + 16].copy_from_slice(&ip);
             key[at + 16..at + 18].copy_from_slice(&a.port().to_be_bytes());
         }
-        Ok(flick_exec::fnv1a(&key))
+        let hash = flick_exec::fnv1a(&key);
+        let entry = (chan, elem, Arc::downgrade(&conn.0), hash);
+        match known {
+            Some(at) => self.connection_hashes[at] = entry,
+            None => self.connection_hashes.push(entry),
+        }
+        Ok(hash)
     }
 
     fn message_len(&self, msg: &Value) -> Result<Value, Fault> {

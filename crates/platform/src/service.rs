@@ -1923,6 +1923,7 @@ fn instantiate(
             fresh_connection: hooks.fresh_connection.clone(),
             at_cap: hooks.at_cap.clone(),
             new_inputs: Vec::new(),
+            connection_hashes: Vec::new(),
             wake_at: hooks.wake_at.clone(),
             draining: p.draining.clone(),
             drain_noticed: false,
