@@ -1069,9 +1069,9 @@ impl Compute {
     }
 
     pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
-        // One clock reading a run: what falls due during the run is
-        // handled when its timer wakes the task.
-        self.maintain(std::time::Instant::now());
+        // One clock reading a run, the scheduler's where it made one: what
+        // falls due during the run is handled when its timer wakes the task.
+        self.maintain(slice.began().unwrap_or_else(std::time::Instant::now));
         let status = self.run_inner(slice);
         if status != TaskStatus::Done {
             self.notice_drain();

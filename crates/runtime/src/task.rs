@@ -67,12 +67,15 @@ pub struct Timeslice {
     /// The turn's length, for a deadline set at the first question.
     length: Option<Duration>,
     items_left: Option<u32>,
+    /// When the scheduler began the turn, where it read the clock for it.
+    began: Option<Instant>,
 }
 
 impl Timeslice {
     /// A turn that began at `now`.
     pub(crate) fn start_at(policy: Policy, now: Instant) -> Timeslice {
         let mut slice = Timeslice::start_lazy(policy);
+        slice.began = Some(now);
         if let Some(length) = slice.length {
             slice.deadline = Cell::new(Some(now + length));
         }
@@ -89,16 +92,19 @@ impl Timeslice {
                 deadline: Cell::new(None),
                 length: Some(timeslice),
                 items_left: None,
+                began: None,
             },
             Policy::RunToCompletion => Timeslice {
                 deadline: Cell::new(None),
                 length: None,
                 items_left: None,
+                began: None,
             },
             Policy::RoundRobin => Timeslice {
                 deadline: Cell::new(None),
                 length: None,
                 items_left: Some(1),
+                began: None,
             },
         }
     }
@@ -109,6 +115,7 @@ impl Timeslice {
             deadline: Cell::new(None),
             length: None,
             items_left: None,
+            began: None,
         }
     }
 
@@ -118,7 +125,16 @@ impl Timeslice {
             deadline: Cell::new(None),
             length: None,
             items_left: Some(0),
+            began: None,
         }
+    }
+
+    /// When the scheduler began this turn, if it read the clock for it: a
+    /// task that needs the time once a run takes this reading rather than
+    /// a second one (a clock read costs tens of nanoseconds on a VM, and a
+    /// proxied request takes several runs).
+    pub fn began(&self) -> Option<Instant> {
+        self.began
     }
 
     /// Records one finished input item; `true` when the task should yield.
