@@ -62,6 +62,9 @@ pub(crate) struct IoShared {
     /// Tasks to wake at a time, earliest first.
     timers: Mutex<BinaryHeap<Reverse<(Instant, u32)>>>,
     registrations: AtomicUsize,
+    /// Writes to the workers' eventfds: each is a system call, and a
+    /// worker's own wakes must not cost one.
+    interrupts: AtomicUsize,
     /// Per reader task: its stream's peer has closed (or failed). A read
     /// that came up short need not be followed by one that says
     /// `WouldBlock`, unless the end of the stream may be waiting.
@@ -86,6 +89,7 @@ impl IoShared {
                 registries,
                 wakers,
                 sleeping: (0..workers).map(|_| AtomicBool::new(false)).collect(),
+                interrupts: AtomicUsize::new(0),
                 listeners: Mutex::new(Vec::new()),
                 on_parked: std::sync::OnceLock::new(),
                 timers: Mutex::new(BinaryHeap::new()),
@@ -113,6 +117,7 @@ impl IoShared {
 
     /// Interrupts worker `w`'s `epoll_wait`.
     pub(crate) fn interrupt(&self, w: usize) {
+        self.interrupts.fetch_add(1, Ordering::Relaxed);
         let _ = self.wakers[w].wake();
     }
 
@@ -140,17 +145,27 @@ impl IoShared {
         TICK
     }
 
-    /// Polls worker `me`'s epoll for up to `timeout`, waking the tasks of
+    /// Polls a worker's epoll for up to `timeout`, waking the tasks of
     /// the streams that became ready and running listeners' callbacks;
-    /// the number of events.
+    /// the number of events. `sleeper` is the worker, where it said it was
+    /// going to sleep ([`Io::going_to_sleep`]): it is awake again as soon
+    /// as `epoll_wait` returns, before the wakes of its events. Marked
+    /// sleeping while it queues them, each of those wakes would write the
+    /// worker's own eventfd (a system call), and its next poll would
+    /// return at once for it.
     pub(crate) fn poll(
         &self,
         waker: &Waker,
         poll: &mut Poll,
         events: &mut Events,
         timeout: Duration,
+        sleeper: Option<usize>,
     ) -> usize {
-        if let Err(e) = poll.poll(events, Some(timeout)) {
+        let polled = poll.poll(events, Some(timeout));
+        if let Some(me) = sleeper {
+            self.awake(me);
+        }
+        if let Err(e) = polled {
             if e.kind() != io::ErrorKind::Interrupted {
                 std::thread::sleep(timeout);
             }
@@ -372,6 +387,12 @@ impl Reactor {
     /// Registrations alive: streams and listeners.
     pub fn registrations(&self) -> usize {
         self.io().registrations.load(Ordering::Relaxed)
+    }
+
+    /// How many times a worker's `epoll_wait` was interrupted (its eventfd
+    /// written) since the scheduler started.
+    pub fn interrupts(&self) -> usize {
+        self.io().interrupts.load(Ordering::Relaxed)
     }
 }
 

@@ -613,7 +613,11 @@ impl Shared {
                 polled = end;
             }
             self.io.fire_timers(&waker);
-            if self.io.poll(&waker, &mut poll, &mut events, Duration::ZERO) > 0 {
+            if self
+                .io
+                .poll(&waker, &mut poll, &mut events, Duration::ZERO, None)
+                > 0
+            {
                 continue;
             }
             if let Some((id, own)) = self.next(me, &mut owed) {
@@ -623,14 +627,17 @@ impl Shared {
                 }
                 continue;
             }
+            // Timers fire before the worker says it sleeps, so that the
+            // tasks they wake are queued without interrupting it; the look
+            // at the queue below finds them.
+            let timeout = self.io.fire_timers(&waker);
             self.io.going_to_sleep(me);
             if !self.queues[me].lock().expect("queue lock").is_empty() {
                 self.io.awake(me);
                 continue;
             }
-            let timeout = self.io.fire_timers(&waker);
-            self.io.poll(&waker, &mut poll, &mut events, timeout);
-            self.io.awake(me);
+            self.io
+                .poll(&waker, &mut poll, &mut events, timeout, Some(me));
         }
     }
 }

@@ -604,3 +604,53 @@ fn a_streams_writer_is_not_handed_off_when_writers_are_skipped() {
     assert_eq!(*order.lock().unwrap(), [0, 2, 1]);
     reactor.deregister_stream(&mut stream, token);
 }
+
+/// Readiness a sleeping worker finds in `epoll_wait` wakes its tasks
+/// without writing its own eventfd: it is awake from the moment the wait
+/// returns. (Marked asleep until after its events' wakes, each wake was a
+/// `write` to itself, and the next wait returned at once for it.)
+#[test]
+fn a_worker_woken_by_its_sockets_does_not_interrupt_itself() {
+    use std::io::{Read, Write};
+    let s = scheduler(1, Policy::default());
+    let reactor = flick_runtime::io::Reactor::start(s.waker()).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (server, _) = listener.accept().unwrap();
+    server.set_nonblocking(true).unwrap();
+    let reader = server.try_clone().unwrap();
+    let mut stream = mio::net::TcpStream::from_std(server);
+    let id = s.reserve().unwrap();
+    let read = Arc::new(AtomicUsize::new(0));
+    let seen = read.clone();
+    s.start_task(
+        id,
+        Box::new(move |_: &mut Timeslice| {
+            let mut buf = [0u8; 64];
+            while let Ok(n) = (&reader).read(&mut buf) {
+                if n == 0 {
+                    return TaskStatus::Done;
+                }
+                seen.fetch_add(n, Ordering::AcqRel);
+            }
+            TaskStatus::Idle
+        }),
+    );
+    let token = reactor
+        .register_stream(&mut stream, Some(id), None)
+        .unwrap();
+    let at_start = reactor.interrupts();
+    // Each byte arrives while the worker sleeps in `epoll_wait`.
+    let bytes = 50;
+    for n in 1..=bytes {
+        std::thread::sleep(Duration::from_millis(2));
+        client.write_all(b"x").unwrap();
+        wait_for("the byte was read", || read.load(Ordering::Acquire) >= n);
+    }
+    let interrupts = reactor.interrupts() - at_start;
+    assert!(
+        interrupts < bytes / 5,
+        "{interrupts} eventfd writes for {bytes} wake-ups by readiness"
+    );
+    reactor.deregister_stream(&mut stream, token);
+}
