@@ -880,7 +880,19 @@ impl UnitGen<'_> {
     ) -> Gen {
         let droppable = self.g.droppable_var(b, op);
         let views = self.views;
-        let v = self.var(e, sc)?;
+        // An integer expression is kept as a number too, so that what
+        // reads the variable (`$$` in its `&requires`, later fields)
+        // compares numbers instead of calling the evaluator: as the slot
+        // holds it (`slot_of` wraps to 64 bits), so both agree.
+        let (v, computed) = match e {
+            ValExpr::Int(i) => {
+                let n = self.int(i, sc, &unset())?;
+                let j = self.fresh("j");
+                self.line(&format!("let {j}: i128 = slot_int({n});"));
+                (format!("slot_of({j})"), Some(j))
+            }
+            _ => (self.var(e, sc)?, None),
+        };
         if droppable {
             // Its source is read from a local whatever the view keeps.
             self.views = views;
@@ -891,7 +903,7 @@ impl UnitGen<'_> {
                 let x = self.read(sc, *from);
                 self.ints.get(&x).cloned()
             }
-            _ => None,
+            _ => computed,
         };
         if let (Some(local), Some(i)) = (self.store(sc, slot, &v, !droppable), copied) {
             self.ints.insert(local, i);
@@ -1392,7 +1404,10 @@ impl UnitGen<'_> {
                 }
             }
             CExpr::List(l) => format!("list_at(s, {}, {})", sc.base.at(l.slot), l.elem_slots),
-            CExpr::Dollar => format!("val_of(buf, {})", dollar.0),
+            CExpr::Dollar => match self.ints.get(&dollar.0) {
+                Some(i) => format!("Val::Int({i})"),
+                None => format!("val_of(buf, {})", dollar.0),
+            },
             CExpr::DollarField(_) | CExpr::ElemField(_) => {
                 return Err(Unsupported("`$$.field` outside a list"))
             }
@@ -1437,10 +1452,18 @@ impl UnitGen<'_> {
                     }
                     BinOp::Eq | BinOp::Ne => {
                         let (x, y) = (self.val(a, sc, dollar)?, self.val(b, sc, dollar)?);
-                        let eq = *op == BinOp::Eq;
-                        format!(
-                            "(match equal({x}, {y}) {{ Some(e) => (e == {eq}) as i128, None => {FB} }})"
-                        )
+                        let cmp = if *op == BinOp::Eq { "==" } else { "!=" };
+                        // Two numbers compare as `equal` compares them,
+                        // without its call: one `cmp`.
+                        match (int_val(&x), int_val(&y)) {
+                            (Some(x), Some(y)) => format!("(({x} {cmp} {y}) as i128)"),
+                            _ => {
+                                let eq = *op == BinOp::Eq;
+                                format!(
+                                    "(match equal({x}, {y}) {{ Some(e) => (e == {eq}) as i128, None => {FB} }})"
+                                )
+                            }
+                        }
                     }
                     _ => {
                         let (x, y) = (self.int_c(a, sc, dollar)?, self.int_c(b, sc, dollar)?);
@@ -1784,6 +1807,25 @@ fn is_token_check(step: &crate::plan::Step) -> bool {
     matches!(&c.expr, IntExpr::Node(n) if matches!(**n, Node::BytesTest(Builtin::IsToken, Operand::Dollar, _)))
 }
 
+/// The integer inside a `Val::Int(..)` expression that `val` wrote,
+/// if that is all it is.
+fn int_val(v: &str) -> Option<&str> {
+    let inner = v.strip_prefix("Val::Int(")?.strip_suffix(')')?;
+    // `Val::Int(a) ... Val::Int(b)` would strip to an unbalanced inside.
+    let mut depth = 0i32;
+    for c in inner.bytes() {
+        match c {
+            b'(' => depth += 1,
+            b')' => depth -= 1,
+            _ => {}
+        }
+        if depth < 0 {
+            return None;
+        }
+    }
+    (depth == 0).then_some(inner)
+}
+
 fn unset() -> (String, Option<String>) {
     ("Slot::Unset".to_string(), None)
 }
@@ -1846,5 +1888,61 @@ fn int_decode(r: &str, off: usize, width: u8, signed: bool, little: bool) -> Str
         format!("((({raw} << {shift}) as i64) >> {shift})")
     } else {
         raw
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The code of one unit: from its doc line to the next unit's.
+    fn unit_code<'a>(code: &'a str, unit: &str) -> &'a str {
+        let start = code
+            .find(&format!("/// `{unit}`.\n"))
+            .expect("the unit's function");
+        let end = code[start..]
+            .find(&format!("/// `{unit}` in a batch's loop."))
+            .expect("its batch wrapper");
+        &code[start..start + end]
+    }
+
+    #[test]
+    fn an_integer_variable_compares_as_a_number() {
+        // `key_size`'s `&requires = $$ == self.key_len`: a number against
+        // a field, so no evaluator call per record.
+        let g = Grammar::stock("hadoop_ifile").unwrap();
+        let gen = generate(&g);
+        for unit in ["kv", "text_int_record"] {
+            let code = unit_code(&gen.code, unit);
+            assert!(code.contains("slot_int("), "{unit}: {code}");
+            assert!(!code.contains("equal("), "{unit}: {code}");
+        }
+    }
+
+    #[test]
+    fn a_variable_past_64_bits_reads_back_as_its_slot_holds_it() {
+        use crate::rt::{int, slot_int, slot_of};
+        for v in [
+            0i128,
+            1,
+            -1,
+            i64::MAX as i128,
+            i64::MIN as i128,
+            u64::MAX as i128,
+            u64::MAX as i128 + 1,
+            u64::MAX as i128 + 7,
+            i64::MIN as i128 - 1,
+            -(1i128 << 70) - 5,
+        ] {
+            assert_eq!(Some(slot_int(v)), int(slot_of(v)), "{v}");
+        }
+    }
+
+    #[test]
+    fn int_val_takes_only_a_whole_number() {
+        assert_eq!(int_val("Val::Int((i3 as i128))"), Some("(i3 as i128)"));
+        assert_eq!(int_val("Val::Int(j4)"), Some("j4"));
+        assert_eq!(int_val("val_of(buf, v2)"), None);
+        assert_eq!(int_val("Val::Int(a) == f(Val::Int(b)"), None);
     }
 }

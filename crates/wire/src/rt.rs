@@ -100,6 +100,17 @@ pub fn int(s: Slot) -> Option<i128> {
     }
 }
 
+/// The number [`slot_of`]`(v)` reads back as: wrapped to 64 bits, signed
+/// if negative. Generated code keeps a variable's number in this form.
+#[inline(always)]
+pub fn slot_int(v: i128) -> i128 {
+    if v < 0 {
+        v as i64 as i128
+    } else {
+        v as u64 as i128
+    }
+}
+
 /// A truth value or a number as a slot, as a variable stores it.
 #[inline(always)]
 pub fn slot_of(v: i128) -> Slot {
