@@ -88,6 +88,12 @@ pub struct MergeInput {
     /// A record split between chunks, put together (from `cpos` on).
     carry: Vec<u8>,
     cpos: usize,
+    /// The carry's bytes from earlier chunks; those after them are the
+    /// chunk's, up to `pos`, copied.
+    carry_old: usize,
+    /// The carry from `cpos` on holds no whole record: it grows before it
+    /// is parsed again.
+    carry_short: bool,
     parser: Option<Parser>,
     batch: Option<Batch>,
     batch_at: usize,
@@ -123,6 +129,8 @@ impl MergeInput {
             crc_to: 0,
             carry: Vec::new(),
             cpos: 0,
+            carry_old: 0,
+            carry_short: false,
             parser: None,
             batch: None,
             batch_at: 0,
@@ -308,8 +316,14 @@ impl MergeInput {
         if let Some(c) = self.chunk.take() {
             pool.give(c);
         }
+        self.clear_carry();
+    }
+
+    fn clear_carry(&mut self) {
         self.carry.clear();
         self.cpos = 0;
+        self.carry_old = 0;
+        self.carry_short = false;
     }
 
     /// Finds the next record: in the batch, in what is buffered (parsing
@@ -328,50 +342,61 @@ impl MergeInput {
             self.max = (grammar.max_bytes(unit) as usize).clamp(4096, 16 << 20);
             self.ends = grammar.property_ref(unit, "ends");
         }
-        let (parser, max) = (self.parser.as_mut().expect("made"), self.max);
         loop {
             if self.cpos < self.carry.len() {
-                // A record split between chunks, put together here.
-                parser.reset();
-                match parser.parse(&self.carry[self.cpos..]) {
-                    Ok(Progress::Done(n)) => {
-                        self.head = Head::Single {
-                            start: self.cpos,
-                            len: n,
-                            carry: true,
-                        };
-                        return Fill::Head;
-                    }
-                    Ok(Progress::NeedMore) => {
-                        let have = self.carry.len() - self.cpos;
-                        let rest = self
-                            .chunk
-                            .as_ref()
-                            .map_or(&[][..], |c| &c.bytes[self.pos..]);
-                        if !rest.is_empty() {
-                            // Twice as much of it (up to the most a record
-                            // may take), from the next chunk.
-                            let room = max.saturating_sub(have);
-                            if room == 0 {
-                                return Fill::Bad("sent a record longer than allowed");
-                            }
-                            let k = have.max(256).min(rest.len()).min(room);
-                            self.carry.extend_from_slice(&rest[..k]);
-                            self.pos += k;
-                            self.crc_from = self.pos;
-                            self.crc_to = self.pos;
-                            continue;
+                if self.cpos >= self.carry_old && self.chunk.is_some() {
+                    // The split record is taken, and what follows it is
+                    // in the chunk as well: parsed there, in batches.
+                    self.pos -= self.carry.len() - self.cpos;
+                    self.crc_from = self.pos;
+                    self.crc_to = self.pos;
+                    self.clear_carry();
+                    continue;
+                }
+                let parser = self.parser.as_mut().expect("made");
+                if !self.carry_short {
+                    // A record split between chunks, put together here.
+                    parser.reset();
+                    match parser.parse(&self.carry[self.cpos..]) {
+                        Ok(Progress::Done(n)) => {
+                            self.head = Head::Single {
+                                start: self.cpos,
+                                len: n,
+                                carry: true,
+                            };
+                            return Fill::Head;
                         }
+                        Ok(Progress::NeedMore) => self.carry_short = true,
+                        Ok(_) => return Fill::Bad("streams a body, which a merge does not take"),
+                        Err(_) => return Fill::Bad("sent bytes that do not parse"),
                     }
-                    Ok(_) => return Fill::Bad("streams a body, which a merge does not take"),
-                    Err(_) => return Fill::Bad("sent bytes that do not parse"),
+                }
+                let have = self.carry.len() - self.cpos;
+                let rest = self
+                    .chunk
+                    .as_ref()
+                    .map_or(&[][..], |c| &c.bytes[self.pos..]);
+                if !rest.is_empty() {
+                    // Twice as much of it (up to the most a record may
+                    // take), from the next chunk.
+                    let room = self.max.saturating_sub(have);
+                    if room == 0 {
+                        return Fill::Bad("sent a record longer than allowed");
+                    }
+                    let k = have.max(256).min(rest.len()).min(room);
+                    self.carry.extend_from_slice(&rest[..k]);
+                    self.carry_short = false;
+                    self.pos += k;
+                    self.crc_from = self.pos;
+                    self.crc_to = self.pos;
+                    continue;
                 }
             } else if !self.carry.is_empty() {
-                self.carry.clear();
-                self.cpos = 0;
+                self.clear_carry();
                 continue;
             } else if let Some(c) = self.chunk.as_ref().filter(|c| self.pos < c.bytes.len()) {
                 let rest = &c.bytes[self.pos..];
+                let parser = self.parser.as_mut().expect("made");
                 parser.reset();
                 let batch = self.batch.get_or_insert_with(|| parser.batch(ROWS));
                 let consumed = parser.parse_batch(rest, batch);
@@ -384,27 +409,39 @@ impl MergeInput {
                     self.head = Head::Row(0);
                     return Fill::Head;
                 }
-                // A record the generated code does not finish: the
-                // interpreter reads it, or says what is wrong.
-                parser.reset();
-                match parser.parse(rest) {
-                    Ok(Progress::Done(n)) => {
-                        self.head = Head::Single {
-                            start: self.pos,
-                            len: n,
-                            carry: false,
-                        };
-                        return Fill::Head;
-                    }
-                    Ok(Progress::NeedMore) => {
-                        if rest.len() > max {
-                            return Fill::Bad("sent a record longer than allowed");
+                // A record the generated code does not finish: most often
+                // one split with the next chunk. Where that chunk is here
+                // already, the record is put together and parsed once
+                // (by the generated code); otherwise the interpreter reads
+                // it now, or says what is wrong without waiting for more.
+                if rest.len() <= self.max && !self.rx.is_empty() {
+                    self.carry.extend_from_slice(rest);
+                    self.carry_old = self.carry.len();
+                    self.carry_short = true;
+                    self.pos = c.bytes.len();
+                } else {
+                    parser.reset();
+                    match parser.parse(rest) {
+                        Ok(Progress::Done(n)) => {
+                            self.head = Head::Single {
+                                start: self.pos,
+                                len: n,
+                                carry: false,
+                            };
+                            return Fill::Head;
                         }
-                        self.carry.extend_from_slice(rest);
-                        self.pos = c.bytes.len();
+                        Ok(Progress::NeedMore) => {
+                            if rest.len() > self.max {
+                                return Fill::Bad("sent a record longer than allowed");
+                            }
+                            self.carry.extend_from_slice(rest);
+                            self.carry_old = self.carry.len();
+                            self.carry_short = true;
+                            self.pos = c.bytes.len();
+                        }
+                        Ok(_) => return Fill::Bad("streams a body, which a merge does not take"),
+                        Err(_) => return Fill::Bad("sent bytes that do not parse"),
                     }
-                    Ok(_) => return Fill::Bad("streams a body, which a merge does not take"),
-                    Err(_) => return Fill::Bad("sent bytes that do not parse"),
                 }
             }
             // Everything buffered is parsed: the next chunk.
@@ -422,6 +459,8 @@ impl MergeInput {
                 }
                 Ok(m) => {
                     self.chunk = Some(m);
+                    // The carry's bytes are all of earlier chunks now.
+                    self.carry_old = self.carry.len();
                     self.pos = 0;
                     self.crc_from = 0;
                     self.crc_to = 0;
