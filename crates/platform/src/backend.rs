@@ -278,7 +278,7 @@ impl SharedWriter {
             if self.outbox.is_empty() {
                 return TaskStatus::Idle;
             }
-            match self.outbox.flush(&self.shared.conn.stream, &self.pool) {
+            match self.outbox.flush_to(&self.shared.conn, &self.pool) {
                 Ok(Flushed::All(n)) => {
                     self.stats.messages_out(self.shared.conn.chan, n);
                     // A pass that polled every member until it was empty

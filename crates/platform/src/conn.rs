@@ -21,6 +21,13 @@ pub trait ClientSlot: Send + Sync {
     fn park(&self, stream: TcpStream);
     /// A client connection closed.
     fn closed(&self);
+    /// Whether a connection at rest goes on to another version of the
+    /// service rather than close (a version draining for its successor):
+    /// its reader then lets go of it ([`Conn::hand_over`]), and its drop
+    /// gives it to [`ClientSlot::park`].
+    fn hands_over(&self) -> bool {
+        false
+    }
 }
 
 /// [`Conn::rest`]'s low two bits: the connection's reader is reading (or
@@ -61,6 +68,14 @@ impl Conn {
     pub fn failed_with(&self, e: &std::io::Error) {
         if e.kind() == ErrorKind::ConnectionRefused {
             self.refused.store(true, Ordering::Release);
+        }
+    }
+
+    /// The writer found the socket full: its next writable readiness
+    /// wakes it (see [`crate::outbox::Outbox::flush_to`]).
+    pub fn want_writable(&self) {
+        if let Some(t) = self.token {
+            self.reactor.want_writable(t);
         }
     }
 
@@ -113,6 +128,30 @@ impl Conn {
     /// Whether the connection is being parked (not shut down or closed).
     pub fn parked(&self) -> bool {
         self.rest.load(Ordering::Acquire) & 3 == PARKED
+    }
+
+    /// The reader lets go of a connection with nothing of a next request
+    /// read, to be handed on when its last task does, as a parked one is;
+    /// unless it is to close (the instance ended badly, or the client was
+    /// told its session ends).
+    pub fn hand_over(&self) {
+        let _ = self
+            .rest
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |w| match w & 3 {
+                OPEN | RESTING => Some((w & !3) | PARKED),
+                _ => None,
+            });
+    }
+
+    /// The session ends (the client asked for it, or was told so): the
+    /// connection closes when its last task lets go, whatever its reader
+    /// did, and is never parked or handed on.
+    pub fn end_session(&self) {
+        let _ = self
+            .rest
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |w| {
+                (w & 3 != CLOSING).then_some((w & !3) | CLOSING)
+            });
     }
 
     /// Closes the connection after all, when its last task lets go.
@@ -961,10 +1000,19 @@ impl Reader {
                         .draining
                         .as_ref()
                         .is_some_and(|d| d.load(Ordering::Acquire));
-                    if draining {
-                        return self.finish();
-                    }
                     let at_rest = self.read.as_ref().is_some_and(ReadSide::at_rest);
+                    if draining {
+                        let hands_over = self.conn.client.as_ref().is_some_and(|c| c.hands_over());
+                        // Handed on between requests, the client's next
+                        // request goes to the next version; one begun is
+                        // read whole and answered here first.
+                        if !hands_over || at_rest {
+                            if hands_over {
+                                self.conn.hand_over();
+                            }
+                            return self.finish();
+                        }
+                    }
                     if self.conn.parkable && at_rest {
                         self.conn.resting();
                     }
@@ -1100,7 +1148,7 @@ impl Writer {
                 // The rest of the reply is on its way: sending arrives.
                 return TaskStatus::Idle;
             }
-            match self.outbox.flush(&self.conn.stream, &self.pool) {
+            match self.outbox.flush_to(&self.conn, &self.pool) {
                 Ok(Flushed::All(n)) => {
                     self.stats.messages_out(self.conn.chan, n);
                     if slice.item_done() {

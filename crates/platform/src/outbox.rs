@@ -105,6 +105,26 @@ impl Outbox {
         Ok(Flushed::All(sent))
     }
 
+    /// [`Outbox::flush`] to a connection its reactor watches. A writer is
+    /// woken by writable readiness only after it asked for it
+    /// ([`flick_runtime::io::Reactor::want_writable`]), so that a socket
+    /// merely writable when its reader's bytes arrive does not run it for
+    /// nothing: where the socket is full (or not yet connected) it asks,
+    /// then tries once more, as the readiness may have come before it
+    /// asked.
+    pub fn flush_to(&mut self, conn: &crate::conn::Conn, pool: &MsgPool) -> io::Result<Flushed> {
+        let sent = match self.flush(&conn.stream, pool) {
+            Ok(Flushed::Blocked(sent)) => sent,
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => 0,
+            done => return done,
+        };
+        conn.want_writable();
+        Ok(match self.flush(&conn.stream, pool)? {
+            Flushed::Blocked(more) => Flushed::Blocked(sent + more),
+            Flushed::All(more) => Flushed::All(sent + more),
+        })
+    }
+
     /// `n` more bytes were written: the messages they complete leave.
     /// Messages with nothing left to write leave too.
     fn advance(&mut self, mut n: usize, pool: &MsgPool, sent: &mut usize) {

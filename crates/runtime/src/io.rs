@@ -69,6 +69,13 @@ pub(crate) struct IoShared {
     /// that came up short need not be followed by one that says
     /// `WouldBlock`, unless the end of the stream may be waiting.
     hangups: Box<[AtomicBool]>,
+    /// Per writer task: its stream's next writable readiness wakes it.
+    /// Set when the stream is registered (its connecting finishes with
+    /// one) and by [`Reactor::want_writable`] when a write found the
+    /// socket full; taken by the readiness. A stream that is simply
+    /// writable when its reader's bytes arrive (every request) does not
+    /// run its writer for nothing.
+    writable_wanted: Box<[AtomicBool]>,
 }
 
 impl IoShared {
@@ -95,6 +102,7 @@ impl IoShared {
                 timers: Mutex::new(BinaryHeap::new()),
                 registrations: AtomicUsize::new(0),
                 hangups: (0..tasks).map(|_| AtomicBool::new(false)).collect(),
+                writable_wanted: (0..tasks).map(|_| AtomicBool::new(false)).collect(),
             },
             polls,
         ))
@@ -202,7 +210,13 @@ impl IoShared {
             }
             if ev.is_writable() || closed {
                 if let Some(w) = writer {
-                    waker.wake(TaskId(w));
+                    let wanted = self
+                        .writable_wanted
+                        .get(w as usize)
+                        .is_none_or(|f| f.swap(false, Ordering::AcqRel));
+                    if wanted || closed {
+                        waker.wake(TaskId(w));
+                    }
                 }
             }
         }
@@ -234,6 +248,7 @@ pub struct IoToken {
     worker: usize,
     listener: Option<usize>,
     reader: Option<TaskId>,
+    writer: Option<TaskId>,
 }
 
 /// The handle through which connections are registered with the workers'
@@ -261,6 +276,11 @@ impl Reactor {
         writer: Option<TaskId>,
     ) -> io::Result<IoToken> {
         let worker = reader.or(writer).map_or(0, |t| self.waker.home_of(t));
+        // Before the stream is registered: its first readiness may be
+        // handled at once, on its worker.
+        if let Some(f) = writer.and_then(|w| self.io().writable_wanted.get(w.0 as usize)) {
+            f.store(true, Ordering::SeqCst);
+        }
         self.io().registries[worker].register(
             stream,
             stream_token(reader, writer),
@@ -274,6 +294,7 @@ impl Reactor {
             worker,
             listener: None,
             reader,
+            writer,
         })
     }
 
@@ -308,6 +329,7 @@ impl Reactor {
             worker,
             listener: Some(i),
             reader: None,
+            writer: None,
         })
     }
 
@@ -336,6 +358,7 @@ impl Reactor {
             worker,
             listener: None,
             reader: None,
+            writer: None,
         })
     }
 
@@ -377,6 +400,18 @@ impl Reactor {
     /// Whether the peer of the stream registered as `token` may have
     /// closed since this was last asked (a read should go on until it says
     /// so). Asking clears it.
+    /// The stream's writer found its socket full (or not yet connected):
+    /// the next writable readiness wakes it. The writer tries once more
+    /// after asking, as the readiness may have come just before.
+    pub fn want_writable(&self, token: IoToken) {
+        if let Some(f) = token
+            .writer
+            .and_then(|w| self.io().writable_wanted.get(w.0 as usize))
+        {
+            f.store(true, Ordering::SeqCst);
+        }
+    }
+
     pub fn take_hangup(&self, token: IoToken) -> bool {
         token
             .reader

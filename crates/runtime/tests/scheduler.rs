@@ -654,3 +654,108 @@ fn a_worker_woken_by_its_sockets_does_not_interrupt_itself() {
     );
     reactor.deregister_stream(&mut stream, token);
 }
+
+/// A stream's writer is woken by writable readiness only after it asked
+/// for it (`Reactor::want_writable`): bytes arriving for its reader on a
+/// socket that is writable anyway do not run it, and a socket that had
+/// no room wakes it once the peer reads.
+#[test]
+fn a_writer_is_woken_by_writable_readiness_only_when_it_asked() {
+    use std::io::{ErrorKind, Read, Write};
+    let s = scheduler(1, Policy::default());
+    let reactor = Arc::new(flick_runtime::io::Reactor::start(s.waker()).unwrap());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (server, _) = listener.accept().unwrap();
+    server.set_nonblocking(true).unwrap();
+    let (reading, writing) = (server.try_clone().unwrap(), server.try_clone().unwrap());
+    let mut stream = mio::net::TcpStream::from_std(server);
+    let (rid, wid) = (s.reserve().unwrap(), s.reserve().unwrap());
+    let read = Arc::new(AtomicUsize::new(0));
+    let writer_runs = Arc::new(AtomicUsize::new(0));
+    // Set once the stream is registered: the writer asks through its token.
+    let token = Arc::new(std::sync::OnceLock::new());
+    // What the writer is to write, and what it wrote.
+    let to_write = Arc::new(AtomicUsize::new(0));
+    let written = Arc::new(AtomicUsize::new(0));
+    let seen = read.clone();
+    s.start_task(
+        rid,
+        Box::new(move |_: &mut Timeslice| {
+            let mut buf = [0u8; 64];
+            while let Ok(n) = (&reading).read(&mut buf) {
+                if n == 0 {
+                    return TaskStatus::Done;
+                }
+                seen.fetch_add(n, Ordering::AcqRel);
+            }
+            TaskStatus::Idle
+        }),
+    );
+    let (runs, want, done, r, t) = (
+        writer_runs.clone(),
+        to_write.clone(),
+        written.clone(),
+        reactor.clone(),
+        token.clone(),
+    );
+    s.start_task(
+        wid,
+        Box::new(move |_: &mut Timeslice| {
+            runs.fetch_add(1, Ordering::AcqRel);
+            let chunk = [7u8; 65536];
+            let mut asked = false;
+            while done.load(Ordering::Acquire) < want.load(Ordering::Acquire) {
+                let left = want.load(Ordering::Acquire) - done.load(Ordering::Acquire);
+                match (&writing).write(&chunk[..left.min(chunk.len())]) {
+                    Ok(n) => {
+                        done.fetch_add(n, Ordering::AcqRel);
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock && !asked => {
+                        // Ask, then try once more.
+                        if let Some(t) = t.get() {
+                            r.want_writable(*t);
+                        }
+                        asked = true;
+                    }
+                    Err(_) => return TaskStatus::Idle,
+                }
+            }
+            TaskStatus::Idle
+        }),
+    );
+    let registered = reactor
+        .register_stream(&mut stream, Some(rid), Some(wid))
+        .unwrap();
+    token.set(registered).unwrap();
+    // Registered, the writer is woken once by the first readiness.
+    wait_for("the writer's first run", || {
+        writer_runs.load(Ordering::Acquire) >= 1
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    let runs_before = writer_runs.load(Ordering::Acquire);
+    for n in 1..=20 {
+        client.write_all(b"x").unwrap();
+        wait_for("the byte was read", || read.load(Ordering::Acquire) >= n);
+    }
+    assert_eq!(
+        writer_runs.load(Ordering::Acquire),
+        runs_before,
+        "bytes for the reader ran the writer"
+    );
+    // More than the socket holds: the writer blocks, asks, and is woken
+    // as the client reads.
+    let total = 8 << 20;
+    to_write.store(total, Ordering::Release);
+    s.waker().wake(wid);
+    let mut got = 0;
+    let mut buf = vec![0u8; 1 << 16];
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    while got < total {
+        got += client.read(&mut buf).expect("the writer went on writing");
+    }
+    assert_eq!(got, total);
+    reactor.deregister_stream(&mut stream, registered);
+}
