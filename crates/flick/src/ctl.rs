@@ -323,11 +323,14 @@ pub fn run(
                 ),
                 None,
             )?;
-            let plain = format!(
-                "{name} {} deleted ({} entries left)",
-                shown_path(&a, &path),
-                a["len"]
-            );
+            let plain = match a["len"].as_u64() {
+                Some(left) => format!(
+                    "{name} {} deleted ({left} entries left)",
+                    shown_path(&a, &path)
+                ),
+                // A packet service's: its shards are not counted.
+                None => format!("{name} {} deleted", shown_path(&a, &path)),
+            };
             (a, plain)
         }
     };

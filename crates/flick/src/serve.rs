@@ -1601,26 +1601,40 @@ fn route(
                     .contains_key(*name) =>
         {
             let path = rest.join("/");
+            let key = match req.query_param("key_base64")? {
+                Some(b64) => Some(key_from_base64(&b64)?),
+                None => None,
+            };
             let mut packet = reg.packet_services.lock().expect("packet services lock");
             let running = packet
                 .get_mut(*name)
                 .ok_or_else(|| Refusal::new(404, format!("no service `{name}`")))?;
-            match method {
-                "GET" => Ok((200, running.read(&path)?)),
-                "PUT" => {
-                    let answer = running.write(&path, &req.body)?;
-                    let spec = running.spec.clone();
-                    drop(packet);
-                    tracing::info!(service = %name, path = %path, "table replaced");
-                    if let Err(e) = reg.record(&spec) {
-                        tracing::warn!(service = %name, "cannot record the service in the state directory: {e}");
+            if path == "table" && key.is_none() {
+                // A table is checked and handed over without waiting for
+                // the workers, so it is done under the lock.
+                return match method {
+                    "GET" => Ok((200, running.read_table()?)),
+                    "PUT" => {
+                        let answer = running.write_table(&req.body)?;
+                        let spec = running.spec.clone();
+                        drop(packet);
+                        tracing::info!(service = %name, path = %path, "table replaced");
+                        if let Err(e) = reg.record(&spec) {
+                            tracing::warn!(service = %name, "cannot record the service in the state directory: {e}");
+                        }
+                        Ok((200, answer))
                     }
-                    Ok((200, answer))
-                }
-                "DELETE" => Err(Refusal::new(
-                    422,
-                    "a service on packet ports has no dictionary entries to delete through the API",
-                )),
+                    _ => Err(not_allowed("GET or PUT")),
+                };
+            }
+            // Anything else may wait for the service's threads: not under
+            // the lock every packet service's requests take.
+            let handle = running.handle();
+            drop(packet);
+            match method {
+                "GET" => Ok((200, handle.read(&path, key.as_deref())?)),
+                "PUT" => Ok((200, handle.write(&path, key.as_deref(), &req.body)?)),
+                "DELETE" => Ok((200, handle.delete(&path, key.as_deref())?)),
                 _ => Err(not_allowed("GET, PUT or DELETE")),
             }
         }

@@ -9,7 +9,10 @@
 //! (or, for a request mutated below HTTP's routing, one the document's
 //! description gives), with JSON of the declared shape. The server must
 //! answer every request, and still serve its API and its service at the
-//! end. Bounded: a fixed number of requests, each with a timeout.
+//! end. Bounded: a fixed number of requests, each with a timeout. Where
+//! the test may open packet sockets (root), a machine that only counts
+//! (`mz`, on `afpacket:lo`) is deployed too, so that a machine's state
+//! paths (registers, flow contexts by key, deletes) are fuzzed as well.
 //! `FLICK_FUZZ_SEED` and `FLICK_FUZZ_REQUESTS` run other requests, or more.
 
 mod support;
@@ -435,6 +438,22 @@ fn wrong_value(rng: &mut Rng) -> Json {
     .clone()
 }
 
+/// A machine that counts each source's frames and sends none, deployed
+/// as `mz` on the loopback interface where the test may open it.
+const COUNTER: &str = "grammar packet
+
+machine mz: (packet/packet wire)
+  global limit: integer := 2
+
+  stage count:
+    key ipv4.src
+    capacity 64
+    flow packets: integer := 0
+    states seen, marked
+    in seen on packet: packets := packets + 1
+    in marked on packet: packets := packets + 1
+";
+
 /// The program the fuzzed requests find deployed, as `fz`.
 const NOTES: &str = "\
 grammar http
@@ -514,6 +533,7 @@ fn path_value(name: &str, rng: &mut Rng) -> String {
                 "fz",
                 "fz",
                 "fz",
+                "mz",
                 "x",
                 "nobody",
                 "bad%20name",
@@ -537,6 +557,15 @@ fn path_value(name: &str, rng: &mut Rng) -> String {
                 "counts",
                 "%E2%82%AC",
                 "..%2F..",
+                "dump",
+                "table",
+                "globals/limit",
+                "globals/nosuch",
+                "stages/count/flows/127.0.0.1",
+                "stages/count/flows/127.0.0.1/registers/packets",
+                "stages/count/flows/127.0.0.1/state",
+                "stages/count/flows/1,2",
+                "stages/count/0",
             ])
             .to_string(),
     }
@@ -616,6 +645,18 @@ fn every_answer_is_one_the_openapi_document_declares() {
         &request("POST", "/services", deploy.to_string().as_bytes(), &auth),
     );
     assert_eq!(a.status, 201, "{}", String::from_utf8_lossy(&a.body));
+    // Not root: no packet socket, and requests to `mz` find nothing.
+    let counter = json!({
+        "name": "mz",
+        "file": "mz.flick",
+        "program": COUNTER,
+        "ports": ["wire=afpacket:lo"],
+    });
+    let a = send(
+        api_port,
+        &request("POST", "/services", counter.to_string().as_bytes(), &auth),
+    );
+    eprintln!("the counting machine's deploy: {}", a.status);
 
     let methods = ["GET", "PUT", "POST", "DELETE", "PATCH"];
     // Another seed and count from the environment, to look further.

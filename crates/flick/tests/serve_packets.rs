@@ -3,8 +3,11 @@
 //! deployed on AF_PACKET ports through `flick ctl`, frames are sent by the
 //! test, and their counters, flow entries and flow contexts are read
 //! through the API. A machine's table is replaced through the API and the
-//! verdict changes while the flow context lives on; an undeploy closes
-//! the service's ports.
+//! verdict changes while the flow context lives on; its global and flow
+//! registers are written and change the verdict of the next frames; a
+//! packet program's entries are deleted; a write to a service that does
+//! not answer holds up no other request; an undeploy closes the
+//! service's ports.
 //!
 //! Needs root and `ip` (iproute2): under CI (`CI=true`) a missing one
 //! fails the test, elsewhere it is skipped with a message.
@@ -17,7 +20,7 @@ use flick_testkit::packet_model::tcp_syn;
 use serde_json::Value as Json;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use support::serve::{ctl, ok, refused, serve_by, TempDir};
+use support::serve::{call, ctl, ok, refused, serve_by, TempDir};
 use support::ROOT;
 
 /// Passes what comes from outside to the inside, counting each source
@@ -524,4 +527,310 @@ fn packet_state_written_carried_over_a_redeploy_and_counted_in_metrics() {
     assert_eq!(dump["seen"][HOST5], 5, "{dump}");
     assert_eq!(dump["limit"], 3, "{dump}");
     assert_eq!(dump["passed"], 2, "{dump}");
+}
+
+/// Passes at most `limit` frames from each outside host, counted in its
+/// flow context; a context moved to `blocked` passes nothing.
+const METER: &str = "grammar packet
+
+machine meter: (packet/packet inside, packet/packet outside)
+  global limit: integer := 2
+
+  stage meter:
+    key ipv4.src
+    capacity 64
+    flow packets: integer := 0
+    states counting, blocked
+    in counting on packet when from outside, packets < limit: packets := packets + 1; forward inside
+    in counting on packet when from outside: packets := packets + 1
+    in blocked on packet: packets := packets + 1
+";
+
+/// A refused API request: its status and its message.
+fn refusal(state: &Path, method: &str, path: &str, body: Option<&Json>) -> (u16, String) {
+    let (status, answer) = call(state, method, path, body);
+    (status, answer["error"].as_str().unwrap_or("").to_string())
+}
+
+#[test]
+fn machine_registers_and_flow_contexts_written_and_deleted() {
+    if !netns::available("machine_registers_and_flow_contexts_written_and_deleted") {
+        return;
+    }
+    let ns = Netns::new("flkservem");
+    ns.veth_pair("in0", "in1");
+    ns.veth_pair("out0", "out1");
+    let dir = TempDir::new("machine-writes");
+    let state = dir.0.join("state");
+    let server = serve_by(ns.command(env!("CARGO_BIN_EXE_flick")), &state, &[]);
+    let meter = dir.file("meter.flick", METER);
+    ok(&ctl(
+        &state,
+        &[
+            "deploy",
+            "meter",
+            &meter,
+            "--port",
+            "inside=afpacket:in1",
+            "--port",
+            "outside=afpacket:out0",
+        ],
+    ));
+    wait_sockets(server.child.id(), 2);
+    let flow = "stages/meter/flows/10.0.0.5";
+    let packets = format!("{flow}/registers/packets");
+
+    // Within the limit of 2, then over it.
+    let frames: Vec<Vec<u8>> = (0..3).map(|i| tcp_syn(5, 1000 + i)).collect();
+    assert_eq!(send(&ns, "out1", &frames, Some("in0"), 2).len(), 2);
+    assert_eq!(read_until(&state, "meter", &packets, |v| *v == 3), 3);
+    // The key as the dump prints it names the same context.
+    let by_number = json(&ctl(
+        &state,
+        &[
+            "--json",
+            "read",
+            "meter",
+            "stages/meter/flows/ipv4.src=167772165",
+        ],
+    ));
+    assert_eq!(by_number["value"]["registers"]["packets"], 3, "{by_number}");
+
+    // The global register raised: host 5's next frame passes.
+    let w = json(&ctl(
+        &state,
+        &["--json", "write", "meter", "globals/limit", "5"],
+    ));
+    assert_eq!(w["value"], 5, "{w}");
+    let limit = json(&ctl(&state, &["--json", "read", "meter", "globals/limit"]));
+    assert_eq!(limit["value"], 5, "{limit}");
+    let one = vec![tcp_syn(5, 2000)];
+    assert_eq!(send(&ns, "out1", &one, Some("in0"), 1).len(), 1);
+    assert_eq!(read_until(&state, "meter", &packets, |v| *v == 4), 4);
+
+    // Its flow register written past the limit: the next frame stops.
+    let w = json(&ctl(&state, &["--json", "write", "meter", &packets, "10"]));
+    assert_eq!(w["applied"], true, "{w}");
+    assert_eq!(read_until(&state, "meter", &packets, |_| true), 10);
+    let one = vec![tcp_syn(5, 2001)];
+    assert!(send(&ns, "out1", &one, Some("in0"), 0).is_empty());
+    assert_eq!(read_until(&state, "meter", &packets, |v| *v == 11), 11);
+
+    // Its state written: `blocked` passes nothing, whatever the count.
+    ok(&ctl(
+        &state,
+        &["write", "meter", &format!("{flow}/state"), "blocked"],
+    ));
+    ok(&ctl(&state, &["write", "meter", &packets, "0"]));
+    let s = json(&ctl(
+        &state,
+        &["--json", "read", "meter", &format!("{flow}/state")],
+    ));
+    assert_eq!(s["value"], "blocked", "{s}");
+    let one = vec![tcp_syn(5, 2002)];
+    assert!(send(&ns, "out1", &one, Some("in0"), 0).is_empty());
+    assert_eq!(read_until(&state, "meter", &packets, |v| *v == 1), 1);
+
+    // Refusals name what was wrong.
+    let api = |path: &str| format!("/services/meter/state/{path}");
+    let int = serde_json::json!({ "value": 1 });
+    let (status, e) = refusal(&state, "PUT", &api("globals/nosuch"), Some(&int));
+    assert_eq!(status, 404, "{e}");
+    assert!(e.contains("nosuch") && e.contains("limit"), "{e}");
+    let text = serde_json::json!({ "value": "many" });
+    let (status, e) = refusal(&state, "PUT", &api("globals/limit"), Some(&text));
+    assert_eq!(status, 400, "{e}");
+    assert!(e.contains("integer"), "{e}");
+    let (status, e) = refusal(
+        &state,
+        "PUT",
+        &api("stages/meter/flows/10.0.0.9/registers/packets"),
+        Some(&int),
+    );
+    assert_eq!(status, 404, "{e}");
+    assert!(e.contains("no such flow context"), "{e}");
+    let (status, e) = refusal(
+        &state,
+        "PUT",
+        &api("stages/meter/flows/1,2/registers/packets"),
+        Some(&int),
+    );
+    assert_eq!(status, 400, "{e}");
+    assert!(e.contains("ipv4.src"), "{e}");
+    let (status, e) = refusal(
+        &state,
+        "PUT",
+        &api("stages/nosuch/flows/1/registers/packets"),
+        Some(&int),
+    );
+    assert_eq!(status, 404, "{e}");
+    assert!(e.contains("not a stage"), "{e}");
+    let (status, e) = refusal(
+        &state,
+        "PUT",
+        &api(&format!("{flow}/registers/nosuch")),
+        Some(&int),
+    );
+    assert_eq!(status, 404, "{e}");
+    assert!(e.contains("packets"), "{e}");
+    let (status, e) = refusal(&state, "PUT", &api(&format!("{flow}/state")), Some(&text));
+    assert_eq!(status, 400, "{e}");
+    assert!(e.contains("counting, blocked"), "{e}");
+    let (status, e) = refusal(
+        &state,
+        "PUT",
+        &api("stages/meter/0/registers/packets"),
+        Some(&int),
+    );
+    assert_eq!(status, 422, "{e}");
+    assert!(e.contains("flows/KEY"), "{e}");
+
+    // The context deleted: gone from the dump, and host 5 starts again.
+    let d = ok(&ctl(&state, &["delete", "meter", flow]));
+    assert!(d.contains("deleted"), "{d}");
+    let (status, e) = refusal(&state, "GET", &api(flow), None);
+    assert_eq!(status, 404, "{e}");
+    let dump = json(&ctl(&state, &["--json", "read", "meter", "stages/meter"]));
+    assert_eq!(dump["value"], serde_json::json!([]), "{dump}");
+    let (status, e) = refusal(&state, "DELETE", &api(flow), None);
+    assert_eq!(status, 404, "{e}");
+    let one = vec![tcp_syn(5, 2003)];
+    assert_eq!(send(&ns, "out1", &one, Some("in0"), 1).len(), 1);
+    assert_eq!(read_until(&state, "meter", &packets, |v| *v == 1), 1);
+}
+
+#[test]
+fn packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request() {
+    if !netns::available("packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request") {
+        return;
+    }
+    let ns = Netns::new("flkserved");
+    ns.veth_pair("d0", "d1");
+    let dir = TempDir::new("packet-deletes");
+    let state = dir.0.join("state");
+    let server = serve_by(ns.command(env!("CARGO_BIN_EXE_flick")), &state, &[]);
+    let quota = dir.file("quota.flick", QUOTA);
+    ok(&ctl(
+        &state,
+        &["deploy", "quota", &quota, "--port", "wire=afpacket:d1"],
+    ));
+    wait_sockets(server.child.id(), 1);
+
+    // Entries written, then one deleted: gone from the dump, the other
+    // kept.
+    ok(&ctl(
+        &state,
+        &["write", "quota", &format!("seen/{HOST5}"), "4"],
+    ));
+    ok(&ctl(&state, &["write", "quota", "seen/7", "2"]));
+    let d = ok(&ctl(&state, &["delete", "quota", &format!("seen/{HOST5}")]));
+    assert!(d.contains("deleted"), "{d}");
+    let seen = json(&ctl(&state, &["--json", "read", "quota", "globals/seen"]));
+    assert_eq!(seen["value"], serde_json::json!({ "7": 2 }), "{seen}");
+    // The same through `key_base64` ("7").
+    let (status, answer) = call(
+        &state,
+        "DELETE",
+        "/services/quota/state/seen?key_base64=Nw==",
+        None,
+    );
+    assert_eq!(status, 200, "{answer}");
+    let seen = json(&ctl(&state, &["--json", "read", "quota", "globals/seen"]));
+    assert_eq!(seen["value"], serde_json::json!({}), "{seen}");
+    let (status, e) = refusal(&state, "DELETE", "/services/quota/state/seen/7", None);
+    assert_eq!(status, 404, "{e}");
+    assert!(e.contains("no entry"), "{e}");
+    let (status, e) = refusal(&state, "DELETE", "/services/quota/state/seen/x", None);
+    assert_eq!(status, 400, "{e}");
+    assert!(e.contains("integer"), "{e}");
+    let (status, e) = refusal(&state, "DELETE", "/services/quota/state/limit/1", None);
+    assert_eq!(status, 400, "{e}");
+    assert!(e.contains("not a dictionary"), "{e}");
+    let (status, e) = refusal(&state, "DELETE", "/services/quota/state/nosuch/1", None);
+    assert_eq!(status, 404, "{e}");
+
+    // A machine whose input is a pipe with a pcap header and no frame:
+    // its dispatcher waits in `read`, so it never takes a write.
+    let fifo = dir.0.join("stuck.pcap");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Read and write: opening it waits for no peer, and the pipe lives
+    // while the test holds it.
+    let mut pipe = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap();
+    let mut header = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0];
+    header.extend([0; 8]);
+    header.extend(65535u32.to_le_bytes());
+    header.extend(1u32.to_le_bytes());
+    // The port reads the magic number, then opens the file again for
+    // the whole header.
+    std::io::Write::write_all(&mut pipe, &header[..4]).unwrap();
+    std::io::Write::write_all(&mut pipe, &header).unwrap();
+    let meter = dir.file("meter.flick", METER);
+    let out = dir.0.join("out.pcap");
+    ok(&ctl(
+        &state,
+        &[
+            "deploy",
+            "stuck",
+            &meter,
+            "--port",
+            &format!("outside=pcap:{}", fifo.display()),
+            "--port",
+            &format!("inside=pcap-out:{}", out.display()),
+        ],
+    ));
+    // A dump answered means the dispatcher has passed the point where it
+    // takes writes and waits in `read` from then on.
+    let limit = json(&ctl(&state, &["--json", "read", "stuck", "globals/limit"]));
+    assert_eq!(limit["value"], 2, "{limit}");
+    let writing = std::thread::spawn({
+        let state = state.clone();
+        move || {
+            let body = serde_json::json!({ "value": 9 });
+            let (status, answer) = call(
+                &state,
+                "PUT",
+                "/services/stuck/state/globals/limit",
+                Some(&body),
+            );
+            (status, answer, Instant::now())
+        }
+    });
+    // While that write waits (5 s), the others answer at once.
+    let sent = Instant::now();
+    let mut answered_meanwhile = 0;
+    while !writing.is_finished() {
+        let asked = Instant::now();
+        let list = json(&ctl(&state, &["--json", "list"]));
+        assert_eq!(list["services"].as_array().map(Vec::len), Some(2), "{list}");
+        ok(&ctl(&state, &["write", "quota", "limit", "3"]));
+        let took = asked.elapsed();
+        assert!(
+            took < Duration::from_millis(2500),
+            "a list and a write took {took:?} while another service's write waited"
+        );
+        if asked > sent + Duration::from_millis(500) && !writing.is_finished() {
+            answered_meanwhile += 1;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, answer, _) = writing.join().unwrap();
+    assert_eq!(status, 503, "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap_or("").contains("in time"),
+        "{answer}"
+    );
+    assert!(
+        answered_meanwhile > 0,
+        "no request was answered while the write waited"
+    );
+    // The pipe's end lets the machine finish.
+    drop(pipe);
 }

@@ -598,3 +598,67 @@ impl Program {
         Ok(())
     }
 }
+
+/// What a control write does to one flow context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlowEdit {
+    /// Sets flow register `.0` (by its place in the stage's list).
+    Register(u16, Value),
+    /// Moves the context to state `.0`.
+    State(u16),
+    /// Forgets the context, as its expiry would.
+    Remove,
+}
+
+/// Control writes, applied by the worker between two batches: none of
+/// this runs per frame.
+impl Engine {
+    /// Sets global register `reg`; false where there is none.
+    pub fn set_global(&mut self, reg: usize, value: Value) -> bool {
+        match self.globals.get_mut(reg) {
+            Some(g) => {
+                *g = value;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Edits the context of stage `stage` under `key` (the key's fields in
+    /// the stage's order, a biflow key's endpoints either way round);
+    /// whether this engine holds that context (and the edit fits it).
+    pub fn edit_flow(&mut self, stage: usize, key: &[Value], edit: FlowEdit) -> bool {
+        let Some(def) = self.program.machine.stages.get(stage) else {
+            return false;
+        };
+        let n = key.len();
+        if def.stateless() || n != def.key.len() || n > MAX_KEY {
+            return false;
+        }
+        let mut ordered = [0 as Value; MAX_KEY];
+        ordered[..n].copy_from_slice(key);
+        if def.biflow && ordered[n / 2..n] < ordered[..n / 2] {
+            for i in 0..n / 2 {
+                ordered.swap(i, n / 2 + i);
+            }
+        }
+        let states = def.states.len();
+        let st = &mut self.stages[stage];
+        let Some(slot) = st.flows.find(&ordered[..n]) else {
+            return false;
+        };
+        match edit {
+            FlowEdit::Register(r, value) => match st.flows.regs_mut(slot).get_mut(r as usize) {
+                Some(reg) => *reg = value,
+                None => return false,
+            },
+            FlowEdit::State(s) if (s as usize) < states => {
+                let m = st.flows.meta(slot);
+                st.flows.set_meta(slot, s, m.created, m.last);
+            }
+            FlowEdit::State(_) => return false,
+            FlowEdit::Remove => st.flows.remove(slot),
+        }
+        true
+    }
+}

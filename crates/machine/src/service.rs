@@ -29,8 +29,12 @@
 //! through [`MachineService::dump_on`] is taken without stopping: the
 //! dispatcher queues a dump request to every worker behind the frames
 //! already sent to it, gathers their contexts, and hands the dump over.
+//! Writes to registers and flow contexts ([`MachineControl`]) go the same
+//! way: a bounded queue the dispatcher looks at between frames, then each
+//! worker's queue, applied between two batches; the writer waits for the
+//! workers' answers, the dispatcher never does.
 
-use crate::engine::{Context, Counters, Engine, Program, Verdict, BATCH as ENGINE_BATCH};
+use crate::engine::{Context, Counters, Engine, FlowEdit, Program, Verdict, BATCH as ENGINE_BATCH};
 use crate::fields::{write_field, write_place, FieldError, FieldReader};
 use crate::flows::{hash_key, Timeouts};
 use crate::model::{Value, MAX_KEY, MAX_PORTS};
@@ -100,6 +104,93 @@ enum Msg {
     Swap(Arc<Program>),
     /// Send back this worker's part of a dump.
     Dump(Sender<WorkerDump>),
+    /// Apply a control write and answer whether this worker held what it
+    /// names (boxed: rare, and frames' messages stay small).
+    Control(Box<(ControlOp, Sender<bool>)>),
+}
+
+/// A write to a running machine's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ControlOp {
+    /// Sets global register `reg` (by its place in the program's list).
+    Global { reg: u16, value: Value },
+    /// Edits the flow context of stage `stage` under the first `len`
+    /// values of `key` (see [`Engine::edit_flow`]).
+    Flow {
+        stage: u16,
+        key: [Value; MAX_KEY],
+        len: u8,
+        edit: FlowEdit,
+    },
+}
+
+/// Why a control write got no answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    #[error("the machine is not running")]
+    NotRunning,
+    #[error("the machine's control queue is full; try again")]
+    Busy,
+    #[error("the machine did not apply the write in time")]
+    Timeout,
+}
+
+/// Writes queued to the control queue at most: a writer beyond them is
+/// told to try again rather than kept waiting.
+const CONTROL_QUEUE: usize = 64;
+
+/// The writing end of a running machine's control queue (see
+/// [`MachineService::control`]); cheap to clone.
+#[derive(Clone, Debug)]
+pub struct MachineControl {
+    queue: Sender<(ControlOp, Sender<bool>)>,
+    workers: usize,
+}
+
+/// A control write queued and not yet answered. Queuing and waiting are
+/// apart so that a caller may queue under a lock and wait outside it.
+#[must_use = "a control write is answered only through `wait`"]
+#[derive(Debug)]
+pub struct PendingControl {
+    answers: Receiver<bool>,
+    workers: usize,
+}
+
+impl MachineControl {
+    /// Queues `op` for every worker, without waiting.
+    pub fn queue(&self, op: ControlOp) -> Result<PendingControl, ControlError> {
+        let (reply, answers) = bounded(self.workers);
+        self.queue.try_send((op, reply)).map_err(|e| match e {
+            crossbeam_channel::TrySendError::Full(_) => ControlError::Busy,
+            crossbeam_channel::TrySendError::Disconnected(_) => ControlError::NotRunning,
+        })?;
+        Ok(PendingControl {
+            answers,
+            workers: self.workers,
+        })
+    }
+}
+
+impl PendingControl {
+    /// Waits at most `timeout` for every worker to apply the write; how
+    /// many held what it names (each one for a global register, the one
+    /// owning a flow context for a flow's).
+    pub fn wait(self, timeout: std::time::Duration) -> Result<usize, ControlError> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut held = 0;
+        for _ in 0..self.workers {
+            match self.answers.recv_deadline(deadline) {
+                Ok(h) => held += h as usize,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    return Err(ControlError::Timeout)
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return Err(ControlError::NotRunning)
+                }
+            }
+        }
+        Ok(held)
+    }
 }
 
 /// One worker's contexts, globals and counters, for a dump.
@@ -392,6 +483,7 @@ pub struct MachineService {
     workers: usize,
     stats: Arc<LiveStats>,
     dump: Option<(Arc<AtomicBool>, DumpSink)>,
+    control: Option<Receiver<(ControlOp, Sender<bool>)>>,
 }
 
 impl MachineService {
@@ -405,7 +497,19 @@ impl MachineService {
             workers,
             program,
             dump: None,
+            control: None,
         })
+    }
+
+    /// A control queue the run will serve: writes to its registers and
+    /// flow contexts, applied between frames.
+    pub fn control(&mut self) -> MachineControl {
+        let (queue, rx) = bounded(CONTROL_QUEUE);
+        self.control = Some(rx);
+        MachineControl {
+            queue,
+            workers: self.workers,
+        }
     }
 
     /// The run's counters as it goes.
@@ -490,6 +594,7 @@ impl MachineService {
             refused: Vec::new(),
             stats: self.stats.clone(),
             dump: self.dump.as_ref(),
+            control: self.control.as_ref(),
         };
         let read = d.read_all(inputs, &free_rx, stop, swaps.as_ref());
         let Dispatch {
@@ -620,6 +725,20 @@ fn work(
             Msg::Dump(reply) => {
                 let _ = reply.send(WorkerDump::of(&engine));
             }
+            Msg::Control(request) => {
+                let (op, reply) = *request;
+                let held = match op {
+                    ControlOp::Global { reg, value } => engine.set_global(reg as usize, value),
+                    ControlOp::Flow {
+                        stage,
+                        key,
+                        len,
+                        edit,
+                    } => engine.edit_flow(stage as usize, &key[..len as usize], edit),
+                };
+                publish(&engine, stats);
+                let _ = reply.send(held);
+            }
         }
         if next.is_none() {
             next = rx.recv().ok();
@@ -738,6 +857,7 @@ struct Dispatch<'a> {
     refused: Vec<String>,
     stats: Arc<LiveStats>,
     dump: Option<&'a (Arc<AtomicBool>, DumpSink)>,
+    control: Option<&'a Receiver<(ControlOp, Sender<bool>)>>,
 }
 
 impl Dispatch<'_> {
@@ -766,6 +886,17 @@ impl Dispatch<'_> {
             .collect();
         let dropped = load(&self.stats.dropped);
         sink(&assemble(parts, &self.program, frames, sent, dropped));
+    }
+
+    /// Hands the control writes queued to every worker, behind the frames
+    /// already sent to it. An empty queue answers without locking.
+    fn controls(&mut self) {
+        let Some(rx) = self.control else { return };
+        while let Ok((op, reply)) = rx.try_recv() {
+            for q in &self.queues {
+                let _ = q.send(Msg::Control(Box::new((op, reply.clone()))));
+            }
+        }
     }
 
     fn swaps(&mut self, swaps: Option<&Receiver<Arc<Program>>>) -> Result<(), RunError> {
@@ -839,6 +970,7 @@ impl Dispatch<'_> {
             let mut ended = vec![false; inputs.len()];
             while !stop.load(Ordering::Relaxed) && ended.iter().any(|e| !e) {
                 self.swaps(swaps)?;
+                self.controls();
                 self.dump_if_asked();
                 let mut idle = true;
                 for (i, p) in inputs.iter_mut().enumerate() {
@@ -888,6 +1020,7 @@ impl Dispatch<'_> {
                 break;
             }
             self.swaps(swaps)?;
+            self.controls();
             self.dump_if_asked();
             for (i, p) in inputs.iter_mut().enumerate() {
                 while pending[i].is_none() && !ended[i] {

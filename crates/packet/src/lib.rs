@@ -43,7 +43,7 @@ pub mod steering;
 
 pub use host::{Sends, MAX_SENDS};
 pub use service::{
-    Binding, BoundPort, Error, PacketConfig, PacketService, PortCounts, PortUse, StateControl,
-    Summary, WriteError, BATCH_FRAMES,
+    Binding, BoundPort, Error, PacketConfig, PacketService, PendingWrite, PortCounts, PortUse,
+    StateControl, Summary, WriteError, BATCH_FRAMES,
 };
 pub use stats::{LiveStats, PortStats, WorkerStats};

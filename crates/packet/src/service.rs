@@ -1517,6 +1517,8 @@ enum ControlOp {
         /// Whether an entry is made where the shard does not hold its key.
         create: bool,
     },
+    /// Removes the entry under a key (encoded), wherever a shard holds it.
+    Delete(Vec<u8>),
 }
 
 /// Values a worker wrote for one command.
@@ -1549,6 +1551,8 @@ pub enum WriteError {
     PerShard { var: String, workers: usize },
     #[error("no worker's shard holds this key of `{0}`: with several workers an entry goes where `steer` sends its flow, so only keys a shard holds are written")]
     Unplaced(String),
+    #[error("`{0}` has no entry under this key")]
+    NoEntry(String),
     #[error("a worker's control queue is full; try again")]
     Busy,
     #[error("the workers did not answer in time")]
@@ -1560,7 +1564,7 @@ impl WriteError {
     pub fn status(&self) -> u16 {
         match self {
             WriteError::NotRunning => 409,
-            WriteError::NoSuchVar(_) => 404,
+            WriteError::NoSuchVar(_) | WriteError::NoEntry(_) => 404,
             WriteError::NotScalar(_) | WriteError::NotDict(_) => 400,
             WriteError::Kind { .. } | WriteError::Key(_) => 400,
             WriteError::Full(_) => 409,
@@ -1589,6 +1593,12 @@ impl StateControl {
         value: Value,
         timeout: std::time::Duration,
     ) -> Result<(), WriteError> {
+        self.queue_global(var, value)?.wait(timeout).map(|_| ())
+    }
+
+    /// Queues [`StateControl::write_global`]'s write without waiting for
+    /// it.
+    pub fn queue_global(&self, var: &str, value: Value) -> Result<PendingWrite, WriteError> {
         let (index, queues) = self.target(var)?;
         if matches!(value, Value::Int(_)) && queues.len() > 1 {
             return Err(WriteError::PerShard {
@@ -1596,8 +1606,7 @@ impl StateControl {
                 workers: queues.len(),
             });
         }
-        let replies = send_all(&queues, index, |_| ControlOp::Set(value.clone()))?;
-        collect(replies, timeout).map(|_| ())
+        send_all(&queues, index, |_| ControlOp::Set(value.clone()))
     }
 
     /// Sets the entry under `key` (`Value::Int` or `Value::Bytes`) of
@@ -1626,26 +1635,50 @@ impl StateControl {
         entries: Vec<(Value, Value)>,
         timeout: std::time::Duration,
     ) -> Result<usize, WriteError> {
+        self.queue_entries(var, entries)?.wait(timeout)
+    }
+
+    /// Queues [`StateControl::write_entries`]'s write without waiting for
+    /// it; its answer is how many were written.
+    pub fn queue_entries(
+        &self,
+        var: &str,
+        entries: Vec<(Value, Value)>,
+    ) -> Result<PendingWrite, WriteError> {
         let mut encoded = Vec::with_capacity(entries.len());
         for (key, value) in entries {
-            let mut k = Vec::new();
-            match &key {
-                Value::Int(_) => {
-                    state::encode_key(&key, &|_| None, &mut k);
-                }
-                Value::Bytes(b) => state::encode_bytes_key(b, &mut k),
-                other => return Err(WriteError::Key(kind_name(other))),
-            }
-            encoded.push((k, value));
+            encoded.push((encoded_key(&key)?, value));
         }
         let (index, queues) = self.target(var)?;
         let create = queues.len() == 1;
         let entries = Arc::new(encoded);
-        let replies = send_all(&queues, index, |_| ControlOp::Entries {
+        send_all(&queues, index, |_| ControlOp::Entries {
             entries: entries.clone(),
             create,
-        })?;
-        Ok(collect(replies, timeout)?.iter().sum())
+        })
+    }
+
+    /// Removes the entry under `key` (`Value::Int` or `Value::Bytes`) of
+    /// global dictionary `var` from the shard that holds it; waits at most
+    /// `timeout`. [`WriteError::NoEntry`] where no shard holds it.
+    pub fn delete_entry(
+        &self,
+        var: &str,
+        key: &Value,
+        timeout: std::time::Duration,
+    ) -> Result<(), WriteError> {
+        match self.queue_delete(var, key)?.wait(timeout)? {
+            0 => Err(WriteError::NoEntry(var.into())),
+            _ => Ok(()),
+        }
+    }
+
+    /// Queues [`StateControl::delete_entry`]'s removal without waiting for
+    /// it; its answer is how many shards held the key.
+    pub fn queue_delete(&self, var: &str, key: &Value) -> Result<PendingWrite, WriteError> {
+        let key = encoded_key(key)?;
+        let (index, queues) = self.target(var)?;
+        send_all(&queues, index, |_| ControlOp::Delete(key.clone()))
     }
 
     /// Waits (at most `timeout`) until a run has taken this control;
@@ -1690,13 +1723,48 @@ impl StateControl {
 
 type Reply = Receiver<Result<Applied, WriteError>>;
 
+/// A dictionary key as shards store it.
+fn encoded_key(key: &Value) -> Result<Vec<u8>, WriteError> {
+    let mut k = Vec::new();
+    match key {
+        Value::Int(_) => {
+            state::encode_key(key, &|_| None, &mut k);
+        }
+        Value::Bytes(b) => state::encode_bytes_key(b, &mut k),
+        other => return Err(WriteError::Key(kind_name(other))),
+    }
+    Ok(k)
+}
+
+/// A command queued to every worker of a run and not yet answered.
+/// Queuing and waiting are apart so that a caller may queue while it
+/// holds a lock and wait once it has let go of it.
+#[must_use = "a pending write is answered only through `wait`"]
+pub struct PendingWrite {
+    replies: Vec<Reply>,
+}
+
+impl std::fmt::Debug for PendingWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PendingWrite({} workers)", self.replies.len())
+    }
+}
+
+impl PendingWrite {
+    /// Waits at most `timeout` for every worker to apply it; the values
+    /// written (or entries removed), summed over the workers.
+    pub fn wait(self, timeout: std::time::Duration) -> Result<usize, WriteError> {
+        Ok(collect(self.replies, timeout)?.iter().sum())
+    }
+}
+
 /// Queues a command to each worker; refused whole if any queue is full
 /// (none is sent then: each is tried before any is sent).
 fn send_all(
     queues: &[Sender<Command>],
     var: u16,
     op: impl Fn(usize) -> ControlOp,
-) -> Result<Vec<Reply>, WriteError> {
+) -> Result<PendingWrite, WriteError> {
     if queues.iter().any(Sender::is_full) {
         return Err(WriteError::Busy);
     }
@@ -1714,7 +1782,7 @@ fn send_all(
         })?;
         replies.push(answer);
     }
-    Ok(replies)
+    Ok(PendingWrite { replies })
 }
 
 fn collect(replies: Vec<Reply>, timeout: std::time::Duration) -> Result<Vec<Applied>, WriteError> {
@@ -1792,6 +1860,10 @@ fn apply_command(shard: &mut Shard, names: &[String], cmd: Command) {
             }
             outcome.map(|_: usize| written)
         }
+        ControlOp::Delete(key) => match shard.dict_remove(cmd.var, &key) {
+            Ok(removed) => Ok(removed as usize),
+            Err(_) => Err(WriteError::NotDict(name())),
+        },
     };
     let _ = cmd.reply.try_send(outcome);
 }

@@ -925,6 +925,24 @@ pub(crate) fn table_counts(names: &[&str], shards: &[&Shard]) -> Map<String, Jso
 }
 
 impl Shard {
+    /// Removes the entry under `key` (encoded) from dictionary `i`, for a
+    /// control delete; whether it held one (an expired entry counts as
+    /// none, as a lookup finds none).
+    pub(crate) fn dict_remove(&mut self, i: u16, key: &[u8]) -> Result<bool, Fault> {
+        let now = self.now;
+        Ok(match self.dict(i)? {
+            Dict::Plain { entries, .. } => entries.remove(key).is_some(),
+            Dict::Timed(t) => match t.find(key) {
+                Some(slot) => {
+                    let live = !t.is_expired(slot, now);
+                    t.remove(slot);
+                    live
+                }
+                None => false,
+            },
+        })
+    }
+
     /// Whether dictionary `i` holds `key` (encoded) now: for a control
     /// write, which goes to the shard owning the key.
     pub(crate) fn holds(&mut self, i: u16, key: &[u8]) -> Result<bool, Fault> {

@@ -13,11 +13,15 @@
 //!
 //! State is read from a dump taken between two frames without stopping
 //! (the one SIGUSR1 asks for under `flick run`), and a path names a part
-//! of it. A machine's `table` is written whole from a program's text; a
-//! packet program's `global` values and entries are written through its
-//! workers' write queues (`PacketConfig::control`), carried into a new
-//! version on redeploy and saved at a clean stop. Its counters are read
-//! for `/metrics` at each scrape.
+//! of it. A machine's `table` is written whole from a program's text, its
+//! global registers and flow contexts (named by their key) through its
+//! control queue (`MachineService::control`); a packet program's `global`
+//! values and entries are written and deleted through its workers' write
+//! queues (`PacketConfig::control`), carried into a new version on
+//! redeploy and saved at a clean stop. Reads and writes other than a
+//! table's go through a [`StateHandle`] taken under the registry's lock
+//! and used once it is let go, so a service slow to answer holds up no
+//! other request. Its counters are read for `/metrics` at each scrape.
 //!
 //! This module must not touch the socket services' registry: `serve.rs`
 //! routes to it by name.
@@ -25,6 +29,8 @@
 use super::{DeploySpec, Refusal};
 use crate::reload::{DictOf, Scalar, StateVar};
 use crate::table_load::TableLoader;
+use flick_machine::engine::FlowEdit;
+use flick_machine::service::{ControlError, ControlOp, MachineControl};
 use flick_machine::{MachineService, Program};
 use flick_packet::{Binding, BoundPort, PacketConfig, PacketService, PortUse};
 use flick_packet_io::PortSpec;
@@ -85,6 +91,8 @@ struct MachineParts {
     channels: Vec<String>,
     /// The text of the tables running (the last program loaded).
     table_text: Mutex<(String, String)>,
+    /// Writes to its registers and flow contexts.
+    control: MachineControl,
 }
 
 /// One packet service running.
@@ -100,6 +108,8 @@ pub struct Running {
     /// What the run said when it ended: its line and (a packet
     /// program's) final `global` state, or why it failed.
     thread: Option<JoinHandle<Result<Ended, String>>>,
+    /// Set by its thread as it ends, for waits made without the handle.
+    finished: Arc<AtomicBool>,
     dump_request: Arc<AtomicBool>,
     /// Where a packet program's dumps are written.
     dump_path: PathBuf,
@@ -107,7 +117,7 @@ pub struct Running {
     machine: Option<MachineParts>,
     /// A packet program's state: its declared variables, and the
     /// configuration whose `control` writes them while it runs.
-    state: Option<PacketState>,
+    state: Option<Arc<PacketState>>,
 }
 
 /// A run's last line and a packet program's final `global` state.
@@ -267,13 +277,17 @@ fn start_packet(spec: &DeploySpec, dumps: &Path) -> Result<Running, Refusal> {
     }
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = stop.clone();
+    let finished = Arc::new(AtomicBool::new(false));
+    let ending = finished.clone();
     let thread = std::thread::Builder::new()
         .name(format!("flick-packet-{}", spec.name))
         .spawn(move || {
-            service
+            let ended = service
                 .run(bindings, &stopping)
                 .map(|s| (s.line(), Some(s.state)))
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string());
+            ending.store(true, Ordering::Release);
+            ended
         })
         .map_err(|e| refuse(500, format!("cannot start the packet thread: {e}")))?;
     Ok(Running {
@@ -285,11 +299,12 @@ fn start_packet(spec: &DeploySpec, dumps: &Path) -> Result<Running, Refusal> {
         carried: Vec::new(),
         stop,
         thread: Some(thread),
+        finished,
         dump_request,
         dump_path,
         packet_stats: Some(stats),
         machine: None,
-        state: Some(state),
+        state: Some(Arc::new(state)),
     })
 }
 
@@ -359,16 +374,21 @@ fn start_machine(spec: &DeploySpec) -> Result<Running, Refusal> {
     );
     let (swap_tx, swaps) = flick_machine::swap_channel();
     let loader = TableLoader::new(program.clone(), service.workers(), swap_tx);
+    let control = service.control();
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = stop.clone();
+    let finished = Arc::new(AtomicBool::new(false));
+    let ending = finished.clone();
     let stats = service.stats();
     let thread = std::thread::Builder::new()
         .name(format!("flick-machine-{}", spec.name))
         .spawn(move || {
-            service
+            let ended = service
                 .run(inputs, outputs, &stopping, Some(swaps))
                 .map(|s| (s.line(), None))
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string());
+            ending.store(true, Ordering::Release);
+            ended
         })
         .map_err(|e| refuse(500, format!("cannot start the machine's thread: {e}")))?;
     Ok(Running {
@@ -380,6 +400,7 @@ fn start_machine(spec: &DeploySpec) -> Result<Running, Refusal> {
         carried: Vec::new(),
         stop,
         thread: Some(thread),
+        finished,
         dump_request,
         dump_path: PathBuf::new(),
         packet_stats: None,
@@ -391,6 +412,7 @@ fn start_machine(spec: &DeploySpec) -> Result<Running, Refusal> {
             dumped,
             channels,
             table_text: Mutex::new((file, spec.program.clone())),
+            control,
         }),
     })
 }
@@ -416,7 +438,7 @@ impl Running {
         let summary = match self.thread.take().map(JoinHandle::join) {
             Some(Ok(Ok((line, state)))) => {
                 carried = state.zip(self.state.take()).map(|(values, s)| Carried {
-                    vars: s.vars,
+                    vars: s.vars.clone(),
                     values,
                 });
                 json!(line)
@@ -574,25 +596,117 @@ impl Running {
         })
     }
 
+    /// What a state request needs of it, to use once the registry's lock
+    /// is let go.
+    pub fn handle(&self) -> StateHandle {
+        StateHandle {
+            name: self.spec.name.clone(),
+            finished: self.finished.clone(),
+            dump_request: self.dump_request.clone(),
+            dump_path: self.dump_path.clone(),
+            dumped: self.machine.as_ref().map(|m| m.dumped.clone()),
+            packet: self.state.clone(),
+            machine: self.machine.as_ref().map(|m| {
+                let program = m.program.lock().expect("program lock").clone();
+                (m.control.clone(), program)
+            }),
+        }
+    }
+
+    /// `GET /services/NAME/state/table`: a machine's running tables.
+    pub fn read_table(&self) -> Result<Json, Refusal> {
+        let m = self
+            .machine
+            .as_ref()
+            .ok_or_else(|| refuse(404, "only a machine has a `table`"))?;
+        let program = m.program.lock().expect("program lock").clone();
+        let (file, text) = m.table_text.lock().expect("table text").clone();
+        let stages: Vec<Json> = program
+            .machine
+            .stages
+            .iter()
+            .zip(&program.tables)
+            .map(|(st, t)| {
+                json!({
+                    "stage": st.name,
+                    "states": st.states,
+                    "conditions": t.conditions.len(),
+                    "entries": t.entries.len(),
+                    "rows": t.row_count(),
+                })
+            })
+            .collect();
+        Ok(json!({ "path": "table", "file": file, "value": text, "stages": stages }))
+    }
+
+    /// `PUT /services/NAME/state/table`: a machine's tables replaced from
+    /// a program's text (`{"file": F, "program": TEXT}`), atomically
+    /// between two frames.
+    pub fn write_table(&mut self, body: &[u8]) -> Result<Json, Refusal> {
+        let Some(m) = &self.machine else {
+            return Err(refuse(
+                404,
+                "only a machine has a `table`: a packet program's state is its `global` variables",
+            ));
+        };
+        let j: Json = serde_json::from_slice(body)
+            .map_err(|e| refuse(400, format!("the body is not JSON: {e}")))?;
+        let text = j["program"]
+            .as_str()
+            .ok_or_else(|| refuse(400, "give the table as {\"file\": NAME, \"program\": TEXT}"))?;
+        let file = j["file"].as_str().unwrap_or(&self.spec.file).to_string();
+        let micros = m.load(&file, text)?;
+        self.spec.program = text.to_string();
+        Ok(json!({ "path": "table", "value": file, "applied": true, "micros": micros }))
+    }
+}
+
+/// A running service's parts that a state read or write reaches, taken
+/// under the registry's lock ([`Running::handle`]) and used after it is
+/// let go: a dump or a write waits for the service's threads (seconds, if
+/// they are stuck), and no other request may wait behind that.
+pub struct StateHandle {
+    name: String,
+    finished: Arc<AtomicBool>,
+    dump_request: Arc<AtomicBool>,
+    /// Where a packet program's dumps are written.
+    dump_path: PathBuf,
+    /// A machine's latest dump.
+    dumped: Option<Arc<Mutex<Option<String>>>>,
+    packet: Option<Arc<PacketState>>,
+    /// A machine's control queue and the program it runs.
+    machine: Option<(MachineControl, Arc<Program>)>,
+}
+
+impl StateHandle {
+    fn stopped(&self) -> Refusal {
+        refuse(
+            409,
+            format!("service `{}` has stopped (its inputs ended)", self.name),
+        )
+    }
+
+    fn check_running(&self) -> Result<(), Refusal> {
+        if self.finished.load(Ordering::Acquire) {
+            return Err(self.stopped());
+        }
+        Ok(())
+    }
+
     /// The state as JSON, taken between two frames without stopping.
     fn dump(&self) -> Result<Json, Refusal> {
-        if !self.running() {
-            return Err(refuse(
-                409,
-                format!(
-                    "service `{}` has stopped (its inputs ended)",
-                    self.spec.name
-                ),
-            ));
-        }
+        self.check_running()?;
         let deadline = Instant::now() + DUMP_TIMEOUT;
-        let text = match &self.machine {
-            Some(m) => {
-                *m.dumped.lock().expect("dump slot") = None;
+        let text = match &self.dumped {
+            Some(dumped) => {
+                *dumped.lock().expect("dump slot") = None;
                 self.dump_request.store(true, Ordering::Relaxed);
                 loop {
-                    if let Some(t) = m.dumped.lock().expect("dump slot").take() {
+                    if let Some(t) = dumped.lock().expect("dump slot").take() {
                         break t;
+                    }
+                    if self.finished.load(Ordering::Acquire) {
+                        return Err(self.stopped());
                     }
                     if Instant::now() > deadline {
                         return Err(refuse(
@@ -611,6 +725,9 @@ impl Running {
                     if let Ok(t) = std::fs::read_to_string(&self.dump_path) {
                         break t;
                     }
+                    if self.finished.load(Ordering::Acquire) {
+                        return Err(self.stopped());
+                    }
                     if Instant::now() > deadline {
                         return Err(refuse(
                             503,
@@ -624,96 +741,368 @@ impl Running {
         serde_json::from_str(&text).map_err(|e| refuse(500, format!("the dump is not JSON: {e}")))
     }
 
-    /// `GET /services/NAME/state/PATH`: `dump` (all of it), `table` (a
-    /// machine's running tables), or a path into the dump (`globals/R`,
-    /// `stages/S`, a packet program's `globals/G`, ...).
-    pub fn read(&self, path: &str) -> Result<Json, Refusal> {
-        if path == "table" {
-            let m = self
-                .machine
-                .as_ref()
-                .ok_or_else(|| refuse(404, "only a machine has a `table`"))?;
-            let program = m.program.lock().expect("program lock").clone();
-            let (file, text) = m.table_text.lock().expect("table text").clone();
-            let stages: Vec<Json> = program
-                .machine
-                .stages
-                .iter()
-                .zip(&program.tables)
-                .map(|(st, t)| {
-                    json!({
-                        "stage": st.name,
-                        "states": st.states,
-                        "conditions": t.conditions.len(),
-                        "entries": t.entries.len(),
-                        "rows": t.row_count(),
-                    })
-                })
-                .collect();
-            return Ok(json!({ "path": path, "file": file, "value": text, "stages": stages }));
-        }
+    /// `GET /services/NAME/state/PATH`: `dump` (all of it) or a path into
+    /// the dump (`globals/R`, `stages/S`, `stages/S/N`, a machine's
+    /// `stages/S/flows/KEY`, a packet program's `globals/G`, ...).
+    pub fn read(&self, path: &str, key: Option<&[u8]>) -> Result<Json, Refusal> {
         let dump = self.dump()?;
         if path == "dump" {
             return Ok(json!({ "path": path, "value": dump }));
         }
+        let no_such = || {
+            refuse(
+                404,
+                format!(
+                    "no `{path}` in the state of `{}` (read `dump` for all of it)",
+                    self.name
+                ),
+            )
+        };
         let mut at = &dump;
-        for seg in path.split('/') {
+        let mut segments: Vec<&str> = path.split('/').collect();
+        if let Some(key) = key {
+            // An entry named by `key_base64`, as the dump's text shows it.
+            let var = path.strip_prefix("globals/").unwrap_or(path);
+            segments = vec!["globals", var];
+            let text = String::from_utf8_lossy(key).into_owned();
+            let shown = if key.iter().all(|c| (0x20..0x7f).contains(c)) {
+                text
+            } else {
+                let hex: String = key.iter().map(|c| format!("{c:02x}")).collect();
+                format!("0x{hex}")
+            };
+            let entries = segments.iter().try_fold(at, |at, seg| at.get(seg));
+            let value = entries.and_then(|e| e.get(&shown)).ok_or_else(no_such)?;
+            return Ok(json!({ "path": path, "value": value }));
+        }
+        if let (Some((_, program)), ["stages", stage, "flows", key, rest @ ..]) =
+            (&self.machine, segments.as_slice())
+        {
+            let (s, flow) = flow_key(&self.name, program, stage, key)?;
+            let shown = context_of(&dump, program, s, &flow).ok_or_else(|| {
+                refuse(
+                    404,
+                    format!(
+                        "stage `{stage}` of `{}` has no flow context under `{key}`",
+                        self.name
+                    ),
+                )
+            })?;
+            at = shown;
+            segments = rest.to_vec();
+        }
+        for seg in segments {
             at = match at {
                 Json::Object(o) => o.get(seg),
                 Json::Array(a) => seg.parse::<usize>().ok().and_then(|i| a.get(i)),
                 _ => None,
             }
-            .ok_or_else(|| {
-                refuse(
-                    404,
-                    format!(
-                        "no `{path}` in the state of `{}` (read `dump` for all of it)",
-                        self.spec.name
-                    ),
-                )
-            })?;
+            .ok_or_else(no_such)?;
         }
         Ok(json!({ "path": path, "value": at }))
     }
 
-    /// `PUT /services/NAME/state/table`: a machine's tables replaced from
-    /// a program's text (`{"file": F, "program": TEXT}`), atomically
-    /// between two frames.
-    pub fn write(&mut self, path: &str, body: &[u8]) -> Result<Json, Refusal> {
-        if let Some(state) = &self.state {
-            if !self.running() {
-                return Err(refuse(
-                    409,
-                    format!(
-                        "service `{}` has stopped (its inputs ended)",
-                        self.spec.name
-                    ),
-                ));
-            }
-            return state.write(&self.spec.name, path, body);
+    /// `PUT /services/NAME/state/PATH` (or `state/VAR?key_base64=KEY`): a
+    /// packet program's global or entry, a machine's global register or a
+    /// flow context's register or state.
+    pub fn write(&self, path: &str, key: Option<&[u8]>, body: &[u8]) -> Result<Json, Refusal> {
+        self.check_running()?;
+        if let Some(state) = &self.packet {
+            return state.write(&self.name, path, key, body);
         }
-        let Some(m) = &self.machine else {
+        let Some((control, program)) = &self.machine else {
             return Err(refuse(
                 422,
                 format!("`{path}`: this service has no state to write"),
             ));
         };
-        if path != "table" {
+        let segments: Vec<&str> = path.split('/').collect();
+        let (op, shown) = match segments.as_slice() {
+            ["globals", reg] => {
+                let i = program
+                    .machine
+                    .globals
+                    .iter()
+                    .position(|g| g.name == *reg)
+                    .ok_or_else(|| {
+                        refuse(
+                            404,
+                            format!(
+                                "`{reg}` is not a global register of `{}` (its registers: {})",
+                                self.name,
+                                names(program.machine.globals.iter().map(|g| &g.name))
+                            ),
+                        )
+                    })?;
+                let value = register_value(reg, body)?;
+                let op = ControlOp::Global {
+                    reg: i as u16,
+                    value,
+                };
+                (op, json!(value))
+            }
+            ["stages", stage, "flows", key, "registers", reg] => {
+                let (s, flow) = flow_key(&self.name, program, stage, key)?;
+                let st = &program.machine.stages[s];
+                let r = st
+                    .flow_regs
+                    .iter()
+                    .position(|g| g.name == *reg)
+                    .ok_or_else(|| {
+                        refuse(
+                            404,
+                            format!(
+                                "`{reg}` is not a flow register of stage `{stage}` (its registers: {})",
+                                names(st.flow_regs.iter().map(|g| &g.name))
+                            ),
+                        )
+                    })?;
+                let value = register_value(reg, body)?;
+                (
+                    flow_op(s, &flow, FlowEdit::Register(r as u16, value)),
+                    json!(value),
+                )
+            }
+            ["stages", stage, "flows", key, "state"] => {
+                let (s, flow) = flow_key(&self.name, program, stage, key)?;
+                let st = &program.machine.stages[s];
+                let j = body_value(body)?;
+                let given = j.as_str().ok_or_else(|| {
+                    refuse(
+                        400,
+                        format!("a flow context's state is a state's name as a string, not {j}"),
+                    )
+                })?;
+                let state = st.states.iter().position(|n| n == given).ok_or_else(|| {
+                    refuse(
+                        400,
+                        format!(
+                            "`{given}` is not a state of stage `{stage}` (its states: {})",
+                            names(st.states.iter())
+                        ),
+                    )
+                })?;
+                (
+                    flow_op(s, &flow, FlowEdit::State(state as u16)),
+                    json!(given),
+                )
+            }
+            _ => {
+                return Err(refuse(
+                    422,
+                    format!("`{path}`: of a machine, `table`, `globals/REGISTER`, `stages/STAGE/flows/KEY/registers/REGISTER` and `stages/STAGE/flows/KEY/state` are written"),
+                ))
+            }
+        };
+        let held = control
+            .queue(op)
+            .and_then(|pending| pending.wait(WRITE_TIMEOUT))
+            .map_err(|e| control_refusal(path, e))?;
+        if held == 0 {
+            return Err(no_flow(&self.name, path));
+        }
+        tracing::info!(service = %self.name, path = %path, value = %shown, "machine state written");
+        Ok(json!({ "path": path, "value": shown, "applied": true }))
+    }
+
+    /// `DELETE /services/NAME/state/PATH`: a packet program's entry
+    /// (`VAR/KEY`, or `VAR` and `key_base64`) or a machine's flow context
+    /// (`stages/STAGE/flows/KEY`).
+    pub fn delete(&self, path: &str, key: Option<&[u8]>) -> Result<Json, Refusal> {
+        self.check_running()?;
+        if let Some(state) = &self.packet {
+            return state.delete(&self.name, path, key);
+        }
+        let Some((control, program)) = &self.machine else {
             return Err(refuse(
                 422,
-                format!("`{path}`: of a machine, only its `table` is written (global registers are read only)"),
+                format!("`{path}`: this service has no state to delete"),
             ));
+        };
+        let segments: Vec<&str> = path.split('/').collect();
+        let ["stages", stage, "flows", key] = segments.as_slice() else {
+            return Err(refuse(
+                422,
+                format!("`{path}`: of a machine, only flow contexts are deleted, as stages/STAGE/flows/KEY"),
+            ));
+        };
+        let (s, flow) = flow_key(&self.name, program, stage, key)?;
+        let held = control
+            .queue(flow_op(s, &flow, FlowEdit::Remove))
+            .and_then(|pending| pending.wait(WRITE_TIMEOUT))
+            .map_err(|e| control_refusal(path, e))?;
+        if held == 0 {
+            return Err(no_flow(&self.name, path));
         }
-        let j: Json = serde_json::from_slice(body)
-            .map_err(|e| refuse(400, format!("the body is not JSON: {e}")))?;
-        let text = j["program"]
-            .as_str()
-            .ok_or_else(|| refuse(400, "give the table as {\"file\": NAME, \"program\": TEXT}"))?;
-        let file = j["file"].as_str().unwrap_or(&self.spec.file).to_string();
-        let micros = m.load(&file, text)?;
-        self.spec.program = text.to_string();
-        Ok(json!({ "path": path, "value": file, "applied": true, "micros": micros }))
+        tracing::info!(service = %self.name, path = %path, "flow context deleted");
+        Ok(json!({ "path": path, "deleted": true }))
     }
+}
+
+fn control_refusal(path: &str, e: ControlError) -> Refusal {
+    let status = match e {
+        ControlError::NotRunning => 409,
+        ControlError::Busy | ControlError::Timeout => 503,
+    };
+    refuse(status, format!("`{path}`: {e}"))
+}
+
+fn no_flow(service: &str, path: &str) -> Refusal {
+    refuse(
+        404,
+        format!(
+            "`{path}`: `{service}` has no such flow context (read the stage for the keys it holds)"
+        ),
+    )
+}
+
+fn names<'a>(all: impl Iterator<Item = &'a String>) -> String {
+    let all: Vec<&str> = all.map(String::as_str).collect();
+    if all.is_empty() {
+        "none".into()
+    } else {
+        all.join(", ")
+    }
+}
+
+/// A register's new value from a request's body: a JSON integer that fits
+/// 64 bits unsigned, as registers are.
+fn register_value(reg: &str, body: &[u8]) -> Result<u64, Refusal> {
+    let j = body_value(body)?;
+    j.as_u64().ok_or_else(|| {
+        refuse(
+            400,
+            format!("`{reg}` is a register of 64 bits: give an integer from 0 to 2^64-1, not {j}"),
+        )
+    })
+}
+
+/// A request body's value: `{"value": V}` (as `flick ctl` sends it) or V.
+fn body_value(body: &[u8]) -> Result<Json, Refusal> {
+    let j: Json = serde_json::from_slice(body)
+        .map_err(|e| refuse(400, format!("the body is not JSON: {e}")))?;
+    Ok(match j {
+        Json::Object(mut o) if o.len() == 1 && o.contains_key("value") => {
+            o.remove("value").unwrap_or(Json::Null)
+        }
+        j => j,
+    })
+}
+
+fn flow_op(stage: usize, key: &[u64], edit: FlowEdit) -> ControlOp {
+    let mut k = [0; flick_machine::model::MAX_KEY];
+    k[..key.len()].copy_from_slice(key);
+    ControlOp::Flow {
+        stage: stage as u16,
+        key: k,
+        len: key.len() as u8,
+        edit,
+    }
+}
+
+/// A stage's index and a flow key from a path's text: the key's fields'
+/// values in the stage's order, separated by commas, each a decimal or
+/// `0x` hexadecimal integer or a dotted IPv4 address, optionally named
+/// (`ipv4.src=10.0.0.1,...`, in any order then).
+fn flow_key(
+    service: &str,
+    program: &Program,
+    stage: &str,
+    text: &str,
+) -> Result<(usize, Vec<u64>), Refusal> {
+    let m = &program.machine;
+    let s = m
+        .stages
+        .iter()
+        .position(|st| st.name == stage)
+        .ok_or_else(|| {
+            refuse(
+                404,
+                format!(
+                    "`{stage}` is not a stage of `{service}` (its stages: {})",
+                    names(m.stages.iter().map(|st| &st.name))
+                ),
+            )
+        })?;
+    let st = &m.stages[s];
+    if st.stateless() {
+        return Err(refuse(
+            404,
+            format!("stage `{stage}` has no flow key, so it keeps no flow contexts"),
+        ));
+    }
+    let fields: Vec<&str> = st
+        .key
+        .iter()
+        .map(|&f| m.fields[f as usize].name.as_str())
+        .collect();
+    let wanted = || {
+        refuse(
+            400,
+            format!(
+                "a flow key of stage `{stage}` is {} values, {} in that order, separated by commas (or each as FIELD=VALUE), not `{text}`",
+                fields.len(),
+                fields.join(", ")
+            ),
+        )
+    };
+    let parts: Vec<&str> = text.split(',').collect();
+    if parts.len() != fields.len() {
+        return Err(wanted());
+    }
+    let mut key = vec![None; fields.len()];
+    for (i, part) in parts.iter().enumerate() {
+        let (at, value) = match part.split_once('=') {
+            Some((name, v)) => (
+                fields.iter().position(|f| f == &name).ok_or_else(wanted)?,
+                v,
+            ),
+            None => (i, *part),
+        };
+        let v = key_value(value).ok_or_else(wanted)?;
+        if key[at].replace(v).is_some() {
+            return Err(wanted());
+        }
+    }
+    let key = key
+        .into_iter()
+        .collect::<Option<Vec<u64>>>()
+        .ok_or_else(wanted)?;
+    Ok((s, key))
+}
+
+fn key_value(text: &str) -> Option<u64> {
+    if let Some(hex) = text.strip_prefix("0x") {
+        return u64::from_str_radix(hex, 16).ok();
+    }
+    if text.contains('.') {
+        return text
+            .parse::<std::net::Ipv4Addr>()
+            .ok()
+            .map(|a| u32::from(a) as u64);
+    }
+    text.parse().ok()
+}
+
+/// The context of stage `s` under `key` (either way round for a biflow
+/// key) as a dump shows it.
+fn context_of<'d>(dump: &'d Json, program: &Program, s: usize, key: &[u64]) -> Option<&'d Json> {
+    let m = &program.machine;
+    let st = &m.stages[s];
+    let mut other = key.to_vec();
+    if st.biflow {
+        let h = other.len() / 2;
+        let (a, b) = other.split_at_mut(h);
+        a.swap_with_slice(b);
+    }
+    dump["stages"][&st.name].as_array()?.iter().find(|c| {
+        let held: Option<Vec<u64>> = st
+            .key
+            .iter()
+            .map(|&f| c["key"][&m.fields[f as usize].name].as_u64())
+            .collect();
+        held.is_some_and(|h| h == key || h == other)
+    })
 }
 
 impl MachineParts {
@@ -821,11 +1210,8 @@ impl PacketState {
         self.keys.iter().find(|(n, _)| n == name).and_then(|k| k.1)
     }
 
-    /// `PUT state/VAR` (a scalar global, in every worker's shard) or
-    /// `PUT state/VAR/KEY` (an entry, in the shard owning the key),
-    /// checked against the declared types as a socket service's are.
-    fn write(&self, service: &str, path: &str, body: &[u8]) -> Result<Json, Refusal> {
-        use flick_exec::Value;
+    /// The control of the run going, once it has taken it.
+    fn control(&self) -> Result<&flick_packet::StateControl, Refusal> {
         let control = self
             .config
             .control
@@ -835,9 +1221,92 @@ impl PacketState {
         if !control.wait_running(WRITE_TIMEOUT) {
             return Err(refuse(503, "the program did not start in time"));
         }
+        Ok(control)
+    }
+
+    /// A dictionary's key from a path's text or `key_base64`, of the kind
+    /// its type declares.
+    fn key_of(&self, name: &str, var: &StateVar, key: &[u8]) -> Result<flick_exec::Value, Refusal> {
+        use flick_exec::Value;
+        let shown = String::from_utf8_lossy(key);
+        match self.key_kind(name) {
+            Some(Scalar::Int) => Ok(Value::Int(shown.parse().map_err(|_| {
+                refuse(400, format!("a key of `{name}` is an integer, not `{shown}`"))
+            })?)),
+            Some(_) => Ok(Value::Bytes(key.into())),
+            None => Err(refuse(
+                422,
+                format!("the keys of `{name}` ({}) are neither integers nor strings: its entries are not written through the API", var.ty),
+            )),
+        }
+    }
+
+    /// `DELETE state/VAR/KEY` (or `state/VAR` and `key_base64`): the entry
+    /// removed from the shard that holds it.
+    fn delete(&self, service: &str, path: &str, key: Option<&[u8]>) -> Result<Json, Refusal> {
+        let path = path.strip_prefix("globals/").unwrap_or(path);
+        let (name, key) = match (key, path.split_once('/')) {
+            (Some(k), None) => (path, k),
+            (None, Some((name, k))) => (name, k.as_bytes()),
+            _ => {
+                return Err(refuse(
+                    400,
+                    format!("`{path}`: a packet program's dictionary entries are deleted as state/VAR/KEY (or state/VAR?key_base64=KEY); its other globals are not deleted"),
+                ))
+            }
+        };
+        let var = self.var(service, name)?;
+        if var.dict.is_none() {
+            return Err(refuse(
+                400,
+                format!(
+                    "`{name}` is a {}, not a dictionary: it has no entries to delete",
+                    var.ty
+                ),
+            ));
+        }
+        let key_value = self.key_of(name, var, key)?;
+        let control = self.control()?;
+        control
+            .queue_delete(name, &key_value)
+            .and_then(|pending| pending.wait(WRITE_TIMEOUT))
+            .and_then(|n| match n {
+                0 => Err(flick_packet::WriteError::NoEntry(name.into())),
+                _ => Ok(()),
+            })
+            .map_err(|e| refuse(e.status(), format!("`{path}`: {e}")))?;
+        tracing::info!(service = %service, dictionary = %name, key = %String::from_utf8_lossy(key), "dictionary entry deleted");
+        let mut answer = super::entry_answer(name, key);
+        answer["deleted"] = json!(true);
+        Ok(answer)
+    }
+
+    /// `PUT state/VAR` (a scalar global, in every worker's shard) or
+    /// `PUT state/VAR/KEY` (an entry, in the shard owning the key; or
+    /// `state/VAR` and `key_base64`), checked against the declared types
+    /// as a socket service's are.
+    fn write(
+        &self,
+        service: &str,
+        path: &str,
+        key: Option<&[u8]>,
+        body: &[u8],
+    ) -> Result<Json, Refusal> {
+        use flick_exec::Value;
         // Read paths name globals under `globals/`; a write may too.
         let path = path.strip_prefix("globals/").unwrap_or(path);
-        let Some((name, key)) = path.split_once('/') else {
+        let split = match key {
+            Some(_) if path.contains('/') => {
+                return Err(refuse(
+                    400,
+                    format!("`key_base64` names an entry of a dictionary: give the path as state/VAR, not `{path}`"),
+                ))
+            }
+            Some(k) => Some((path, k)),
+            None => path.split_once('/').map(|(n, k)| (n, k.as_bytes())),
+        };
+        let Some((name, key)) = split else {
+            let control = self.control()?;
             let var = self.var(service, path)?;
             if var.dict.is_some() {
                 return Err(refuse(
@@ -856,7 +1325,8 @@ impl PacketState {
                 _ => return Err(refuse(400, "give an integer, a boolean or a string")),
             };
             control
-                .write_global(path, value, WRITE_TIMEOUT)
+                .queue_global(path, value)
+                .and_then(|pending| pending.wait(WRITE_TIMEOUT))
                 .map_err(|e| refuse(e.status(), format!("`{path}`: {e}")))?;
             tracing::info!(service = %service, global = %path, value = %j, "state written");
             return Ok(json!({ "path": path, "value": j }));
@@ -877,18 +1347,7 @@ impl PacketState {
                 ))
             }
         };
-        let key_value = match self.key_kind(name) {
-            Some(Scalar::Int) => Value::Int(key.parse().map_err(|_| {
-                refuse(400, format!("a key of `{name}` is an integer, not `{key}`"))
-            })?),
-            Some(_) => Value::Bytes(key.as_bytes().into()),
-            None => {
-                return Err(refuse(
-                    422,
-                    format!("the keys of `{name}` ({}) are neither integers nor strings: its entries are not written through the API", var.ty),
-                ))
-            }
-        };
+        let key_value = self.key_of(name, var, key)?;
         let j: Json = serde_json::from_slice(body)
             .map_err(|e| refuse(400, format!("the body is not JSON: {e}")))?;
         let entry = super::entry_value_of(name, &j, kind, max)?;
@@ -899,11 +1358,17 @@ impl PacketState {
                 Value::Bytes(b.as_slice().into())
             }
         };
+        let control = self.control()?;
         control
-            .write_entry(name, &key_value, value, WRITE_TIMEOUT)
+            .queue_entries(name, vec![(key_value, value)])
+            .and_then(|pending| pending.wait(WRITE_TIMEOUT))
+            .and_then(|n| match n {
+                0 => Err(flick_packet::WriteError::Unplaced(name.into())),
+                _ => Ok(()),
+            })
             .map_err(|e| refuse(e.status(), format!("`{path}`: {e}")))?;
-        tracing::info!(service = %service, dictionary = %name, key = %key, "dictionary entry written");
-        let mut answer = super::entry_answer(name, key.as_bytes());
+        tracing::info!(service = %service, dictionary = %name, key = %String::from_utf8_lossy(key), "dictionary entry written");
+        let mut answer = super::entry_answer(name, key);
         super::entry_json(&mut answer, &entry);
         Ok(answer)
     }
