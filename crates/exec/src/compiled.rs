@@ -26,6 +26,8 @@ pub(crate) struct Flat {
     /// Per operation: the function and operation it was flattened from.
     pub(crate) sites: Vec<(FuncId, u32)>,
     pub(crate) regs: usize,
+    /// The form a run takes: typed registers, fused operations.
+    pub(crate) typed: crate::typed::Typed,
 }
 
 /// `func` flattened, or `None` where it must be interpreted.
@@ -34,9 +36,15 @@ pub(crate) fn flatten(module: &Module, func: FuncId) -> Option<Flat> {
         code: Vec::new(),
         sites: Vec::new(),
         regs: module.functions.get(func as usize)?.regs as usize,
+        typed: Default::default(),
     };
     inline(module, func, 0, &[], None, &mut flat, 0)?;
-    (flat.regs <= Reg::MAX as usize).then_some(flat)
+    if flat.regs > Reg::MAX as usize {
+        return None;
+    }
+    let params = module.functions[func as usize].params as usize;
+    flat.typed = crate::typed::compile(&flat.code, flat.regs, params);
+    Some(flat)
 }
 
 /// Appends `func`'s body with its registers at `base`. A parameter the
@@ -159,7 +167,7 @@ fn renamed_params(f: &crate::code::Function) -> Vec<bool> {
 
 /// The register `op` writes, if any (a `StoreRef`'s target counts: it
 /// writes the register when the target is no state).
-fn written(op: &Op) -> Option<Reg> {
+pub(crate) fn written(op: &Op) -> Option<Reg> {
     match op {
         Op::Const { dst, .. }
         | Op::Move { dst, .. }

@@ -12,6 +12,7 @@ pub mod code;
 mod compiled;
 pub mod fold;
 mod lower;
+mod typed;
 mod vm;
 
 pub use code::{
@@ -20,4 +21,6 @@ pub use code::{
 };
 pub use fold::{FoldSpec, FoldStep};
 pub use lower::{lower, Unsupported};
-pub use vm::{fnv1a, Fault, FoldCall, Host, ObjectKey, Outcome, Sent, Value, Vm, LOG_LINE_MAX};
+pub use vm::{
+    fnv1a, Fault, FoldCall, Host, IntField, ObjectKey, Outcome, Sent, Value, Vm, LOG_LINE_MAX,
+};

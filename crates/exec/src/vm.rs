@@ -5,6 +5,7 @@
 use crate::code::*;
 use crate::compiled::Flat;
 use crate::fold::{FoldSpec, FoldStep};
+use crate::typed::{Fast, Operand};
 use flick_runtime::Timeslice;
 use flick_syntax::ast::{BinOp, UnOp};
 use std::sync::Arc;
@@ -87,6 +88,15 @@ pub enum Fault {
     Kind(&'static str),
 }
 
+/// A field as [`Host::field_int`] reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntField {
+    Int(i64),
+    None,
+    /// Bytes, or anything else that is not an integer.
+    Other,
+}
+
 /// Whether a send went through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sent {
@@ -118,6 +128,15 @@ pub trait Host {
     fn bytes<'a>(&'a self, v: &'a Value) -> Option<&'a [u8]>;
     /// `msg.field`, for field `field` of record type `record`.
     fn field(&mut self, msg: &Value, record: u16, field: u16) -> Result<Value, Fault>;
+    /// `msg.field` where only whether it is a given integer, or `None`,
+    /// matters (a field compared with a constant): no `Value` made.
+    fn field_int(&mut self, msg: &Value, record: u16, field: u16) -> Result<IntField, Fault> {
+        Ok(match self.field(msg, record, field)? {
+            Value::Int(i) => IntField::Int(i),
+            Value::None => IntField::None,
+            _ => IntField::Other,
+        })
+    }
     fn send(&mut self, chan: &Value, value: &Value) -> Result<Sent, Fault>;
     /// Channels in a channel array.
     fn channels(&self, chan: u16) -> i64;
@@ -259,6 +278,8 @@ struct Frame {
 pub struct Vm {
     frames: Vec<Frame>,
     regs: Vec<Value>,
+    /// The typed form's integer and boolean registers, by register.
+    ints: Vec<i64>,
     /// Bytes string built-ins make while a run handles one message; emptied
     /// when the next run starts, its storage kept, so that once it has
     /// grown to what the messages need nothing more is allocated.
@@ -371,7 +392,8 @@ impl Vm {
     pub fn fault_site(&self) -> Option<(FuncId, u32)> {
         if let Some((func, pc)) = self.flat_run {
             let flat = self.flats.get(func as usize)?.as_ref()?.as_ref()?;
-            return flat.sites.get(pc as usize).copied();
+            let at = *flat.typed.at.get(pc as usize)?;
+            return flat.sites.get(at as usize).copied();
         }
         self.frames.last().map(|f| (f.func, f.pc))
     }
@@ -395,20 +417,29 @@ impl Vm {
         self.flat_run = None;
         self.lookup = None;
         self.frames.clear();
-        self.regs.clear();
         self.scratch.clear();
         if self.runs_compiled(module, func) {
-            let regs = match &self.flats[func as usize] {
-                Some(Some(flat)) => flat.regs,
-                _ => unreachable!("runs_compiled made it"),
+            let Some(Some(flat)) = &self.flats[func as usize] else {
+                unreachable!("runs_compiled made it")
             };
-            self.regs.resize_with(regs, || Value::Unit);
+            // Registers are left as the last run left them but for those
+            // a run may read before writing (see `crate::typed`).
+            if self.regs.len() < flat.regs {
+                self.regs.resize_with(flat.regs, || Value::Unit);
+            }
+            if self.ints.len() < flat.regs {
+                self.ints.resize(flat.regs, 0);
+            }
+            for r in &flat.typed.reset {
+                self.regs[*r as usize] = Value::Unit;
+            }
             for (i, a) in args.iter().enumerate() {
                 self.regs[i] = a.clone();
             }
             self.flat_run = Some((func, 0));
             return;
         }
+        self.regs.clear();
         let f = &module.functions[func as usize];
         // `resize_with` writes each register; `resize` would clone the
         // filler into each, a match per register on every run and call.
@@ -718,9 +749,9 @@ impl Vm {
         }
     }
 
-    /// Runs flattened function `func` from operation `pc`: the
-    /// interpreter's operations over one register file, without frames.
-    /// Where it stops (a fault, a full channel) is kept in `flat_run`.
+    /// Runs flattened function `func` from operation `pc` of its typed
+    /// form ([`crate::typed`]). Where it stops (a fault, a full channel)
+    /// is kept in `flat_run`.
     fn run_flat(
         &mut self,
         module: &Module,
@@ -729,211 +760,355 @@ impl Vm {
         func: FuncId,
         mut pc: u32,
     ) -> Result<Outcome, Fault> {
-        let ran = loop {
-            let op = &flat.code[pc as usize];
-            let mut next = pc + 1;
-            // What may change a dictionary, or touch another entry of one
-            // (which reorders a least-recently-used table), forgets the
-            // last lookup.
-            if let Op::IndexSet { .. }
-            | Op::StoreState { .. }
-            | Op::StoreRef { .. }
-            | Op::Record { .. }
-            | Op::Release { .. }
-            | Op::Builtin {
-                f: Builtin::Meter | Builtin::Bloom(_),
-                ..
-            } = op
-            {
-                self.lookup = None;
-            }
-            let step: Result<(), Fault> = (|| {
-                match op {
-                    Op::Const { dst, value } => {
-                        let v = match value {
-                            Const::Unit => Value::Unit,
-                            Const::Bool(b) => Value::Bool(*b),
-                            Const::Int(i) => Value::Int(*i),
-                            Const::Str(_) => {
-                                let (func, op) = flat.sites[pc as usize];
-                                Value::ConstBytes { func, op }
-                            }
-                            Const::None => Value::None,
-                        };
-                        self.set(0, *dst, v);
-                    }
-                    Op::Move { dst, src } => {
-                        let v = self.reg(0, *src).clone();
-                        self.set(0, *dst, v);
-                    }
-                    Op::Chan { dst, chan } => self.set(
-                        0,
-                        *dst,
-                        Value::Chan {
-                            chan: *chan,
-                            elem: None,
-                        },
-                    ),
-                    Op::LoadState { dst, state } => {
-                        let v = host.load_state(*state);
-                        self.set(0, *dst, v);
-                    }
-                    Op::StoreState { state, src } => {
-                        let v = self.detach(module, &*host, self.reg(0, *src));
-                        host.store_state(*state, v)?
-                    }
-                    Op::Field {
-                        dst,
-                        src,
-                        record,
-                        field,
-                    } => {
-                        let v = host.field(self.reg(0, *src), *record, *field)?;
-                        self.set(0, *dst, v);
-                    }
-                    Op::Index { dst, base, index } => {
-                        let v = match (self.reg(0, *base), &self.lookup) {
-                            (Value::Dict { state }, Some((s, k, v)))
-                                if s == state && k == self.reg(0, *index) =>
-                            {
-                                v.clone()
-                            }
-                            (Value::Dict { state }, _) => {
-                                let state = *state;
-                                let v = self.index(module, host, 0, *base, *index)?;
-                                let key = self.reg(0, *index).clone();
-                                self.lookup = Some((state, key, v.clone()));
-                                v
-                            }
-                            _ => self.index(module, host, 0, *base, *index)?,
-                        };
-                        self.set(0, *dst, v);
-                    }
-                    Op::IndexSet { base, index, src } => match self.reg(0, *base) {
-                        Value::Dict { state } => match self.scratch_bytes(0, *index) {
-                            Some(key) => host.dict_set_bytes(*state, key, self.reg(0, *src))?,
-                            None => {
-                                let key = self.detach(module, &*host, self.reg(0, *index));
-                                host.dict_set(*state, &key, self.reg(0, *src))?;
-                            }
-                        },
-                        _ => return Err(Fault::Kind("a dictionary")),
-                    },
-                    Op::Unary { op, dst, src } => {
-                        let v = match op {
-                            UnOp::Not => Value::Bool(!self.truthy(0, *src)?),
-                            UnOp::Neg => Value::Int(self.int(0, *src)?.wrapping_neg()),
-                        };
-                        self.set(0, *dst, v);
-                    }
-                    Op::Binary { op, dst, a, b } => {
-                        // Integers and booleans unboxed here; anything else
-                        // as the interpreter does it.
-                        let v = match (self.reg(0, *a), self.reg(0, *b)) {
-                            (Value::Int(x), Value::Int(y)) => int_binary(*op, *x, *y)?,
-                            (Value::Bool(x), Value::Bool(y)) => match op {
-                                BinOp::Eq => Value::Bool(x == y),
-                                BinOp::Ne => Value::Bool(x != y),
-                                BinOp::And => Value::Bool(*x && *y),
-                                BinOp::Or => Value::Bool(*x || *y),
-                                _ => self.binary(module, host, 0, *op, *a, *b)?,
-                            },
-                            _ => self.binary(module, host, 0, *op, *a, *b)?,
-                        };
-                        self.set(0, *dst, v);
-                    }
-                    Op::Builtin { f, dst, args } => {
-                        let v = self.builtin(module, host, 0, *f, args, flat.sites[pc as usize])?;
-                        self.set(0, *dst, v);
-                    }
-                    Op::Record { dst, record, args } => {
-                        let fields: Vec<Value> = args
-                            .iter()
-                            .map(|r| self.detach(module, &*host, self.reg(0, *r)))
-                            .collect();
-                        let v = host.record(*record, &fields)?;
-                        self.set(0, *dst, v);
-                    }
-                    Op::List { dst, items } => {
-                        let l: Vec<Value> = items.iter().map(|r| self.reg(0, *r).clone()).collect();
-                        self.set(0, *dst, Value::List(Arc::new(l)));
-                    }
-                    Op::Push { list, src } => {
-                        let v = self.reg(0, *src).clone();
-                        match &mut self.regs[*list as usize] {
-                            Value::List(l) => Arc::make_mut(l).push(v),
-                            _ => return Err(Fault::Kind("a list")),
-                        }
-                    }
-                    Op::Tuple { dst, items } => {
-                        let t: Vec<Value> = items.iter().map(|r| self.reg(0, *r).clone()).collect();
-                        self.set(0, *dst, Value::Tuple(t.into()));
-                    }
-                    Op::Send { src, chan } => {
-                        if host.send(self.reg(0, *chan), self.reg(0, *src))? == Sent::Full {
-                            // Stay on this operation: it runs again on resume.
-                            next = u32::MAX;
-                        }
-                    }
-                    Op::Jump { to } => next = *to,
-                    Op::JumpIfFalse { cond, to } => {
-                        if !self.truthy(0, *cond)? {
-                            next = *to;
-                        }
-                    }
-                    Op::Release { src, unless } => {
-                        let v = self.reg(0, *src);
-                        if matches!(v, Value::Msg(_))
-                            && !unless.iter().any(|r| self.reg(0, *r) == v)
-                        {
-                            host.release(v);
-                        }
-                    }
-                    Op::StateRef { dst, state } => self.set(0, *dst, Value::StateRef(*state)),
-                    Op::Deref { dst, src } => {
-                        let v = match self.reg(0, *src) {
-                            Value::StateRef(s) => host.load_state(*s),
-                            v => v.clone(),
-                        };
-                        self.set(0, *dst, v);
-                    }
-                    Op::StoreRef { target, src } => {
-                        let v = self.reg(0, *src).clone();
-                        match self.reg(0, *target) {
-                            Value::StateRef(s) => {
-                                let s = *s;
-                                let v = self.detach(module, &*host, &v);
-                                host.store_state(s, v)?
-                            }
-                            _ => self.set(0, *target, v),
-                        }
-                    }
-                    Op::Return { .. } => next = u32::MAX - 1,
-                    Op::Call { .. } | Op::CheckSlice | Op::Merge { .. } | Op::MergeFold { .. } => {
-                        unreachable!("never flattened")
-                    }
+        let code = &flat.typed.code[..];
+        loop {
+            let Some(op) = code.get(pc as usize) else {
+                unreachable!("a flattened body ends with a return")
+            };
+            match self.fast_op(module, host, flat, *op) {
+                Ok(Step::Next) => pc += 1,
+                Ok(Step::Goto(to)) => pc = to,
+                Ok(Step::Blocked) => {
+                    self.flat_run = Some((func, pc));
+                    return Ok(Outcome::Blocked);
                 }
-                Ok(())
-            })();
-            if let Err(f) = step {
-                break Err(f);
-            }
-            match next {
-                u32::MAX => break Ok(Outcome::Blocked),
-                n if n == u32::MAX - 1 => {
-                    let Op::Return { src } = op else {
-                        unreachable!("set by a return")
-                    };
-                    let v = self.reg(0, *src).clone();
-                    self.regs.clear();
+                Ok(Step::Done(v)) => {
                     self.flat_run = None;
                     return Ok(Outcome::Done(v));
                 }
-                n => pc = n,
+                Err(f) => {
+                    self.flat_run = Some((func, pc));
+                    return Err(f);
+                }
             }
-        };
-        self.flat_run = Some((func, pc));
-        ran
+        }
+    }
+
+    /// An integer operand: a slot, or a value as `int` reads it.
+    #[inline(always)]
+    fn operand_int(&self, o: Operand) -> Result<i64, Fault> {
+        match o {
+            Operand::Slot(r) => Ok(self.ints[r as usize]),
+            Operand::Value(r) => self.int(0, r),
+        }
+    }
+
+    #[inline(always)]
+    fn set_slot(&mut self, r: Reg, v: i64) {
+        self.ints[r as usize] = v;
+    }
+
+    /// One operation of the typed form.
+    #[inline(always)]
+    fn fast_op(
+        &mut self,
+        module: &Module,
+        host: &mut dyn Host,
+        flat: &Flat,
+        op: Fast,
+    ) -> Result<Step, Fault> {
+        match op {
+            Fast::Value { at } => {
+                return Ok(if self.value_op(module, host, flat, at)? {
+                    Step::Blocked
+                } else {
+                    Step::Next
+                })
+            }
+            Fast::Box { reg, bool } => {
+                let i = self.ints[reg as usize];
+                self.regs[reg as usize] = if bool {
+                    Value::Bool(i != 0)
+                } else {
+                    Value::Int(i)
+                };
+            }
+            Fast::BoxTo { dst, src, bool } => {
+                let i = self.ints[src as usize];
+                self.regs[dst as usize] = if bool {
+                    Value::Bool(i != 0)
+                } else {
+                    Value::Int(i)
+                };
+            }
+            Fast::Unbox { reg } => {
+                let i = unboxed(&self.regs[reg as usize])?;
+                self.set_slot(reg, i);
+            }
+            Fast::Set { dst, value } => self.set_slot(dst, value),
+            Fast::Move { dst, src } => self.set_slot(dst, self.ints[src as usize]),
+            Fast::Not { dst, src } => {
+                let b = match src {
+                    Operand::Slot(r) => self.ints[r as usize] != 0,
+                    Operand::Value(r) => self.truthy(0, r)?,
+                };
+                self.set_slot(dst, !b as i64);
+            }
+            Fast::Neg { dst, src } => {
+                let i = self.operand_int(src)?;
+                self.set_slot(dst, i.wrapping_neg());
+            }
+            Fast::Int { op, dst, a, b } => {
+                let (x, y) = (self.operand_int(a)?, self.operand_int(b)?);
+                self.set_slot(dst, int_binary_raw(op, x, y)?);
+            }
+            Fast::EqSlots { dst, a, b, ne } => {
+                let eq = self.ints[a as usize] == self.ints[b as usize];
+                self.set_slot(dst, (eq != ne) as i64);
+            }
+            Fast::EqValue {
+                dst,
+                v,
+                slot,
+                bool,
+                ne,
+            } => {
+                let k = self.ints[slot as usize];
+                let eq = match &self.regs[v as usize] {
+                    Value::Int(x) => !bool && *x == k,
+                    Value::Bool(x) => bool && *x as i64 == k,
+                    _ => false,
+                };
+                self.set_slot(dst, (eq != ne) as i64);
+            }
+            Fast::Logic { dst, a, b, or } => {
+                let (x, y) = (self.ints[a as usize] != 0, self.ints[b as usize] != 0);
+                self.set_slot(dst, if or { x || y } else { x && y } as i64);
+            }
+            Fast::Binary { op, dst, a, b } => {
+                let v = self.binary(module, host, 0, op, a, b)?;
+                self.set_slot(dst, unboxed(&v)?);
+            }
+            Fast::IsNone { dst, src, ne } => {
+                let eq = matches!(self.regs[src as usize], Value::None);
+                self.set_slot(dst, (eq != ne) as i64);
+            }
+            Fast::FieldIsInt {
+                dst,
+                src,
+                record,
+                field,
+                k,
+                ne,
+            } => {
+                let f = host.field_int(&self.regs[src as usize], record, field)?;
+                let eq = matches!(f, IntField::Int(x) if x == k);
+                self.set_slot(dst, (eq != ne) as i64);
+            }
+            Fast::FieldIsNone {
+                dst,
+                src,
+                record,
+                field,
+                ne,
+            } => {
+                let f = host.field_int(&self.regs[src as usize], record, field)?;
+                let eq = matches!(f, IntField::None);
+                self.set_slot(dst, (eq != ne) as i64);
+            }
+            Fast::Jump { to } => return Ok(Step::Goto(to)),
+            Fast::JumpIfNot { cond, to } => {
+                if self.ints[cond as usize] == 0 {
+                    return Ok(Step::Goto(to));
+                }
+            }
+            Fast::JumpIfNotValue { cond, to } => {
+                if !self.truthy(0, cond)? {
+                    return Ok(Step::Goto(to));
+                }
+            }
+            Fast::Return { src } => return Ok(Step::Done(self.regs[src as usize].clone())),
+        }
+        Ok(Step::Next)
+    }
+
+    /// Flattened operation `at` on `Value` registers, as the interpreter
+    /// runs it; `true` where a send found its channel full (the operation
+    /// runs again on resume).
+    fn value_op(
+        &mut self,
+        module: &Module,
+        host: &mut dyn Host,
+        flat: &Flat,
+        at: u32,
+    ) -> Result<bool, Fault> {
+        let op = &flat.code[at as usize];
+        // What may change a dictionary, or touch another entry of one
+        // (which reorders a least-recently-used table), forgets the
+        // last lookup.
+        if let Op::IndexSet { .. }
+        | Op::StoreState { .. }
+        | Op::StoreRef { .. }
+        | Op::Record { .. }
+        | Op::Release { .. }
+        | Op::Builtin {
+            f: Builtin::Meter | Builtin::Bloom(_),
+            ..
+        } = op
+        {
+            self.lookup = None;
+        }
+        match op {
+            Op::Const { dst, value } => {
+                let v = match value {
+                    Const::Unit => Value::Unit,
+                    Const::Bool(b) => Value::Bool(*b),
+                    Const::Int(i) => Value::Int(*i),
+                    Const::Str(_) => {
+                        let (func, op) = flat.sites[at as usize];
+                        Value::ConstBytes { func, op }
+                    }
+                    Const::None => Value::None,
+                };
+                self.set(0, *dst, v);
+            }
+            Op::Move { dst, src } => {
+                let v = self.reg(0, *src).clone();
+                self.set(0, *dst, v);
+            }
+            Op::Chan { dst, chan } => self.set(
+                0,
+                *dst,
+                Value::Chan {
+                    chan: *chan,
+                    elem: None,
+                },
+            ),
+            Op::LoadState { dst, state } => {
+                let v = host.load_state(*state);
+                self.set(0, *dst, v);
+            }
+            Op::StoreState { state, src } => {
+                let v = self.detach(module, &*host, self.reg(0, *src));
+                host.store_state(*state, v)?
+            }
+            Op::Field {
+                dst,
+                src,
+                record,
+                field,
+            } => {
+                let v = host.field(self.reg(0, *src), *record, *field)?;
+                self.set(0, *dst, v);
+            }
+            Op::Index { dst, base, index } => {
+                let v = match (self.reg(0, *base), &self.lookup) {
+                    (Value::Dict { state }, Some((s, k, v)))
+                        if s == state && k == self.reg(0, *index) =>
+                    {
+                        v.clone()
+                    }
+                    (Value::Dict { state }, _) => {
+                        let state = *state;
+                        let v = self.index(module, host, 0, *base, *index)?;
+                        let key = self.reg(0, *index).clone();
+                        self.lookup = Some((state, key, v.clone()));
+                        v
+                    }
+                    _ => self.index(module, host, 0, *base, *index)?,
+                };
+                self.set(0, *dst, v);
+            }
+            Op::IndexSet { base, index, src } => match self.reg(0, *base) {
+                Value::Dict { state } => match self.scratch_bytes(0, *index) {
+                    Some(key) => host.dict_set_bytes(*state, key, self.reg(0, *src))?,
+                    None => {
+                        let key = self.detach(module, &*host, self.reg(0, *index));
+                        host.dict_set(*state, &key, self.reg(0, *src))?;
+                    }
+                },
+                _ => return Err(Fault::Kind("a dictionary")),
+            },
+            Op::Unary { op, dst, src } => {
+                let v = match op {
+                    UnOp::Not => Value::Bool(!self.truthy(0, *src)?),
+                    UnOp::Neg => Value::Int(self.int(0, *src)?.wrapping_neg()),
+                };
+                self.set(0, *dst, v);
+            }
+            Op::Binary { op, dst, a, b } => {
+                // Integers and booleans unboxed here; anything else
+                // as the interpreter does it.
+                let v = match (self.reg(0, *a), self.reg(0, *b)) {
+                    (Value::Int(x), Value::Int(y)) => int_binary(*op, *x, *y)?,
+                    (Value::Bool(x), Value::Bool(y)) => match op {
+                        BinOp::Eq => Value::Bool(x == y),
+                        BinOp::Ne => Value::Bool(x != y),
+                        BinOp::And => Value::Bool(*x && *y),
+                        BinOp::Or => Value::Bool(*x || *y),
+                        _ => self.binary(module, host, 0, *op, *a, *b)?,
+                    },
+                    _ => self.binary(module, host, 0, *op, *a, *b)?,
+                };
+                self.set(0, *dst, v);
+            }
+            Op::Builtin { f, dst, args } => {
+                let v = self.builtin(module, host, 0, *f, args, flat.sites[at as usize])?;
+                self.set(0, *dst, v);
+            }
+            Op::Record { dst, record, args } => {
+                let fields: Vec<Value> = args
+                    .iter()
+                    .map(|r| self.detach(module, &*host, self.reg(0, *r)))
+                    .collect();
+                let v = host.record(*record, &fields)?;
+                self.set(0, *dst, v);
+            }
+            Op::List { dst, items } => {
+                let l: Vec<Value> = items.iter().map(|r| self.reg(0, *r).clone()).collect();
+                self.set(0, *dst, Value::List(Arc::new(l)));
+            }
+            Op::Push { list, src } => {
+                let v = self.reg(0, *src).clone();
+                match &mut self.regs[*list as usize] {
+                    Value::List(l) => Arc::make_mut(l).push(v),
+                    _ => return Err(Fault::Kind("a list")),
+                }
+            }
+            Op::Tuple { dst, items } => {
+                let t: Vec<Value> = items.iter().map(|r| self.reg(0, *r).clone()).collect();
+                self.set(0, *dst, Value::Tuple(t.into()));
+            }
+            Op::Send { src, chan } => {
+                if host.send(self.reg(0, *chan), self.reg(0, *src))? == Sent::Full {
+                    // Stay on this operation: it runs again on resume.
+                    return Ok(true);
+                }
+            }
+            Op::Release { src, unless } => {
+                let v = self.reg(0, *src);
+                if matches!(v, Value::Msg(_)) && !unless.iter().any(|r| self.reg(0, *r) == v) {
+                    host.release(v);
+                }
+            }
+            Op::StateRef { dst, state } => self.set(0, *dst, Value::StateRef(*state)),
+            Op::Deref { dst, src } => {
+                let v = match self.reg(0, *src) {
+                    Value::StateRef(s) => host.load_state(*s),
+                    v => v.clone(),
+                };
+                self.set(0, *dst, v);
+            }
+            Op::StoreRef { target, src } => {
+                let v = self.reg(0, *src).clone();
+                match self.reg(0, *target) {
+                    Value::StateRef(s) => {
+                        let s = *s;
+                        let v = self.detach(module, &*host, &v);
+                        host.store_state(s, v)?
+                    }
+                    _ => self.set(0, *target, v),
+                }
+            }
+            Op::Jump { .. }
+            | Op::JumpIfFalse { .. }
+            | Op::Return { .. }
+            | Op::Call { .. }
+            | Op::CheckSlice
+            | Op::Merge { .. }
+            | Op::MergeFold { .. } => unreachable!("control flow is the typed form's"),
+        }
+        Ok(false)
     }
 
     /// Built-in `f` on registers `args`, called from `site` (function and
@@ -1429,20 +1604,49 @@ impl Vm {
 /// `x op y` of two integers, as [`Vm::binary`] computes it.
 #[inline]
 fn int_binary(op: BinOp, x: i64, y: i64) -> Result<Value, Fault> {
+    let v = int_binary_raw(op, x, y)?;
     Ok(match op {
-        BinOp::Add => Value::Int(x.wrapping_add(y)),
-        BinOp::Sub => Value::Int(x.wrapping_sub(y)),
-        BinOp::Mul => Value::Int(x.wrapping_mul(y)),
-        BinOp::Div => Value::Int(x.checked_div(y).ok_or(Fault::DivideByZero)?),
-        BinOp::Mod => Value::Int(x.checked_rem_euclid(y).ok_or(Fault::DivideByZero)?),
-        BinOp::Lt => Value::Bool(x < y),
-        BinOp::Le => Value::Bool(x <= y),
-        BinOp::Gt => Value::Bool(x > y),
-        BinOp::Ge => Value::Bool(x >= y),
-        BinOp::Eq => Value::Bool(x == y),
-        BinOp::Ne => Value::Bool(x != y),
+        BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod => Value::Int(v),
+        _ => Value::Bool(v != 0),
+    })
+}
+
+/// `x op y` of two integers, a boolean as 0 or 1: what the typed form
+/// keeps in a slot.
+#[inline]
+fn int_binary_raw(op: BinOp, x: i64, y: i64) -> Result<i64, Fault> {
+    Ok(match op {
+        BinOp::Add => x.wrapping_add(y),
+        BinOp::Sub => x.wrapping_sub(y),
+        BinOp::Mul => x.wrapping_mul(y),
+        BinOp::Div => x.checked_div(y).ok_or(Fault::DivideByZero)?,
+        BinOp::Mod => x.checked_rem_euclid(y).ok_or(Fault::DivideByZero)?,
+        BinOp::Lt => (x < y) as i64,
+        BinOp::Le => (x <= y) as i64,
+        BinOp::Gt => (x > y) as i64,
+        BinOp::Ge => (x >= y) as i64,
+        BinOp::Eq => (x == y) as i64,
+        BinOp::Ne => (x != y) as i64,
         BinOp::And | BinOp::Or => return Err(Fault::Kind("a boolean")),
     })
+}
+
+/// An integer or boolean value as a typed slot holds it.
+#[inline]
+fn unboxed(v: &Value) -> Result<i64, Fault> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        Value::Bool(b) => Ok(*b as i64),
+        _ => Err(Fault::Kind("an integer")),
+    }
+}
+
+/// What one operation of the typed form leads to.
+enum Step {
+    Next,
+    Goto(u32),
+    Blocked,
+    Done(Value),
 }
 
 /// Bytes that do not live in the interpreter: a constant's, or the host's.

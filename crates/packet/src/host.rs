@@ -4,7 +4,9 @@
 
 use crate::rewrite::Edit;
 use crate::state::{encode_bytes_key, encode_key, own, Shard};
-use flick_exec::{BloomOp, Fault, FuncId, HeaderEdit, Host, Module, ObjectKey, Sent, Value};
+use flick_exec::{
+    BloomOp, Fault, FuncId, HeaderEdit, Host, IntField, Module, ObjectKey, Sent, Value,
+};
 use flick_platform::log::RateLimit;
 use flick_span::SourceFile;
 use flick_wire::{FieldRef, Message};
@@ -188,6 +190,36 @@ impl Host for FrameHost<'_> {
                     len: b.len() as u32,
                 },
                 None => Value::None,
+            }
+        })
+    }
+
+    fn field_int(&mut self, msg: &Value, record: u16, field: u16) -> Result<IntField, Fault> {
+        if *msg != FRAME {
+            return Err(Fault::Kind("a packet"));
+        }
+        let Some((r, int)) = self
+            .fields
+            .get(record as usize)
+            .and_then(|r| r.get(field as usize))
+            .and_then(|f| *f)
+        else {
+            return Err(Fault::Host(
+                "a field that the wire grammar does not have".into(),
+            ));
+        };
+        let m = &self.message;
+        Ok(if int {
+            match m.uint_of(&r) {
+                Some(v) => IntField::Int(v as i64),
+                None => m
+                    .int_at(r.slot())
+                    .map_or(IntField::None, |v| IntField::Int(v as i64)),
+            }
+        } else {
+            match m.bytes_of(&r) {
+                Some(_) => IntField::Other,
+                None => IntField::None,
             }
         })
     }

@@ -1,0 +1,647 @@
+//! The form a flattened rule runs in: its operations over two register
+//! files, integers and booleans unboxed in an `i64` slot per register
+//! where every write to the register makes one, everything else a
+//! [`Value`](crate::Value) as the interpreter keeps it.
+//!
+//! A register is typed when each operation that writes it yields an
+//! integer (a constant, arithmetic, `-`) or each yields a boolean (a
+//! constant, a comparison, `and`, `or`, `not`), moves included, and no
+//! run can read it before writing it. Those operations run here on `i64`s;
+//! every other operation is the interpreter's own ([`Fast::Value`]), run
+//! on `Value`s, with each typed register it reads boxed into its `Value`
+//! slot just before. A few common sequences are fused: a field compared
+//! with an integer constant or with `None`, a value compared with `None`,
+//! and jumps to the next operation vanish. Every fast operation keeps the
+//! flattened operation it stands for, so faults and `log` lines name the
+//! interpreter's positions.
+//!
+//! What an operation means must not change here: each typed operation
+//! computes what [`Vm::binary`](crate::Vm) and its helpers compute for
+//! the values the register would hold (integers and booleans, where `int`
+//! reads a boolean as 0 or 1), faults included; `crates/exec/tests/compiled.rs`
+//! compares the two on random frames.
+
+use crate::code::{Const, Op, Reg};
+use flick_syntax::ast::{BinOp, UnOp};
+
+/// What a register holds in a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// No write seen yet (only while classifying).
+    Unwritten,
+    /// A `Value` slot.
+    Value,
+    /// An `i64` slot holding an integer.
+    Int,
+    /// An `i64` slot holding a boolean as 0 or 1.
+    Bool,
+}
+
+impl Class {
+    fn join(self, other: Class) -> Class {
+        match (self, other) {
+            (Class::Unwritten, c) | (c, Class::Unwritten) => c,
+            (a, b) if a == b => a,
+            _ => Class::Value,
+        }
+    }
+
+    fn typed(self) -> bool {
+        matches!(self, Class::Int | Class::Bool)
+    }
+}
+
+/// An operand of a typed operation: an `i64` slot or a `Value` slot.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Operand {
+    Slot(Reg),
+    Value(Reg),
+}
+
+/// One operation of the typed form. `dst` of a typed operation is an
+/// `i64` slot.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Fast {
+    /// Flattened operation `at`, run on `Value`s as the interpreter runs it.
+    Value {
+        at: u32,
+    },
+    /// The `Value` slot of typed register `reg` set from its `i64` slot.
+    Box {
+        reg: Reg,
+        bool: bool,
+    },
+    /// The `i64` slot of typed register `reg` set from its `Value` slot,
+    /// after the interpreter's operation wrote it.
+    Unbox {
+        reg: Reg,
+    },
+    /// `Value` register `dst` set from typed register `src`.
+    BoxTo {
+        dst: Reg,
+        src: Reg,
+        bool: bool,
+    },
+    Set {
+        dst: Reg,
+        value: i64,
+    },
+    Move {
+        dst: Reg,
+        src: Reg,
+    },
+    /// `not`: of a boolean slot, or of a value (`truthy`, which faults on
+    /// anything but a boolean).
+    Not {
+        dst: Reg,
+        src: Operand,
+    },
+    /// `-` of an integer.
+    Neg {
+        dst: Reg,
+        src: Operand,
+    },
+    /// Arithmetic or an ordering of two integers, at least one of them in
+    /// a slot (so neither is bytes, whose ordering is the interpreter's).
+    Int {
+        op: BinOp,
+        dst: Reg,
+        a: Operand,
+        b: Operand,
+    },
+    /// `=` or `<>` of two slots of one class.
+    EqSlots {
+        dst: Reg,
+        a: Reg,
+        b: Reg,
+        ne: bool,
+    },
+    /// `=` or `<>` of a value and a slot: equal only where the value is
+    /// the slot's class and number.
+    EqValue {
+        dst: Reg,
+        v: Reg,
+        slot: Reg,
+        bool: bool,
+        ne: bool,
+    },
+    /// `and` or `or` of two boolean slots.
+    Logic {
+        dst: Reg,
+        a: Reg,
+        b: Reg,
+        or: bool,
+    },
+    /// Any other binary operation of two values, the interpreter's, its
+    /// integer or boolean result unboxed.
+    Binary {
+        op: BinOp,
+        dst: Reg,
+        a: Reg,
+        b: Reg,
+    },
+    /// `v = None` or `v <> None`.
+    IsNone {
+        dst: Reg,
+        src: Reg,
+        ne: bool,
+    },
+    /// `msg.field = k` or `<> k` of an integer constant `k`, without the
+    /// field's value stored anywhere.
+    FieldIsInt {
+        dst: Reg,
+        src: Reg,
+        record: u16,
+        field: u16,
+        k: i64,
+        ne: bool,
+    },
+    /// `msg.field = None` or `<> None`.
+    FieldIsNone {
+        dst: Reg,
+        src: Reg,
+        record: u16,
+        field: u16,
+        ne: bool,
+    },
+    Jump {
+        to: u32,
+    },
+    JumpIfNot {
+        cond: Reg,
+        to: u32,
+    },
+    /// A jump on a `Value` register (`truthy`).
+    JumpIfNotValue {
+        cond: Reg,
+        to: u32,
+    },
+    Return {
+        src: Reg,
+    },
+}
+
+/// A flattened body in its typed form.
+#[derive(Debug, Default)]
+pub(crate) struct Typed {
+    pub(crate) code: Vec<Fast>,
+    /// Per operation: the flattened operation whose site it reports.
+    pub(crate) at: Vec<u32>,
+    /// `Value` registers a run may read before writing them, reset to
+    /// `Unit` when a run starts (as the interpreter's fresh frame has
+    /// them); no other register is reset.
+    pub(crate) reset: Vec<Reg>,
+}
+
+/// Registers `op` reads.
+pub(crate) fn reads(op: &Op, out: &mut Vec<Reg>) {
+    out.clear();
+    match op {
+        Op::Const { .. }
+        | Op::Chan { .. }
+        | Op::LoadState { .. }
+        | Op::StateRef { .. }
+        | Op::Jump { .. }
+        | Op::CheckSlice => {}
+        Op::Move { src, .. }
+        | Op::StoreState { src, .. }
+        | Op::Field { src, .. }
+        | Op::Unary { src, .. }
+        | Op::Deref { src, .. }
+        | Op::Return { src } => out.push(*src),
+        Op::Index { base, index, .. } => out.extend([*base, *index]),
+        Op::IndexSet { base, index, src } => out.extend([*base, *index, *src]),
+        Op::Binary { a, b, .. } => out.extend([*a, *b]),
+        Op::Builtin { args, .. } | Op::Record { args, .. } => out.extend(args.iter()),
+        Op::List { items, .. } | Op::Tuple { items, .. } => out.extend(items.iter()),
+        Op::Push { list, src } => out.extend([*list, *src]),
+        Op::Send { src, chan } => out.extend([*src, *chan]),
+        Op::JumpIfFalse { cond, .. } => out.push(*cond),
+        Op::Release { src, unless } => {
+            out.push(*src);
+            out.extend(unless.iter());
+        }
+        Op::StoreRef { target, src } => out.extend([*target, *src]),
+        Op::Call { args, .. } => out.extend(args.iter()),
+        Op::Merge { .. } | Op::MergeFold { .. } => {}
+    }
+}
+
+/// The register `op` surely writes (a `StoreRef`'s target only maybe).
+fn surely_written(op: &Op) -> Option<Reg> {
+    match op {
+        Op::StoreRef { .. } => None,
+        op => crate::compiled::written(op),
+    }
+}
+
+fn is_arith(op: BinOp) -> bool {
+    matches!(
+        op,
+        BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod
+    )
+}
+
+/// The class of what `op` writes, given the classes of registers so far.
+fn yields(op: &Op, class: &[Class]) -> Class {
+    match op {
+        Op::Const {
+            value: Const::Int(_),
+            ..
+        } => Class::Int,
+        Op::Const {
+            value: Const::Bool(_),
+            ..
+        } => Class::Bool,
+        // Arithmetic gives an integer or faults; every other operator a
+        // boolean or faults (`Vm::binary`).
+        Op::Binary { op, .. } if is_arith(*op) => Class::Int,
+        Op::Binary { .. } => Class::Bool,
+        Op::Unary { op: UnOp::Not, .. } => Class::Bool,
+        Op::Unary { op: UnOp::Neg, .. } => Class::Int,
+        Op::Move { src, .. } => class[*src as usize],
+        _ => Class::Value,
+    }
+}
+
+/// The typed form of flattened `code` over `regs` registers, of which the
+/// first `params` are the arguments a run starts with.
+pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
+    let mut buf = Vec::new();
+    // Registers some run may read before writing, by forward passes over
+    // loop-free code: written-for-sure sets, intersected where paths meet.
+    let words = regs.div_ceil(64);
+    let mut sure_in: Vec<Option<Vec<u64>>> = vec![None; code.len() + 1];
+    let mut entry = vec![0u64; words];
+    for r in 0..params.min(regs) {
+        entry[r / 64] |= 1 << (r % 64);
+    }
+    sure_in[0] = Some(entry);
+    let mut unsure = vec![false; regs];
+    let meet = |slot: &mut Option<Vec<u64>>, set: &[u64]| match slot {
+        Some(s) => s.iter_mut().zip(set).for_each(|(a, b)| *a &= b),
+        None => *slot = Some(set.to_vec()),
+    };
+    for (pc, op) in code.iter().enumerate() {
+        // Unreachable code reads nothing in any run.
+        let Some(mut set) = sure_in[pc].take() else {
+            continue;
+        };
+        reads(op, &mut buf);
+        for r in &buf {
+            let r = *r as usize;
+            if r < regs && set[r / 64] & (1 << (r % 64)) == 0 {
+                unsure[r] = true;
+            }
+        }
+        if let Some(w) = surely_written(op) {
+            let w = w as usize;
+            if w < regs {
+                set[w / 64] |= 1 << (w % 64);
+            }
+        }
+        match op {
+            Op::Jump { to } => meet(&mut sure_in[*to as usize], &set),
+            Op::JumpIfFalse { to, .. } => {
+                meet(&mut sure_in[*to as usize], &set);
+                meet(&mut sure_in[pc + 1], &set);
+            }
+            Op::Return { .. } => {}
+            _ => meet(&mut sure_in[pc + 1], &set),
+        }
+    }
+
+    // Classes: the join of what every write yields, moves followed until
+    // nothing changes; parameters and registers read unwritten are values.
+    let mut class = vec![Class::Unwritten; regs];
+    for (r, c) in class.iter_mut().enumerate() {
+        if r < params || unsure[r] {
+            *c = Class::Value;
+        }
+    }
+    loop {
+        let mut changed = false;
+        for op in code {
+            if let Some(w) = crate::compiled::written(op) {
+                let w = w as usize;
+                let c = class[w].join(yields(op, &class));
+                // A register some writes leave unknown stays a value.
+                let c = if matches!(op, Op::StoreRef { .. } | Op::Push { .. }) {
+                    Class::Value
+                } else {
+                    c
+                };
+                if c != class[w] {
+                    class[w] = c;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for c in class.iter_mut() {
+        if *c == Class::Unwritten {
+            *c = Class::Value;
+        }
+    }
+
+    // How often each register is read and written, and which operations
+    // jumps lead to: what fusing needs.
+    let mut read_count = vec![0u32; regs];
+    let mut write_count = vec![0u32; regs];
+    let mut target = vec![false; code.len() + 1];
+    for op in code {
+        reads(op, &mut buf);
+        for r in &buf {
+            read_count[*r as usize] += 1;
+        }
+        if let Some(w) = crate::compiled::written(op) {
+            write_count[w as usize] += 1;
+        }
+        if let Op::Jump { to } | Op::JumpIfFalse { to, .. } = op {
+            target[*to as usize] = true;
+        }
+    }
+    let single = |r: Reg| read_count[r as usize] == 1 && write_count[r as usize] == 1;
+
+    let mut t = Typed {
+        reset: (0..regs)
+            .filter(|r| unsure[*r] && *r >= params)
+            .map(|r| r as Reg)
+            .collect(),
+        ..Typed::default()
+    };
+    // Where each flattened operation starts in the typed code; jumps are
+    // patched once all are known.
+    let mut start = vec![0u32; code.len() + 1];
+    let mut pc = 0;
+    while pc < code.len() {
+        start[pc] = t.code.len() as u32;
+        let at = pc as u32;
+        let push = |t: &mut Typed, f: Fast| {
+            t.code.push(f);
+            t.at.push(at);
+        };
+        let cls = |r: Reg| class[r as usize];
+        // Fused: a field compared with an integer constant or `None`.
+        if let (
+            Some(Op::Field {
+                dst: x,
+                src,
+                record,
+                field,
+            }),
+            Some(Op::Const { dst: y, value }),
+            Some(Op::Binary {
+                op: op @ (BinOp::Eq | BinOp::Ne),
+                dst,
+                a,
+                b,
+            }),
+        ) = (code.get(pc), code.get(pc + 1), code.get(pc + 2))
+        {
+            if a == x
+                && b == y
+                && x != y
+                && single(*x)
+                && single(*y)
+                && !target[pc + 1]
+                && !target[pc + 2]
+                && cls(*dst) == Class::Bool
+                && cls(*src) == Class::Value
+            {
+                let ne = *op == BinOp::Ne;
+                let fused = match value {
+                    Const::Int(k) => Some(Fast::FieldIsInt {
+                        dst: *dst,
+                        src: *src,
+                        record: *record,
+                        field: *field,
+                        k: *k,
+                        ne,
+                    }),
+                    Const::None => Some(Fast::FieldIsNone {
+                        dst: *dst,
+                        src: *src,
+                        record: *record,
+                        field: *field,
+                        ne,
+                    }),
+                    _ => None,
+                };
+                if let Some(f) = fused {
+                    push(&mut t, f);
+                    start[pc + 1] = start[pc];
+                    start[pc + 2] = start[pc];
+                    pc += 3;
+                    continue;
+                }
+            }
+        }
+        // Fused: a value compared with `None`.
+        if let (
+            Some(Op::Const {
+                dst: y,
+                value: Const::None,
+            }),
+            Some(Op::Binary {
+                op: op @ (BinOp::Eq | BinOp::Ne),
+                dst,
+                a,
+                b,
+            }),
+        ) = (code.get(pc), code.get(pc + 1))
+        {
+            if b == y
+                && a != y
+                && single(*y)
+                && !target[pc + 1]
+                && cls(*dst) == Class::Bool
+                && cls(*a) == Class::Value
+            {
+                push(
+                    &mut t,
+                    Fast::IsNone {
+                        dst: *dst,
+                        src: *a,
+                        ne: *op == BinOp::Ne,
+                    },
+                );
+                start[pc + 1] = start[pc];
+                pc += 2;
+                continue;
+            }
+        }
+        let op = &code[pc];
+        let operand = |r: Reg| {
+            if cls(r).typed() {
+                Operand::Slot(r)
+            } else {
+                Operand::Value(r)
+            }
+        };
+        let typed_dst = surely_written(op).is_some_and(|w| cls(w).typed());
+        let fast = match op {
+            Op::Jump { to } if *to as usize == pc + 1 => None,
+            Op::Jump { to } => Some(Fast::Jump { to: *to }),
+            Op::JumpIfFalse { cond, to } if cls(*cond) == Class::Bool => Some(Fast::JumpIfNot {
+                cond: *cond,
+                to: *to,
+            }),
+            Op::JumpIfFalse { cond, to } if cls(*cond) == Class::Value => {
+                Some(Fast::JumpIfNotValue {
+                    cond: *cond,
+                    to: *to,
+                })
+            }
+            Op::Const { dst, value } if typed_dst => match value {
+                Const::Int(i) => Some(Fast::Set {
+                    dst: *dst,
+                    value: *i,
+                }),
+                Const::Bool(b) => Some(Fast::Set {
+                    dst: *dst,
+                    value: *b as i64,
+                }),
+                _ => None,
+            },
+            Op::Move { dst, src } if typed_dst => Some(Fast::Move {
+                dst: *dst,
+                src: *src,
+            }),
+            Op::Move { dst, src } if cls(*src).typed() => Some(Fast::BoxTo {
+                dst: *dst,
+                src: *src,
+                bool: cls(*src) == Class::Bool,
+            }),
+            Op::Unary {
+                op: UnOp::Not,
+                dst,
+                src,
+            } if typed_dst && cls(*src) != Class::Int => Some(Fast::Not {
+                dst: *dst,
+                src: operand(*src),
+            }),
+            Op::Unary {
+                op: UnOp::Neg,
+                dst,
+                src,
+            } if typed_dst => Some(Fast::Neg {
+                dst: *dst,
+                src: operand(*src),
+            }),
+            Op::Binary { op, dst, a, b } if typed_dst => {
+                let (ca, cb) = (cls(*a), cls(*b));
+                match op {
+                    BinOp::Eq | BinOp::Ne => {
+                        let ne = *op == BinOp::Ne;
+                        match (ca, cb) {
+                            (x, y) if x.typed() && x == y => Some(Fast::EqSlots {
+                                dst: *dst,
+                                a: *a,
+                                b: *b,
+                                ne,
+                            }),
+                            (Class::Value, y) if y.typed() => Some(Fast::EqValue {
+                                dst: *dst,
+                                v: *a,
+                                slot: *b,
+                                bool: y == Class::Bool,
+                                ne,
+                            }),
+                            (x, Class::Value) if x.typed() => Some(Fast::EqValue {
+                                dst: *dst,
+                                v: *b,
+                                slot: *a,
+                                bool: x == Class::Bool,
+                                ne,
+                            }),
+                            (Class::Value, Class::Value) => Some(Fast::Binary {
+                                op: *op,
+                                dst: *dst,
+                                a: *a,
+                                b: *b,
+                            }),
+                            _ => None,
+                        }
+                    }
+                    BinOp::And | BinOp::Or => match (ca, cb) {
+                        (Class::Bool, Class::Bool) => Some(Fast::Logic {
+                            dst: *dst,
+                            a: *a,
+                            b: *b,
+                            or: *op == BinOp::Or,
+                        }),
+                        (Class::Value, Class::Value) => Some(Fast::Binary {
+                            op: *op,
+                            dst: *dst,
+                            a: *a,
+                            b: *b,
+                        }),
+                        _ => None,
+                    },
+                    _ if ca == Class::Value && cb == Class::Value => Some(Fast::Binary {
+                        op: *op,
+                        dst: *dst,
+                        a: *a,
+                        b: *b,
+                    }),
+                    _ => Some(Fast::Int {
+                        op: *op,
+                        dst: *dst,
+                        a: operand(*a),
+                        b: operand(*b),
+                    }),
+                }
+            }
+            Op::Return { src } if !cls(*src).typed() => Some(Fast::Return { src: *src }),
+            _ => None,
+        };
+        match fast {
+            Some(f) => push(&mut t, f),
+            None if matches!(op, Op::Jump { to } if *to as usize == pc + 1) => {}
+            None => {
+                // The interpreter's operation, its typed operands boxed.
+                reads(op, &mut buf);
+                buf.sort_unstable();
+                buf.dedup();
+                for r in &buf {
+                    if cls(*r).typed() {
+                        push(
+                            &mut t,
+                            Fast::Box {
+                                reg: *r,
+                                bool: cls(*r) == Class::Bool,
+                            },
+                        );
+                    }
+                }
+                match op {
+                    Op::Return { src } => push(&mut t, Fast::Return { src: *src }),
+                    Op::JumpIfFalse { cond, to } => push(
+                        &mut t,
+                        Fast::JumpIfNotValue {
+                            cond: *cond,
+                            to: *to,
+                        },
+                    ),
+                    _ => push(&mut t, Fast::Value { at }),
+                }
+                if let Some(w) = surely_written(op).filter(|w| cls(*w).typed()) {
+                    push(&mut t, Fast::Unbox { reg: w });
+                }
+            }
+        }
+        pc += 1;
+    }
+    start[code.len()] = t.code.len() as u32;
+    for f in t.code.iter_mut() {
+        if let Fast::Jump { to } | Fast::JumpIfNot { to, .. } | Fast::JumpIfNotValue { to, .. } = f
+        {
+            *to = start[*to as usize];
+        }
+    }
+    t
+}
