@@ -1032,6 +1032,40 @@ mod tests {
     }
 
     #[test]
+    fn a_control_delete_removes_a_live_entry_and_frees_its_room() {
+        let mut s = Shard::new(1, 2);
+        s.store(0, Value::Dict { state: u16::MAX }).unwrap();
+        s.dict_set(0, b"a", Value::Int(1)).unwrap();
+        s.dict_set(0, b"b", Value::Int(2)).unwrap();
+        assert_eq!(s.dict_remove(0, b"a"), Ok(true));
+        assert_eq!(s.dict_remove(0, b"a"), Ok(false));
+        s.dict_set(0, b"c", Value::Int(3)).unwrap();
+        assert_eq!(
+            (s.dict_full, s.dict_get(0, b"c").unwrap()),
+            (0, Value::Int(3))
+        );
+        // In a flow table, an entry past its idle time is none to delete,
+        // and the slot of one deleted takes a new key.
+        let mut t = table(2, Some(10), Evict::Refuse);
+        t.advance(0);
+        t.dict_set(0, b"old", Value::Int(1)).unwrap();
+        t.dict_set(0, b"new", Value::Int(2)).unwrap();
+        t.now = 5 * SEC;
+        t.dict_get(0, b"new").unwrap();
+        t.now = 12 * SEC;
+        assert_eq!(t.dict_remove(0, b"old"), Ok(false));
+        assert_eq!(t.dict_remove(0, b"new"), Ok(true));
+        assert!(keys(&t).is_empty());
+        t.dict_set(0, b"x", Value::Int(3)).unwrap();
+        t.dict_set(0, b"y", Value::Int(4)).unwrap();
+        assert_eq!(
+            (keys(&t), t.dict_full),
+            (vec!["x".to_string(), "y".to_string()], 0)
+        );
+        assert!(s.dict_remove(1, b"a").is_err(), "no such variable");
+    }
+
+    #[test]
     fn idle_entries_are_gone_for_lookups_and_dumps() {
         let mut s = table(8, Some(30), Evict::Refuse);
         s.advance(0);
