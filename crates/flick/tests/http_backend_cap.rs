@@ -4,6 +4,12 @@
 //! the cap a request waits for a connection to come back, never opens
 //! another, and one that waits longer than the response timeout gets 503.
 //!
+//! A kept-alive client holds its connection only while a request of its
+//! is in flight: between its requests the connection is back in the pool,
+//! so two kept-alive clients taking turns at a cap of one both get quick
+//! answers, where the first would otherwise hold it until it idled long
+//! enough to park (1 s), and the other wait that long for each request.
+//!
 //! The backend is the test's own: it answers each request after a delay
 //! and records how many connections it had open at once.
 
@@ -153,4 +159,104 @@ fn a_request_that_waits_longer_than_the_timeout_gets_503() {
         statuses.contains(&503),
         "a request waited past the timeout: {statuses:?}"
     );
+}
+
+/// A GET of `/k<n>` on kept-alive connection `s`: the status, the body
+/// checked to be the client's own.
+fn get_kept_alive(s: &mut BufReader<TcpStream>, n: usize) -> u16 {
+    let path = format!("/k{n}");
+    s.get_mut()
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut status = 0;
+    let mut len = 0;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            s.read_line(&mut line).unwrap() > 0,
+            "closed before a response"
+        );
+        if status == 0 {
+            status = line
+                .split(' ')
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap();
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0; len];
+    s.read_exact(&mut body).unwrap();
+    if status == 200 {
+        assert_eq!(
+            String::from_utf8_lossy(&body),
+            path,
+            "the client's own response"
+        );
+    }
+    status
+}
+
+#[test]
+fn kept_alive_clients_taking_turns_at_a_cap_of_one_are_answered_at_once() {
+    let open = Arc::new(Open::default());
+    let port = backend(Duration::ZERO, open.clone());
+    // One worker, so both clients share its one connection.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(support::ROOT)
+        .args(["run", "examples/http_lb.flick", "--workers", "1"])
+        .args([
+            "--listen",
+            &format!("client=127.0.0.1:{}", support::free_port()),
+        ])
+        .args(["--connect", &format!("backends=127.0.0.1:{port}")])
+        .args([
+            "--backend-max-connections",
+            "1",
+            "--response-timeout-ms",
+            "5000",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _procs = Procs(vec![child]);
+    let flick: u16 = line
+        .trim()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("flick printed {line:?}"));
+    let mut clients: Vec<_> = (0..2)
+        .map(|_| {
+            let s = support::connect(flick);
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            BufReader::new(s)
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    for n in 0..20 {
+        let started = std::time::Instant::now();
+        let status = get_kept_alive(&mut clients[n % 2], n);
+        let took = started.elapsed();
+        slowest = slowest.max(took);
+        assert_eq!(status, 200, "request {n} after {took:?}");
+    }
+    eprintln!("20 requests taking turns, the slowest answered in {slowest:?}");
+    // Held until its client parks, the connection would make each turn
+    // wait the park time (1 s); given back, a turn waits for nothing.
+    assert!(
+        slowest < Duration::from_millis(600),
+        "a request waited {slowest:?} for the connection the other client idled on"
+    );
+    assert!(open.most.load(Ordering::SeqCst) <= 1, "over the cap");
 }

@@ -1457,6 +1457,7 @@ impl Compute {
             } else if self.client == Some(i) {
                 if self.host.property(chan, "ends", &m).unwrap_or(0) != 0 {
                     self.host.ending = true;
+                    self.host.end_client_session();
                     // Nothing after the last request is read, except the
                     // body of that request itself (HTTP/1.0's POST).
                     match m.part {

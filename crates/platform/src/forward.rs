@@ -66,9 +66,13 @@ impl GraphHost {
                 self.client_address.set(a.ip());
             }
         }
+        let session_ends = match chan == self.client_chan {
+            true => self.session_ends(m.part),
+            false => self.ending && self.last_reply(m.part),
+        };
         let cx = ForwardContext {
             peer_address: self.client_address.as_bytes(),
-            session_ends: self.ending && self.last_reply(m.part),
+            session_ends,
         };
         let mut edited = self.pool.take();
         let head_only = m.part == Part::Head;
@@ -80,6 +84,29 @@ impl GraphHost {
             std::mem::swap(&mut m.bytes, &mut edited.bytes);
         }
         self.pool.give(edited);
+    }
+
+    /// Whether a reply going to the client is its last one before its
+    /// connection closes; if so, the connection is held to close. A
+    /// connection that a draining version hands to its successor
+    /// (`Conn::hand_over`) stays open: its last reply here says so.
+    fn session_ends(&self, part: Part) -> bool {
+        if !self.ending || !self.last_reply(part) {
+            return false;
+        }
+        let client = self
+            .outputs
+            .iter()
+            .find(|o| o.chan == self.client_chan)
+            .and_then(|o| o.conn.as_ref());
+        match client {
+            Some((conn, _)) if conn.parked() => false,
+            Some((conn, _)) => {
+                conn.end_session();
+                true
+            }
+            None => true,
+        }
     }
 
     /// Whether a reply being passed on is the client's last: no other

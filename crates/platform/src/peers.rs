@@ -1287,9 +1287,11 @@ impl GraphHost {
         let gone = self.peers[out].dead || self.outputs[out].tx.is_none();
         let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
         let waiting = self.peers[out].waiting_since.is_some();
+        // A connection closed with nothing owed (or given back to the pool
+        // after its last reply) is replaced now: by an idle one, a new
+        // one, or, at the cap, the first to come free.
         if !gone
-            || self.peers[out].closed_clean
-            || !(waiting || (self.at_cap)(self.id, chan, index))
+            || !(waiting || self.peers[out].closed_clean || (self.at_cap)(self.id, chan, index))
         {
             self.peers[out].waiting_since = None;
             return false;
@@ -1319,6 +1321,21 @@ impl GraphHost {
              its worker has as many as it may (--backend-max-connections)"
         );
         false
+    }
+
+    /// Gives output `out`'s exclusive connection back to its worker's idle
+    /// connections, owing nothing, for another instance to take; this
+    /// instance's next request to the backend takes one again (or waits
+    /// for one at the cap), as after a connection closed clean.
+    pub(crate) fn give_back_connection(&mut self, out: usize) {
+        let o = &mut self.outputs[out];
+        o.tx = None;
+        o.conn = None;
+        o.idle_limit = None;
+        let peer = &mut self.peers[out];
+        peer.closed_clean = true;
+        peer.quiet_since = None;
+        peer.waiting_since = None;
     }
 
     /// Whether the exclusive connection of output `out` has owed nothing
@@ -1476,6 +1493,15 @@ impl GraphHost {
             self.waker.wake(reader);
         }
         self.peer_gone(out, Cause::Timeout);
+    }
+
+    /// The client's request ends its session: its connection closes once
+    /// answered, and is never handed to another version.
+    pub(crate) fn end_client_session(&self) {
+        let client = self.outputs.iter().find(|o| o.chan == self.client_chan);
+        if let Some((conn, _)) = client.and_then(|o| o.conn.as_ref()) {
+            conn.end_session();
+        }
     }
 
     /// Whether every request sent to a peer has had its reply.

@@ -404,6 +404,14 @@ struct Parts {
     parked: Mutex<Parked>,
     /// What client connections tell the service when they close or park.
     slot: std::sync::OnceLock<Arc<dyn crate::conn::ClientSlot>>,
+    /// The version that replaced this one and takes its idle client
+    /// connections as it drains (see [`Service::start_replacing`]).
+    successor: Mutex<Option<std::sync::Weak<Parts>>>,
+    /// Client connections handed to the successor.
+    handed_over: std::sync::atomic::AtomicU64,
+    /// Backends (channel and index) whose exclusive connections are
+    /// capped per worker: given back as soon as an instance is idle.
+    capped: Arc<[(u16, Option<u32>)]>,
 }
 
 /// A listening socket and where the instances it accepts run.
@@ -437,11 +445,14 @@ impl crate::conn::ClientSlot for Clients {
         let Some(p) = self.parts.upgrade() else {
             return;
         };
-        if p.draining.load(Ordering::Acquire) {
-            drop(stream);
-            return client_lost(&p, &self.hooks, true);
-        }
+        // Read under the lock `drain` takes after setting it: a connection
+        // parked as the drain begins is either in the slab it empties or
+        // sees the drain here, never left behind in a slab nobody empties.
         let mut parked = p.parked.lock().expect("parked lock");
+        if p.draining.load(Ordering::Acquire) {
+            drop(parked);
+            return hand_over(&p, &self.hooks, stream);
+        }
         let key = match parked.free.pop() {
             Some(k) => k,
             None => {
@@ -466,6 +477,63 @@ impl crate::conn::ClientSlot for Clients {
     fn closed(&self) {
         if let Some(p) = self.parts.upgrade() {
             client_closed(&p, &self.hooks);
+        }
+    }
+
+    fn hands_over(&self) -> bool {
+        self.parts
+            .upgrade()
+            .is_some_and(|p| p.draining.load(Ordering::Acquire) && successor(&p).is_some())
+    }
+}
+
+/// Whether `next` can take `old`'s client connections between requests:
+/// it reads the same messages from them (same grammar, same client units)
+/// and, like `old`, serves each connection as an instance of its own. The
+/// listening address is the same already (`next` took over `old`'s
+/// listeners). `local` state starts afresh, as on a new connection.
+fn same_clients(old: &Parts, next: &Parts) -> bool {
+    let units = |p: &Parts| {
+        let unit = |u: Option<UnitId>| u.map(|u| p.loaded.grammar.units()[u].name.clone());
+        (
+            p.loaded.grammar.name.clone(),
+            unit(p.loaded.units[p.client_chan]),
+            unit(p.loaded.out_units[p.client_chan]),
+        )
+    };
+    let one_each = |p: &Parts| p.fan_in == 1 && p.loaded.ruled[p.client_chan];
+    one_each(old) && one_each(next) && units(old) == units(next)
+}
+
+/// The version that takes this draining one's idle client connections,
+/// while it runs.
+fn successor(p: &Parts) -> Option<Arc<Parts>> {
+    p.successor
+        .lock()
+        .expect("successor lock")
+        .as_ref()
+        .and_then(std::sync::Weak::upgrade)
+}
+
+/// An idle client connection of a draining version (nothing read of a
+/// next request, nothing owed to it): its successor takes it as one of
+/// its own parked connections, and reads what the client sends next; with
+/// no successor (a plain stop) it closes.
+fn hand_over(p: &Arc<Parts>, hooks: &Hooks, stream: TcpStream) {
+    let next = successor(p);
+    client_lost(p, hooks, true);
+    let Some(next) = next else {
+        return drop(stream);
+    };
+    p.handed_over.fetch_add(1, Ordering::Relaxed);
+    next.clients.fetch_add(1, Ordering::AcqRel);
+    next.stats.connections_open.fetch_add(1, Ordering::Relaxed);
+    match next.slot.get() {
+        // Registered, it is reported readable at once if bytes wait.
+        Some(slot) => slot.park(stream),
+        None => {
+            drop(stream);
+            client_lost(&next, &self::hooks(&next), true);
         }
     }
 }
@@ -682,6 +750,8 @@ pub struct Stopped {
     /// Client connections still open at the deadline (they close when
     /// their clients do, or when their instances finish).
     pub clients_left: usize,
+    /// Idle client connections handed to the version that replaced it.
+    pub handed_over: u64,
 }
 
 /// A `global` of a service's process as the operator sees it.
@@ -945,6 +1015,11 @@ impl Service {
             && backends.iter().all(|(c, _)| loaded.readable[*c])
             && (backends.is_empty() || config.backend_connections > 0);
         let timeout_status = timeout_status(&loaded, client_chan);
+        let capped: Arc<[(u16, Option<u32>)]> = shared
+            .iter()
+            .filter(|b| b.exclusive.is_some() && b.max_per_worker > 0)
+            .map(|b| (b.chan, b.index))
+            .collect();
         let parts = Arc::new(Parts {
             loaded,
             config,
@@ -983,6 +1058,9 @@ impl Service {
             parkable,
             parked: Mutex::new(Parked::default()),
             slot: std::sync::OnceLock::new(),
+            successor: Mutex::new(None),
+            handed_over: std::sync::atomic::AtomicU64::new(0),
+            capped,
         });
         let _ = parts.slot.set(Arc::new(Clients {
             parts: Arc::downgrade(&parts),
@@ -1006,6 +1084,9 @@ impl Service {
         };
         prepare(&service);
         if let Some(o) = takes_over {
+            if same_clients(&o.parts, &parts) {
+                *o.parts.successor.lock().expect("successor lock") = Some(Arc::downgrade(&parts));
+            }
             listeners = o.take_listeners();
             // Stopped meanwhile by someone else: the rest bound anew.
             while listeners.len() < count {
@@ -1200,6 +1281,7 @@ impl Service {
         Stopped {
             drained,
             clients_left: self.parts.clients.load(Ordering::Acquire),
+            handed_over: self.parts.handed_over.load(Ordering::Relaxed),
         }
     }
 
@@ -1297,6 +1379,14 @@ impl Service {
     /// Stops accepting, and has every instance stop reading its client,
     /// answer what it has read, and close: a clean shutdown. Parked
     /// connections, which have nothing in flight, close now.
+    ///
+    /// A version replaced by one that serves the same clients
+    /// ([`Service::start_replacing`]) closes none of its kept-alive
+    /// connections: its parked ones go to the successor now, and each
+    /// instance's connection, once what it read is answered and nothing
+    /// of a next request has arrived, goes there too (`Conn::hand_over`);
+    /// the successor reads their next requests. A client never sees the
+    /// reload, and no request races a close.
     pub fn drain(&self) {
         self.stop_accepting();
         self.parts.draining.store(true, Ordering::Release);
@@ -1310,8 +1400,7 @@ impl Service {
             let hooks = hooks(&self.parts);
             for (mut stream, token) in parked {
                 self.parts.reactor.deregister_stream(&mut stream, token);
-                drop(stream);
-                client_lost(&self.parts, &hooks, true);
+                hand_over(&self.parts, &hooks, stream);
             }
         }
         let waker = self.parts.scheduler.waker();
@@ -1855,12 +1944,17 @@ fn instantiate(
     // Peers reuse the pooled ones, so their request queues keep their room.
     g.peers.truncate(g.outputs.len());
     for (i, o) in g.outputs.iter().enumerate() {
+        // A capped backend's connections may all have been busy: the first
+        // request takes one (or waits for one) as after a clean close,
+        // rather than count the backend down.
+        let awaits = o.tx.is_none() && p.capped.contains(&(o.chan, o.index));
+        let dead = o.tx.is_none() && !awaits;
         let peer = crate::compute::Peer {
             answers: o.chan as usize != p.client_chan && p.loaded.readable[o.chan as usize],
-            dead: o.tx.is_none(),
-            retry_at: o.tx.is_none().then_some(now + crate::peers::FIRST_BACKOFF),
+            dead,
+            retry_at: dead.then_some(now + crate::peers::FIRST_BACKOFF),
             backoff: crate::peers::FIRST_BACKOFF,
-            closed_clean: false,
+            closed_clean: awaits,
             quiet_since: None,
             waiting_since: None,
             outstanding: match g.peers.get_mut(i) {
@@ -1959,11 +2053,15 @@ fn instantiate(
     p.computes.lock().expect("computes lock").insert(compute_id);
     let parts = p.clone();
     let park_after = p.config.park_after.filter(|_| p.parkable);
+    let capped = p.capped.clone();
     let mut armed = None;
     s.start_task(
         compute_id,
         Box::new(move |sl: &mut flick_runtime::Timeslice| {
             let r = compute.run(sl);
+            if r == flick_runtime::TaskStatus::Idle && !capped.is_empty() {
+                give_back_capped(&mut compute, &capped);
+            }
             if let (flick_runtime::TaskStatus::Idle, Some(after)) = (r, park_after) {
                 consider_parking(&mut compute, &mut armed, after);
             }
@@ -2015,6 +2113,34 @@ fn quiescent(c: &Compute) -> bool {
         && c.inputs
             .iter()
             .all(|i| i.follow.is_none() && !i.last_body && i.rx.is_empty())
+}
+
+/// Gives an idle instance's exclusive connections to capped backends
+/// (`capped`: their channels and indices) back to its worker's pool as
+/// soon as it has nothing in flight, rather than when its client parks:
+/// at the cap, another client's request waits for one of them, and a
+/// kept-alive client between requests must not hold it.
+fn give_back_capped(c: &mut Compute, capped: &[(u16, Option<u32>)]) {
+    if !quiescent(c) {
+        return;
+    }
+    for out in 0..c.host.outputs.len() {
+        let o = &c.host.outputs[out];
+        let (chan, index) = (o.chan, o.index);
+        if !o.shared || o.tx.is_none() || !capped.contains(&(chan, index)) {
+            continue;
+        }
+        c.host.give_back_connection(out);
+        // Its replies' channel (and those of connections given back before,
+        // closed since) goes: nothing is owed on it, and the next request
+        // takes a connection with a channel of its own, so an instance
+        // answering many requests keeps one input per backend.
+        let client = c.client.map(|i| (c.inputs[i].chan, c.inputs[i].index));
+        c.inputs.retain(|i| i.chan != chan || i.index != index);
+        c.client =
+            client.and_then(|(ch, ix)| c.inputs.iter().position(|i| i.chan == ch && i.index == ix));
+        c.next_input = 0;
+    }
 }
 
 /// Parks an instance's client connection once the instance has had
