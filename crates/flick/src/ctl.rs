@@ -539,7 +539,9 @@ pub enum CtlSub {
     /// A service's bindings, connections, instances and counters.
     Status { name: String },
     /// Read a global (VAR), a dictionary entry (VAR/KEY), or a dictionary's
-    /// entries (VAR, a page at a time) of a service.
+    /// entries (VAR, a page at a time) of a service; of a service on packet
+    /// ports, `dump`, a path into it or `table` (a machine's flow context:
+    /// stages/STAGE/flows/KEY).
     Read {
         name: String,
         path: String,
@@ -557,6 +559,9 @@ pub enum CtlSub {
     /// Write a global integer, boolean or string (VAR; VALUE as JSON, else a
     /// string), or a dictionary entry (VAR/KEY; VALUE the message's wire
     /// bytes, or for a dictionary of values an integer, boolean or string).
+    /// Of a machine: `table` (VALUE a program file), `globals/REGISTER`,
+    /// `stages/STAGE/flows/KEY/registers/R` (an integer) or
+    /// `stages/STAGE/flows/KEY/state` (a state's name).
     Write {
         name: String,
         path: String,
@@ -568,7 +573,8 @@ pub enum CtlSub {
         #[arg(long)]
         key_base64: Option<String>,
     },
-    /// Delete a dictionary entry (VAR/KEY, or VAR with --key-base64).
+    /// Delete a dictionary entry (VAR/KEY, or VAR with --key-base64), or a
+    /// machine's flow context (stages/STAGE/flows/KEY).
     Delete {
         name: String,
         path: String,
