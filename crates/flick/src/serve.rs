@@ -636,7 +636,7 @@ impl Registry {
         // The new version accepts already; the old one drains beside it.
         if let Some(old) = old {
             let stopped = old.service.stop(DRAIN_DEADLINE);
-            tracing::info!(service = %old.spec.name, version = old.version, drained = stopped.drained, "old version stopped");
+            tracing::info!(service = %old.spec.name, version = old.version, drained = stopped.drained, handed_over = stopped.handed_over, "old version stopped");
         }
         Ok(answer)
     }
