@@ -164,6 +164,21 @@ pub(crate) enum Fast {
         field: u16,
         ne: bool,
     },
+    /// Field reads `first..first + n`, each read only by the `pack` that
+    /// follows them: packed without storing them.
+    PackFields {
+        first: u32,
+        n: u32,
+    },
+    /// A `ref` dictionary parameter dereferenced (`at`) and indexed
+    /// (`at + 1`), the dictionary never stored in a register.
+    DerefIndex {
+        at: u32,
+    },
+    /// The same, stored into (`d[k] := v`).
+    DerefIndexSet {
+        at: u32,
+    },
     Jump {
         to: u32,
     },
@@ -438,6 +453,75 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
                     pc += 3;
                     continue;
                 }
+            }
+        }
+        // Fused: fields read only to be packed.
+        let fields = code[pc..]
+            .iter()
+            .take_while(|op| matches!(op, Op::Field { .. }))
+            .count();
+        if fields > 0 {
+            if let Some(Op::Builtin {
+                f: crate::code::Builtin::Pack,
+                args,
+                ..
+            }) = code.get(pc + fields)
+            {
+                let reads_fields = args.len() == fields
+                    && code[pc..pc + fields]
+                        .iter()
+                        .zip(args.iter())
+                        .all(|(op, a)| {
+                            matches!(op, Op::Field { dst, src, .. }
+                            if dst == a && single(*dst) && cls(*src) == Class::Value)
+                        })
+                    && (pc + 1..=pc + fields).all(|p| !target[p]);
+                if reads_fields {
+                    push(
+                        &mut t,
+                        Fast::PackFields {
+                            first: at,
+                            n: fields as u32,
+                        },
+                    );
+                    for p in pc + 1..=pc + fields {
+                        start[p] = start[pc];
+                    }
+                    pc += fields + 1;
+                    continue;
+                }
+            }
+        }
+        // Fused: a `ref` dictionary dereferenced, then indexed or stored.
+        if let (Some(Op::Deref { dst: x, src: r }), Some(next)) = (code.get(pc), code.get(pc + 1)) {
+            let fused = match next {
+                Op::Index { base, index, .. } if base == x && index != x => {
+                    Some(Fast::DerefIndex { at })
+                }
+                Op::IndexSet { base, index, src } if base == x && index != x && src != x => {
+                    Some(Fast::DerefIndexSet { at })
+                }
+                _ => None,
+            };
+            if let Some(f) = fused.filter(|_| single(*x) && !target[pc + 1] && !cls(*r).typed()) {
+                reads(next, &mut buf);
+                buf.sort_unstable();
+                buf.dedup();
+                for reg in &buf {
+                    if cls(*reg).typed() {
+                        push(
+                            &mut t,
+                            Fast::Box {
+                                reg: *reg,
+                                bool: cls(*reg) == Class::Bool,
+                            },
+                        );
+                    }
+                }
+                push(&mut t, f);
+                start[pc + 1] = start[pc];
+                pc += 2;
+                continue;
             }
         }
         // Fused: a value compared with `None`.

@@ -280,6 +280,9 @@ pub struct Vm {
     regs: Vec<Value>,
     /// The typed form's integer and boolean registers, by register.
     ints: Vec<i64>,
+    /// The flattened operation a fused operation's fault came from, where
+    /// it is not the first it stands for.
+    fault_at: Option<u32>,
     /// Bytes string built-ins make while a run handles one message; emptied
     /// when the next run starts, its storage kept, so that once it has
     /// grown to what the messages need nothing more is allocated.
@@ -392,7 +395,10 @@ impl Vm {
     pub fn fault_site(&self) -> Option<(FuncId, u32)> {
         if let Some((func, pc)) = self.flat_run {
             let flat = self.flats.get(func as usize)?.as_ref()?.as_ref()?;
-            let at = *flat.typed.at.get(pc as usize)?;
+            let at = match self.fault_at {
+                Some(at) => at,
+                None => *flat.typed.at.get(pc as usize)?,
+            };
             return flat.sites.get(at as usize).copied();
         }
         self.frames.last().map(|f| (f.func, f.pc))
@@ -416,6 +422,7 @@ impl Vm {
     pub fn start(&mut self, module: &Module, func: FuncId, args: &[Value]) {
         self.flat_run = None;
         self.lookup = None;
+        self.fault_at = None;
         self.frames.clear();
         self.scratch.clear();
         if self.runs_compiled(module, func) {
@@ -906,6 +913,42 @@ impl Vm {
                 let eq = matches!(f, IntField::None);
                 self.set_slot(dst, (eq != ne) as i64);
             }
+            Fast::PackFields { first, n } => self.pack_fields(module, host, flat, first, n)?,
+            Fast::DerefIndex { at } => {
+                let (Op::Deref { src, .. }, Op::Index { dst, index, .. }) =
+                    (&flat.code[at as usize], &flat.code[at as usize + 1])
+                else {
+                    unreachable!("fused from a dereference and an index")
+                };
+                let (src, dst, index) = (*src, *dst, *index);
+                match self.ref_dict(host, src) {
+                    Some(state) => match self.dict_index(module, host, state, index) {
+                        Ok(v) => self.set(0, dst, v),
+                        Err(f) => {
+                            self.fault_at = Some(at + 1);
+                            return Err(f);
+                        }
+                    },
+                    None => self.value_pair(module, host, flat, at)?,
+                }
+            }
+            Fast::DerefIndexSet { at } => {
+                let (Op::Deref { src: r, .. }, Op::IndexSet { index, src, .. }) =
+                    (&flat.code[at as usize], &flat.code[at as usize + 1])
+                else {
+                    unreachable!("fused from a dereference and an index")
+                };
+                let (r, index, src) = (*r, *index, *src);
+                match self.ref_dict(host, r) {
+                    Some(state) => {
+                        if let Err(f) = self.dict_store(module, host, state, index, src) {
+                            self.fault_at = Some(at + 1);
+                            return Err(f);
+                        }
+                    }
+                    None => self.value_pair(module, host, flat, at)?,
+                }
+            }
             Fast::Jump { to } => return Ok(Step::Goto(to)),
             Fast::JumpIfNot { cond, to } => {
                 if self.ints[cond as usize] == 0 {
@@ -920,6 +963,23 @@ impl Vm {
             Fast::Return { src } => return Ok(Step::Done(self.regs[src as usize].clone())),
         }
         Ok(Step::Next)
+    }
+
+    /// Flattened operations `at` and `at + 1` (neither a send) as the
+    /// interpreter runs them: what a fused dereference falls back to.
+    fn value_pair(
+        &mut self,
+        module: &Module,
+        host: &mut dyn Host,
+        flat: &Flat,
+        at: u32,
+    ) -> Result<(), Fault> {
+        self.value_op(module, host, flat, at)?;
+        if let Err(f) = self.value_op(module, host, flat, at + 1) {
+            self.fault_at = Some(at + 1);
+            return Err(f);
+        }
+        Ok(())
     }
 
     /// Flattened operation `at` on `Value` registers, as the interpreter
@@ -992,31 +1052,14 @@ impl Vm {
                 self.set(0, *dst, v);
             }
             Op::Index { dst, base, index } => {
-                let v = match (self.reg(0, *base), &self.lookup) {
-                    (Value::Dict { state }, Some((s, k, v)))
-                        if s == state && k == self.reg(0, *index) =>
-                    {
-                        v.clone()
-                    }
-                    (Value::Dict { state }, _) => {
-                        let state = *state;
-                        let v = self.index(module, host, 0, *base, *index)?;
-                        let key = self.reg(0, *index).clone();
-                        self.lookup = Some((state, key, v.clone()));
-                        v
-                    }
+                let v = match self.reg(0, *base) {
+                    Value::Dict { state } => self.dict_index(module, host, *state, *index)?,
                     _ => self.index(module, host, 0, *base, *index)?,
                 };
                 self.set(0, *dst, v);
             }
             Op::IndexSet { base, index, src } => match self.reg(0, *base) {
-                Value::Dict { state } => match self.scratch_bytes(0, *index) {
-                    Some(key) => host.dict_set_bytes(*state, key, self.reg(0, *src))?,
-                    None => {
-                        let key = self.detach(module, &*host, self.reg(0, *index));
-                        host.dict_set(*state, &key, self.reg(0, *src))?;
-                    }
-                },
+                Value::Dict { state } => self.dict_store(module, host, *state, *index, *src)?,
                 _ => return Err(Fault::Kind("a dictionary")),
             },
             Op::Unary { op, dst, src } => {
@@ -1109,6 +1152,113 @@ impl Vm {
             | Op::MergeFold { .. } => unreachable!("control flow is the typed form's"),
         }
         Ok(false)
+    }
+
+    /// `d[index]` of the dictionary in state slot `state` in a flattened
+    /// run: a lookup of the key and dictionary last looked up, with no
+    /// change since, answered from its answer.
+    #[inline]
+    fn dict_index(
+        &mut self,
+        module: &Module,
+        host: &mut dyn Host,
+        state: u16,
+        index: Reg,
+    ) -> Result<Value, Fault> {
+        if let Some((s, k, v)) = &self.lookup {
+            if *s == state && k == self.reg(0, index) {
+                return Ok(v.clone());
+            }
+        }
+        let v = match self.scratch_bytes(0, index) {
+            Some(key) => host.dict_get_bytes(state, key)?,
+            None => {
+                let key = self.detach(module, &*host, self.reg(0, index));
+                host.dict_get(state, &key)?
+            }
+        };
+        self.lookup = Some((state, self.reg(0, index).clone(), v.clone()));
+        Ok(v)
+    }
+
+    /// `d[index] := src` of the dictionary in state slot `state`.
+    #[inline]
+    fn dict_store(
+        &mut self,
+        module: &Module,
+        host: &mut dyn Host,
+        state: u16,
+        index: Reg,
+        src: Reg,
+    ) -> Result<(), Fault> {
+        self.lookup = None;
+        match self.scratch_bytes(0, index) {
+            Some(key) => host.dict_set_bytes(state, key, self.reg(0, src)),
+            None => {
+                let key = self.detach(module, &*host, self.reg(0, index));
+                host.dict_set(state, &key, self.reg(0, src))
+            }
+        }
+    }
+
+    /// The dictionary state slot a `ref` parameter's register names, if
+    /// it names one.
+    #[inline]
+    fn ref_dict(&self, host: &mut dyn Host, r: Reg) -> Option<u16> {
+        match self.reg(0, r) {
+            Value::StateRef(s) => match host.load_state(*s) {
+                Value::Dict { state } => Some(state),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Fields read and packed as [`Vm::pack`] packs them, the fields'
+    /// values never stored: the operations at `first..first + n` are the
+    /// reads, the one after them the `pack`. A read's fault comes first,
+    /// as when the reads run before the `pack`, and names its operation.
+    fn pack_fields(
+        &mut self,
+        module: &Module,
+        host: &mut dyn Host,
+        flat: &Flat,
+        first: u32,
+        n: u32,
+    ) -> Result<(), Fault> {
+        let at = self.scratch.len();
+        let mut packing = Ok(());
+        for pc in first..first + n {
+            let Op::Field {
+                src, record, field, ..
+            } = &flat.code[pc as usize]
+            else {
+                unreachable!("fused from field reads")
+            };
+            let v = match host.field(self.reg(0, *src), *record, *field) {
+                Ok(v) => v,
+                Err(f) => {
+                    self.fault_at = Some(pc);
+                    return Err(f);
+                }
+            };
+            if packing.is_ok() {
+                packing = self.pack_value(module, &*host, v);
+            }
+        }
+        let Op::Builtin { dst, .. } = &flat.code[(first + n) as usize] else {
+            unreachable!("fused with a pack")
+        };
+        if let Err(f) = packing {
+            self.fault_at = Some(first + n);
+            return Err(f);
+        }
+        let v = Value::Scratch {
+            start: at as u32,
+            len: (self.scratch.len() - at) as u32,
+        };
+        self.set(0, *dst, v);
+        Ok(())
     }
 
     /// Built-in `f` on registers `args`, called from `site` (function and
@@ -1334,28 +1484,35 @@ impl Vm {
         let at = self.scratch.len();
         for r in args {
             let v = self.reg(base, *r).clone();
-            match v {
-                Value::Int(i) => {
-                    self.scratch.push(b'i');
-                    self.scratch.extend_from_slice(&i.to_be_bytes());
-                }
-                Value::Bool(x) => self.scratch.extend_from_slice(&[b'b', x as u8]),
-                Value::None => self.scratch.push(b'n'),
-                v => {
-                    let n = self
-                        .bytes_of(module, host, &v)
-                        .ok_or(Fault::Kind("an integer, bool or string"))?
-                        .len();
-                    self.scratch.push(b's');
-                    self.scratch.extend_from_slice(&(n as u32).to_be_bytes());
-                    self.copy_to_scratch(module, host, &v, 0..n)?;
-                }
-            }
+            self.pack_value(module, host, v)?;
         }
         Ok(Value::Scratch {
             start: at as u32,
             len: (self.scratch.len() - at) as u32,
         })
+    }
+
+    /// One part of a `pack`, appended to the scratch buffer.
+    #[inline]
+    fn pack_value(&mut self, module: &Module, host: &dyn Host, v: Value) -> Result<(), Fault> {
+        match v {
+            Value::Int(i) => {
+                self.scratch.push(b'i');
+                self.scratch.extend_from_slice(&i.to_be_bytes());
+            }
+            Value::Bool(x) => self.scratch.extend_from_slice(&[b'b', x as u8]),
+            Value::None => self.scratch.push(b'n'),
+            v => {
+                let n = self
+                    .bytes_of(module, host, &v)
+                    .ok_or(Fault::Kind("an integer, bool or string"))?
+                    .len();
+                self.scratch.push(b's');
+                self.scratch.extend_from_slice(&(n as u32).to_be_bytes());
+                self.copy_to_scratch(module, host, &v, 0..n)?;
+            }
+        }
+        Ok(())
     }
 
     /// The built-ins on strings, and `header`. None fails: `None` given
