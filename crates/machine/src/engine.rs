@@ -11,7 +11,7 @@
 //! finds no room runs the `tableFull` transition of the initial state
 //! instead, which decides where the packet goes (nowhere if there is none).
 
-use crate::flows::{Expiry, FlowTable, Place, Placed, Timeouts};
+use crate::flows::{Expiry, FlowTable, Meta, Place, Placed, Timeouts, META_WORDS};
 use crate::model::{Event, FieldId, Machine, Stage, Value, MAX_KEY, MAX_META, MAX_WRITES};
 use crate::tables::{apply_updates, CompileError, Entry, Inputs, StageTables, Writable};
 use std::sync::Arc;
@@ -118,9 +118,99 @@ pub struct Context {
 }
 
 struct StageState {
-    flows: FlowTable,
     regs: Vec<Value>,
     init: Vec<Value>,
+    /// The table keeping this stage's contexts, in `Engine::tables`.
+    table: usize,
+    /// Where this stage's context lies in its table's records: its
+    /// state word (with [`PRESENT`]), created and last, at `meta_at`; its
+    /// registers at `regs_at`.
+    meta_at: usize,
+    regs_at: usize,
+    /// Its place in its table's `members`.
+    member: usize,
+}
+
+/// Set in a stage's state word in a record where the stage has a
+/// context: a record shared by several stages holds contexts of some.
+const PRESENT: Value = 1 << 32;
+
+/// One flow table and the stages keeping their contexts in it: a stateful
+/// stage alone, or the stages sharing its key (fields and direction) and
+/// table size, whose contexts for one key then lie in one record, so a
+/// packet looks the key up once for all of them (the tracker's two).
+struct TableState {
+    flows: FlowTable,
+    /// The stage whose key this is.
+    first: usize,
+    /// Per stage kept here: its state word's place in a record and its
+    /// timeouts (a record may be evicted early when every context in it
+    /// has expired).
+    members: Vec<(usize, Timeouts)>,
+    /// Contexts each of those stages holds.
+    live: Vec<usize>,
+    /// The packet (its number in the counters) whose lookup `slot` and
+    /// `place` are, so that the next stage on this table reuses them:
+    /// the slot of the key's record after the stages before, if any.
+    looked_up: u64,
+    slot: Option<usize>,
+    place: Place,
+}
+
+impl TableState {
+    /// The slot of the record under `key` holding a context of the stage
+    /// whose state word is at `meta_at`.
+    fn context(&self, meta_at: usize, key: &[Value]) -> Option<usize> {
+        let slot = self.flows.find(key)?;
+        (self.flows.words(slot)[meta_at] & PRESENT != 0).then_some(slot)
+    }
+
+    /// Forgets the context at `meta_at` in the record at `slot`, and the
+    /// record when no stage has one left in it.
+    fn forget(&mut self, meta_at: usize, slot: usize) {
+        self.flows.words_mut(slot)[meta_at] = 0;
+        if !self.any_present(slot) {
+            self.flows.remove(slot);
+        }
+    }
+
+    /// Whether any stage has a context in the record at `slot`.
+    fn any_present(&self, slot: usize) -> bool {
+        let w = self.flows.words(slot);
+        self.members.iter().any(|&(at, _)| w[at] & PRESENT != 0)
+    }
+}
+
+/// Whether hashing a batch's keys up front and asking for their buckets
+/// and records ahead pays, from the tables alone: where some key has
+/// several words. Hashing such a key is a chain of multiplications per
+/// word that the lookup's address waits on; done a batch ahead, with the
+/// lines asked for, the misses overlap (the tracker, two stages on a
+/// four-word key: +13-18% with parsing). A one-word key is hashed at
+/// once and the processor already starts the next frame's lookup while
+/// it finishes this one; the batch's extra pass and hints then cost
+/// (port knocking: -5 to -12%). Measured in `bench/results/machine_rate.md`.
+fn batch_pays(tables: &[TableState]) -> bool {
+    tables.iter().skip(1).any(|t| t.flows.key_len() > 1)
+}
+
+/// A stateful stage's timeouts.
+fn timeouts(stage: &Stage) -> Timeouts {
+    Timeouts {
+        idle: stage.idle_timeout_us,
+        hard: stage.hard_timeout_us,
+    }
+}
+
+/// The meta words at `at` of a record.
+#[inline]
+fn meta_at(w: &[Value], at: usize) -> Meta {
+    Meta {
+        used: w[at] & PRESENT != 0,
+        state: w[at] as u16,
+        created: w[at + 1],
+        last: w[at + 2],
+    }
 }
 
 /// Why a program cannot replace another under live contexts.
@@ -186,12 +276,12 @@ impl BatchFrame for Frame<'_> {
 pub struct Engine {
     program: Arc<Program>,
     stages: Vec<StageState>,
-    /// A batch's places, [`BATCH`] frames of one per stage, made once.
+    tables: Vec<TableState>,
+    /// A batch's places, [`BATCH`] frames of one per table, made once.
     places: Vec<Place>,
-    /// Per stage, an earlier stage whose key (fields and direction) and
-    /// table size are the same, so its place is this stage's too: a batch
-    /// hashes such a key once (the tracker's two stages).
-    same_place: Vec<Option<usize>>,
+    /// Whether [`Engine::process_batch`] hashes and prefetches ahead or
+    /// runs the frames one by one (see [`batch_pays`]).
+    prefetch: bool,
     globals: Vec<Value>,
     counters: Counters,
     /// The latest packet time seen, microseconds.
@@ -200,39 +290,88 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(program: Arc<Program>) -> Engine {
-        let stages: Vec<StageState> = program
-            .machine
-            .stages
-            .iter()
-            .map(|s| {
-                let init: Vec<Value> = s.flow_regs.iter().map(|r| r.init).collect();
-                // A stateless stage looks nothing up: the smallest table.
-                let capacity = if s.stateless() { 0 } else { s.capacity };
-                StageState {
-                    flows: FlowTable::new(capacity, s.key.len(), s.flow_regs.len()),
-                    regs: init.clone(),
-                    init,
-                }
-            })
-            .collect();
-        let globals = program.machine.globals.iter().map(|g| g.init).collect();
-        let places = vec![Place::default(); BATCH * stages.len()];
         let all = &program.machine.stages;
-        let same_place = (0..all.len())
-            .map(|s| {
-                (0..s).find(|&t| {
-                    !all[s].stateless()
-                        && all[t].key == all[s].key
-                        && all[t].biflow == all[s].biflow
-                        && stages[t].flows.capacity() == stages[s].flows.capacity()
+        let mut stages: Vec<StageState> = Vec::with_capacity(all.len());
+        let mut tables: Vec<TableState> = Vec::new();
+        // Stateless stages share one empty table: they look nothing up.
+        tables.push(TableState {
+            flows: FlowTable::new(0, 0, 0),
+            first: usize::MAX,
+            members: Vec::new(),
+            live: Vec::new(),
+            looked_up: u64::MAX,
+            slot: None,
+            place: Place::default(),
+        });
+        // Per table, the stages keeping contexts there; a record holds the
+        // first one's state, created and last in the table's own meta
+        // words and registers after the key, then the others' meta words
+        // and registers in turn.
+        let mut layouts: Vec<Vec<usize>> = vec![Vec::new()];
+        for (s, stage) in all.iter().enumerate() {
+            let init: Vec<Value> = stage.flow_regs.iter().map(|r| r.init).collect();
+            let table = if stage.stateless() {
+                0
+            } else {
+                let shared = (1..tables.len()).find(|&t| {
+                    let first = &all[tables[t].first];
+                    first.key == stage.key
+                        && first.biflow == stage.biflow
+                        && first.capacity == stage.capacity
+                });
+                shared.unwrap_or_else(|| {
+                    tables.push(TableState {
+                        flows: FlowTable::new(0, 0, 0),
+                        first: s,
+                        members: Vec::new(),
+                        live: Vec::new(),
+                        looked_up: u64::MAX,
+                        slot: None,
+                        place: Place::default(),
+                    });
+                    layouts.push(Vec::new());
+                    tables.len() - 1
                 })
-            })
-            .collect();
+            };
+            layouts[table].push(s);
+            stages.push(StageState {
+                regs: init.clone(),
+                init,
+                table,
+                meta_at: 0,
+                regs_at: 0,
+                member: 0,
+            });
+        }
+        for (t, members) in layouts.iter().enumerate().skip(1) {
+            let key_len = all[members[0]].key.len();
+            let mut at = META_WORDS + key_len;
+            for (i, &s) in members.iter().enumerate() {
+                let st = &mut stages[s];
+                if i == 0 {
+                    st.meta_at = 0;
+                } else {
+                    st.meta_at = at;
+                    at += META_WORDS;
+                }
+                st.regs_at = at;
+                st.member = i;
+                at += st.init.len();
+                tables[t].members.push((st.meta_at, timeouts(&all[s])));
+                tables[t].live.push(0);
+            }
+            let data = at - META_WORDS - key_len;
+            tables[t].flows = FlowTable::new(all[members[0]].capacity, key_len, data);
+        }
+        let globals = program.machine.globals.iter().map(|g| g.init).collect();
+        let places = vec![Place::default(); BATCH * tables.len()];
+        let prefetch = batch_pays(&tables);
         Engine {
             program,
             stages,
+            tables,
             places,
-            same_place,
+            prefetch,
             globals,
             counters: Counters::default(),
             now_us: 0,
@@ -249,7 +388,10 @@ impl Engine {
 
     /// Contexts stage `stage` holds now.
     pub fn live_contexts(&self, stage: usize) -> usize {
-        self.stages.get(stage).map_or(0, |s| s.flows.len())
+        self.stages
+            .get(stage)
+            .filter(|s| s.table != 0)
+            .map_or(0, |s| self.tables[s.table].live[s.member])
     }
 
     pub fn globals(&self) -> &[Value] {
@@ -261,6 +403,16 @@ impl Engine {
     /// states (new states may follow the old ones) and the globals.
     pub fn replace(&mut self, program: Arc<Program>) -> Result<(), ReplaceError> {
         self.program.check_replacement(&program)?;
+        for t in &mut self.tables {
+            t.members.clear();
+        }
+        for (st, stage) in self.stages.iter().zip(&program.machine.stages) {
+            if !stage.stateless() {
+                self.tables[st.table]
+                    .members
+                    .push((st.meta_at, timeouts(stage)));
+            }
+        }
         self.program = program;
         Ok(())
     }
@@ -274,40 +426,41 @@ impl Engine {
 
     /// Runs frames through the stages in order, as [`Engine::process`]
     /// one after another would (same effects, same order), calling `out`
-    /// with each frame's index and verdict. Every stateful stage's key is
-    /// hashed once per frame up front, [`BATCH`] frames at a time, and
-    /// the buckets' tag words, then the matching records, are asked for a
-    /// few frames ahead, so that one frame's cache misses overlap the work
-    /// on those before it. Allocates nothing.
+    /// with each frame's index and verdict. Where it pays (see
+    /// [`batch_pays`]), every table's key is hashed once per frame up
+    /// front, [`BATCH`] frames at a time, and the buckets' tag words, then
+    /// the matching records, are asked for a few frames ahead, so that
+    /// one frame's cache misses overlap the work on those before it.
+    /// Allocates nothing.
     pub fn process_batch<F: BatchFrame>(
         &mut self,
         frames: &[F],
         mut out: impl FnMut(usize, Verdict),
     ) {
+        if !self.prefetch {
+            for (i, f) in frames.iter().enumerate() {
+                let v = self.process_at(f.fields(), f.port(), f.bytes(), f.ts_ns(), None);
+                out(i, v);
+            }
+            return;
+        }
         let mut places = std::mem::take(&mut self.places);
         let program = Arc::clone(&self.program);
         let stages = &program.machine.stages;
-        let n = stages.len();
+        let n = self.tables.len();
         for (c, chunk) in frames.chunks(BATCH).enumerate() {
             for (i, f) in chunk.iter().enumerate() {
-                for (s, stage) in stages.iter().enumerate() {
-                    if let Some(t) = self.same_place[s] {
-                        places[i * n + s] = places[i * n + t];
-                    } else if !stage.stateless() {
-                        let (key, k) = flow_key(stage, f.fields());
-                        places[i * n + s] = self.stages[s].flows.place(&key[..k]);
-                    }
+                for (t, table) in self.tables.iter().enumerate().skip(1) {
+                    let (key, k) = flow_key(&stages[table.first], f.fields());
+                    places[i * n + t] = table.flows.place(&key[..k]);
                 }
             }
             let ask = |engine: &Engine, i: usize, records: bool| {
-                for (s, stage) in stages.iter().enumerate() {
-                    if !stage.stateless() {
-                        let table = &engine.stages[s].flows;
-                        if records {
-                            table.prefetch_records(places[i * n + s]);
-                        } else {
-                            table.prefetch_tags(places[i * n + s]);
-                        }
+                for (t, table) in engine.tables.iter().enumerate().skip(1) {
+                    if records {
+                        table.flows.prefetch_records(places[i * n + t]);
+                    } else {
+                        table.flows.prefetch_tags(places[i * n + t]);
                     }
                 }
             };
@@ -332,8 +485,8 @@ impl Engine {
         self.places = places;
     }
 
-    /// [`Engine::process`], with each stateful stage's place computed
-    /// already where `places` is given (one per stage).
+    /// [`Engine::process`], with each table's place computed already
+    /// where `places` is given (one per table).
     #[inline]
     fn process_at(
         &mut self,
@@ -376,15 +529,17 @@ impl Engine {
                 }
                 entry
             } else {
+                let t = st.table;
                 Self::stateful(
                     stage,
                     tables,
                     st,
+                    &mut self.tables[t],
                     &mut self.globals,
                     &mut self.counters,
                     &mut meta,
                     fields,
-                    places.map(|p| p[s]),
+                    places.map(|p| p[t]),
                     (now, port, len),
                 )
             };
@@ -415,15 +570,17 @@ impl Engine {
         verdict
     }
 
-    /// A stage that keeps flow contexts: finds the packet's, runs its
-    /// timeout and packet transitions, and stores it back (or not, when
-    /// it is back at its start). The entry the packet took, if any;
-    /// `st.regs` holds the context's registers after it.
+    /// A stage that keeps flow contexts: finds the packet's (looking its
+    /// key up unless a stage before on the same table did for this
+    /// packet), runs its timeout and packet transitions, and stores it
+    /// back (or not, when it is back at its start). The entry the packet
+    /// took, if any; `st.regs` holds the context's registers after it.
     #[allow(clippy::too_many_arguments)]
     fn stateful<'t>(
         stage: &Stage,
         tables: &'t StageTables,
         st: &mut StageState,
+        table: &mut TableState,
         globals: &mut [Value],
         counters: &mut Counters,
         meta: &mut [Value; MAX_META],
@@ -433,17 +590,25 @@ impl Engine {
     ) -> Option<&'t Entry> {
         let (key, n) = flow_key(stage, fields);
         let key = &key[..n];
-        let timeouts = Timeouts {
-            idle: stage.idle_timeout_us,
-            hard: stage.hard_timeout_us,
+        let timeouts = timeouts(stage);
+        let nregs = st.regs.len();
+        // The key's record, with this stage's context in it or not.
+        let record = if table.looked_up == counters.packets {
+            table.slot
+        } else {
+            let place = place.unwrap_or_else(|| table.flows.place(key));
+            table.looked_up = counters.packets;
+            table.place = place;
+            table.slot = table.flows.find_at(key, place);
+            table.slot
         };
-        let place = place.unwrap_or_else(|| st.flows.place(key));
-        let found = st.flows.find_at(key, place);
+        let found = record.filter(|&slot| table.flows.words(slot)[st.meta_at] & PRESENT != 0);
         let (mut state, mut created) = (stage.initial, now);
         match found {
             Some(slot) => {
-                copy(&mut st.regs, st.flows.regs(slot));
-                let m = st.flows.meta(slot);
+                let w = table.flows.words(slot);
+                copy(&mut st.regs, &w[st.regs_at..st.regs_at + nregs]);
+                let m = meta_at(w, st.meta_at);
                 (state, created) = (m.state, m.created);
                 if let Some(why) = timeouts.expiry(&m, now) {
                     counters.expired += 1;
@@ -490,67 +655,179 @@ impl Engine {
             state = e.next_state.unwrap_or(state);
         }
         let initial = state == stage.initial && same(&st.regs, &st.init);
-        let slot = match found {
-            Some(slot) if initial => {
-                st.flows.remove(slot);
+        let slot = match (found, record) {
+            (Some(slot), _) if initial => {
+                table.live[st.member] -= 1;
+                table.forget(st.meta_at, slot);
+                if !table.any_present(slot) {
+                    table.slot = None;
+                }
                 None
             }
-            Some(slot) => Some(slot),
-            None if initial => None,
-            None => match st
-                .flows
-                .insert_at(key, place, now, &timeouts, stage.eviction)
-            {
-                Ok(Placed::Free(slot)) => Some(slot),
-                Ok(Placed::Evicted(slot)) => {
-                    counters.evicted += 1;
+            (Some(slot), _) => Some(slot),
+            (None, _) if initial => None,
+            // Another stage's context holds the record: this one joins it.
+            (None, Some(slot)) => {
+                table.live[st.member] += 1;
+                Some(slot)
+            }
+            (None, None) => match Self::insert(table, key, now, stage.eviction) {
+                Ok(slot) => {
+                    table.live[st.member] += 1;
                     Some(slot)
                 }
-                Err(_) => {
-                    counters.table_full += 1;
-                    copy(&mut st.regs, &st.init);
-                    let inputs = Inputs {
-                        fields,
-                        globals,
-                        now_us: now,
-                        port,
-                        len,
-                        meta,
-                    };
-                    entry = tables.decide(stage.initial, Event::TableFull, &inputs, &st.regs);
-                    if let Some(e) = entry {
-                        let out = Writable { globals, meta };
-                        apply_updates(&e.updates, fields, &mut st.regs, out, now, port, len);
+                Err(evicted) => {
+                    counters.evicted += evicted.evicted;
+                    match evicted.slot {
+                        Some(slot) => {
+                            table.live[st.member] += 1;
+                            Some(slot)
+                        }
+                        None => {
+                            counters.table_full += 1;
+                            copy(&mut st.regs, &st.init);
+                            let inputs = Inputs {
+                                fields,
+                                globals,
+                                now_us: now,
+                                port,
+                                len,
+                                meta,
+                            };
+                            entry =
+                                tables.decide(stage.initial, Event::TableFull, &inputs, &st.regs);
+                            if let Some(e) = entry {
+                                let out = Writable { globals, meta };
+                                apply_updates(
+                                    &e.updates,
+                                    fields,
+                                    &mut st.regs,
+                                    out,
+                                    now,
+                                    port,
+                                    len,
+                                );
+                            }
+                            None
+                        }
                     }
-                    None
                 }
             },
         };
         if let Some(slot) = slot {
-            copy(st.flows.regs_mut(slot), &st.regs);
-            st.flows.set_meta(slot, state, created, now);
+            let w = table.flows.words_mut(slot);
+            copy(&mut w[st.regs_at..st.regs_at + nregs], &st.regs);
+            let at = st.meta_at;
+            w[at] = state as Value | PRESENT;
+            w[at + 1] = created;
+            w[at + 2] = now;
         }
         entry
     }
 
-    /// Every context of every stage, in slot order.
+    /// Makes a record for `key` (not in `table`, whose place was computed
+    /// for this packet): `Ok` with its slot when a free one was found;
+    /// otherwise the contexts evicted for it (those of every stage in the
+    /// evicted record; they leave their stages' counts) and its slot, or
+    /// none: the table is full. Every stage's state word in the new record
+    /// is cleared.
+    #[cold]
+    fn insert(
+        table: &mut TableState,
+        key: &[Value],
+        now: u64,
+        eviction: crate::model::Eviction,
+    ) -> Result<usize, Evicted> {
+        let members = &table.members;
+        let expired = |w: &[Value]| {
+            members.iter().all(|&(at, t)| {
+                let m = meta_at(w, at);
+                !m.used || t.expiry(&m, now).is_some()
+            })
+        };
+        let last = |w: &[Value]| {
+            members
+                .iter()
+                .filter(|&&(at, _)| w[at] & PRESENT != 0)
+                .map(|&(at, _)| w[at + 2])
+                .max()
+                .unwrap_or(0)
+        };
+        let placed = table
+            .flows
+            .insert_by(key, table.place, eviction, expired, last);
+        let (slot, evicted) = match placed {
+            Ok(Placed::Free(slot)) => (Some(slot), 0),
+            Ok(Placed::Evicted(slot)) => {
+                let w = table.flows.words(slot);
+                let mut n = 0;
+                for (live, &(at, _)) in table.live.iter_mut().zip(members) {
+                    if w[at] & PRESENT != 0 {
+                        *live -= 1;
+                        n += 1;
+                    }
+                }
+                (Some(slot), n)
+            }
+            Err(_) => (None, 0),
+        };
+        table.slot = slot;
+        let Some(slot) = slot else {
+            return Err(Evicted {
+                slot: None,
+                evicted: 0,
+            });
+        };
+        let w = table.flows.words_mut(slot);
+        for &(at, _) in &table.members {
+            w[at] = 0;
+        }
+        if evicted == 0 {
+            Ok(slot)
+        } else {
+            Err(Evicted {
+                slot: Some(slot),
+                evicted: evicted as u64,
+            })
+        }
+    }
+
+    /// Every context of every stage, stage by stage in slot order.
     pub fn contexts(&self) -> Vec<Context> {
         let mut out = Vec::new();
-        for (i, st) in self.stages.iter().enumerate() {
-            for slot in st.flows.slots() {
-                let m = st.flows.meta(slot);
-                out.push(Context {
-                    stage: i,
-                    key: st.flows.key(slot).to_vec(),
-                    state: m.state,
-                    regs: st.flows.regs(slot).to_vec(),
-                    created_us: m.created,
-                    last_us: m.last,
-                });
+        for (i, (st, stage)) in self
+            .stages
+            .iter()
+            .zip(&self.program.machine.stages)
+            .enumerate()
+        {
+            if stage.stateless() {
+                continue;
+            }
+            let flows = &self.tables[st.table].flows;
+            for slot in flows.slots() {
+                let w = flows.words(slot);
+                let m = meta_at(w, st.meta_at);
+                if m.used {
+                    out.push(Context {
+                        stage: i,
+                        key: flows.key(slot).to_vec(),
+                        state: m.state,
+                        regs: w[st.regs_at..st.regs_at + st.regs.len()].to_vec(),
+                        created_us: m.created,
+                        last_us: m.last,
+                    });
+                }
             }
         }
         out
     }
+}
+
+/// Contexts evicted for a new record, and its slot (none: no room).
+struct Evicted {
+    slot: Option<usize>,
+    evicted: u64,
 }
 
 impl Program {
@@ -644,20 +921,23 @@ impl Engine {
         }
         let states = def.states.len();
         let st = &mut self.stages[stage];
-        let Some(slot) = st.flows.find(&ordered[..n]) else {
+        let Some(slot) = self.tables[st.table].context(st.meta_at, &ordered[..n]) else {
             return false;
         };
         match edit {
-            FlowEdit::Register(r, value) => match st.flows.regs_mut(slot).get_mut(r as usize) {
-                Some(reg) => *reg = value,
-                None => return false,
-            },
+            FlowEdit::Register(r, value) if (r as usize) < st.regs.len() => {
+                self.tables[st.table].flows.words_mut(slot)[st.regs_at + r as usize] = value;
+            }
+            FlowEdit::Register(..) => return false,
             FlowEdit::State(s) if (s as usize) < states => {
-                let m = st.flows.meta(slot);
-                st.flows.set_meta(slot, s, m.created, m.last);
+                self.tables[st.table].flows.words_mut(slot)[st.meta_at] = s as Value | PRESENT;
             }
             FlowEdit::State(_) => return false,
-            FlowEdit::Remove => st.flows.remove(slot),
+            FlowEdit::Remove => {
+                let table = &mut self.tables[st.table];
+                table.live[st.member] -= 1;
+                table.forget(st.meta_at, slot);
+            }
         }
         true
     }

@@ -143,7 +143,7 @@ fn matching_lanes(word: u64, tag: u16) -> u64 {
     !(((x & LOW).wrapping_add(LOW)) | x) & HIGH
 }
 /// Words of a record before its key: state, created, last.
-const META_WORDS: usize = 3;
+pub const META_WORDS: usize = 3;
 
 /// Asks for the cache line holding `p`; a hint only, nothing where the
 /// target has no such instruction.
@@ -177,6 +177,11 @@ impl FlowTable {
             in_stash: 0,
             search: Vec::with_capacity(MAX_SEARCH + 2 * BUCKET),
         }
+    }
+
+    /// Words of the keys it holds.
+    pub fn key_len(&self) -> usize {
+        self.key_len
     }
 
     /// Slots in all, stash included.
@@ -227,6 +232,19 @@ impl FlowTable {
 
     fn record(&self, slot: usize) -> &[Value] {
         &self.records[slot * self.stride..(slot + 1) * self.stride]
+    }
+
+    /// A slot's record: [`META_WORDS`] words (state, created, last), the
+    /// key, then the registers' words.
+    #[inline]
+    pub fn words(&self, slot: usize) -> &[Value] {
+        self.record(slot)
+    }
+
+    /// [`FlowTable::words`], to write.
+    #[inline]
+    pub fn words_mut(&mut self, slot: usize) -> &mut [Value] {
+        &mut self.records[slot * self.stride..(slot + 1) * self.stride]
     }
 
     pub fn key(&self, slot: usize) -> &[Value] {
@@ -421,6 +439,34 @@ impl FlowTable {
         timeouts: &Timeouts,
         eviction: Eviction,
     ) -> Result<Placed, TableFull> {
+        let placed = self.insert_by(
+            key,
+            place,
+            eviction,
+            |r| timeouts.expiry(&meta_of(r), now).is_some(),
+            |r| r[2],
+        )?;
+        let (Placed::Free(slot) | Placed::Evicted(slot)) = placed;
+        let at = slot * self.stride;
+        self.records[at..at + META_WORDS].fill(0);
+        Ok(placed)
+    }
+
+    /// Places `key` (not in the table) where [`FlowTable::insert_at`]
+    /// would, for records whose words the caller keeps itself (several
+    /// contexts in one record): `expired` says whether a used record's
+    /// words (see [`FlowTable::words`]) may be evicted before others,
+    /// `last` when it was last seen, for [`Eviction::Oldest`]. The slot's
+    /// words other than the key are left as they were (an evicted
+    /// record's, for the caller to read), the caller sets them.
+    pub fn insert_by(
+        &mut self,
+        key: &[Value],
+        place: Place,
+        eviction: Eviction,
+        expired: impl Fn(&[Value]) -> bool,
+        last: impl Fn(&[Value]) -> u64,
+    ) -> Result<Placed, TableFull> {
         let Place { b1, b2, tag } = place;
         let stash = self.stash_start()..self.capacity();
         let placed = if let Some(s) = self.free_in(b1).or_else(|| self.free_in(b2)) {
@@ -433,13 +479,11 @@ impl FlowTable {
             let candidates = (b1 * BUCKET..(b1 + 1) * BUCKET)
                 .chain(b2 * BUCKET..(b2 + 1) * BUCKET)
                 .chain(stash);
-            let expired = candidates
-                .clone()
-                .find(|&s| timeouts.expiry(&self.meta(s), now).is_some());
+            let expired = candidates.clone().find(|&s| expired(self.record(s)));
             let victim = match (expired, eviction) {
                 (Some(s), _) => s,
                 (None, Eviction::Oldest) => candidates
-                    .min_by_key(|&s| (self.meta(s).last, s))
+                    .min_by_key(|&s| (last(self.record(s)), s))
                     .ok_or(TableFull)?,
                 (None, Eviction::Expired) => return Err(TableFull),
             };
@@ -451,7 +495,6 @@ impl FlowTable {
         };
         let k = self.key_len;
         let at = slot * self.stride;
-        self.records[at..at + META_WORDS].fill(0);
         self.records[at + META_WORDS..at + META_WORDS + k].copy_from_slice(key);
         self.set_tag(slot, tag);
         self.alts[slot] = if slot / BUCKET == b1 { b2 } else { b1 } as u32;
@@ -460,6 +503,16 @@ impl FlowTable {
             self.in_stash += 1;
         }
         Ok(placed)
+    }
+}
+
+/// The [`Meta`] in a used record's first words.
+fn meta_of(r: &[Value]) -> Meta {
+    Meta {
+        used: true,
+        state: r[0] as u16,
+        created: r[1],
+        last: r[2],
     }
 }
 
