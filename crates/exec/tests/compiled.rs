@@ -1,5 +1,6 @@
-//! Flattened rules against the interpreter: every packet example, and
-//! programs of the kind the packet engine's tests run, over random frames
+//! Flattened rules (run in their typed form, `crates/exec/src/typed.rs`)
+//! against the interpreter: every packet example, and programs of the
+//! kind the packet engine's tests run, over random frames
 //! through both, with outputs, sends, logs, edits, meters, Bloom filters,
 //! dictionaries, state, faults and fault sites compared exactly.
 
@@ -41,7 +42,7 @@ const EXAMPLES: [(&str, &str); 6] = [
 
 /// As the packet engine's tests write them: state through `ref`
 /// parameters, calls, arithmetic that faults on some frames.
-const ENGINE_PROGRAMS: [&str; 2] = [
+const ENGINE_PROGRAMS: [&str; 3] = [
     include_str!("../../packet/tests/programs/steered.flick"),
     "grammar testpkt
 
@@ -71,6 +72,45 @@ fun add: (sums: ref dict<integer*integer>, total: ref integer, outside: -/pkt, p
   if sums[p.flow] > 1000:
     p => outside
   if p.seq - p.kind >= 3 and not (p.flow = 2):
+    p => outside
+",
+    // Integer and boolean registers of the typed form: arithmetic,
+    // orderings, `and`, `or`, `not`, `-`, booleans compared, fields
+    // compared with constants and `None` and packed, a `ref` dictionary
+    // indexed and stored; fields of the wrong kind make them fault.
+    "grammar testpkt
+
+type pkt: record
+  flow : integer
+  kind : integer
+  seq : integer
+
+proc typed: (pkt/pkt inside, pkt/pkt outside)
+  global seen: dict<string*integer> := empty_dict
+  global count := 0
+  | inside => classify(seen, count, outside)
+
+fun small: (x: integer) -> (bool)
+  x < 4 and not (x = 2)
+
+fun score: (a: integer, b: integer) -> (integer)
+  let n = a * 3 - b
+  if n >= 10 or n = 0 - 1:
+    n mod 7
+  else:
+    -n / (b - 5)
+
+fun classify: (seen: ref dict<string*integer>, count: ref integer, outside: -/pkt, p: pkt) -> ()
+  let k = pack(p.flow, p.kind, p.seq)
+  let fresh = seen[k] = None
+  if fresh and small(p.kind):
+    seen[k] := score(p.seq, p.kind)
+  else:
+    seen[k] := seen[k] + score(p.flow, 3)
+  count := count + 1
+  if p.kind = 6 or p.flow <> None:
+    p => outside
+  if (p.seq = 17) = (count > 2):
     p => outside
 ",
 ];
