@@ -699,6 +699,45 @@ fn machine_registers_and_flow_contexts_written_and_deleted() {
     assert_eq!(read_until(&state, "meter", &packets, |v| *v == 1), 1);
 }
 
+/// `read`'s system call number, as `/proc/PID/task/TID/syscall` shows it.
+#[cfg(target_arch = "x86_64")]
+const READ_SYSCALL: &str = "0";
+#[cfg(target_arch = "aarch64")]
+const READ_SYSCALL: &str = "63";
+
+/// Waits (at most 10 s) until a thread of `pid` whose name starts as
+/// `comm` (the kernel keeps 15 bytes) is blocked in `read` on `path`.
+fn wait_reading(pid: u32, comm: &str, path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let reading = || -> Option<()> {
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+            let task = task.ok()?.path();
+            if std::fs::read_to_string(task.join("comm")).ok()?.trim() != comm {
+                continue;
+            }
+            // `NR ARG1 ...`: the call it is blocked in and its fd.
+            let call = std::fs::read_to_string(task.join("syscall")).ok()?;
+            let mut words = call.split_whitespace();
+            if words.next() != Some(READ_SYSCALL) {
+                continue;
+            }
+            let fd = u64::from_str_radix(words.next()?.trim_start_matches("0x"), 16).ok()?;
+            if std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()? == path {
+                return Some(());
+            }
+        }
+        None
+    };
+    while reading().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no thread `{comm}` of {pid} came to read {}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request() {
     if !netns::available("packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request") {
@@ -786,10 +825,9 @@ fn packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request() {
             &format!("inside=pcap-out:{}", out.display()),
         ],
     ));
-    // A dump answered means the dispatcher has passed the point where it
-    // takes writes and waits in `read` from then on.
-    let limit = json(&ctl(&state, &["--json", "read", "stuck", "globals/limit"]));
-    assert_eq!(limit["value"], 2, "{limit}");
+    // Once its dispatcher is in `read` on the pipe it takes no write
+    // and no dump request until a frame comes, and none will.
+    wait_reading(server.child.id(), "flick-machine-s", &fifo);
     let writing = std::thread::spawn({
         let state = state.clone();
         move || {
@@ -803,20 +841,34 @@ fn packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request() {
             (status, answer, Instant::now())
         }
     });
-    // While that write waits (5 s), the others answer at once.
+    // A read of its state waits for its dump in the same way.
+    let reading = std::thread::spawn({
+        let state = state.clone();
+        move || call(&state, "GET", "/services/stuck/state/dump", None)
+    });
+    // While those wait (5 s), the others answer at once.
     let sent = Instant::now();
     let mut answered_meanwhile = 0;
-    while !writing.is_finished() {
+    while !writing.is_finished() || !reading.is_finished() {
+        // Over the socket from here: no process to start, so what is
+        // timed is the server's answer.
         let asked = Instant::now();
-        let list = json(&ctl(&state, &["--json", "list"]));
+        let (status, list) = call(&state, "GET", "/services", None);
+        let listed = asked.elapsed();
+        assert_eq!(status, 200, "{list}");
         assert_eq!(list["services"].as_array().map(Vec::len), Some(2), "{list}");
-        ok(&ctl(&state, &["write", "quota", "limit", "3"]));
-        let took = asked.elapsed();
+        let limit = serde_json::json!({ "value": 3 });
+        let (status, w) = call(&state, "PUT", "/services/quota/state/limit", Some(&limit));
+        assert_eq!(status, 200, "{w}");
+        let wrote = asked.elapsed() - listed;
         assert!(
-            took < Duration::from_millis(2500),
-            "a list and a write took {took:?} while another service's write waited"
+            listed.max(wrote) < Duration::from_millis(2500),
+            "a list took {listed:?} and a write {wrote:?} while another service's write waited"
         );
-        if asked > sent + Duration::from_millis(500) && !writing.is_finished() {
+        if asked > sent + Duration::from_millis(500)
+            && !writing.is_finished()
+            && !reading.is_finished()
+        {
             answered_meanwhile += 1;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -827,6 +879,8 @@ fn packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request() {
         answer["error"].as_str().unwrap_or("").contains("in time"),
         "{answer}"
     );
+    let (status, answer) = reading.join().unwrap();
+    assert_eq!(status, 503, "{answer}");
     assert!(
         answered_meanwhile > 0,
         "no request was answered while the write waited"
