@@ -766,7 +766,29 @@ fn packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request() {
     assert!(d.contains("deleted"), "{d}");
     let seen = json(&ctl(&state, &["--json", "read", "quota", "globals/seen"]));
     assert_eq!(seen["value"], serde_json::json!({ "7": 2 }), "{seen}");
-    // The same through `key_base64` ("7").
+    // Read, written and deleted through `key_base64` ("7", "8").
+    let (status, answer) = call(
+        &state,
+        "GET",
+        "/services/quota/state/seen?key_base64=Nw==",
+        None,
+    );
+    assert_eq!(
+        (status, &answer["value"]),
+        (200, &serde_json::json!(2)),
+        "{answer}"
+    );
+    let five = serde_json::json!({ "value": 5 });
+    let (status, answer) = call(
+        &state,
+        "PUT",
+        "/services/quota/state/seen?key_base64=OA==",
+        Some(&five),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let eight = json(&ctl(&state, &["--json", "read", "quota", "globals/seen/8"]));
+    assert_eq!(eight["value"], 5, "{eight}");
+    ok(&ctl(&state, &["delete", "quota", "seen/8"]));
     let (status, answer) = call(
         &state,
         "DELETE",
