@@ -43,6 +43,7 @@ pub(crate) fn flatten(module: &Module, func: FuncId) -> Option<Flat> {
         return None;
     }
     let params = module.functions[func as usize].params as usize;
+    crate::typed::coalesce(&mut flat.code, flat.regs, params);
     flat.typed = crate::typed::compile(&flat.code, flat.regs, params);
     Some(flat)
 }
@@ -200,7 +201,7 @@ pub(crate) fn written(op: &Op) -> Option<Reg> {
 }
 
 /// `op` with its registers moved by `r` (no jumps, calls or returns).
-fn remap(op: &Op, r: &impl Fn(Reg) -> Option<Reg>) -> Option<Op> {
+pub(crate) fn remap(op: &Op, r: &impl Fn(Reg) -> Option<Reg>) -> Option<Op> {
     let rs = |xs: &[Reg]| -> Option<Box<[Reg]>> { xs.iter().map(|x| r(*x)).collect() };
     Some(match op {
         Op::Const { dst, value } => Op::Const {

@@ -279,12 +279,11 @@ fn yields(op: &Op, class: &[Class]) -> Class {
     }
 }
 
-/// The typed form of flattened `code` over `regs` registers, of which the
-/// first `params` are the arguments a run starts with.
-pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
+/// Per register: whether some run may read it before writing it (found
+/// by forward passes over loop-free code: written-for-sure sets,
+/// intersected where paths meet).
+fn unsure_reads(code: &[Op], regs: usize, params: usize) -> Vec<bool> {
     let mut buf = Vec::new();
-    // Registers some run may read before writing, by forward passes over
-    // loop-free code: written-for-sure sets, intersected where paths meet.
     let words = regs.div_ceil(64);
     let mut sure_in: Vec<Option<Vec<u64>>> = vec![None; code.len() + 1];
     let mut entry = vec![0u64; words];
@@ -325,6 +324,100 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
             _ => meet(&mut sure_in[pc + 1], &set),
         }
     }
+
+    unsure
+}
+
+/// Copies coalesced: a `Move { dst: y, src: x }` where the move is `x`'s
+/// only read and `y`'s only write, every write of `x` comes before it and
+/// neither is read unwritten, has `x`'s writes write `y` instead and
+/// becomes a jump to the next operation (which the typed form drops). So
+/// a value made in an inlined callee lands in the caller's register, and
+/// a `let` binding costs no copy.
+pub(crate) fn coalesce(code: &mut [Op], regs: usize, params: usize) {
+    let unsure = unsure_reads(code, regs, params);
+    let mut buf = Vec::new();
+    let mut reads_of = vec![0u32; regs];
+    let mut writes_of = vec![0u32; regs];
+    // The last operation writing each register.
+    let mut last_write = vec![0usize; regs];
+    for (pc, op) in code.iter().enumerate() {
+        reads(op, &mut buf);
+        for r in &buf {
+            reads_of[*r as usize] += 1;
+        }
+        if let Some(w) = crate::compiled::written(op) {
+            writes_of[w as usize] += 1;
+            last_write[w as usize] = pc;
+        }
+    }
+    let mut target = vec![false; code.len() + 1];
+    for op in code.iter() {
+        if let Op::Jump { to } | Op::JumpIfFalse { to, .. } = op {
+            target[*to as usize] = true;
+        }
+    }
+    for pc in 0..code.len() {
+        let Op::Move { dst: y, src: x } = code[pc] else {
+            continue;
+        };
+        let (xi, yi) = (x as usize, y as usize);
+        // Made by the operation just before and read only here: that
+        // operation writes `y` itself, whatever else writes `y`.
+        if pc > 0
+            && x != y
+            && xi >= params
+            && yi >= params
+            && !target[pc]
+            && reads_of[xi] == 1
+            && writes_of[xi] == 1
+            && last_write[xi] == pc - 1
+        {
+            if let Some(renamed) =
+                crate::compiled::remap(&code[pc - 1], &|r| Some(if r == x { y } else { r }))
+            {
+                code[pc - 1] = renamed;
+                code[pc] = Op::Jump { to: pc as u32 + 1 };
+                last_write[yi] = pc - 1;
+                writes_of[xi] = 0;
+                reads_of[xi] = 0;
+                continue;
+            }
+        }
+        if x == y
+            || xi < params
+            || yi < params
+            || unsure[xi]
+            || unsure[yi]
+            || reads_of[xi] != 1
+            || writes_of[yi] != 1
+            || writes_of[xi] == 0
+            || last_write[xi] >= pc
+        {
+            continue;
+        }
+        for op in code[..pc].iter_mut() {
+            if crate::compiled::written(op) == Some(x) {
+                if let Some(renamed) =
+                    crate::compiled::remap(op, &|r| Some(if r == x { y } else { r }))
+                {
+                    *op = renamed;
+                }
+            }
+        }
+        code[pc] = Op::Jump { to: pc as u32 + 1 };
+        writes_of[yi] = writes_of[xi];
+        last_write[yi] = last_write[xi];
+        writes_of[xi] = 0;
+        reads_of[xi] = 0;
+    }
+}
+
+/// The typed form of flattened `code` over `regs` registers, of which the
+/// first `params` are the arguments a run starts with.
+pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
+    let mut buf = Vec::new();
+    let unsure = unsure_reads(code, regs, params);
 
     // Classes: the join of what every write yields, moves followed until
     // nothing changes; parameters and registers read unwritten are values.

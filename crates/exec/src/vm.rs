@@ -1235,15 +1235,17 @@ impl Vm {
             else {
                 unreachable!("fused from field reads")
             };
-            let v = match host.field(self.reg(0, *src), *record, *field) {
-                Ok(v) => v,
+            // Encoded from where the host put it, not moved out first: a
+            // copy of the whole value just after the host wrote it in parts
+            // stalls on the store (as `Vm::set` does).
+            let read = host.field(self.reg(0, *src), *record, *field);
+            match &read {
+                Ok(v) if packing.is_ok() => packing = self.pack_value(module, &*host, v),
+                Ok(_) => {}
                 Err(f) => {
                     self.fault_at = Some(pc);
-                    return Err(f);
+                    return Err(f.clone());
                 }
-            };
-            if packing.is_ok() {
-                packing = self.pack_value(module, &*host, v);
             }
         }
         let Op::Builtin { dst, .. } = &flat.code[(first + n) as usize] else {
@@ -1484,7 +1486,7 @@ impl Vm {
         let at = self.scratch.len();
         for r in args {
             let v = self.reg(base, *r).clone();
-            self.pack_value(module, host, v)?;
+            self.pack_value(module, host, &v)?;
         }
         Ok(Value::Scratch {
             start: at as u32,
@@ -1494,22 +1496,22 @@ impl Vm {
 
     /// One part of a `pack`, appended to the scratch buffer.
     #[inline]
-    fn pack_value(&mut self, module: &Module, host: &dyn Host, v: Value) -> Result<(), Fault> {
+    fn pack_value(&mut self, module: &Module, host: &dyn Host, v: &Value) -> Result<(), Fault> {
         match v {
             Value::Int(i) => {
                 self.scratch.push(b'i');
                 self.scratch.extend_from_slice(&i.to_be_bytes());
             }
-            Value::Bool(x) => self.scratch.extend_from_slice(&[b'b', x as u8]),
+            Value::Bool(x) => self.scratch.extend_from_slice(&[b'b', *x as u8]),
             Value::None => self.scratch.push(b'n'),
             v => {
                 let n = self
-                    .bytes_of(module, host, &v)
+                    .bytes_of(module, host, v)
                     .ok_or(Fault::Kind("an integer, bool or string"))?
                     .len();
                 self.scratch.push(b's');
                 self.scratch.extend_from_slice(&(n as u32).to_be_bytes());
-                self.copy_to_scratch(module, host, &v, 0..n)?;
+                self.copy_to_scratch(module, host, v, 0..n)?;
             }
         }
         Ok(())
