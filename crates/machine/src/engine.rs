@@ -31,11 +31,13 @@ fn copy(to: &mut [Value], from: &[Value]) {
     }
 }
 
-/// A stage's flow key for a packet, on the stack: its fields' values,
-/// the two endpoints in order for a biflow key.
-#[inline]
-fn flow_key(stage: &Stage, fields: &[Value]) -> ([Value; MAX_KEY], usize) {
-    let mut key = [0 as Value; MAX_KEY];
+/// A stage's flow key for a packet into `key` (on the caller's stack):
+/// its fields' values, the two endpoints in order for a biflow key; the
+/// number of words. Written in place rather than returned: a returned
+/// array is copied with wide loads over the narrow stores just made,
+/// which the processor cannot forward (a stall per packet and stage).
+#[inline(always)]
+fn flow_key(stage: &Stage, fields: &[Value], key: &mut [Value; MAX_KEY]) -> usize {
     let n = stage.key.len();
     for (k, &f) in key.iter_mut().zip(&stage.key) {
         *k = fields[f as usize];
@@ -48,7 +50,7 @@ fn flow_key(stage: &Stage, fields: &[Value]) -> ([Value; MAX_KEY], usize) {
             }
         }
     }
-    (key, n)
+    n
 }
 
 /// A machine and its compiled tables.
@@ -451,7 +453,8 @@ impl Engine {
         for (c, chunk) in frames.chunks(BATCH).enumerate() {
             for (i, f) in chunk.iter().enumerate() {
                 for (t, table) in self.tables.iter().enumerate().skip(1) {
-                    let (key, k) = flow_key(&stages[table.first], f.fields());
+                    let mut key = [0 as Value; MAX_KEY];
+                    let k = flow_key(&stages[table.first], f.fields(), &mut key);
                     places[i * n + t] = table.flows.place(&key[..k]);
                 }
             }
@@ -588,7 +591,8 @@ impl Engine {
         place: Option<Place>,
         (now, port, len): (u64, Value, Value),
     ) -> Option<&'t Entry> {
-        let (key, n) = flow_key(stage, fields);
+        let mut key = [0 as Value; MAX_KEY];
+        let n = flow_key(stage, fields, &mut key);
         let key = &key[..n];
         let timeouts = timeouts(stage);
         let nregs = st.regs.len();
