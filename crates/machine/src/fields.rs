@@ -107,12 +107,64 @@ enum Reader {
     Bytes { offset: usize, len: usize },
 }
 
+/// Where a unit field lies in a TCP segment in an untagged IPv4 packet
+/// without options, the frames of the fast path: `Some((offset, len))`,
+/// or `None` where such a frame lacks the field (it reads 0). Fields not
+/// listed keep every frame on the grammar's parse.
+fn tcp4_place(unit: &str) -> Option<Option<(usize, usize)>> {
+    Some(match unit {
+        "eth_dst" => Some((0, 6)),
+        "eth_src" => Some((6, 6)),
+        "ethertype" => Some((12, 2)),
+        "ip_tos" => Some((15, 1)),
+        "ip_total_length" => Some((16, 2)),
+        "ip_id" => Some((18, 2)),
+        "ip_ttl" => Some((22, 1)),
+        "ip_protocol" | "l4_protocol" => Some((23, 1)),
+        "ip_checksum" => Some((24, 2)),
+        "ip_src" => Some((26, 4)),
+        "ip_dst" => Some((30, 4)),
+        "src_port" => Some((34, 2)),
+        "dst_port" => Some((36, 2)),
+        "tcp_seq" => Some((38, 4)),
+        "tcp_ack" => Some((42, 4)),
+        "tcp_flags" => Some((47, 1)),
+        "tcp_window" => Some((48, 2)),
+        "tcp_checksum" => Some((50, 2)),
+        "vlan_id" | "pcp" | "udp_length" | "udp_checksum" | "icmp_type" | "icmp_code" => None,
+        _ => return None,
+    })
+}
+
+/// Whether the `packet` grammar parses `frame` as a TCP segment (first
+/// fragment) in an untagged IPv4 packet without options, so that its
+/// fields lie where [`tcp4_place`] says: the grammar's own checks (IP
+/// version, header and total length, TCP data offset and its options'
+/// bytes present) on fixed bytes.
+#[inline]
+fn is_plain_tcp4(frame: &[u8]) -> bool {
+    frame.len() >= 54
+        && frame[12] == 0x08
+        && frame[13] == 0x00
+        && frame[14] == 0x45
+        && u16::from_be_bytes([frame[16], frame[17]]) >= 20
+        && u16::from_be_bytes([frame[20], frame[21]]) & 0x1fff == 0
+        && frame[23] == 6
+        && frame[46] >> 4 >= 5
+        && frame.len() >= 34 + 4 * (frame[46] >> 4) as usize
+}
+
 /// Reads a program's fields from each frame: one parse with the `packet`
-/// unit (in place), then each field by its resolved reference. Nothing is
-/// allocated per frame.
+/// unit (in place), then each field by its resolved reference; or, where
+/// every field has a fixed place in a plain TCP/IPv4 frame and the frame
+/// is one (checked on a few bytes), each field straight from its bytes,
+/// with no parse. Nothing is allocated per frame.
 pub struct FieldReader {
     parser: Parser,
     readers: Vec<Reader>,
+    /// Per field, its bytes in a plain TCP/IPv4 frame (`(0, 0)`: absent
+    /// there, reads 0); `None` where some field has no fixed place.
+    tcp4: Option<Vec<(usize, usize)>>,
 }
 
 impl FieldReader {
@@ -120,6 +172,13 @@ impl FieldReader {
         let grammar: Arc<Grammar> = Grammar::stock("packet").ok_or(FieldError::NoGrammar)?;
         let unit = grammar.unit_id("packet").ok_or(FieldError::NoGrammar)?;
         let mut readers = Vec::with_capacity(fields.len());
+        let tcp4 = fields
+            .iter()
+            .map(|def| match &def.source {
+                FieldSource::Unit { field, .. } => tcp4_place(field).map(|p| p.unwrap_or((0, 0))),
+                FieldSource::Bytes { offset, len } => Some((*offset as usize, *len as usize)),
+            })
+            .collect::<Option<Vec<_>>>();
         for def in fields {
             readers.push(match &def.source {
                 FieldSource::Unit { field, bytes, .. } => Reader::Unit {
@@ -140,6 +199,7 @@ impl FieldReader {
         Ok(FieldReader {
             parser: grammar.parser(unit).in_place(),
             readers,
+            tcp4,
         })
     }
 
@@ -147,6 +207,22 @@ impl FieldReader {
     /// frame lacks (another protocol, or a frame that does not parse)
     /// read as 0. Returns whether the frame parsed.
     pub fn read(&mut self, frame: &[u8], out: &mut [Value]) -> bool {
+        if let Some(places) = &self.tcp4 {
+            if is_plain_tcp4(frame) {
+                for (&(offset, len), v) in places.iter().zip(out.iter_mut()) {
+                    // A `Bytes` field past a short frame's end reads 0, as
+                    // the parse's path reads it.
+                    *v = frame.get(offset..offset + len).map_or(0, be_value);
+                }
+                return true;
+            }
+        }
+        self.read_parsing(frame, out)
+    }
+
+    /// [`FieldReader::read`] by the grammar's parse always: the reference
+    /// the fixed-offset path is tested against.
+    pub fn read_parsing(&mut self, frame: &[u8], out: &mut [Value]) -> bool {
         self.parser.reset();
         let parsed = matches!(self.parser.finish(frame), Ok(Progress::Done(_)));
         let msg = self.parser.message(frame);
