@@ -715,6 +715,7 @@ impl Reloader<'_> {
                 tracing::info!(
                     version = old.version,
                     drained = stopped.drained,
+                    handed_over = stopped.handed_over,
                     "old version stopped"
                 );
             });
