@@ -152,6 +152,19 @@ pub trait Host {
     fn dict_get_bytes(&mut self, state: u16, key: &[u8]) -> Result<Value, Fault> {
         self.dict_get(state, &Value::Bytes(key.into()))
     }
+    /// [`Host::dict_get_bytes`] written into `out` (a register) rather
+    /// than returned: a value copied whole just after it was written in
+    /// parts stalls on the store buffer, once per layer it is returned
+    /// through.
+    fn dict_get_bytes_into(
+        &mut self,
+        state: u16,
+        key: &[u8],
+        out: &mut Value,
+    ) -> Result<(), Fault> {
+        *out = self.dict_get_bytes(state, key)?;
+        Ok(())
+    }
     /// `dict_set` of a key given as bytes, as for [`Host::dict_get_bytes`].
     fn dict_set_bytes(&mut self, state: u16, key: &[u8], value: &Value) -> Result<(), Fault> {
         self.dict_set(state, &Value::Bytes(key.into()), value)
@@ -922,13 +935,12 @@ impl Vm {
                 };
                 let (src, dst, index) = (*src, *dst, *index);
                 match self.ref_dict(host, src) {
-                    Some(state) => match self.dict_index(module, host, state, index) {
-                        Ok(v) => self.set(0, dst, v),
-                        Err(f) => {
+                    Some(state) => {
+                        if let Err(f) = self.dict_index_into(module, host, state, index, dst) {
                             self.fault_at = Some(at + 1);
                             return Err(f);
                         }
-                    },
+                    }
                     None => self.value_pair(module, host, flat, at)?,
                 }
             }
@@ -1179,6 +1191,47 @@ impl Vm {
         };
         self.lookup = Some((state, self.reg(0, index).clone(), v.clone()));
         Ok(v)
+    }
+
+    /// [`Vm::dict_index`] into register `dst`.
+    #[inline]
+    fn dict_index_into(
+        &mut self,
+        module: &Module,
+        host: &mut dyn Host,
+        state: u16,
+        index: Reg,
+        dst: Reg,
+    ) -> Result<(), Fault> {
+        if let Some((s, k, v)) = &self.lookup {
+            if *s == state && k == self.reg(0, index) {
+                self.regs[dst as usize].clone_from(v);
+                return Ok(());
+            }
+        }
+        let key = match &self.regs[index as usize] {
+            Value::Scratch { start, len } if dst != index => self
+                .scratch
+                .get(*start as usize..*start as usize + *len as usize),
+            _ => None,
+        };
+        match key {
+            Some(key) => {
+                let mut out = std::mem::replace(&mut self.regs[dst as usize], Value::Unit);
+                let got = host.dict_get_bytes_into(state, key, &mut out);
+                self.regs[dst as usize] = out;
+                got?;
+            }
+            None => {
+                let v = self.dict_index(module, host, state, index)?;
+                self.set(0, dst, v);
+                return Ok(());
+            }
+        }
+        let key = self.regs[index as usize].clone();
+        let answer = self.regs[dst as usize].clone();
+        self.lookup = Some((state, key, answer));
+        Ok(())
     }
 
     /// `d[index] := src` of the dictionary in state slot `state`.

@@ -286,6 +286,24 @@ impl Host for FrameHost<'_> {
         shard.map_or(Ok(Value::None), |s| s.dict_get(state, key))
     }
 
+    fn dict_get_bytes_into(
+        &mut self,
+        state: u16,
+        key: &[u8],
+        out: &mut Value,
+    ) -> Result<(), Fault> {
+        self.shard()?;
+        encode_bytes_key(key, self.key);
+        let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
+        match shard {
+            Some(s) => s.dict_get_into(state, key, out),
+            None => {
+                *out = Value::None;
+                Ok(())
+            }
+        }
+    }
+
     fn dict_set_bytes(&mut self, state: u16, key: &[u8], value: &Value) -> Result<(), Fault> {
         self.shard()?;
         encode_bytes_key(key, self.key);

@@ -567,6 +567,20 @@ impl Shard {
         })
     }
 
+    /// [`Shard::dict_get`] written into `out`, so that the value is not
+    /// copied whole just after it was written in parts.
+    pub fn dict_get_into(&mut self, i: u16, key: &[u8], out: &mut Value) -> Result<(), Fault> {
+        let now = self.now;
+        match self.dict(i)? {
+            Dict::Plain { entries, .. } => match entries.get(key) {
+                Some(v) => out.clone_from(v),
+                None => *out = Value::None,
+            },
+            Dict::Timed(t) => *out = t.get(key, now),
+        }
+        Ok(())
+    }
+
     pub fn dict_set(&mut self, i: u16, key: &[u8], v: Value) -> Result<(), Fault> {
         let now = self.now;
         let stored = match self.dict(i)? {
