@@ -140,6 +140,27 @@ pub(crate) enum Fast {
         a: Reg,
         b: Reg,
     },
+    /// `v = k` or `v <> k` of a value and an integer constant.
+    EqValueK {
+        dst: Reg,
+        v: Reg,
+        k: i64,
+        ne: bool,
+    },
+    /// `a = k` or `a <> k` of an integer slot and a constant.
+    EqSlotK {
+        dst: Reg,
+        a: Reg,
+        k: i64,
+        ne: bool,
+    },
+    /// Arithmetic or an ordering of an integer and an integer constant.
+    IntK {
+        op: BinOp,
+        dst: Reg,
+        a: Operand,
+        k: i64,
+    },
     /// `v = None` or `v <> None`.
     IsNone {
         dst: Reg,
@@ -615,6 +636,53 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
                 start[pc + 1] = start[pc];
                 pc += 2;
                 continue;
+            }
+        }
+        // Fused: an operation with an integer constant as its second
+        // operand, the constant made for it alone.
+        if let (
+            Some(Op::Const {
+                dst: y,
+                value: Const::Int(k),
+            }),
+            Some(Op::Binary { op, dst, a, b }),
+        ) = (code.get(pc), code.get(pc + 1))
+        {
+            if b == y && a != y && single(*y) && !target[pc + 1] && cls(*dst).typed() {
+                let (dst, k) = (*dst, *k);
+                let fused = match (op, cls(*a)) {
+                    (BinOp::Eq | BinOp::Ne, Class::Value) => Some(Fast::EqValueK {
+                        dst,
+                        v: *a,
+                        k,
+                        ne: *op == BinOp::Ne,
+                    }),
+                    (BinOp::Eq | BinOp::Ne, Class::Int) => Some(Fast::EqSlotK {
+                        dst,
+                        a: *a,
+                        k,
+                        ne: *op == BinOp::Ne,
+                    }),
+                    (BinOp::Eq | BinOp::Ne | BinOp::And | BinOp::Or, _) => None,
+                    (op, _) => Some(Fast::IntK {
+                        op: *op,
+                        dst,
+                        a: if cls(*a).typed() {
+                            Operand::Slot(*a)
+                        } else {
+                            Operand::Value(*a)
+                        },
+                        k,
+                    }),
+                };
+                if let Some(f) = fused {
+                    // A fault is the operation's, not the constant's.
+                    t.code.push(f);
+                    t.at.push(at + 1);
+                    start[pc + 1] = start[pc];
+                    pc += 2;
+                    continue;
+                }
             }
         }
         // Fused: a value compared with `None`.

@@ -899,6 +899,18 @@ impl Vm {
                 let v = self.binary(module, host, 0, op, a, b)?;
                 self.set_slot(dst, unboxed(&v)?);
             }
+            Fast::EqValueK { dst, v, k, ne } => {
+                let eq = matches!(self.regs[v as usize], Value::Int(x) if x == k);
+                self.set_slot(dst, (eq != ne) as i64);
+            }
+            Fast::EqSlotK { dst, a, k, ne } => {
+                let eq = self.ints[a as usize] == k;
+                self.set_slot(dst, (eq != ne) as i64);
+            }
+            Fast::IntK { op, dst, a, k } => {
+                let x = self.operand_int(a)?;
+                self.set_slot(dst, int_binary_raw(op, x, k)?);
+            }
             Fast::IsNone { dst, src, ne } => {
                 let eq = matches!(self.regs[src as usize], Value::None);
                 self.set_slot(dst, (eq != ne) as i64);
