@@ -210,9 +210,7 @@ impl FieldReader {
         if let Some(places) = &self.tcp4 {
             if is_plain_tcp4(frame) {
                 for (&(offset, len), v) in places.iter().zip(out.iter_mut()) {
-                    // A `Bytes` field past a short frame's end reads 0, as
-                    // the parse's path reads it.
-                    *v = frame.get(offset..offset + len).map_or(0, be_value);
+                    *v = fixed_value(frame, offset, len);
                 }
                 return true;
             }
@@ -240,6 +238,20 @@ impl FieldReader {
             };
         }
         parsed
+    }
+}
+
+/// The `len` bytes (at most 8) at `offset` as a big-endian integer, 0
+/// where the frame is shorter (as [`be_value`] over the slice reads
+/// them): one 8-byte load and a shift where the frame has 8 bytes there.
+#[inline]
+fn fixed_value(frame: &[u8], offset: usize, len: usize) -> Value {
+    match frame.get(offset..offset + 8) {
+        Some(b) if len > 0 => {
+            let word = u64::from_be_bytes(b.try_into().unwrap_or([0; 8]));
+            word >> (8 * (8 - len))
+        }
+        _ => frame.get(offset..offset + len).map_or(0, be_value),
     }
 }
 
