@@ -15,10 +15,10 @@
 //! and port knocking 1.2 M (0.7-0.8 M each when every frame crossed the
 //! threads alone, three channel operations per frame), against 22 M and
 //! 15 M by hand. With rules flattened and run in their typed form
-//! (`crates/exec/src/typed.rs`) the worker spends about 430 ns of CPU a
-//! frame (820 ns before), the tracker 1.6-1.8 M frames/s: what remains is
-//! the typed form's dispatch and `Value` writes, and dictionary lookups
-//! (docs/performance.md, "Packet programs").
+//! (`crates/exec/src/typed.rs`) the worker spends about 410 ns of CPU a
+//! frame (840 ns before), the tracker 1.8 M frames/s: what remains is
+//! dictionary lookups (a third), the typed form's dispatch and `Value`
+//! writes (docs/performance.md, "Packet programs").
 //!
 //!   packet-rate [--workers "1 2 4"] [--frames N] [--flows N] [--reps N]
 //!   packet-rate machines [--frames N] [--reps N] [--slots N]
