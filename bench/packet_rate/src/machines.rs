@@ -12,13 +12,17 @@
 //!   field values read beforehand (as a worker does, the dispatcher
 //!   having parsed the frame); the hand-written code gets the header
 //!   fields it needs, parsed beforehand.
-//! - `frame`: parsing included. The engine's `FieldReader` (the stock
-//!   `packet` grammar) then the engine, against fixed-offset parsing then
-//!   the hand-written logic.
+//! - `frame`: parsing included. The engine's `FieldReader` (fixed
+//!   offsets for plain TCP/IPv4 frames when every field the program reads
+//!   has one, else the stock `packet` grammar) then the engine, against
+//!   fixed-offset parsing then the hand-written logic.
 //! - `machine batch`, `frame batch`: the same, the engine taking frames
 //!   [`BATCH`] at a time through `Engine::process_batch` (a worker's
 //!   batch of the packet service), which hashes a batch's keys once and
-//!   prefetches their buckets; the hand-written code as before.
+//!   prefetches their buckets where a key has several words (the balancer
+//!   and the tracker), and runs them one by one otherwise (port
+//!   knocking); the hand-written code as before. The batch measures also
+//!   read a frame descriptor per frame, which the others do not.
 //!
 //! Rates are per second of the thread's time on a CPU (its schedstat),
 //! so that time spent waiting for a CPU on a loaded machine is left out.

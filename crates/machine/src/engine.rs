@@ -1,5 +1,7 @@
-//! One worker's executor: its flow tables (one per stage), its global
-//! registers, and the per-packet walk through the stages' tables.
+//! One worker's executor: its flow tables, its global registers, and the
+//! per-packet walk through the stages' tables. Stateful stages on the
+//! same key and table size share one table, a key's record holding each
+//! such stage's context, so a packet looks the key up once for them all.
 //!
 //! Per packet and stage: build the flow key (ordered endpoints for a
 //! biflow key), look the context up; if it has expired, run its timeout
@@ -187,11 +189,12 @@ impl TableState {
 /// and records ahead pays, from the tables alone: where some key has
 /// several words. Hashing such a key is a chain of multiplications per
 /// word that the lookup's address waits on; done a batch ahead, with the
-/// lines asked for, the misses overlap (the tracker, two stages on a
-/// four-word key: +13-18% with parsing). A one-word key is hashed at
-/// once and the processor already starts the next frame's lookup while
-/// it finishes this one; the batch's extra pass and hints then cost
-/// (port knocking: -5 to -12%). Measured in `bench/results/machine_rate.md`.
+/// lines asked for, the misses overlap (the balancer's and the
+/// tracker's four-word keys: 10% and 3-6% more frames per CPU second in
+/// batches than without the hints). A one-word key is hashed at once and
+/// the processor already starts the next frame's lookup while it
+/// finishes this one; the extra pass and hints then cost (port knocking:
+/// 6-8% fewer). Measured in `bench/results/machine_rate.md`.
 fn batch_pays(tables: &[TableState]) -> bool {
     tables.iter().skip(1).any(|t| t.flows.key_len() > 1)
 }
