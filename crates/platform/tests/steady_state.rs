@@ -337,19 +337,29 @@ fn held_request_bodies_allocate_no_more_than_streamed_ones() {
         for _ in 0..500 {
             round();
         }
-        let before = ALLOCATIONS.load(Ordering::SeqCst);
-        for _ in 0..200 {
-            round();
-        }
-        (ALLOCATIONS.load(Ordering::SeqCst) - before) as f64 / 400.0
+        // The fewest of three windows: the counter is the process's, and
+        // other threads (the pools' trim, timers) allocate at moments of
+        // their own, by as much as a quarter of an allocation a request
+        // under load. An allocation that holding added would be in every
+        // window.
+        (0..3)
+            .map(|_| {
+                let before = ALLOCATIONS.load(Ordering::SeqCst);
+                for _ in 0..100 {
+                    round();
+                }
+                (ALLOCATIONS.load(Ordering::SeqCst) - before) as f64 / 200.0
+            })
+            .fold(f64::INFINITY, f64::min)
     };
     // (Both make about one allocation per request, a GET's too, outside
     // the request buffer: what is measured here is that holding adds none.)
     let held = per_request(flick_platform::REQUEST_BUFFER_BYTES);
     let streamed = per_request(0);
     eprintln!("allocations per request: held {held}, streamed {streamed}");
+    // One allocation added per held request would be 0.5 or more here.
     assert!(
-        held <= streamed + 0.05,
+        held <= streamed + 0.3,
         "held {held} allocations per request, streamed {streamed}"
     );
 }
