@@ -5,10 +5,14 @@
 //! A generated parser is a fast path, not a second engine. It reads one
 //! message whose bytes are all in the buffer, from its first byte, and
 //! returns the message's length exactly when the interpreter would answer
-//! `Done` for the same bytes, with the same slots. Anything else (too few
-//! bytes, a streamed body, a field that fails its check) is
-//! [`FALLBACK`]: the interpreter parses the message instead and says what
-//! is wrong. Errors, resumption and streaming stay in one place.
+//! `Done` for the same bytes, with the same slots. A message whose head
+//! ends at a non-empty streamed `bytes` field (an HTTP body with a
+//! Content-Length) in the unit's own block or last in a switch arm there
+//! is parsed up to it and [`HEAD`]: the interpreter takes over from that
+//! field with the code's slots, as if it had parsed the head itself.
+//! Anything else (too few bytes, other streams, a field that fails its
+//! check) is [`FALLBACK`]: the interpreter parses the message instead and
+//! says what is wrong. Errors, resumption and streaming stay in one place.
 //!
 //! Expressions are written out too, calling the evaluator's own builtin
 //! functions ([`rt`](crate::rt)); one the generator does not know is
@@ -31,6 +35,7 @@
 //! a batch of a small unit, [`tracks_rows`]).
 //!
 //! [`FALLBACK`]: crate::rt::FALLBACK
+//! [`HEAD`]: crate::rt::HEAD
 //! [`tracks_rows`]: crate::rt::tracks_rows
 
 pub use crate::field_consts::field_consts;
@@ -95,6 +100,8 @@ pub fn generate(g: &Grammar) -> Generated {
             ints: HashMap::new(),
             high_bound: 0,
             high_dynamic: false,
+            path: Vec::new(),
+            arm_head: None,
         };
         let mut scope = Scope {
             base: Base::Static(0),
@@ -303,6 +310,13 @@ struct UnitGen<'g> {
     /// ([`UnitGen::high_after`]).
     high_bound: usize,
     high_dynamic: bool,
+    /// The blocks being generated, outermost first, each with the step
+    /// being generated: the interpreter's frames there.
+    path: Vec<(BlockId, usize)>,
+    /// In the arms of a switch of the unit's own block: the local an arm
+    /// whose last step is a non-empty stream sets to its block and step,
+    /// and whether one did; the head is handed over after the switch.
+    arm_head: Option<(String, bool)>,
 }
 
 /// A switch arm's code, with what it sets: its slots, and the
@@ -521,8 +535,12 @@ impl UnitGen<'_> {
         let fused = self.fused.len();
         let g = self.g;
         let steps = &g.plan.blocks[b as usize];
+        self.path.push((b, 0));
         let mut i = 0;
         while i < steps.len() {
+            if let Some(at) = self.path.last_mut() {
+                at.1 = i;
+            }
             if matches!(steps[i].kind, StepKind::Run(_)) {
                 i += 1;
                 continue;
@@ -536,6 +554,7 @@ impl UnitGen<'_> {
             self.step(b, i, sc)?;
             i += 1;
         }
+        self.path.pop();
         self.fused.truncate(fused);
         self.depth -= 1;
         Ok(())
@@ -714,16 +733,46 @@ impl UnitGen<'_> {
     }
 
     /// A streamed field: an empty body is no stream; anything else makes
-    /// the message a head the interpreter reports.
+    /// the message a head. The code hands a head over to the interpreter
+    /// ([`HEAD`](crate::rt::HEAD)) where its frames there are simple: the
+    /// field in the unit's own block, or last in an arm of a switch there
+    /// (handed over after the switch, once the arm has unset the others'
+    /// slots). Elsewhere, and for other streamed fields, it falls back.
     fn stream(&mut self, op: &crate::program::Op, sc: &mut Scope) -> Gen {
-        if let OpKind::Scalar(Scalar::Bytes {
+        let OpKind::Scalar(Scalar::Bytes {
             len: Len::Expr(e), ..
         }) = &op.kind
-        {
-            let n = self.int(&lower(e), sc, &unset())?;
-            self.line(&format!("if {n} != 0 {{ {FB} }}"));
-        } else {
+        else {
             self.line(&format!("{FB};"));
+            return Ok(());
+        };
+        let n = self.int(&lower(e), sc, &unset())?;
+        let top = matches!(sc.base, Base::Static(0))
+            && self.arm_stack.is_empty()
+            && self.writes.is_empty();
+        let g = self.g;
+        let last_in_arm = |&(b, i): &(BlockId, usize)| i + 1 == g.plan.blocks[b as usize].len();
+        let give = "if !TRACK || IN_PLACE";
+        match self.path.as_slice() {
+            [(b, i)] if top => self.line(&format!(
+                "if {n} != 0 {{ {give} {FB} cx.high = high; cx.head = Head {{ frames: [({b}, {i}), (0, 0)], depth: 1, pos }}; return HEAD; }}"
+            )),
+            [_, (b, i)]
+                if matches!(sc.base, Base::Static(0))
+                    && self.arm_stack.len() == 1
+                    && self.arm_head.is_some()
+                    && last_in_arm(&(*b, *i)) =>
+            {
+                let Some((flag, used)) = &mut self.arm_head else {
+                    unreachable!("checked above")
+                };
+                *used = true;
+                let flag = flag.clone();
+                self.line(&format!(
+                    "if {n} != 0 {{ {give} {FB} {flag} = ({b}, {i}); }}"
+                ));
+            }
+            _ => self.line(&format!("if {n} != 0 {{ {FB} }}")),
         }
         Ok(())
     }
@@ -1019,6 +1068,15 @@ impl UnitGen<'_> {
         // inside a list element, whose arms differ from element to element.
         let witnessed = matches!(sc.base, Base::Static(_));
         let mut done: Vec<BlockId> = Vec::new();
+        // A switch of the unit's own block: an arm may end in a head.
+        let outer = std::mem::take(&mut self.arm_head);
+        let at_top = matches!(sc.base, Base::Static(0))
+            && self.arm_stack.is_empty()
+            && self.writes.is_empty()
+            && self.path.len() == 1;
+        if at_top {
+            self.arm_head = Some((self.fresh("hd"), false));
+        }
         let blocks = cases
             .iter()
             .map(|(_, b)| Some(*b))
@@ -1109,6 +1167,14 @@ impl UnitGen<'_> {
         for (_, j, v) in &merged {
             self.line(&format!("let {j}: i128; let {v}: Slot;"));
         }
+        let head = match std::mem::replace(&mut self.arm_head, outer) {
+            Some((flag, true)) => Some(flag),
+            _ => None,
+        };
+        if let Some(flag) = &head {
+            // No block has the largest id: it stands for no head.
+            self.line(&format!("let mut {flag}: (u32, u32) = (u32::MAX, 0);"));
+        }
         self.line(&format!("match {which} {{"));
         for (k, a) in arms.iter().enumerate() {
             self.line(&format!("{} => {{", a.label));
@@ -1157,6 +1223,12 @@ impl UnitGen<'_> {
             self.line("}");
         }
         self.line("}");
+        if let (Some(flag), Some(&(b, i))) = (&head, self.path.last()) {
+            self.line(&format!(
+                "if {flag}.0 != u32::MAX {{ cx.high = high; cx.head = Head {{ frames: [({b}, {}), {flag}], depth: 2, pos }}; return HEAD; }}",
+                i + 1
+            ));
+        }
         self.assigned(sc, union);
         for (rel, j, v) in merged {
             self.ints.insert(v.clone(), j);

@@ -19,7 +19,7 @@ use crate::int_expr::Operand;
 use crate::plan::{Check, ListRegion, Pred, Run, RunKind, StepKind, ValExpr};
 use crate::program::*;
 use crate::ranges::in_ranges;
-use crate::rt::FALLBACK;
+use crate::rt::HEAD;
 use crate::scalar::{read_vlong, starts};
 use crate::{Grammar, Message};
 use std::sync::Arc;
@@ -78,6 +78,8 @@ pub struct Parser {
     fast: Option<FastParse>,
     /// Messages the generated parser finished.
     compiled: u64,
+    /// Heads the generated parser parsed and handed over at a stream.
+    compiled_heads: u64,
 }
 
 /// What parsing changes; apart from the grammar, so that the grammar can
@@ -124,6 +126,7 @@ impl Parser {
         let mut p = Parser {
             fast,
             compiled: 0,
+            compiled_heads: 0,
             grammar,
             unit,
             st: State {
@@ -195,6 +198,31 @@ impl Parser {
     /// How many messages generated code parsed (the rest were interpreted).
     pub fn compiled_messages(&self) -> u64 {
         self.compiled
+    }
+
+    /// How many heads generated code parsed and handed over to the
+    /// interpreter at a streamed field ([`Progress::Head`]).
+    pub fn compiled_heads(&self) -> u64 {
+        self.compiled_heads
+    }
+
+    /// What the interpreter resumes from, for tests comparing a head
+    /// generated code handed over with the interpreter's own: the frame
+    /// stack, position, delimiter scan, head and stream bookkeeping.
+    #[doc(hidden)]
+    pub fn resume_state(&self) -> String {
+        let st = &self.st;
+        format!(
+            "stack {:?} pos {} scan {} head_done {} remaining {:?} streamed {} fresh {} by_code {}",
+            st.stack,
+            st.pos,
+            st.scan,
+            st.head_done,
+            st.remaining,
+            st.streamed,
+            st.fresh,
+            st.by_code
+        )
     }
 
     pub fn grammar(&self) -> &Arc<Grammar> {
@@ -283,7 +311,7 @@ impl Parser {
             let len = (f.full)(buf, &mut st.slots, &mut f.cx);
             // What the code did not set is unset now, or left to clear below.
             let stale = std::mem::take(&mut st.stale);
-            if len != FALLBACK {
+            if len < HEAD {
                 self.compiled += 1;
                 st.high = f.cx.high;
                 st.by_code = true;
@@ -292,12 +320,47 @@ impl Parser {
                 st.stack.clear();
                 return Ok(Progress::Done(len));
             }
+            if len == HEAD {
+                return Ok(self.handed_over(stale));
+            }
             // The interpreter starts over, from unset slots.
             let high = f.cx.high.max(stale);
             st.slots[..high].fill(Slot::Unset);
             f.cx.arms = 0;
         }
         self.interpret(buf)
+    }
+
+    /// Sets the interpreter up as it is when it reports the head generated
+    /// code just parsed ([`HEAD`]): at the streamed field, with the code's
+    /// slots, so that the next call goes on streaming from there.
+    fn handed_over(&mut self, stale: usize) -> Progress {
+        let Some(f) = &self.fast else {
+            unreachable!("only generated code hands a head over")
+        };
+        let (h, high) = (f.cx.head, f.cx.high);
+        let st = &mut self.st;
+        // Slots the code did not reach may hold the last message's values;
+        // the interpreter, from here, sees them unset.
+        let stale = stale.min(st.slots.len());
+        if stale > high {
+            st.slots[high..stale].fill(Slot::Unset);
+        }
+        st.high = high;
+        // The interpreter finishes the message, and clears what it set.
+        st.by_code = false;
+        st.fresh = false;
+        st.stack.clear();
+        for &(block, pc) in &h.frames[..h.depth as usize] {
+            st.stack.push(Frame::Seq { block, pc, base: 0 });
+        }
+        st.pos = h.pos;
+        st.scan = 0;
+        st.head_done = true;
+        st.remaining = None;
+        st.streamed = 0;
+        self.compiled_heads += 1;
+        Progress::Head(h.pos)
     }
 
     /// Parses as many whole messages from the start of `buf` as `batch`

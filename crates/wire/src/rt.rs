@@ -20,6 +20,24 @@ use std::sync::Arc;
 /// message's length.
 pub const FALLBACK: usize = usize::MAX;
 
+/// What a generated parser returns when it parsed a message's head and
+/// stopped at its first non-empty `&stream` field: [`Cx::head`] says where
+/// the interpreter goes on from. The slots hold the head's values, as the
+/// interpreter would have set them; slots at or above [`Cx::high`] may
+/// still hold an earlier message's.
+pub const HEAD: usize = usize::MAX - 1;
+
+/// Where the interpreter resumes a head generated code parsed
+/// ([`HEAD`]): its frames at the streamed field, outermost first, each a
+/// block and the step it resumes at (base 0: the unit's own block or a
+/// switch arm in it), and the head's length.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Head {
+    pub frames: [(u32, u32); 2],
+    pub depth: u8,
+    pub pos: usize,
+}
+
 /// What a generated parser reads of its parser, and what it reports
 /// besides the message's length. Kept by the parser, so that a call
 /// builds nothing.
@@ -43,6 +61,8 @@ pub struct Cx {
     /// takes the same arm message after message stores nothing for the
     /// arms not taken. Zero for slots all unset.
     pub arms: u64,
+    /// Set with [`HEAD`]: where the interpreter goes on.
+    pub head: Head,
 }
 
 /// How many slots of a view [`Cx::keep_bits`] holds.
@@ -58,6 +78,7 @@ impl Cx {
             limits: Box::new([]),
             high: 0,
             arms: 0,
+            head: Head::default(),
         }
     }
 
@@ -429,7 +450,8 @@ fn into_row<const W: usize, U: UnitFn>(
         cx.arms = *arms;
     }
     let n = U::parse(msg, row, cx);
-    if n == FALLBACK {
+    // A head is no whole message: the parser's own call takes it.
+    if n >= HEAD {
         // Generated code counts on a row holding a whole message's slots
         // or none (a list's count says which elements to unset); a
         // message cut short leaves neither, so the row is unset as far as
