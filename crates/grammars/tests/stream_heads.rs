@@ -164,3 +164,32 @@ fn generated_code_parses_the_head() {
     assert_eq!(f.parse(data).unwrap(), Progress::Head(data.len() - 5));
     assert_eq!(f.compiled_heads(), 1);
 }
+
+/// Chunks: the streamed data is followed by more of the unit (a CRLF, or
+/// trailers after the last chunk), which the interpreter parses after the
+/// hand-over.
+#[test]
+fn chunks_alone_split_and_in_sequence() {
+    const CHUNKS: &[&str] = &[
+        "5\r\nhello\r\n",
+        "3;name=value\r\nabc\r\n",
+        "0\r\nX-Trailer: 1\r\nY: 2\r\n\r\n",
+        "0\r\n\r\n",
+        "1\r\nxy",
+        "zz\r\n",
+    ];
+    for unit in ["chunk", "response_chunk"] {
+        for c in CHUNKS {
+            agree(unit, 0, c.as_bytes());
+        }
+        for a in CHUNKS {
+            for b in CHUNKS {
+                let data = format!("{a}{b}{a}");
+                let (mut f, mut s) = parsers(unit, 0);
+                let len = data.len();
+                let got = drive(&mut f, data.as_bytes(), len);
+                assert_eq!(got, drive(&mut s, data.as_bytes(), len), "{unit}: {data:?}");
+            }
+        }
+    }
+}

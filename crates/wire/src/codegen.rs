@@ -754,9 +754,12 @@ impl UnitGen<'_> {
         let last_in_arm = |&(b, i): &(BlockId, usize)| i + 1 == g.plan.blocks[b as usize].len();
         let give = "if !TRACK || IN_PLACE";
         match self.path.as_slice() {
-            [(b, i)] if top => self.line(&format!(
-                "if {n} != 0 {{ {give} {FB} cx.high = high; cx.head = Head {{ frames: [({b}, {i}), (0, 0)], depth: 1, pos }}; return HEAD; }}"
-            )),
+            [(b, i)] if top => {
+                let last = last_in_arm(&(*b, *i));
+                self.line(&format!(
+                    "if {n} != 0 {{ {give} {FB} cx.high = high; cx.head = Head {{ frames: [({b}, {i}), (0, 0)], depth: 1, pos, last: {last} }}; return HEAD; }}"
+                ))
+            }
             [_, (b, i)]
                 if matches!(sc.base, Base::Static(0))
                     && self.arm_stack.len() == 1
@@ -1224,8 +1227,10 @@ impl UnitGen<'_> {
         }
         self.line("}");
         if let (Some(flag), Some(&(b, i))) = (&head, self.path.last()) {
+            // The arm's field is its last step; the switch may be followed.
+            let last = i + 1 == self.g.plan.blocks[b as usize].len();
             self.line(&format!(
-                "if {flag}.0 != u32::MAX {{ cx.high = high; cx.head = Head {{ frames: [({b}, {}), {flag}], depth: 2, pos }}; return HEAD; }}",
+                "if {flag}.0 != u32::MAX {{ cx.high = high; cx.head = Head {{ frames: [({b}, {}), {flag}], depth: 2, pos, last: {last} }}; return HEAD; }}",
                 i + 1
             ));
         }

@@ -213,15 +213,8 @@ impl Parser {
     pub fn resume_state(&self) -> String {
         let st = &self.st;
         format!(
-            "stack {:?} pos {} scan {} head_done {} remaining {:?} streamed {} fresh {} by_code {}",
-            st.stack,
-            st.pos,
-            st.scan,
-            st.head_done,
-            st.remaining,
-            st.streamed,
-            st.fresh,
-            st.by_code
+            "stack {:?} pos {} scan {} head_done {} remaining {:?} streamed {} fresh {}",
+            st.stack, st.pos, st.scan, st.head_done, st.remaining, st.streamed, st.fresh
         )
     }
 
@@ -347,8 +340,9 @@ impl Parser {
             st.slots[high..stale].fill(Slot::Unset);
         }
         st.high = high;
-        // The interpreter finishes the message, and clears what it set.
-        st.by_code = false;
+        // The interpreter finishes the message. If it stores nothing more,
+        // the slots are as the code leaves them: nothing to clear after.
+        st.by_code = h.last;
         st.fresh = false;
         st.stack.clear();
         for &(block, pc) in &h.frames[..h.depth as usize] {

@@ -36,6 +36,10 @@ pub struct Head {
     pub frames: [(u32, u32); 2],
     pub depth: u8,
     pub pos: usize,
+    /// No step follows the streamed field in any of the frames: the
+    /// interpreter stores nothing more, and the slots stay as the code
+    /// left them, so the message needs no clearing after it.
+    pub last: bool,
 }
 
 /// What a generated parser reads of its parser, and what it reports
