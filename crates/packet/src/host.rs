@@ -143,6 +143,20 @@ impl FrameHost<'_> {
         }
     }
 
+    /// Where `record.field` of the frame lies, and whether it reads as an
+    /// integer: the lookup `field` and `field_int` share.
+    #[inline]
+    fn field_ref(&self, msg: &Value, record: u16, field: u16) -> Result<(FieldRef, bool), Fault> {
+        if *msg != FRAME {
+            return Err(Fault::Kind("a packet"));
+        }
+        self.fields
+            .get(record as usize)
+            .and_then(|r| r.get(field as usize))
+            .and_then(|f| *f)
+            .ok_or_else(|| Fault::Host("a field that the wire grammar does not have".into()))
+    }
+
     fn owned(&self, v: &Value) -> Result<Value, Fault> {
         if matches!(v, Value::Msg(_)) {
             return Err(Fault::Host(
@@ -160,19 +174,7 @@ impl Host for FrameHost<'_> {
     }
 
     fn field(&mut self, msg: &Value, record: u16, field: u16) -> Result<Value, Fault> {
-        if *msg != FRAME {
-            return Err(Fault::Kind("a packet"));
-        }
-        let Some((r, int)) = self
-            .fields
-            .get(record as usize)
-            .and_then(|r| r.get(field as usize))
-            .and_then(|f| *f)
-        else {
-            return Err(Fault::Host(
-                "a field that the wire grammar does not have".into(),
-            ));
-        };
+        let (r, int) = self.field_ref(msg, record, field)?;
         let m = &self.message;
         Ok(if int {
             match m.uint_of(&r) {
@@ -195,19 +197,7 @@ impl Host for FrameHost<'_> {
     }
 
     fn field_int(&mut self, msg: &Value, record: u16, field: u16) -> Result<IntField, Fault> {
-        if *msg != FRAME {
-            return Err(Fault::Kind("a packet"));
-        }
-        let Some((r, int)) = self
-            .fields
-            .get(record as usize)
-            .and_then(|r| r.get(field as usize))
-            .and_then(|f| *f)
-        else {
-            return Err(Fault::Host(
-                "a field that the wire grammar does not have".into(),
-            ));
-        };
+        let (r, int) = self.field_ref(msg, record, field)?;
         let m = &self.message;
         Ok(if int {
             match m.uint_of(&r) {
