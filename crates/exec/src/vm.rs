@@ -948,10 +948,8 @@ impl Vm {
                 let (src, dst, index) = (*src, *dst, *index);
                 match self.ref_dict(host, src) {
                     Some(state) => {
-                        if let Err(f) = self.dict_index_into(module, host, state, index, dst) {
-                            self.fault_at = Some(at + 1);
-                            return Err(f);
-                        }
+                        let done = self.dict_index_into(module, host, state, index, dst);
+                        self.second_of_pair(at, done)?
                     }
                     None => self.value_pair(module, host, flat, at)?,
                 }
@@ -965,10 +963,8 @@ impl Vm {
                 let (r, index, src) = (*r, *index, *src);
                 match self.ref_dict(host, r) {
                     Some(state) => {
-                        if let Err(f) = self.dict_store(module, host, state, index, src) {
-                            self.fault_at = Some(at + 1);
-                            return Err(f);
-                        }
+                        let done = self.dict_store(module, host, state, index, src);
+                        self.second_of_pair(at, done)?
                     }
                     None => self.value_pair(module, host, flat, at)?,
                 }
@@ -999,11 +995,19 @@ impl Vm {
         at: u32,
     ) -> Result<(), Fault> {
         self.value_op(module, host, flat, at)?;
-        if let Err(f) = self.value_op(module, host, flat, at + 1) {
+        let done = self.value_op(module, host, flat, at + 1).map(drop);
+        self.second_of_pair(at, done)
+    }
+
+    /// `done`, the outcome of the second operation of the fused pair at
+    /// `at`, with a fault recorded at `at + 1`: the first has already run,
+    /// so a fault points past it.
+    #[inline]
+    fn second_of_pair(&mut self, at: u32, done: Result<(), Fault>) -> Result<(), Fault> {
+        if done.is_err() {
             self.fault_at = Some(at + 1);
-            return Err(f);
         }
-        Ok(())
+        done
     }
 
     /// Flattened operation `at` on `Value` registers, as the interpreter
