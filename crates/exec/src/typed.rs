@@ -514,6 +514,24 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
             t.at.push(at);
         };
         let cls = |r: Reg| class[r as usize];
+        // Boxes the typed registers `op` reads, before an operation that
+        // reads them as values.
+        let box_reads = |t: &mut Typed, buf: &mut Vec<Reg>, op: &Op| {
+            reads(op, buf);
+            buf.sort_unstable();
+            buf.dedup();
+            for r in buf.iter() {
+                if cls(*r).typed() {
+                    push(
+                        t,
+                        Fast::Box {
+                            reg: *r,
+                            bool: cls(*r) == Class::Bool,
+                        },
+                    );
+                }
+            }
+        };
         // Fused: a field compared with an integer constant or `None`.
         if let (
             Some(Op::Field {
@@ -618,20 +636,7 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
                 _ => None,
             };
             if let Some(f) = fused.filter(|_| single(*x) && !target[pc + 1] && !cls(*r).typed()) {
-                reads(next, &mut buf);
-                buf.sort_unstable();
-                buf.dedup();
-                for reg in &buf {
-                    if cls(*reg).typed() {
-                        push(
-                            &mut t,
-                            Fast::Box {
-                                reg: *reg,
-                                bool: cls(*reg) == Class::Bool,
-                            },
-                        );
-                    }
-                }
+                box_reads(&mut t, &mut buf, next);
                 push(&mut t, f);
                 start[pc + 1] = start[pc];
                 pc += 2;
@@ -849,20 +854,7 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
             None if matches!(op, Op::Jump { to } if *to as usize == pc + 1) => {}
             None => {
                 // The interpreter's operation, its typed operands boxed.
-                reads(op, &mut buf);
-                buf.sort_unstable();
-                buf.dedup();
-                for r in &buf {
-                    if cls(*r).typed() {
-                        push(
-                            &mut t,
-                            Fast::Box {
-                                reg: *r,
-                                bool: cls(*r) == Class::Bool,
-                            },
-                        );
-                    }
-                }
+                box_reads(&mut t, &mut buf, op);
                 match op {
                     Op::Return { src } => push(&mut t, Fast::Return { src: *src }),
                     Op::JumpIfFalse { cond, to } => push(
