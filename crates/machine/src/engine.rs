@@ -14,9 +14,37 @@
 //! instead, which decides where the packet goes (nowhere if there is none).
 
 use crate::flows::{Expiry, FlowTable, Meta, Place, Placed, Timeouts, META_WORDS};
-use crate::model::{Event, FieldId, Machine, Stage, Value, MAX_KEY, MAX_META, MAX_WRITES};
+use crate::model::{Event, FieldId, Machine, Stage, StateId, Value, MAX_KEY, MAX_META, MAX_WRITES};
 use crate::tables::{apply_updates, CompileError, Entry, Inputs, StageTables, Writable};
 use std::sync::Arc;
+
+/// Decides `event` for a packet whose stage is in `state` and runs the
+/// entry's updates: what every transition of every stage does. The
+/// entry taken, if any.
+#[inline]
+fn transition<'t>(
+    tables: &'t StageTables,
+    state: StateId,
+    event: Event,
+    fields: &[Value],
+    out: Writable,
+    regs: &mut [Value],
+    (now, port, len): (u64, Value, Value),
+) -> Option<&'t Entry> {
+    let inputs = Inputs {
+        fields,
+        globals: out.globals,
+        now_us: now,
+        port,
+        len,
+        meta: out.meta,
+    };
+    let entry = tables.decide(state, event, &inputs, regs);
+    if let Some(e) = entry {
+        apply_updates(&e.updates, fields, regs, out, now, port, len);
+    }
+    entry
+}
 
 /// Whether two register lists are equal: a loop the compiler keeps
 /// inline, where slice equality calls `memcmp` (lists are a few words).
@@ -517,23 +545,18 @@ impl Engine {
             self.stages.get_mut(s),
         ) {
             let entry = if stage.stateless() {
-                let inputs = Inputs {
+                transition(
+                    tables,
+                    stage.initial,
+                    Event::Packet,
                     fields,
-                    globals: &self.globals,
-                    now_us: now,
-                    port,
-                    len,
-                    meta: &meta,
-                };
-                let entry = tables.decide(stage.initial, Event::Packet, &inputs, &st.regs);
-                if let Some(e) = entry {
-                    let out = Writable {
+                    Writable {
                         globals: &mut self.globals,
                         meta: &mut meta,
-                    };
-                    apply_updates(&e.updates, fields, &mut st.regs, out, now, port, len);
-                }
-                entry
+                    },
+                    &mut st.regs,
+                    (now, port, len),
+                )
             } else {
                 let t = st.table;
                 Self::stateful(
@@ -592,8 +615,9 @@ impl Engine {
         meta: &mut [Value; MAX_META],
         fields: &[Value],
         place: Option<Place>,
-        (now, port, len): (u64, Value, Value),
+        packet: (u64, Value, Value),
     ) -> Option<&'t Entry> {
+        let (now, _, _) = packet;
         let mut key = [0 as Value; MAX_KEY];
         let n = flow_key(stage, fields, &mut key);
         let key = &key[..n];
@@ -623,20 +647,9 @@ impl Engine {
                         Expiry::Idle => Event::IdleTimeout,
                         Expiry::Hard => Event::HardTimeout,
                     };
-                    let inputs = Inputs {
-                        fields,
-                        globals,
-                        now_us: now,
-                        port,
-                        len,
-                        meta,
-                    };
-                    match tables.decide(state, event, &inputs, &st.regs) {
-                        Some(e) => {
-                            let out = Writable { globals, meta };
-                            apply_updates(&e.updates, fields, &mut st.regs, out, now, port, len);
-                            state = e.next_state.unwrap_or(state);
-                        }
+                    let out = Writable { globals, meta };
+                    match transition(tables, state, event, fields, out, &mut st.regs, packet) {
+                        Some(e) => state = e.next_state.unwrap_or(state),
                         None => {
                             state = stage.initial;
                             copy(&mut st.regs, &st.init);
@@ -647,18 +660,17 @@ impl Engine {
             }
             None => st.regs.copy_from_slice(&st.init),
         }
-        let inputs = Inputs {
+        let out = Writable { globals, meta };
+        let mut entry = transition(
+            tables,
+            state,
+            Event::Packet,
             fields,
-            globals,
-            now_us: now,
-            port,
-            len,
-            meta,
-        };
-        let mut entry = tables.decide(state, Event::Packet, &inputs, &st.regs);
+            out,
+            &mut st.regs,
+            packet,
+        );
         if let Some(e) = entry {
-            let out = Writable { globals, meta };
-            apply_updates(&e.updates, fields, &mut st.regs, out, now, port, len);
             state = e.next_state.unwrap_or(state);
         }
         let initial = state == stage.initial && same(&st.regs, &st.init);
@@ -693,28 +705,15 @@ impl Engine {
                         None => {
                             counters.table_full += 1;
                             copy(&mut st.regs, &st.init);
-                            let inputs = Inputs {
+                            entry = transition(
+                                tables,
+                                stage.initial,
+                                Event::TableFull,
                                 fields,
-                                globals,
-                                now_us: now,
-                                port,
-                                len,
-                                meta,
-                            };
-                            entry =
-                                tables.decide(stage.initial, Event::TableFull, &inputs, &st.regs);
-                            if let Some(e) = entry {
-                                let out = Writable { globals, meta };
-                                apply_updates(
-                                    &e.updates,
-                                    fields,
-                                    &mut st.regs,
-                                    out,
-                                    now,
-                                    port,
-                                    len,
-                                );
-                            }
+                                Writable { globals, meta },
+                                &mut st.regs,
+                                packet,
+                            );
                             None
                         }
                     }
