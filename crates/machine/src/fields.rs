@@ -89,6 +89,18 @@ pub const XL_FIELDS: &[XlField] = &[
     f("icmp.code", "icmp_code", Some((35, 1))),
 ];
 
+impl XlField {
+    /// The field as the `packet` unit's field, read at its fixed offset
+    /// where it has one.
+    pub fn source(&self) -> FieldSource {
+        FieldSource::Unit {
+            field: self.unit,
+            bytes: self.bytes,
+            at: self.at,
+        }
+    }
+}
+
 /// The mapping row of an XL name.
 pub fn xl_field(name: &str) -> Option<&'static XlField> {
     XL_FIELDS.iter().find(|r| r.xl == name)
@@ -292,11 +304,7 @@ mod tests {
             .iter()
             .map(|r| FieldDef {
                 name: r.xl.into(),
-                source: FieldSource::Unit {
-                    field: r.unit,
-                    bytes: r.bytes,
-                    at: r.at,
-                },
+                source: r.source(),
             })
             .collect();
         FieldReader::new(&defs).unwrap();

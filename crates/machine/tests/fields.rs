@@ -13,11 +13,7 @@ fn every_field() -> Vec<FieldDef> {
         .iter()
         .map(|r| FieldDef {
             name: r.xl.into(),
-            source: FieldSource::Unit {
-                field: r.unit,
-                bytes: r.bytes,
-                at: r.at,
-            },
+            source: r.source(),
         })
         .collect();
     // A field by byte offset, past the end of short frames.
