@@ -5,6 +5,8 @@
 //! every worker; and a run with a control queue allocates nothing per
 //! frame.
 
+mod support;
+
 use flick_machine::engine::FlowEdit;
 use flick_machine::service::{ControlOp, MachineControl, PendingControl};
 use flick_machine::{InPort, MachineService, OutPort, Program};
@@ -62,17 +64,7 @@ fn program() -> Arc<Program> {
 }
 
 fn udp(src: u32) -> Vec<u8> {
-    let mut f = vec![0u8; 42];
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    f[14] = 0x45;
-    f[16..18].copy_from_slice(&28u16.to_be_bytes());
-    f[23] = 17;
-    f[26..30].copy_from_slice(&src.to_be_bytes());
-    f[30..34].copy_from_slice(&0x0a00_0001u32.to_be_bytes());
-    f[34..36].copy_from_slice(&1000u16.to_be_bytes());
-    f[36..38].copy_from_slice(&53u16.to_be_bytes());
-    f[38..40].copy_from_slice(&8u16.to_be_bytes());
-    f
+    support::udp(src, 1000)
 }
 
 /// Writes queued as the frame numbered `.0` is read: the dispatcher

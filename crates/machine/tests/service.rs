@@ -2,6 +2,9 @@
 //! steered to two workers, written back in input order; and tables
 //! replaced between two frames of a run, the contexts kept.
 
+mod support;
+use support::udp;
+
 use flick_machine::xl::parse_str;
 use flick_machine::{InPort, MachineService, OutPort, Program};
 use flick_packet_io::{PortError, RecvStatus, RxPort, TxPort};
@@ -57,20 +60,6 @@ impl TxPort for MemTx {
     fn flush(&mut self) -> Result<(), PortError> {
         Ok(())
     }
-}
-
-fn udp(src: u32, sport: u16) -> Vec<u8> {
-    let mut f = vec![0u8; 42];
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    f[14] = 0x45;
-    f[16..18].copy_from_slice(&28u16.to_be_bytes());
-    f[23] = 17;
-    f[26..30].copy_from_slice(&src.to_be_bytes());
-    f[30..34].copy_from_slice(&0x0a00_0001u32.to_be_bytes());
-    f[34..36].copy_from_slice(&sport.to_be_bytes());
-    f[36..38].copy_from_slice(&53u16.to_be_bytes());
-    f[38..40].copy_from_slice(&8u16.to_be_bytes());
-    f
 }
 
 fn program(text: &str) -> Arc<Program> {
