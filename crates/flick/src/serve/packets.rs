@@ -894,13 +894,7 @@ impl StateHandle {
                 ))
             }
         };
-        let held = control
-            .queue(op)
-            .and_then(|pending| pending.wait(WRITE_TIMEOUT))
-            .map_err(|e| control_refusal(path, e))?;
-        if held == 0 {
-            return Err(no_flow(&self.name, path));
-        }
+        apply_to_flow(control, op, &self.name, path)?;
         tracing::info!(service = %self.name, path = %path, value = %shown, "machine state written");
         Ok(json!({ "path": path, "value": shown, "applied": true }))
     }
@@ -927,16 +921,49 @@ impl StateHandle {
             ));
         };
         let (s, flow) = flow_key(&self.name, program, stage, key)?;
-        let held = control
-            .queue(flow_op(s, &flow, FlowEdit::Remove))
-            .and_then(|pending| pending.wait(WRITE_TIMEOUT))
-            .map_err(|e| control_refusal(path, e))?;
-        if held == 0 {
-            return Err(no_flow(&self.name, path));
-        }
+        apply_to_flow(
+            control,
+            flow_op(s, &flow, FlowEdit::Remove),
+            &self.name,
+            path,
+        )?;
         tracing::info!(service = %self.name, path = %path, "flow context deleted");
         Ok(json!({ "path": path, "deleted": true }))
     }
+}
+
+/// Queues `op` on a machine's workers and waits for them to apply it:
+/// refused where no worker holds the flow it names.
+fn apply_to_flow(
+    control: &MachineControl,
+    op: ControlOp,
+    service: &str,
+    path: &str,
+) -> Result<(), Refusal> {
+    let held = control
+        .queue(op)
+        .and_then(|pending| pending.wait(WRITE_TIMEOUT))
+        .map_err(|e| control_refusal(path, e))?;
+    if held == 0 {
+        return Err(no_flow(service, path));
+    }
+    Ok(())
+}
+
+/// Waits for a queued write to a packet program's dictionary; `untouched`
+/// says why a write that no shard applied is refused.
+fn wait_entry_write(
+    queued: Result<flick_packet::PendingWrite, flick_packet::WriteError>,
+    untouched: impl FnOnce() -> flick_packet::WriteError,
+    path: &str,
+) -> Result<(), Refusal> {
+    queued
+        .and_then(|pending| pending.wait(WRITE_TIMEOUT))
+        .and_then(|n| match n {
+            0 => Err(untouched()),
+            _ => Ok(()),
+        })
+        .map_err(|e| refuse(e.status(), format!("`{path}`: {e}")))
 }
 
 fn control_refusal(path: &str, e: ControlError) -> Refusal {
@@ -1267,14 +1294,11 @@ impl PacketState {
         }
         let key_value = self.key_of(name, var, key)?;
         let control = self.control()?;
-        control
-            .queue_delete(name, &key_value)
-            .and_then(|pending| pending.wait(WRITE_TIMEOUT))
-            .and_then(|n| match n {
-                0 => Err(flick_packet::WriteError::NoEntry(name.into())),
-                _ => Ok(()),
-            })
-            .map_err(|e| refuse(e.status(), format!("`{path}`: {e}")))?;
+        wait_entry_write(
+            control.queue_delete(name, &key_value),
+            || flick_packet::WriteError::NoEntry(name.into()),
+            path,
+        )?;
         tracing::info!(service = %service, dictionary = %name, key = %String::from_utf8_lossy(key), "dictionary entry deleted");
         let mut answer = super::entry_answer(name, key);
         answer["deleted"] = json!(true);
@@ -1359,14 +1383,11 @@ impl PacketState {
             }
         };
         let control = self.control()?;
-        control
-            .queue_entries(name, vec![(key_value, value)])
-            .and_then(|pending| pending.wait(WRITE_TIMEOUT))
-            .and_then(|n| match n {
-                0 => Err(flick_packet::WriteError::Unplaced(name.into())),
-                _ => Ok(()),
-            })
-            .map_err(|e| refuse(e.status(), format!("`{path}`: {e}")))?;
+        wait_entry_write(
+            control.queue_entries(name, vec![(key_value, value)]),
+            || flick_packet::WriteError::Unplaced(name.into()),
+            path,
+        )?;
         tracing::info!(service = %service, dictionary = %name, key = %String::from_utf8_lossy(key), "dictionary entry written");
         let mut answer = super::entry_answer(name, key);
         super::entry_json(&mut answer, &entry);
