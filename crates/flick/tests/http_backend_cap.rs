@@ -208,7 +208,7 @@ fn kept_alive_clients_taking_turns_at_a_cap_of_one_are_answered_at_once() {
     let open = Arc::new(Open::default());
     let port = backend(Duration::ZERO, open.clone());
     // One worker, so both clients share its one connection.
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flick"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_flick"))
         .current_dir(support::ROOT)
         .args(["run", "examples/http_lb.flick", "--workers", "1"])
         .args([
@@ -225,17 +225,8 @@ fn kept_alive_clients_taking_turns_at_a_cap_of_one_are_answered_at_once() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _procs = Procs(vec![child]);
-    let flick: u16 = line
-        .trim()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("flick printed {line:?}"));
+    let mut procs = Procs(Vec::new());
+    let flick = support::listening_port(&mut procs, child);
     let mut clients: Vec<_> = (0..2)
         .map(|_| {
             let s = support::connect(flick);

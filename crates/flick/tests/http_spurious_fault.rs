@@ -41,7 +41,7 @@ struct Seen {
 fn balancer(procs: &mut Procs, backend: u16, log: &std::path::Path) -> u16 {
     let listen = format!("client=127.0.0.1:{}", support::free_port());
     let connect = format!("backends=127.0.0.1:{backend}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+    let child = Command::new(env!("CARGO_BIN_EXE_flick"))
         .current_dir(support::ROOT)
         .args(["run", "examples/http_lb.flick", "--listen", &listen])
         .args(["--connect", &connect, "--workers", "2"])
@@ -54,13 +54,7 @@ fn balancer(procs: &mut Procs, backend: u16, log: &std::path::Path) -> u16 {
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    procs.0.push(child);
-    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok());
-    port.unwrap_or_else(|| panic!("flick printed {line:?}"))
+    support::listening_port(procs, child)
 }
 
 /// One response's status, and whether the connection stays open after it;

@@ -19,33 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{free_port, ROOT};
-
-/// A program whose answer names its version (the reason phrase) and
-/// counts requests in a `global` (the body).
-fn counter(version: &str) -> String {
-    format!(
-        "\
-grammar http
-
-type request: record
-  target : string
-
-type simple_response: record
-  status : integer {{size=2}}
-  reason : string
-  body : string
-
-proc Counter: (request/simple_response client)
-  global hits := 0
-  | client => respond(hits, client)
-
-fun respond: (hits: ref integer, -/simple_response client, req: request) -> ()
-  hits := hits + 1
-  simple_response(200, \"{version}\", to_string(hits)) => client
-"
-    )
-}
+use support::{counting_program, free_port, ROOT};
 
 /// A scratch directory removed when the test ends.
 struct TempDir(PathBuf);
@@ -86,17 +60,7 @@ impl Run {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let err = child.stderr.take().unwrap();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(err);
-            let mut line = String::new();
-            while lines.read_line(&mut line).unwrap_or(0) > 0 {
-                sink.lock().unwrap().push_str(&line);
-                line.clear();
-            }
-        });
+        let log = support::collect_stderr(&mut child);
         let out = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -126,11 +90,7 @@ impl Run {
     }
 
     fn hup(&self) {
-        let sent = Command::new("kill")
-            .args(["-HUP", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
+        support::hup(&self.child);
     }
 
     fn log(&self) -> String {
@@ -195,7 +155,7 @@ fn sighup_starts_the_new_version_beside_the_old_and_refuses_one_that_does_not_ch
     let dir = TempDir(std::env::temp_dir().join(format!("flick-reload-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).unwrap();
     let path = dir.0.join("counter.flick");
-    std::fs::write(&path, counter("v1")).unwrap();
+    std::fs::write(&path, counting_program("v1")).unwrap();
     // Stands in for systemd's notification socket (`Type=notify`).
     let notify = UnixDatagram::bind(dir.0.join("notify.sock")).unwrap();
     notify
@@ -212,7 +172,7 @@ fn sighup_starts_the_new_version_beside_the_old_and_refuses_one_that_does_not_ch
     let mut old = connect(run.port);
     assert_eq!(get(&mut old).unwrap(), ("v1".into(), "1".into()));
 
-    std::fs::write(&path, counter("v2")).unwrap();
+    std::fs::write(&path, counting_program("v2")).unwrap();
     run.hup();
     run.wait_log("reloaded");
     let (reason, body) = get_new(run.port);
@@ -234,7 +194,7 @@ fn sighup_starts_the_new_version_beside_the_old_and_refuses_one_that_does_not_ch
 
     std::fs::write(
         &path,
-        counter("v3").replace("hits := hits + 1", "hits := \"x\""),
+        counting_program("v3").replace("hits := hits + 1", "hits := \"x\""),
     )
     .unwrap();
     run.hup();
@@ -248,7 +208,7 @@ fn sighup_starts_the_new_version_beside_the_old_and_refuses_one_that_does_not_ch
     assert!(body.parse::<i64>().unwrap() > hits);
 
     // A good program after a bad one is taken.
-    std::fs::write(&path, counter("v4")).unwrap();
+    std::fs::write(&path, counting_program("v4")).unwrap();
     run.hup();
     let until = Instant::now() + Duration::from_secs(30);
     loop {
@@ -266,8 +226,8 @@ fn sighup_reads_the_configuration_again_and_flags_still_win() {
     let dir =
         TempDir(std::env::temp_dir().join(format!("flick-reload-config-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).unwrap();
-    std::fs::write(dir.0.join("a.flick"), counter("a")).unwrap();
-    std::fs::write(dir.0.join("b.flick"), counter("b")).unwrap();
+    std::fs::write(dir.0.join("a.flick"), counting_program("a")).unwrap();
+    std::fs::write(dir.0.join("b.flick"), counting_program("b")).unwrap();
     let config = dir.0.join("flick.toml");
     // The file's listening address is overridden by --listen, at start
     // and on reload.

@@ -20,32 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::serve::TempDir;
-use support::{free_port, ROOT};
-
-/// A program whose answer's reason phrase names its version.
-fn program(version: &str) -> String {
-    format!(
-        "\
-grammar http
-
-type request: record
-  target : string
-
-type simple_response: record
-  status : integer {{size=2}}
-  reason : string
-  body : string
-
-proc Hits: (request/simple_response client)
-  global hits := 0
-  | client => respond(hits, client)
-
-fun respond: (hits: ref integer, -/simple_response client, req: request) -> ()
-  hits := hits + 1
-  simple_response(200, \"{version}\", to_string(hits)) => client
-"
-    )
-}
+use support::{counting_program, free_port, hup, ROOT};
 
 /// A child process killed on drop.
 struct Killed(Child);
@@ -71,26 +46,8 @@ fn flick_run(args: &[&str], port: u16) -> (Killed, Arc<Mutex<String>>) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let log = Arc::new(Mutex::new(String::new()));
-    let err = child.stderr.take().unwrap();
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(err);
-        let mut line = String::new();
-        while lines.read_line(&mut line).unwrap_or(0) > 0 {
-            sink.lock().unwrap().push_str(&line);
-            line.clear();
-        }
-    });
+    let log = support::collect_stderr(&mut child);
     (Killed(child), log)
-}
-
-fn hup(child: &Killed) {
-    let sent = Command::new("kill")
-        .args(["-HUP", &child.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
 }
 
 /// Waits (at most 30 s) until `log` holds `text` `times` times.
@@ -285,13 +242,13 @@ fn across(port: u16, reloads: usize, last: Option<&str>, mut reload: impl FnMut(
 fn sighup_reloads_close_no_kept_alive_connection() {
     let dir = TempDir::new("reload-keep-alive");
     let path = dir.0.join("hits.flick");
-    std::fs::write(&path, program("v0")).unwrap();
+    std::fs::write(&path, counting_program("v0")).unwrap();
     let port = free_port();
     let (run, log) = flick_run(&[path.to_str().unwrap()], port);
     let reloads = 6;
     across(port, reloads, Some(&format!("v{reloads}")), |n| {
-        std::fs::write(&path, program(&format!("v{}", n + 1))).unwrap();
-        hup(&run);
+        std::fs::write(&path, counting_program(&format!("v{}", n + 1))).unwrap();
+        hup(&run.0);
         wait_log(&log, "reloaded", n + 1);
         // The old version drains meanwhile, handing connections on.
         std::thread::sleep(Duration::from_millis(300));
@@ -306,14 +263,14 @@ fn serve_redeploys_close_no_kept_alive_connection() {
     let _serve = support::serve::serve(&state, &[]);
     let port = free_port();
     let listen = format!("client=127.0.0.1:{port}");
-    let file = dir.file("hits.flick", &program("v0"));
+    let file = dir.file("hits.flick", &counting_program("v0"));
     support::serve::ok(&support::serve::ctl(
         &state,
         &["deploy", "hits", &file, "--listen", &listen],
     ));
     let redeploys = 5;
     across(port, redeploys, Some(&format!("v{redeploys}")), |n| {
-        std::fs::write(&file, program(&format!("v{}", n + 1))).unwrap();
+        std::fs::write(&file, counting_program(&format!("v{}", n + 1))).unwrap();
         let said = support::serve::ok(&support::serve::ctl(
             &state,
             &["redeploy", "hits", &file, "--listen", &listen],
@@ -371,7 +328,7 @@ fn requests_in_flight_at_a_reload_are_answered_and_their_connections_move_on() {
     let (run, log) = flick_run(&["examples/http_lb.flick", "--connect", &connect], port);
     let reloads = 4;
     across(port, reloads, None, |n| {
-        hup(&run);
+        hup(&run.0);
         wait_log(&log, "reloaded", n + 1);
         std::thread::sleep(Duration::from_millis(300));
     });

@@ -15,40 +15,15 @@ mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{free_port, ROOT};
+use support::serve::TempDir;
+use support::{counting_program, free_port, ROOT};
 
 /// How long a request may wait for its answer.
 const ANSWER_WITHIN: Duration = Duration::from_secs(2);
-
-/// A program whose answer's reason phrase names its version.
-fn program(version: &str) -> String {
-    format!(
-        "\
-grammar http
-
-type request: record
-  target : string
-
-type simple_response: record
-  status : integer {{size=2}}
-  reason : string
-  body : string
-
-proc Hits: (request/simple_response client)
-  global hits := 0
-  | client => respond(hits, client)
-
-fun respond: (hits: ref integer, -/simple_response client, req: request) -> ()
-  hits := hits + 1
-  simple_response(200, \"{version}\", to_string(hits)) => client
-"
-    )
-}
 
 /// Held by each test for its whole run: the tests load the machine on
 /// purpose, each by a measured amount, and three at once would starve
@@ -57,23 +32,6 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A scratch directory removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("flick-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A running `flick run` on two workers, killed on drop.
@@ -105,26 +63,12 @@ impl Run {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let log = Arc::new(std::sync::Mutex::new(String::new()));
-        let err = child.stderr.take().unwrap();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(err);
-            let mut line = String::new();
-            while lines.read_line(&mut line).unwrap_or(0) > 0 {
-                sink.lock().unwrap().push_str(&line);
-                line.clear();
-            }
-        });
+        let log = support::collect_stderr(&mut child);
         Run { child, port, log }
     }
 
     fn hup(&self) {
-        let sent = Command::new("kill")
-            .args(["-HUP", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
+        support::hup(&self.child);
     }
 
     fn reloads(&self) -> usize {
@@ -232,7 +176,7 @@ fn connections_made_as_flick_run_starts_are_answered() {
     let _one = one_at_a_time();
     let dir = TempDir::new("start-load");
     let path = dir.0.join("hits.flick");
-    std::fs::write(&path, program("v1")).unwrap();
+    std::fs::write(&path, counting_program("v1")).unwrap();
     let _busy = Busy::start(2);
     // Each round, clients connect from the moment the port is bound
     // (refused before), one request each, and nothing else arrives that
@@ -388,13 +332,13 @@ fn no_request_is_left_unanswered_across_reloads_under_load() {
     let _one = one_at_a_time();
     let dir = TempDir::new("reload-load");
     let path = dir.0.join("hits.flick");
-    std::fs::write(&path, program("v1")).unwrap();
+    std::fs::write(&path, counting_program("v1")).unwrap();
     let run = Run::spawn(&path, free_port());
     wait_for_version(run.port, "v1");
     let reloads = 20;
     under_load(run.port, || {
         for n in 2..=reloads + 1 {
-            std::fs::write(&path, program(&format!("v{n}"))).unwrap();
+            std::fs::write(&path, counting_program(&format!("v{n}"))).unwrap();
             run.hup();
             let until = Instant::now() + Duration::from_secs(30);
             while run.reloads() < n - 1 {
@@ -474,14 +418,14 @@ fn no_request_is_left_unanswered_across_flick_serves_redeploys_under_load() {
     let port = free_port();
     let listen = format!("client=127.0.0.1:{port}");
     let path = dir.0.join("hits.flick");
-    std::fs::write(&path, program("v1")).unwrap();
+    std::fs::write(&path, counting_program("v1")).unwrap();
     let file = path.to_str().unwrap();
     ctl(&state, &["deploy", "hits", file, "--listen", &listen]);
     wait_for_version(port, "v1");
     let redeploys = 10;
     under_load(port, || {
         for n in 2..=redeploys + 1 {
-            std::fs::write(&path, program(&format!("v{n}"))).unwrap();
+            std::fs::write(&path, counting_program(&format!("v{n}"))).unwrap();
             let said = ctl(&state, &["redeploy", "hits", file, "--listen", &listen]);
             assert!(said.contains(&format!("version {n}")), "{said}");
             std::thread::sleep(Duration::from_millis(100));

@@ -985,10 +985,7 @@ fn a_limit_the_grammar_lacks_is_warned_about() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let line = support::first_line(&mut child);
     let _ = child.kill();
     let out = child.wait_with_output().unwrap();
     assert!(line.contains("listening on"), "{line:?}");

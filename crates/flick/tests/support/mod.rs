@@ -6,7 +6,8 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The workspace root, where `flick run` is started.
@@ -35,20 +36,85 @@ pub fn flick_run_with(procs: &mut Procs, program: &str, backends: &[u16], more: 
 /// Starts `flick ARGS` (in the workspace root) with two workers, and
 /// returns the port it says it listens on.
 pub fn start_flick(procs: &mut Procs, args: &[&str]) -> u16 {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+    let child = Command::new(env!("CARGO_BIN_EXE_flick"))
         .current_dir(ROOT)
         .args(args)
         .args(["--workers", "2"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    listening_port(procs, child)
+}
+
+/// Keeps `child`, a `flick` started with its standard output piped, in
+/// `procs`, and returns the port its first line says it listens on.
+pub fn listening_port(procs: &mut Procs, mut child: Child) -> u16 {
+    let line = first_line(&mut child);
+    procs.0.push(child);
+    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok());
+    port.unwrap_or_else(|| panic!("flick printed {line:?}"))
+}
+
+/// The first line `child` printed on its piped standard output.
+pub fn first_line(child: &mut Child) -> String {
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    procs.0.push(child);
-    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok());
-    port.unwrap_or_else(|| panic!("flick printed {line:?}"))
+    line
+}
+
+/// An HTTP program that counts requests in a `global` and answers with
+/// the count as the body and `version` as the reason phrase: what the
+/// reload tests swap in and out.
+pub fn counting_program(version: &str) -> String {
+    format!(
+        "\
+grammar http
+
+type request: record
+  target : string
+
+type simple_response: record
+  status : integer {{size=2}}
+  reason : string
+  body : string
+
+proc Hits: (request/simple_response client)
+  global hits := 0
+  | client => respond(hits, client)
+
+fun respond: (hits: ref integer, -/simple_response client, req: request) -> ()
+  hits := hits + 1
+  simple_response(200, \"{version}\", to_string(hits)) => client
+"
+    )
+}
+
+/// `child`'s standard error (piped), collected as it comes by a thread
+/// of its own, so that the child never blocks on a full pipe.
+pub fn collect_stderr(child: &mut Child) -> Arc<Mutex<String>> {
+    let log = Arc::new(Mutex::new(String::new()));
+    let err = child.stderr.take().unwrap();
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(err);
+        let mut line = String::new();
+        while lines.read_line(&mut line).unwrap_or(0) > 0 {
+            sink.lock().unwrap().push_str(&line);
+            line.clear();
+        }
+    });
+    log
+}
+
+/// Sends `child` SIGHUP (a `flick run` reloads its program).
+pub fn hup(child: &Child) {
+    let sent = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
 }
 
 /// A loopback connection to `port` whose reads give up after 10 s.
