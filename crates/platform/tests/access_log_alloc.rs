@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use flick_testkit::alloc::CountingAlloc;
 use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,26 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::{memcached, request, response, serve, Procs};
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// Counts the lines written, keeping nothing (so it allocates nothing).
 struct Lines(Arc<AtomicUsize>);
@@ -79,11 +61,11 @@ fn logged_requests_allocate_nothing_once_warm() {
     for _ in 0..20 {
         round(&mut c, &mut req, &mut buf);
     }
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = ALLOC.allocations();
     for _ in 0..20 {
         round(&mut c, &mut req, &mut buf);
     }
-    let allocations = ALLOCATIONS.load(Ordering::SeqCst) - before;
+    let allocations = ALLOC.allocations() - before;
     eprintln!("allocations over 2560 logged requests: {allocations}");
     assert!(
         allocations < 64,

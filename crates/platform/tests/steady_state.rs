@@ -4,33 +4,15 @@
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use flick_testkit::alloc::CountingAlloc;
 use std::io::Write;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use support::{memcached, proxy, request, response, serve, Procs};
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// Tests count allocations of the whole process: one measures at a time.
 static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -73,11 +55,11 @@ fn requests_allocate_nothing_once_warm_and_clients_leave_nothing_behind() {
     for _ in 0..20 {
         round(&mut c, &mut req, &mut buf, &mut batch);
     }
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = ALLOC.allocations();
     for _ in 0..20 {
         round(&mut c, &mut req, &mut buf, &mut batch);
     }
-    let allocations = ALLOCATIONS.load(Ordering::SeqCst) - before;
+    let allocations = ALLOC.allocations() - before;
     // 3840 requests, a third pipelined: anything per request would show in
     // the thousands. A pipelined burst that sets a new high-water mark can
     // still grow a queue or the message pool once, so a few are allowed.
@@ -160,11 +142,11 @@ fn cache_inserts_and_evictions_allocate_nothing_once_warm() {
     for _ in 0..20 {
         hits(&mut c, &mut req, &mut buf);
     }
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = ALLOC.allocations();
     for _ in 0..20 {
         hits(&mut c, &mut req, &mut buf);
     }
-    let allocations = ALLOCATIONS.load(Ordering::SeqCst) - before;
+    let allocations = ALLOC.allocations() - before;
     eprintln!("allocations over 1280 cache misses and inserts: {allocations}");
     assert!(
         allocations < 32,
@@ -202,11 +184,11 @@ fn a_connection_takes_its_graph_from_the_pool() {
     for _ in 0..20 {
         session(&mut req, &mut buf);
     }
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = ALLOC.allocations();
     for _ in 0..100 {
         session(&mut req, &mut buf);
     }
-    let per_connection = (ALLOCATIONS.load(Ordering::SeqCst) - before) as f64 / 100.0;
+    let per_connection = (ALLOC.allocations() - before) as f64 / 100.0;
     eprintln!("allocations per connection: {per_connection}");
     // Building a graph from scratch took 39.
     assert!(
@@ -279,11 +261,11 @@ fn least_connections_allocates_nothing_per_connection() {
         for _ in 0..20 {
             session();
         }
-        let before = ALLOCATIONS.load(Ordering::SeqCst);
+        let before = ALLOC.allocations();
         for _ in 0..100 {
             session();
         }
-        (ALLOCATIONS.load(Ordering::SeqCst) - before) as f64 / 100.0
+        (ALLOC.allocations() - before) as f64 / 100.0
     };
     let hashing = per_connection("http_lb.flick");
     let least = per_connection("http_lb_least_connections.flick");
@@ -344,11 +326,11 @@ fn held_request_bodies_allocate_no_more_than_streamed_ones() {
         // window.
         (0..3)
             .map(|_| {
-                let before = ALLOCATIONS.load(Ordering::SeqCst);
+                let before = ALLOC.allocations();
                 for _ in 0..100 {
                     round();
                 }
-                (ALLOCATIONS.load(Ordering::SeqCst) - before) as f64 / 200.0
+                (ALLOC.allocations() - before) as f64 / 200.0
             })
             .fold(f64::INFINITY, f64::min)
     };

@@ -2,11 +2,13 @@
 //! and nginx web servers (`nginx-light`) started on loopback ports and
 //! killed when the test ends, however it ends; and plain Rust models of
 //! the packet examples (`packet_model`), what their tests and benchmarks
-//! compare Flick with.
+//! compare Flick with; and a counting allocator (`alloc`) for the tests
+//! that prove a path allocates nothing.
 //!
 //! For tests and benchmarks only: no library or product binary of the
 //! workspace may depend on it, and it knows nothing of Flick's crates.
 
+pub mod alloc;
 pub mod flowblaze_model;
 pub mod meter_model;
 pub mod netns;
