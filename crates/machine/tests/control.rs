@@ -11,32 +11,13 @@ use flick_machine::engine::FlowEdit;
 use flick_machine::service::{ControlOp, MachineControl, PendingControl};
 use flick_machine::{InPort, MachineService, OutPort, Program};
 use flick_packet_io::{PortError, RecvStatus, RxPort, TxPort};
+use flick_testkit::alloc::CountingAlloc;
 use serde_json::Value as Json;
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Every allocation of the process, counted.
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        System.alloc(layout)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        System.realloc(ptr, layout, new)
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// The counting test runs alone: the other's allocations would count.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -220,9 +201,9 @@ fn writes_apply_behind_the_frames_read_before_them_in_every_worker() {
 /// Allocations made by one run over `n` frames with a control queue.
 fn allocations(n: usize) -> u64 {
     let frames: Vec<Vec<u8>> = (0..n).map(|i| udp(host(1 + i as u32 % 16))).collect();
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = ALLOC.allocations();
     let (sent, _, _) = serve(frames, 2, Vec::new());
-    let made = ALLOCATIONS.load(Ordering::SeqCst) - before;
+    let made = ALLOC.allocations() - before;
     assert_eq!(sent.iter().sum::<u64>(), 32, "two frames of each host sent");
     made
 }

@@ -11,33 +11,15 @@ mod common;
 use common::*;
 use flick_packet::{Binding, BoundPort, PacketConfig, PacketService};
 use flick_packet_io::{Port, PortError, TxPort};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use flick_testkit::alloc::CountingAlloc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The tests run one at a time: the allocator counts every thread's.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// Counts the frames it is sent and keeps nothing.
 struct Sink(Arc<AtomicU64>);
@@ -102,7 +84,7 @@ fn udp_frame(src: u8, flow: u16, len: usize) -> Vec<u8> {
 /// Allocations made by a run of the policer over `n` frames from 20
 /// sources, 100 microseconds apart (over the rate: most are red), and
 /// the frames that passed.
-fn policer_allocations(n: usize) -> (usize, u64) {
+fn policer_allocations(n: usize) -> (u64, u64) {
     let svc = example(include_str!("../../../examples/packets/policer.flick"));
     let frames: Vec<_> = (0..n)
         .map(|i| (udp_frame((i % 20) as u8, 0, 1000), i as u64 * 100_000))
@@ -119,16 +101,16 @@ fn policer_allocations(n: usize) -> (usize, u64) {
         },
     ];
     let stop = AtomicBool::new(false);
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = ALLOC.allocations();
     let summary = svc.run(bindings, &stop).expect("runs");
-    let made = ALLOCATIONS.load(Ordering::SeqCst) - before;
+    let made = ALLOC.allocations() - before;
     assert_eq!(summary.faults, 0);
     (made, passed.load(Ordering::Relaxed))
 }
 
 /// Allocations made by a run of the new-flows example over `n` frames of
 /// 200 flows, and the frames sent to `new`.
-fn new_flows_allocations(n: usize) -> (usize, u64) {
+fn new_flows_allocations(n: usize) -> (u64, u64) {
     let svc = example(include_str!("../../../examples/packets/new_flows.flick"));
     let frames: Vec<_> = (0..n)
         .map(|i| {
@@ -152,9 +134,9 @@ fn new_flows_allocations(n: usize) -> (usize, u64) {
         },
     ];
     let stop = AtomicBool::new(false);
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = ALLOC.allocations();
     let summary = svc.run(bindings, &stop).expect("runs");
-    let made = ALLOCATIONS.load(Ordering::SeqCst) - before;
+    let made = ALLOC.allocations() - before;
     assert_eq!(summary.faults, 0);
     assert_eq!(all.load(Ordering::Relaxed), n as u64);
     (made, new.load(Ordering::Relaxed))

@@ -12,33 +12,15 @@ mod common;
 use common::*;
 use flick_packet::{Binding, BoundPort, PacketConfig};
 use flick_packet_io::{Port, PortError, TxPort};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use flick_testkit::alloc::CountingAlloc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The tests run one at a time: the allocator counts every thread's.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// Counts what it is sent and keeps nothing, so it allocates nothing.
 struct Sink(Arc<AtomicU64>);
@@ -73,7 +55,7 @@ fun tally: (count: ref integer, outside: -/pkt, p: pkt) -> ()
 ";
 
 /// Allocations made by one run over `n` frames, and the bytes sent.
-fn allocations(n: usize) -> (usize, u64) {
+fn allocations(n: usize) -> (u64, u64) {
     let svc = service(
         PROGRAM,
         PacketConfig {
@@ -103,9 +85,9 @@ fn allocations(n: usize) -> (usize, u64) {
         },
     ];
     let stop = AtomicBool::new(false);
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = ALLOC.allocations();
     let summary = svc.run(bindings, &stop).expect("runs");
-    let made = ALLOCATIONS.load(Ordering::SeqCst) - before;
+    let made = ALLOC.allocations() - before;
     assert_eq!(summary.ports[1].tx_frames, n as u64);
     (made, sent.load(Ordering::Relaxed))
 }
@@ -164,13 +146,13 @@ fn udp_frame(flow: u16) -> Vec<u8> {
 
 /// Allocations made by one run of the tracker over `n` frames of 100
 /// flows, and the frames it counted.
-fn tracker_allocations(n: usize) -> (usize, u64) {
+fn tracker_allocations(n: usize) -> (u64, u64) {
     table_allocations(n, "{capacity=65536}")
 }
 
 /// As [`tracker_allocations`], with the tracker's dictionaries annotated
 /// `table`; frames are a second apart in packet time.
-fn table_allocations(n: usize, table: &str) -> (usize, u64) {
+fn table_allocations(n: usize, table: &str) -> (u64, u64) {
     let svc = tracker(table);
     let frames: Vec<_> = (0..n)
         .map(|i| (udp_frame((i * 7 % 100) as u16), i as u64 * 1_000_000_000))
@@ -180,9 +162,9 @@ fn table_allocations(n: usize, table: &str) -> (usize, u64) {
         ports: vec![rx(frames)],
     }];
     let stop = AtomicBool::new(false);
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = ALLOC.allocations();
     let summary = svc.run(bindings, &stop).expect("runs");
-    let made = ALLOCATIONS.load(Ordering::SeqCst) - before;
+    let made = ALLOC.allocations() - before;
     let packets = summary.state["packets"]
         .as_object()
         .expect("a dictionary")

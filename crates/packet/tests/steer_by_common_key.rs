@@ -9,33 +9,15 @@ mod common;
 use common::*;
 use flick_packet::steering::{FlowKey, FrameFields};
 use flick_packet::{Binding, PacketConfig, PacketService, Summary};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use flick_testkit::alloc::CountingAlloc;
+use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
 /// The tests run one at a time: the allocator counts every thread's.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// The flow tracker example with the packet library, over the stock
 /// `packet` grammar.
@@ -111,9 +93,9 @@ fn steering_by_the_common_key_allocates_nothing_per_frame() {
     let allocations = |n: usize| {
         let svc = tracker(Some(key));
         let input = frames(n);
-        let before = ALLOCATIONS.load(Ordering::SeqCst);
+        let before = ALLOC.allocations();
         let summary = run(&svc, input);
-        let made = ALLOCATIONS.load(Ordering::SeqCst) - before;
+        let made = ALLOC.allocations() - before;
         assert_eq!(summary.worker_frames.iter().sum::<u64>(), n as u64);
         made
     };
