@@ -6,37 +6,10 @@
 
 use flick_exec::{lower, Fault, Host, Module, Outcome, Sent, Value, Vm};
 use flick_runtime::Timeslice;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
-/// Counts the allocations of the thread that asks.
-struct Counting;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            ALLOCATIONS.with(|a| a.set(a.get() + 1));
-        }
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            ALLOCATIONS.with(|a| a.set(a.get() + 1));
-        }
-        System.realloc(p, l, n)
-    }
-}
+use flick_testkit::alloc::CountingAlloc;
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// A packet of an ICMP-like kind: no source port (`None`), destination
 /// port 53, source address 10.1.2.3, a 6-byte name; its frame is 98
@@ -268,13 +241,13 @@ fn packet_builtins_allocate_nothing_once_warm() {
         vm.run(&m, h, &mut Timeslice::unlimited()).unwrap()
     };
     let first = once(&mut vm, &mut h);
-    COUNTING.with(|c| c.set(true));
+    let before = ALLOC.this_thread();
     for _ in 0..100 {
         assert_eq!(once(&mut vm, &mut h), first);
     }
-    COUNTING.with(|c| c.set(false));
+    let made = ALLOC.this_thread() - before;
     assert_eq!(h.sent, vec![0, 1, 2]);
-    assert_eq!(ALLOCATIONS.with(Cell::get), 0, "allocations once warm");
+    assert_eq!(made, 0, "allocations once warm");
 }
 
 #[test]
@@ -327,10 +300,10 @@ fun route: (p: pkt) -> (integer)
         panic!("an integer, not {first:?}");
     };
     assert!(n >= 196 - 53, "{n}");
-    COUNTING.with(|c| c.set(true));
+    let before = ALLOC.this_thread();
     for _ in 0..100 {
         assert_eq!(once(&mut vm, &mut h), first);
     }
-    COUNTING.with(|c| c.set(false));
-    assert_eq!(ALLOCATIONS.with(Cell::get), 0, "allocations once warm");
+    let made = ALLOC.this_thread() - before;
+    assert_eq!(made, 0, "allocations once warm");
 }

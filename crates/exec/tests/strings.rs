@@ -4,37 +4,10 @@
 
 use flick_exec::{lower, Fault, Host, Module, Outcome, Sent, Value, Vm};
 use flick_runtime::Timeslice;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
-/// Counts the allocations of the thread that asks.
-struct Counting;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            ALLOCATIONS.with(|a| a.set(a.get() + 1));
-        }
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            ALLOCATIONS.with(|a| a.set(a.get() + 1));
-        }
-        System.realloc(p, l, n)
-    }
-}
+use flick_testkit::alloc::CountingAlloc;
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// `req` views a unit with header fields of values up to 64 bytes.
 struct Headers;
@@ -200,12 +173,12 @@ fun route: (r: req) -> (integer)
         vm.run(&m, &mut h, &mut Timeslice::unlimited()).unwrap()
     };
     assert_eq!(once(&mut vm), Outcome::Done(Value::Int(7)));
-    COUNTING.with(|c| c.set(true));
+    let before = ALLOC.this_thread();
     for _ in 0..100 {
         assert_eq!(once(&mut vm), Outcome::Done(Value::Int(7)));
     }
-    COUNTING.with(|c| c.set(false));
-    assert_eq!(ALLOCATIONS.with(Cell::get), 0, "allocations once warm");
+    let made = ALLOC.this_thread() - before;
+    assert_eq!(made, 0, "allocations once warm");
 }
 
 #[test]
