@@ -3,42 +3,17 @@
 
 use flick_machine::xl::parse_str;
 use flick_machine::{Engine, FieldReader, Frame, Program};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+use flick_testkit::alloc::CountingAlloc;
 use std::sync::Arc;
 
-struct Counting;
-
-thread_local! {
-    /// Allocations by this thread: the test harness and the other tests
-    /// allocate meanwhile on threads of their own.
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count() {
-    let _ = ALLOCS.try_with(|n| n.set(n.get() + 1));
-}
-
-fn allocs() -> u64 {
-    ALLOCS.with(Cell::get)
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        System.alloc(layout)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        count();
-        System.realloc(ptr, layout, new)
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc::new();
+
+/// Allocations by this thread: the test harness and the other tests
+/// allocate meanwhile on threads of their own.
+fn allocs() -> u64 {
+    ALLOC.this_thread()
+}
 
 fn udp(src: u32, sport: u16, dst: u32, dport: u16) -> Vec<u8> {
     let mut f = vec![0u8; 42];
