@@ -2,14 +2,13 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::borrow::Cow;
-use std::cell::Cell;
 use std::fs::File;
 use std::time::{Duration, Instant};
 
 use common::{frame, frames, netns_available, wait_readable, Netns, Rng, TempFile, TEST_DEADLINE};
 use flick_packet_io::{write_pcap, AfPacket, PcapRx, RecvStatus, RxPort, TxPort};
+use flick_testkit::alloc::CountingAlloc;
 use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
 use pcap_file::pcapng::blocks::interface_description::{
     InterfaceDescriptionBlock, InterfaceDescriptionOption,
@@ -17,36 +16,14 @@ use pcap_file::pcapng::blocks::interface_description::{
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::DataLink;
 
-struct Counting;
-
-thread_local! {
-    /// Allocations made by this thread while counting; None when not.
-    static COUNT: Cell<Option<u64>> = const { Cell::new(None) };
-}
-
-// SAFETY: defers to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = COUNT.try_with(|c| c.set(c.get().map(|n| n + 1)));
-        System.alloc(layout)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = COUNT.try_with(|c| c.set(c.get().map(|n| n + 1)));
-        System.realloc(ptr, layout, new_size)
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// Reads `rx` to its end in batches of 32, counting frames and allocations.
 fn read_counting(rx: &mut PcapRx) -> (usize, u64) {
     let mut frames = 0usize;
     let mut sum = 0u64;
-    COUNT.with(|c| c.set(Some(0)));
+    let counted_from = ALLOC.this_thread();
     loop {
         let status = rx
             .recv_batch(32, &mut |frame, ts| {
@@ -58,7 +35,7 @@ fn read_counting(rx: &mut PcapRx) -> (usize, u64) {
             break;
         }
     }
-    let allocations = COUNT.with(|c| c.replace(None)).unwrap();
+    let allocations = ALLOC.this_thread() - counted_from;
     assert_ne!(sum, 0);
     (frames, allocations)
 }
@@ -66,9 +43,9 @@ fn read_counting(rx: &mut PcapRx) -> (usize, u64) {
 #[test]
 fn reading_a_thousand_frames_allocates_a_constant() {
     // The counter sees allocations at all.
-    COUNT.with(|c| c.set(Some(0)));
+    let counted_from = ALLOC.this_thread();
     let probe = std::hint::black_box(vec![1u8; 10]);
-    assert!(COUNT.with(|c| c.replace(None)).unwrap() >= 1);
+    assert!(ALLOC.this_thread() - counted_from >= 1);
     drop(probe);
 
     let sent = frames(42, 1000);
@@ -130,9 +107,9 @@ fn reading_a_thousand_frames_allocates_a_constant() {
 
 /// Runs `f` counting this thread's allocations.
 fn counting<T>(f: impl FnOnce() -> T) -> (T, u64) {
-    COUNT.with(|c| c.set(Some(0)));
+    let counted_from = ALLOC.this_thread();
     let value = f();
-    (value, COUNT.with(|c| c.replace(None)).unwrap())
+    (value, ALLOC.this_thread() - counted_from)
 }
 
 #[test]
