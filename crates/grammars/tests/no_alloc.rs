@@ -3,33 +3,12 @@
 //! corpus, after a first round that may size buffers, and the reads of
 //! their fields, through references and through whole headers.
 
+use flick_testkit::alloc::CountingAlloc;
 use flick_wire::{Grammar, Progress};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    /// Only this thread's allocations count, not the harness's.
-    static COUNTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.try_with(|c| c.get()).unwrap_or(false) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
+/// Counts only this thread's allocations, not the harness's.
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// Every corpus input of grammar `name`: its unit byte and its stream.
 fn corpus(name: &str) -> Vec<(u8, Vec<u8>)> {
@@ -54,10 +33,10 @@ fn generated_parsers_allocate_nothing_per_message() {
         let inputs = corpus(name);
         let mut parsers: Vec<_> = (0..g.units().len()).map(|u| g.parser(u)).collect();
         let mut messages = 0;
+        let mut counted_from = 0;
         for round in 0..2 {
             if round == 1 {
-                ALLOCATIONS.store(0, Ordering::SeqCst);
-                COUNTING.with(|c| c.set(true));
+                counted_from = ALLOC.this_thread();
             }
             for (unit, data) in &inputs {
                 let p = &mut parsers[*unit as usize % g.units().len()];
@@ -73,10 +52,9 @@ fn generated_parsers_allocate_nothing_per_message() {
                 }
                 p.reset();
             }
-            COUNTING.with(|c| c.set(false));
         }
+        let allocations = ALLOC.this_thread() - counted_from;
         let compiled: u64 = parsers.iter().map(|p| p.compiled_messages()).sum();
-        let allocations = ALLOCATIONS.load(Ordering::SeqCst);
         eprintln!("{name}: {messages} messages, {compiled} by generated code over two rounds, {allocations} allocations");
         assert_eq!(allocations, 0, "{name}");
         assert!(
@@ -101,8 +79,7 @@ fn batches_allocate_nothing_per_message() {
             .map(|u| g.unit(u).fields.iter().map(|f| f.name.clone()).collect())
             .collect();
         let (mut messages, mut read) = (0, 0);
-        ALLOCATIONS.store(0, Ordering::SeqCst);
-        COUNTING.with(|c| c.set(true));
+        let counted_from = ALLOC.this_thread();
         for (unit, data) in &inputs {
             let u = *unit as usize % units;
             let (p, batch) = (&mut parsers[u], &mut batches[u]);
@@ -121,8 +98,7 @@ fn batches_allocate_nothing_per_message() {
                 }
             }
         }
-        COUNTING.with(|c| c.set(false));
-        let allocations = ALLOCATIONS.load(Ordering::SeqCst);
+        let allocations = ALLOC.this_thread() - counted_from;
         eprintln!(
             "{name}: {messages} messages in batches, {read} fields read, {allocations} allocations"
         );
@@ -157,8 +133,7 @@ fn bursts_in_place_allocate_nothing_per_message() {
             by_unit[*unit as usize % units].push(data);
         }
         let (mut messages, mut read) = (0, 0);
-        ALLOCATIONS.store(0, Ordering::SeqCst);
-        COUNTING.with(|c| c.set(true));
+        let counted_from = ALLOC.this_thread();
         for (u, msgs) in by_unit.iter().enumerate() {
             let (p, batch) = (&mut parsers[u], &mut batches[u]);
             let mut rest = &msgs[..];
@@ -176,8 +151,7 @@ fn bursts_in_place_allocate_nothing_per_message() {
                 rest = &rest[(n + 1).min(rest.len())..];
             }
         }
-        COUNTING.with(|c| c.set(false));
-        let allocations = ALLOCATIONS.load(Ordering::SeqCst);
+        let allocations = ALLOC.this_thread() - counted_from;
         eprintln!(
             "{name}: {messages} messages in bursts, {read} fields read, {allocations} allocations"
         );
