@@ -939,35 +939,8 @@ impl Vm {
                 self.set_slot(dst, (eq != ne) as i64);
             }
             Fast::PackFields { first, n } => self.pack_fields(module, host, flat, first, n)?,
-            Fast::DerefIndex { at } => {
-                let (Op::Deref { src, .. }, Op::Index { dst, index, .. }) =
-                    (&flat.code[at as usize], &flat.code[at as usize + 1])
-                else {
-                    unreachable!("fused from a dereference and an index")
-                };
-                let (src, dst, index) = (*src, *dst, *index);
-                match self.ref_dict(host, src) {
-                    Some(state) => {
-                        let done = self.dict_index_into(module, host, state, index, dst);
-                        self.second_of_pair(at, done)?
-                    }
-                    None => self.value_pair(module, host, flat, at)?,
-                }
-            }
-            Fast::DerefIndexSet { at } => {
-                let (Op::Deref { src: r, .. }, Op::IndexSet { index, src, .. }) =
-                    (&flat.code[at as usize], &flat.code[at as usize + 1])
-                else {
-                    unreachable!("fused from a dereference and an index")
-                };
-                let (r, index, src) = (*r, *index, *src);
-                match self.ref_dict(host, r) {
-                    Some(state) => {
-                        let done = self.dict_store(module, host, state, index, src);
-                        self.second_of_pair(at, done)?
-                    }
-                    None => self.value_pair(module, host, flat, at)?,
-                }
+            Fast::DerefIndex { at } | Fast::DerefIndexSet { at } => {
+                self.deref_pair(module, host, flat, at)?
             }
             Fast::Jump { to } => return Ok(Step::Goto(to)),
             Fast::JumpIfNot { cond, to } => {
@@ -983,6 +956,31 @@ impl Vm {
             Fast::Return { src } => return Ok(Step::Done(self.regs[src as usize].clone())),
         }
         Ok(Step::Next)
+    }
+
+    /// A dereference at `at` fused with the index or index store after
+    /// it: run straight on the dictionary the reference names, or else as
+    /// the interpreter runs the two.
+    #[inline]
+    fn deref_pair(
+        &mut self,
+        module: &Module,
+        host: &mut dyn Host,
+        flat: &Flat,
+        at: u32,
+    ) -> Result<(), Fault> {
+        let Op::Deref { src: r, .. } = flat.code[at as usize] else {
+            unreachable!("fused from a dereference")
+        };
+        let Some(state) = self.ref_dict(host, r) else {
+            return self.value_pair(module, host, flat, at);
+        };
+        let done = match flat.code[at as usize + 1] {
+            Op::Index { dst, index, .. } => self.dict_index_into(module, host, state, index, dst),
+            Op::IndexSet { index, src, .. } => self.dict_store(module, host, state, index, src),
+            _ => unreachable!("fused from a dereference and an index"),
+        };
+        self.second_of_pair(at, done)
     }
 
     /// Flattened operations `at` and `at + 1` (neither a send) as the
