@@ -789,33 +789,12 @@ mod tests {
 /// Counts this thread's allocations, for the tests above.
 #[cfg(test)]
 mod counting {
-    use std::alloc::{GlobalAlloc, Layout, System};
-    use std::cell::Cell;
-
-    thread_local! {
-        static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-    }
-
-    pub fn allocations() -> usize {
-        ALLOCATIONS.with(Cell::get)
-    }
-
-    struct Counting;
-
-    unsafe impl GlobalAlloc for Counting {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            let _ = ALLOCATIONS.try_with(|a| a.set(a.get() + 1));
-            unsafe { System.alloc(layout) }
-        }
-        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            unsafe { System.dealloc(ptr, layout) }
-        }
-        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-            let _ = ALLOCATIONS.try_with(|a| a.set(a.get() + 1));
-            unsafe { System.realloc(ptr, layout, new) }
-        }
-    }
+    use flick_testkit::alloc::CountingAlloc;
 
     #[global_allocator]
-    static GLOBAL: Counting = Counting;
+    static ALLOC: CountingAlloc = CountingAlloc::new();
+
+    pub fn allocations() -> u64 {
+        ALLOC.this_thread()
+    }
 }
