@@ -15,12 +15,12 @@ mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::serve::TempDir;
-use support::{counting_program, free_port, hup, ROOT};
+use support::{counting_program, free_port, hup};
 
 /// A child process killed on drop.
 struct Killed(Child);
@@ -35,18 +35,7 @@ impl Drop for Killed {
 /// `flick run ARGS` on two workers; the child and its standard error,
 /// collected as it comes.
 fn flick_run(args: &[&str], port: u16) -> (Killed, Arc<Mutex<String>>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
-        .current_dir(ROOT)
-        .arg("run")
-        .args(args)
-        .args(["--listen", &format!("client=127.0.0.1:{port}")])
-        .args(["--workers", "2"])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = support::collect_stderr(&mut child);
+    let (child, log) = support::run_logging(args, port);
     (Killed(child), log)
 }
 

@@ -52,18 +52,7 @@ impl Drop for Run {
 impl Run {
     /// Starts `flick run PROGRAM` on `port`, without waiting for it.
     fn spawn(program: &std::path::Path, port: u16) -> Run {
-        let listen = format!("client=127.0.0.1:{port}");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
-            .current_dir(ROOT)
-            .arg("run")
-            .arg(program)
-            .args(["--listen", &listen, "--workers", "2"])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = support::collect_stderr(&mut child);
+        let (child, log) = support::run_logging(&[program.to_str().unwrap()], port);
         Run { child, port, log }
     }
 

@@ -91,6 +91,24 @@ fun respond: (hits: ref integer, -/simple_response client, req: request) -> ()
     )
 }
 
+/// Starts `flick run ARGS` on `port` with two workers, logging at `info`;
+/// the child, and its standard error collected as it comes.
+pub fn run_logging(args: &[&str], port: u16) -> (Child, Arc<Mutex<String>>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(ROOT)
+        .arg("run")
+        .args(args)
+        .args(["--listen", &format!("client=127.0.0.1:{port}")])
+        .args(["--workers", "2"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = collect_stderr(&mut child);
+    (child, log)
+}
+
 /// `child`'s standard error (piped), collected as it comes by a thread
 /// of its own, so that the child never blocks on a full pipe.
 pub fn collect_stderr(child: &mut Child) -> Arc<Mutex<String>> {
