@@ -70,6 +70,10 @@ impl Run {
 enum Outcome {
     /// Answered: the reason phrase.
     Answered(String),
+    /// Answered on a kept-alive connection with `Connection: close`: the
+    /// server ends it, and the client, as HTTP clients do, asks next on a
+    /// new one.
+    AnsweredClosing(String),
     /// Nothing within `ANSWER_WITHIN`.
     Stalled,
     /// Closed or reset before any byte of an answer.
@@ -109,7 +113,15 @@ fn exchange(s: &mut TcpStream, keep_alive: bool) -> Outcome {
         return failed(e);
     }
     let reason = head.lines().next().and_then(|l| l.splitn(3, ' ').nth(2));
-    Outcome::Answered(reason.unwrap_or_default().to_string())
+    let reason = reason.unwrap_or_default().to_string();
+    let closing = head
+        .lines()
+        .any(|l| l.eq_ignore_ascii_case("connection: close"));
+    if keep_alive && closing {
+        Outcome::AnsweredClosing(reason)
+    } else {
+        Outcome::Answered(reason)
+    }
 }
 
 fn connect(port: u16) -> Result<TcpStream, Outcome> {
@@ -214,12 +226,14 @@ struct Counts {
     /// Kept-alive connections closed by a draining version before an
     /// answer: asked again on a new connection.
     keep_alive_closed: AtomicU64,
+    /// Kept-alive connections whose answer said `Connection: close`.
+    announced_closes: AtomicU64,
 }
 
 impl Counts {
     fn note(&self, outcome: &Outcome) {
         let counter = match outcome {
-            Outcome::Answered(_) => &self.answered,
+            Outcome::Answered(_) | Outcome::AnsweredClosing(_) => &self.answered,
             Outcome::Stalled => &self.stalled,
             Outcome::Closed => &self.reset,
             Outcome::Refused => &self.refused,
@@ -256,6 +270,10 @@ fn keep_alive_client(port: u16, stop: Arc<AtomicBool>, counts: Arc<Counts>) {
                 counts.note(&Outcome::Answered(r));
                 conn = Some(s);
             }
+            Outcome::AnsweredClosing(r) => {
+                counts.note(&Outcome::Answered(r));
+                counts.announced_closes.fetch_add(1, Ordering::Relaxed);
+            }
             Outcome::Closed if reused => {
                 counts.keep_alive_closed.fetch_add(1, Ordering::Relaxed);
             }
@@ -291,13 +309,14 @@ fn under_load(port: u16, reload: impl FnOnce()) {
     }
     let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
     let report = format!(
-        "answered {}, stalled {} ({} on kept-alive connections), reset {}, refused {}, kept-alive closed {}",
+        "answered {}, stalled {} ({} on kept-alive connections), reset {}, refused {}, kept-alive closed {} ({} announced)",
         read(&counts.answered),
         read(&counts.stalled),
         read(&counts.stalled_kept_alive),
         read(&counts.reset),
         read(&counts.refused),
-        read(&counts.keep_alive_closed)
+        read(&counts.keep_alive_closed),
+        read(&counts.announced_closes)
     );
     eprintln!("{report}");
     assert!(read(&counts.answered) > 100, "too few requests: {report}");
