@@ -2,7 +2,9 @@
 //! (Listing 3) folding a large job allocates no more than folding a small
 //! one, counted by a global allocator.
 
-use flick_platform::{Loaded, Service, ServiceConfig};
+mod ifile;
+
+use flick_platform::Service;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -30,71 +32,13 @@ static GLOBAL: Counting = Counting;
 
 const MAPPERS: usize = 8;
 
-fn vlong(out: &mut Vec<u8>, v: i64) {
-    if (-112..=127).contains(&v) {
-        out.push(v as u8);
-        return;
-    }
-    let (m, base) = if v < 0 { (!v, -120i32) } else { (v, -112i32) };
-    let n = 8 - (m.leading_zeros() as usize) / 8;
-    out.push((base - n as i32) as u8);
-    for i in (0..n).rev() {
-        out.push((m >> (8 * i)) as u8);
-    }
-}
-
 /// A mapper's sorted word-count IFile: `per_key` records of each of 300
 /// words, then the end marker and the CRC32.
 fn stream(per_key: usize) -> Vec<u8> {
-    let mut out = Vec::new();
-    for w in 0..300 {
-        let word = format!("word{w:05}");
-        for _ in 0..per_key {
-            vlong(&mut out, word.len() as i64 + 1);
-            vlong(&mut out, 4);
-            vlong(&mut out, word.len() as i64);
-            out.extend_from_slice(word.as_bytes());
-            out.extend_from_slice(&1i32.to_be_bytes());
-        }
-    }
-    vlong(&mut out, -1);
-    vlong(&mut out, -1);
-    let mut crc = 0xffff_ffffu32;
-    for &b in &out {
-        crc ^= b as u32;
-        for _ in 0..8 {
-            crc = (crc >> 1) ^ (0xedb8_8320 & (crc & 1).wrapping_neg());
-        }
-    }
-    out.extend_from_slice(&(!crc).to_be_bytes());
-    out
-}
-
-fn aggregator(reducer: u16) -> Service {
-    let path = format!(
-        "{}/../../examples/hadoop_wordcount.flick",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let src = std::fs::read_to_string(path).unwrap();
-    let (program, diags) = flick_syntax::parse(&src);
-    assert!(diags.is_empty());
-    let (checked, diags) = flick_check::check(&program);
-    assert!(diags.is_empty());
-    let grammar = flick_wire::Grammar::stock("hadoop_ifile").unwrap();
-    let loaded = Loaded::new(&program, &checked, grammar).unwrap();
-    let addr = |p: u16| format!("127.0.0.1:{p}").parse().unwrap();
-    Service::start(
-        loaded,
-        ServiceConfig {
-            listen: vec![("mappers".into(), addr(flick_testkit::free_port()))],
-            connect: vec![("reducer".into(), vec![addr(reducer)])],
-            fan_in: vec![("mappers".into(), MAPPERS)],
-            workers: 1,
-            max_instances: 16,
-            ..ServiceConfig::default()
-        },
-    )
-    .unwrap()
+    let records: Vec<(String, i32)> = (0..300)
+        .flat_map(|w| std::iter::repeat_n((format!("word{w:05}"), 1), per_key))
+        .collect();
+    ifile::ifile(&records)
 }
 
 /// One job: every mapper's stream sent, the reducer's read to its end
@@ -124,7 +68,7 @@ fn job(service: &Service, reducer: &TcpListener, streams: &[Vec<u8>], out: &mut 
 #[test]
 fn folding_four_times_the_records_allocates_no_more() {
     let reducer = TcpListener::bind("127.0.0.1:0").unwrap();
-    let service = aggregator(reducer.local_addr().unwrap().port());
+    let service = ifile::aggregator(reducer.local_addr().unwrap().port(), MAPPERS);
     let large: Vec<Vec<u8>> = (0..MAPPERS).map(|_| stream(200)).collect();
     let huge: Vec<Vec<u8>> = (0..MAPPERS).map(|_| stream(800)).collect();
     let mut out = Vec::with_capacity(1 << 20);
