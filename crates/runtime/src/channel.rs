@@ -288,6 +288,13 @@ impl<T> Receiver<T> {
     }
 
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        // An empty queue is told by two loads; a `pop` that finds it empty
+        // also fences, and a compute task polls several empty channels a
+        // run (the check races a push as `pop` does: the push's wake
+        // runs the consumer again).
+        if self.inner().queue.is_empty() && !self.inner().closed.load(Ordering::Acquire) {
+            return Err(TryRecvError::Empty);
+        }
         match self.inner().queue.pop() {
             Some(v) => {
                 if self.inner().producer_waiting.swap(false, Ordering::SeqCst) {
