@@ -207,26 +207,6 @@ fn the_dump_has_ports_counters_and_sorted_state() {
     );
 }
 
-/// A live port: its frames, then nothing, never an end.
-struct LiveRx(MemRx);
-
-impl flick_packet_io::RxPort for LiveRx {
-    fn recv_batch(
-        &mut self,
-        max: usize,
-        f: &mut dyn FnMut(&[u8], u64),
-    ) -> Result<flick_packet_io::RecvStatus, flick_packet_io::PortError> {
-        match self.0.recv_batch(max, f)? {
-            flick_packet_io::RecvStatus::End => Ok(flick_packet_io::RecvStatus::Idle),
-            s => Ok(s),
-        }
-    }
-
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        None
-    }
-}
-
 #[test]
 fn a_live_run_dumps_on_request_and_ends_on_stop() {
     use std::sync::atomic::Ordering;

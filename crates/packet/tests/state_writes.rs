@@ -36,26 +36,6 @@ fun track: (last: ref dict<integer*integer>, count: ref integer, outside: -/pkt,
   p => outside
 ";
 
-/// A live port: its frames, then nothing, never an end.
-struct LiveRx(MemRx);
-
-impl flick_packet_io::RxPort for LiveRx {
-    fn recv_batch(
-        &mut self,
-        max: usize,
-        f: &mut dyn FnMut(&[u8], u64),
-    ) -> Result<flick_packet_io::RecvStatus, flick_packet_io::PortError> {
-        match self.0.recv_batch(max, f)? {
-            flick_packet_io::RecvStatus::End => Ok(flick_packet_io::RecvStatus::Idle),
-            s => Ok(s),
-        }
-    }
-
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        None
-    }
-}
-
 /// Stops the run however the test ends, so a failed assertion fails the
 /// test rather than hang it.
 struct StopOnDrop<'a>(&'a AtomicBool);

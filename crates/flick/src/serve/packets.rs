@@ -1552,11 +1552,7 @@ impl prometheus_client::collector::Collector for PacketCollector {
                 s.workers_sum(|w| &w.dict_full),
             ),
         ];
-        for (name, help, v) in totals {
-            let m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
-            ConstCounter::new(v).encode(m)?;
-        }
-        Ok(())
+        encode_totals(&mut e, &totals)
     }
 }
 
@@ -1628,10 +1624,21 @@ impl prometheus_client::collector::Collector for MachineCollector {
                 s.workers_sum(|w| &w.swaps),
             ),
         ];
-        for (name, help, v) in totals {
-            let m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
-            ConstCounter::new(v).encode(m)?;
-        }
-        Ok(())
+        encode_totals(&mut e, &totals)
     }
+}
+
+/// Counters summed over a service's workers, one sample each.
+fn encode_totals(
+    e: &mut prometheus_client::encoding::DescriptorEncoder,
+    totals: &[(&str, &str, u64)],
+) -> Result<(), std::fmt::Error> {
+    use prometheus_client::encoding::EncodeMetric;
+    use prometheus_client::metrics::counter::ConstCounter;
+    use prometheus_client::metrics::MetricType;
+    for (name, help, v) in totals {
+        let m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+        ConstCounter::new(*v).encode(m)?;
+    }
+    Ok(())
 }

@@ -66,6 +66,26 @@ impl RxPort for MemRx {
     }
 }
 
+/// A live port: its frames, then nothing, never an end.
+pub struct LiveRx(pub MemRx);
+
+impl RxPort for LiveRx {
+    fn recv_batch(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(&[u8], u64),
+    ) -> Result<RecvStatus, PortError> {
+        match self.0.recv_batch(max, f)? {
+            RecvStatus::End => Ok(RecvStatus::Idle),
+            s => Ok(s),
+        }
+    }
+
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
 /// Frames with their timestamps.
 pub type Frames = Vec<(Vec<u8>, u64)>;
 
