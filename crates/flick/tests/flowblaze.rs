@@ -5,6 +5,7 @@
 //! `FLICK_BLESS=1`), and one worker and two give the same files. A
 //! property test holds the UDP firewall to a plain Rust model of it.
 
+use common::{golden_file, run_over_ports, Scratch, ROOT};
 use flick_machine::{Engine, FieldReader, Program};
 use flick_packet_io::{read_pcap, write_pcap};
 use proptest::prelude::*;
@@ -13,32 +14,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+mod common;
+
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000 * MS;
 
 fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/flowblaze")
-}
-
-/// A directory of the test's own, removed when the test ends.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("flick-flowblaze-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn path(&self, f: &str) -> PathBuf {
-        self.0.join(f)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    Path::new(ROOT).join("examples/flowblaze")
 }
 
 /// An Ethernet + IPv4 frame carrying TCP (`proto` 6) or UDP (17), with
@@ -85,32 +67,18 @@ fn run(
     outs: &[u8],
     workers: usize,
 ) -> (Vec<Frames>, String) {
-    let mut args: Vec<String> = vec!["run".into(), examples().join(program).display().to_string()];
+    let mut ports = Vec::new();
     for (n, frames) in inputs {
         let p = dir.path(&format!("in{n}.pcap"));
         write_pcap(&p, frames).unwrap();
-        args.push("--port".into());
-        args.push(format!("{n}=pcap:{}", p.display()));
+        ports.push(format!("{n}=pcap:{}", p.display()));
     }
     for n in outs {
-        args.push("--port".into());
-        args.push(format!(
-            "{n}=pcap-out:{}",
-            dir.path(&format!("out{n}-{workers}.pcap")).display()
-        ));
+        let p = dir.path(&format!("out{n}-{workers}.pcap"));
+        ports.push(format!("{n}=pcap-out:{}", p.display()));
     }
     let dump = dir.path(&format!("dump-{workers}.json"));
-    args.extend([
-        "--workers".into(),
-        workers.to_string(),
-        "--dump".into(),
-        dump.display().to_string(),
-    ]);
-    let o = Command::new(env!("CARGO_BIN_EXE_flick"))
-        .args(&args)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    run_over_ports(&examples().join(program), &ports, workers, &dump);
     let outputs = outs
         .iter()
         .map(|n| read_pcap(&dir.path(&format!("out{n}-{workers}.pcap"))).unwrap())
@@ -127,12 +95,7 @@ fn golden(name: &str, program: &str, inputs: &[(u8, &Frames)], outs: &[u8]) -> V
     assert_eq!(one, two, "one worker and two wrote different frames");
     assert_eq!(dump, dump2, "one worker and two dumped different state");
     let file = examples().join("golden").join(format!("{name}.dump.json"));
-    if std::env::var_os("FLICK_BLESS").is_some() {
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        std::fs::write(&file, &dump).unwrap();
-    }
-    let want = std::fs::read_to_string(&file)
-        .unwrap_or_else(|e| panic!("{}: {e} (FLICK_BLESS=1 writes it)", file.display()));
+    let want = String::from_utf8(golden_file(&file, dump.as_bytes(), "FLICK_BLESS")).unwrap();
     assert_eq!(dump, want, "the dump differs from {}", file.display());
     one
 }

@@ -16,40 +16,21 @@
 //!   one of a plain Rust model of the use case
 //!   (`flick_testkit::flowblaze_model`).
 
+use common::{golden_file, run_over_ports, Scratch, ROOT};
 use flick_machine::{Engine, FieldReader, Program};
 use flick_packet_io::read_pcap;
 use flick_testkit::flowblaze_model::{self as model, Pkt, Verdict};
+use proptest::collection::vec;
 use proptest::prelude::*;
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+mod common;
 
 fn examples() -> PathBuf {
     Path::new(ROOT).join("examples/flowblaze")
-}
-
-/// A directory of the test's own, removed when the test ends.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("flick-usecases-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn path(&self, f: &str) -> PathBuf {
-        self.0.join(f)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A program and its ports: the XL port numbers it reads captures on and
@@ -135,36 +116,17 @@ fn run(dir: &Scratch, program: &Path, uc: &UseCase, workers: usize) -> Run {
         "{}-{workers}",
         program.extension().unwrap().to_string_lossy()
     );
-    let mut args: Vec<String> = vec!["run".into(), program.display().to_string()];
+    let mut ports = Vec::new();
     for n in uc.inputs {
         let p = examples().join(format!("testdata/{}-{n}.pcap", uc.name));
-        args.push("--port".into());
-        args.push(format!("{n}=pcap:{}", p.display()));
+        ports.push(format!("{n}=pcap:{}", p.display()));
     }
     for n in uc.outputs {
-        args.push("--port".into());
-        args.push(format!(
-            "{n}=pcap-out:{}",
-            dir.path(&format!("out{n}-{tag}.pcap")).display()
-        ));
+        let p = dir.path(&format!("out{n}-{tag}.pcap"));
+        ports.push(format!("{n}=pcap-out:{}", p.display()));
     }
     let dump = dir.path(&format!("dump-{tag}.json"));
-    args.extend([
-        "--workers".into(),
-        workers.to_string(),
-        "--dump".into(),
-        dump.display().to_string(),
-    ]);
-    let o = Command::new(env!("CARGO_BIN_EXE_flick"))
-        .args(&args)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{}: {}",
-        program.display(),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    run_over_ports(program, &ports, workers, &dump);
     Run {
         captures: uc
             .outputs
@@ -179,12 +141,7 @@ fn run(dir: &Scratch, program: &Path, uc: &UseCase, workers: usize) -> Run {
 /// `FLICK_BLESS=1`).
 fn against_golden(name: &str, got: &[u8]) {
     let file = examples().join("golden/usecases").join(name);
-    if std::env::var_os("FLICK_BLESS").is_some() {
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        std::fs::write(&file, got).unwrap();
-    }
-    let want = std::fs::read(&file)
-        .unwrap_or_else(|e| panic!("{}: {e} (FLICK_BLESS=1 writes it)", file.display()));
+    let want = golden_file(&file, got, "FLICK_BLESS");
     assert!(got == want, "{} differs from this run", file.display());
 }
 
@@ -924,74 +881,46 @@ fn big_flows_step() -> impl Strategy<Value = (u8, Vec<u8>, u64)> {
     })
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+/// Steps of a strategy that yields a few at a time, one after another.
+fn flat(
+    steps: impl Strategy<Value = Vec<Vec<(u8, Vec<u8>, u64)>>>,
+) -> impl Strategy<Value = Vec<(u8, Vec<u8>, u64)>> {
+    steps.prop_map(|s| s.into_iter().flatten().collect())
+}
 
-    #[test]
-    fn server_load_balancer_matches_its_model(steps in prop::collection::vec(lb_step(), 1..120)) {
-        let mut m = model::ServerLoadBalancer::default();
-        agree("server_load_balancer", steps, |p, port, now| m.packet(p, port, now))?;
-    }
+/// A property test per use case: `steps` through [`agree`] with a fresh
+/// model of the use case.
+macro_rules! matches_its_model {
+    ($($test:ident: $name:literal, $model:ident, $steps:expr;)*) => {
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(48))]
+            $(
+                #[test]
+                fn $test(steps in $steps) {
+                    let mut m = model::$model::default();
+                    agree($name, steps, |p, port, now| m.packet(p, port, now))?;
+                }
+            )*
+        }
+    };
+}
 
-    #[test]
-    fn flowlet_lb_matches_its_model(steps in prop::collection::vec(flowlet_step(), 1..100)) {
-        let mut m = model::FlowletLb::default();
-        agree("flowlet_lb", steps, |p, port, now| m.packet(p, port, now))?;
-    }
-
-    #[test]
-    fn traffic_policer_matches_its_model(steps in prop::collection::vec(policer_step(), 1..100)) {
-        let mut m = model::TrafficPolicer::default();
-        agree("traffic_policer", steps, |p, port, now| m.packet(p, port, now))?;
-    }
-
-    #[test]
-    fn syn_flood_matches_its_model(steps in prop::collection::vec(syn_flood_step(), 1..120)) {
-        let mut m = model::SynFlood::default();
-        agree("syn_flood", steps, |p, port, now| m.packet(p, port, now))?;
-    }
-
-    #[test]
-    fn tcp_optimistic_ack_matches_its_model(steps in prop::collection::vec(optimistic_step(), 1..100)) {
-        let mut m = model::TcpOptimisticAck::default();
-        agree("tcp_optimistic_ack", steps, |p, port, now| m.packet(p, port, now))?;
-    }
-
-    #[test]
-    fn super_spreader_matches_its_model(steps in prop::collection::vec(spreader_step(), 1..120)) {
-        let mut m = model::SuperSpreader::default();
-        agree("super_spreader", steps, |p, port, now| m.packet(p, port, now))?;
-    }
-
-    #[test]
-    fn dynamic_nat_matches_its_model(steps in prop::collection::vec(nat_step(), 1..120)) {
-        let mut m = model::DynamicNat::default();
-        agree("dynamic_nat", steps, |p, port, now| m.packet(p, port, now))?;
-    }
-
-    #[test]
-    fn tcp_conntrack_matches_its_model(steps in prop::collection::vec(conntrack_step(), 1..150)) {
-        let mut m = model::TcpConntrack::default();
-        let steps = steps.into_iter().flatten().collect();
-        agree("tcp_conntrack", steps, |p, port, now| m.packet(p, port, now))?;
-    }
-
-    #[test]
-    fn port_knocking_matches_its_model(steps in prop::collection::vec(knocking_step(), 1..120)) {
-        let mut m = model::PortKnocking::default();
-        let steps = steps.into_iter().flatten().collect();
-        agree("port_knocking", steps, |p, port, now| m.packet(p, port, now))?;
-    }
-
-    #[test]
-    fn big_flows_matches_its_model(steps in prop::collection::vec(big_flows_step(), 1..120)) {
-        let mut m = model::BigFlows::default();
-        agree("big_flows", steps, |p, port, now| m.packet(p, port, now))?;
-    }
-
-    #[test]
-    fn udp_firewall_matches_its_model(steps in prop::collection::vec(firewall_step(), 1..120)) {
-        let mut m = model::UdpFirewall::default();
-        agree("udp_firewall", steps, |p, port, now| m.packet(p, port, now))?;
-    }
+matches_its_model! {
+    server_load_balancer_matches_its_model:
+        "server_load_balancer", ServerLoadBalancer, vec(lb_step(), 1..120);
+    flowlet_lb_matches_its_model: "flowlet_lb", FlowletLb, vec(flowlet_step(), 1..100);
+    traffic_policer_matches_its_model:
+        "traffic_policer", TrafficPolicer, vec(policer_step(), 1..100);
+    syn_flood_matches_its_model: "syn_flood", SynFlood, vec(syn_flood_step(), 1..120);
+    tcp_optimistic_ack_matches_its_model:
+        "tcp_optimistic_ack", TcpOptimisticAck, vec(optimistic_step(), 1..100);
+    super_spreader_matches_its_model:
+        "super_spreader", SuperSpreader, vec(spreader_step(), 1..120);
+    dynamic_nat_matches_its_model: "dynamic_nat", DynamicNat, vec(nat_step(), 1..120);
+    tcp_conntrack_matches_its_model:
+        "tcp_conntrack", TcpConntrack, flat(vec(conntrack_step(), 1..150));
+    port_knocking_matches_its_model:
+        "port_knocking", PortKnocking, flat(vec(knocking_step(), 1..120));
+    big_flows_matches_its_model: "big_flows", BigFlows, vec(big_flows_step(), 1..120);
+    udp_firewall_matches_its_model: "udp_firewall", UdpFirewall, vec(firewall_step(), 1..120);
 }

@@ -1,0 +1,87 @@
+//! Helpers shared by the tests that run the `flick` binary over files:
+//! scratch directories, `flick run` over packet ports with a dump, and
+//! golden files. The serve and memcached helpers live in `support`.
+
+// Each test file compiles this module on its own and uses only some of it.
+#![allow(dead_code)]
+
+use serde_json::{Map, Value as Json};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The workspace root, where `flick` is started.
+pub const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// A directory of the test's own, removed when dropped (the test failing
+/// too).
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    /// A new empty directory; `tag` names it for whoever looks, and a
+    /// number of its own keeps two with one tag apart.
+    pub fn new(tag: &str) -> Scratch {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("flick-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `flick run PROGRAM --port PORT... --workers N --dump DUMP` in the
+/// workspace root; panics with its standard error unless it succeeds.
+pub fn run_over_ports(program: &Path, ports: &[String], workers: usize, dump: &Path) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flick"));
+    cmd.current_dir(ROOT).arg("run").arg(program);
+    for p in ports {
+        cmd.arg("--port").arg(p);
+    }
+    cmd.arg("--workers")
+        .arg(workers.to_string())
+        .arg("--dump")
+        .arg(dump);
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "flick run {} failed: {}",
+        program.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// [`run_over_ports`], then the dump's `globals`, no frame malformed and
+/// no rule faulted.
+pub fn run_for_globals(
+    program: &Path,
+    ports: &[String],
+    dump: &Path,
+    workers: usize,
+) -> Map<String, Json> {
+    run_over_ports(program, ports, workers, dump);
+    let dump: Json = serde_json::from_slice(&std::fs::read(dump).unwrap()).unwrap();
+    assert_eq!(dump["malformed"], 0, "{dump}");
+    assert_eq!(dump["faults"], 0, "{dump}");
+    dump["globals"].as_object().unwrap().clone()
+}
+
+/// The golden file `path`'s bytes, rewritten first with `got` where the
+/// environment sets `bless` (then read the diff).
+pub fn golden_file(path: &Path, got: &[u8], bless: &str) -> Vec<u8> {
+    if std::env::var_os(bless).is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, got).unwrap();
+    }
+    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e} ({bless}=1 writes it)", path.display()))
+}
