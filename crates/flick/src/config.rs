@@ -77,61 +77,75 @@ pub const REQUEST_BUFFER_BYTES: RangeInclusive<usize> = 0..=1 << 20;
 /// other services' while they all have work (the scheduler's groups).
 pub const WEIGHT: RangeInclusive<u32> = 1..=flick_runtime::MAX_WEIGHT;
 
-/// A configuration file as written. Every key is optional; unknown keys
-/// are errors.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    /// The program, relative to the configuration file's directory.
-    pub program: Option<String>,
-    /// Channel name to listening address.
-    #[serde(default)]
-    pub listen: BTreeMap<String, String>,
-    /// Channel (or channel array) name to backend addresses.
-    #[serde(default)]
-    pub connect: BTreeMap<String, Addrs>,
-    pub workers: Option<usize>,
-    pub timeslice_us: Option<u64>,
-    /// Address of the Prometheus `/metrics` endpoint.
-    pub metrics: Option<String>,
-    /// Where a line per answered request goes (`-`: standard output).
-    pub access_log: Option<String>,
-    pub max_instances: Option<usize>,
-    pub channel_capacity: Option<usize>,
-    pub dict_capacity: Option<usize>,
-    /// How long a backend may take to answer, in milliseconds.
-    pub response_timeout_ms: Option<u64>,
-    /// A request body's most bytes (the grammar's `max_body_bytes`).
-    pub max_body_bytes: Option<u64>,
-    /// The largest request read whole before it goes on.
-    pub request_buffer_bytes: Option<usize>,
-    /// Connections to each backend shared by all clients (0: per client).
-    pub backend_connections: Option<usize>,
-    /// How long an idle exclusive backend connection is kept (0: always).
-    pub backend_idle_timeout_ms: Option<u64>,
-    /// How long a client request may take from its first bytes to its
-    /// last (0: no limit).
-    pub client_request_timeout_ms: Option<u64>,
-    /// Exclusive connections per backend and worker, at most (0: no cap).
-    pub backend_max_connections: Option<usize>,
-    /// `pipelined` or `exclusive`.
-    pub backend_sharing: Option<String>,
-    /// `per-worker` or `single`.
-    pub accept: Option<String>,
-    /// How long a fan-in group may wait for its last connection.
-    pub fan_in_timeout_ms: Option<u64>,
-    /// How long a peer the program only writes to (a reducer) is tried.
-    pub connect_timeout_ms: Option<u64>,
-    /// The service's share of the workers against other services'.
-    pub weight: Option<u32>,
-    /// Listening channel array name to the connections that make up one
-    /// instance.
-    #[serde(default)]
-    pub fan_in: BTreeMap<String, usize>,
-    /// Channel (or channel array) name to packet ports (`pcap:FILE`,
-    /// `pcap-out:FILE`, `afpacket:IFACE`, `tun:NAME`): a packet program.
-    #[serde(default)]
-    pub ports: BTreeMap<String, Addrs>,
+/// Declares a struct of settings with its own fields first, then the
+/// settings that the file and the command line both give, each an
+/// `Option` (unset unless given): one list, so the two cannot drift apart.
+macro_rules! with_shared_settings {
+    ($(#[$attr:meta])* pub struct $name:ident { $($own:tt)* }) => {
+        $(#[$attr])*
+        pub struct $name {
+            $($own)*
+            pub workers: Option<usize>,
+            pub timeslice_us: Option<u64>,
+            /// Address of the Prometheus `/metrics` endpoint.
+            pub metrics: Option<String>,
+            /// Where a line per answered request goes (`-`: standard output).
+            pub access_log: Option<String>,
+            pub max_instances: Option<usize>,
+            pub channel_capacity: Option<usize>,
+            pub dict_capacity: Option<usize>,
+            /// How long a backend may take to answer, in milliseconds.
+            pub response_timeout_ms: Option<u64>,
+            /// A request body's most bytes (the grammar's `max_body_bytes`).
+            pub max_body_bytes: Option<u64>,
+            /// The largest request read whole before it goes on.
+            pub request_buffer_bytes: Option<usize>,
+            /// Connections to each backend shared by all clients (0: per client).
+            pub backend_connections: Option<usize>,
+            /// How long an idle exclusive backend connection is kept (0: always).
+            pub backend_idle_timeout_ms: Option<u64>,
+            /// How long a client request may take from its first bytes to its
+            /// last (0: no limit).
+            pub client_request_timeout_ms: Option<u64>,
+            /// Exclusive connections per backend and worker, at most (0: no cap).
+            pub backend_max_connections: Option<usize>,
+            /// `pipelined` or `exclusive`.
+            pub backend_sharing: Option<String>,
+            /// `per-worker` or `single`.
+            pub accept: Option<String>,
+            /// How long a fan-in group may wait for its last connection.
+            pub fan_in_timeout_ms: Option<u64>,
+            /// How long a peer the program only writes to (a reducer) is tried.
+            pub connect_timeout_ms: Option<u64>,
+        }
+    };
+}
+
+with_shared_settings! {
+    /// A configuration file as written. Every key is optional; unknown keys
+    /// are errors.
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct FileConfig {
+        /// The program, relative to the configuration file's directory.
+        pub program: Option<String>,
+        /// Channel name to listening address.
+        #[serde(default)]
+        pub listen: BTreeMap<String, String>,
+        /// Channel (or channel array) name to backend addresses.
+        #[serde(default)]
+        pub connect: BTreeMap<String, Addrs>,
+        /// The service's share of the workers against other services'.
+        pub weight: Option<u32>,
+        /// Listening channel array name to the connections that make up one
+        /// instance.
+        #[serde(default)]
+        pub fan_in: BTreeMap<String, usize>,
+        /// Channel (or channel array) name to packet ports (`pcap:FILE`,
+        /// `pcap-out:FILE`, `afpacket:IFACE`, `tun:NAME`): a packet program.
+        #[serde(default)]
+        pub ports: BTreeMap<String, Addrs>,
+    }
 }
 
 /// One address (`"host:port"`) or a list of them.
@@ -169,35 +183,19 @@ impl FileConfig {
     }
 }
 
-/// What the command line gives; each `Some` (and each binding) overrides
-/// the file.
-#[derive(Debug, Default, Clone)]
-pub struct Overrides {
-    pub program: Option<String>,
-    /// `CHANNEL=ADDR`
-    pub listen: Vec<String>,
-    /// `CHANNEL=ADDR[,ADDR...]`
-    pub connect: Vec<String>,
-    pub workers: Option<usize>,
-    pub timeslice_us: Option<u64>,
-    pub metrics: Option<String>,
-    pub access_log: Option<String>,
-    pub max_instances: Option<usize>,
-    pub channel_capacity: Option<usize>,
-    pub dict_capacity: Option<usize>,
-    pub response_timeout_ms: Option<u64>,
-    pub max_body_bytes: Option<u64>,
-    pub request_buffer_bytes: Option<usize>,
-    pub backend_connections: Option<usize>,
-    pub backend_idle_timeout_ms: Option<u64>,
-    pub client_request_timeout_ms: Option<u64>,
-    pub backend_max_connections: Option<usize>,
-    pub backend_sharing: Option<String>,
-    pub accept: Option<String>,
-    pub fan_in_timeout_ms: Option<u64>,
-    pub connect_timeout_ms: Option<u64>,
-    /// `CHANNEL=N`
-    pub fan_in: Vec<String>,
+with_shared_settings! {
+    /// What the command line gives; each `Some` (and each binding) overrides
+    /// the file.
+    #[derive(Debug, Default, Clone)]
+    pub struct Overrides {
+        pub program: Option<String>,
+        /// `CHANNEL=ADDR`
+        pub listen: Vec<String>,
+        /// `CHANNEL=ADDR[,ADDR...]`
+        pub connect: Vec<String>,
+        /// `CHANNEL=N`
+        pub fan_in: Vec<String>,
+    }
 }
 
 /// The settings of one `flick run`, resolved and range-checked.
@@ -301,6 +299,30 @@ fn ranged<T: PartialOrd + std::fmt::Display + Copy>(
     value
 }
 
+/// Bindings of one kind (`listen`, `connect`): the file's, then the
+/// flags', each replacing a channel's; channel name to the binding's
+/// origin and addresses.
+fn bindings<'a>(
+    errors: &mut Vec<String>,
+    at: &dyn Fn(&str) -> String,
+    kind: &str,
+    file: impl Iterator<Item = (&'a String, Vec<String>)>,
+    flags: &[String],
+) -> BTreeMap<String, (String, Vec<String>)> {
+    let mut all: BTreeMap<String, (String, Vec<String>)> = file
+        .map(|(c, a)| (c.clone(), (at(&format!("{kind}.{c}")), a)))
+        .collect();
+    for b in flags {
+        match split_binding(b) {
+            Ok((c, a)) => {
+                all.insert(c, (format!("--{kind} {b}"), a));
+            }
+            Err(e) => errors.push(format!("--{kind} {e}")),
+        }
+    }
+    all
+}
+
 /// Joins a configuration file (if any, with its path: its program path is
 /// taken from its directory) and the command line. Returns every problem
 /// found, not only the first, each naming the flag or the file and key it
@@ -326,33 +348,10 @@ pub fn resolve(
         }
     };
 
-    // Bindings: the file's, then the flags', each replacing a channel's.
-    let mut listen: BTreeMap<String, (String, Vec<String>)> = cfg
-        .listen
-        .iter()
-        .map(|(c, a)| (c.clone(), (at(&format!("listen.{c}")), vec![a.clone()])))
-        .collect();
-    for b in &flags.listen {
-        match split_binding(b) {
-            Ok((c, a)) => {
-                listen.insert(c, (format!("--listen {b}"), a));
-            }
-            Err(e) => errors.push(format!("--listen {e}")),
-        }
-    }
-    let mut connect: BTreeMap<String, (String, Vec<String>)> = cfg
-        .connect
-        .iter()
-        .map(|(c, a)| (c.clone(), (at(&format!("connect.{c}")), a.0.clone())))
-        .collect();
-    for b in &flags.connect {
-        match split_binding(b) {
-            Ok((c, a)) => {
-                connect.insert(c, (format!("--connect {b}"), a));
-            }
-            Err(e) => errors.push(format!("--connect {e}")),
-        }
-    }
+    let file_listen = cfg.listen.iter().map(|(c, a)| (c, vec![a.clone()]));
+    let listen = bindings(&mut errors, &at, "listen", file_listen, &flags.listen);
+    let file_connect = cfg.connect.iter().map(|(c, a)| (c, a.0.clone()));
+    let connect = bindings(&mut errors, &at, "connect", file_connect, &flags.connect);
     fn resolve_all(errors: &mut Vec<String>, origin: &str, addrs: &[String]) -> Vec<SocketAddr> {
         if addrs.is_empty() {
             errors.push(format!("{origin}: no address"));
@@ -428,96 +427,56 @@ pub fn resolve(
     });
 
     let defaults = flick_platform::ServiceConfig::default();
+    // A numeric setting: the flag's, else the file's, checked against its
+    // range; else `default`.
+    macro_rules! ranged_setting {
+        ($key:ident, $range:expr, $default:expr) => {
+            setting(&at, stringify!($key), flags.$key, cfg.$key)
+                .map_or($default, |(o, v)| ranged(&mut errors, &o, v, &$range))
+        };
+    }
+    let as_ms = |t: Option<std::time::Duration>| t.map_or(0, |t| t.as_millis() as u64);
     let workers = setting(&at, "workers", flags.workers, cfg.workers)
         .map(|(o, w)| ranged(&mut errors, &o, w, &WORKERS));
-    let timeslice_us = setting(&at, "timeslice_us", flags.timeslice_us, cfg.timeslice_us)
-        .map_or(50, |(o, v)| ranged(&mut errors, &o, v, &TIMESLICE_US));
-    let max_instances = setting(&at, "max_instances", flags.max_instances, cfg.max_instances)
-        .map_or(defaults.max_instances, |(o, v)| {
-            ranged(&mut errors, &o, v, &MAX_INSTANCES)
-        });
-    let channel_capacity = setting(
-        &at,
-        "channel_capacity",
-        flags.channel_capacity,
-        cfg.channel_capacity,
-    )
-    .map_or(defaults.channel_capacity, |(o, v)| {
-        ranged(&mut errors, &o, v, &CHANNEL_CAPACITY)
-    });
-    let dict_capacity = setting(&at, "dict_capacity", flags.dict_capacity, cfg.dict_capacity)
-        .map_or(defaults.dict_capacity, |(o, v)| {
-            ranged(&mut errors, &o, v, &DICT_CAPACITY)
-        });
-    let response_timeout_ms = setting(
-        &at,
-        "response_timeout_ms",
-        flags.response_timeout_ms,
-        cfg.response_timeout_ms,
-    )
-    .map_or(defaults.response_timeout.as_millis() as u64, |(o, v)| {
-        ranged(&mut errors, &o, v, &RESPONSE_TIMEOUT_MS)
-    });
-    let max_body_bytes = setting(
-        &at,
-        "max_body_bytes",
-        flags.max_body_bytes,
-        cfg.max_body_bytes,
-    )
-    .map_or(DEFAULT_MAX_BODY_BYTES, |(o, v)| {
-        ranged(&mut errors, &o, v, &MAX_BODY_BYTES)
-    });
-    let request_buffer_bytes = setting(
-        &at,
-        "request_buffer_bytes",
-        flags.request_buffer_bytes,
-        cfg.request_buffer_bytes,
-    )
-    .map_or(defaults.request_buffer_bytes, |(o, v)| {
-        ranged(&mut errors, &o, v, &REQUEST_BUFFER_BYTES)
-    });
-    let backend_connections = setting(
-        &at,
-        "backend_connections",
-        flags.backend_connections,
-        cfg.backend_connections,
-    )
-    .map_or(defaults.backend_connections, |(o, v)| {
-        ranged(&mut errors, &o, v, &BACKEND_CONNECTIONS)
-    });
-    let backend_idle_timeout_ms = setting(
-        &at,
-        "backend_idle_timeout_ms",
-        flags.backend_idle_timeout_ms,
-        cfg.backend_idle_timeout_ms,
-    )
-    .map_or(
-        defaults
-            .backend_idle_timeout
-            .map_or(0, |t| t.as_millis() as u64),
-        |(o, v)| ranged(&mut errors, &o, v, &BACKEND_IDLE_TIMEOUT_MS),
+    let timeslice_us = ranged_setting!(timeslice_us, TIMESLICE_US, 50);
+    let max_instances = ranged_setting!(max_instances, MAX_INSTANCES, defaults.max_instances);
+    let channel_capacity = ranged_setting!(
+        channel_capacity,
+        CHANNEL_CAPACITY,
+        defaults.channel_capacity
     );
-    let client_request_timeout_ms = setting(
-        &at,
-        "client_request_timeout_ms",
-        flags.client_request_timeout_ms,
-        cfg.client_request_timeout_ms,
-    )
-    .map_or(
-        defaults
-            .client_request_timeout
-            .map_or(0, |t| t.as_millis() as u64),
-        |(o, v)| ranged(&mut errors, &o, v, &CLIENT_REQUEST_TIMEOUT_MS),
+    let dict_capacity = ranged_setting!(dict_capacity, DICT_CAPACITY, defaults.dict_capacity);
+    let response_timeout_ms = ranged_setting!(
+        response_timeout_ms,
+        RESPONSE_TIMEOUT_MS,
+        defaults.response_timeout.as_millis() as u64
     );
-    let backend_max_connections = setting(
-        &at,
-        "backend_max_connections",
-        flags.backend_max_connections,
-        cfg.backend_max_connections,
-    )
-    .map_or(defaults.backend_max_connections, |(o, v)| {
-        ranged(&mut errors, &o, v, &BACKEND_MAX_CONNECTIONS)
-    });
+    let max_body_bytes = ranged_setting!(max_body_bytes, MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES);
+    let request_buffer_bytes = ranged_setting!(
+        request_buffer_bytes,
+        REQUEST_BUFFER_BYTES,
+        defaults.request_buffer_bytes
+    );
+    let backend_connections = ranged_setting!(
+        backend_connections,
+        BACKEND_CONNECTIONS,
+        defaults.backend_connections
+    );
+    let backend_idle_timeout_ms = ranged_setting!(
+        backend_idle_timeout_ms,
+        BACKEND_IDLE_TIMEOUT_MS,
+        as_ms(defaults.backend_idle_timeout)
+    );
+    let client_request_timeout_ms = ranged_setting!(
+        client_request_timeout_ms,
+        CLIENT_REQUEST_TIMEOUT_MS,
+        as_ms(defaults.client_request_timeout)
+    );
+    let backend_max_connections = ranged_setting!(
+        backend_max_connections,
+        BACKEND_MAX_CONNECTIONS,
+        defaults.backend_max_connections
+    );
     let backend_sharing = setting(
         &at,
         "backend_sharing",
@@ -547,24 +506,16 @@ pub fn resolve(
             }
         },
     );
-    let fan_in_timeout_ms = setting(
-        &at,
-        "fan_in_timeout_ms",
-        flags.fan_in_timeout_ms,
-        cfg.fan_in_timeout_ms,
-    )
-    .map_or(defaults.fan_in_timeout.as_millis() as u64, |(o, v)| {
-        ranged(&mut errors, &o, v, &RESPONSE_TIMEOUT_MS)
-    });
-    let connect_timeout_ms = setting(
-        &at,
-        "connect_timeout_ms",
-        flags.connect_timeout_ms,
-        cfg.connect_timeout_ms,
-    )
-    .map_or(defaults.connect_timeout.as_millis() as u64, |(o, v)| {
-        ranged(&mut errors, &o, v, &RESPONSE_TIMEOUT_MS)
-    });
+    let fan_in_timeout_ms = ranged_setting!(
+        fan_in_timeout_ms,
+        RESPONSE_TIMEOUT_MS,
+        defaults.fan_in_timeout.as_millis() as u64
+    );
+    let connect_timeout_ms = ranged_setting!(
+        connect_timeout_ms,
+        RESPONSE_TIMEOUT_MS,
+        defaults.connect_timeout.as_millis() as u64
+    );
     let weight = cfg.weight.map_or(defaults.weight, |w| {
         ranged(&mut errors, &at("weight"), w, &WEIGHT)
     });
@@ -713,6 +664,20 @@ backends = ["127.0.0.1:1", "127.0.0.1:2"]
 one = "127.0.0.1:3"
 "#;
 
+    /// Flags that give only the program.
+    fn program() -> Overrides {
+        Overrides {
+            program: Some("p.flick".into()),
+            ..Overrides::default()
+        }
+    }
+
+    /// The settings of a file `f.toml` holding `text`, with `flags`.
+    fn with_file(text: &str, flags: &Overrides) -> Settings {
+        let cfg = FileConfig::parse(text).unwrap();
+        resolve(Some((&cfg, Path::new("f.toml"))), flags).unwrap()
+    }
+
     #[test]
     fn a_file_resolves_with_its_program_beside_it() {
         let cfg = FileConfig::parse(GOOD).unwrap();
@@ -757,22 +722,16 @@ one = "127.0.0.1:3"
 
     #[test]
     fn accepting_is_per_worker_unless_said() {
-        let cfg = FileConfig::parse("program = \"p.flick\"\naccept = \"single\"\n").unwrap();
-        let s = resolve(Some((&cfg, Path::new("f.toml"))), &Overrides::default()).unwrap();
+        let s = with_file(
+            "program = \"p.flick\"\naccept = \"single\"\n",
+            &Overrides::default(),
+        );
         assert_eq!(s.accept, flick_platform::Accept::Single);
-        let s = resolve(
-            None,
-            &Overrides {
-                program: Some("p.flick".into()),
-                ..Overrides::default()
-            },
-        )
-        .unwrap();
+        let s = resolve(None, &program()).unwrap();
         assert_eq!(s.accept, flick_platform::Accept::PerWorker);
         let flags = Overrides {
-            program: Some("p.flick".into()),
             accept: Some("every".into()),
-            ..Overrides::default()
+            ..program()
         };
         let e = resolve(None, &flags).unwrap_err();
         assert_eq!(
@@ -783,21 +742,16 @@ one = "127.0.0.1:3"
 
     #[test]
     fn max_body_bytes_is_1_mib_unless_set() {
-        let program = || Overrides {
-            program: Some("p.flick".into()),
-            ..Overrides::default()
-        };
         let s = resolve(None, &program()).unwrap();
         assert_eq!(s.max_body_bytes, 1 << 20);
-        let cfg = FileConfig::parse("program = \"p.flick\"\nmax_body_bytes = 5000\n").unwrap();
-        let s = resolve(Some((&cfg, Path::new("f.toml"))), &Overrides::default()).unwrap();
+        let file = "program = \"p.flick\"\nmax_body_bytes = 5000\n";
+        let s = with_file(file, &Overrides::default());
         assert_eq!(s.max_body_bytes, 5000);
         let flags = Overrides {
             max_body_bytes: Some(7),
             ..Overrides::default()
         };
-        let s = resolve(Some((&cfg, Path::new("f.toml"))), &flags).unwrap();
-        assert_eq!(s.max_body_bytes, 7);
+        assert_eq!(with_file(file, &flags).max_body_bytes, 7);
         let flags = Overrides {
             max_body_bytes: Some((1 << 30) + 1),
             ..program()
@@ -813,23 +767,18 @@ one = "127.0.0.1:3"
 
     #[test]
     fn client_request_timeout_is_60_s_unless_set_and_checked() {
-        let program = || Overrides {
-            program: Some("p.flick".into()),
-            ..Overrides::default()
-        };
         let s = resolve(None, &program()).unwrap();
         assert_eq!(s.client_request_timeout_ms, 60_000);
-        let cfg =
-            FileConfig::parse("program = \"p.flick\"\nclient_request_timeout_ms = 500\n").unwrap();
-        let s = resolve(Some((&cfg, Path::new("f.toml"))), &Overrides::default()).unwrap();
+        let file = "program = \"p.flick\"\nclient_request_timeout_ms = 500\n";
+        let s = with_file(file, &Overrides::default());
         assert_eq!(s.client_request_timeout_ms, 500);
         let flags = Overrides {
             client_request_timeout_ms: Some(0),
             ..Overrides::default()
         };
-        let s = resolve(Some((&cfg, Path::new("f.toml"))), &flags).unwrap();
         assert_eq!(
-            s.client_request_timeout_ms, 0,
+            with_file(file, &flags).client_request_timeout_ms,
+            0,
             "the flag wins over the file"
         );
         let flags = Overrides {
@@ -841,22 +790,20 @@ one = "127.0.0.1:3"
 
     #[test]
     fn request_buffer_bytes_is_16_kib_unless_set_and_checked() {
-        let program = || Overrides {
-            program: Some("p.flick".into()),
-            ..Overrides::default()
-        };
         let s = resolve(None, &program()).unwrap();
         assert_eq!(s.request_buffer_bytes, 16 << 10);
-        let cfg =
-            FileConfig::parse("program = \"p.flick\"\nrequest_buffer_bytes = 65536\n").unwrap();
-        let s = resolve(Some((&cfg, Path::new("f.toml"))), &Overrides::default()).unwrap();
+        let file = "program = \"p.flick\"\nrequest_buffer_bytes = 65536\n";
+        let s = with_file(file, &Overrides::default());
         assert_eq!(s.request_buffer_bytes, 65536);
         let flags = Overrides {
             request_buffer_bytes: Some(0),
             ..Overrides::default()
         };
-        let s = resolve(Some((&cfg, Path::new("f.toml"))), &flags).unwrap();
-        assert_eq!(s.request_buffer_bytes, 0, "the flag wins over the file");
+        assert_eq!(
+            with_file(file, &flags).request_buffer_bytes,
+            0,
+            "the flag wins over the file"
+        );
         let flags = Overrides {
             request_buffer_bytes: Some((1 << 20) + 1),
             ..program()
@@ -872,11 +819,7 @@ one = "127.0.0.1:3"
 
     #[test]
     fn weight_is_1_unless_set_and_checked() {
-        let program = Overrides {
-            program: Some("p.flick".into()),
-            ..Overrides::default()
-        };
-        let s = resolve(None, &program).unwrap();
+        let s = resolve(None, &program()).unwrap();
         assert_eq!(s.weight, 1);
         let cfg = FileConfig::parse("program = \"p.flick\"\nweight = 4\n").unwrap();
         let s = resolve(Some((&cfg, Path::new("c.toml"))), &Overrides::default()).unwrap();
