@@ -2,11 +2,13 @@
 # The port-knocking firewall between two veth pairs, in network
 # namespaces of its own (the firewall in one, the load generator's two
 # ends in another): Flick (examples/packets/port_knocking.flick over
-# AF_PACKET, N workers) against nftables doing the same firewall as
-# kernel rules on a bridge. bench/packet_veth sends the traffic into one
-# pair and counts what the firewall passes out of the other.
+# AF_PACKET or AF_XDP ports, N workers) against nftables doing the same
+# firewall as kernel rules on a bridge. bench/packet_veth sends the
+# traffic into one pair and counts what the firewall passes out of the
+# other.
 #
-#   bench/packets_veth.sh [--workers "1 2"] [--frames N] [--reps R] [--out DIR]
+#   bench/packets_veth.sh [--workers "1 2"] [--ports "afpacket afxdp"]
+#                         [--frames N] [--reps R] [--out DIR]
 #
 # Needs root, iproute2 and nft (Debian package nftables). Writes
 # OUT/packets_veth.md and OUT/packets_veth.jsonl (bench/results by
@@ -23,12 +25,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORKERS="1 2"
+PORTS="afpacket afxdp"
 FRAMES=2000000
 REPS=3
 OUT=bench/results
 while [ $# -gt 0 ]; do
     case "$1" in
         --workers) WORKERS=$2; shift 2 ;;
+        --ports) PORTS=$2; shift 2 ;;
         --frames) FRAMES=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
@@ -103,26 +107,38 @@ table bridge knock {
 NFT
 }
 
-record() { # system workers rep json
-    python3 -c 'import json,sys; r=json.loads(sys.argv[4]); r.update(system=sys.argv[1], workers=int(sys.argv[2]), rep=int(sys.argv[3])); print(json.dumps(r))' "$@" >>"$RUNS"
+record() { # system workers rep json port
+    python3 -c 'import json,sys; r=json.loads(sys.argv[4]); r.update(system=sys.argv[1], workers=int(sys.argv[2]), rep=int(sys.argv[3]), port=sys.argv[5]); print(json.dumps(r))' "$@" >>"$RUNS"
     tail -n1 "$RUNS"
 }
 
+# Ready once its ports are open: two packet sockets bound (AF_PACKET), or
+# an XDP program on both inner ends (AF_XDP, attached last).
+ready() { # kind pid
+    if [ "$1" = afxdp ]; then
+        in_ns ip -details link show s1 | grep -q prog/xdp &&
+            in_ns ip -details link show r0 | grep -q prog/xdp
+    else
+        [ "$(($(wc -l <"/proc/$2/net/packet" 2>/dev/null || echo 1) - 1))" -ge 2 ]
+    fi
+}
+
 for rep in $(seq "$REPS"); do
-    for w in $WORKERS; do
-        setup
-        # Not through in_ns: $! must be flick itself (ip netns exec execs it).
-        ip netns exec "$NS" "$FLICK" run examples/packets/port_knocking.flick --workers "$w" \
-            --port inside=afpacket:s1 --port outside=afpacket:r0 2>/dev/null &
-        flick_pid=$!
-        # Ready once its two packet sockets are bound.
-        for _ in $(seq 100); do
-            [ "$(($(wc -l <"/proc/$flick_pid/net/packet" 2>/dev/null || echo 1) - 1))" -ge 2 ] && break
-            sleep 0.05
+    for kind in $PORTS; do
+        for w in $WORKERS; do
+            setup
+            # Not through in_ns: $! must be flick itself (ip netns exec execs it).
+            ip netns exec "$NS" "$FLICK" run examples/packets/port_knocking.flick --workers "$w" \
+                --port "inside=$kind:s1" --port "outside=$kind:r0" 2>/dev/null &
+            flick_pid=$!
+            for _ in $(seq 100); do
+                ready "$kind" "$flick_pid" && break
+                sleep 0.05
+            done
+            record flick "$w" "$rep" "$(blast)" "$kind"
+            kill -INT "$flick_pid"; wait "$flick_pid" || true; flick_pid=""
+            teardown
         done
-        record flick "$w" "$rep" "$(blast)"
-        kill -INT "$flick_pid"; wait "$flick_pid" || true; flick_pid=""
-        teardown
     done
     setup
     in_ns ip link add br0 type bridge
@@ -131,33 +147,34 @@ for rep in $(seq "$REPS"); do
     in_ns sysctl -q -w net.ipv6.conf.br0.disable_ipv6=1
     in_ns ip link set br0 up
     nft_rules | in_ns nft -f -
-    record nftables 0 "$rep" "$(blast)"
+    record nftables 0 "$rep" "$(blast)" kernel
     teardown
 done
 
 python3 - "$RUNS" "$OUT/packets_veth.md" "$FRAMES" <<'PY'
 import json, statistics, sys, platform, os
 runs = [json.loads(l) for l in open(sys.argv[1])]
-keys = sorted({(r["system"], r["workers"]) for r in runs}, key=lambda k: (k[0] != "flick", k[1]))
+keys = sorted({(r["system"], r.get("port", "afpacket"), r["workers"]) for r in runs},
+              key=lambda k: (k[0] != "flick", k[1], k[2]))
 lines = ["# Port-knocking firewall over veth pairs (bench/packets_veth.sh)", "",
          f"{os.cpu_count()} cores, Linux {platform.release()}; {sys.argv[3]} frames of 64 bytes per run "
          "(7 in 8 pass), median of the runs; frames/s is frames passed out of the firewall per second, "
          "from the first frame sent to the last received.", "",
-         "| system | workers | frames/s passed | passed of those that should | runs |", "|---|---|---|---|---|"]
+         "| system | ports | workers | frames/s passed | passed of those that should | runs |", "|---|---|---|---|---|---|"]
 best = {}
 for k in keys:
-    rs = [r for r in runs if (r["system"], r["workers"]) == k]
+    rs = [r for r in runs if (r["system"], r.get("port", "afpacket"), r["workers"]) == k]
     rate = statistics.median(r["received_per_s"] for r in rs)
     share = statistics.median(r["received"] / r["passing"] for r in rs)
     best[k] = rate
     name = "Flick" if k[0] == "flick" else "nftables (bridge, kernel)"
-    lines.append(f"| {name} | {k[1] or '-'} | {rate:,.0f} | {share:.1%} | {len(rs)} |")
-nft = [v for (s, _), v in best.items() if s == "nftables"]
+    lines.append(f"| {name} | {k[1]} | {k[2] or '-'} | {rate:,.0f} | {share:.1%} | {len(rs)} |")
+nft = [v for (s, _, _), v in best.items() if s == "nftables"]
 if nft:
     lines.append("")
-    for (s, w), v in best.items():
+    for (s, p, w), v in best.items():
         if s == "flick":
-            lines.append(f"Flick with {w} worker(s): {v / nft[0]:.2f}x nftables.")
+            lines.append(f"Flick over {p} with {w} worker(s): {v / nft[0]:.2f}x nftables.")
 open(sys.argv[2], "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -516,8 +516,8 @@ pub struct DeployArgs {
     /// redeploy the weight it runs with).
     #[arg(long)]
     pub weight: Option<u32>,
-    /// CHANNEL=SPEC[,SPEC...]: packet ports (afpacket:IFACE, tun:NAME,
-    /// pcap:FILE, pcap-out:FILE) of a packet program or a machine (N=SPEC
+    /// CHANNEL=SPEC[,SPEC...]: packet ports (afpacket:IFACE, afxdp:IFACE,
+    /// tun:NAME, pcap:FILE, pcap-out:FILE) of a packet program or a machine (N=SPEC
     /// for an XL program's numbered ports).
     #[arg(long = "port", value_name = "CHANNEL=SPEC")]
     pub ports: Vec<String>,

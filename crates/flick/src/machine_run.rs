@@ -350,7 +350,7 @@ pub fn open_ports(
                 ));
             }
         };
-        let live = matches!(spec, PortSpec::AfPacket(_) | PortSpec::Tun(_));
+        let live = spec.is_live();
         let port = match flick_packet_io::open(&spec) {
             Ok(p) => p,
             Err(e) => {

@@ -189,7 +189,7 @@ struct RunArgs {
     fan_in: Vec<String>,
     /// Bind a channel (or channel array) to packet ports, making the
     /// program a packet program served over them: `pcap:FILE` (read),
-    /// `pcap-out:FILE` (write), `afpacket:IFACE`, `tun:NAME`; an array's
+    /// `pcap-out:FILE` (write), `afpacket:IFACE`, `afxdp:IFACE`, `tun:NAME`; an array's
     /// ports comma-separated. Repeatable; not with --listen/--connect.
     #[arg(long, value_name = "CHANNEL=SPEC[,SPEC...]")]
     port: Vec<String>,

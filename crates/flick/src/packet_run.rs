@@ -57,7 +57,7 @@ pub(crate) fn port_use(spec: &PortSpec) -> PortUse {
     let (rx, tx) = match spec {
         PortSpec::PcapIn(_) => (true, false),
         PortSpec::PcapOut(_) => (false, true),
-        PortSpec::AfPacket(_) | PortSpec::Tun(_) => (true, true),
+        PortSpec::AfPacket(_) | PortSpec::AfXdp(_) | PortSpec::Tun(_) => (true, true),
     };
     PortUse {
         spec: spec.to_string(),
@@ -216,7 +216,7 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
     if several {
         for (_, service) in &services {
             for (_, specs) in bound.iter().filter(|(n, _)| service.channels().contains(n)) {
-                for spec in specs.iter().filter(|s| matches!(s, PortSpec::Tun(_))) {
+                for spec in specs.iter().filter(|s| s.takes_one_reader()) {
                     let key = spec.to_string();
                     match tun_uses.iter_mut().find(|(k, _)| *k == key) {
                         Some((_, n)) => *n += 1,
@@ -249,8 +249,8 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
                             }),
                         }
                     }
-                    PortSpec::Tun(_)
-                        if tun_uses
+                    _ if spec.takes_one_reader()
+                        && tun_uses
                             .iter()
                             .any(|(k, n)| *k == spec.to_string() && *n > 1) =>
                     {
@@ -262,7 +262,7 @@ pub fn run(r: PacketRun<'_>) -> ExitCode {
                     Ok(port) => ports.push(BoundPort {
                         spec: spec.to_string(),
                         port,
-                        live: matches!(spec, PortSpec::AfPacket(_) | PortSpec::Tun(_)),
+                        live: spec.is_live(),
                     }),
                     Err(e) => {
                         eprintln!("error: --port {channel}={spec}: {e}");

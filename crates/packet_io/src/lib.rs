@@ -1,5 +1,6 @@
 //! Packet ports: where a packet program's frames come from and go to
-//! (pcap and pcapng files, live interfaces through AF_PACKET, TUN devices).
+//! (pcap and pcapng files, live interfaces through AF_PACKET or AF_XDP, TUN
+//! devices).
 //!
 //! This crate moves whole frames as bytes. It must not parse anything
 //! above the link framing of its ports, know what a program does with a
@@ -18,10 +19,8 @@
 //! A port that takes one reader only (a TUN device) is shared by several
 //! with [`fan_out`]: each reader gets every frame.
 //!
-//! AF_XDP is not here. It would be one more [`PortSpec`] kind behind the
-//! same two traits: a UMEM shared by the RX and TX rings in place of the
-//! TPACKET ring, the fill and completion rings refilled inside
-//! `recv_batch` and `flush`.
+//! An AF_XDP port ([`afxdp`]) attaches a six-instruction XDP program of its
+//! own ([`xdp_redirect`]) for as long as it is open.
 
 use std::fmt;
 use std::os::fd::RawFd;
@@ -29,17 +28,20 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 pub mod afpacket;
+pub mod afxdp;
 pub mod fanout;
 pub mod pcap;
 pub mod tun;
+mod xdp_redirect;
 
 pub use afpacket::{AfPacket, AfPacketConfig, AfPacketRx, AfPacketTx};
+pub use afxdp::{AfXdp, AfXdpConfig, AfXdpRx, AfXdpTx};
 pub use fanout::{fan_out, FanOutRx};
 pub use pcap::{PcapRx, PcapTx, TimestampResolution};
 pub use tun::{Tun, TunRx, TunTx, TUN_DST_MAC, TUN_SRC_MAC};
 
 /// The kinds a spec may name, for error messages.
-const PORT_KINDS: &str = "pcap:FILE, pcap-out:FILE, afpacket:IFACE, tun:NAME";
+const PORT_KINDS: &str = "pcap:FILE, pcap-out:FILE, afpacket:IFACE, afxdp:IFACE, tun:NAME";
 
 /// Longest interface name the kernel takes (IFNAMSIZ less the NUL).
 pub const MAX_IFACE_NAME: usize = 15;
@@ -57,12 +59,32 @@ pub enum PortSpec {
     /// memory-mapped RX ring read in batches, TX by `sendmmsg` on the same
     /// socket.
     AfPacket(String),
+    /// `afxdp:IFACE`: a live interface through AF_XDP, queue 0: a UMEM and
+    /// its rings, and an XDP program steering the queue's frames to the
+    /// socket while the port is open (see [`afxdp`]).
+    AfXdp(String),
     /// `tun:NAME`: a TUN device (IFF_TUN|IFF_NO_PI); frames are IP packets
     /// given a fixed Ethernet header on the way in (see [`tun`]).
     Tun(String),
 }
 
 impl PortSpec {
+    /// Whether the port is a live device (frames arrive at their own pace
+    /// and can be lost), not a file.
+    pub fn is_live(&self) -> bool {
+        matches!(
+            self,
+            PortSpec::AfPacket(_) | PortSpec::AfXdp(_) | PortSpec::Tun(_)
+        )
+    }
+
+    /// Whether the device can be opened by one reader only (a TUN device;
+    /// an AF_XDP queue, which one socket and one XDP program hold), so
+    /// several programs bound to it share one port through [`fan_out`].
+    pub fn takes_one_reader(&self) -> bool {
+        matches!(self, PortSpec::AfXdp(_) | PortSpec::Tun(_))
+    }
+
     /// Parses `NAME=SPEC`, as `--port` takes it.
     pub fn parse_named(text: &str) -> Result<(String, PortSpec), PortError> {
         let Some((name, spec)) = text.split_once('=') else {
@@ -107,7 +129,7 @@ impl FromStr for PortSpec {
                     PortSpec::PcapOut(path)
                 })
             }
-            "afpacket" | "tun" => {
+            "afpacket" | "afxdp" | "tun" => {
                 if target.is_empty() {
                     return Err(missing(if kind == "tun" { "NAME" } else { "IFACE" }));
                 }
@@ -115,10 +137,11 @@ impl FromStr for PortSpec {
                     spec: text.to_string(),
                     reason,
                 })?;
-                Ok(if kind == "tun" {
-                    PortSpec::Tun(target.to_string())
-                } else {
-                    PortSpec::AfPacket(target.to_string())
+                let target = target.to_string();
+                Ok(match kind {
+                    "tun" => PortSpec::Tun(target),
+                    "afxdp" => PortSpec::AfXdp(target),
+                    _ => PortSpec::AfPacket(target),
                 })
             }
             _ => Err(PortError::UnknownKind {
@@ -153,6 +176,7 @@ impl fmt::Display for PortSpec {
             PortSpec::PcapIn(path) => write!(f, "pcap:{}", path.display()),
             PortSpec::PcapOut(path) => write!(f, "pcap-out:{}", path.display()),
             PortSpec::AfPacket(iface) => write!(f, "afpacket:{iface}"),
+            PortSpec::AfXdp(iface) => write!(f, "afxdp:{iface}"),
             PortSpec::Tun(name) => write!(f, "tun:{name}"),
         }
     }
@@ -319,7 +343,8 @@ pub struct Port {
     pub tx: Option<Box<dyn TxPort>>,
 }
 
-/// Opens a port: PcapIn gives rx only, PcapOut tx only, AfPacket and Tun both.
+/// Opens a port: PcapIn gives rx only, PcapOut tx only, AfPacket, AfXdp and
+/// Tun both.
 pub fn open(spec: &PortSpec) -> Result<Port, PortError> {
     match spec {
         PortSpec::PcapIn(path) => Ok(Port {
@@ -332,6 +357,13 @@ pub fn open(spec: &PortSpec) -> Result<Port, PortError> {
         }),
         PortSpec::AfPacket(iface) => {
             let (rx, tx) = AfPacket::open(iface)?.split();
+            Ok(Port {
+                rx: Some(Box::new(rx)),
+                tx: Some(Box::new(tx)),
+            })
+        }
+        PortSpec::AfXdp(iface) => {
+            let (rx, tx) = AfXdp::open(iface)?.split();
             Ok(Port {
                 rx: Some(Box::new(rx)),
                 tx: Some(Box::new(tx)),

@@ -5,61 +5,11 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use common::{frame, netns_available, wait_readable, Netns, Rng, TEST_DEADLINE};
+use common::{
+    frame, is_marked, marked_now, receive_marked, veth_pair, wait_readable, Rng, MARKER,
+    TEST_DEADLINE,
+};
 use flick_packet_io::{open, AfPacket, Port, PortSpec, RxPort, TxPort};
-
-/// The EtherType of the tests' frames, to tell them from what the kernel
-/// sends by itself (router solicitations and the like).
-const MARKER: u16 = 0x88b5;
-
-fn is_marked(frame: &[u8]) -> bool {
-    frame.len() >= 14 && u16::from_be_bytes([frame[12], frame[13]]) == MARKER
-}
-
-/// A namespace with the veth pair `veth-a` - `veth-b`, both up.
-fn veth_pair(test: &str) -> Option<Netns> {
-    if !netns_available(test) {
-        return None;
-    }
-    let ns = Netns::new("flkpio");
-    ns.ip(&[
-        "link", "add", "name", "veth-a", "type", "veth", "peer", "name", "veth-b",
-    ]);
-    ns.ip(&["link", "set", "dev", "veth-a", "up"]);
-    ns.ip(&["link", "set", "dev", "veth-b", "up"]);
-    Some(ns)
-}
-
-/// Receives marked frames from `rx` until `count` came or the deadline
-/// passed.
-fn receive_marked(rx: &mut dyn RxPort, count: usize) -> Vec<Vec<u8>> {
-    let deadline = Instant::now() + TEST_DEADLINE;
-    let fd = rx.raw_fd().expect("a live port has an fd");
-    let mut got = Vec::new();
-    while got.len() < count && Instant::now() < deadline {
-        rx.recv_batch(16, &mut |frame, ts| {
-            assert!(ts > 0, "a live frame has a timestamp");
-            if is_marked(frame) {
-                got.push(frame.to_vec());
-            }
-        })
-        .unwrap();
-        if got.len() < count {
-            wait_readable(fd, deadline);
-        }
-    }
-    got
-}
-
-/// Whatever marked frames `rx` holds now.
-fn marked_now(rx: &mut dyn RxPort) -> usize {
-    let mut marked = 0;
-    rx.recv_batch(usize::MAX, &mut |frame, _| {
-        marked += usize::from(is_marked(frame))
-    })
-    .unwrap();
-    marked
-}
 
 #[test]
 fn frames_cross_a_veth_pair_exactly() {

@@ -304,6 +304,7 @@ fn specs_parse_and_display_back() {
         "pcap:trace.pcap",
         "pcap-out:/tmp/out file.pcap",
         "afpacket:eth0",
+        "afxdp:eth1",
         "tun:tun0",
         "pcap:a:b.pcap",
     ] {
@@ -317,6 +318,10 @@ fn specs_parse_and_display_back() {
     assert_eq!(
         "afpacket:veth0".parse::<PortSpec>().unwrap(),
         PortSpec::AfPacket("veth0".into())
+    );
+    assert_eq!(
+        "afxdp:veth0".parse::<PortSpec>().unwrap(),
+        PortSpec::AfXdp("veth0".into())
     );
     assert_eq!(
         "tun:t1".parse::<PortSpec>().unwrap(),
@@ -333,7 +338,7 @@ fn bad_specs_are_explained() {
     let error = "xdp:eth0".parse::<PortSpec>().unwrap_err();
     assert_eq!(
         error.to_string(),
-        "unknown port kind `xdp` (pcap:FILE, pcap-out:FILE, afpacket:IFACE, tun:NAME)"
+        "unknown port kind `xdp` (pcap:FILE, pcap-out:FILE, afpacket:IFACE, afxdp:IFACE, tun:NAME)"
     );
     let message = |text: &str| text.parse::<PortSpec>().unwrap_err().to_string();
     assert!(

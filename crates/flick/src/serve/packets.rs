@@ -270,7 +270,7 @@ fn start_packet(spec: &DeploySpec, dumps: &Path) -> Result<Running, Refusal> {
             ports.push(BoundPort {
                 spec: spec.to_string(),
                 port,
-                live: matches!(spec, PortSpec::AfPacket(_) | PortSpec::Tun(_)),
+                live: spec.is_live(),
             });
         }
         bindings.push(Binding { channel, ports });
