@@ -1,4 +1,5 @@
-//! Reading a capture through `recv_batch` allocates nothing per frame.
+//! Reading a capture through `recv_batch` allocates nothing per frame, nor
+//! do live ports (AF_PACKET, AF_XDP) sending and receiving.
 
 mod common;
 
@@ -6,8 +7,10 @@ use std::borrow::Cow;
 use std::fs::File;
 use std::time::{Duration, Instant};
 
-use common::{frame, frames, netns_available, wait_readable, Netns, Rng, TempFile, TEST_DEADLINE};
-use flick_packet_io::{write_pcap, AfPacket, PcapRx, RecvStatus, RxPort, TxPort};
+use common::{
+    frame, frames, is_marked, veth_pair, wait_readable, Rng, TempFile, MARKER, TEST_DEADLINE,
+};
+use flick_packet_io::{write_pcap, AfPacket, AfXdp, PcapRx, RecvStatus, RxPort, TxPort};
 use flick_testkit::alloc::CountingAlloc;
 use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
 use pcap_file::pcapng::blocks::interface_description::{
@@ -112,56 +115,63 @@ fn counting<T>(f: impl FnOnce() -> T) -> (T, u64) {
     (value, ALLOC.this_thread() - counted_from)
 }
 
-#[test]
-fn sending_and_receiving_live_frames_allocates_nothing() {
-    if !netns_available("sending_and_receiving_live_frames_allocates_nothing") {
-        return;
-    }
-    let ns = Netns::new("flkpio");
-    ns.ip(&[
-        "link", "add", "name", "veth-a", "type", "veth", "peer", "name", "veth-b",
-    ]);
-    ns.ip(&["link", "set", "dev", "veth-a", "up"]);
-    ns.ip(&["link", "set", "dev", "veth-b", "up"]);
-    let (a, b) = ns.enter(|| {
-        (
-            AfPacket::open("veth-a").unwrap(),
-            AfPacket::open("veth-b").unwrap(),
-        )
-    });
-    let (_a_rx, mut a_tx) = a.split();
-    let (mut b_rx, _b_tx) = b.split();
+/// Sends 300 frames through `tx` and receives them from `rx`, asserting
+/// that neither side allocated.
+fn live_frames_allocate_nothing(label: &str, tx: &mut dyn TxPort, rx: &mut dyn RxPort) {
     let mut rng = Rng(17);
     let sent: Vec<Vec<u8>> = (0..300u32)
         .map(|seq| {
             let len = rng.range(60, 1514);
-            frame(&mut rng, len, 0x88b5, seq)
+            frame(&mut rng, len, MARKER, seq)
         })
         .collect();
 
     let ((), allocations) = counting(|| {
         for frame in &sent {
-            a_tx.send(frame, 0).unwrap();
+            tx.send(frame, 0).unwrap();
         }
-        a_tx.flush().unwrap();
+        tx.flush().unwrap();
     });
-    eprintln!("AF_PACKET send: {allocations} allocations for 300 frames");
-    assert_eq!(allocations, 0, "sending allocated");
+    eprintln!("{label} send: {allocations} allocations for 300 frames");
+    assert_eq!(allocations, 0, "{label}: sending allocated");
 
     let deadline = Instant::now() + TEST_DEADLINE;
-    let fd = b_rx.raw_fd().unwrap();
+    let fd = rx.raw_fd().unwrap();
     let (received, allocations) = counting(|| {
         let mut received = 0usize;
         while received < sent.len() && Instant::now() < deadline {
-            b_rx.recv_batch(32, &mut |frame, _| {
-                received += usize::from(frame[12..14] == [0x88, 0xb5]);
+            rx.recv_batch(32, &mut |frame, _| {
+                received += usize::from(is_marked(frame));
             })
             .unwrap();
             wait_readable(fd, deadline.min(Instant::now() + Duration::from_millis(20)));
         }
         received
     });
-    eprintln!("AF_PACKET receive: {allocations} allocations for {received} frames");
-    assert_eq!(received, sent.len());
-    assert_eq!(allocations, 0, "receiving allocated");
+    eprintln!("{label} receive: {allocations} allocations for {received} frames");
+    assert_eq!(received, sent.len(), "{label}");
+    assert_eq!(allocations, 0, "{label}: receiving allocated");
+}
+
+#[test]
+fn sending_and_receiving_live_frames_allocates_nothing() {
+    let Some(ns) = veth_pair("sending_and_receiving_live_frames_allocates_nothing") else {
+        return;
+    };
+    let (a, b) = ns.enter(|| {
+        (
+            AfPacket::open("veth-a").unwrap(),
+            AfPacket::open("veth-b").unwrap(),
+        )
+    });
+    let (mut a_rx, mut a_tx) = a.split();
+    let (mut b_rx, _b_tx) = b.split();
+    live_frames_allocate_nothing("AF_PACKET to AF_PACKET", &mut a_tx, &mut b_rx);
+    drop(b_rx);
+
+    // AF_XDP both ways, with an AF_PACKET port at the other end.
+    let xdp = ns.enter(|| AfXdp::open("veth-b").unwrap());
+    let (mut xdp_rx, mut xdp_tx) = xdp.split();
+    live_frames_allocate_nothing("AF_PACKET to AF_XDP", &mut a_tx, &mut xdp_rx);
+    live_frames_allocate_nothing("AF_XDP to AF_PACKET", &mut xdp_tx, &mut a_rx);
 }
