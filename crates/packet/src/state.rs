@@ -30,7 +30,7 @@
 use flick_exec::{
     BloomOp, BloomSpec, Evict, Fault, MeterSpec, MeterState, StateObject, TablePolicy, Value,
 };
-use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+use hashbrown::{DefaultHashBuilder, HashTable};
 use serde_json::{Map, Number, Value as Json};
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -46,10 +46,7 @@ const KEY_TUPLE: u8 = 4;
 pub(crate) enum Dict {
     /// Entries kept until the dictionary is emptied; a full one refuses
     /// new keys.
-    Plain {
-        entries: HashMap<StoredKey, Value>,
-        capacity: usize,
-    },
+    Plain(Plain),
     /// A flow table with idle timeouts or an eviction policy.
     Timed(Box<Timed>),
 }
@@ -75,11 +72,105 @@ struct Slot {
     older: u32,
 }
 
+/// An entry of a plain dictionary. A removed one holds an empty key,
+/// which no encoded key equals (each has a tag byte).
+struct Entry {
+    key: StoredKey,
+    value: Value,
+    hash: u64,
+}
+
+/// A plain dictionary: entries in slots that keep their place until
+/// removed, indexed by their keys' hashes, so that the lookup of a key
+/// can name the slot that the write after it uses.
+pub(crate) struct Plain {
+    index: HashTable<u32>,
+    slots: Vec<Entry>,
+    /// Slots of removed entries, taken again first.
+    free: Vec<u32>,
+    capacity: usize,
+}
+
+impl Plain {
+    fn new(capacity: usize) -> Plain {
+        let room = capacity.min(INITIAL_ENTRIES);
+        Plain {
+            index: HashTable::with_capacity(room),
+            slots: Vec::with_capacity(room),
+            free: Vec::new(),
+            capacity,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    fn clear(&mut self) {
+        self.index.clear();
+        self.slots.clear();
+        self.free.clear();
+    }
+
+    fn find(&self, key: &[u8], hash: u64) -> Option<u32> {
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&i| same_key(slots[i as usize].key.as_bytes(), key))
+            .copied()
+    }
+
+    /// Adds `key`, known to be absent; its slot.
+    fn insert(&mut self, key: &[u8], hash: u64, value: Value) -> u32 {
+        let entry = Entry {
+            key: StoredKey::new(key),
+            value,
+            hash,
+        };
+        let i = match self.free.pop() {
+            Some(f) => {
+                self.slots[f as usize] = entry;
+                f
+            }
+            None => {
+                self.slots.push(entry);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slots = &self.slots;
+        self.index
+            .insert_unique(hash, i, |&j| slots[j as usize].hash);
+        i
+    }
+
+    fn remove(&mut self, key: &[u8], hash: u64) -> bool {
+        let slots = &self.slots;
+        let Ok(e) = self
+            .index
+            .find_entry(hash, |&i| slots[i as usize].key.as_bytes() == key)
+        else {
+            return false;
+        };
+        let (i, _) = e.remove();
+        let entry = &mut self.slots[i as usize];
+        entry.key = StoredKey::EMPTY;
+        // Dropped now, so that bytes it held go back at once.
+        entry.value = Value::Unit;
+        self.free.push(i);
+        true
+    }
+
+    fn live(&self) -> impl Iterator<Item = (&StoredKey, &Value)> + '_ {
+        self.slots
+            .iter()
+            .filter(|e| !e.key.as_bytes().is_empty())
+            .map(|e| (&e.key, &e.value))
+    }
+}
+
 /// A flow table: slots on a recency list, newest at `newest`, indexed by
 /// their keys' hashes.
 pub(crate) struct Timed {
     index: HashTable<u32>,
-    hasher: DefaultHashBuilder,
     slots: Vec<Slot>,
     free: u32,
     newest: u32,
@@ -99,7 +190,6 @@ impl Timed {
         let room = capacity.min(INITIAL_ENTRIES);
         Timed {
             index: HashTable::with_capacity(room),
-            hasher: DefaultHashBuilder::default(),
             slots: Vec::with_capacity(room),
             free: NIL,
             newest: NIL,
@@ -127,8 +217,7 @@ impl Timed {
             .is_some_and(|idle| now.saturating_sub(self.slots[i as usize].touched) >= idle)
     }
 
-    fn find(&self, key: &[u8]) -> Option<u32> {
-        let hash = self.hasher.hash_one(key);
+    fn find(&self, key: &[u8], hash: u64) -> Option<u32> {
         let slots = &self.slots;
         self.index
             .find(hash, |&i| slots[i as usize].key.as_bytes() == key)
@@ -199,34 +288,33 @@ impl Timed {
         }
     }
 
-    fn get(&mut self, key: &[u8], now: u64) -> Value {
-        let Some(i) = self.find(key) else {
-            return Value::None;
-        };
+    /// The live entry under `key` (of hash `hash`), touched: its slot.
+    fn get(&mut self, key: &[u8], hash: u64, now: u64) -> Option<u32> {
+        let i = self.find(key, hash)?;
         if self.is_expired(i, now) {
             self.remove(i);
             self.expired += 1;
-            return Value::None;
+            return None;
         }
         self.touch(i, now);
-        self.slots[i as usize].value.clone()
+        Some(i)
     }
 
-    /// `false` if the key is new and the table has no room for it.
-    fn set(&mut self, key: &[u8], v: Value, now: u64) -> bool {
-        if let Some(i) = self.find(key) {
+    /// The slot `key` is stored in, or `None` if the key is new and the
+    /// table has no room for it.
+    fn set(&mut self, key: &[u8], hash: u64, v: Value, now: u64) -> Option<u32> {
+        if let Some(i) = self.find(key, hash) {
             if self.is_expired(i, now) {
                 // The old entry is gone; the new one takes its slot.
                 self.expired += 1;
             }
             self.slots[i as usize].value = v;
             self.touch(i, now);
-            return true;
+            return Some(i);
         }
         if self.len >= self.capacity && !self.make_room(now) {
-            return false;
+            return None;
         }
-        let hash = self.hasher.hash_one(key);
         let slot = Slot {
             key: StoredKey::new(key),
             value: v,
@@ -251,7 +339,7 @@ impl Timed {
             .insert_unique(hash, i, |&j| slots[j as usize].hash);
         self.push_newest(i);
         self.len += 1;
-        true
+        Some(i)
     }
 
     /// Frees one entry of a full table as its policy allows.
@@ -298,6 +386,23 @@ const INITIAL_ENTRIES: usize = 1024;
 /// packed integers, 46 bytes encoded) fits.
 const INLINE_KEY: usize = 46;
 
+/// Whether two keys are the same bytes, compared inline a word at a
+/// time: a key is a few dozen bytes, which a call to `memcmp` costs more
+/// than comparing.
+#[inline]
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut x, mut y) = (a.chunks_exact(8), b.chunks_exact(8));
+    for (p, q) in x.by_ref().zip(y.by_ref()) {
+        if p != q {
+            return false;
+        }
+    }
+    x.remainder().iter().zip(y.remainder()).all(|(p, q)| p == q)
+}
+
 /// An encoded key as a dictionary keeps it: a short one inside the entry,
 /// so a lookup compares it where the hash led without following a pointer
 /// to another cache line; a longer one on the heap.
@@ -308,6 +413,12 @@ pub(crate) enum StoredKey {
 }
 
 impl StoredKey {
+    /// The key of no entry: every encoded key has at least its tag.
+    const EMPTY: StoredKey = StoredKey::Inline {
+        len: 0,
+        bytes: [0; INLINE_KEY],
+    };
+
     fn new(key: &[u8]) -> StoredKey {
         if key.len() <= INLINE_KEY {
             let mut bytes = [0; INLINE_KEY];
@@ -439,6 +550,15 @@ pub(crate) struct Shard {
     pub now: u64,
     /// Keys refused because their dictionary was full.
     pub dict_full: u64,
+    /// Hashes every dictionary's keys, so that a key's hash found in one
+    /// serves for the others.
+    hasher: DefaultHashBuilder,
+    /// The dictionary and slot of the entry last looked up or stored: a
+    /// key that equals its key has its hash, and in a plain dictionary
+    /// it names the entry without a probe (a read then a write of one
+    /// key, the same key in a second dictionary). Always checked against
+    /// the slot's key, so neither emptying nor removing can mislead it.
+    last: Option<(u16, u32)>,
 }
 
 impl Shard {
@@ -457,6 +577,8 @@ impl Shard {
             timed: Vec::new(),
             now: 0,
             dict_full: 0,
+            hasher: DefaultHashBuilder::default(),
+            last: None,
         }
     }
 
@@ -523,16 +645,13 @@ impl Shard {
             .ok_or_else(|| Fault::Host(format!("no state variable {i}")))?;
         match v {
             Value::Dict { state } if state == u16::MAX => match slot {
-                Var::Dict(Dict::Plain { entries, .. }) => entries.clear(),
+                Var::Dict(Dict::Plain(p)) => p.clear(),
                 Var::Dict(Dict::Timed(t)) => t.clear(),
                 _ if policy.idle_secs.is_none() && policy.evict == Evict::Refuse => {
                     // Grown as keys come, up to `capacity`: a table sized
                     // for the most keys but holding few spreads them over
                     // more cache lines than it needs.
-                    *slot = Var::Dict(Dict::Plain {
-                        entries: HashMap::with_capacity(capacity.min(INITIAL_ENTRIES)),
-                        capacity,
-                    })
+                    *slot = Var::Dict(Dict::Plain(Plain::new(capacity)))
                 }
                 _ => {
                     *slot = Var::Dict(Dict::Timed(Box::new(Timed::new(capacity, policy))));
@@ -559,46 +678,81 @@ impl Shard {
         }
     }
 
+    /// The hash of `key`, and its slot in dictionary `i` where that is
+    /// the remembered entry's (see `Shard::last`) and `i` is plain.
+    #[inline]
+    fn recall(&self, i: u16, key: &[u8]) -> (u64, Option<u32>) {
+        if let Some((d, slot)) = self.last {
+            let held = match self.vars.get(d as usize) {
+                Some(Var::Dict(Dict::Plain(p))) => {
+                    p.slots.get(slot as usize).map(|e| (&e.key, e.hash, true))
+                }
+                Some(Var::Dict(Dict::Timed(t))) => {
+                    t.slots.get(slot as usize).map(|s| (&s.key, s.hash, false))
+                }
+                _ => None,
+            };
+            if let Some((k, hash, plain)) = held {
+                if !key.is_empty() && same_key(k.as_bytes(), key) {
+                    return (hash, (plain && d == i).then_some(slot));
+                }
+            }
+        }
+        (self.hasher.hash_one(key), None)
+    }
+
     pub fn dict_get(&mut self, i: u16, key: &[u8]) -> Result<Value, Fault> {
-        let now = self.now;
-        Ok(match self.dict(i)? {
-            Dict::Plain { entries, .. } => entries.get(key).cloned().unwrap_or(Value::None),
-            Dict::Timed(t) => t.get(key, now),
-        })
+        let mut out = Value::None;
+        self.dict_get_into(i, key, &mut out)?;
+        Ok(out)
     }
 
     /// [`Shard::dict_get`] written into `out`, so that the value is not
     /// copied whole just after it was written in parts.
     pub fn dict_get_into(&mut self, i: u16, key: &[u8], out: &mut Value) -> Result<(), Fault> {
+        let (hash, known) = self.recall(i, key);
         let now = self.now;
-        match self.dict(i)? {
-            Dict::Plain { entries, .. } => match entries.get(key) {
-                Some(v) => out.clone_from(v),
-                None => *out = Value::None,
-            },
-            Dict::Timed(t) => *out = t.get(key, now),
+        let found = match self.dict(i)? {
+            Dict::Plain(p) => {
+                let slot = known.or_else(|| p.find(key, hash));
+                match slot {
+                    Some(s) => out.clone_from(&p.slots[s as usize].value),
+                    None => *out = Value::None,
+                }
+                slot
+            }
+            Dict::Timed(t) => {
+                let slot = t.get(key, hash, now);
+                match slot {
+                    Some(s) => out.clone_from(&t.slots[s as usize].value),
+                    None => *out = Value::None,
+                }
+                slot
+            }
+        };
+        if let Some(s) = found {
+            self.last = Some((i, s));
         }
         Ok(())
     }
 
     pub fn dict_set(&mut self, i: u16, key: &[u8], v: Value) -> Result<(), Fault> {
+        let (hash, known) = self.recall(i, key);
         let now = self.now;
         let stored = match self.dict(i)? {
-            Dict::Plain { entries, capacity } => {
-                if let Some(old) = entries.get_mut(key) {
-                    *old = v;
-                    true
-                } else if entries.len() < *capacity {
-                    entries.insert(StoredKey::new(key), v);
-                    true
-                } else {
-                    false
+            Dict::Plain(p) => match known.or_else(|| p.find(key, hash)) {
+                Some(s) => {
+                    p.slots[s as usize].value = v;
+                    Some(s)
                 }
-            }
-            Dict::Timed(t) => t.set(key, v, now),
+                None if p.len() < p.capacity => Some(p.insert(key, hash, v)),
+                None => None,
+            },
+            Dict::Timed(t) => t.set(key, hash, v, now),
         };
-        if !stored {
-            self.dict_full += 1;
+        match stored {
+            Some(s) => self.last = Some((i, s)),
+            None => self.dict_full += 1,
         }
         Ok(())
     }
@@ -839,7 +993,7 @@ pub(crate) fn merged(names: &[&str], shards: &[&Shard]) -> Map<String, Json> {
                 Var::Dict(d) => {
                     let mut m = Map::new();
                     let entries: Box<dyn Iterator<Item = (&StoredKey, &Value)>> = match d {
-                        Dict::Plain { entries, .. } => Box::new(entries.iter()),
+                        Dict::Plain(p) => Box::new(p.live()),
                         Dict::Timed(t) => Box::new(t.live(shard.now)),
                     };
                     for (k, v) in entries {
@@ -944,9 +1098,10 @@ impl Shard {
     /// none, as a lookup finds none).
     pub(crate) fn dict_remove(&mut self, i: u16, key: &[u8]) -> Result<bool, Fault> {
         let now = self.now;
+        let hash = self.hasher.hash_one(key);
         Ok(match self.dict(i)? {
-            Dict::Plain { entries, .. } => entries.remove(key).is_some(),
-            Dict::Timed(t) => match t.find(key) {
+            Dict::Plain(p) => p.remove(key, hash),
+            Dict::Timed(t) => match t.find(key, hash) {
                 Some(slot) => {
                     let live = !t.is_expired(slot, now);
                     t.remove(slot);
@@ -961,9 +1116,12 @@ impl Shard {
     /// write, which goes to the shard owning the key.
     pub(crate) fn holds(&mut self, i: u16, key: &[u8]) -> Result<bool, Fault> {
         let now = self.now;
+        let hash = self.hasher.hash_one(key);
         Ok(match self.dict(i)? {
-            Dict::Plain { entries, .. } => entries.contains_key(key),
-            Dict::Timed(t) => !matches!(t.get(key, now), Value::None),
+            Dict::Plain(p) => p.find(key, hash).is_some(),
+            Dict::Timed(t) => t
+                .get(key, hash, now)
+                .is_some_and(|s| !matches!(t.slots[s as usize].value, Value::None)),
         })
     }
 }
@@ -992,6 +1150,40 @@ mod tests {
         let bin = Value::Bytes(Arc::from(&[0u8, 0xab][..]));
         assert!(encode_key(&bin, &bytes, &mut k));
         assert_eq!(decode_key(&k), "0x00ab");
+    }
+
+    #[test]
+    fn a_remembered_entry_is_used_only_for_its_own_key() {
+        let mut s = Shard::new(2, 8);
+        s.store(0, Value::Dict { state: u16::MAX }).unwrap();
+        s.store(1, Value::Dict { state: u16::MAX }).unwrap();
+        let flow = b"\x02flow-key-of-some-length-0123456789";
+        // A read then a write of one key, then the same key in a second
+        // dictionary: each lands on its own entry.
+        s.dict_set(0, flow, Value::Int(1)).unwrap();
+        assert_eq!(s.dict_get(0, flow).unwrap(), Value::Int(1));
+        s.dict_set(0, flow, Value::Int(2)).unwrap();
+        s.dict_set(1, flow, Value::Int(64)).unwrap();
+        s.dict_set(1, b"\x02other", Value::Int(7)).unwrap();
+        s.dict_set(0, flow, Value::Int(3)).unwrap();
+        assert_eq!(s.dict_get(1, flow).unwrap(), Value::Int(64));
+        assert_eq!(s.dict_get(0, flow).unwrap(), Value::Int(3));
+        assert_eq!(s.dict_get(0, b"\x02other").unwrap(), Value::None);
+        // A removed entry is not written through the memory of it.
+        assert_eq!(s.dict_get(0, flow).unwrap(), Value::Int(3));
+        assert_eq!(s.dict_remove(0, flow), Ok(true));
+        assert_eq!(s.dict_get(0, flow).unwrap(), Value::None);
+        s.dict_set(0, flow, Value::Int(9)).unwrap();
+        assert_eq!(s.dict_get(0, flow).unwrap(), Value::Int(9));
+        // Nor is an emptied dictionary's.
+        s.store(0, Value::Dict { state: u16::MAX }).unwrap();
+        assert_eq!(s.dict_get(0, flow).unwrap(), Value::None);
+        s.dict_set(0, b"\x02b", Value::Int(1)).unwrap();
+        assert_eq!(s.dict_get(0, flow).unwrap(), Value::None);
+        let dump = merged(&["a", "b"], &[&s]);
+        assert_eq!(dump["a"].as_object().map(|m| m.len()), Some(1));
+        assert_eq!(dump["b"].as_object().map(|m| m.len()), Some(2));
+        assert_eq!(s.dict_full, 0);
     }
 
     #[test]
