@@ -6,47 +6,15 @@
 //! `None`, and a full dictionary evicts its oldest entry. Every process is
 //! killed when its test ends, and every read is bounded in time.
 
+mod common;
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+use common::http::{ask_until, get, get_until_answered, COUNTS};
+use std::time::{Duration, Instant};
 use support::{start_flick, Procs};
 
-/// Counts requests per target: the first answers `New` and `1`; the second
-/// `Second` and `2`; later ones the target as it was first kept (reason)
-/// and the count (body).
-const COUNTS: &str = "\
-grammar http
-
-type request: record
-  target : string
-
-type simple_response: record
-  status : integer {size=2}
-  reason : string
-  body : string
-
-proc Counts: (request/simple_response client)
-  global hits := empty_dict
-  global first := empty_dict
-  global again := empty_dict
-  | client => count(hits, first, again, client)
-
-fun count: (hits: ref dict<string*integer>, first: ref dict<string*string {max=32}>, again: ref dict<string*bool>, -/simple_response client, req: request) -> ()
-  if hits[req.target] = None:
-    hits[req.target] := 1
-    first[req.target] := req.target
-    again[req.target] := False
-    simple_response(200, \"New\", \"1\") => client
-  else:
-    hits[req.target] := hits[req.target] + 1
-    if again[req.target]:
-      simple_response(200, first[req.target], to_string(hits[req.target])) => client
-    else:
-      again[req.target] := True
-      simple_response(200, \"Second\", to_string(hits[req.target])) => client
-";
+/// How long a request may wait while a version starts or stops.
+const WAIT: Duration = Duration::from_secs(2);
 
 /// A program file removed when the test ends.
 struct Program(std::path::PathBuf);
@@ -68,43 +36,6 @@ impl Drop for Program {
     }
 }
 
-/// The reason of a 200 answer to `GET target`, or `None` if it was not
-/// answered within 2 s (a connection left in the backlog of a version
-/// that stops is reset, as the reload documents).
-fn try_reason(port: u16, target: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(
-        s,
-        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).ok()?;
-    let status = answer.lines().next()?;
-    status.strip_prefix("HTTP/1.1 200 ").map(str::to_string)
-}
-
-/// `GET target` over a connection of its own: (reason, body).
-fn get(port: u16, target: &str) -> (String, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
-    let status = head.lines().next().unwrap_or("");
-    assert!(status.starts_with("HTTP/1.1 200 "), "{answer:?}");
-    (
-        status["HTTP/1.1 200 ".len()..].to_string(),
-        body.to_string(),
-    )
-}
-
 fn run(procs: &mut Procs, program: &Program, more: &[&str]) -> u16 {
     let listen = format!("client=127.0.0.1:{}", support::free_port());
     let mut args = vec!["run", program.0.to_str().unwrap(), "--listen", &listen];
@@ -113,15 +44,9 @@ fn run(procs: &mut Procs, program: &Program, more: &[&str]) -> u16 {
     // Listening is not yet answering at once: a first request (a target of
     // its own each time, older than any a test asks for) may wait past its
     // time, and is asked again.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut n = 0;
-    while try_reason(port, &format!("/warm{n}")).is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "flick run never answered"
-        );
-        n += 1;
-    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let never = "flick run never answered";
+    ask_until(port, "/warm", WAIT, deadline, never, |_, _| true);
     port
 }
 
@@ -205,31 +130,14 @@ fn dictionaries_of_values_survive_flick_runs_reload() {
         get(port, "/a");
     }
     std::fs::write(&program.0, COUNTS.replace("\"New\"", "\"Fresh\"")).unwrap();
-    let hup = std::process::Command::new("kill")
-        .args(["-HUP", &procs.0[0].id().to_string()])
-        .status()
-        .unwrap();
-    assert!(hup.success());
+    support::hup(&procs.0[0]);
     // A target never asked before, each time, until the new version answers.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut n = 0;
-    // One that reaches the old version as it closes is reset: asked again.
-    while try_reason(port, &format!("/z{n}")).as_deref() != Some("Fresh") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the new version never answered"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-        n += 1;
-    }
-    // Until the old version has closed its listener, a new connection may
-    // still land in its backlog, and be reset: asked again.
-    let reason = loop {
-        if let Some(reason) = try_reason(port, "/a") {
-            break reason;
-        }
-        assert!(std::time::Instant::now() < deadline, "/a never answered");
-    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let never = "the new version never answered";
+    ask_until(port, "/z", WAIT, deadline, never, |reason, _| {
+        reason == "Fresh"
+    });
+    let (reason, _) = get_until_answered(port, "/a", WAIT, deadline);
     assert_eq!(reason, "/a", "the target kept was carried over");
     assert_eq!(get(port, "/a").1, "5", "so was the count");
 }

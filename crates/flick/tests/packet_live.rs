@@ -8,7 +8,8 @@
 //! Needs root and `ip` (iproute2): under CI (`CI=true`) a missing one
 //! fails the test, elsewhere it is skipped with a message.
 
-use flick_packet_io::{PortSpec, RecvStatus};
+use common::live::send_and_collect;
+use common::{Scratch, ROOT};
 use flick_testkit::netns::{self, Netns};
 use serde_json::Value as Json;
 use std::net::{SocketAddrV4, UdpSocket};
@@ -16,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+mod common;
 
 fn testdata(name: &str) -> PathBuf {
     Path::new(ROOT).join("examples/packets/testdata").join(name)
@@ -168,53 +169,6 @@ fn signal(child: &Child, sig: &str) {
         .status();
 }
 
-/// Sends `frames` into `iface`, then reads what arrives at `out` (if
-/// any) until `expected` frames came and nothing more for 300 ms, or 5 s
-/// pass.
-fn send_and_collect(
-    ns: &Netns,
-    iface: &str,
-    frames: &[(Vec<u8>, u64)],
-    out: Option<&str>,
-    expected: usize,
-) -> Vec<Vec<u8>> {
-    ns.enter(|| {
-        let mut rx = out.map(|o| {
-            flick_packet_io::open(&PortSpec::AfPacket(o.into()))
-                .unwrap()
-                .rx
-                .unwrap()
-        });
-        let mut tx = flick_packet_io::open(&PortSpec::AfPacket(iface.into()))
-            .unwrap()
-            .tx
-            .unwrap();
-        for (f, ts) in frames {
-            tx.send(f, *ts).unwrap();
-            tx.flush().unwrap();
-        }
-        let mut got = Vec::new();
-        let Some(rx) = rx.as_mut() else {
-            return got;
-        };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut quiet_since = Instant::now();
-        while Instant::now() < deadline {
-            let status = rx.recv_batch(64, &mut |f, _| got.push(f.to_vec())).unwrap();
-            match status {
-                RecvStatus::Frames(n) if n > 0 => quiet_since = Instant::now(),
-                _ => {
-                    if got.len() >= expected && quiet_since.elapsed() > Duration::from_millis(300) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-        }
-        got
-    })
-}
-
 #[test]
 fn port_knocking_on_a_veth_pair() {
     if !netns::available("port_knocking_on_a_veth_pair") {
@@ -312,24 +266,6 @@ fn tracker_and_port_knocking_share_a_live_port() {
     );
 }
 
-/// A directory of the test's own, removed on drop (the test failing too).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("flick-live-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Frames in a pcap file `flick` wrote.
 fn written(path: &Path) -> Vec<Vec<u8>> {
     flick_packet_io::read_pcap(path)
@@ -348,7 +284,7 @@ fn two_programs_share_a_tun_port() {
     // The kernel sends nothing of its own (IPv6 router solicitations) on
     // the device flick makes.
     ns.sysctl("net.ipv6.conf.default.disable_ipv6=1");
-    let out = Scratch::new("tun");
+    let out = Scratch::new("live-tun");
     let (new, all) = (out.0.join("new.pcap"), out.0.join("all.pcap"));
     let programs = ["flow_tracker.flick", "new_flows.flick"];
     let flick = Flick::start(

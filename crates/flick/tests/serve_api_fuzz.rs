@@ -15,14 +15,17 @@
 //! paths (registers, flow contexts by key, deletes) are fuzzed as well.
 //! `FLICK_FUZZ_SEED` and `FLICK_FUZZ_REQUESTS` run other requests, or more.
 
+mod common;
 mod support;
 
+use common::http::{get_answer, http_program};
+use common::Scratch;
 use serde_json::{json, Map, Value as Json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
+use support::serve::serve;
 use support::{free_port, ROOT};
 
 /// Requests made in one run.
@@ -455,18 +458,8 @@ machine mz: (packet/packet wire)
 ";
 
 /// The program the fuzzed requests find deployed, as `fz`.
-const NOTES: &str = "\
-grammar http
-
-type request: record
-  target : string
-
-type simple_response: record
-  status : integer {size=2}
-  reason : string
-  body : string
-
-proc Notes: (request/simple_response client)
+const NOTES: &str = http_program!(
+    "proc Notes: (request/simple_response client)
   global hits := 0
   global notes := empty_dict
   global counts := empty_dict
@@ -477,7 +470,8 @@ fun respond: (hits: ref integer, notes: ref dict<string*request>, counts: ref di
   notes[req.target] := req
   counts[req.target] := hits
   simple_response(200, \"OK\", \"noted\") => client
-";
+"
+);
 
 /// How a request was mutated below the level of routing: what the
 /// document's description (not the operation) says it gets.
@@ -579,48 +573,14 @@ fn every_answer_is_one_the_openapi_document_declares() {
     let paths = doc["paths"].as_object().unwrap().clone();
     assert!(paths.contains_key("/services/{name}/state/{path}"));
 
-    let dir = std::env::temp_dir().join(format!("flick-api-fuzz-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let _cleanup = Cleanup(dir.clone());
+    let dir = Scratch::new("api-fuzz");
     let api_port = free_port();
-    let mut server = Server(
-        Command::new(env!("CARGO_BIN_EXE_flick"))
-            .current_dir(ROOT)
-            .args([
-                "serve",
-                "--workers",
-                "2",
-                "--save-every",
-                "1",
-                "--state-dir",
-            ])
-            .arg(dir.join("state"))
-            .args([
-                "--api",
-                &format!("127.0.0.1:{api_port}"),
-                "--api-token",
-                TOKEN,
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let api = format!("127.0.0.1:{api_port}");
+    let state = dir.path("state");
+    let _server = serve(
+        &state,
+        &["--save-every", "1", "--api", &api, "--api-token", TOKEN],
     );
-    let out = server.0.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(out);
-        let mut first = String::new();
-        let _ = lines.read_line(&mut first);
-        let _ = tx.send(first);
-        let mut rest = String::new();
-        while lines.read_line(&mut rest).unwrap_or(0) > 0 {
-            rest.clear();
-        }
-    });
-    let banner = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
-    assert!(banner.contains("serving the API"), "{banner:?}");
 
     let request = |method: &str, target: &str, body: &[u8], extra: &str| -> Vec<u8> {
         let mut r = format!(
@@ -664,15 +624,7 @@ fn every_answer_is_one_the_openapi_document_declares() {
     let mut rng = Rng(env("FLICK_FUZZ_SEED").unwrap_or(0x5eed_f11c).max(1));
     let requests = env("FLICK_FUZZ_REQUESTS").map_or(REQUESTS, |n| n as usize);
     let mut seen = std::collections::BTreeMap::<(String, u16), usize>::new();
-    let served = |port: u16| -> String {
-        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(b"GET /end HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut answer = String::new();
-        let _ = s.read_to_string(&mut answer);
-        answer
-    };
+    let served = |port: u16| get_answer(port, "/end", Duration::from_secs(10)).unwrap();
     for n in 0..requests {
         // The service answers all along (its globals first set by writes
         // of the API, before any instance, in the first stretch).
@@ -868,29 +820,6 @@ fn every_answer_is_one_the_openapi_document_declares() {
     assert_eq!(a.status, 200);
     let a = send(api_port, &request("GET", "/services", b"", &auth));
     let status = String::from_utf8_lossy(&a.body).to_string();
-    let mut s = TcpStream::connect(("127.0.0.1", service_port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /end HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
+    let answer = served(service_port);
     assert!(answer.ends_with("noted"), "{answer}\n{status}");
-}
-
-/// The `serve` under test, killed when the test ends.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-struct Cleanup(PathBuf);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

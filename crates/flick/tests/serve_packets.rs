@@ -12,9 +12,10 @@
 //! Needs root and `ip` (iproute2): under CI (`CI=true`) a missing one
 //! fails the test, elsewhere it is skipped with a message.
 
+mod common;
 mod support;
 
-use flick_packet_io::{PortSpec, RecvStatus};
+use common::live::send_and_collect;
 use flick_testkit::netns::{self, Netns};
 use flick_testkit::packet_model::tcp_syn;
 use serde_json::Value as Json;
@@ -59,42 +60,11 @@ fn send(
     out: Option<&str>,
     expected: usize,
 ) -> Vec<Vec<u8>> {
-    ns.enter(|| {
-        let mut rx = out.map(|o| {
-            flick_packet_io::open(&PortSpec::AfPacket(o.into()))
-                .unwrap()
-                .rx
-                .unwrap()
-        });
-        let mut tx = flick_packet_io::open(&PortSpec::AfPacket(iface.into()))
-            .unwrap()
-            .tx
-            .unwrap();
-        for f in frames {
-            tx.send(f, 0).unwrap();
-            tx.flush().unwrap();
-        }
-        let mut got = Vec::new();
-        let Some(rx) = rx.as_mut() else {
-            return got;
-        };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut quiet_since = Instant::now();
-        while Instant::now() < deadline {
-            match rx.recv_batch(64, &mut |f, _| got.push(f.to_vec())).unwrap() {
-                RecvStatus::Frames(n) if n > 0 => quiet_since = Instant::now(),
-                _ => {
-                    if got.len() >= expected && quiet_since.elapsed() > Duration::from_millis(300) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-        }
-        // Frames the test sent itself are seen on their own veth end too.
-        got.retain(|f| f.len() > 29 && f[29] != 0 && f[30..34] == [10, 0, 1, 1]);
-        got
-    })
+    let timed: Vec<(Vec<u8>, u64)> = frames.iter().map(|f| (f.clone(), 0)).collect();
+    let mut got = send_and_collect(ns, iface, &timed, out, expected);
+    // Frames the test sent itself are seen on their own veth end too.
+    got.retain(|f| f.len() > 29 && f[29] != 0 && f[30..34] == [10, 0, 1, 1]);
+    got
 }
 
 /// Waits (at most 10 s) until `pid` holds `n` bound packet sockets.

@@ -9,11 +9,13 @@
 //! with SIGKILL comes back with it. Every child process is killed when its
 //! test ends, and every wait is bounded.
 
+mod common;
 mod support;
 
+use common::http::{ask_until, get as http_get_reason, get_until_answered, http_program, COUNTS};
+use common::terminate;
 use flick::api;
 use serde_json::{json, Value as Json};
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -21,55 +23,17 @@ use std::time::{Duration, Instant};
 use support::serve::{call, ctl, ok, refused, serve, TempDir};
 use support::{free_port, ROOT};
 
-/// The body of a 200 answer to `GET target` over a new connection, or
-/// `None` if it was not answered within `wait` (a connection left in the
-/// backlog of a version that stops is reset, as the reload documents).
-fn try_http_get(port: u16, target: &str, wait: Duration) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(wait)).ok()?;
-    write!(
-        s,
-        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).ok()?;
-    answer
-        .starts_with("HTTP/1.1 200")
-        .then(|| answer.split("\r\n\r\n").nth(1).unwrap_or("").to_string())
-}
-
-/// The body of the answer to `GET target` over a new connection.
+/// The body of the 200 answer to `GET target` over a new connection.
 fn http_get(port: u16, target: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    answer.split("\r\n\r\n").nth(1).unwrap_or("").to_string()
+    http_get_reason(port, target).1
 }
 
 /// A program that notes each request under its target and answers, for a
 /// target noted already, the target of the request noted under it (which
 /// an operator may have written). `seen`, a dictionary of integers, and
 /// `pairs`, one of tuples, are declared and never written.
-const NOTES: &str = "\
-grammar http
-
-type request: record
-  target : string
-
-type simple_response: record
-  status : integer {size=2}
-  reason : string
-  body : string
-
-proc Notes: (request/simple_response client)
+const NOTES: &str = http_program!(
+    "proc Notes: (request/simple_response client)
   global hits := 0
   global notes := empty_dict
   global seen := empty_dict
@@ -83,28 +47,34 @@ fun respond: (hits: ref integer, notes: ref dict<string*request>, seen: ref dict
     simple_response(200, \"OK\", \"new\") => client
   else:
     simple_response(200, \"OK\", notes[req.target].target) => client
-";
+"
+);
 
 const WRITTEN: &str = "GET /written HTTP/1.1\r\nHost: x\r\n\r\n";
+
+/// `flick ctl VERB NAME` of `program` (written as NAME.flick) listening
+/// on `port`, its dictionaries holding `capacity` entries; what ctl said.
+fn deploy_program(
+    (dir, state): (&TempDir, &Path),
+    verb: &str,
+    name: &str,
+    program: &str,
+    capacity: usize,
+    port: u16,
+) -> String {
+    let file = dir.file(&format!("{name}.flick"), program);
+    let config = format!("dict_capacity = {capacity}\n");
+    let config = dir.file(&format!("{name}.toml"), &config);
+    let listen = format!("client=127.0.0.1:{port}");
+    let args = [verb, name, &file, "--listen", &listen, "--config", &config];
+    ok(&ctl(state, &args))
+}
 
 /// Deploys NOTES as `notes` on a free port, its dictionaries holding
 /// `capacity` entries; the port.
 fn deploy_notes(dir: &TempDir, state: &Path, capacity: usize) -> u16 {
-    let program = dir.file("notes.flick", NOTES);
-    let config = dir.file("notes.toml", &format!("dict_capacity = {capacity}\n"));
     let port = free_port();
-    ok(&ctl(
-        state,
-        &[
-            "deploy",
-            "notes",
-            &program,
-            "--listen",
-            &format!("client=127.0.0.1:{port}"),
-            "--config",
-            &config,
-        ],
-    ));
+    deploy_program((dir, state), "deploy", "notes", NOTES, capacity, port);
     port
 }
 
@@ -277,20 +247,8 @@ fn a_dictionary_and_a_global_survive_a_redeploy() {
     assert_eq!(http_get(port, "/a"), "new");
     ok(&ctl(&state, &["write", "notes", "notes//b", WRITTEN]));
     // The new version answers otherwise for a new target: it is new.
-    let program = dir.file("notes2.flick", &NOTES.replace("\"new\"", "\"fresh\""));
-    let config = dir.0.join("notes.toml");
-    let out = ok(&ctl(
-        &state,
-        &[
-            "redeploy",
-            "notes",
-            &program,
-            "--listen",
-            &format!("client=127.0.0.1:{port}"),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    ));
+    let fresh = NOTES.replace("\"new\"", "\"fresh\"");
+    let out = deploy_program((&dir, &state), "redeploy", "notes", &fresh, 16, port);
     assert!(out.contains("version 2"), "{out}");
     assert!(out.contains("notes"), "{out}");
     assert!(out.contains("hits"), "{out}");
@@ -346,12 +304,7 @@ fn with_no_save_interval_only_a_clean_stop_saves() {
     assert_eq!(http_get(port, "/a"), "new");
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!state.join("services/notes.globals").exists());
-    let term = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    assert!(server.child.wait().unwrap().success());
+    assert!(terminate(&mut server.child).success());
     drop(server);
     let _server = serve(&state, &[]);
     assert_eq!(http_get(port, "/a"), "/a", "the entry came back");
@@ -390,108 +343,25 @@ fn a_dictionary_survives_flick_runs_reload() {
     // Listening is not yet answering at once: a first request (a target
     // of its own each time) may wait past its time, and is asked again.
     let wait = Duration::from_secs(2);
-    let mut n = 0;
-    while try_http_get(port, &format!("/warm{n}"), wait).is_none() {
-        assert!(Instant::now() < deadline, "flick run never answered");
-        n += 1;
-    }
+    let never = "flick run never answered";
+    ask_until(port, "/warm", wait, deadline, never, |_, _| true);
     assert_eq!(http_get(port, "/a"), "new");
     dir.file("notes.flick", &NOTES.replace("\"new\"", "\"fresh\""));
-    let hup = Command::new("kill")
-        .args(["-HUP", &run.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(hup.success());
+    support::hup(&run.0);
     // A target never asked before, each time: the old version notes it.
     // One that reaches the old version as it closes is reset: asked again.
-    let mut n = 0;
-    while try_http_get(port, &format!("/z{n}"), wait).as_deref() != Some("fresh") {
-        assert!(Instant::now() < deadline, "the new version never answered");
-        std::thread::sleep(Duration::from_millis(20));
-        n += 1;
-    }
-    // Until the old version has closed its listener, a new connection may
-    // still land in its backlog, and be reset: asked again.
-    let carried = loop {
-        if let Some(body) = try_http_get(port, "/a", wait) {
-            break body;
-        }
-        assert!(Instant::now() < deadline, "/a never answered");
-    };
+    let never = "the new version never answered";
+    ask_until(port, "/z", wait, deadline, never, |_, body| body == "fresh");
+    let (_, carried) = get_until_answered(port, "/a", wait, deadline);
     assert_eq!(carried, "/a", "the entry was carried over");
 }
 
-/// Counts requests per target in dictionaries of values: `hits` (integers),
-/// `first` (the target as first seen, a string of at most 32 bytes) and
-/// `again` (booleans). A target's first request answers `new`; later ones
-/// its count, with the kept target as the reason once `again` is set.
-const COUNTS: &str = "\
-grammar http
-
-type request: record
-  target : string
-
-type simple_response: record
-  status : integer {size=2}
-  reason : string
-  body : string
-
-proc Counts: (request/simple_response client)
-  global hits := empty_dict
-  global first := empty_dict
-  global again := empty_dict
-  | client => count(hits, first, again, client)
-
-fun count: (hits: ref dict<string*integer>, first: ref dict<string*string {max=32}>, again: ref dict<string*bool>, -/simple_response client, req: request) -> ()
-  if hits[req.target] = None:
-    hits[req.target] := 1
-    first[req.target] := req.target
-    again[req.target] := False
-    simple_response(200, \"New\", \"new\") => client
-  else:
-    hits[req.target] := hits[req.target] + 1
-    if again[req.target]:
-      simple_response(200, first[req.target], to_string(hits[req.target])) => client
-    else:
-      again[req.target] := True
-      simple_response(200, \"Second\", to_string(hits[req.target])) => client
-";
-
-/// `GET target` over a connection of its own: (reason, body).
-fn http_get_reason(port: u16, target: &str) -> (String, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
-    let status = head.lines().next().unwrap_or("");
-    assert!(status.starts_with("HTTP/1.1 200 "), "{answer:?}");
-    (
-        status["HTTP/1.1 200 ".len()..].to_string(),
-        body.to_string(),
-    )
-}
-
+/// Deploys (or redeploys, as `verb` says) COUNTS as `counts` on `port`,
+/// its dictionaries holding `capacity` entries, a target's first request
+/// answered `new` as NOTES does; what ctl said.
 fn deploy_counts(dir: &TempDir, state: &Path, capacity: usize, verb: &str, port: u16) -> String {
-    let program = dir.file("counts.flick", COUNTS);
-    let config = dir.file("counts.toml", &format!("dict_capacity = {capacity}\n"));
-    ok(&ctl(
-        state,
-        &[
-            verb,
-            "counts",
-            &program,
-            "--listen",
-            &format!("client=127.0.0.1:{port}"),
-            "--config",
-            &config,
-        ],
-    ))
+    let counts = COUNTS.replace("\"New\", \"1\")", "\"New\", \"new\")");
+    deploy_program((dir, state), verb, "counts", &counts, capacity, port)
 }
 
 #[test]
@@ -616,13 +486,8 @@ fn dictionaries_of_values_survive_a_redeploy_and_a_restart() {
         assert!(Instant::now() < deadline, "the counts never came over");
     }
     // A clean stop saves them; the next serve gives them back.
-    let term = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
     let mut server = server;
-    assert!(server.child.wait().unwrap().success());
+    assert!(terminate(&mut server.child).success());
     drop(server);
     let saved = std::fs::read_to_string(state.join("services/counts.globals")).unwrap();
     assert!(saved.contains("\"int\""), "{saved}");
@@ -644,18 +509,8 @@ fn dictionaries_of_values_survive_a_redeploy_and_a_restart() {
 
 /// Counts requests per pair of integers, a key that is not UTF-8: each
 /// request counts under `pack(target's length, 255)` and answers the count.
-const PACKED: &str = "\
-grammar http
-
-type request: record
-  target : string
-
-type simple_response: record
-  status : integer {size=2}
-  reason : string
-  body : string
-
-proc Packed: (request/simple_response client)
+const PACKED: &str = http_program!(
+    "proc Packed: (request/simple_response client)
   global by_pair := empty_dict
   | client => count(by_pair, client)
 
@@ -665,7 +520,8 @@ fun count: (by_pair: ref dict<string*integer>, -/simple_response client, req: re
   else:
     by_pair[pack(len(req.target), 255)] := by_pair[pack(len(req.target), 255)] + 1
   simple_response(200, \"OK\", to_string(by_pair[pack(len(req.target), 255)])) => client
-";
+"
+);
 
 /// A key that is not UTF-8 (a `pack` of integers) is listed with its
 /// `key_base64`, and read, written and deleted by it, over the API and

@@ -1,14 +1,20 @@
-//! Helpers shared by the tests that run the `flick` binary over files:
-//! scratch directories, `flick run` over packet ports with a dump, and
-//! golden files. The serve and memcached helpers live in `support`.
+//! Helpers shared by the tests that run the `flick` binary: scratch
+//! directories, `flick run` over packet ports with a dump, golden files,
+//! HTTP clients and programs (`http`), and frames on live ports in a
+//! network namespace (`live`). The `flick serve` and memcached helpers
+//! live in `support`.
 
 // Each test file compiles this module on its own and uses only some of it.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports, unused_macros)]
+
+pub mod http;
+pub mod live;
 
 use serde_json::{Map, Value as Json};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// The workspace root, where `flick` is started.
 pub const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
@@ -84,4 +90,22 @@ pub fn golden_file(path: &Path, got: &[u8], bless: &str) -> Vec<u8> {
         std::fs::write(path, got).unwrap();
     }
     std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e} ({bless}=1 writes it)", path.display()))
+}
+
+/// Sends `child` SIGTERM and waits (at most 20 s) for it to exit; how
+/// it exited.
+pub fn terminate(child: &mut Child) -> ExitStatus {
+    let sent = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "it did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
