@@ -35,6 +35,7 @@
 //! so neither side ever finds its table full.
 //!
 //!   packet-rate machines [--frames N] [--reps N] [--slots N] [--cases "port_knocking ... table"]
+//!                        [--measures "machine,frame batch"]
 
 use flick_machine::flows::{FlowTable, Placed, Timeouts};
 use flick_machine::model::Eviction;
@@ -76,12 +77,17 @@ impl CpuClock {
 /// Frames per batch for the batch measures: a live port's batch.
 const BATCH: usize = 256;
 
+/// The measures, in the order they run.
+const MEASURES: [&str; 4] = ["machine", "machine batch", "frame", "frame batch"];
+
 struct Args {
     frames: usize,
     reps: usize,
     slots: usize,
     /// Which use cases (and `table`) to run.
     cases: Vec<String>,
+    /// Which measures to time (all four unless told).
+    measures: Vec<String>,
 }
 
 fn args(mut it: impl Iterator<Item = String>) -> Args {
@@ -97,6 +103,7 @@ fn args(mut it: impl Iterator<Item = String>) -> Args {
         ]
         .map(String::from)
         .to_vec(),
+        measures: MEASURES.map(String::from).to_vec(),
     };
     while let Some(flag) = it.next() {
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -105,7 +112,8 @@ fn args(mut it: impl Iterator<Item = String>) -> Args {
             "--reps" => a.reps = value.parse().unwrap(),
             "--slots" => a.slots = value.parse().unwrap(),
             "--cases" => a.cases = value.split_whitespace().map(String::from).collect(),
-            _ => panic!("unknown flag {flag} (--frames, --reps, --slots, --cases)"),
+            "--measures" => a.measures = value.split(',').map(String::from).collect(),
+            _ => panic!("unknown flag {flag} (--frames, --reps, --slots, --cases, --measures)"),
         }
     }
     a
@@ -729,7 +737,10 @@ fn bench_case<B: ByHand>(case: &Case, a: &Args, make: impl Fn() -> B) {
         flows,
         c.expired
     );
-    for measure in ["machine", "machine batch", "frame", "frame batch"] {
+    for measure in MEASURES {
+        if !a.measures.iter().any(|m| m == measure) {
+            continue;
+        }
         let (mut fl, mut hd) = (Vec::new(), Vec::new());
         let parsing = measure.starts_with("frame");
         for _ in 0..a.reps {

@@ -46,6 +46,41 @@ fn transition<'t>(
     entry
 }
 
+/// Adds what entry `e` does to a packet to its verdict: clears the ports
+/// earlier stages chose where it drops the packet, adds its ports, and
+/// the values of its field writes, read with `regs` as the flow
+/// registers (after the entry's updates).
+#[inline(always)]
+fn take(
+    e: &Entry,
+    verdict: &mut Verdict,
+    (fields, globals, meta): (&[Value], &[Value], &[Value]),
+    regs: &[Value],
+    (now, port, len): (u64, Value, Value),
+) {
+    if e.drop {
+        verdict.ports = 0;
+    }
+    verdict.ports |= e.ports;
+    if e.writes.is_empty() {
+        return;
+    }
+    let inputs = Inputs {
+        fields,
+        globals,
+        now_us: now,
+        port,
+        len,
+        meta,
+    };
+    for &(f, v) in &e.writes {
+        if verdict.nwrites < MAX_WRITES {
+            verdict.writes[verdict.nwrites] = (f, inputs.operand(regs, v));
+            verdict.nwrites += 1;
+        }
+    }
+}
+
 /// Whether two register lists are equal: a loop the compiler keeps
 /// inline, where slice equality calls `memcmp` (lists are a few words).
 #[inline]
@@ -187,6 +222,9 @@ struct TableState {
     looked_up: u64,
     slot: Option<usize>,
     place: Place,
+    /// Whether `place` is this packet's: a lookup skipped (the key known
+    /// absent) leaves it to the insertion, if any, to compute.
+    placed: bool,
 }
 
 impl TableState {
@@ -335,6 +373,7 @@ impl Engine {
             looked_up: u64::MAX,
             slot: None,
             place: Place::default(),
+            placed: false,
         });
         // Per table, the stages keeping contexts there; a record holds the
         // first one's state, created and last in the table's own meta
@@ -361,6 +400,7 @@ impl Engine {
                         looked_up: u64::MAX,
                         slot: None,
                         place: Place::default(),
+                        placed: false,
                     });
                     layouts.push(Vec::new());
                     tables.len() - 1
@@ -453,8 +493,11 @@ impl Engine {
     /// Runs one packet through the stages. `fields` holds the program's
     /// field values (see [`crate::FieldReader`]), `port` the number of the
     /// port it came in on, `ts_ns` its timestamp. Allocates nothing.
+    #[inline]
     pub fn process(&mut self, fields: &[Value], port: u8, len: usize, ts_ns: u64) -> Verdict {
-        self.process_at(fields, port, len, ts_ns, None)
+        let mut verdict = Verdict::default();
+        self.process_at(fields, port, len, ts_ns, None, &mut verdict);
+        verdict
     }
 
     /// Runs frames through the stages in order, as [`Engine::process`]
@@ -472,7 +515,8 @@ impl Engine {
     ) {
         if !self.prefetch {
             for (i, f) in frames.iter().enumerate() {
-                let v = self.process_at(f.fields(), f.port(), f.bytes(), f.ts_ns(), None);
+                let mut v = Verdict::default();
+                self.process_at(f.fields(), f.port(), f.bytes(), f.ts_ns(), None, &mut v);
                 out(i, v);
             }
             return;
@@ -512,7 +556,8 @@ impl Engine {
                     ask(self, i + RECORDS_AHEAD, true);
                 }
                 let at = &places[i * n..(i + 1) * n];
-                let v = self.process_at(f.fields(), f.port(), f.bytes(), f.ts_ns(), Some(at));
+                let mut v = Verdict::default();
+                self.process_at(f.fields(), f.port(), f.bytes(), f.ts_ns(), Some(at), &mut v);
                 out(c * BATCH + i, v);
             }
         }
@@ -520,7 +565,9 @@ impl Engine {
     }
 
     /// [`Engine::process`], with each table's place computed already
-    /// where `places` is given (one per table).
+    /// where `places` is given (one per table), into `verdict` (empty):
+    /// the caller's, since a verdict returned by value is copied (144
+    /// bytes, a call to `memcpy` per packet).
     #[inline]
     fn process_at(
         &mut self,
@@ -529,12 +576,12 @@ impl Engine {
         len: usize,
         ts_ns: u64,
         places: Option<&[Place]>,
-    ) -> Verdict {
+        verdict: &mut Verdict,
+    ) {
         let now = ts_ns / 1000;
         self.now_us = self.now_us.max(now);
         self.counters.packets += 1;
         let program = &*self.program;
-        let mut verdict = Verdict::default();
         // The packet's metadata: zero as it enters, carried along.
         let mut meta = [0 as Value; MAX_META];
         let (port, len) = (port as Value, len as Value);
@@ -545,7 +592,7 @@ impl Engine {
             self.stages.get_mut(s),
         ) {
             let entry = if stage.stateless() {
-                transition(
+                let entry = transition(
                     tables,
                     stage.initial,
                     Event::Packet,
@@ -556,7 +603,12 @@ impl Engine {
                     },
                     &mut st.regs,
                     (now, port, len),
-                )
+                );
+                if let Some(e) = entry {
+                    let got = (fields, &self.globals[..], &meta[..]);
+                    take(e, verdict, got, &st.regs, (now, port, len));
+                }
+                entry
             } else {
                 let t = st.table;
                 Self::stateful(
@@ -570,41 +622,33 @@ impl Engine {
                     fields,
                     places.map(|p| p[t]),
                     (now, port, len),
+                    verdict,
                 )
             };
             let Some(e) = entry else { break };
-            if e.drop {
-                verdict.ports = 0;
-            }
-            verdict.ports |= e.ports;
-            let inputs = Inputs {
-                fields,
-                globals: &self.globals,
-                now_us: now,
-                port,
-                len,
-                meta: &meta,
-            };
-            for &(f, v) in &e.writes {
-                if verdict.nwrites < MAX_WRITES {
-                    verdict.writes[verdict.nwrites] = (f, inputs.operand(&st.regs, v));
-                    verdict.nwrites += 1;
-                }
-            }
             match e.next_stage {
                 Some(next) if next as usize > s => s = next as usize,
                 _ => break,
             }
         }
-        verdict
     }
 
     /// A stage that keeps flow contexts: finds the packet's (looking its
     /// key up unless a stage before on the same table did for this
-    /// packet), runs its timeout and packet transitions, and stores it
-    /// back (or not, when it is back at its start). The entry the packet
-    /// took, if any; `st.regs` holds the context's registers after it.
+    /// packet), runs its timeout and packet transitions, stores it back
+    /// (or not, when it is back at its start), and adds the entry's ports
+    /// and writes to `verdict`. The entry the packet took, if any.
+    ///
+    /// A context found is worked on where it lies in its record, its
+    /// registers read and written there: nothing is copied in or out.
+    /// A lookup is skipped where the table's summary says the key is
+    /// absent and the stage's rows say a packet from this port that
+    /// finds no context leaves none ([`StageTables::quiet_miss`]): it
+    /// would miss, and a miss then changes nothing beyond what the
+    /// initial state's rows do (no idle timer to refresh, nothing
+    /// expired, nothing made).
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn stateful<'t>(
         stage: &Stage,
         tables: &'t StageTables,
@@ -616,118 +660,162 @@ impl Engine {
         fields: &[Value],
         place: Option<Place>,
         packet: (u64, Value, Value),
+        verdict: &mut Verdict,
     ) -> Option<&'t Entry> {
-        let (now, _, _) = packet;
+        let (now, port, _) = packet;
         let mut key = [0 as Value; MAX_KEY];
         let n = flow_key(stage, fields, &mut key);
         let key = &key[..n];
-        let timeouts = timeouts(stage);
-        let nregs = st.regs.len();
         // The key's record, with this stage's context in it or not.
         let record = if table.looked_up == counters.packets {
             table.slot
         } else {
-            let place = place.unwrap_or_else(|| table.flows.place(key));
             table.looked_up = counters.packets;
-            table.place = place;
-            table.slot = table.flows.find_at(key, place);
+            table.placed = place.is_some();
+            if let Some(place) = place {
+                table.place = place;
+            }
+            table.slot = if tables.quiet_miss(port) && table.flows.absent(key) {
+                None
+            } else {
+                if !table.placed {
+                    table.place = table.flows.place(key);
+                    table.placed = true;
+                }
+                table.flows.find_at(key, table.place)
+            };
             table.slot
         };
         let found = record.filter(|&slot| table.flows.words(slot)[st.meta_at] & PRESENT != 0);
-        let (mut state, mut created) = (stage.initial, now);
-        match found {
-            Some(slot) => {
-                let w = table.flows.words(slot);
-                copy(&mut st.regs, &w[st.regs_at..st.regs_at + nregs]);
-                let m = meta_at(w, st.meta_at);
-                (state, created) = (m.state, m.created);
-                if let Some(why) = timeouts.expiry(&m, now) {
-                    counters.expired += 1;
-                    let event = match why {
-                        Expiry::Idle => Event::IdleTimeout,
-                        Expiry::Hard => Event::HardTimeout,
-                    };
-                    let out = Writable { globals, meta };
-                    match transition(tables, state, event, fields, out, &mut st.regs, packet) {
-                        Some(e) => state = e.next_state.unwrap_or(state),
-                        None => {
-                            state = stage.initial;
-                            copy(&mut st.regs, &st.init);
-                        }
-                    }
-                    created = now;
+        let Some(slot) = found else {
+            return Self::fresh(
+                stage, tables, st, table, globals, counters, meta, fields, record, packet, verdict,
+            );
+        };
+        let nregs = st.regs.len();
+        let w = table.flows.words_mut(slot);
+        let m = meta_at(w, st.meta_at);
+        let (mut state, mut created) = (m.state, m.created);
+        let regs = &mut w[st.regs_at..st.regs_at + nregs];
+        if let Some(why) = timeouts(stage).expiry(&m, now) {
+            counters.expired += 1;
+            let event = match why {
+                Expiry::Idle => Event::IdleTimeout,
+                Expiry::Hard => Event::HardTimeout,
+            };
+            let out = Writable { globals, meta };
+            match transition(tables, state, event, fields, out, regs, packet) {
+                Some(e) => state = e.next_state.unwrap_or(state),
+                None => {
+                    state = stage.initial;
+                    copy(regs, &st.init);
                 }
             }
-            None => st.regs.copy_from_slice(&st.init),
+            created = now;
         }
         let out = Writable { globals, meta };
-        let mut entry = transition(
-            tables,
-            state,
-            Event::Packet,
-            fields,
-            out,
-            &mut st.regs,
-            packet,
-        );
+        let entry = transition(tables, state, Event::Packet, fields, out, regs, packet);
         if let Some(e) = entry {
             state = e.next_state.unwrap_or(state);
+            take(e, verdict, (fields, globals, meta), regs, packet);
         }
-        let initial = state == stage.initial && same(&st.regs, &st.init);
-        let slot = match (found, record) {
-            (Some(slot), _) if initial => {
-                table.live[st.member] -= 1;
-                table.forget(st.meta_at, slot);
-                if !table.any_present(slot) {
-                    table.slot = None;
-                }
-                None
+        if state == stage.initial && same(regs, &st.init) {
+            table.live[st.member] -= 1;
+            table.forget(st.meta_at, slot);
+            if !table.any_present(slot) {
+                table.slot = None;
             }
-            (Some(slot), _) => Some(slot),
-            (None, _) if initial => None,
-            // Another stage's context holds the record: this one joins it.
-            (None, Some(slot)) => {
-                table.live[st.member] += 1;
-                Some(slot)
-            }
-            (None, None) => match Self::insert(table, key, now, stage.eviction) {
-                Ok(slot) => {
-                    table.live[st.member] += 1;
-                    Some(slot)
-                }
-                Err(evicted) => {
-                    counters.evicted += evicted.evicted;
-                    match evicted.slot {
-                        Some(slot) => {
-                            table.live[st.member] += 1;
-                            Some(slot)
-                        }
-                        None => {
-                            counters.table_full += 1;
-                            copy(&mut st.regs, &st.init);
-                            entry = transition(
-                                tables,
-                                stage.initial,
-                                Event::TableFull,
-                                fields,
-                                Writable { globals, meta },
-                                &mut st.regs,
-                                packet,
-                            );
-                            None
-                        }
-                    }
-                }
-            },
-        };
-        if let Some(slot) = slot {
-            let w = table.flows.words_mut(slot);
-            copy(&mut w[st.regs_at..st.regs_at + nregs], &st.regs);
+        } else {
             let at = st.meta_at;
             w[at] = state as Value | PRESENT;
             w[at + 1] = created;
             w[at + 2] = now;
         }
+        entry
+    }
+
+    /// [`Engine::stateful`] for a packet with no context in the stage:
+    /// its initial state and registers, in the stage's own registers; a
+    /// context made (in `record`, where another stage's context holds the
+    /// key's record, else in a new one) unless the packet leaves it at its
+    /// start, or the table-full transition where no room is found.
+    #[allow(clippy::too_many_arguments)]
+    fn fresh<'t>(
+        stage: &Stage,
+        tables: &'t StageTables,
+        st: &mut StageState,
+        table: &mut TableState,
+        globals: &mut [Value],
+        counters: &mut Counters,
+        meta: &mut [Value; MAX_META],
+        fields: &[Value],
+        record: Option<usize>,
+        packet: (u64, Value, Value),
+        verdict: &mut Verdict,
+    ) -> Option<&'t Entry> {
+        let now = packet.0;
+        let regs = &mut st.regs[..];
+        copy(regs, &st.init);
+        let mut state = stage.initial;
+        let out = Writable { globals, meta };
+        let entry = transition(tables, state, Event::Packet, fields, out, regs, packet);
+        if let Some(e) = entry {
+            state = e.next_state.unwrap_or(state);
+        }
+        if state == stage.initial && same(regs, &st.init) {
+            if let Some(e) = entry {
+                take(e, verdict, (fields, globals, meta), regs, packet);
+            }
+            return entry;
+        }
+        let slot = match record {
+            // Another stage's context holds the record: this one joins it.
+            Some(slot) => Some(slot),
+            None => {
+                let mut key = [0 as Value; MAX_KEY];
+                let n = flow_key(stage, fields, &mut key);
+                let key = &key[..n];
+                if !table.placed {
+                    table.place = table.flows.place(key);
+                    table.placed = true;
+                }
+                match Self::insert(table, key, now, stage.eviction) {
+                    Ok(slot) => Some(slot),
+                    Err(evicted) => {
+                        counters.evicted += evicted.evicted;
+                        evicted.slot
+                    }
+                }
+            }
+        };
+        let Some(slot) = slot else {
+            counters.table_full += 1;
+            copy(regs, &st.init);
+            let out = Writable { globals, meta };
+            let entry = transition(
+                tables,
+                stage.initial,
+                Event::TableFull,
+                fields,
+                out,
+                regs,
+                packet,
+            );
+            if let Some(e) = entry {
+                take(e, verdict, (fields, globals, meta), regs, packet);
+            }
+            return entry;
+        };
+        table.live[st.member] += 1;
+        if let Some(e) = entry {
+            take(e, verdict, (fields, globals, meta), regs, packet);
+        }
+        let w = table.flows.words_mut(slot);
+        copy(&mut w[st.regs_at..st.regs_at + regs.len()], regs);
+        let at = st.meta_at;
+        w[at] = state as Value | PRESENT;
+        w[at + 1] = now;
+        w[at + 2] = now;
         entry
     }
 

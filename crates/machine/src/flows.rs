@@ -17,7 +17,7 @@
 //! slot numbers (registers are kept beside it), evict by the machine's
 //! timeouts and report a full table, which general maps do not do.
 
-use crate::model::{Eviction, Value};
+use crate::model::{Eviction, Value, MAX_KEY};
 
 /// Slots per bucket.
 pub const BUCKET: usize = 4;
@@ -111,6 +111,24 @@ pub struct FlowTable {
     in_stash: usize,
     /// Breadth-first search: (slot, parent node), reused.
     search: Vec<(u32, u32)>,
+    /// Per key word, [`SUMMARY`] counters: how many keys held have a
+    /// value of that word that falls on each (see [`FlowTable::absent`]).
+    summary: Vec<u32>,
+    /// Per key word, its counters that are not zero.
+    nonzero: [u32; MAX_KEY],
+    /// The key word whose counters are fewest not zero: the one most
+    /// likely to tell a key absent.
+    probe: usize,
+}
+
+/// Counters per key word in a table's summary: 16 KiB a word, so that a
+/// few words' stay in the nearer caches.
+pub const SUMMARY: usize = 1 << 12;
+
+/// Where a key word's value falls among its [`SUMMARY`] counters.
+#[inline(always)]
+fn summary_index(w: Value) -> usize {
+    (w.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SUMMARY.trailing_zeros())) as usize
 }
 
 fn mix(mut h: u64) -> u64 {
@@ -131,7 +149,49 @@ pub fn hash_key(key: &[Value], seed: u64) -> u64 {
     mix(h)
 }
 
-const TABLE_SEED: u64 = 0x2545_f491_4f6c_dd1d;
+/// The 128-bit product of `a` and `b`, its halves folded together: every
+/// bit of the result depends on every bit of both.
+#[inline(always)]
+fn fold_mul(a: u64, b: u64) -> u64 {
+    let m = a as u128 * b as u128;
+    m as u64 ^ (m >> 64) as u64
+}
+
+/// Per word of a key, what it is mixed with (odd, high bits set, so no
+/// field value cancels one), then the final multiplier.
+const TABLE_SEEDS: [u64; MAX_KEY + 1] = [
+    0x243f_6a88_85a3_08d3,
+    0x1319_8a2e_0370_7345,
+    0xa409_3822_299f_31d1,
+    0x082e_fa98_ec4e_6c89,
+    0x4528_21e6_38d0_1377,
+    0xbe54_66cf_34e9_0c6d,
+    0xc0ac_29b7_c97c_50dd,
+    0x3f84_d5b5_b547_0917,
+    0x9216_d5d9_8979_fb1b,
+];
+
+/// The table's hash of a key: words taken in pairs, each pair one folded
+/// multiplication with seeds of its place (so keys whose pairs are
+/// swapped, a reply's key against its request's, differ), the pairs
+/// combined and folded once more. The pairs' multiplications do not
+/// wait on each other, so a four-word key is hashed in two
+/// multiplications' time, where [`hash_key`]'s chain takes five rounds
+/// of its mix: the lookup's address, which every miss waits on, is known
+/// sooner.
+#[inline(always)]
+fn table_hash(key: &[Value]) -> u64 {
+    let mut h = key.len() as u64;
+    let mut pairs = key.chunks_exact(2);
+    for (i, p) in pairs.by_ref().enumerate() {
+        h ^= fold_mul(p[0] ^ TABLE_SEEDS[2 * i], p[1] ^ TABLE_SEEDS[2 * i + 1]);
+    }
+    if let [w] = pairs.remainder() {
+        let i = key.len() - 1;
+        h ^= fold_mul(w ^ TABLE_SEEDS[i], TABLE_SEEDS[i + 1]);
+    }
+    fold_mul(h ^ TABLE_SEEDS[MAX_KEY], TABLE_SEEDS[0])
+}
 
 /// The high bit of each 16-bit lane of `word` whose tag is `tag`, exactly
 /// (no false matches: a carry never crosses lanes).
@@ -201,6 +261,9 @@ impl FlowTable {
             len: 0,
             in_stash: 0,
             search: Vec::with_capacity(MAX_SEARCH + 2 * BUCKET),
+            summary: vec![0; key_len * SUMMARY],
+            nonzero: [0; MAX_KEY],
+            probe: 0,
         };
         advise_huge_pages(&table.records);
         advise_huge_pages(&table.tags);
@@ -243,9 +306,9 @@ impl FlowTable {
     }
 
     /// The key's two buckets and its tag.
-    #[inline]
+    #[inline(always)]
     pub fn place(&self, key: &[Value]) -> Place {
-        let h = hash_key(key, TABLE_SEED);
+        let h = table_hash(key);
         let b1 = h as usize & self.mask;
         let mut b2 = (h >> 32) as usize & self.mask;
         if b2 == b1 {
@@ -326,7 +389,7 @@ impl FlowTable {
     }
 
     /// [`FlowTable::find`] with the key's place already computed.
-    #[inline]
+    #[inline(always)]
     pub fn find_at(&self, key: &[Value], place: Place) -> Option<usize> {
         let Place { b1, b2, tag } = place;
         // Both words read before either is looked at.
@@ -344,7 +407,59 @@ impl FlowTable {
         if self.in_stash == 0 {
             return None;
         }
+        self.find_in_stash(key, tag)
+    }
+
+    /// The stash's slot holding `key`: apart, so that the lookup's common
+    /// path stays small enough to inline.
+    #[cold]
+    #[inline(never)]
+    fn find_in_stash(&self, key: &[Value], tag: u16) -> Option<usize> {
         (self.stash_start()..self.capacity()).find(|&s| self.tag(s) == tag && self.holds(s, key))
+    }
+
+    /// Whether `key` is surely not in the table, from the summary alone:
+    /// no key held has its probed word's value (up to the counters'
+    /// sharing). One load from a small array, where a lookup hashes the
+    /// whole key and reads two tag words of a large one. `false` says
+    /// nothing: look the key up.
+    ///
+    /// Where the keys held all share a word's value (a balancer's virtual
+    /// address and port), a key that differs there (a server's reply,
+    /// its endpoints the other way round) is told absent at once.
+    #[inline(always)]
+    pub fn absent(&self, key: &[Value]) -> bool {
+        match key.get(self.probe) {
+            Some(&w) => self.summary[self.probe * SUMMARY + summary_index(w)] == 0,
+            None => false,
+        }
+    }
+
+    /// Counts the key in `slot` into the summary (`add`) or out of it.
+    fn summarise(&mut self, slot: usize, add: bool) {
+        let at = slot * self.stride + META_WORDS;
+        let mut changed = false;
+        for i in 0..self.key_len {
+            let c = &mut self.summary[i * SUMMARY + summary_index(self.records[at + i])];
+            if add {
+                *c += 1;
+                if *c == 1 {
+                    self.nonzero[i] += 1;
+                    changed = true;
+                }
+            } else {
+                *c -= 1;
+                if *c == 0 {
+                    self.nonzero[i] -= 1;
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            self.probe = (0..self.key_len)
+                .min_by_key(|&i| self.nonzero[i])
+                .unwrap_or(0);
+        }
     }
 
     /// Asks for the two tag words of `place` ahead of a lookup, so that a
@@ -377,6 +492,7 @@ impl FlowTable {
 
     pub fn remove(&mut self, slot: usize) {
         if self.tag(slot) != 0 {
+            self.summarise(slot, false);
             self.set_tag(slot, 0);
             self.len -= 1;
             if slot >= self.stash_start() {
@@ -524,6 +640,7 @@ impl FlowTable {
         let k = self.key_len;
         let at = slot * self.stride;
         self.records[at + META_WORDS..at + META_WORDS + k].copy_from_slice(key);
+        self.summarise(slot, true);
         self.set_tag(slot, tag);
         self.alts[slot] = if slot / BUCKET == b1 { b2 } else { b1 } as u32;
         self.len += 1;

@@ -19,7 +19,8 @@
 //! the same one the rows give, so the two forms cannot disagree.
 
 use crate::model::{
-    Condition, Event, Expr, FieldId, Operand, Stage, StateId, Target, Update, Value, MAX_CONDITIONS,
+    Condition, Event, Expr, FieldId, Operand, Stage, StateId, Target, Update, Value,
+    MAX_CONDITIONS, MAX_PORTS,
 };
 
 /// One row of the transition table.
@@ -50,8 +51,19 @@ pub struct StageTables {
     /// Indexed by `state * Event::COUNT + event`.
     pub rows: Vec<Vec<Row>>,
     pub entries: Vec<Entry>,
-    /// Indexed as `rows`.
+    /// Ports with plans of their own: a packet from port `p` below this
+    /// takes the plans made for it, any other the plans for all ports.
+    ports: usize,
+    /// Indexed by `(state * Event::COUNT + event) * (ports + 1) + port`,
+    /// `port` capped at `ports` (the plan for every port).
     plans: Vec<Plan>,
+    /// Per port as `plans` (capped likewise): whether a packet from it
+    /// that finds no context leaves none, whatever its fields, globals
+    /// and metadata: every entry the initial state's packet plan can take
+    /// keeps the initial state and writes no flow register. Such a
+    /// packet's lookup matters only where a context exists (its idle
+    /// timer, its expiry), so a lookup known to miss may be skipped.
+    quiet_miss: Vec<bool>,
     /// The conditions each plan reads, plan after plan.
     tests: Vec<Condition>,
     /// Decision tables, plan after plan: `1 << tests` words each, the
@@ -63,7 +75,12 @@ pub struct StageTables {
 /// (`2^DECISION_BITS` words); more are decided by walking the rows.
 pub const DECISION_BITS: usize = 8;
 
-/// One (state, event), compiled.
+/// Most ports with plans of their own (see [`StageTables::decide`]); a
+/// stage with more (states times events times ports) keeps one plan per
+/// (state, event), reading the port at run time.
+const MAX_PORT_PLANS: usize = 4096;
+
+/// One (state, event), for one port or all, compiled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Plan {
     /// Where its conditions start in `tests`.
@@ -76,6 +93,49 @@ struct Plan {
     decisions: u32,
     /// The condition bits it reads.
     used: u64,
+}
+
+/// Whether `c` reads nothing but the port the packet came in on and
+/// constants, so that it is decided for a known port when tables are made.
+fn port_only(c: &Condition) -> bool {
+    let known = |o: Operand| matches!(o, Operand::InPort | Operand::Const(_));
+    known(c.lhs) && known(c.rhs)
+}
+
+/// The rows of one (state, event) as a packet from `port` sees them:
+/// those whose port conditions fail dropped, the port conditions of the
+/// others taken out of their masks (they hold). `None`: every port, the
+/// rows as they are.
+fn rows_for_port(rows: &[Row], conditions: &[Condition], port: Option<u64>) -> Vec<Row> {
+    let Some(port) = port else {
+        return rows.to_vec();
+    };
+    let inputs = Inputs {
+        fields: &[],
+        globals: &[],
+        now_us: 0,
+        port,
+        len: 0,
+        meta: &[],
+    };
+    let mut folded = 0u64;
+    let mut holding = 0u64;
+    for (b, c) in conditions.iter().enumerate() {
+        if port_only(c) {
+            folded |= 1 << b;
+            if inputs.holds(&[], c) {
+                holding |= 1 << b;
+            }
+        }
+    }
+    rows.iter()
+        .filter(|r| r.mask & folded & !holding == 0)
+        .map(|r| Row {
+            mask: r.mask & !folded,
+            value: r.value & !folded,
+            entry: r.entry,
+        })
+        .collect()
 }
 
 /// The plan of one (state, event): the conditions its reachable rows read
@@ -177,19 +237,85 @@ impl StageTables {
         for (i, rows) in own.iter_mut().enumerate() {
             rows.extend_from_slice(&any[i % Event::COUNT]);
         }
-        let (mut tests, mut decisions) = (Vec::new(), Vec::new());
-        let plans = own
+        // Ports named by conditions that read only the port and constants
+        // (`from clients`) get plans of their own, those conditions decided.
+        let ports = conditions
             .iter()
-            .map(|rows| plan(rows, &conditions, &mut tests, &mut decisions))
-            .collect();
-        Ok(StageTables {
+            .filter(|c| port_only(c))
+            .flat_map(|c| [c.lhs, c.rhs])
+            .filter_map(|o| match o {
+                Operand::Const(v) => Some(v.saturating_add(1).min(MAX_PORTS as u64) as usize),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let ports = if own.len() * (ports + 1) > MAX_PORT_PLANS {
+            0
+        } else {
+            ports
+        };
+        let (mut tests, mut decisions) = (Vec::new(), Vec::new());
+        let mut plans = Vec::with_capacity(own.len() * (ports + 1));
+        for rows in &own {
+            for p in 0..=ports {
+                let port = (p < ports).then_some(p as u64);
+                let rows = rows_for_port(rows, &conditions, port);
+                plans.push(plan(&rows, &conditions, &mut tests, &mut decisions));
+            }
+        }
+        let mut tables = StageTables {
             conditions,
             rows: own,
             entries,
+            ports,
             plans,
+            quiet_miss: Vec::new(),
             tests,
             decisions,
-        })
+        };
+        tables.quiet_miss = (0..=ports)
+            .map(|p| tables.quiet_miss_from(stage.initial, p))
+            .collect();
+        Ok(tables)
+    }
+
+    /// The plan of (`state`, `event`) for a packet from `port`.
+    #[inline(always)]
+    fn plan_index(&self, state: StateId, event: Event, port: u64) -> usize {
+        let port = (port as usize).min(self.ports);
+        (state as usize * Event::COUNT + event.index()) * (self.ports + 1) + port
+    }
+
+    /// See [`StageTables::quiet_miss`]: the entries the initial state's
+    /// packet plan for port index `port` can take.
+    fn quiet_miss_from(&self, initial: StateId, port: usize) -> bool {
+        let slot = initial as usize * Event::COUNT + Event::Packet.index();
+        let Some(plan) = self.plans.get(slot * (self.ports + 1) + port) else {
+            return true;
+        };
+        let quiet = |e: &Entry| {
+            !matches!(e.next_state, Some(n) if n != initial)
+                && e.updates
+                    .iter()
+                    .all(|u| !matches!(u.target, Target::FlowReg(_)))
+        };
+        if plan.decisions == u32::MAX {
+            // Walked rows: any of them may be taken.
+            return self.rows[slot]
+                .iter()
+                .all(|r| quiet(&self.entries[r.entry as usize]));
+        }
+        self.decisions[plan.decisions as usize..][..1 << plan.count]
+            .iter()
+            .all(|&d| d == 0 || quiet(&self.entries[d as usize - 1]))
+    }
+
+    /// Whether a packet from `port` that finds no context in this stage
+    /// leaves none (see the field `quiet_miss`): such a packet's lookup
+    /// may be skipped where it is known to miss.
+    #[inline(always)]
+    pub fn quiet_miss(&self, port: u64) -> bool {
+        self.quiet_miss[(port as usize).min(self.ports)]
     }
 
     /// The entry a packet takes in (`state`, `event`): what [`lookup`]
@@ -205,8 +331,7 @@ impl StageTables {
         inputs: &Inputs,
         flow: &[Value],
     ) -> Option<&Entry> {
-        let slot = state as usize * Event::COUNT + event.index();
-        let plan = *self.plans.get(slot)?;
+        let plan = *self.plans.get(self.plan_index(state, event, inputs.port))?;
         let tests = &self.tests[plan.tests as usize..][..plan.count as usize];
         let mut index = 0usize;
         for (i, c) in tests.iter().enumerate() {
@@ -224,12 +349,42 @@ impl StageTables {
                 rest &= rest - 1;
                 i += 1;
             }
-            return self.lookup(state, event, bits);
+            return self.lookup_for_port(state, event, bits, inputs.port);
         }
         match self.decisions[plan.decisions as usize + index] {
             0 => None,
             e => Some(&self.entries[e as usize - 1]),
         }
+    }
+
+    /// [`StageTables::lookup`] where the port's own plan was made: its
+    /// decided conditions hold in the rows it keeps, so they are set in
+    /// `bits` for the walk.
+    fn lookup_for_port(
+        &self,
+        state: StateId,
+        event: Event,
+        bits: u64,
+        port: u64,
+    ) -> Option<&Entry> {
+        if (port as usize) >= self.ports {
+            return self.lookup(state, event, bits);
+        }
+        let inputs = Inputs {
+            fields: &[],
+            globals: &[],
+            now_us: 0,
+            port,
+            len: 0,
+            meta: &[],
+        };
+        let decided = self
+            .conditions
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| port_only(c) && inputs.holds(&[], c))
+            .fold(0u64, |m, (b, _)| m | 1 << b);
+        self.lookup(state, event, bits | decided)
     }
 
     /// The first row of (`state`, `event`) that `bits` match.
