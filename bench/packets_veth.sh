@@ -10,7 +10,9 @@
 #   bench/packets_veth.sh [--workers "1 2"] [--ports "afpacket afxdp"]
 #                         [--frames N] [--reps R] [--out DIR]
 #
-# Needs root, iproute2 and nft (Debian package nftables). Writes
+# Needs root, iproute2 and nft (Debian package nftables); FLICK=PATH and
+# BLAST=PATH run prebuilt flick and packet-veth binaries instead of
+# building them. Writes
 # OUT/packets_veth.md and OUT/packets_veth.jsonl (bench/results by
 # default). Not a test; the namespace is deleted on exit.
 #
@@ -42,9 +44,12 @@ while [ $# -gt 0 ]; do
 done
 [ "$(id -u)" = 0 ] || { echo "packets_veth.sh: needs root (network namespaces)" >&2; exit 2; }
 command -v nft >/dev/null || { echo "packets_veth.sh: needs nft (apt-get install nftables)" >&2; exit 2; }
-cargo build --release --quiet -p flick -p packet-veth
-FLICK=${CARGO_TARGET_DIR:-target}/release/flick
-BLAST=${CARGO_TARGET_DIR:-target}/release/packet-veth
+# FLICK and BLAST name prebuilt binaries (a bare machine: bench/scale_bundle.sh).
+if [ -z "${FLICK:-}" ] || [ -z "${BLAST:-}" ]; then
+    cargo build --release --quiet -p flick -p packet-veth
+fi
+FLICK=${FLICK:-${CARGO_TARGET_DIR:-target}/release/flick}
+BLAST=${BLAST:-${CARGO_TARGET_DIR:-target}/release/packet-veth}
 NS=flkfw$$   # the firewall's namespace
 EDGE=flkedge$$ # the load generator's
 mkdir -p "$OUT"
