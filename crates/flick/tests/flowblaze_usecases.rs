@@ -16,7 +16,7 @@
 //!   one of a plain Rust model of the use case
 //!   (`flick_testkit::flowblaze_model`).
 
-use common::{golden_file, run_over_ports, Scratch, ROOT};
+use common::{golden_file, run_over_ports, script_writes, Scratch, ROOT};
 use flick_machine::{Engine, FieldReader, Program};
 use flick_packet_io::read_pcap;
 use flick_testkit::flowblaze_model::{self as model, Pkt, Verdict};
@@ -24,7 +24,6 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 mod common;
@@ -248,30 +247,15 @@ fn ip(a: [u8; 4]) -> u32 {
 
 #[test]
 fn the_captures_are_what_the_script_writes() {
-    let scratch = Scratch::new("captures");
-    let status = Command::new("python3")
-        .current_dir(ROOT)
-        .arg("scripts/gen_flowblaze.py")
-        .arg(&scratch.0)
-        .status();
-    match status {
-        Ok(s) => assert!(s.success(), "scripts/gen_flowblaze.py failed"),
-        Err(e) if std::env::var_os("CI").is_none() => {
-            eprintln!("skipped: no python3 ({e})");
-            return;
-        }
-        Err(e) => panic!("python3: {e}"),
-    }
-    for uc in USE_CASES {
-        for n in uc.inputs {
-            let name = format!("{}-{n}.pcap", uc.name);
-            assert!(
-                std::fs::read(scratch.path(&name)).unwrap()
-                    == std::fs::read(examples().join("testdata").join(&name)).unwrap(),
-                "{name} differs from what scripts/gen_flowblaze.py writes: run it and commit the result"
-            );
-        }
-    }
+    let names: Vec<String> = USE_CASES
+        .iter()
+        .flat_map(|uc| uc.inputs.iter().map(|n| format!("{}-{n}.pcap", uc.name)))
+        .collect();
+    script_writes(
+        "scripts/gen_flowblaze.py",
+        &examples().join("testdata"),
+        &names,
+    );
 }
 
 #[test]

@@ -1315,6 +1315,37 @@ fn all_clients(
     );
 }
 
+/// The clients a differential test runs.
+#[derive(Clone, Copy)]
+enum Clients {
+    Text(TextMode),
+    Binary { keyless: bool },
+}
+
+/// Runs `test` (its seed from its name): its clients through the proxy
+/// in front of four servers and directly against one memcached, each
+/// answered alike; eight at once, or one alone where keyless commands
+/// act on every key.
+fn differential(test: &str, kind: Clients) {
+    const TEXT: &str = "examples/memcached_ascii_proxy.flick";
+    const BINARY: &str = "examples/memcached_proxy.flick";
+    let (what, program, alone) = match kind {
+        Clients::Text(TextMode::Classic) => ("text", TEXT, false),
+        Clients::Text(TextMode::Meta) => ("meta", TEXT, false),
+        Clients::Text(TextMode::Keyless) => ("keyless text", TEXT, true),
+        Clients::Binary { keyless: false } => ("binary", BINARY, false),
+        Clients::Binary { keyless: true } => ("keyless binary", BINARY, true),
+    };
+    let seed = seed(test);
+    let setup = setup(program);
+    let n = commands(COMMANDS);
+    let clients = if alone { 1 } else { clients() };
+    all_clients(what, seed, clients, |c| match kind {
+        Clients::Text(mode) => text_client(&setup, seed, c, mode, n),
+        Clients::Binary { keyless } => bin_client(&setup, seed, c, keyless, n),
+    });
+}
+
 /// Classic text commands (storage with values of every size, some holding
 /// "\r\n" and reply-like bytes, cas, get/gets/gat/gats of one to five keys,
 /// delete, incr/decr, touch, noreply forms, version, stats, refused
@@ -1322,12 +1353,8 @@ fn all_clients(
 /// servers answers each client as one memcached does.
 #[test]
 fn text_commands_match_one_memcached() {
-    let seed = seed("text_commands_match_one_memcached");
-    let setup = setup("examples/memcached_ascii_proxy.flick");
-    let n = commands(COMMANDS);
-    all_clients("text", seed, clients(), |c| {
-        text_client(&setup, seed, c, TextMode::Classic, n)
-    });
+    let test = "text_commands_match_one_memcached";
+    differential(test, Clients::Text(TextMode::Classic));
 }
 
 /// Meta commands (mg with v k c t f s q h O T N; ms with its modes and
@@ -1337,12 +1364,8 @@ fn text_commands_match_one_memcached() {
 /// once.
 #[test]
 fn meta_commands_match_one_memcached() {
-    let seed = seed("meta_commands_match_one_memcached");
-    let setup = setup("examples/memcached_ascii_proxy.flick");
-    let n = commands(COMMANDS);
-    all_clients("meta", seed, clients(), |c| {
-        text_client(&setup, seed, c, TextMode::Meta, n)
-    });
+    let test = "meta_commands_match_one_memcached";
+    differential(test, Clients::Text(TextMode::Meta));
 }
 
 /// Keyless commands (flush_all with and without noreply, a delayed one,
@@ -1350,12 +1373,8 @@ fn meta_commands_match_one_memcached() {
 /// act on every key, so no other client may be there.
 #[test]
 fn keyless_text_commands_match_one_memcached() {
-    let seed = seed("keyless_text_commands_match_one_memcached");
-    let setup = setup("examples/memcached_ascii_proxy.flick");
-    let n = commands(COMMANDS);
-    all_clients("keyless text", seed, 1, |c| {
-        text_client(&setup, seed, c, TextMode::Keyless, n)
-    });
+    let test = "keyless_text_commands_match_one_memcached";
+    differential(test, Clients::Text(TextMode::Keyless));
 }
 
 // ---------------------------------------------------------------------
@@ -1740,12 +1759,8 @@ fn bin_client(
 /// and CAS values, from eight clients at once.
 #[test]
 fn binary_commands_match_one_memcached() {
-    let seed = seed("binary_commands_match_one_memcached");
-    let setup = setup("examples/memcached_proxy.flick");
-    let n = commands(COMMANDS);
-    all_clients("binary", seed, clients(), |c| {
-        bin_client(&setup, seed, c, false, n)
-    });
+    let test = "binary_commands_match_one_memcached";
+    differential(test, Clients::Binary { keyless: false });
 }
 
 /// Binary keyless requests (flush and flushq, with and without a delay)
@@ -1753,12 +1768,8 @@ fn binary_commands_match_one_memcached() {
 /// binary verbosity command: it answers "Unknown command" and closes.)
 #[test]
 fn keyless_binary_commands_match_one_memcached() {
-    let seed = seed("keyless_binary_commands_match_one_memcached");
-    let setup = setup("examples/memcached_proxy.flick");
-    let n = commands(COMMANDS);
-    all_clients("keyless binary", seed, 1, |c| {
-        bin_client(&setup, seed, c, true, n)
-    });
+    let test = "keyless_binary_commands_match_one_memcached";
+    differential(test, Clients::Binary { keyless: true });
 }
 
 // ---------------------------------------------------------------------

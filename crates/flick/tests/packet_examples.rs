@@ -11,69 +11,25 @@
 //! `UPDATE_GOLDEN=1 cargo test -p flick --test packet_examples` rewrites
 //! the expected files from the models (then read the diff).
 
+use common::{golden_file, run_for_globals, script_writes, Scratch, ROOT};
 use flick_testkit::packet_model::{self as model, dump_key, FlowTracker, Key, PortKnocking};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value as Json};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+mod common;
+
 const DPI_OUTPUTS: usize = 3;
 
 fn testdata(name: &str) -> PathBuf {
     Path::new(ROOT).join("examples/packets/testdata").join(name)
 }
 
-/// A directory of the test's own, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "flick-packet-examples-{tag}-{}-{n}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// `flick run examples/packets/PROGRAM --port ... --dump DUMP --workers N`;
 /// the dump's `globals`.
 fn flick_run(program: &str, ports: &[String], dump: &Path, workers: usize) -> Map<String, Json> {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flick"));
-    cmd.current_dir(ROOT)
-        .arg("run")
-        .arg(format!("examples/packets/{program}"))
-        .arg("--workers")
-        .arg(workers.to_string())
-        .arg("--dump")
-        .arg(dump);
-    for p in ports {
-        cmd.arg("--port").arg(p);
-    }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "flick run {program} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dump: Json = serde_json::from_slice(&std::fs::read(dump).unwrap()).unwrap();
-    assert_eq!(dump["malformed"], 0, "{dump}");
-    assert_eq!(dump["faults"], 0, "{dump}");
-    dump["globals"].as_object().unwrap().clone()
+    let program = Path::new("examples/packets").join(program);
+    run_for_globals(&program, ports, dump, workers)
 }
 
 fn frames_of(path: &Path) -> Vec<(Vec<u8>, u64)> {
@@ -203,26 +159,8 @@ fn run_examples(input: &Path, workers: usize, expected: &Expected, scratch: &Scr
 
 #[test]
 fn captures_are_what_the_generator_writes() {
-    let scratch = Scratch::new("gen");
-    let status = Command::new("python3")
-        .current_dir(ROOT)
-        .arg("scripts/gen_packets.py")
-        .arg(&scratch.0)
-        .status();
-    match status {
-        Ok(s) => assert!(s.success(), "scripts/gen_packets.py failed"),
-        Err(e) if std::env::var_os("CI").is_none() => {
-            eprintln!("skipped: no python3 ({e})");
-            return;
-        }
-        Err(e) => panic!("python3: {e}"),
-    }
-    for name in ["tracker.pcap", "dpi.pcap", "knock.pcap"] {
-        assert!(
-            std::fs::read(scratch.path(name)).unwrap() == std::fs::read(testdata(name)).unwrap(),
-            "{name} differs from what scripts/gen_packets.py writes: run it and commit the result"
-        );
-    }
+    let names = ["tracker.pcap", "dpi.pcap", "knock.pcap"].map(String::from);
+    script_writes("scripts/gen_packets.py", &testdata(""), &names);
 }
 
 /// The expected files: the models' outputs on the three captures.
@@ -240,7 +178,6 @@ fn expected_path(capture: &str, what: &str) -> PathBuf {
 
 #[test]
 fn expected_files_are_what_the_models_give() {
-    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
     for (capture, e) in golden() {
         let files: Vec<(String, Vec<u8>)> = {
             let mut files = vec![
@@ -267,19 +204,12 @@ fn expected_files_are_what_the_models_give() {
         };
         for (what, bytes) in files {
             let path = expected_path(capture, &what);
-            if update {
-                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-                std::fs::write(&path, &bytes).unwrap();
-            } else {
-                let have = std::fs::read(&path).unwrap_or_else(|e| {
-                    panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display())
-                });
-                assert!(
-                    have == bytes,
-                    "{} is not what the model gives",
-                    path.display()
-                );
-            }
+            let have = golden_file(&path, &bytes, "UPDATE_GOLDEN");
+            assert!(
+                have == bytes,
+                "{} is not what the model gives",
+                path.display()
+            );
         }
     }
 }

@@ -15,16 +15,17 @@
 //! `UPDATE_GOLDEN=1 cargo test -p flick --test packet_meters` rewrites
 //! the expected files from the models (then read the diff).
 
+use common::{golden_file, run_for_globals, script_writes, Scratch, ROOT};
 use flick_testkit::meter_model::{
     encoded_string_key, Bucket, Buckets, Colour, NewFlows, Policer, POLICER,
 };
 use flick_testkit::packet_model::{dump_key, fix_checksums, parse, Key};
 use proptest::prelude::*;
-use serde_json::{json, Map, Value as Json};
+use serde_json::{json, Value as Json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+mod common;
 
 fn testdata(name: &str) -> PathBuf {
     Path::new(ROOT).join("examples/packets/testdata").join(name)
@@ -34,60 +35,7 @@ fn example(name: &str) -> PathBuf {
     Path::new(ROOT).join("examples/packets").join(name)
 }
 
-/// A directory of the test's own, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "flick-packet-meters-{tag}-{}-{n}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 type Frames = Vec<(Vec<u8>, u64)>;
-
-/// `flick run PROGRAM --port ... --dump DUMP --workers N`; the dump's
-/// `globals`.
-fn flick_run(program: &Path, ports: &[String], dump: &Path, workers: usize) -> Map<String, Json> {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flick"));
-    cmd.current_dir(ROOT)
-        .arg("run")
-        .arg(program)
-        .arg("--workers")
-        .arg(workers.to_string())
-        .arg("--dump")
-        .arg(dump);
-    for p in ports {
-        cmd.arg("--port").arg(p);
-    }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "flick run {} failed: {}",
-        program.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dump: Json = serde_json::from_slice(&std::fs::read(dump).unwrap()).unwrap();
-    assert_eq!(dump["malformed"], 0, "{dump}");
-    assert_eq!(dump["faults"], 0, "{dump}");
-    dump["globals"].as_object().unwrap().clone()
-}
 
 fn frames_of(path: &Path) -> Frames {
     flick_packet_io::read_pcap(path).unwrap()
@@ -153,7 +101,7 @@ fn run_examples(input: &Path, workers: usize, expected: &Expected, scratch: &Scr
     let all = frames_of(input);
     let input = input.display();
     let passed = scratch.path("passed.pcap");
-    let policer = flick_run(
+    let policer = run_for_globals(
         &example("policer.flick"),
         &[
             format!("wire=pcap:{input}"),
@@ -174,7 +122,7 @@ fn run_examples(input: &Path, workers: usize, expected: &Expected, scratch: &Scr
     );
 
     let (new, out) = (scratch.path("new.pcap"), scratch.path("out.pcap"));
-    let flows = flick_run(
+    let flows = run_for_globals(
         &example("new_flows.flick"),
         &[
             format!("wire=pcap:{input}"),
@@ -198,26 +146,8 @@ fn run_examples(input: &Path, workers: usize, expected: &Expected, scratch: &Scr
 
 #[test]
 fn captures_are_what_the_generator_writes() {
-    let scratch = Scratch::new("gen");
-    let status = Command::new("python3")
-        .current_dir(ROOT)
-        .arg("scripts/gen_meters.py")
-        .arg(&scratch.0)
-        .status();
-    match status {
-        Ok(s) => assert!(s.success(), "scripts/gen_meters.py failed"),
-        Err(e) if std::env::var_os("CI").is_none() => {
-            eprintln!("skipped: no python3 ({e})");
-            return;
-        }
-        Err(e) => panic!("python3: {e}"),
-    }
-    for name in ["policer.pcap", "new_flows.pcap"] {
-        assert!(
-            std::fs::read(scratch.path(name)).unwrap() == std::fs::read(testdata(name)).unwrap(),
-            "{name} differs from what scripts/gen_meters.py writes: run it and commit the result"
-        );
-    }
+    let names = ["policer.pcap", "new_flows.pcap"].map(String::from);
+    script_writes("scripts/gen_meters.py", &testdata(""), &names);
 }
 
 fn expected_path(what: &str) -> PathBuf {
@@ -251,20 +181,14 @@ fn golden_files() -> Vec<(&'static str, Vec<u8>)> {
 
 #[test]
 fn expected_files_are_what_the_models_give() {
-    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
     for (what, bytes) in golden_files() {
         let path = expected_path(what);
-        if update {
-            std::fs::write(&path, &bytes).unwrap();
-        } else {
-            let have = std::fs::read(&path)
-                .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
-            assert!(
-                have == bytes,
-                "{} is not what the model gives",
-                path.display()
-            );
-        }
+        let have = golden_file(&path, &bytes, "UPDATE_GOLDEN");
+        assert!(
+            have == bytes,
+            "{} is not what the model gives",
+            path.display()
+        );
     }
 }
 
@@ -367,7 +291,7 @@ fun pass: (m: ref meter, -/packet out, p: packet) -> ()
     assert!(!expected.is_empty() && expected.len() < frames.len() * 2 / 3);
     for workers in [1, 2] {
         let out = scratch.path(&format!("out{workers}.pcap"));
-        let dump = flick_run(
+        let dump = run_for_globals(
             &program,
             &[
                 format!("wire=pcap:{}", input.display()),
@@ -549,7 +473,7 @@ proptest! {
         let mut model = NewFlows::new(128, 2);
         let expected: Frames = frames.iter().filter(|(f, _)| model.frame(f)).cloned().collect();
         let new = scratch.path("new.pcap");
-        let dump = flick_run(
+        let dump = run_for_globals(
             &program,
             &[
                 format!("wire=pcap:{}", input.display()),

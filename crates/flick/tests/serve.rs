@@ -10,12 +10,15 @@
 //! replies while its neighbours answer as before. Every child process is
 //! killed when its test ends, and every wait is bounded.
 
+mod common;
 mod support;
 
+use common::http::{get_answer, http_program, unix_exchange};
+use common::terminate;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::Duration;
 use support::serve::{ctl, ok, refused, serve, TempDir};
 use support::{free_port, memcached, request, response, Procs, ROOT};
@@ -30,12 +33,15 @@ fn example(name: &str) -> String {
 
 /// One HTTP GET over a new connection: the whole answer, or the error.
 fn http_get(port: u16) -> std::io::Result<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
-    let mut answer = String::new();
-    s.read_to_string(&mut answer)?;
-    Ok(answer)
+    get_answer(port, "/", Duration::from_secs(10))
+}
+
+/// `flick ctl VERB NAME FILE --listen client=127.0.0.1:PORT MORE...`.
+fn deploy_on(state: &Path, verb: &str, name: &str, file: &str, port: u16, more: &[&str]) -> Output {
+    let listen = format!("client=127.0.0.1:{port}");
+    let mut args = vec![verb, name, file, "--listen", &listen];
+    args.extend(more);
+    ctl(state, &args)
 }
 
 /// A set and a get of `key` through the Memcached proxy on `port`.
@@ -53,18 +59,8 @@ fn memcached_round_trip(port: u16, key: &[u8], value: &[u8]) {
 }
 
 /// A program with `global` state: a counter of requests and a greeting.
-const COUNTER: &str = "\
-grammar http
-
-type request: record
-  target : string
-
-type simple_response: record
-  status : integer {size=2}
-  reason : string
-  body : string
-
-proc Counter: (request/simple_response client)
+const COUNTER: &str = http_program!(
+    "proc Counter: (request/simple_response client)
   global hits := 0
   global greeting := \"hello\"
   | client => respond(hits, greeting, client)
@@ -72,7 +68,8 @@ proc Counter: (request/simple_response client)
 fun respond: (hits: ref integer, greeting: ref string, -/simple_response client, req: request) -> ()
   hits := hits + 1
   simple_response(200, \"OK\", greeting) => client
-";
+"
+);
 
 #[test]
 fn services_deploy_answer_undeploy_redeploy_and_come_back_after_a_restart() {
@@ -83,32 +80,26 @@ fn services_deploy_answer_undeploy_redeploy_and_come_back_after_a_restart() {
     let server = serve(&state, &[]);
     let (web, cache, count) = (free_port(), free_port(), free_port());
 
-    let out = ok(&ctl(
+    let out = ok(&deploy_on(
         &state,
-        &[
-            "deploy",
-            "web",
-            &example("static_web.flick"),
-            "--listen",
-            &format!("client=127.0.0.1:{web}"),
-        ],
+        "deploy",
+        "web",
+        &example("static_web.flick"),
+        web,
+        &[],
     ));
     assert!(out.contains("deployed web version 1"), "{out}");
     assert!(
         out.contains(" us"),
         "the deploy says how long it took: {out}"
     );
-    ok(&ctl(
+    ok(&deploy_on(
         &state,
-        &[
-            "deploy",
-            "cache",
-            &example("memcached_proxy.flick"),
-            "--listen",
-            &format!("client=127.0.0.1:{cache}"),
-            "--connect",
-            &format!("backends=127.0.0.1:{backend}"),
-        ],
+        "deploy",
+        "cache",
+        &example("memcached_proxy.flick"),
+        cache,
+        &["--connect", &format!("backends=127.0.0.1:{backend}")],
     ));
     let page = http_get(web).unwrap();
     assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
@@ -128,16 +119,7 @@ fn services_deploy_answer_undeploy_redeploy_and_come_back_after_a_restart() {
 
     // Global state, read and written while the service runs.
     let counter = dir.file("counter.flick", COUNTER);
-    ok(&ctl(
-        &state,
-        &[
-            "deploy",
-            "count",
-            &counter,
-            "--listen",
-            &format!("client=127.0.0.1:{count}"),
-        ],
-    ));
+    ok(&deploy_on(&state, "deploy", "count", &counter, count, &[]));
     for _ in 0..2 {
         assert!(http_get(count).unwrap().ends_with("hello"));
     }
@@ -167,26 +149,22 @@ fn services_deploy_answer_undeploy_redeploy_and_come_back_after_a_restart() {
     );
     assert!(err.contains("^^^^^^^"), "a caret under the name: {err}");
     assert!(err.contains("unknown function `nowhere`"), "{err}");
-    let err = refused(&ctl(
+    let err = refused(&deploy_on(
         &state,
-        &[
-            "deploy",
-            "web",
-            &example("static_web.flick"),
-            "--listen",
-            "client=127.0.0.1:1",
-        ],
+        "deploy",
+        "web",
+        &example("static_web.flick"),
+        1,
+        &[],
     ));
     assert!(err.contains("deployed already"), "{err}");
-    let err = refused(&ctl(
+    let err = refused(&deploy_on(
         &state,
-        &[
-            "deploy",
-            "web2",
-            &example("static_web.flick"),
-            "--listen",
-            &format!("client=127.0.0.1:{web}"),
-        ],
+        "deploy",
+        "web2",
+        &example("static_web.flick"),
+        web,
+        &[],
     ));
     assert!(err.contains("service `web` listens on"), "{err}");
 
@@ -198,15 +176,13 @@ fn services_deploy_answer_undeploy_redeploy_and_come_back_after_a_restart() {
     assert!(!ok(&ctl(&state, &["list"])).contains("web "));
 
     // A redeploy starts the new version and carries the counter over.
-    let out = ok(&ctl(
+    let out = ok(&deploy_on(
         &state,
-        &[
-            "redeploy",
-            "count",
-            &counter,
-            "--listen",
-            &format!("client=127.0.0.1:{count}"),
-        ],
+        "redeploy",
+        "count",
+        &counter,
+        count,
+        &[],
     ));
     assert!(out.contains("version 2"), "{out}");
     assert!(out.contains("carried: hits, greeting"), "{out}");
@@ -243,32 +219,19 @@ fn a_service_that_faults_or_loses_its_backend_leaves_the_others_answering() {
     let state = dir.0.join("state");
     let server = serve(&state, &[]);
     let (web, faulty, balancer, dead) = (free_port(), free_port(), free_port(), free_port());
-    let deploy = |name: &str, file: &str, extra: &[String]| {
-        let mut args = vec!["deploy".to_string(), name.to_string(), file.to_string()];
-        args.extend(extra.iter().cloned());
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        ok(&ctl(&state, &args));
+    let deploy = |name: &str, file: &str, port: u16, more: &[&str]| {
+        ok(&deploy_on(&state, "deploy", name, file, port, more));
     };
-    deploy(
-        "web",
-        &example("static_web.flick"),
-        &["--listen".into(), format!("client=127.0.0.1:{web}")],
-    );
-    deploy(
-        "faulty",
-        &dir.file("faulty.flick", &faulty_counter()),
-        &["--listen".into(), format!("client=127.0.0.1:{faulty}")],
-    );
+    deploy("web", &example("static_web.flick"), web, &[]);
+    let faulty_file = dir.file("faulty.flick", &faulty_counter());
+    deploy("faulty", &faulty_file, faulty, &[]);
     // Nothing listens on `dead`: every request finds its backend gone.
+    let dead = format!("backends=127.0.0.1:{dead}");
     deploy(
         "balancer",
         &example("http_lb.flick"),
-        &[
-            "--listen".into(),
-            format!("client=127.0.0.1:{balancer}"),
-            "--connect".into(),
-            format!("backends=127.0.0.1:{dead}"),
-        ],
+        balancer,
+        &["--connect", &dead],
     );
     let status = |answer: &str| -> u16 {
         answer
@@ -314,31 +277,25 @@ fn a_deploy_past_the_memory_budget_is_refused_with_the_figures() {
     let state = dir.0.join("state");
     let _server = serve(&state, &["--memory-budget", "2000000"]);
     let port = free_port();
-    let err = refused(&ctl(
+    let err = refused(&deploy_on(
         &state,
-        &[
-            "deploy",
-            "web",
-            &example("static_web.flick"),
-            "--listen",
-            &format!("client=127.0.0.1:{port}"),
-        ],
+        "deploy",
+        "web",
+        &example("static_web.flick"),
+        port,
+        &[],
     ));
     assert!(err.contains("the memory budget is 2000000 bytes"), "{err}");
     assert!(err.contains("per instance x 1024 instances"), "{err}");
     assert!(http_get(port).is_err(), "nothing was started");
     // Fewer instances fit.
-    ok(&ctl(
+    ok(&deploy_on(
         &state,
-        &[
-            "deploy",
-            "web",
-            &example("static_web.flick"),
-            "--listen",
-            &format!("client=127.0.0.1:{port}"),
-            "--max-instances",
-            "1",
-        ],
+        "deploy",
+        "web",
+        &example("static_web.flick"),
+        port,
+        &["--max-instances", "1"],
     ));
 }
 
@@ -359,14 +316,7 @@ fn the_api_refuses_what_it_does_not_serve() {
     assert!(err.contains("--api-token"), "{err}");
 
     let _server = serve(&state, &[]);
-    let ask = |raw: &[u8]| -> String {
-        let mut s = std::os::unix::net::UnixStream::connect(state.join("flick.sock")).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let _ = s.write_all(raw);
-        let mut answer = String::new();
-        let _ = s.read_to_string(&mut answer);
-        answer
-    };
+    let ask = |raw: &[u8]| unix_exchange(&state.join("flick.sock"), raw);
     let big = ask(b"POST /services HTTP/1.1\r\nContent-Length: 5000000\r\n\r\n{}");
     assert!(big.starts_with("HTTP/1.1 413"), "{big}");
     assert!(big.contains("\"error\""), "{big}");
@@ -415,17 +365,13 @@ fn a_deploys_configuration_sets_the_body_limit() {
     let port = free_port();
     let config = dir.0.join("web.toml");
     std::fs::write(&config, "max_body_bytes = 10\n").unwrap();
-    ok(&ctl(
+    ok(&deploy_on(
         &state,
-        &[
-            "deploy",
-            "web",
-            &example("static_web.flick"),
-            "--listen",
-            &format!("client=127.0.0.1:{port}"),
-            "--config",
-            &config.to_string_lossy(),
-        ],
+        "deploy",
+        "web",
+        &example("static_web.flick"),
+        port,
+        &["--config", &config.to_string_lossy()],
     ));
     let post = |n: usize| {
         let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -458,26 +404,20 @@ fn metrics_cover_every_service_by_name() {
     let _server = serve(&state, &[]);
     let ports = [free_port(), free_port()];
     for (name, port) in ["web", "site"].iter().zip(ports) {
-        ok(&ctl(
+        ok(&deploy_on(
             &state,
-            &[
-                "deploy",
-                name,
-                &example("static_web.flick"),
-                "--listen",
-                &format!("client=127.0.0.1:{port}"),
-            ],
+            "deploy",
+            name,
+            &example("static_web.flick"),
+            port,
+            &[],
         ));
     }
     for _ in 0..3 {
         assert!(http_get(ports[0]).unwrap().starts_with("HTTP/1.1 200"));
     }
-    let mut s = std::os::unix::net::UnixStream::connect(state.join("flick.sock")).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: flick\r\n\r\n")
-        .unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
+    let metrics = b"GET /metrics HTTP/1.1\r\nHost: flick\r\n\r\n";
+    let answer = unix_exchange(&state.join("flick.sock"), metrics);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("Content-Type: text/plain"), "{answer}");
     let accepted = |service: &str| {
@@ -504,26 +444,12 @@ fn globals_come_back_after_a_clean_stop() {
     let counter = dir.file("counter.flick", COUNTER);
     let port = free_port();
     let mut server = serve(&state, &[]);
-    ok(&ctl(
-        &state,
-        &[
-            "deploy",
-            "count",
-            &counter,
-            "--listen",
-            &format!("client=127.0.0.1:{port}"),
-        ],
-    ));
+    ok(&deploy_on(&state, "deploy", "count", &counter, port, &[]));
     for _ in 0..2 {
         assert!(http_get(port).unwrap().starts_with("HTTP/1.1 200"));
     }
     ok(&ctl(&state, &["write", "count", "greeting", "\"hey\""]));
-    let term = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    let exited = server.child.wait().unwrap();
+    let exited = terminate(&mut server.child);
     assert!(exited.success(), "serve ended with {exited}");
     drop(server);
     let _server = serve(&state, &[]);

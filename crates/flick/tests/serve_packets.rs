@@ -15,11 +15,14 @@
 mod common;
 mod support;
 
+use common::http::unix_exchange;
 use common::live::send_and_collect;
+use common::terminate;
 use flick_testkit::netns::{self, Netns};
 use flick_testkit::packet_model::tcp_syn;
 use serde_json::Value as Json;
 use std::path::Path;
+use std::process::Output;
 use std::time::{Duration, Instant};
 use support::serve::{call, ctl, ok, refused, serve_by, TempDir};
 use support::ROOT;
@@ -80,8 +83,28 @@ fn wait_sockets(pid: u32, n: usize) {
     }
 }
 
-fn json(out: &std::process::Output) -> Json {
+fn json(out: &Output) -> Json {
     serde_json::from_str(&ok(out)).unwrap()
+}
+
+/// `flick ctl --json read NAME PATH`'s answer.
+fn read(state: &Path, name: &str, path: &str) -> Json {
+    json(&ctl(state, &["--json", "read", name, path]))
+}
+
+/// `flick ctl --json status NAME`'s answer.
+fn service_status(state: &Path, name: &str) -> Json {
+    json(&ctl(state, &["--json", "status", name]))
+}
+
+/// `flick ctl VERB... NAME FILE --port PORT...`.
+fn deploy_ports(state: &Path, verb: &[&str], name: &str, file: &str, ports: &[&str]) -> Output {
+    let mut args = verb.to_vec();
+    args.extend([name, file]);
+    for p in ports {
+        args.extend(["--port", p]);
+    }
+    ctl(state, &args)
 }
 
 /// Reads `path` of `name` until `done` holds of its value (10 s at most):
@@ -89,7 +112,7 @@ fn json(out: &std::process::Output) -> Json {
 fn read_until(state: &Path, name: &str, path: &str, done: impl Fn(&Json) -> bool) -> Json {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let v = json(&ctl(state, &["--json", "read", name, path]))["value"].clone();
+        let v = read(state, name, path)["value"].clone();
         if done(&v) || Instant::now() > deadline {
             return v;
         }
@@ -113,16 +136,12 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
 
     // A packet program: the flow tracker counts what t1 receives.
     let tracker = Path::new(ROOT).join("examples/packets/flow_tracker.flick");
-    let a = json(&ctl(
+    let a = json(&deploy_ports(
         &state,
-        &[
-            "--json",
-            "deploy",
-            "tracker",
-            tracker.to_str().unwrap(),
-            "--port",
-            "wire=afpacket:t1",
-        ],
+        &["--json", "deploy"],
+        "tracker",
+        tracker.to_str().unwrap(),
+        &["wire=afpacket:t1"],
     ));
     assert_eq!(a["kind"], "packet", "{a}");
     wait_sockets(pid, 1);
@@ -142,32 +161,23 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
         .unwrap(),
     )
     .unwrap();
-    let packets = json(&ctl(
-        &state,
-        &["--json", "read", "tracker", "globals/packets"],
-    ));
+    let packets = read(&state, "tracker", "globals/packets");
     assert_eq!(
         packets["value"], want["packets"],
         "flow entries through the API"
     );
-    let status = json(&ctl(&state, &["--json", "status", "tracker"]));
+    let status = service_status(&state, "tracker");
     assert_eq!(status["ports"][0]["rx_frames"], frames.len(), "{status}");
 
     // A machine on two ports, its table file written for a redeploy.
     let open = dir.file("gate.flick", GATE_OPEN);
     let shut = dir.file("gate_shut.flick", GATE_SHUT);
-    let a = json(&ctl(
+    let a = json(&deploy_ports(
         &state,
-        &[
-            "--json",
-            "deploy",
-            "gate",
-            &open,
-            "--port",
-            "inside=afpacket:in1",
-            "--port",
-            "outside=afpacket:out0",
-        ],
+        &["--json", "deploy"],
+        "gate",
+        &open,
+        &["inside=afpacket:in1", "outside=afpacket:out0"],
     ));
     assert_eq!(a["kind"], "machine", "{a}");
     assert!(a["reserved_bytes"].as_u64().unwrap() > 0, "{a}");
@@ -188,7 +198,7 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
     // context lives on.
     let w = json(&ctl(&state, &["--json", "write", "gate", "table", &shut]));
     assert_eq!(w["applied"], true, "{w}");
-    let table = json(&ctl(&state, &["--json", "read", "gate", "table"]));
+    let table = read(&state, "gate", "table");
     assert_eq!(table["value"], GATE_SHUT);
     let after: Vec<Vec<u8>> = (0..2).map(|i| tcp_syn(5, 2000 + i)).collect();
     let passed = send(&ns, "out1", &after, Some("in0"), 0);
@@ -197,7 +207,7 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
         *v == 5
     });
     assert_eq!(context, 5, "host 5's flow context survived the new table");
-    let status = json(&ctl(&state, &["--json", "status", "gate"]));
+    let status = service_status(&state, "gate");
     assert_eq!(status["flow_tables"][0]["contexts"], 1, "{status}");
     assert_eq!(status["counters"]["table_swaps"], 1, "{status}");
 
@@ -208,23 +218,17 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
     );
     let e = refused(&ctl(&state, &["write", "gate", "table", &other]));
     assert!(e.contains("key"), "{e}");
-    let table = json(&ctl(&state, &["--json", "read", "gate", "table"]));
+    let table = read(&state, "gate", "table");
     assert_eq!(table["value"], GATE_SHUT);
 
     // A redeploy on the same ports swaps the tables in place: the gate
     // opens again and the context goes on counting.
-    let r = json(&ctl(
+    let r = json(&deploy_ports(
         &state,
-        &[
-            "--json",
-            "redeploy",
-            "gate",
-            &open,
-            "--port",
-            "inside=afpacket:in1",
-            "--port",
-            "outside=afpacket:out0",
-        ],
+        &["--json", "redeploy"],
+        "gate",
+        &open,
+        &["inside=afpacket:in1", "outside=afpacket:out0"],
     ));
     assert_eq!(r["carried"][0], "flow contexts", "{r}");
     assert_eq!(r["version"], 2, "{r}");
@@ -241,7 +245,7 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
     let server = serve_by(ns.command(env!("CARGO_BIN_EXE_flick")), &state, &[]);
     let pid = server.child.id();
     wait_sockets(pid, 3);
-    let status = json(&ctl(&state, &["--json", "status", "gate"]));
+    let status = service_status(&state, "gate");
     assert_eq!(status["kind"], "machine", "{status}");
     assert_eq!(status["running"], true, "{status}");
 
@@ -280,30 +284,22 @@ fn packet_deploys_are_refused_with_the_reason() {
     let e = refused(&ctl(&state, &["deploy", "gate", &gate]));
     assert!(e.contains("packet ports"), "{e}");
     // Its flow table is more than the budget.
-    let e = refused(&ctl(
+    let e = refused(&deploy_ports(
         &state,
-        &[
-            "deploy",
-            "gate",
-            &gate,
-            "--port",
-            "inside=afpacket:lo",
-            "--port",
-            "outside=afpacket:lo",
-        ],
+        &["deploy"],
+        "gate",
+        &gate,
+        &["inside=afpacket:lo", "outside=afpacket:lo"],
     ));
     assert!(e.contains("memory budget"), "{e}");
     // A port that does not exist.
     let tracker = Path::new(ROOT).join("examples/packets/flow_tracker.flick");
-    let e = refused(&ctl(
+    let e = refused(&deploy_ports(
         &state,
-        &[
-            "deploy",
-            "t",
-            tracker.to_str().unwrap(),
-            "--port",
-            "wire=afpacket:nosuch0",
-        ],
+        &["deploy"],
+        "t",
+        tracker.to_str().unwrap(),
+        &["wire=afpacket:nosuch0"],
     ));
     assert!(e.contains("nosuch0"), "{e}");
 }
@@ -335,14 +331,8 @@ const HOST5: &str = "167772165";
 
 /// `GET /metrics` over the API's Unix socket: the text served.
 fn metrics(state: &Path) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(state.join("flick.sock")).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: flick\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    text
+    let get = b"GET /metrics HTTP/1.1\r\nHost: flick\r\nConnection: close\r\n\r\n";
+    unix_exchange(&state.join("flick.sock"), get)
 }
 
 /// The sample `series` of `/metrics` once it is `want`, or as it is after
@@ -431,7 +421,7 @@ fn packet_state_written_carried_over_a_redeploy_and_counted_in_metrics() {
     });
     assert_eq!(seen, 5, "the written entry and four frames");
     let passed = read_until(&state, "quota", "globals/passed", |v| *v == 2);
-    let dump = json(&ctl(&state, &["--json", "read", "quota", "dump"]));
+    let dump = read(&state, "quota", "dump");
     assert_eq!(passed, 2, "frames within the written limit of 3: {dump}");
     assert_eq!(sample_until(&state, series, 4), Some(4));
     let text = metrics(&state);
@@ -439,7 +429,7 @@ fn packet_state_written_carried_over_a_redeploy_and_counted_in_metrics() {
         text.contains("flick_packet_dropped_total{service=\"quota\"}"),
         "{text}"
     );
-    let status = json(&ctl(&state, &["--json", "status", "quota"]));
+    let status = service_status(&state, "quota");
     assert_eq!(status["ports"][0]["rx_frames"], 4, "{status}");
 
     // A redeploy gives the new version the globals whose type is the
@@ -451,16 +441,12 @@ fn packet_state_written_carried_over_a_redeploy_and_counted_in_metrics() {
             "global tag: integer := 0",
         ),
     );
-    let r = json(&ctl(
+    let r = json(&deploy_ports(
         &state,
-        &[
-            "--json",
-            "redeploy",
-            "quota",
-            &changed,
-            "--port",
-            "wire=afpacket:q1",
-        ],
+        &["--json", "redeploy"],
+        "quota",
+        &changed,
+        &["wire=afpacket:q1"],
     ));
     let carried: Vec<&str> = r["carried"]
         .as_array()
@@ -470,7 +456,7 @@ fn packet_state_written_carried_over_a_redeploy_and_counted_in_metrics() {
         .collect();
     assert_eq!(carried, ["seen", "limit", "passed"], "{r}");
     wait_sockets(pid, 1);
-    let dump = json(&ctl(&state, &["--json", "read", "quota", "globals"]))["value"].clone();
+    let dump = read(&state, "quota", "globals")["value"].clone();
     assert_eq!(dump["seen"][HOST5], 5, "{dump}");
     assert_eq!(dump["limit"], 3, "{dump}");
     assert_eq!(dump["passed"], 2, "{dump}");
@@ -480,20 +466,12 @@ fn packet_state_written_carried_over_a_redeploy_and_counted_in_metrics() {
 
     // A clean stop saves the state; the next `serve` gives it back.
     let mut server = server;
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while server.child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    terminate(&mut server.child);
     let server = serve_by(ns.command(env!("CARGO_BIN_EXE_flick")), &state, &[]);
     wait_sockets(server.child.id(), 1);
-    let status = json(&ctl(&state, &["--json", "status", "quota"]));
+    let status = service_status(&state, "quota");
     assert_eq!(status["carried"][0], "seen", "{status}");
-    let dump = json(&ctl(&state, &["--json", "read", "quota", "globals"]))["value"].clone();
+    let dump = read(&state, "quota", "globals")["value"].clone();
     assert_eq!(dump["seen"][HOST5], 5, "{dump}");
     assert_eq!(dump["limit"], 3, "{dump}");
     assert_eq!(dump["passed"], 2, "{dump}");
@@ -534,17 +512,12 @@ fn machine_registers_and_flow_contexts_written_and_deleted() {
     let state = dir.0.join("state");
     let server = serve_by(ns.command(env!("CARGO_BIN_EXE_flick")), &state, &[]);
     let meter = dir.file("meter.flick", METER);
-    ok(&ctl(
+    ok(&deploy_ports(
         &state,
-        &[
-            "deploy",
-            "meter",
-            &meter,
-            "--port",
-            "inside=afpacket:in1",
-            "--port",
-            "outside=afpacket:out0",
-        ],
+        &["deploy"],
+        "meter",
+        &meter,
+        &["inside=afpacket:in1", "outside=afpacket:out0"],
     ));
     wait_sockets(server.child.id(), 2);
     let flow = "stages/meter/flows/10.0.0.5";
@@ -555,15 +528,7 @@ fn machine_registers_and_flow_contexts_written_and_deleted() {
     assert_eq!(send(&ns, "out1", &frames, Some("in0"), 2).len(), 2);
     assert_eq!(read_until(&state, "meter", &packets, |v| *v == 3), 3);
     // The key as the dump prints it names the same context.
-    let by_number = json(&ctl(
-        &state,
-        &[
-            "--json",
-            "read",
-            "meter",
-            "stages/meter/flows/ipv4.src=167772165",
-        ],
-    ));
+    let by_number = read(&state, "meter", "stages/meter/flows/ipv4.src=167772165");
     assert_eq!(by_number["value"]["registers"]["packets"], 3, "{by_number}");
 
     // The global register raised: host 5's next frame passes.
@@ -572,7 +537,7 @@ fn machine_registers_and_flow_contexts_written_and_deleted() {
         &["--json", "write", "meter", "globals/limit", "5"],
     ));
     assert_eq!(w["value"], 5, "{w}");
-    let limit = json(&ctl(&state, &["--json", "read", "meter", "globals/limit"]));
+    let limit = read(&state, "meter", "globals/limit");
     assert_eq!(limit["value"], 5, "{limit}");
     let one = vec![tcp_syn(5, 2000)];
     assert_eq!(send(&ns, "out1", &one, Some("in0"), 1).len(), 1);
@@ -592,10 +557,7 @@ fn machine_registers_and_flow_contexts_written_and_deleted() {
         &["write", "meter", &format!("{flow}/state"), "blocked"],
     ));
     ok(&ctl(&state, &["write", "meter", &packets, "0"]));
-    let s = json(&ctl(
-        &state,
-        &["--json", "read", "meter", &format!("{flow}/state")],
-    ));
+    let s = read(&state, "meter", &format!("{flow}/state"));
     assert_eq!(s["value"], "blocked", "{s}");
     let one = vec![tcp_syn(5, 2002)];
     assert!(send(&ns, "out1", &one, Some("in0"), 0).is_empty());
@@ -604,63 +566,50 @@ fn machine_registers_and_flow_contexts_written_and_deleted() {
     // Refusals name what was wrong.
     let api = |path: &str| format!("/services/meter/state/{path}");
     let int = serde_json::json!({ "value": 1 });
-    let (status, e) = refusal(&state, "PUT", &api("globals/nosuch"), Some(&int));
-    assert_eq!(status, 404, "{e}");
-    assert!(e.contains("nosuch") && e.contains("limit"), "{e}");
     let text = serde_json::json!({ "value": "many" });
-    let (status, e) = refusal(&state, "PUT", &api("globals/limit"), Some(&text));
-    assert_eq!(status, 400, "{e}");
-    assert!(e.contains("integer"), "{e}");
-    let (status, e) = refusal(
-        &state,
-        "PUT",
-        &api("stages/meter/flows/10.0.0.9/registers/packets"),
-        Some(&int),
-    );
-    assert_eq!(status, 404, "{e}");
-    assert!(e.contains("no such flow context"), "{e}");
-    let (status, e) = refusal(
-        &state,
-        "PUT",
-        &api("stages/meter/flows/1,2/registers/packets"),
-        Some(&int),
-    );
-    assert_eq!(status, 400, "{e}");
-    assert!(e.contains("ipv4.src"), "{e}");
-    let (status, e) = refusal(
-        &state,
-        "PUT",
-        &api("stages/nosuch/flows/1/registers/packets"),
-        Some(&int),
-    );
-    assert_eq!(status, 404, "{e}");
-    assert!(e.contains("not a stage"), "{e}");
-    let (status, e) = refusal(
-        &state,
-        "PUT",
-        &api(&format!("{flow}/registers/nosuch")),
-        Some(&int),
-    );
-    assert_eq!(status, 404, "{e}");
-    assert!(e.contains("packets"), "{e}");
-    let (status, e) = refusal(&state, "PUT", &api(&format!("{flow}/state")), Some(&text));
-    assert_eq!(status, 400, "{e}");
-    assert!(e.contains("counting, blocked"), "{e}");
-    let (status, e) = refusal(
-        &state,
-        "PUT",
-        &api("stages/meter/0/registers/packets"),
-        Some(&int),
-    );
-    assert_eq!(status, 422, "{e}");
-    assert!(e.contains("flows/KEY"), "{e}");
+    // (path, body, status, what the message names)
+    let refusals: [(String, &Json, u16, &[&str]); 8] = [
+        ("globals/nosuch".into(), &int, 404, &["nosuch", "limit"]),
+        ("globals/limit".into(), &text, 400, &["integer"]),
+        (
+            "stages/meter/flows/10.0.0.9/registers/packets".into(),
+            &int,
+            404,
+            &["no such flow context"],
+        ),
+        (
+            "stages/meter/flows/1,2/registers/packets".into(),
+            &int,
+            400,
+            &["ipv4.src"],
+        ),
+        (
+            "stages/nosuch/flows/1/registers/packets".into(),
+            &int,
+            404,
+            &["not a stage"],
+        ),
+        (format!("{flow}/registers/nosuch"), &int, 404, &["packets"]),
+        (format!("{flow}/state"), &text, 400, &["counting, blocked"]),
+        (
+            "stages/meter/0/registers/packets".into(),
+            &int,
+            422,
+            &["flows/KEY"],
+        ),
+    ];
+    for (path, body, want, names) in refusals {
+        let (status, e) = refusal(&state, "PUT", &api(&path), Some(body));
+        assert_eq!(status, want, "{path}: {e}");
+        assert!(names.iter().all(|n| e.contains(n)), "{path}: {e}");
+    }
 
     // The context deleted: gone from the dump, and host 5 starts again.
     let d = ok(&ctl(&state, &["delete", "meter", flow]));
     assert!(d.contains("deleted"), "{d}");
     let (status, e) = refusal(&state, "GET", &api(flow), None);
     assert_eq!(status, 404, "{e}");
-    let dump = json(&ctl(&state, &["--json", "read", "meter", "stages/meter"]));
+    let dump = read(&state, "meter", "stages/meter");
     assert_eq!(dump["value"], serde_json::json!([]), "{dump}");
     let (status, e) = refusal(&state, "DELETE", &api(flow), None);
     assert_eq!(status, 404, "{e}");
@@ -734,7 +683,7 @@ fn packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request() {
     ok(&ctl(&state, &["write", "quota", "seen/7", "2"]));
     let d = ok(&ctl(&state, &["delete", "quota", &format!("seen/{HOST5}")]));
     assert!(d.contains("deleted"), "{d}");
-    let seen = json(&ctl(&state, &["--json", "read", "quota", "globals/seen"]));
+    let seen = read(&state, "quota", "globals/seen");
     assert_eq!(seen["value"], serde_json::json!({ "7": 2 }), "{seen}");
     // Read, written and deleted through `key_base64` ("7", "8").
     let (status, answer) = call(
@@ -756,7 +705,7 @@ fn packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request() {
         Some(&five),
     );
     assert_eq!(status, 200, "{answer}");
-    let eight = json(&ctl(&state, &["--json", "read", "quota", "globals/seen/8"]));
+    let eight = read(&state, "quota", "globals/seen/8");
     assert_eq!(eight["value"], 5, "{eight}");
     ok(&ctl(&state, &["delete", "quota", "seen/8"]));
     let (status, answer) = call(
@@ -766,7 +715,7 @@ fn packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request() {
         None,
     );
     assert_eq!(status, 200, "{answer}");
-    let seen = json(&ctl(&state, &["--json", "read", "quota", "globals/seen"]));
+    let seen = read(&state, "quota", "globals/seen");
     assert_eq!(seen["value"], serde_json::json!({}), "{seen}");
     let (status, e) = refusal(&state, "DELETE", "/services/quota/state/seen/7", None);
     assert_eq!(status, 404, "{e}");

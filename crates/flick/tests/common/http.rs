@@ -3,6 +3,8 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// A program of the `http` grammar whose rule reads a `request` and
@@ -40,6 +42,18 @@ pub fn get_answer(port: u16, target: &str, wait: Duration) -> std::io::Result<St
     let mut answer = String::new();
     s.read_to_string(&mut answer)?;
     Ok(answer)
+}
+
+/// What answers `raw` sent over a new connection to the Unix socket
+/// `sock`, read to its end (each read waiting at most 10 s); a write or
+/// read that fails ends it, so a refusal that closes early still shows.
+pub fn unix_exchange(sock: &Path, raw: &[u8]) -> String {
+    let mut s = UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(raw);
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    answer
 }
 
 /// A 200 answer's reason and body; `None` for any other answer.

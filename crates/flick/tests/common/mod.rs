@@ -109,3 +109,29 @@ pub fn terminate(child: &mut Child) -> ExitStatus {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Asserts that `script` (Python, run in the workspace root with a
+/// scratch directory to write into) writes each of `names` as `dir`
+/// holds it. Without python3 the check is skipped, except under CI.
+pub fn script_writes(script: &str, dir: &Path, names: &[String]) {
+    let scratch = Scratch::new("script");
+    let status = Command::new("python3")
+        .current_dir(ROOT)
+        .arg(script)
+        .arg(&scratch.0)
+        .status();
+    match status {
+        Ok(s) => assert!(s.success(), "{script} failed"),
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("skipped: no python3 ({e})");
+            return;
+        }
+        Err(e) => panic!("python3: {e}"),
+    }
+    for name in names {
+        assert!(
+            std::fs::read(scratch.path(name)).unwrap() == std::fs::read(dir.join(name)).unwrap(),
+            "{name} differs from what {script} writes: run it and commit the result"
+        );
+    }
+}
