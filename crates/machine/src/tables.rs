@@ -520,6 +520,8 @@ Stage s {
     }
     State two {
         on (pktRcvd) {
+            if (pktRcvd.port == 2, h.a == 0) { sendPacket(PKT, 1); }
+            if (pktRcvd.port != 1, h.b == 1) { sendPacket(PKT, 2); setNextState(one); }
             if (h.c != 3) { sendPacket(PKT, 3); }
             sendPacket(PKT, 0);
             if (h.a == 2) { setNextState(one); }
@@ -529,7 +531,7 @@ Stage s {
         on (pktRcvd) {
             if (h.a == 0, h.a == 1, h.a == 2, h.b == 0, h.b == 1, h.b == 2,
                 h.c == 0, h.c == 1, h.c == 2) { sendPacket(PKT, 1); }
-            if (h.a == 3, h.b == 3, h.c > 1) { sendPacket(PKT, 2); }
+            if (h.a == 3, h.b == 3, h.c > 1, pktRcvd.port == 3) { sendPacket(PKT, 2); }
             if (h.c < 2, r == 1) { sendPacket(PKT, 3); }
         }
     }
@@ -545,17 +547,20 @@ Stage s {
         fn decisions_take_the_entry_the_rows_give(
             values in proptest::collection::vec(0u64..4, 3),
             reg in 0u64..3,
+            port in 0u64..6,
         ) {
             let stage = &crate::xl::parse_str("t.xl", STAGE).expect("parses").stages[0];
             let tables = StageTables::compile(stage).expect("compiles");
             prop_assert!(tables.plans.iter().any(|p| p.decisions == u32::MAX));
+            // Ports 0 to 3 have plans of their own, 4 and 5 the common ones.
+            prop_assert_eq!(tables.ports, 4);
             let fields: Vec<u64> = values;
             let flow = [reg];
             let inputs = Inputs {
                 fields: &fields,
                 globals: &[],
                 now_us: 0,
-                port: 0,
+                port,
                 len: 64,
                 meta: &[],
             };
@@ -565,10 +570,43 @@ Stage s {
                     prop_assert_eq!(
                         tables.decide(state, event, &inputs, &flow),
                         tables.lookup(state, event, bits),
-                        "state {} event {:?}", state, event
+                        "state {} event {:?} port {}", state, event, port
                     );
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_miss_is_quiet_where_no_entry_the_initial_state_takes_moves_it() {
+        let stage = &crate::xl::parse_str("t.xl", STAGE).expect("parses").stages[0];
+        let tables = StageTables::compile(stage).expect("compiles");
+        // State `one`, the initial one: port 1 may take `setNextState(two)`,
+        // and every port may update the register.
+        for port in 0..6 {
+            assert!(!tables.quiet_miss(port), "port {port}");
+        }
+        let quiet = r#"
+Stage s {
+    Register r;
+    setFlowKey(ipv4.src);
+    State initial a {
+        on (pktRcvd) {
+            if (pktRcvd.port == 1) { r = r + 1; }
+            if (pktRcvd.port == 2) { setNextState(b); }
+            sendPacket(255, 1);
+        }
+    }
+    State b { on (pktRcvd) { setNextState(a); } }
+    State any { on (pktRcvd) { if (pktRcvd.port == 3) { setNextState(a); } } }
+}
+"#;
+        let stage = &crate::xl::parse_str("t.xl", quiet).expect("parses").stages[0];
+        let tables = StageTables::compile(stage).expect("compiles");
+        let quiet: Vec<bool> = (0..6).map(|p| tables.quiet_miss(p)).collect();
+        // Port 0: sends only; 1 writes the register; 2 moves to `b`; 3
+        // moves to `a`, where it is; 4 and up share the plan for every
+        // port, which may take any row.
+        assert_eq!(quiet, [true, false, false, true, false, false]);
     }
 }
