@@ -5,7 +5,7 @@
 //! `FLICK_BLESS=1`), and one worker and two give the same files. A
 //! property test holds the UDP firewall to a plain Rust model of it.
 
-use common::{golden_file, run_over_ports, Scratch, ROOT};
+use common::{golden_file, ipv4_frame, run_over_ports, Scratch, ROOT};
 use flick_machine::{Engine, FieldReader, Program};
 use flick_packet_io::{read_pcap, write_pcap};
 use proptest::prelude::*;
@@ -23,28 +23,11 @@ fn examples() -> PathBuf {
     Path::new(ROOT).join("examples/flowblaze")
 }
 
-/// An Ethernet + IPv4 frame carrying TCP (`proto` 6) or UDP (17), with
-/// `payload` bytes after the L4 header.
+/// An Ethernet + IPv4 frame carrying a TCP SYN (`proto` 6) or UDP (17),
+/// with `payload` bytes after the L4 header.
 fn frame(proto: u8, src: u32, sport: u16, dst: u32, dport: u16, payload: usize) -> Vec<u8> {
+    let mut f = ipv4_frame(proto, (src, sport), (dst, dport), (0x02, 0, 0), payload);
     let l4 = if proto == 6 { 20 } else { 8 };
-    let mut f = vec![0u8; 14 + 20 + l4 + payload];
-    f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
-    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    f[14] = 0x45;
-    f[16..18].copy_from_slice(&((20 + l4 + payload) as u16).to_be_bytes());
-    f[22] = 64;
-    f[23] = proto;
-    f[26..30].copy_from_slice(&src.to_be_bytes());
-    f[30..34].copy_from_slice(&dst.to_be_bytes());
-    f[34..36].copy_from_slice(&sport.to_be_bytes());
-    f[36..38].copy_from_slice(&dport.to_be_bytes());
-    if proto == 6 {
-        f[46] = 0x50;
-        f[47] = 0x02;
-    } else {
-        f[38..40].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
-    }
     // Tell frames apart in the outputs.
     for (i, b) in f[14 + 20 + l4..].iter_mut().enumerate() {
         *b = i as u8;

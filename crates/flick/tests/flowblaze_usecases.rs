@@ -16,7 +16,7 @@
 //!   one of a plain Rust model of the use case
 //!   (`flick_testkit::flowblaze_model`).
 
-use common::{golden_file, run_over_ports, script_writes, Scratch, ROOT};
+use common::{golden_file, ipv4_frame, run_over_ports, script_writes, Scratch, ROOT};
 use flick_machine::{Engine, FieldReader, Program};
 use flick_packet_io::read_pcap;
 use flick_testkit::flowblaze_model::{self as model, Pkt, Verdict};
@@ -40,62 +40,27 @@ struct UseCase {
     outputs: &'static [u8],
 }
 
+/// A use case's name, input ports and output ports.
+const fn use_case_on(name: &'static str, inputs: &'static [u8], outputs: &'static [u8]) -> UseCase {
+    UseCase {
+        name,
+        inputs,
+        outputs,
+    }
+}
+
 const USE_CASES: &[UseCase] = &[
-    UseCase {
-        name: "server_load_balancer",
-        inputs: &[1, 2, 3],
-        outputs: &[1, 2, 3],
-    },
-    UseCase {
-        name: "udp_firewall",
-        inputs: &[1, 2],
-        outputs: &[1, 2],
-    },
-    UseCase {
-        name: "port_knocking",
-        inputs: &[1, 2],
-        outputs: &[1, 2],
-    },
-    UseCase {
-        name: "flowlet_lb",
-        inputs: &[1],
-        outputs: &[2, 3],
-    },
-    UseCase {
-        name: "traffic_policer",
-        inputs: &[1],
-        outputs: &[2],
-    },
-    UseCase {
-        name: "big_flows",
-        inputs: &[1],
-        outputs: &[1, 2],
-    },
-    UseCase {
-        name: "syn_flood",
-        inputs: &[1, 2],
-        outputs: &[1, 2],
-    },
-    UseCase {
-        name: "tcp_optimistic_ack",
-        inputs: &[1, 2],
-        outputs: &[1, 2],
-    },
-    UseCase {
-        name: "super_spreader",
-        inputs: &[1],
-        outputs: &[2],
-    },
-    UseCase {
-        name: "dynamic_nat",
-        inputs: &[1, 2],
-        outputs: &[1, 2],
-    },
-    UseCase {
-        name: "tcp_conntrack",
-        inputs: &[1, 2],
-        outputs: &[1, 2],
-    },
+    use_case_on("server_load_balancer", &[1, 2, 3], &[1, 2, 3]),
+    use_case_on("udp_firewall", &[1, 2], &[1, 2]),
+    use_case_on("port_knocking", &[1, 2], &[1, 2]),
+    use_case_on("flowlet_lb", &[1], &[2, 3]),
+    use_case_on("traffic_policer", &[1], &[2]),
+    use_case_on("big_flows", &[1], &[1, 2]),
+    use_case_on("syn_flood", &[1, 2], &[1, 2]),
+    use_case_on("tcp_optimistic_ack", &[1, 2], &[1, 2]),
+    use_case_on("super_spreader", &[1], &[2]),
+    use_case_on("dynamic_nat", &[1, 2], &[1, 2]),
+    use_case_on("tcp_conntrack", &[1, 2], &[1, 2]),
 ];
 
 fn use_case(name: &str) -> &'static UseCase {
@@ -512,43 +477,6 @@ fn the_flick_machines_match_the_xl_programs() {
 
 // Property tests: the engine against the models, frame by frame.
 
-/// An Ethernet + IPv4 frame carrying TCP (`proto` 6) or UDP (17).
-#[allow(clippy::too_many_arguments)]
-fn frame(
-    proto: u8,
-    src: u32,
-    sport: u16,
-    dst: u32,
-    dport: u16,
-    flags: u8,
-    seq: u32,
-    ack: u32,
-    payload: usize,
-) -> Vec<u8> {
-    let l4 = if proto == 6 { 20 } else { 8 };
-    let mut f = vec![0u8; 14 + 20 + l4 + payload];
-    f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
-    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    f[14] = 0x45;
-    f[16..18].copy_from_slice(&((20 + l4 + payload) as u16).to_be_bytes());
-    f[22] = 64;
-    f[23] = proto;
-    f[26..30].copy_from_slice(&src.to_be_bytes());
-    f[30..34].copy_from_slice(&dst.to_be_bytes());
-    f[34..36].copy_from_slice(&sport.to_be_bytes());
-    f[36..38].copy_from_slice(&dport.to_be_bytes());
-    if proto == 6 {
-        f[38..42].copy_from_slice(&seq.to_be_bytes());
-        f[42..46].copy_from_slice(&ack.to_be_bytes());
-        f[46] = 0x50;
-        f[47] = flags;
-    } else {
-        f[38..40].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
-    }
-    f
-}
-
 #[allow(clippy::too_many_arguments)]
 fn tcp(
     src: u32,
@@ -560,11 +488,11 @@ fn tcp(
     ack: u32,
     payload: usize,
 ) -> Vec<u8> {
-    frame(6, src, sport, dst, dport, flags, seq, ack, payload)
+    ipv4_frame(6, (src, sport), (dst, dport), (flags, seq, ack), payload)
 }
 
 fn udp(src: u32, sport: u16, dst: u32, dport: u16, payload: usize) -> Vec<u8> {
-    frame(17, src, sport, dst, dport, 0, 0, 0, payload)
+    ipv4_frame(17, (src, sport), (dst, dport), (0, 0, 0), payload)
 }
 
 /// One program's engine and field reader.

@@ -1231,41 +1231,38 @@ impl History {
 // ---------------------------------------------------------------------
 // Text and meta clients
 
-/// One client's text sequence, sent through the proxy and directly.
-fn text_client(
+/// One client's run: `commands` requests that `request` makes, in
+/// batches, each batch sent through the proxy and directly by
+/// `exchange` (the batch's number and requests, one side's connection
+/// and stream, the generator, the deadline: that side's replies,
+/// normalised). The first batch whose replies differ ends the run with
+/// the difference and what came before it.
+fn client_run<R>(
     setup: &Setup,
-    seed: u64,
-    client: usize,
-    mode: TextMode,
-    commands: usize,
+    mut g: Gen,
+    (client, commands): (usize, usize),
+    request: impl Fn(&mut Gen) -> R,
+    show: impl Fn(&R) -> String,
+    exchange: impl Fn(u32, &[R], (&mut Conn, &mut Stream), &Gen, Instant) -> Result<Vec<Norm>, String>,
 ) -> Result<(), String> {
-    let mut g = Gen::new(seed, client);
     let mut proxy = Conn::new(setup.proxy);
     let mut direct = Conn::new(setup.direct);
     let (mut sp, mut sd) = (Stream::default(), Stream::default());
     let mut history = History::default();
     let deadline = Instant::now() + CLIENT_TIME;
     let mut sent = 0;
-    let mut batch = 0;
+    let mut batch = 0u32;
     while sent < commands {
         let n = (1 + g.rng.below(MAX_BATCH) as usize).min(commands - sent);
         g.begin_batch();
-        let reqs: Vec<TextReq> = (0..n).map(|_| g.text_request(mode)).collect();
+        let reqs: Vec<R> = (0..n).map(|_| request(&mut g)).collect();
         sent += n;
-        let fences = 1 + reqs.iter().map(|r| r.mns).sum::<usize>();
         let mut replies = Vec::new();
-        for (conn, stream) in [(&mut proxy, &mut sp), (&mut direct, &mut sd)] {
-            let mut bytes = Vec::new();
-            for r in &reqs {
-                r.render(stream, &mut bytes);
-            }
-            bytes.extend_from_slice(b"mn\r\n");
-            let side = |e: String| format!("client {client} batch {batch}: {e}");
-            conn.send(&bytes).map_err(side)?;
-            let parts = read_text(conn, fences, deadline).map_err(side)?;
-            replies.push(normalise_text(&parts, stream, &g.opaque_keys));
+        for side in [(&mut proxy, &mut sp), (&mut direct, &mut sd)] {
+            let side_err = |e: String| format!("client {client} batch {batch}: {e}");
+            replies.push(exchange(batch, &reqs, side, &g, deadline).map_err(side_err)?);
         }
-        let shown: Vec<String> = reqs.iter().map(TextReq::show).collect();
+        let shown: Vec<String> = reqs.iter().map(&show).collect();
         if let Some(at) = first_difference(&replies[0], &replies[1]) {
             let what = format!("client {client} batch {batch} (commands {sent} so far)");
             let earlier = history.about(&g.keys, &shown);
@@ -1282,6 +1279,38 @@ fn text_client(
         batch += 1;
     }
     Ok(())
+}
+
+/// One client's text sequence, sent through the proxy and directly.
+fn text_client(
+    setup: &Setup,
+    seed: u64,
+    client: usize,
+    mode: TextMode,
+    commands: usize,
+) -> Result<(), String> {
+    let request = |g: &mut Gen| g.text_request(mode);
+    let exchange =
+        |_, reqs: &[TextReq], (conn, stream): (&mut Conn, &mut Stream), g: &Gen, deadline| {
+            let fences = 1 + reqs.iter().map(|r| r.mns).sum::<usize>();
+            let mut bytes = Vec::new();
+            for r in reqs {
+                r.render(stream, &mut bytes);
+            }
+            bytes.extend_from_slice(b"mn\r\n");
+            conn.send(&bytes)?;
+            let parts = read_text(conn, fences, deadline)?;
+            Ok(normalise_text(&parts, stream, &g.opaque_keys))
+        };
+    let g = Gen::new(seed, client);
+    client_run(
+        setup,
+        g,
+        (client, commands),
+        request,
+        TextReq::show,
+        exchange,
+    )
 }
 
 /// Runs `client(i)` for `clients` clients at once; panics with every
@@ -1702,18 +1731,12 @@ fn bin_client(
     let mut g = Gen::new(seed ^ 0xb1, client);
     // Binary keys may hold any bytes: a space, a NUL, bytes not UTF-8.
     g.keys[KEYS - 2] = [&g.keys[COUNTERS][..], b" sp\0\xff\xfe\r\n"].concat();
-    let mut proxy = Conn::new(setup.proxy);
-    let mut direct = Conn::new(setup.direct);
-    let (mut sp, mut sd) = (Stream::default(), Stream::default());
-    let mut history = History::default();
-    let deadline = Instant::now() + CLIENT_TIME;
-    let mut sent = 0;
-    let mut batch = 0u32;
-    while sent < commands {
-        let n = (1 + g.rng.below(MAX_BATCH) as usize).min(commands - sent);
-        g.begin_batch();
-        let reqs: Vec<BinReq> = (0..n).map(|_| g.bin_request(keyless)).collect();
-        sent += n;
+    let request = |g: &mut Gen| g.bin_request(keyless);
+    let exchange = |batch: u32,
+                    reqs: &[BinReq],
+                    (conn, stream): (&mut Conn, &mut Stream),
+                    _: &Gen,
+                    deadline| {
         let fence = 0xfeed_0000 | (batch & 0xffff);
         let fence_req = BinReq {
             op: NOOP,
@@ -1723,34 +1746,22 @@ fn bin_client(
             cas: CasSpec::Zero,
             opaque: fence,
         };
-        let mut replies = Vec::new();
-        for (conn, stream) in [(&mut proxy, &mut sp), (&mut direct, &mut sd)] {
-            let mut bytes = Vec::new();
-            for r in reqs.iter().chain([&fence_req]) {
-                r.render(stream, &mut bytes);
-            }
-            let side = |e: String| format!("client {client} batch {batch}: {e}");
-            conn.send(&bytes).map_err(side)?;
-            let packets = read_bin(conn, fence, deadline).map_err(side)?;
-            replies.push(normalise_bin(&packets, &reqs, stream));
+        let mut bytes = Vec::new();
+        for r in reqs.iter().chain([&fence_req]) {
+            r.render(stream, &mut bytes);
         }
-        let shown: Vec<String> = reqs.iter().map(BinReq::show).collect();
-        if let Some(at) = first_difference(&replies[0], &replies[1]) {
-            let what = format!("client {client} batch {batch} (commands {sent} so far)");
-            let earlier = history.about(&g.keys, &shown);
-            return Err(mismatch(
-                &what,
-                &shown,
-                &replies[0],
-                &replies[1],
-                at,
-                earlier,
-            ));
-        }
-        history.push(batch as usize, shown, &replies[0]);
-        batch += 1;
-    }
-    Ok(())
+        conn.send(&bytes)?;
+        let packets = read_bin(conn, fence, deadline)?;
+        Ok(normalise_bin(&packets, reqs, stream))
+    };
+    client_run(
+        setup,
+        g,
+        (client, commands),
+        request,
+        BinReq::show,
+        exchange,
+    )
 }
 
 /// Binary requests (get, getk, set, add, replace, append, prepend,

@@ -309,55 +309,37 @@ fun pass: (m: ref meter, -/packet out, p: packet) -> ()
 fn a_meter_or_filter_without_its_parameters_is_refused() {
     let scratch = Scratch::new("check");
     let program = scratch.path("bad.flick");
-    std::fs::write(
-        &program,
-        "grammar packet
+    // `flick check` of a program with a meter of only a rate, and `extra`
+    // globals beside it: refused, with what it printed.
+    let refused = |extra: &str| -> String {
+        let source = format!(
+            "grammar packet
 
 proc p: (packet/- wire)
-  global m: meter {rate=1000} := new_meter
-  global b: bloom {bits=65536, hashes=40} := new_bloom
-  | wire => f(m)
+  global m: meter {{rate=1000}} := new_meter
+{extra}  | wire => f(m)
 
 fun f: (m: ref meter, p: packet) -> ()
   meter(m, frame_len(p))
-",
-    )
-    .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_flick"))
-        .arg("check")
-        .arg(&program)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let text =
-        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+"
+        );
+        std::fs::write(&program, source).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_flick"))
+            .arg("check")
+            .arg(&program)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout)
+    };
+    let text = refused("  global b: bloom {bits=65536, hashes=40} := new_bloom\n");
     assert!(text.contains("E0503"), "{text}");
     assert!(
         text.contains("`hashes` of a bloom is from 1 to 16"),
         "{text}"
     );
     // Missing parameters are reported once the rest checks.
-    std::fs::write(
-        &program,
-        "grammar packet
-
-proc p: (packet/- wire)
-  global m: meter {rate=1000} := new_meter
-  | wire => f(m)
-
-fun f: (m: ref meter, p: packet) -> ()
-  meter(m, frame_len(p))
-",
-    )
-    .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_flick"))
-        .arg("check")
-        .arg(&program)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let text =
-        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    let text = refused("");
     assert!(text.contains("E0509"), "{text}");
     assert!(text.contains("`m` needs `burst`"), "{text}");
 }

@@ -21,10 +21,10 @@ use common::terminate;
 use flick_testkit::netns::{self, Netns};
 use flick_testkit::packet_model::tcp_syn;
 use serde_json::Value as Json;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
-use support::serve::{call, ctl, ok, refused, serve_by, TempDir};
+use support::serve::{call, ctl, ok, refused, serve_by, Serve, TempDir};
 use support::ROOT;
 
 /// Passes what comes from outside to the inside, counting each source
@@ -68,6 +68,30 @@ fn send(
     // Frames the test sent itself are seen on their own veth end too.
     got.retain(|f| f.len() > 29 && f[29] != 0 && f[30..34] == [10, 0, 1, 1]);
     got
+}
+
+/// Where the test may make network namespaces (else it says so and
+/// gets `None`): a namespace of its own named `ns` with `veths` pairs, a
+/// scratch directory, its `state` directory and a `flick serve` on it
+/// with `more` flags, run in the namespace. Dropped in the reverse order:
+/// the server, the directory, then the namespace.
+fn serve_in_netns(
+    test: &str,
+    (ns, veths): (&str, &[(&str, &str)]),
+    tag: &str,
+    more: &[&str],
+) -> Option<(Netns, TempDir, PathBuf, Serve)> {
+    if !netns::available(test) {
+        return None;
+    }
+    let ns = Netns::new(ns);
+    for (a, b) in veths {
+        ns.veth_pair(a, b);
+    }
+    let dir = TempDir::new(tag);
+    let state = dir.0.join("state");
+    let server = serve_by(ns.command(env!("CARGO_BIN_EXE_flick")), &state, more);
+    Some((ns, dir, state, server))
 }
 
 /// Waits (at most 10 s) until `pid` holds `n` bound packet sockets.
@@ -122,16 +146,17 @@ fn read_until(state: &Path, name: &str, path: &str, done: impl Fn(&Json) -> bool
 
 #[test]
 fn packet_program_and_machine_served_read_replaced_and_undeployed() {
-    if !netns::available("packet_program_and_machine_served_read_replaced_and_undeployed") {
+    let Some((ns, dir, state, server)) = serve_in_netns(
+        "packet_program_and_machine_served_read_replaced_and_undeployed",
+        (
+            "flkservep",
+            &[("in0", "in1"), ("out0", "out1"), ("t0", "t1")],
+        ),
+        "packets",
+        &[],
+    ) else {
         return;
-    }
-    let ns = Netns::new("flkservep");
-    ns.veth_pair("in0", "in1");
-    ns.veth_pair("out0", "out1");
-    ns.veth_pair("t0", "t1");
-    let dir = TempDir::new("packets");
-    let state = dir.0.join("state");
-    let server = serve_by(ns.command(env!("CARGO_BIN_EXE_flick")), &state, &[]);
+    };
     let pid = server.child.id();
 
     // A packet program: the flow tracker counts what t1 receives.
@@ -268,17 +293,14 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
 
 #[test]
 fn packet_deploys_are_refused_with_the_reason() {
-    if !netns::available("packet_deploys_are_refused_with_the_reason") {
-        return;
-    }
-    let ns = Netns::new("flkserver");
-    let dir = TempDir::new("packet-refusals");
-    let state = dir.0.join("state");
-    let _server = serve_by(
-        ns.command(env!("CARGO_BIN_EXE_flick")),
-        &state,
+    let Some((_ns, dir, state, _server)) = serve_in_netns(
+        "packet_deploys_are_refused_with_the_reason",
+        ("flkserver", &[]),
+        "packet-refusals",
         &["--memory-budget", "1000"],
-    );
+    ) else {
+        return;
+    };
     let gate = dir.file("gate.flick", GATE_OPEN);
     // No ports.
     let e = refused(&ctl(&state, &["deploy", "gate", &gate]));
@@ -356,14 +378,14 @@ fn sample(text: &str, series: &str) -> Option<u64> {
 
 #[test]
 fn packet_state_written_carried_over_a_redeploy_and_counted_in_metrics() {
-    if !netns::available("packet_state_written_carried_over_a_redeploy_and_counted_in_metrics") {
+    let Some((ns, dir, state, server)) = serve_in_netns(
+        "packet_state_written_carried_over_a_redeploy_and_counted_in_metrics",
+        ("flkservew", &[("q0", "q1")]),
+        "packet-state",
+        &[],
+    ) else {
         return;
-    }
-    let ns = Netns::new("flkservew");
-    ns.veth_pair("q0", "q1");
-    let dir = TempDir::new("packet-state");
-    let state = dir.0.join("state");
-    let server = serve_by(ns.command(env!("CARGO_BIN_EXE_flick")), &state, &[]);
+    };
     let pid = server.child.id();
     let quota = dir.file("quota.flick", QUOTA);
     let deploy = ["deploy", "quota", &quota, "--port", "wire=afpacket:q1"];
@@ -502,15 +524,14 @@ fn refusal(state: &Path, method: &str, path: &str, body: Option<&Json>) -> (u16,
 
 #[test]
 fn machine_registers_and_flow_contexts_written_and_deleted() {
-    if !netns::available("machine_registers_and_flow_contexts_written_and_deleted") {
+    let Some((ns, dir, state, server)) = serve_in_netns(
+        "machine_registers_and_flow_contexts_written_and_deleted",
+        ("flkservem", &[("in0", "in1"), ("out0", "out1")]),
+        "machine-writes",
+        &[],
+    ) else {
         return;
-    }
-    let ns = Netns::new("flkservem");
-    ns.veth_pair("in0", "in1");
-    ns.veth_pair("out0", "out1");
-    let dir = TempDir::new("machine-writes");
-    let state = dir.0.join("state");
-    let server = serve_by(ns.command(env!("CARGO_BIN_EXE_flick")), &state, &[]);
+    };
     let meter = dir.file("meter.flick", METER);
     ok(&deploy_ports(
         &state,
@@ -659,14 +680,14 @@ fn wait_reading(pid: u32, comm: &str, path: &Path) {
 
 #[test]
 fn packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request() {
-    if !netns::available("packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request") {
+    let Some((_ns, dir, state, server)) = serve_in_netns(
+        "packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request",
+        ("flkserved", &[("d0", "d1")]),
+        "packet-deletes",
+        &[],
+    ) else {
         return;
-    }
-    let ns = Netns::new("flkserved");
-    ns.veth_pair("d0", "d1");
-    let dir = TempDir::new("packet-deletes");
-    let state = dir.0.join("state");
-    let server = serve_by(ns.command(env!("CARGO_BIN_EXE_flick")), &state, &[]);
+    };
     let quota = dir.file("quota.flick", QUOTA);
     ok(&ctl(
         &state,

@@ -135,3 +135,37 @@ pub fn script_writes(script: &str, dir: &Path, names: &[String]) {
         );
     }
 }
+
+/// An Ethernet + IPv4 frame from `(src, sport)` to `(dst, dport)`
+/// carrying TCP (`proto` 6, its header with `(flags, seq, ack)`) or UDP
+/// (17), and `payload` zero bytes.
+pub fn ipv4_frame(
+    proto: u8,
+    (src, sport): (u32, u16),
+    (dst, dport): (u32, u16),
+    (flags, seq, ack): (u8, u32, u32),
+    payload: usize,
+) -> Vec<u8> {
+    let l4 = if proto == 6 { 20 } else { 8 };
+    let mut f = vec![0u8; 14 + 20 + l4 + payload];
+    f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&((20 + l4 + payload) as u16).to_be_bytes());
+    f[22] = 64;
+    f[23] = proto;
+    f[26..30].copy_from_slice(&src.to_be_bytes());
+    f[30..34].copy_from_slice(&dst.to_be_bytes());
+    f[34..36].copy_from_slice(&sport.to_be_bytes());
+    f[36..38].copy_from_slice(&dport.to_be_bytes());
+    if proto == 6 {
+        f[38..42].copy_from_slice(&seq.to_be_bytes());
+        f[42..46].copy_from_slice(&ack.to_be_bytes());
+        f[46] = 0x50;
+        f[47] = flags;
+    } else {
+        f[38..40].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+    }
+    f
+}
