@@ -104,8 +104,10 @@
 //! tokens with a bad number among them) are generated, and asserted in
 //! `found_differences_stay_fixed`.
 
+mod common;
 mod support;
 
+use common::xorshift;
 use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -260,12 +262,7 @@ impl Rng {
     }
 
     fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
+        xorshift(&mut self.0)
     }
 
     fn below(&mut self, n: u64) -> u64 {
@@ -1786,6 +1783,18 @@ fn keyless_binary_commands_match_one_memcached() {
 // ---------------------------------------------------------------------
 // Known differences
 
+/// `program` run in front of two memcached servers, each given 20 s to
+/// answer: its port.
+fn proxy_of_two(procs: &mut Procs, program: &str) -> u16 {
+    let backends: Vec<u16> = (0..2).map(|_| memcached(procs)).collect();
+    flick_run_with(
+        procs,
+        program,
+        &backends,
+        &["--response-timeout-ms", "20000"],
+    )
+}
+
 /// Sends `request` and then `mn` on a fresh connection to `port`, and
 /// returns what came back up to the `MN` (or what came in 10 s).
 fn exchange_fenced(port: u16, request: &[u8]) -> Vec<u8> {
@@ -1831,14 +1840,8 @@ fn assert_none_differ(cases: &[(&str, Vec<u8>)]) {
 /// for each case whose replies differ.
 fn differing(cases: &[(&str, Vec<u8>)]) -> Vec<String> {
     let mut procs = Procs(Vec::new());
-    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
     let direct = memcached(&mut procs);
-    let proxy = flick_run_with(
-        &mut procs,
-        "examples/memcached_ascii_proxy.flick",
-        &backends,
-        &["--response-timeout-ms", "20000"],
-    );
+    let proxy = proxy_of_two(&mut procs, "examples/memcached_ascii_proxy.flick");
     let mut differ = Vec::new();
     for (what, case) in cases {
         let want = exchange_fenced(direct, case);
@@ -2040,13 +2043,7 @@ fn found_differences_stay_fixed() {
 #[test]
 fn a_long_get_key_costs_no_other_reply() {
     let mut procs = Procs(Vec::new());
-    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
-    let proxy = flick_run_with(
-        &mut procs,
-        "examples/memcached_ascii_proxy.flick",
-        &backends,
-        &["--response-timeout-ms", "20000"],
-    );
+    let proxy = proxy_of_two(&mut procs, "examples/memcached_ascii_proxy.flick");
     let over = "K".repeat(251);
     let bad = "CLIENT_ERROR bad command line format\r\n";
     for (request, want) in [
@@ -2098,14 +2095,8 @@ fn bin_packet(op: u8, key: &[u8], extras: &[u8], value: &[u8], opaque: u32) -> V
 #[test]
 fn oversized_binary_requests_match_memcached() {
     let mut procs = Procs(Vec::new());
-    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
     let direct = memcached(&mut procs);
-    let proxy = flick_run_with(
-        &mut procs,
-        "examples/memcached_proxy.flick",
-        &backends,
-        &["--response-timeout-ms", "20000"],
-    );
+    let proxy = proxy_of_two(&mut procs, "examples/memcached_proxy.flick");
     let set_extras = [0u8, 0, 0, 7, 0, 0, 0, 0];
     let big = vec![b'x'; 1_048_577];
     let mut differ = Vec::new();
@@ -2290,14 +2281,8 @@ fn python_binary_memcached_works_through_the_binary_proxy() {
 #[test]
 fn replies_that_once_differed_now_match() {
     let mut procs = Procs(Vec::new());
-    let backends: Vec<u16> = (0..2).map(|_| memcached(&mut procs)).collect();
     let direct = memcached(&mut procs);
-    let proxy = flick_run_with(
-        &mut procs,
-        "examples/memcached_ascii_proxy.flick",
-        &backends,
-        &["--response-timeout-ms", "20000"],
-    );
+    let proxy = proxy_of_two(&mut procs, "examples/memcached_ascii_proxy.flick");
     let long = "L".repeat(250);
     let over = "K".repeat(251);
     let cases: Vec<Vec<u8>> = vec![

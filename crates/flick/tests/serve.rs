@@ -31,6 +31,11 @@ fn example(name: &str) -> String {
         .into_owned()
 }
 
+/// The static web server example, which every test here deploys.
+fn static_web() -> String {
+    example("static_web.flick")
+}
+
 /// One HTTP GET over a new connection: the whole answer, or the error.
 fn http_get(port: u16) -> std::io::Result<String> {
     get_answer(port, "/", Duration::from_secs(10))
@@ -80,14 +85,7 @@ fn services_deploy_answer_undeploy_redeploy_and_come_back_after_a_restart() {
     let server = serve(&state, &[]);
     let (web, cache, count) = (free_port(), free_port(), free_port());
 
-    let out = ok(&deploy_on(
-        &state,
-        "deploy",
-        "web",
-        &example("static_web.flick"),
-        web,
-        &[],
-    ));
+    let out = ok(&deploy_on(&state, "deploy", "web", &static_web(), web, &[]));
     assert!(out.contains("deployed web version 1"), "{out}");
     assert!(
         out.contains(" us"),
@@ -149,20 +147,13 @@ fn services_deploy_answer_undeploy_redeploy_and_come_back_after_a_restart() {
     );
     assert!(err.contains("^^^^^^^"), "a caret under the name: {err}");
     assert!(err.contains("unknown function `nowhere`"), "{err}");
-    let err = refused(&deploy_on(
-        &state,
-        "deploy",
-        "web",
-        &example("static_web.flick"),
-        1,
-        &[],
-    ));
+    let err = refused(&deploy_on(&state, "deploy", "web", &static_web(), 1, &[]));
     assert!(err.contains("deployed already"), "{err}");
     let err = refused(&deploy_on(
         &state,
         "deploy",
         "web2",
-        &example("static_web.flick"),
+        &static_web(),
         web,
         &[],
     ));
@@ -222,7 +213,7 @@ fn a_service_that_faults_or_loses_its_backend_leaves_the_others_answering() {
     let deploy = |name: &str, file: &str, port: u16, more: &[&str]| {
         ok(&deploy_on(&state, "deploy", name, file, port, more));
     };
-    deploy("web", &example("static_web.flick"), web, &[]);
+    deploy("web", &static_web(), web, &[]);
     let faulty_file = dir.file("faulty.flick", &faulty_counter());
     deploy("faulty", &faulty_file, faulty, &[]);
     // Nothing listens on `dead`: every request finds its backend gone.
@@ -281,7 +272,7 @@ fn a_deploy_past_the_memory_budget_is_refused_with_the_figures() {
         &state,
         "deploy",
         "web",
-        &example("static_web.flick"),
+        &static_web(),
         port,
         &[],
     ));
@@ -293,7 +284,7 @@ fn a_deploy_past_the_memory_budget_is_refused_with_the_figures() {
         &state,
         "deploy",
         "web",
-        &example("static_web.flick"),
+        &static_web(),
         port,
         &["--max-instances", "1"],
     ));
@@ -369,7 +360,7 @@ fn a_deploys_configuration_sets_the_body_limit() {
         &state,
         "deploy",
         "web",
-        &example("static_web.flick"),
+        &static_web(),
         port,
         &["--config", &config.to_string_lossy()],
     ));
@@ -404,14 +395,7 @@ fn metrics_cover_every_service_by_name() {
     let _server = serve(&state, &[]);
     let ports = [free_port(), free_port()];
     for (name, port) in ["web", "site"].iter().zip(ports) {
-        ok(&deploy_on(
-            &state,
-            "deploy",
-            name,
-            &example("static_web.flick"),
-            port,
-            &[],
-        ));
+        ok(&deploy_on(&state, "deploy", name, &static_web(), port, &[]));
     }
     for _ in 0..3 {
         assert!(http_get(ports[0]).unwrap().starts_with("HTTP/1.1 200"));

@@ -19,7 +19,7 @@ mod common;
 mod support;
 
 use common::http::{get_answer, http_program};
-use common::Scratch;
+use common::{xorshift, Scratch};
 use serde_json::{json, Map, Value as Json};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -283,12 +283,7 @@ struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
+        xorshift(&mut self.0)
     }
 
     fn below(&mut self, n: usize) -> usize {

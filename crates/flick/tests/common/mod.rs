@@ -169,3 +169,14 @@ pub fn ipv4_frame(
     }
     f
 }
+
+/// The next number of the xorshift generator whose state is `state`
+/// (never 0): seeded tests make the same requests every run.
+pub fn xorshift(state: &mut u64) -> u64 {
+    let mut x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    x
+}
