@@ -70,25 +70,34 @@ fn send(
     got
 }
 
-/// Where the test may make network namespaces (else it says so and
-/// gets `None`): a namespace of its own named `ns` with `veths` pairs, a
-/// scratch directory, its `state` directory and a `flick serve` on it
-/// with `more` flags, run in the namespace. Dropped in the reverse order:
-/// the server, the directory, then the namespace.
+/// Where `test` may make network namespaces (else it says so and gets
+/// `None`): a namespace of its own named `ns` with `veths` pairs, a
+/// scratch directory, its `state` directory and a `flick serve` on it,
+/// run in the namespace. Dropped in the reverse order: the server, the
+/// directory, then the namespace.
 fn serve_in_netns(
     test: &str,
-    (ns, veths): (&str, &[(&str, &str)]),
-    tag: &str,
+    ns: &str,
+    veths: &[(&str, &str)],
+) -> Option<(Netns, TempDir, PathBuf, Serve)> {
+    serve_in_netns_with(test, ns, veths, &[])
+}
+
+/// [`serve_in_netns`] with `more` flags for `flick serve`.
+fn serve_in_netns_with(
+    test: &str,
+    ns: &str,
+    veths: &[(&str, &str)],
     more: &[&str],
 ) -> Option<(Netns, TempDir, PathBuf, Serve)> {
     if !netns::available(test) {
         return None;
     }
+    let dir = TempDir::new(ns);
     let ns = Netns::new(ns);
     for (a, b) in veths {
         ns.veth_pair(a, b);
     }
-    let dir = TempDir::new(tag);
     let state = dir.0.join("state");
     let server = serve_by(ns.command(env!("CARGO_BIN_EXE_flick")), &state, more);
     Some((ns, dir, state, server))
@@ -146,14 +155,11 @@ fn read_until(state: &Path, name: &str, path: &str, done: impl Fn(&Json) -> bool
 
 #[test]
 fn packet_program_and_machine_served_read_replaced_and_undeployed() {
+    let test = "packet_program_and_machine_served_read_replaced_and_undeployed";
     let Some((ns, dir, state, server)) = serve_in_netns(
-        "packet_program_and_machine_served_read_replaced_and_undeployed",
-        (
-            "flkservep",
-            &[("in0", "in1"), ("out0", "out1"), ("t0", "t1")],
-        ),
-        "packets",
-        &[],
+        test,
+        "flkservep",
+        &[("in0", "in1"), ("out0", "out1"), ("t0", "t1")],
     ) else {
         return;
     };
@@ -293,12 +299,10 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
 
 #[test]
 fn packet_deploys_are_refused_with_the_reason() {
-    let Some((_ns, dir, state, _server)) = serve_in_netns(
-        "packet_deploys_are_refused_with_the_reason",
-        ("flkserver", &[]),
-        "packet-refusals",
-        &["--memory-budget", "1000"],
-    ) else {
+    let test = "packet_deploys_are_refused_with_the_reason";
+    let Some((_ns, dir, state, _server)) =
+        serve_in_netns_with(test, "flkserver", &[], &["--memory-budget", "1000"])
+    else {
         return;
     };
     let gate = dir.file("gate.flick", GATE_OPEN);
@@ -378,12 +382,8 @@ fn sample(text: &str, series: &str) -> Option<u64> {
 
 #[test]
 fn packet_state_written_carried_over_a_redeploy_and_counted_in_metrics() {
-    let Some((ns, dir, state, server)) = serve_in_netns(
-        "packet_state_written_carried_over_a_redeploy_and_counted_in_metrics",
-        ("flkservew", &[("q0", "q1")]),
-        "packet-state",
-        &[],
-    ) else {
+    let test = "packet_state_written_carried_over_a_redeploy_and_counted_in_metrics";
+    let Some((ns, dir, state, server)) = serve_in_netns(test, "flkservew", &[("q0", "q1")]) else {
         return;
     };
     let pid = server.child.id();
@@ -524,12 +524,10 @@ fn refusal(state: &Path, method: &str, path: &str, body: Option<&Json>) -> (u16,
 
 #[test]
 fn machine_registers_and_flow_contexts_written_and_deleted() {
-    let Some((ns, dir, state, server)) = serve_in_netns(
-        "machine_registers_and_flow_contexts_written_and_deleted",
-        ("flkservem", &[("in0", "in1"), ("out0", "out1")]),
-        "machine-writes",
-        &[],
-    ) else {
+    let test = "machine_registers_and_flow_contexts_written_and_deleted";
+    let Some((ns, dir, state, server)) =
+        serve_in_netns(test, "flkservem", &[("in0", "in1"), ("out0", "out1")])
+    else {
         return;
     };
     let meter = dir.file("meter.flick", METER);
@@ -680,12 +678,8 @@ fn wait_reading(pid: u32, comm: &str, path: &Path) {
 
 #[test]
 fn packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request() {
-    let Some((_ns, dir, state, server)) = serve_in_netns(
-        "packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request",
-        ("flkserved", &[("d0", "d1")]),
-        "packet-deletes",
-        &[],
-    ) else {
+    let test = "packet_entries_deleted_and_a_stuck_service_holds_up_no_other_request";
+    let Some((_ns, dir, state, server)) = serve_in_netns(test, "flkserved", &[("d0", "d1")]) else {
         return;
     };
     let quota = dir.file("quota.flick", QUOTA);
