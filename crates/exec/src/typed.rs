@@ -200,6 +200,25 @@ pub(crate) enum Fast {
     DerefIndexSet {
         at: u32,
     },
+    /// The same, of an integer register's value, never boxed.
+    DerefIndexSetInt {
+        at: u32,
+    },
+    /// `frame_len(msg)` into a `Value` register, asked of the host as an
+    /// integer.
+    FrameLen {
+        dst: Reg,
+        src: Reg,
+    },
+    /// `Value` register `dst` set to a reference to state `state`.
+    StateRef {
+        dst: Reg,
+        state: u16,
+    },
+    /// `Value` register `dst` set to `()`.
+    Unit {
+        dst: Reg,
+    },
     Jump {
         to: u32,
     },
@@ -630,13 +649,33 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
                 Op::Index { base, index, .. } if base == x && index != x => {
                     Some(Fast::DerefIndex { at })
                 }
+                Op::IndexSet { base, index, src }
+                    if base == x && index != x && src != x && cls(*src) == Class::Int =>
+                {
+                    Some(Fast::DerefIndexSetInt { at })
+                }
                 Op::IndexSet { base, index, src } if base == x && index != x && src != x => {
                     Some(Fast::DerefIndexSet { at })
                 }
                 _ => None,
             };
             if let Some(f) = fused.filter(|_| single(*x) && !target[pc + 1] && !cls(*r).typed()) {
-                box_reads(&mut t, &mut buf, next);
+                match (f, next) {
+                    // The stored integer goes to the host unboxed; the
+                    // key, where typed too, is boxed as it is read.
+                    (Fast::DerefIndexSetInt { .. }, Op::IndexSet { index, .. }) => {
+                        if cls(*index).typed() {
+                            push(
+                                &mut t,
+                                Fast::Box {
+                                    reg: *index,
+                                    bool: cls(*index) == Class::Bool,
+                                },
+                            );
+                        }
+                    }
+                    _ => box_reads(&mut t, &mut buf, next),
+                }
                 push(&mut t, f);
                 start[pc + 1] = start[pc];
                 pc += 2;
@@ -847,6 +886,24 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
                 }
             }
             Op::Return { src } if !cls(*src).typed() => Some(Fast::Return { src: *src }),
+            Op::Builtin {
+                f: crate::code::Builtin::FrameLen,
+                dst,
+                args,
+            } if args.len() == 1 && !cls(args[0]).typed() && !cls(*dst).typed() => {
+                Some(Fast::FrameLen {
+                    dst: *dst,
+                    src: args[0],
+                })
+            }
+            Op::StateRef { dst, state } if !cls(*dst).typed() => Some(Fast::StateRef {
+                dst: *dst,
+                state: *state,
+            }),
+            Op::Const {
+                dst,
+                value: Const::Unit,
+            } if !cls(*dst).typed() => Some(Fast::Unit { dst: *dst }),
             _ => None,
         };
         match fast {

@@ -165,9 +165,31 @@ pub trait Host {
         *out = self.dict_get_bytes(state, key)?;
         Ok(())
     }
+    /// [`Host::dict_get_bytes_into`] where an integer is what the answer
+    /// is used as: an integer or `None` answer returned as it is, `out`
+    /// left alone (the register it goes to is written from the integer,
+    /// not copied from where the host wrote it in parts); anything else
+    /// written into `out` ([`IntField::Other`]).
+    fn dict_get_bytes_int(
+        &mut self,
+        state: u16,
+        key: &[u8],
+        out: &mut Value,
+    ) -> Result<IntField, Fault> {
+        self.dict_get_bytes_into(state, key, out)?;
+        Ok(match out {
+            Value::Int(i) => IntField::Int(*i),
+            Value::None => IntField::None,
+            _ => IntField::Other,
+        })
+    }
     /// `dict_set` of a key given as bytes, as for [`Host::dict_get_bytes`].
     fn dict_set_bytes(&mut self, state: u16, key: &[u8], value: &Value) -> Result<(), Fault> {
         self.dict_set(state, &Value::Bytes(key.into()), value)
+    }
+    /// [`Host::dict_set_bytes`] of an integer, from a typed register.
+    fn dict_set_bytes_int(&mut self, state: u16, key: &[u8], value: i64) -> Result<(), Fault> {
+        self.dict_set_bytes(state, key, &Value::Int(value))
     }
     fn record(&mut self, record: u16, fields: &[Value]) -> Result<Value, Fault>;
     /// For `foldt` over channel array `chan`, ordered by `field` of
@@ -227,6 +249,15 @@ pub trait Host {
     fn message_len(&self, msg: &Value) -> Result<Value, Fault> {
         let _ = msg;
         Err(Fault::Host("this host does not measure messages".into()))
+    }
+    /// [`Host::message_len`] as an integer where it is one or `None`
+    /// ([`IntField::Other`]: ask `message_len` for the value).
+    fn message_len_int(&self, msg: &Value) -> Result<IntField, Fault> {
+        Ok(match self.message_len(msg)? {
+            Value::Int(i) => IntField::Int(i),
+            Value::None => IntField::None,
+            _ => IntField::Other,
+        })
     }
     /// `log(msg)` called by operation `pc` of function `func`: the host
     /// writes the line (rate-limited) with where the call is, or refuses.
@@ -837,19 +868,11 @@ impl Vm {
             }
             Fast::Box { reg, bool } => {
                 let i = self.ints[reg as usize];
-                self.regs[reg as usize] = if bool {
-                    Value::Bool(i != 0)
-                } else {
-                    Value::Int(i)
-                };
+                put_typed(&mut self.regs[reg as usize], i, bool);
             }
             Fast::BoxTo { dst, src, bool } => {
                 let i = self.ints[src as usize];
-                self.regs[dst as usize] = if bool {
-                    Value::Bool(i != 0)
-                } else {
-                    Value::Int(i)
-                };
+                put_typed(&mut self.regs[dst as usize], i, bool);
             }
             Fast::Unbox { reg } => {
                 let i = unboxed(&self.regs[reg as usize])?;
@@ -896,8 +919,16 @@ impl Vm {
                 self.set_slot(dst, if or { x || y } else { x && y } as i64);
             }
             Fast::Binary { op, dst, a, b } => {
-                let v = self.binary(module, host, 0, op, a, b)?;
-                self.set_slot(dst, unboxed(&v)?);
+                // Two integers (a dictionary's answer and `frame_len`,
+                // say) need not go through the interpreter's `binary`,
+                // whose other cases are for bytes and booleans.
+                let i = match (&self.regs[a as usize], &self.regs[b as usize]) {
+                    (Value::Int(x), Value::Int(y)) if !matches!(op, BinOp::And | BinOp::Or) => {
+                        int_binary_raw(op, *x, *y)?
+                    }
+                    _ => unboxed(&self.binary(module, host, 0, op, a, b)?)?,
+                };
+                self.set_slot(dst, i);
             }
             Fast::EqValueK { dst, v, k, ne } => {
                 let eq = matches!(self.regs[v as usize], Value::Int(x) if x == k);
@@ -939,6 +970,34 @@ impl Vm {
                 self.set_slot(dst, (eq != ne) as i64);
             }
             Fast::PackFields { first, n } => self.pack_fields(module, host, flat, first, n)?,
+            Fast::FrameLen { dst, src } => {
+                let len = match &self.regs[src as usize] {
+                    Value::None => IntField::None,
+                    m => match host.message_len_int(m)? {
+                        IntField::Other => {
+                            let v = host.message_len(m)?;
+                            self.regs[dst as usize] = v;
+                            return Ok(Step::Next);
+                        }
+                        len => len,
+                    },
+                };
+                match len {
+                    IntField::Int(i) => put_int(&mut self.regs[dst as usize], i),
+                    _ => put_none(&mut self.regs[dst as usize]),
+                }
+            }
+            Fast::StateRef { dst, state } => match &mut self.regs[dst as usize] {
+                Value::StateRef(s) => *s = state,
+                r => *r = Value::StateRef(state),
+            },
+            Fast::Unit { dst } => {
+                let r = &mut self.regs[dst as usize];
+                if !matches!(r, Value::Unit) {
+                    *r = Value::Unit;
+                }
+            }
+            Fast::DerefIndexSetInt { at } => self.deref_store_int(module, host, flat, at)?,
             Fast::DerefIndex { at } | Fast::DerefIndexSet { at } => {
                 self.deref_pair(module, host, flat, at)?
             }
@@ -979,6 +1038,40 @@ impl Vm {
             Op::Index { dst, index, .. } => self.dict_index_into(module, host, state, index, dst),
             Op::IndexSet { index, src, .. } => self.dict_store(module, host, state, index, src),
             _ => unreachable!("fused from a dereference and an index"),
+        };
+        self.second_of_pair(at, done)
+    }
+
+    /// A dereference at `at` fused with the store of a typed integer
+    /// register after it: the integer handed to the host as it is, never
+    /// boxed into a `Value` (a `Value` written in parts and copied whole
+    /// at once stalls on the store buffer).
+    #[inline]
+    fn deref_store_int(
+        &mut self,
+        module: &Module,
+        host: &mut dyn Host,
+        flat: &Flat,
+        at: u32,
+    ) -> Result<(), Fault> {
+        let (Op::Deref { src: r, .. }, Op::IndexSet { index, src, .. }) =
+            (&flat.code[at as usize], &flat.code[at as usize + 1])
+        else {
+            unreachable!("fused from a dereference and an index store")
+        };
+        let (index, src) = (*index, *src);
+        let value = self.ints[src as usize];
+        let Some(state) = self.ref_dict(host, *r) else {
+            put_int(&mut self.regs[src as usize], value);
+            return self.value_pair(module, host, flat, at);
+        };
+        self.lookup = None;
+        let done = match self.scratch_bytes(0, index) {
+            Some(key) if index != src => host.dict_set_bytes_int(state, key, value),
+            _ => {
+                put_int(&mut self.regs[src as usize], value);
+                self.dict_store(module, host, state, index, src)
+            }
         };
         self.second_of_pair(at, done)
     }
@@ -1229,21 +1322,31 @@ impl Vm {
                 .get(*start as usize..*start as usize + *len as usize),
             _ => None,
         };
-        match key {
-            Some(key) => {
-                let mut out = std::mem::replace(&mut self.regs[dst as usize], Value::Unit);
-                let got = host.dict_get_bytes_into(state, key, &mut out);
-                self.regs[dst as usize] = out;
-                got?;
-            }
-            None => {
-                let v = self.dict_index(module, host, state, index)?;
-                self.set(0, dst, v);
-                return Ok(());
-            }
-        }
+        let Some(key) = key else {
+            let v = self.dict_index(module, host, state, index)?;
+            self.set(0, dst, v);
+            return Ok(());
+        };
+        // An integer or `None` answer is written from what the host
+        // returned, twice, rather than copied from one place to another
+        // just after it was written in parts.
+        let mut other = Value::Unit;
+        let got = host.dict_get_bytes_int(state, key, &mut other)?;
         let key = self.regs[index as usize].clone();
-        let answer = self.regs[dst as usize].clone();
+        let answer = match got {
+            IntField::Int(i) => {
+                put_int(&mut self.regs[dst as usize], i);
+                Value::Int(i)
+            }
+            IntField::None => {
+                put_none(&mut self.regs[dst as usize]);
+                Value::None
+            }
+            IntField::Other => {
+                self.regs[dst as usize].clone_from(&other);
+                other
+            }
+        };
         self.lookup = Some((state, key, answer));
         Ok(())
     }
@@ -1322,11 +1425,13 @@ impl Vm {
             self.fault_at = Some(first + n);
             return Err(f);
         }
-        let v = Value::Scratch {
-            start: at as u32,
-            len: (self.scratch.len() - at) as u32,
-        };
-        self.set(0, *dst, v);
+        let (start, len) = (at as u32, (self.scratch.len() - at) as u32);
+        // Written in place where the register holds a key already, as
+        // `put_int` does.
+        match &mut self.regs[*dst as usize] {
+            Value::Scratch { start: s, len: n } => (*s, *n) = (start, len),
+            r => *r = Value::Scratch { start, len },
+        }
         Ok(())
     }
 
@@ -1855,6 +1960,37 @@ fn int_binary_raw(op: BinOp, x: i64, y: i64) -> Result<i64, Fault> {
         BinOp::Ne => (x != y) as i64,
         BinOp::And | BinOp::Or => return Err(Fault::Kind("a boolean")),
     })
+}
+
+/// Register `slot` set to integer `i`. Where it holds an integer
+/// already (a register holds the same kind of value run after run), only
+/// the number is written: a `Value` built whole and then copied in, just
+/// after it was written in parts, stalls on the store buffer.
+#[inline(always)]
+fn put_int(slot: &mut Value, i: i64) {
+    match slot {
+        Value::Int(x) => *x = i,
+        s => *s = Value::Int(i),
+    }
+}
+
+/// [`put_int`] of a typed slot's integer or boolean (0 or 1).
+#[inline(always)]
+fn put_typed(slot: &mut Value, i: i64, bool: bool) {
+    match slot {
+        Value::Bool(x) if bool => *x = i != 0,
+        Value::Int(x) if !bool => *x = i,
+        s if bool => *s = Value::Bool(i != 0),
+        s => *s = Value::Int(i),
+    }
+}
+
+/// Register `slot` set to `None`, untouched where it holds `None`.
+#[inline(always)]
+fn put_none(slot: &mut Value) {
+    if !matches!(slot, Value::None) {
+        *slot = Value::None;
+    }
 }
 
 /// An integer or boolean value as a typed slot holds it.

@@ -294,6 +294,28 @@ impl Host for FrameHost<'_> {
         }
     }
 
+    fn dict_get_bytes_int(
+        &mut self,
+        state: u16,
+        key: &[u8],
+        out: &mut Value,
+    ) -> Result<IntField, Fault> {
+        self.shard()?;
+        encode_bytes_key(key, self.key);
+        let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
+        match shard {
+            Some(s) => s.dict_get_int(state, key, out),
+            None => Ok(IntField::None),
+        }
+    }
+
+    fn dict_set_bytes_int(&mut self, state: u16, key: &[u8], value: i64) -> Result<(), Fault> {
+        self.shard()?;
+        encode_bytes_key(key, self.key);
+        let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
+        shard.map_or(Ok(()), |s| s.dict_set(state, key, Value::Int(value)))
+    }
+
     fn dict_set_bytes(&mut self, state: u16, key: &[u8], value: &Value) -> Result<(), Fault> {
         self.shard()?;
         encode_bytes_key(key, self.key);
@@ -371,6 +393,13 @@ impl Host for FrameHost<'_> {
             return Err(Fault::Kind("a packet"));
         }
         Ok(Value::Int(self.frame.len() as i64))
+    }
+
+    fn message_len_int(&self, msg: &Value) -> Result<IntField, Fault> {
+        if *msg != FRAME {
+            return Err(Fault::Kind("a packet"));
+        }
+        Ok(IntField::Int(self.frame.len() as i64))
     }
 
     fn log(&mut self, func: FuncId, pc: u32, msg: &[u8]) -> Result<(), Fault> {

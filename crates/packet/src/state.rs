@@ -28,7 +28,8 @@
 //! that is not counts only the frames its worker is given.
 
 use flick_exec::{
-    BloomOp, BloomSpec, Evict, Fault, MeterSpec, MeterState, StateObject, TablePolicy, Value,
+    BloomOp, BloomSpec, Evict, Fault, IntField, MeterSpec, MeterState, StateObject, TablePolicy,
+    Value,
 };
 use hashbrown::{DefaultHashBuilder, HashTable};
 use serde_json::{Map, Number, Value as Json};
@@ -710,30 +711,44 @@ impl Shard {
     /// [`Shard::dict_get`] written into `out`, so that the value is not
     /// copied whole just after it was written in parts.
     pub fn dict_get_into(&mut self, i: u16, key: &[u8], out: &mut Value) -> Result<(), Fault> {
-        let (hash, known) = self.recall(i, key);
-        let now = self.now;
-        let found = match self.dict(i)? {
-            Dict::Plain(p) => {
-                let slot = known.or_else(|| p.find(key, hash));
-                match slot {
-                    Some(s) => out.clone_from(&p.slots[s as usize].value),
-                    None => *out = Value::None,
-                }
-                slot
-            }
-            Dict::Timed(t) => {
-                let slot = t.get(key, hash, now);
-                match slot {
-                    Some(s) => out.clone_from(&t.slots[s as usize].value),
-                    None => *out = Value::None,
-                }
-                slot
-            }
-        };
-        if let Some(s) = found {
-            self.last = Some((i, s));
+        match self.entry_value(i, key)? {
+            Some(v) => out.clone_from(v),
+            None => *out = Value::None,
         }
         Ok(())
+    }
+
+    /// [`Shard::dict_get`] of an answer wanted as an integer: an integer
+    /// or `None` returned as such, anything else written into `out`.
+    pub fn dict_get_int(&mut self, i: u16, key: &[u8], out: &mut Value) -> Result<IntField, Fault> {
+        Ok(match self.entry_value(i, key)? {
+            Some(Value::Int(n)) => IntField::Int(*n),
+            Some(Value::None) | None => IntField::None,
+            Some(v) => {
+                out.clone_from(v);
+                IntField::Other
+            }
+        })
+    }
+
+    /// The value under `key` in dictionary `i`, its entry remembered.
+    #[inline]
+    fn entry_value(&mut self, i: u16, key: &[u8]) -> Result<Option<&Value>, Fault> {
+        let (hash, known) = self.recall(i, key);
+        let now = self.now;
+        let (slot, value) = match self.vars.get_mut(i as usize) {
+            Some(Var::Dict(Dict::Plain(p))) => match known.or_else(|| p.find(key, hash)) {
+                Some(s) => (s, &p.slots[s as usize].value),
+                None => return Ok(None),
+            },
+            Some(Var::Dict(Dict::Timed(t))) => match t.get(key, hash, now) {
+                Some(s) => (s, &t.slots[s as usize].value),
+                None => return Ok(None),
+            },
+            _ => return Err(Fault::Kind("a dictionary")),
+        };
+        self.last = Some((i, slot));
+        Ok(Some(value))
     }
 
     pub fn dict_set(&mut self, i: u16, key: &[u8], v: Value) -> Result<(), Fault> {
