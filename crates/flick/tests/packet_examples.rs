@@ -11,7 +11,7 @@
 //! `UPDATE_GOLDEN=1 cargo test -p flick --test packet_examples` rewrites
 //! the expected files from the models (then read the diff).
 
-use common::{golden_file, run_for_globals, script_writes, Scratch, ROOT};
+use common::{assert_globals, golden_file, run_for_globals, script_writes, Scratch, ROOT};
 use flick_testkit::packet_model::{self as model, dump_key, FlowTracker, Key, PortKnocking};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value as Json};
@@ -25,11 +25,9 @@ fn testdata(name: &str) -> PathBuf {
     Path::new(ROOT).join("examples/packets/testdata").join(name)
 }
 
-/// `flick run examples/packets/PROGRAM --port ... --dump DUMP --workers N`;
-/// the dump's `globals`.
-fn flick_run(program: &str, ports: &[String], dump: &Path, workers: usize) -> Map<String, Json> {
-    let program = Path::new("examples/packets").join(program);
-    run_for_globals(&program, ports, dump, workers)
+/// A packet example's program.
+fn example(name: &str) -> PathBuf {
+    Path::new(ROOT).join("examples/packets").join(name)
 }
 
 fn frames_of(path: &Path) -> Vec<(Vec<u8>, u64)> {
@@ -99,33 +97,17 @@ fn models(frames: &[(Vec<u8>, u64)]) -> Expected {
 /// output against `expected`.
 fn run_examples(input: &Path, workers: usize, expected: &Expected, scratch: &Scratch) {
     let input = input.display();
-    let tracker = flick_run(
-        "flow_tracker.flick",
-        &[format!("wire=pcap:{input}")],
-        &scratch.path("tracker.json"),
-        workers,
-    );
-    assert_eq!(
-        Json::Object(tracker),
-        expected.tracker,
-        "flow_tracker, {workers} workers"
-    );
+    let ports = [format!("wire=pcap:{input}")];
+    let tracker = example("flow_tracker.flick");
+    assert_globals(scratch, &tracker, &ports, workers, &expected.tracker);
 
     let passed = scratch.path("passed.pcap");
-    let knock = flick_run(
-        "port_knocking.flick",
-        &[
-            format!("inside=pcap:{input}"),
-            format!("outside=pcap-out:{}", passed.display()),
-        ],
-        &scratch.path("knock.json"),
-        workers,
-    );
-    assert_eq!(
-        Json::Object(knock),
-        expected.knock,
-        "port_knocking, {workers} workers"
-    );
+    let ports = [
+        format!("inside=pcap:{input}"),
+        format!("outside=pcap-out:{}", passed.display()),
+    ];
+    let knock = example("port_knocking.flick");
+    assert_globals(scratch, &knock, &ports, workers, &expected.knock);
     assert_eq!(
         frames_of(&passed),
         expected.knock_out,
@@ -139,8 +121,8 @@ fn run_examples(input: &Path, workers: usize, expected: &Expected, scratch: &Scr
         .iter()
         .map(|p| format!("pcap-out:{}", p.display()))
         .collect();
-    flick_run(
-        "dpi_balancer.flick",
+    run_for_globals(
+        &example("dpi_balancer.flick"),
         &[
             format!("wire=pcap:{input}"),
             format!("workers={}", specs.join(",")),

@@ -15,7 +15,7 @@
 //! `UPDATE_GOLDEN=1 cargo test -p flick --test packet_meters` rewrites
 //! the expected files from the models (then read the diff).
 
-use common::{golden_file, run_for_globals, script_writes, Scratch, ROOT};
+use common::{assert_globals, golden_file, run_for_globals, script_writes, Scratch, ROOT};
 use flick_testkit::meter_model::{
     encoded_string_key, Bucket, Buckets, Colour, NewFlows, Policer, POLICER,
 };
@@ -101,20 +101,12 @@ fn run_examples(input: &Path, workers: usize, expected: &Expected, scratch: &Scr
     let all = frames_of(input);
     let input = input.display();
     let passed = scratch.path("passed.pcap");
-    let policer = run_for_globals(
-        &example("policer.flick"),
-        &[
-            format!("wire=pcap:{input}"),
-            format!("out=pcap-out:{}", passed.display()),
-        ],
-        &scratch.path("policer.json"),
-        workers,
-    );
-    assert_eq!(
-        Json::Object(policer),
-        expected.policer,
-        "policer, {workers} workers"
-    );
+    let ports = [
+        format!("wire=pcap:{input}"),
+        format!("out=pcap-out:{}", passed.display()),
+    ];
+    let policer = example("policer.flick");
+    assert_globals(scratch, &policer, &ports, workers, &expected.policer);
     same_frames(
         &frames_of(&passed),
         &expected.passed,
@@ -122,21 +114,13 @@ fn run_examples(input: &Path, workers: usize, expected: &Expected, scratch: &Scr
     );
 
     let (new, out) = (scratch.path("new.pcap"), scratch.path("out.pcap"));
-    let flows = run_for_globals(
-        &example("new_flows.flick"),
-        &[
-            format!("wire=pcap:{input}"),
-            format!("new=pcap-out:{}", new.display()),
-            format!("out=pcap-out:{}", out.display()),
-        ],
-        &scratch.path("new_flows.json"),
-        workers,
-    );
-    assert_eq!(
-        Json::Object(flows),
-        expected.new_flows,
-        "new_flows, {workers} workers"
-    );
+    let ports = [
+        format!("wire=pcap:{input}"),
+        format!("new=pcap-out:{}", new.display()),
+        format!("out=pcap-out:{}", out.display()),
+    ];
+    let flows = example("new_flows.flick");
+    assert_globals(scratch, &flows, &ports, workers, &expected.new_flows);
     assert!(
         frames_of(&new) == expected.new,
         "new_flows' new frames, {workers} workers"

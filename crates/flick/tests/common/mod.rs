@@ -82,6 +82,21 @@ pub fn run_for_globals(
     dump["globals"].as_object().unwrap().clone()
 }
 
+/// [`run_for_globals`] of `program` with its dump in `scratch`, its
+/// globals asserted to be `want`.
+pub fn assert_globals(
+    scratch: &Scratch,
+    program: &Path,
+    ports: &[String],
+    workers: usize,
+    want: &Json,
+) {
+    let name = program.file_stem().unwrap().to_string_lossy();
+    let dump = scratch.path(&format!("{name}.json"));
+    let globals = run_for_globals(program, ports, &dump, workers);
+    assert_eq!(&Json::Object(globals), want, "{name}, {workers} workers");
+}
+
 /// The golden file `path`'s bytes, rewritten first with `got` where the
 /// environment sets `bless` (then read the diff).
 pub fn golden_file(path: &Path, got: &[u8], bless: &str) -> Vec<u8> {
