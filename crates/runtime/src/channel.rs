@@ -297,7 +297,14 @@ impl<T> Receiver<T> {
         }
         match self.inner().queue.pop() {
             Some(v) => {
-                if self.inner().producer_waiting.swap(false, Ordering::SeqCst) {
+                // Loaded before it is cleared: the exchange is a locked
+                // instruction on every receive, and a producer rarely
+                // waits. The load is `SeqCst` after the pop's `SeqCst`
+                // update of the head, so it still sees a flag set before
+                // the producer's retry missed that update (the Dekker
+                // pattern of `producer_waiting`).
+                let waiting = &self.inner().producer_waiting;
+                if waiting.load(Ordering::SeqCst) && waiting.swap(false, Ordering::SeqCst) {
                     self.inner().wake(&self.inner().producer);
                 }
                 Ok(v)
