@@ -1071,8 +1071,11 @@ impl Compute {
     pub fn run(&mut self, slice: &mut Timeslice) -> TaskStatus {
         // One clock reading a run, the scheduler's where it made one: what
         // falls due during the run is handled when its timer wakes the task.
-        self.maintain(slice.began().unwrap_or_else(std::time::Instant::now));
+        let now = slice.began().unwrap_or_else(std::time::Instant::now);
+        self.host.run_began(now);
+        self.maintain(now);
         let status = self.run_inner(slice);
+        self.host.run_ended();
         if status != TaskStatus::Done {
             self.notice_drain();
             self.arm_timer();

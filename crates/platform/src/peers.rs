@@ -146,6 +146,12 @@ pub struct Order {
     local: Option<(Instant, u64, u64)>,
     /// Bytes the running rule has sent to the client.
     local_reply_bytes: u64,
+    /// The clock as the compute task's run read it (refreshed where a
+    /// latency ends): what requests and replies are stamped with while
+    /// it runs, so that each does not read the clock again. A run lasts
+    /// about a timeslice (50 us), the most a stamp is early by; `None`
+    /// outside a run.
+    clock: Option<Instant>,
 }
 
 /// A client request waiting for its last reply.
@@ -224,7 +230,7 @@ impl Order {
     /// The next request's number, noting when it arrived and its size.
     fn take_seq(&mut self, out: Option<u16>, request_bytes: usize, part: bool) -> u64 {
         self.records.push_back(Record {
-            arrived: Instant::now(),
+            arrived: self.clock.unwrap_or_else(Instant::now),
             request_bytes: request_bytes as u64,
             reply_bytes: 0,
             out,
@@ -447,7 +453,7 @@ impl GraphHost {
                     self.settle_group(g, None);
                 }
                 if let Some(r) = remember {
-                    let now = Instant::now();
+                    let now = self.now();
                     self.peers[out].outstanding.push_back(Pending {
                         request: r,
                         corr,
@@ -607,7 +613,11 @@ impl GraphHost {
     /// A rule starts on a client request of `request_bytes`.
     pub(crate) fn request_started(&mut self, request_bytes: usize) {
         let o = &mut self.order;
-        o.local = Some((Instant::now(), request_bytes as u64, o.next_seq));
+        o.local = Some((
+            o.clock.unwrap_or_else(Instant::now),
+            request_bytes as u64,
+            o.next_seq,
+        ));
         o.local_reply_bytes = 0;
     }
 
@@ -646,7 +656,13 @@ impl GraphHost {
             self.order.carry = Some(r);
             return;
         }
-        let took = r.arrived.elapsed();
+        // A reply from a peer was timed as it came (`replied_in`), which
+        // refreshed the run's clock; one answered here reads it anew.
+        let now = match r.out {
+            Some(_) => self.now(),
+            None => self.clock_read(),
+        };
+        let took = now.saturating_duration_since(r.arrived);
         let client = self.client_chan as usize;
         if let Some(c) = self.stats.channels.get(client) {
             c.latency.record(took);
@@ -1047,7 +1063,7 @@ impl GraphHost {
                 p.replied |= streaming || p.fenced;
                 p.begun |= reply.continued;
                 if streaming {
-                    p.heard = Instant::now();
+                    p.heard = self.order.clock.unwrap_or_else(Instant::now);
                 }
             }
         }
@@ -1059,9 +1075,9 @@ impl GraphHost {
             match self.peers[out].outstanding.front_mut() {
                 // Replies come in order: the peer is heard from about the
                 // next request from now on.
-                Some(next) => next.heard = Instant::now(),
+                Some(next) => next.heard = self.order.clock.unwrap_or_else(Instant::now),
                 None if self.outputs[out].idle_limit.is_some() => {
-                    self.peers[out].quiet_since = Some(Instant::now());
+                    self.peers[out].quiet_since = Some(self.now());
                 }
                 None => {}
             }
@@ -1166,10 +1182,37 @@ impl GraphHost {
     }
 
     /// Peer `chan[index]` gave its last reply to a request sent at `sent`.
-    fn replied_in(&self, chan: u16, index: Option<u32>, sent: Instant) {
+    fn replied_in(&mut self, chan: u16, index: Option<u32>, sent: Instant) {
+        let now = self.clock_read();
         if let Some(b) = self.stats.backend(chan, index) {
-            b.answered(sent.elapsed());
+            b.answered(now.saturating_duration_since(sent));
         }
+    }
+
+    /// The compute task's run began at `now`: stamps taken during it use
+    /// that reading (see `Order::clock`).
+    pub(crate) fn run_began(&mut self, now: Instant) {
+        self.order.clock = Some(now);
+    }
+
+    /// The run is over: stamps read the clock again.
+    pub(crate) fn run_ended(&mut self) {
+        self.order.clock = None;
+    }
+
+    /// The time to stamp something with: the run's reading.
+    fn now(&self) -> Instant {
+        self.order.clock.unwrap_or_else(Instant::now)
+    }
+
+    /// The clock read now, where a latency ends; later stamps in the run
+    /// use this reading.
+    fn clock_read(&mut self) -> Instant {
+        let now = Instant::now();
+        if self.order.clock.is_some() {
+            self.order.clock = Some(now);
+        }
+        now
     }
 
     /// One reply of broadcast `g` is in: the last one is passed on, or the
