@@ -21,7 +21,7 @@ use std::sync::Arc;
 /// Decides `event` for a packet whose stage is in `state` and runs the
 /// entry's updates: what every transition of every stage does. The
 /// entry taken, if any.
-#[inline]
+#[inline(always)]
 fn transition<'t>(
     tables: &'t StageTables,
     state: StateId,

@@ -93,8 +93,15 @@ pub struct FlowTable {
     regs: usize,
     mask: usize,
     /// Slots: `buckets * BUCKET` in buckets, then the stash; each a
-    /// record of `stride` words: state, created, last, key, registers.
+    /// record of `stride` words from `base`: state, created, last, key,
+    /// registers, then padding up to a whole power of two (or multiple
+    /// of 8) words, so that with `base` on a cache line's start a record
+    /// lies in as few lines as its size allows. A record across two lines
+    /// is two misses per lookup (the balancer's seven words, or a
+    /// four-word record 16 bytes off a line, as an allocation's start
+    /// lies, were one in two or most of them).
     records: Vec<Value>,
+    base: usize,
     stride: usize,
     /// Per slot, 16 bits of its key's hash (never 0), or 0 when free,
     /// [`BUCKET`] slots to a word (the stash is whole words too): a lookup
@@ -204,6 +211,8 @@ fn matching_lanes(word: u64, tag: u16) -> u64 {
 }
 /// Words of a record before its key: state, created, last.
 pub const META_WORDS: usize = 3;
+/// Words in a cache line.
+const LINE_WORDS: usize = 8;
 
 /// Asks the kernel to back the whole 2 MiB pages inside `v` with huge
 /// pages (where it does so only when asked). A lookup lands anywhere in
@@ -250,12 +259,24 @@ impl FlowTable {
     pub fn new(capacity: usize, key_len: usize, regs: usize) -> FlowTable {
         let buckets = capacity.div_ceil(BUCKET).max(2).next_power_of_two();
         let slots = buckets * BUCKET + STASH;
+        let words = META_WORDS + key_len + regs;
+        let stride = if words <= LINE_WORDS {
+            words.next_power_of_two()
+        } else {
+            words.next_multiple_of(LINE_WORDS)
+        };
+        let records: Vec<Value> = vec![0; slots * stride + LINE_WORDS - 1];
+        let base = records
+            .as_ptr()
+            .align_offset(LINE_WORDS * 8)
+            .min(LINE_WORDS - 1);
         let table = FlowTable {
             key_len,
             regs,
             mask: buckets - 1,
-            records: vec![0; slots * (META_WORDS + key_len + regs)],
-            stride: META_WORDS + key_len + regs,
+            records,
+            base,
+            stride,
             tags: vec![0; slots / BUCKET],
             alts: vec![0; slots],
             len: 0,
@@ -321,8 +342,14 @@ impl FlowTable {
         }
     }
 
+    /// Where the record of `slot` starts in `records`.
+    #[inline(always)]
+    fn at(&self, slot: usize) -> usize {
+        self.base + slot * self.stride
+    }
+
     fn record(&self, slot: usize) -> &[Value] {
-        &self.records[slot * self.stride..(slot + 1) * self.stride]
+        &self.records[self.at(slot)..self.at(slot) + self.stride]
     }
 
     /// A slot's record: [`META_WORDS`] words (state, created, last), the
@@ -335,7 +362,8 @@ impl FlowTable {
     /// [`FlowTable::words`], to write.
     #[inline]
     pub fn words_mut(&mut self, slot: usize) -> &mut [Value] {
-        &mut self.records[slot * self.stride..(slot + 1) * self.stride]
+        let at = self.at(slot);
+        &mut self.records[at..at + self.stride]
     }
 
     pub fn key(&self, slot: usize) -> &[Value] {
@@ -343,11 +371,11 @@ impl FlowTable {
     }
 
     pub fn regs(&self, slot: usize) -> &[Value] {
-        &self.record(slot)[META_WORDS + self.key_len..]
+        &self.record(slot)[META_WORDS + self.key_len..][..self.regs]
     }
 
     pub fn regs_mut(&mut self, slot: usize) -> &mut [Value] {
-        let at = slot * self.stride + META_WORDS + self.key_len;
+        let at = self.at(slot) + META_WORDS + self.key_len;
         &mut self.records[at..at + self.regs]
     }
 
@@ -363,7 +391,7 @@ impl FlowTable {
 
     /// Sets a used slot's state and timestamps.
     pub fn set_meta(&mut self, slot: usize, state: u16, created: u64, last: u64) {
-        let at = slot * self.stride;
+        let at = self.at(slot);
         self.records[at..at + META_WORDS].copy_from_slice(&[state as Value, created, last]);
     }
 
@@ -376,7 +404,7 @@ impl FlowTable {
     /// a bucket's keys), compared without a call (keys are a few words).
     #[inline]
     fn holds(&self, slot: usize, key: &[Value]) -> bool {
-        let at = slot * self.stride + META_WORDS;
+        let at = self.at(slot) + META_WORDS;
         let stored = &self.records[at..at + self.key_len];
         let diff = stored.iter().zip(key).fold(0, |d, (a, b)| d | (a ^ b));
         diff == 0 && self.tag(slot) != 0
@@ -437,7 +465,7 @@ impl FlowTable {
 
     /// Counts the key in `slot` into the summary (`add`) or out of it.
     fn summarise(&mut self, slot: usize, add: bool) {
-        let at = slot * self.stride + META_WORDS;
+        let at = self.at(slot) + META_WORDS;
         let mut changed = false;
         for i in 0..self.key_len {
             let c = &mut self.summary[i * SUMMARY + summary_index(self.records[at + i])];
@@ -480,11 +508,7 @@ impl FlowTable {
             let mut lanes = matching_lanes(self.tags[b], tag);
             while lanes != 0 {
                 let s = b * BUCKET + lanes.trailing_zeros() as usize / 16;
-                prefetch(
-                    self.records
-                        .as_ptr()
-                        .wrapping_add(s * self.stride + META_WORDS),
-                );
+                prefetch(self.records.as_ptr().wrapping_add(self.at(s) + META_WORDS));
                 lanes &= lanes - 1;
             }
         }
@@ -506,8 +530,8 @@ impl FlowTable {
     }
 
     fn move_slot(&mut self, from: usize, to: usize) {
-        let w = self.stride;
-        self.records.copy_within(from * w..(from + 1) * w, to * w);
+        let (at, dest, w) = (self.at(from), self.at(to), self.stride);
+        self.records.copy_within(at..at + w, dest);
         self.set_tag(to, self.tag(from));
         self.set_tag(from, 0);
         // Moves go from a key's bucket to its other one.
@@ -591,7 +615,7 @@ impl FlowTable {
             |r| r[2],
         )?;
         let (Placed::Free(slot) | Placed::Evicted(slot)) = placed;
-        let at = slot * self.stride;
+        let at = self.at(slot);
         self.records[at..at + META_WORDS].fill(0);
         Ok(placed)
     }
@@ -638,7 +662,7 @@ impl FlowTable {
             Placed::Free(s) | Placed::Evicted(s) => s,
         };
         let k = self.key_len;
-        let at = slot * self.stride;
+        let at = self.at(slot);
         self.records[at + META_WORDS..at + META_WORDS + k].copy_from_slice(key);
         self.summarise(slot, true);
         self.set_tag(slot, tag);

@@ -323,7 +323,7 @@ impl StageTables {
     /// conditions the rows read and indexing the decision table.
     ///
     /// [`lookup`]: StageTables::lookup
-    #[inline]
+    #[inline(always)]
     pub fn decide(
         &self,
         state: StateId,
@@ -338,23 +338,37 @@ impl StageTables {
             index |= (inputs.holds(flow, c) as usize) << i;
         }
         if plan.decisions == u32::MAX {
-            // Too many conditions for a table: the bits back in their
-            // places in the condition vector, and the rows walked.
-            let mut bits = 0u64;
-            let mut rest = plan.used;
-            let mut i = 0;
-            while rest != 0 {
-                let b = rest.trailing_zeros();
-                bits |= (index as u64 >> i & 1) << b;
-                rest &= rest - 1;
-                i += 1;
-            }
-            return self.lookup_for_port(state, event, bits, inputs.port);
+            return self.walk(plan, index, state, event, inputs.port);
         }
         match self.decisions[plan.decisions as usize + index] {
             0 => None,
             e => Some(&self.entries[e as usize - 1]),
         }
+    }
+
+    /// [`StageTables::decide`] for a plan of too many conditions for a
+    /// decision table: the bits `index` gives back in their places in
+    /// the condition vector, and the rows walked.
+    #[cold]
+    #[inline(never)]
+    fn walk(
+        &self,
+        plan: Plan,
+        index: usize,
+        state: StateId,
+        event: Event,
+        port: u64,
+    ) -> Option<&Entry> {
+        let mut bits = 0u64;
+        let mut rest = plan.used;
+        let mut i = 0;
+        while rest != 0 {
+            let b = rest.trailing_zeros();
+            bits |= (index as u64 >> i & 1) << b;
+            rest &= rest - 1;
+            i += 1;
+        }
+        self.lookup_for_port(state, event, bits, port)
     }
 
     /// [`StageTables::lookup`] where the port's own plan was made: its
