@@ -36,6 +36,11 @@ fn static_web() -> String {
     example("static_web.flick")
 }
 
+/// `flick ctl deploy web` of the static web server on `port`, with `more`.
+fn deploy_web(state: &Path, port: u16, more: &[&str]) -> Output {
+    deploy_on(state, "deploy", "web", &static_web(), port, more)
+}
+
 /// One HTTP GET over a new connection: the whole answer, or the error.
 fn http_get(port: u16) -> std::io::Result<String> {
     get_answer(port, "/", Duration::from_secs(10))
@@ -85,7 +90,7 @@ fn services_deploy_answer_undeploy_redeploy_and_come_back_after_a_restart() {
     let server = serve(&state, &[]);
     let (web, cache, count) = (free_port(), free_port(), free_port());
 
-    let out = ok(&deploy_on(&state, "deploy", "web", &static_web(), web, &[]));
+    let out = ok(&deploy_web(&state, web, &[]));
     assert!(out.contains("deployed web version 1"), "{out}");
     assert!(
         out.contains(" us"),
@@ -147,7 +152,7 @@ fn services_deploy_answer_undeploy_redeploy_and_come_back_after_a_restart() {
     );
     assert!(err.contains("^^^^^^^"), "a caret under the name: {err}");
     assert!(err.contains("unknown function `nowhere`"), "{err}");
-    let err = refused(&deploy_on(&state, "deploy", "web", &static_web(), 1, &[]));
+    let err = refused(&deploy_web(&state, 1, &[]));
     assert!(err.contains("deployed already"), "{err}");
     let err = refused(&deploy_on(
         &state,
@@ -268,26 +273,12 @@ fn a_deploy_past_the_memory_budget_is_refused_with_the_figures() {
     let state = dir.0.join("state");
     let _server = serve(&state, &["--memory-budget", "2000000"]);
     let port = free_port();
-    let err = refused(&deploy_on(
-        &state,
-        "deploy",
-        "web",
-        &static_web(),
-        port,
-        &[],
-    ));
+    let err = refused(&deploy_web(&state, port, &[]));
     assert!(err.contains("the memory budget is 2000000 bytes"), "{err}");
     assert!(err.contains("per instance x 1024 instances"), "{err}");
     assert!(http_get(port).is_err(), "nothing was started");
     // Fewer instances fit.
-    ok(&deploy_on(
-        &state,
-        "deploy",
-        "web",
-        &static_web(),
-        port,
-        &["--max-instances", "1"],
-    ));
+    ok(&deploy_web(&state, port, &["--max-instances", "1"]));
 }
 
 #[test]
@@ -356,11 +347,8 @@ fn a_deploys_configuration_sets_the_body_limit() {
     let port = free_port();
     let config = dir.0.join("web.toml");
     std::fs::write(&config, "max_body_bytes = 10\n").unwrap();
-    ok(&deploy_on(
+    ok(&deploy_web(
         &state,
-        "deploy",
-        "web",
-        &static_web(),
         port,
         &["--config", &config.to_string_lossy()],
     ));

@@ -43,16 +43,11 @@ machine gate: (packet/packet inside, packet/packet outside)
 
 /// The same machine, its key, registers and states unchanged, dropping
 /// what comes from outside.
-const GATE_SHUT: &str = "grammar packet
-
-machine gate: (packet/packet inside, packet/packet outside)
-  stage gate:
-    key ipv4.src
-    capacity 64
-    flow packets: integer := 0
-    states seen
-    in seen on packet: packets := packets + 1
-";
+fn gate_shut() -> String {
+    let forward =
+        "    in seen on packet when from outside: packets := packets + 1; forward inside\n";
+    GATE_OPEN.replace(forward, "")
+}
 
 /// Sends `frames` into `iface`, then reads what reaches `out` (if any)
 /// until `expected` came and nothing more for 300 ms, or 5 s pass.
@@ -202,7 +197,7 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
 
     // A machine on two ports, its table file written for a redeploy.
     let open = dir.file("gate.flick", GATE_OPEN);
-    let shut = dir.file("gate_shut.flick", GATE_SHUT);
+    let shut = dir.file("gate_shut.flick", &gate_shut());
     let a = json(&deploy_ports(
         &state,
         &["--json", "deploy"],
@@ -230,7 +225,7 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
     let w = json(&ctl(&state, &["--json", "write", "gate", "table", &shut]));
     assert_eq!(w["applied"], true, "{w}");
     let table = read(&state, "gate", "table");
-    assert_eq!(table["value"], GATE_SHUT);
+    assert_eq!(table["value"], gate_shut());
     let after: Vec<Vec<u8>> = (0..2).map(|i| tcp_syn(5, 2000 + i)).collect();
     let passed = send(&ns, "out1", &after, Some("in0"), 0);
     assert!(passed.is_empty(), "the shut gate passed {}", passed.len());
@@ -245,12 +240,12 @@ fn packet_program_and_machine_served_read_replaced_and_undeployed() {
     // A table with another key is refused; the running one stays.
     let other = dir.file(
         "gate_other.flick",
-        &GATE_SHUT.replace("key ipv4.src", "key ipv4.dst"),
+        &gate_shut().replace("key ipv4.src", "key ipv4.dst"),
     );
     let e = refused(&ctl(&state, &["write", "gate", "table", &other]));
     assert!(e.contains("key"), "{e}");
     let table = read(&state, "gate", "table");
-    assert_eq!(table["value"], GATE_SHUT);
+    assert_eq!(table["value"], gate_shut());
 
     // A redeploy on the same ports swaps the tables in place: the gate
     // opens again and the context goes on counting.
