@@ -28,6 +28,14 @@
 //! (`CLOCK_THREAD_CPUTIME_ID`), so that time spent waiting for a CPU on a
 //! loaded machine is left out.
 //!
+//! Each run starts with empty tables whose memory the process already
+//! holds, as a worker's tables are once it has run a while: the engine
+//! is made before the clock starts (a flow table takes its pages as it is
+//! made), and the hand-written map is the one the verdict check filled,
+//! emptied. With `--cold`, both are made on the clock and the run pays
+//! for their pages (2^20 slots: tens of megabytes zeroed by the kernel;
+//! the hand-written map's pages as its entries first reach them).
+//!
 //! Before timing, every frame's verdict (ports and written values) from
 //! the engine is checked against the hand-written code's.
 //!
@@ -36,7 +44,7 @@
 //! so neither side ever finds its table full.
 //!
 //!   packet-rate machines [--frames N] [--reps N] [--slots N] [--cases "port_knocking ... table"]
-//!                        [--measures "machine,frame batch"]
+//!                        [--measures "machine,frame batch"] [--cold]
 
 use flick_machine::flows::{FlowTable, Placed, Timeouts};
 use flick_machine::model::Eviction;
@@ -109,6 +117,8 @@ struct Args {
     cases: Vec<String>,
     /// Which measures to time (all four unless told).
     measures: Vec<String>,
+    /// Make each run's tables on the clock (see [`CpuClock`]'s users).
+    cold: bool,
 }
 
 fn args(mut it: impl Iterator<Item = String>) -> Args {
@@ -125,8 +135,13 @@ fn args(mut it: impl Iterator<Item = String>) -> Args {
         .map(String::from)
         .to_vec(),
         measures: MEASURES.map(String::from).to_vec(),
+        cold: false,
     };
     while let Some(flag) = it.next() {
+        if flag == "--cold" {
+            a.cold = true;
+            continue;
+        }
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
             "--frames" => a.frames = value.parse().unwrap(),
@@ -134,7 +149,9 @@ fn args(mut it: impl Iterator<Item = String>) -> Args {
             "--slots" => a.slots = value.parse().unwrap(),
             "--cases" => a.cases = value.split_whitespace().map(String::from).collect(),
             "--measures" => a.measures = value.split(',').map(String::from).collect(),
-            _ => panic!("unknown flag {flag} (--frames, --reps, --slots, --cases, --measures)"),
+            _ => panic!(
+                "unknown flag {flag} (--frames, --reps, --slots, --cases, --measures, --cold)"
+            ),
         }
     }
     a
@@ -421,6 +438,8 @@ type HandVerdict = (u64, u64);
 
 trait ByHand {
     fn packet(&mut self, h: &Hdr, port: u8, now_us: u64) -> HandVerdict;
+    /// Forgets every flow, keeping the map's memory.
+    fn clear(&mut self);
 }
 
 /// Port knocking by hand: a source's knocks so far, and its last frame.
@@ -462,6 +481,10 @@ impl ByHand for Knocking {
         }
         (out, 0)
     }
+
+    fn clear(&mut self) {
+        self.sources.clear();
+    }
 }
 
 /// The load balancer by hand: each connection's server and last frame,
@@ -495,6 +518,11 @@ impl ByHand for Balancer {
         } else {
             (1 << 3, MAC_B)
         }
+    }
+
+    fn clear(&mut self) {
+        self.conns.clear();
+        self.turn = 0;
     }
 }
 
@@ -611,6 +639,10 @@ impl ByHand for Conntrack {
             self.conns.remove(&key);
         }
         (out, 0)
+    }
+
+    fn clear(&mut self) {
+        self.conns.clear();
     }
 }
 
@@ -765,9 +797,12 @@ fn bench_case<B: ByHand>(case: &Case, a: &Args, make: impl Fn() -> B) {
         let (mut fl, mut hd) = (Vec::new(), Vec::new());
         let parsing = measure.starts_with("frame");
         for _ in 0..a.reps {
-            let mut engine = Engine::new(program.clone());
+            // Warm: the engine made (its tables' memory taken as it is
+            // made) before the clock starts. Cold: made on the clock.
+            let made = (!a.cold).then(|| Engine::new(program.clone()));
             let mut sink = 0u64;
             let t = CpuClock::now();
+            let mut engine = made.unwrap_or_else(|| Engine::new(program.clone()));
             match measure {
                 "machine" => {
                     for (i, f) in frames.iter().enumerate() {
@@ -815,9 +850,17 @@ fn bench_case<B: ByHand>(case: &Case, a: &Args, make: impl Fn() -> B) {
             }
             fl.push(frames.len() as f64 / t.elapsed_s());
             std::hint::black_box(sink);
-            let mut hand = make();
+            // Warm: the map of the verdict check, emptied, its memory
+            // still the process's. Cold: a new map, made on the clock,
+            // its pages first touched by the run.
+            if !a.cold {
+                hand.clear();
+            }
             let mut sink = 0u64;
             let t = CpuClock::now();
+            if a.cold {
+                hand = make();
+            }
             if !parsing {
                 for (h, f) in hdrs.iter().zip(frames) {
                     sink = sink.wrapping_add(hand.packet(h, f.port, f.ts_ns / 1000).0);
