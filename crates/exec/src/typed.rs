@@ -219,6 +219,34 @@ pub(crate) enum Fast {
     Unit {
         dst: Reg,
     },
+    /// `Value` register `dst` set to a copy of `Value` register `src`.
+    MoveValue {
+        dst: Reg,
+        src: Reg,
+    },
+    /// A jump taken where boolean slot `cond` is true (a `not` fused
+    /// with the jump on it).
+    JumpIf {
+        cond: Reg,
+        to: u32,
+    },
+    /// A jump taken unless `v = None` (`v <> None` where `ne`): an
+    /// [`Fast::IsNone`] fused with the jump on it.
+    JumpUnlessNone {
+        src: Reg,
+        ne: bool,
+        to: u32,
+    },
+    /// A jump taken unless `msg.field = k` (`<> k` where `ne`): a
+    /// [`Fast::FieldIsInt`] fused with the jump on it.
+    JumpUnlessField {
+        src: Reg,
+        record: u16,
+        field: u16,
+        k: i64,
+        ne: bool,
+        to: u32,
+    },
     Jump {
         to: u32,
     },
@@ -500,7 +528,7 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
     let mut read_count = vec![0u32; regs];
     let mut write_count = vec![0u32; regs];
     let mut target = vec![false; code.len() + 1];
-    for op in code {
+    for (pc, op) in code.iter().enumerate() {
         reads(op, &mut buf);
         for r in &buf {
             read_count[*r as usize] += 1;
@@ -508,8 +536,12 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
         if let Some(w) = crate::compiled::written(op) {
             write_count[w as usize] += 1;
         }
-        if let Op::Jump { to } | Op::JumpIfFalse { to, .. } = op {
-            target[*to as usize] = true;
+        match op {
+            // A jump to the next operation vanishes: what follows it is
+            // reached as if it were not there.
+            Op::Jump { to } if *to as usize == pc + 1 => {}
+            Op::Jump { to } | Op::JumpIfFalse { to, .. } => target[*to as usize] = true,
+            _ => {}
         }
     }
     let single = |r: Reg| read_count[r as usize] == 1 && write_count[r as usize] == 1;
@@ -805,6 +837,10 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
                 src: *src,
                 bool: cls(*src) == Class::Bool,
             }),
+            Op::Move { dst, src } if !cls(*dst).typed() => Some(Fast::MoveValue {
+                dst: *dst,
+                src: *src,
+            }),
             Op::Unary {
                 op: UnOp::Not,
                 dst,
@@ -907,6 +943,50 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
             _ => None,
         };
         match fast {
+            Some(Fast::JumpIfNot { cond, to }) if !target[pc] && read_count[cond as usize] == 1 => {
+                // Superinstructions: the test that made `cond`, read
+                // only here and run just before (nothing jumps here),
+                // fused with the jump. A fault is the test's, whose
+                // operation it keeps.
+                let fused = match t.code.last() {
+                    Some(Fast::Not {
+                        dst,
+                        src: Operand::Slot(c),
+                    }) if *dst == cond => Some(Fast::JumpIf { cond: *c, to }),
+                    Some(Fast::IsNone { dst, src, ne }) if *dst == cond => {
+                        Some(Fast::JumpUnlessNone {
+                            src: *src,
+                            ne: *ne,
+                            to,
+                        })
+                    }
+                    Some(Fast::FieldIsInt {
+                        dst,
+                        src,
+                        record,
+                        field,
+                        k,
+                        ne,
+                    }) if *dst == cond => Some(Fast::JumpUnlessField {
+                        src: *src,
+                        record: *record,
+                        field: *field,
+                        k: *k,
+                        ne: *ne,
+                        to,
+                    }),
+                    _ => None,
+                };
+                match fused {
+                    Some(f) => {
+                        if let Some(last) = t.code.last_mut() {
+                            *last = f;
+                        }
+                        start[pc] = t.code.len() as u32 - 1;
+                    }
+                    None => push(&mut t, Fast::JumpIfNot { cond, to }),
+                }
+            }
             Some(f) => push(&mut t, f),
             None if matches!(op, Op::Jump { to } if *to as usize == pc + 1) => {}
             None => {
@@ -932,7 +1012,12 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
     }
     start[code.len()] = t.code.len() as u32;
     for f in t.code.iter_mut() {
-        if let Fast::Jump { to } | Fast::JumpIfNot { to, .. } | Fast::JumpIfNotValue { to, .. } = f
+        if let Fast::Jump { to }
+        | Fast::JumpIfNot { to, .. }
+        | Fast::JumpIfNotValue { to, .. }
+        | Fast::JumpIf { to, .. }
+        | Fast::JumpUnlessNone { to, .. }
+        | Fast::JumpUnlessField { to, .. } = f
         {
             *to = start[*to as usize];
         }

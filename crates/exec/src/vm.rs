@@ -1001,6 +1001,54 @@ impl Vm {
             Fast::DerefIndex { at } | Fast::DerefIndexSet { at } => {
                 self.deref_pair(module, host, flat, at)?
             }
+            Fast::MoveValue { dst, src } => {
+                // Scalars written as `put_int` writes them.
+                let v = match &self.regs[src as usize] {
+                    Value::Int(i) => {
+                        let i = *i;
+                        put_int(&mut self.regs[dst as usize], i);
+                        return Ok(Step::Next);
+                    }
+                    Value::None => {
+                        put_none(&mut self.regs[dst as usize]);
+                        return Ok(Step::Next);
+                    }
+                    Value::Unit => {
+                        let r = &mut self.regs[dst as usize];
+                        if !matches!(r, Value::Unit) {
+                            *r = Value::Unit;
+                        }
+                        return Ok(Step::Next);
+                    }
+                    v => v.clone(),
+                };
+                self.regs[dst as usize] = v;
+            }
+            Fast::JumpIf { cond, to } => {
+                if self.ints[cond as usize] != 0 {
+                    return Ok(Step::Goto(to));
+                }
+            }
+            Fast::JumpUnlessNone { src, ne, to } => {
+                let none = matches!(self.regs[src as usize], Value::None);
+                if none == ne {
+                    return Ok(Step::Goto(to));
+                }
+            }
+            Fast::JumpUnlessField {
+                src,
+                record,
+                field,
+                k,
+                ne,
+                to,
+            } => {
+                let f = host.field_int(&self.regs[src as usize], record, field)?;
+                let eq = matches!(f, IntField::Int(x) if x == k);
+                if eq == ne {
+                    return Ok(Step::Goto(to));
+                }
+            }
             Fast::Jump { to } => return Ok(Step::Goto(to)),
             Fast::JumpIfNot { cond, to } => {
                 if self.ints[cond as usize] == 0 {
@@ -1405,6 +1453,29 @@ impl Vm {
             else {
                 unreachable!("fused from field reads")
             };
+            // An integer or `None` (most fields of a flow key) is encoded
+            // as `pack_value` encodes it, with no `Value` made; anything
+            // else is read again as a value.
+            match host.field_int(self.reg(0, *src), *record, *field) {
+                Ok(IntField::Int(i)) => {
+                    if packing.is_ok() {
+                        self.scratch.push(b'i');
+                        self.scratch.extend_from_slice(&i.to_be_bytes());
+                    }
+                    continue;
+                }
+                Ok(IntField::None) => {
+                    if packing.is_ok() {
+                        self.scratch.push(b'n');
+                    }
+                    continue;
+                }
+                Ok(IntField::Other) => {}
+                Err(f) => {
+                    self.fault_at = Some(pc);
+                    return Err(f);
+                }
+            }
             // Encoded from where the host put it, not moved out first: a
             // copy of the whole value just after the host wrote it in parts
             // stalls on the store (as `Vm::set` does).
