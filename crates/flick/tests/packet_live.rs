@@ -55,7 +55,8 @@ impl Flick {
             log,
         };
         // Ready once its packet sockets are bound (frames then wait in
-        // their rings), one per interface named, and its TUN devices made.
+        // their rings), one per interface named, its TUN devices made and
+        // its AF_XDP ports' programs attached (the last step of opening).
         let named = |kind: &str| {
             let mut names: Vec<&str> = ports
                 .iter()
@@ -65,11 +66,12 @@ impl Flick {
             names.dedup();
             names
         };
-        let (ifaces, tuns) = (named("afpacket:"), named("tun:"));
+        let (ifaces, tuns, xdps) = (named("afpacket:"), named("tun:"), named("afxdp:"));
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if netns::bound_packet_sockets(flick.child.id()) >= ifaces.len()
                 && tuns.iter().all(|t| ns.has_link(t))
+                && xdps.iter().all(|x| has_xdp_program(ns, x))
             {
                 break;
             }
@@ -169,9 +171,29 @@ fn signal(child: &Child, sig: &str) {
         .status();
 }
 
+/// Whether `dev` in the namespace has an XDP program attached.
+fn has_xdp_program(ns: &Netns, dev: &str) -> bool {
+    let out = ns
+        .command("ip")
+        .args(["-details", "link", "show", "dev", dev])
+        .output()
+        .expect("ip runs");
+    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+}
+
 #[test]
 fn port_knocking_on_a_veth_pair() {
-    if !netns::available("port_knocking_on_a_veth_pair") {
+    port_knocking_over("afpacket", "port_knocking_on_a_veth_pair");
+}
+
+#[test]
+fn port_knocking_over_af_xdp() {
+    port_knocking_over("afxdp", "port_knocking_over_af_xdp");
+}
+
+/// The firewall between two veth pairs, its ports of `kind`.
+fn port_knocking_over(kind: &str, test: &str) {
+    if !netns::available(test) {
         return;
     }
     let ns = Netns::new("flkknock");
@@ -180,8 +202,11 @@ fn port_knocking_on_a_veth_pair() {
     let flick = Flick::start(
         &ns,
         &["port_knocking.flick"],
-        &["inside=afpacket:in1", "outside=afpacket:out0"],
-        "knock",
+        &[
+            &format!("inside={kind}:in1"),
+            &format!("outside={kind}:out0"),
+        ],
+        &format!("knock-{kind}"),
     );
     let input = flick_packet_io::read_pcap(&testdata("knock.pcap")).unwrap();
     let expected = written(&testdata("expected/knock.port_knocking.pcap"));
@@ -227,7 +252,18 @@ fn flow_tracker_counts_on_a_veth_pair() {
 
 #[test]
 fn tracker_and_port_knocking_share_a_live_port() {
-    if !netns::available("tracker_and_port_knocking_share_a_live_port") {
+    share_a_live_port("afpacket", "tracker_and_port_knocking_share_a_live_port");
+}
+
+/// An AF_XDP queue takes one socket: the programs share one port, each
+/// reading every frame through a fan-out.
+#[test]
+fn tracker_and_port_knocking_share_an_af_xdp_port() {
+    share_a_live_port("afxdp", "tracker_and_port_knocking_share_an_af_xdp_port");
+}
+
+fn share_a_live_port(kind: &str, test: &str) {
+    if !netns::available(test) {
         return;
     }
     let ns = Netns::new("flkshare");
@@ -238,11 +274,11 @@ fn tracker_and_port_knocking_share_a_live_port() {
         &ns,
         &programs,
         &[
-            "wire=afpacket:in1",
-            "inside=afpacket:in1",
-            "outside=afpacket:out0",
+            &format!("wire={kind}:in1"),
+            &format!("inside={kind}:in1"),
+            &format!("outside={kind}:out0"),
         ],
-        "share",
+        &format!("share-{kind}"),
     );
     let input = flick_packet_io::read_pcap(&testdata("knock.pcap")).unwrap();
     let expected = written(&testdata("expected/knock.port_knocking.pcap"));
