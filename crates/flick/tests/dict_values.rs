@@ -6,11 +6,10 @@
 //! `None`, and a full dictionary evicts its oldest entry. Every process is
 //! killed when its test ends, and every read is bounded in time.
 
-mod common;
 mod support;
 
-use common::http::{ask_until, get, get_until_answered, COUNTS};
 use std::time::{Duration, Instant};
+use support::http::{ask_until, get, get_until_answered, COUNTS};
 use support::{start_flick, Procs};
 
 /// How long a request may wait while a version starts or stops.

@@ -5,7 +5,6 @@
 //! `FLICK_BLESS=1`), and one worker and two give the same files. A
 //! property test holds the UDP firewall to a plain Rust model of it.
 
-use common::{golden_file, ipv4_frame, run_over_ports, Scratch, ROOT};
 use flick_machine::{Engine, FieldReader, Program};
 use flick_packet_io::{read_pcap, write_pcap};
 use proptest::prelude::*;
@@ -13,8 +12,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
+use support::{golden_file, ipv4_frame, run_over_ports, Scratch, ROOT};
 
-mod common;
+mod support;
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000 * MS;

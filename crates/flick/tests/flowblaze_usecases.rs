@@ -16,7 +16,6 @@
 //!   one of a plain Rust model of the use case
 //!   (`flick_testkit::flowblaze_model`).
 
-use common::{golden_file, ipv4_frame, run_over_ports, script_writes, Scratch, ROOT};
 use flick_machine::{Engine, FieldReader, Program};
 use flick_packet_io::read_pcap;
 use flick_testkit::flowblaze_model::{self as model, Pkt, Verdict};
@@ -25,8 +24,9 @@ use proptest::prelude::*;
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use support::{golden_file, ipv4_frame, run_over_ports, script_writes, Scratch, ROOT};
 
-mod common;
+mod support;
 
 fn examples() -> PathBuf {
     Path::new(ROOT).join("examples/flowblaze")

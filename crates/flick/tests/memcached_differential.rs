@@ -104,16 +104,15 @@
 //! tokens with a bad number among them) are generated, and asserted in
 //! `found_differences_stay_fixed`.
 
-mod common;
 mod support;
 
-use common::xorshift;
 use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use support::xorshift;
 use support::{flick_run_with, memcached, Procs};
 
 /// Clients at once, each with its own keys and its own two connections.

@@ -11,13 +11,13 @@
 //! `UPDATE_GOLDEN=1 cargo test -p flick --test packet_examples` rewrites
 //! the expected files from the models (then read the diff).
 
-use common::{assert_globals, golden_file, run_for_globals, script_writes, Scratch, ROOT};
 use flick_testkit::packet_model::{self as model, dump_key, FlowTracker, Key, PortKnocking};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value as Json};
 use std::path::{Path, PathBuf};
+use support::{assert_globals, golden_file, run_for_globals, script_writes, Scratch, ROOT};
 
-mod common;
+mod support;
 
 const DPI_OUTPUTS: usize = 3;
 

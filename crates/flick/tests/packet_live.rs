@@ -8,16 +8,16 @@
 //! Needs root and `ip` (iproute2): under CI (`CI=true`) a missing one
 //! fails the test, elsewhere it is skipped with a message.
 
-use common::live::send_and_collect;
-use common::{Scratch, ROOT};
 use flick_testkit::netns::{self, Netns};
 use serde_json::Value as Json;
 use std::net::{SocketAddrV4, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::live::send_and_collect;
+use support::{Scratch, ROOT};
 
-mod common;
+mod support;
 
 fn testdata(name: &str) -> PathBuf {
     Path::new(ROOT).join("examples/packets/testdata").join(name)

@@ -15,7 +15,6 @@
 //! `UPDATE_GOLDEN=1 cargo test -p flick --test packet_meters` rewrites
 //! the expected files from the models (then read the diff).
 
-use common::{assert_globals, golden_file, run_for_globals, script_writes, Scratch, ROOT};
 use flick_testkit::meter_model::{
     encoded_string_key, Bucket, Buckets, Colour, NewFlows, Policer, POLICER,
 };
@@ -24,8 +23,9 @@ use proptest::prelude::*;
 use serde_json::{json, Value as Json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use support::{assert_globals, golden_file, run_for_globals, script_writes, Scratch, ROOT};
 
-mod common;
+mod support;
 
 fn testdata(name: &str) -> PathBuf {
     Path::new(ROOT).join("examples/packets/testdata").join(name)

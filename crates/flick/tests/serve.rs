@@ -10,17 +10,16 @@
 //! replies while its neighbours answer as before. Every child process is
 //! killed when its test ends, and every wait is bounded.
 
-mod common;
 mod support;
 
-use common::http::{get_answer, http_program, unix_exchange};
-use common::terminate;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
+use support::http::{get_answer, http_program, unix_exchange};
 use support::serve::{ctl, ok, refused, serve, TempDir};
+use support::terminate;
 use support::{free_port, memcached, request, response, Procs, ROOT};
 
 fn example(name: &str) -> String {

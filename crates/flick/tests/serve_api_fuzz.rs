@@ -15,18 +15,17 @@
 //! paths (registers, flow contexts by key, deletes) are fuzzed as well.
 //! `FLICK_FUZZ_SEED` and `FLICK_FUZZ_REQUESTS` run other requests, or more.
 
-mod common;
 mod support;
 
-use common::http::{get_answer, http_program};
-use common::{xorshift, Scratch};
 use serde_json::{json, Map, Value as Json};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
+use support::http::{get_answer, http_program};
 use support::serve::serve;
 use support::{free_port, ROOT};
+use support::{xorshift, Scratch};
 
 /// Requests made in one run.
 const REQUESTS: usize = 500;

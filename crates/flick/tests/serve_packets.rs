@@ -12,19 +12,18 @@
 //! Needs root and `ip` (iproute2): under CI (`CI=true`) a missing one
 //! fails the test, elsewhere it is skipped with a message.
 
-mod common;
 mod support;
 
-use common::http::unix_exchange;
-use common::live::send_and_collect;
-use common::terminate;
 use flick_testkit::netns::{self, Netns};
 use flick_testkit::packet_model::tcp_syn;
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
+use support::http::unix_exchange;
+use support::live::send_and_collect;
 use support::serve::{call, ctl, ok, refused, serve_by, Serve, TempDir};
+use support::terminate;
 use support::ROOT;
 
 /// Passes what comes from outside to the inside, counting each source

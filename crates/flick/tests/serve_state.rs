@@ -9,18 +9,17 @@
 //! with SIGKILL comes back with it. Every child process is killed when its
 //! test ends, and every wait is bounded.
 
-mod common;
 mod support;
 
-use common::http::{ask_until, get as http_get_reason, get_until_answered, http_program, COUNTS};
-use common::terminate;
 use flick::api;
 use serde_json::{json, Value as Json};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::http::{ask_until, get as http_get_reason, get_until_answered, http_program, COUNTS};
 use support::serve::{call, ctl, ok, refused, serve, TempDir};
+use support::terminate;
 use support::{free_port, ROOT};
 
 /// The body of the 200 answer to `GET target` over a new connection.

@@ -1,8 +1,17 @@
-//! Helpers shared by the tests that run `flick` in front of real memcached
-//! servers (Debian package `memcached`) and speak the binary protocol to it.
+//! Helpers shared by the tests of the `flick` binary: `flick run` in front
+//! of real memcached servers (Debian package `memcached`) and the binary
+//! protocol spoken to it (here), `flick serve` and its API (`serve`), HTTP
+//! clients and the test programs' HTTP types (`http`), `flick run` over
+//! packet ports, scratch directories and golden files (`run`), and frames
+//! on live ports in a network namespace (`live`).
 
 // Each test file compiles this module on its own and uses only some of it.
-#![allow(dead_code, unused_imports)]
+#![allow(dead_code, unused_imports, unused_macros)]
+
+pub mod http;
+pub mod live;
+mod run;
+pub use run::*;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpStream;

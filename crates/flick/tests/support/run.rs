@@ -1,14 +1,6 @@
-//! Helpers shared by the tests that run the `flick` binary: scratch
-//! directories, `flick run` over packet ports with a dump, golden files,
-//! HTTP clients and programs (`http`), and frames on live ports in a
-//! network namespace (`live`). The `flick serve` and memcached helpers
-//! live in `support`.
-
-// Each test file compiles this module on its own and uses only some of it.
-#![allow(dead_code, unused_imports, unused_macros)]
-
-pub mod http;
-pub mod live;
+//! Running `flick` over packet ports and checking what it leaves: scratch
+//! directories, `flick run` with a dump, golden files, the capture scripts'
+//! output, generated frames.
 
 use serde_json::{Map, Value as Json};
 use std::path::{Path, PathBuf};
@@ -16,8 +8,7 @@ use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// The workspace root, where `flick` is started.
-pub const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+use super::ROOT;
 
 /// A directory of the test's own, removed when dropped (the test failing
 /// too).
