@@ -71,7 +71,7 @@ impl Flick {
         loop {
             if netns::bound_packet_sockets(flick.child.id()) >= ifaces.len()
                 && tuns.iter().all(|t| ns.has_link(t))
-                && xdps.iter().all(|x| has_xdp_program(ns, x))
+                && xdps.iter().all(|x| ns.has_xdp_program(x))
             {
                 break;
             }
@@ -169,16 +169,6 @@ fn signal(child: &Child, sig: &str) {
     let _ = Command::new("kill")
         .args([&format!("-{sig}"), &child.id().to_string()])
         .status();
-}
-
-/// Whether `dev` in the namespace has an XDP program attached.
-fn has_xdp_program(ns: &Netns, dev: &str) -> bool {
-    let out = ns
-        .command("ip")
-        .args(["-details", "link", "show", "dev", dev])
-        .output()
-        .expect("ip runs");
-    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
 }
 
 #[test]

@@ -108,7 +108,13 @@ impl Drop for Ring {
     }
 }
 
-fn set_option<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+/// Sets socket option `level`/`name` to `value` (AF_XDP's options too).
+pub(crate) fn set_option<T>(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
     // SAFETY: passes a live value and its size.
     let result = unsafe {
         libc::setsockopt(

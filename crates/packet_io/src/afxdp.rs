@@ -36,6 +36,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use crate::afpacket::set_option;
 use crate::xdp_redirect::{XdpRedirect, MAP_ENTRIES};
 use crate::{PortError, PortStats, RecvStatus, RxPort, TxPort};
 
@@ -221,24 +222,6 @@ impl Ring {
     }
 }
 
-fn set_option<T>(socket: &OwnedFd, name: libc::c_int, value: &T) -> io::Result<()> {
-    // SAFETY: passes a live value and its size.
-    let result = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_XDP,
-            name,
-            ptr::from_ref(value).cast(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if result < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 /// Reads a socket option of plain C data (integers only, so all-zero is a
 /// valid value to start from).
 fn get_option<T: Copy>(socket: RawFd, name: libc::c_int) -> io::Result<T> {
@@ -313,7 +296,7 @@ impl AfXdp {
             chunk_size: config.frame_size,
             headroom: 0,
         };
-        set_option(&socket, libc::XDP_UMEM_REG, &registration)
+        set_option(&socket, libc::SOL_XDP, libc::XDP_UMEM_REG, &registration)
             .map_err(|e| failed("registering the UMEM", e))?;
         for (option, size) in [
             (libc::XDP_UMEM_FILL_RING, config.rx_frames),
@@ -321,7 +304,8 @@ impl AfXdp {
             (libc::XDP_UMEM_COMPLETION_RING, config.tx_frames),
             (libc::XDP_TX_RING, config.tx_frames),
         ] {
-            set_option(&socket, option, &size).map_err(|e| failed("sizing the rings", e))?;
+            set_option(&socket, libc::SOL_XDP, option, &size)
+                .map_err(|e| failed("sizing the rings", e))?;
         }
         let offsets: libc::xdp_mmap_offsets =
             get_option(socket.as_raw_fd(), libc::XDP_MMAP_OFFSETS)

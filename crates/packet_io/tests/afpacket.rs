@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use common::{
-    frame, is_marked, marked_now, receive_marked, veth_pair, wait_readable, Rng, MARKER,
-    TEST_DEADLINE,
+    assert_same_frames, frame, is_marked, marked_frames, marked_now, receive_marked, send_all,
+    veth_pair, wait_readable, Rng, MARKER, TEST_DEADLINE,
 };
 use flick_packet_io::{open, AfPacket, Port, PortSpec, RxPort, TxPort};
 
@@ -37,22 +37,10 @@ fn frames_cross_a_veth_pair_exactly() {
     };
 
     let mut rng = Rng(99);
-    let sent: Vec<Vec<u8>> = (0..150u32)
-        .map(|seq| {
-            let len = rng.range(60, 1514);
-            frame(&mut rng, len, MARKER, seq)
-        })
-        .collect();
+    let sent = marked_frames(&mut rng, 150, 0);
     // More than one send batch (64), flushed at the end.
-    for frame in &sent {
-        a_tx.send(frame, 0).unwrap();
-    }
-    a_tx.flush().unwrap();
-    let got = receive_marked(b_rx.as_mut(), sent.len());
-    assert_eq!(got.len(), sent.len(), "frames lost on the way");
-    for (i, (got, sent)) in got.iter().zip(&sent).enumerate() {
-        assert_eq!(got, sent, "frame {i} differs");
-    }
+    send_all(a_tx.as_mut(), &sent);
+    assert_same_frames(&receive_marked(b_rx.as_mut(), sent.len()), &sent, "a to b");
     let tx_stats = a_tx.stats();
     assert_eq!(tx_stats.frames, 150);
     assert_eq!(

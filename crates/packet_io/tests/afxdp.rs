@@ -3,18 +3,8 @@
 
 mod common;
 
-use common::{frame, receive_marked, veth_pair, Rng, MARKER};
+use common::{assert_same_frames, marked_frames, receive_marked, send_all, veth_pair, Rng};
 use flick_packet_io::{open, AfPacket, AfXdp, AfXdpConfig, Port, PortError, TxPort};
-
-/// Whether `dev` in the namespace has an XDP program attached.
-fn has_xdp_program(ns: &common::Netns, dev: &str) -> bool {
-    let out: std::process::Output = ns
-        .command("ip")
-        .args(["-details", "link", "show", "dev", dev])
-        .output()
-        .expect("ip runs");
-    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
-}
 
 #[test]
 fn frames_cross_an_afxdp_port_exactly_both_ways() {
@@ -34,52 +24,29 @@ fn frames_cross_an_afxdp_port_exactly_both_ways() {
         )
     });
     assert!(
-        has_xdp_program(&ns, "veth-b"),
+        ns.has_xdp_program("veth-b"),
         "the port attached its program"
     );
     let (mut xdp_rx, mut xdp_tx) = xdp.split();
     let (mut packet_rx, mut packet_tx) = packet.split();
 
     let mut rng = Rng(7);
-    let sent: Vec<Vec<u8>> = (0..150u32)
-        .map(|seq| {
-            let len = rng.range(60, 1514);
-            frame(&mut rng, len, MARKER, seq)
-        })
-        .collect();
-    for frame in &sent {
-        packet_tx.send(frame, 0).unwrap();
-    }
-    packet_tx.flush().unwrap();
-    let got = receive_marked(&mut xdp_rx, sent.len());
-    assert_eq!(got.len(), sent.len(), "frames lost on the way in");
-    for (i, (got, sent)) in got.iter().zip(&sent).enumerate() {
-        assert_eq!(got, sent, "frame {i} differs on the way in");
-    }
+    let sent = marked_frames(&mut rng, 150, 0);
+    send_all(&mut packet_tx, &sent);
+    assert_same_frames(&receive_marked(&mut xdp_rx, sent.len()), &sent, "in");
     let rx_stats = flick_packet_io::RxPort::stats(&xdp_rx);
     assert!(rx_stats.frames >= 150, "{rx_stats:?}");
     assert_eq!(rx_stats.errors, 0, "{rx_stats:?}");
 
     // Out through the UMEM's send frames, each used about ten times; sent
     // in bursts the peer's ring takes whole.
-    let back: Vec<Vec<u8>> = (0..300u32)
-        .map(|seq| {
-            let len = rng.range(60, 1514);
-            frame(&mut rng, len, MARKER, 1000 + seq)
-        })
-        .collect();
+    let back = marked_frames(&mut rng, 300, 1000);
     let mut got = Vec::new();
     for burst in back.chunks(30) {
-        for frame in burst {
-            xdp_tx.send(frame, 0).unwrap();
-        }
-        xdp_tx.flush().unwrap();
+        send_all(&mut xdp_tx, burst);
         got.extend(receive_marked(&mut packet_rx, burst.len()));
     }
-    assert_eq!(got.len(), back.len(), "frames lost on the way out");
-    for (i, (got, sent)) in got.iter().zip(&back).enumerate() {
-        assert_eq!(got, sent, "frame {i} differs on the way out");
-    }
+    assert_same_frames(&got, &back, "out");
     let tx_stats = xdp_tx.stats();
     assert_eq!(tx_stats.frames, 300);
     assert_eq!(
@@ -107,7 +74,7 @@ fn the_xdp_program_lives_as_long_as_the_port() {
     };
     let spec = "afxdp:veth-b".parse().unwrap();
     let first = ns.enter(|| open(&spec).unwrap());
-    assert!(has_xdp_program(&ns, "veth-b"));
+    assert!(ns.has_xdp_program("veth-b"));
     // The queue is taken: a second port on it fails, saying why.
     let error = ns
         .enter(|| open(&spec).err())
@@ -117,10 +84,10 @@ fn the_xdp_program_lives_as_long_as_the_port() {
     // One side dropped keeps the program; both dropped take it away.
     let Port { rx, tx } = first;
     drop(rx);
-    assert!(has_xdp_program(&ns, "veth-b"));
+    assert!(ns.has_xdp_program("veth-b"));
     drop(tx);
     assert!(
-        !has_xdp_program(&ns, "veth-b"),
+        !ns.has_xdp_program("veth-b"),
         "the program outlived its port"
     );
     // And the queue can be opened again.

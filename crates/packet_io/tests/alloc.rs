@@ -8,7 +8,7 @@ use std::fs::File;
 use std::time::{Duration, Instant};
 
 use common::{
-    frame, frames, is_marked, veth_pair, wait_readable, Rng, TempFile, MARKER, TEST_DEADLINE,
+    frames, is_marked, marked_frames, veth_pair, wait_readable, Rng, TempFile, TEST_DEADLINE,
 };
 use flick_packet_io::{write_pcap, AfPacket, AfXdp, PcapRx, RecvStatus, RxPort, TxPort};
 use flick_testkit::alloc::CountingAlloc;
@@ -118,13 +118,7 @@ fn counting<T>(f: impl FnOnce() -> T) -> (T, u64) {
 /// Sends 300 frames through `tx` and receives them from `rx`, asserting
 /// that neither side allocated.
 fn live_frames_allocate_nothing(label: &str, tx: &mut dyn TxPort, rx: &mut dyn RxPort) {
-    let mut rng = Rng(17);
-    let sent: Vec<Vec<u8>> = (0..300u32)
-        .map(|seq| {
-            let len = rng.range(60, 1514);
-            frame(&mut rng, len, MARKER, seq)
-        })
-        .collect();
+    let sent = marked_frames(&mut Rng(17), 300, 0);
 
     let ((), allocations) = counting(|| {
         for frame in &sent {

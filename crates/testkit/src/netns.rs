@@ -102,6 +102,14 @@ impl Netns {
             .is_ok_and(|s| s.success())
     }
 
+    /// Whether device `dev` inside has an XDP program attached.
+    pub fn has_xdp_program(&self, dev: &str) -> bool {
+        Command::new("ip")
+            .args(["-n", &self.name, "-details", "link", "show", "dev", dev])
+            .output()
+            .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("prog/xdp"))
+    }
+
     /// `ip netns exec NAME PROGRAM`: a command to start inside.
     pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new("ip");

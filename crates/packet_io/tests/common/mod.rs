@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use flick_packet_io::RxPort;
+use flick_packet_io::{RxPort, TxPort};
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
 
@@ -154,4 +154,30 @@ pub fn marked_now(rx: &mut dyn RxPort) -> usize {
     })
     .unwrap();
     marked
+}
+
+/// `count` marked frames of 60..=1514 bytes, numbered from `first`.
+pub fn marked_frames(rng: &mut Rng, count: u32, first: u32) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|seq| {
+            let len = rng.range(60, 1514);
+            frame(rng, len, MARKER, first + seq)
+        })
+        .collect()
+}
+
+/// Sends every frame through `tx`, then flushes.
+pub fn send_all(tx: &mut dyn TxPort, frames: &[Vec<u8>]) {
+    for frame in frames {
+        tx.send(frame, 0).unwrap();
+    }
+    tx.flush().unwrap();
+}
+
+/// `got` is `sent`, frame by frame, in order.
+pub fn assert_same_frames(got: &[Vec<u8>], sent: &[Vec<u8>], way: &str) {
+    assert_eq!(got.len(), sent.len(), "frames lost on the way {way}");
+    for (i, (got, sent)) in got.iter().zip(sent).enumerate() {
+        assert_eq!(got, sent, "frame {i} differs on the way {way}");
+    }
 }
