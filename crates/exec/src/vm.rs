@@ -142,6 +142,15 @@ pub trait Host {
     fn channels(&self, chan: u16) -> i64;
     fn all_ready(&mut self, chan: u16) -> bool;
     fn load_state(&mut self, state: u16) -> Value;
+    /// The dictionary that state variable `state` holds (the `state` of
+    /// the `Value::Dict` that [`Host::load_state`] returns), if it holds
+    /// one: what a `ref` parameter is indexed in, with no `Value` made.
+    fn dict_of(&mut self, state: u16) -> Option<u16> {
+        match self.load_state(state) {
+            Value::Dict { state } => Some(state),
+            _ => None,
+        }
+    }
     fn store_state(&mut self, state: u16, v: Value) -> Result<(), Fault>;
     fn dict_get(&mut self, state: u16, key: &Value) -> Result<Value, Fault>;
     fn dict_set(&mut self, state: u16, key: &Value, value: &Value) -> Result<(), Fault>;
@@ -1424,10 +1433,7 @@ impl Vm {
     #[inline]
     fn ref_dict(&self, host: &mut dyn Host, r: Reg) -> Option<u16> {
         match self.reg(0, r) {
-            Value::StateRef(s) => match host.load_state(*s) {
-                Value::Dict { state } => Some(state),
-                _ => None,
-            },
+            Value::StateRef(s) => host.dict_of(*s),
             _ => None,
         }
     }

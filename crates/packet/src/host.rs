@@ -249,6 +249,10 @@ impl Host for FrameHost<'_> {
         }
     }
 
+    fn dict_of(&mut self, state: u16) -> Option<u16> {
+        self.shard.as_deref().and_then(|s| s.dict_of(state))
+    }
+
     fn store_state(&mut self, state: u16, v: Value) -> Result<(), Fault> {
         let v = self.owned(&v)?;
         self.shard()?.store(state, v)

@@ -604,6 +604,16 @@ impl Shard {
         }
     }
 
+    /// What [`Shard::load`] returns as `Value::Dict { state }`: the
+    /// variable itself where it holds a dictionary, meter or filter.
+    pub fn dict_of(&self, i: u16) -> Option<u16> {
+        match self.vars.get(i as usize) {
+            Some(Var::Dict(_) | Var::Meter(_) | Var::Bloom(_)) => Some(i),
+            Some(Var::Value(Value::Dict { state })) => Some(*state),
+            _ => None,
+        }
+    }
+
     /// Stores `v`, whose bytes are already owned (see [`own`]); a fresh
     /// `empty_dict` makes (or empties) the variable's dictionary.
     pub fn store(&mut self, i: u16, v: Value) -> Result<(), Fault> {
