@@ -354,6 +354,27 @@ impl GraphHost {
         })
     }
 
+    /// Whether what is sent to output `out` needs only its bytes: its
+    /// peer answers nothing (a client), so nothing is remembered or
+    /// matched, and its writer reads no values; nor does routing (no
+    /// `%quiet`), nor a `%forward` edit. A reply passed on to its client
+    /// is then copied without its values, which copying and clearing
+    /// again cost more than its bytes (a Memcached reply: 3% of the
+    /// proxy's samples).
+    fn bytes_suffice(&self, out: usize) -> bool {
+        if self.peers.get(out).is_none_or(|p| p.answers) {
+            return false;
+        }
+        let chan = self.outputs[out].chan;
+        self.out_units
+            .get(chan as usize)
+            .copied()
+            .flatten()
+            .is_some_and(|unit| {
+                !self.grammar.has_forward(unit) && !self.grammar.has_property(unit, "quiet")
+            })
+    }
+
     pub(crate) fn hold(&mut self, m: Msg) -> Value {
         self.msgs.push(Some(m));
         Value::Msg(self.msgs.len() as u32 - 1)
@@ -503,8 +524,12 @@ impl Host for GraphHost {
         else {
             return Err(Fault::Host("a channel with no connection".into()));
         };
+        let bytes_only = self.bytes_suffice(out);
         let request = self.msg(value)?;
-        let request = self.pool.copy(request);
+        let request = match bytes_only {
+            true => self.pool.copy_bytes(request),
+            false => self.pool.copy(request),
+        };
         self.last_route = Some(out);
         let sent = self.route(out, request);
         if sent == Sent::Done {

@@ -222,6 +222,16 @@ impl MsgPool {
         c
     }
 
+    /// A copy of `m`'s bytes alone, for a writer that only writes them:
+    /// no values are copied, nor cleared when the copy comes back.
+    pub fn copy_bytes(&self, m: &Msg) -> Msg {
+        let mut c = self.take();
+        c.bytes.extend_from_slice(&m.bytes);
+        c.part = m.part;
+        c.continued = m.continued;
+        c
+    }
+
     /// Gives `to`, a message with no values, the values `values` of `slots`.
     pub fn copy_values(&self, to: &mut Msg, values: Values, slots: &[Slot]) {
         match (values, &self.grammar) {

@@ -440,6 +440,14 @@ impl Grammar {
         !self.units[unit].end.is_empty()
     }
 
+    /// Whether `unit` declares property `name` (`%quiet`, `%ends`, ...),
+    /// without evaluating it.
+    pub fn has_property(&self, unit: UnitId, name: &str) -> bool {
+        self.units
+            .get(unit)
+            .is_some_and(|u| u.properties.iter().any(|(n, _)| n == name))
+    }
+
     /// Serialises `base`'s values with `assignments` applied.
     #[allow(clippy::too_many_arguments)]
     fn assign(
