@@ -740,6 +740,7 @@ impl Engine {
     /// key's record, else in a new one) unless the packet leaves it at its
     /// start, or the table-full transition where no room is found.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn fresh<'t>(
         stage: &Stage,
         tables: &'t StageTables,
