@@ -11,7 +11,9 @@
 //! on `Value`s, with each typed register it reads boxed into its `Value`
 //! slot just before. A few common sequences are fused: a field compared
 //! with an integer constant or with `None`, a value compared with `None`,
-//! and jumps to the next operation vanish. Every fast operation keeps the
+//! such a test (or a `not`) with the conditional jump on it, an integer
+//! register stored into a `ref` dictionary without boxing, and jumps to
+//! the next operation vanish. Every fast operation keeps the
 //! flattened operation it stands for, so faults and `log` lines name the
 //! interpreter's positions.
 //!

@@ -8,6 +8,13 @@
 //! holds are still updated, so a flood of new flows cannot evict the state
 //! of established ones.
 //!
+//! A plain dictionary keeps its entries in slots indexed by a `HashTable`
+//! of slot numbers. One hasher serves every dictionary of a shard, and
+//! the shard remembers the entry last looked up or stored: the next
+//! operation on an equal key takes its hash, and in the same dictionary
+//! its slot, so a read then a write of one key, or one key in two
+//! dictionaries, is hashed once and probed once per dictionary.
+//!
 //! A dictionary whose type declares `idle=` or `evict=lru|idle` is a flow
 //! table ([`Timed`]): its entries sit in slots on an intrusive list, most
 //! recently touched first, indexed by a `HashTable` of slot numbers. Time
