@@ -29,11 +29,17 @@ use crate::outbox::Flushed;
 use crate::stats::Stats;
 use flick_runtime::{Receiver, Sender, TaskId, TaskStatus, Timeslice, TryRecvError, TrySendError};
 use flick_wire::{Grammar, UnitId};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::ErrorKind;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+/// Of a worker's idle exclusive connections beyond those always kept,
+/// one unused this long is closed by the sweep: longer than the gaps
+/// between requests under a steady load, so the sweep does not close what
+/// the next second dials again.
+pub const IDLE_TRIM_AFTER: Duration = Duration::from_secs(1);
 
 /// Nanoseconds on a clock that starts at its first reading: when a
 /// connection was last used, in a word that needs no lock.
@@ -86,6 +92,9 @@ pub struct SharedConn {
     /// When a member joined it or a reply was handed on (`clock_ns`): the
     /// backend's idle timer runs from about then.
     last_used: AtomicU64,
+    /// Exclusive: it is on its worker's stack of idle connections (changed
+    /// only under the backend's pools lock).
+    stacked: AtomicBool,
     chan: u16,
     index: Option<u32>,
 }
@@ -612,7 +621,7 @@ pub struct Backend {
     pub per_worker: usize,
     pub next: std::sync::atomic::AtomicUsize,
     /// Exclusive: each worker's connections, one instance on each at most.
-    pub exclusive: Option<Mutex<Vec<Vec<Arc<SharedConn>>>>>,
+    pub exclusive: Option<Mutex<Vec<ExclusivePool>>>,
     /// Exclusive: an idle connection unused this long is closed rather
     /// than taken again, before the backend's own idle timeout can close
     /// it under a request (nginx's upstream `keepalive_timeout`, HAProxy's
@@ -622,6 +631,44 @@ pub struct Backend {
     /// once, busy and idle (HAProxy's `maxconn` per server); past it an
     /// instance waits for one to come back. 0: no cap.
     pub max_per_worker: usize,
+}
+
+/// One worker's exclusive connections to a backend.
+///
+/// An instance holds one only while it has a request in flight, then gives
+/// it back (as nginx's upstream `keepalive` and HAProxy's `http-reuse`
+/// do), so a worker needs about as many as it has requests at the backend,
+/// not one per client: at 1,600 kept-alive clients, a connection each (and
+/// one to every backend, taken when the instance started) meant 3,200
+/// backend connections, each with its tasks and 16 KiB read buffer, and
+/// the backends serving 1,600 connections each.
+#[derive(Default)]
+pub struct ExclusivePool {
+    /// Every open one, busy or idle, by its reader task's id: an instance
+    /// giving one back names it so, and nothing is searched.
+    open: HashMap<u32, Arc<SharedConn>>,
+    /// Those given back, the most recent last: a request takes the last
+    /// (warm, and known alive a moment ago), so under a steady load the
+    /// ones at the bottom go unused and age until the sweep closes them.
+    idle: Vec<Arc<SharedConn>>,
+}
+
+impl ExclusivePool {
+    /// Puts an idle connection on the stack, once.
+    fn stack(&mut self, c: &Arc<SharedConn>) {
+        if !c.stacked.swap(true, Ordering::Relaxed) {
+            self.idle.push(c.clone());
+        }
+    }
+
+    /// Shuts every connection (the service stops); their tasks see the
+    /// sockets shut and end.
+    fn shut_all(&mut self) {
+        self.idle.clear();
+        for (_, c) in self.open.drain() {
+            let _ = c.conn.stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
 }
 
 /// How a backend's exclusive connections are kept: see [`Backend`].
@@ -653,7 +700,13 @@ impl Backend {
             slots: Mutex::new(vec![None; per_worker * workers.max(1)]),
             per_worker,
             next: std::sync::atomic::AtomicUsize::new(0),
-            exclusive: exclusive.map(|_| Mutex::new(vec![Vec::new(); workers.max(1)])),
+            exclusive: exclusive.map(|_| {
+                Mutex::new(
+                    (0..workers.max(1))
+                        .map(|_| ExclusivePool::default())
+                        .collect(),
+                )
+            }),
             idle_timeout: limits.idle_timeout,
             max_per_worker: limits.max_per_worker,
         }
@@ -671,16 +724,21 @@ impl Backend {
             .count();
         let exclusive = self.exclusive.as_ref().map_or(0, |e| {
             let pools = e.lock().expect("pools lock");
-            pools.iter().flatten().filter(|c| !c.is_dead()).count()
+            pools
+                .iter()
+                .flat_map(|p| p.open.values())
+                .filter(|c| !c.is_dead())
+                .count()
         });
         pipelined + exclusive
     }
 
-    /// Instance `compute` on `worker` takes an idle connection of that
-    /// worker's, or one `open` dials for it; `None` if the backend cannot
-    /// be reached. `fresh`: a new one, never an idle one (for a request
-    /// sent again, lost with a connection the backend closed: its other
-    /// idle connections may be closing too). Only for an exclusive backend.
+    /// Instance `compute` on `worker` takes the idle connection of that
+    /// worker's given back last, or one `open` dials for it; `None` if the
+    /// backend cannot be reached (or the worker is at its cap). `fresh`: a
+    /// new one, never an idle one (for a request sent again, lost with a
+    /// connection the backend closed: its other idle connections may be
+    /// closing too). Only for an exclusive backend.
     pub fn take_exclusive(
         &self,
         worker: usize,
@@ -693,16 +751,31 @@ impl Backend {
         let mut pools = pools.lock().expect("pools lock");
         let n = pools.len();
         let pool = &mut pools[worker % n];
-        pool.retain(|c| !c.is_dead());
-        for c in pool.iter().filter(|_| !fresh) {
+        while let Some(c) = (!fresh).then(|| pool.idle.pop()).flatten() {
+            c.stacked.store(false, Ordering::Relaxed);
             if let Some(joined) = c.join_if_idle(compute, graphs, self.idle_timeout) {
                 return Some(joined);
             }
+            // Closed while it idled, or too old (closed now): it counts no
+            // more. (One still busy is on no stack; it comes back later.)
+            if c.is_dead() {
+                pool.open.remove(&c.reader.0);
+            }
         }
-        // Those the last look found too old are gone: they count no more.
-        pool.retain(|c| !c.is_dead());
-        if self.max_per_worker > 0 && pool.len() >= self.max_per_worker {
-            return None;
+        if self.max_per_worker > 0 && pool.open.len() >= self.max_per_worker {
+            // At the cap (not on every request): dead ones leave the
+            // count, and an idle one that nobody gave back (its instance
+            // ended with a request in flight, answered since) is taken.
+            pool.open.retain(|_, c| !c.is_dead());
+            for c in pool.open.values() {
+                if let Some(joined) = c.join_if_idle(compute, graphs, self.idle_timeout) {
+                    return Some(joined);
+                }
+            }
+            pool.open.retain(|_, c| !c.is_dead());
+            if pool.open.len() >= self.max_per_worker {
+                return None;
+            }
         }
         let c = open(self.chan, self.index)?;
         let joined = c
@@ -711,8 +784,30 @@ impl Backend {
                 output.idle_limit = self.idle_timeout;
                 (input, output)
             });
-        pool.push(c);
+        // A dead connection whose reader's task id was reused is replaced.
+        pool.open.insert(c.reader.0, c);
         joined
+    }
+
+    /// Instance on `worker` gives back its exclusive connection, whose
+    /// reader is `reader` (its request channel dropped, nothing owed): it
+    /// goes on top of the worker's idle ones, for the next request to take.
+    pub fn give_back(&self, worker: usize, reader: TaskId, conn: &Arc<Conn>) {
+        let Some(pools) = &self.exclusive else {
+            return;
+        };
+        let mut pools = pools.lock().expect("pools lock");
+        let n = pools.len();
+        let pool = &mut pools[worker % n];
+        let Some(c) = pool.open.get(&reader.0) else {
+            return;
+        };
+        if !Arc::ptr_eq(&c.conn, conn) || !c.is_idle() {
+            return;
+        }
+        let c = c.clone();
+        c.touch();
+        pool.stack(&c);
     }
 
     /// Whether `worker` has as many exclusive connections open to this
@@ -726,39 +821,67 @@ impl Backend {
         }
         let pools = pools.lock().expect("pools lock");
         let pool = &pools[worker % pools.len()];
-        pool.iter().filter(|c| !c.is_dead()).count() >= self.max_per_worker
-            && !pool.iter().any(|c| c.is_idle())
+        pool.open.values().filter(|c| !c.is_dead()).count() >= self.max_per_worker
+            && !pool.open.values().any(|c| c.is_idle())
     }
 
-    /// Closes each worker's idle exclusive connections beyond `keep` (what
-    /// a burst opened), as nginx's upstream `keepalive` caches a few, and
-    /// those idle for `idle_timeout` or longer; how many. Their tasks see
-    /// the socket shut and end.
+    /// The sweep (once a second): forgets dead connections, stacks idle
+    /// ones no instance gave back (their instance ended), and closes
+    /// those idle for `idle_timeout` or longer and, of each worker's idle
+    /// ones beyond `keep` (what a burst opened, as nginx's upstream
+    /// `keepalive` caches a few), those unused for [`IDLE_TRIM_AFTER`]:
+    /// under a steady load the ones a worker takes in turn stay open,
+    /// rather than be closed each second and dialled again. How many it
+    /// closed. Their tasks see the socket shut and end.
     pub fn close_idle(&self, keep: usize) -> usize {
         let Some(pools) = &self.exclusive else {
             return 0;
         };
         let mut closed = 0;
         for pool in pools.lock().expect("pools lock").iter_mut() {
-            let mut idle = 0;
-            pool.retain(|c| {
-                if c.is_dead() {
-                    return false;
+            pool.open.retain(|_, c| !c.is_dead());
+            for c in pool.open.values() {
+                if !c.stacked.load(Ordering::Relaxed) && c.is_idle() {
+                    c.stacked.store(true, Ordering::Relaxed);
+                    pool.idle.push(c.clone());
                 }
-                if !c.is_idle() {
+            }
+            // Oldest first: the bottom of the stack.
+            let mut left = pool.idle.len();
+            let open = &mut pool.open;
+            pool.idle.retain(|c| {
+                let unused = c.unused_for();
+                let too_old = self.idle_timeout.is_some_and(|t| unused >= t);
+                let spare = left > keep && unused >= IDLE_TRIM_AFTER;
+                if !(too_old || spare || c.is_dead() || !c.is_idle()) {
                     return true;
                 }
-                idle += 1;
-                let too_old = self.idle_timeout.is_some_and(|t| c.unused_for() >= t);
-                if idle <= keep && !too_old {
-                    return true;
+                c.stacked.store(false, Ordering::Relaxed);
+                left -= 1;
+                if !c.is_dead() && c.is_idle() {
+                    c.close_unused();
+                    open.remove(&c.reader.0);
+                    closed += 1;
                 }
-                c.close_unused();
-                closed += 1;
                 false
             });
         }
         closed
+    }
+
+    /// Shuts every connection (the service stops); their tasks see the
+    /// sockets shut and end.
+    pub fn shut_all(&self) {
+        for c in self.slots.lock().expect("slots lock").iter_mut() {
+            if let Some(c) = c.take() {
+                let _ = c.conn.stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        if let Some(pools) = &self.exclusive {
+            for pool in pools.lock().expect("pools lock").iter_mut() {
+                pool.shut_all();
+            }
+        }
     }
 
     /// A live shared connection of `worker`'s, in turn; `open` dials a new
@@ -800,6 +923,7 @@ pub fn shared_conn(
         refusal_counted: AtomicBool::new(false),
         streaming: AtomicBool::new(false),
         last_used: AtomicU64::new(clock_ns()),
+        stacked: AtomicBool::new(false),
         chan,
         index,
     })

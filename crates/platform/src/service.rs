@@ -409,9 +409,10 @@ struct Parts {
     successor: Mutex<Option<std::sync::Weak<Parts>>>,
     /// Client connections handed to the successor.
     handed_over: std::sync::atomic::AtomicU64,
-    /// Backends (channel and index) whose exclusive connections are
-    /// capped per worker: given back as soon as an instance is idle.
-    capped: Arc<[(u16, Option<u32>)]>,
+    /// Backends (channel and index) whose connections are exclusive: an
+    /// instance takes one at its first request to the backend and gives
+    /// it back as soon as it has nothing in flight.
+    exclusive: Arc<[(u16, Option<u32>)]>,
 }
 
 /// A listening socket and where the instances it accepts run.
@@ -1015,9 +1016,9 @@ impl Service {
             && backends.iter().all(|(c, _)| loaded.readable[*c])
             && (backends.is_empty() || config.backend_connections > 0);
         let timeout_status = timeout_status(&loaded, client_chan);
-        let capped: Arc<[(u16, Option<u32>)]> = shared
+        let exclusive: Arc<[(u16, Option<u32>)]> = shared
             .iter()
-            .filter(|b| b.exclusive.is_some() && b.max_per_worker > 0)
+            .filter(|b| b.exclusive.is_some())
             .map(|b| (b.chan, b.index))
             .collect();
         let parts = Arc::new(Parts {
@@ -1060,7 +1061,7 @@ impl Service {
             slot: std::sync::OnceLock::new(),
             successor: Mutex::new(None),
             handed_over: std::sync::atomic::AtomicU64::new(0),
-            capped,
+            exclusive,
         });
         let _ = parts.slot.set(Arc::new(Clients {
             parts: Arc::downgrade(&parts),
@@ -1262,18 +1263,7 @@ impl Service {
         let drained = !busy(&self.parts);
         // Their tasks see the sockets shut and end.
         for b in &self.parts.shared {
-            for c in b.slots.lock().expect("slots lock").iter_mut() {
-                if let Some(c) = c.take() {
-                    let _ = c.conn.stream.shutdown(std::net::Shutdown::Both);
-                }
-            }
-            if let Some(pools) = &b.exclusive {
-                for pool in pools.lock().expect("pools lock").iter_mut() {
-                    for c in pool.drain(..) {
-                        let _ = c.conn.stream.shutdown(std::net::Shutdown::Both);
-                    }
-                }
-            }
+            b.shut_all();
         }
         if let Some(t) = self.parts.tenant.get() {
             self.parts.platform.leave(*t);
@@ -1909,6 +1899,11 @@ fn instantiate(
         let readable = p.loaded.readable[*chan];
         for (i, a) in addrs.iter().enumerate() {
             let index = array.then_some(i as u32);
+            // An exclusive connection is taken at the first request.
+            if readable && p.exclusive.contains(&(*chan as u16, index)) {
+                g.outputs.push(unconnected(*chan, index));
+                continue;
+            }
             if readable && !p.shared.is_empty() {
                 match join_shared(p, compute_id, *chan as u16, index, false) {
                     Some((input, output)) => {
@@ -1944,10 +1939,10 @@ fn instantiate(
     // Peers reuse the pooled ones, so their request queues keep their room.
     g.peers.truncate(g.outputs.len());
     for (i, o) in g.outputs.iter().enumerate() {
-        // A capped backend's connections may all have been busy: the first
-        // request takes one (or waits for one) as after a clean close,
-        // rather than count the backend down.
-        let awaits = o.tx.is_none() && p.capped.contains(&(o.chan, o.index));
+        // An exclusive backend's connection is taken (or, at its cap,
+        // waited for) by the first request, as after a clean close, rather
+        // than the backend counted down.
+        let awaits = o.tx.is_none() && p.exclusive.contains(&(o.chan, o.index));
         let dead = o.tx.is_none() && !awaits;
         let peer = crate::compute::Peer {
             answers: o.chan as usize != p.client_chan && p.loaded.readable[o.chan as usize],
@@ -2053,14 +2048,13 @@ fn instantiate(
     p.computes.lock().expect("computes lock").insert(compute_id);
     let parts = p.clone();
     let park_after = p.config.park_after.filter(|_| p.parkable);
-    let capped = p.capped.clone();
     let mut armed = None;
     s.start_task(
         compute_id,
         Box::new(move |sl: &mut flick_runtime::Timeslice| {
             let r = compute.run(sl);
-            if r == flick_runtime::TaskStatus::Idle && !capped.is_empty() {
-                give_back_capped(&mut compute, &capped);
+            if r != flick_runtime::TaskStatus::Yield && !parts.exclusive.is_empty() {
+                give_back_exclusive(&mut compute, &parts, r == flick_runtime::TaskStatus::Done);
             }
             if let (flick_runtime::TaskStatus::Idle, Some(after)) = (r, park_after) {
                 consider_parking(&mut compute, &mut armed, after);
@@ -2115,22 +2109,34 @@ fn quiescent(c: &Compute) -> bool {
             .all(|i| i.follow.is_none() && !i.last_body && i.rx.is_empty())
 }
 
-/// Gives an idle instance's exclusive connections to capped backends
-/// (`capped`: their channels and indices) back to its worker's pool as
-/// soon as it has nothing in flight, rather than when its client parks:
-/// at the cap, another client's request waits for one of them, and a
-/// kept-alive client between requests must not hold it.
-fn give_back_capped(c: &mut Compute, capped: &[(u16, Option<u32>)]) {
-    if !quiescent(c) {
+/// Gives an idle instance's exclusive backend connections back to its
+/// worker's idle ones as soon as it has nothing in flight, rather than
+/// when its client parks or closes: a kept-alive client between requests
+/// holds none, so a worker needs about as many as it has requests at the
+/// backend (and, at a cap, another client's request waits for one).
+/// `ended`: the instance is done, and gives back what it holds (a
+/// connection still owed a reply is stacked by the sweep once answered).
+fn give_back_exclusive(c: &mut Compute, p: &Parts, ended: bool) {
+    if !ended && !quiescent(c) {
         return;
     }
     for out in 0..c.host.outputs.len() {
         let o = &c.host.outputs[out];
         let (chan, index) = (o.chan, o.index);
-        if !o.shared || o.tx.is_none() || !capped.contains(&(chan, index)) {
+        // An instance that ended has let go of its outputs' channels
+        // already; the connections are still named.
+        let holds = o.tx.is_some() || (ended && o.conn.is_some());
+        if !o.shared || !holds || !p.exclusive.contains(&(chan, index)) {
             continue;
         }
+        let held = o.conn.clone();
         c.host.give_back_connection(out);
+        if let (Some((conn, reader)), Some(backend)) = (
+            held,
+            p.shared.iter().find(|b| b.chan == chan && b.index == index),
+        ) {
+            backend.give_back(p.scheduler.home_of(c.host.id), reader, &conn);
+        }
         // Its replies' channel (and those of connections given back before,
         // closed since) goes: nothing is owed on it, and the next request
         // takes a connection with a channel of its own, so an instance

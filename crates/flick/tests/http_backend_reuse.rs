@@ -1,0 +1,239 @@
+//! Exclusive backend connections of the HTTP load balancer
+//! (`examples/http_lb.flick`) are held per request, not per client: an
+//! instance takes one at its first request to a backend (none to a
+//! backend it never writes to) and gives it back as soon as it has
+//! nothing in flight, and the next request on the worker takes the one
+//! given back last. Kept-alive clients between requests hold none, so a
+//! worker needs about as many as it has requests at the backend. Each
+//! client holding its own (and one to every backend, taken at its start)
+//! made 3,200 backend connections for 1,600 clients and a p99 latency
+//! several times the mean (docs/performance.md, "Many connections: the
+//! balancer at 1600").
+//!
+//! The backends are the test's own: they count the connections they
+//! accept and have open.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+use support::Procs;
+
+/// Connections a backend accepted, and those open now.
+#[derive(Default)]
+struct Counts {
+    accepted: AtomicUsize,
+    open: AtomicUsize,
+}
+
+/// Answers each GET with its path after `delay`, on keep-alive connections.
+fn backend(delay: Duration, counts: Arc<Counts>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            counts.accepted.fetch_add(1, Ordering::SeqCst);
+            counts.open.fetch_add(1, Ordering::SeqCst);
+            let counts = counts.clone();
+            thread::spawn(move || {
+                serve(s, delay);
+                counts.open.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    port
+}
+
+fn serve(s: TcpStream, delay: Duration) {
+    // Bounded: a test that fails leaves no thread behind for long.
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    loop {
+        let mut line = String::new();
+        let mut path = String::new();
+        loop {
+            line.clear();
+            if r.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if path.is_empty() {
+                path = line.split(' ').nth(1).unwrap_or("").to_string();
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        thread::sleep(delay);
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{path}",
+            path.len()
+        );
+        if w.write_all(resp.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// A GET of `path` on kept-alive connection `s`: its status, the body
+/// checked to be the client's own.
+fn get(s: &mut BufReader<TcpStream>, path: &str) -> u16 {
+    s.get_mut()
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut status = 0;
+    let mut len = 0;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            s.read_line(&mut line).unwrap() > 0,
+            "closed before a response"
+        );
+        if status == 0 {
+            status = line
+                .split(' ')
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap();
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0; len];
+    s.read_exact(&mut body).unwrap();
+    assert_eq!(String::from_utf8_lossy(&body), path, "the client's own");
+    status
+}
+
+/// The balancer with one worker in front of `backends`, with `extra` flags.
+fn balancer(procs: &mut Procs, backends: &[u16], extra: &[&str]) -> u16 {
+    let list: Vec<String> = backends.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_flick"))
+        .current_dir(support::ROOT)
+        .args(["run", "examples/http_lb.flick", "--workers", "1"])
+        .args([
+            "--listen",
+            &format!("client=127.0.0.1:{}", support::free_port()),
+        ])
+        .args(["--connect", &format!("backends={}", list.join(","))])
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    support::listening_port(procs, child)
+}
+
+fn client(port: u16) -> BufReader<TcpStream> {
+    let s = support::connect(port);
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    BufReader::new(s)
+}
+
+/// Waits (at most 15 s) for `done`; false if it never held.
+fn wait_for(mut done: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < until {
+        if done() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    done()
+}
+
+#[test]
+fn kept_alive_clients_taking_turns_share_one_backend_connection() {
+    let counts = [Arc::new(Counts::default()), Arc::new(Counts::default())];
+    let ports = [
+        backend(Duration::ZERO, counts[0].clone()),
+        backend(Duration::ZERO, counts[1].clone()),
+    ];
+    let mut procs = Procs(Vec::new());
+    let flick = balancer(&mut procs, &ports, &[]);
+    // Thirty-two clients, all connected and kept alive, one request at a
+    // time: the one before is answered, and its connection given back,
+    // before the next is sent.
+    let mut clients: Vec<_> = (0..32).map(|_| client(flick)).collect();
+    for round in 0..3 {
+        for (n, c) in clients.iter_mut().enumerate() {
+            assert_eq!(get(c, &format!("/r{round}c{n}")), 200);
+        }
+    }
+    let accepted: Vec<usize> = counts
+        .iter()
+        .map(|c| c.accepted.load(Ordering::SeqCst))
+        .collect();
+    // Held per client, 32 to 64 (one to each backend per instance).
+    assert!(
+        accepted.iter().all(|n| *n <= 1),
+        "96 requests one at a time opened {accepted:?} backend connections, \
+         where the one given back serves the next"
+    );
+    assert!(
+        accepted.iter().sum::<usize>() >= 1,
+        "the requests went to a backend"
+    );
+}
+
+#[test]
+fn a_bursts_backend_connections_beyond_those_kept_close_once_unused() {
+    let counts = Arc::new(Counts::default());
+    // Slow answers, so that the burst's requests are at the backend at
+    // once, each over a connection of its own.
+    let port = backend(Duration::from_millis(300), counts.clone());
+    let mut procs = Procs(Vec::new());
+    // Kept however long they idle: what closes them here is the sweep of
+    // those beyond the kept ones, not the idle timeout (4 s), which a
+    // loaded machine could reach before the requests after the burst.
+    let flick = balancer(&mut procs, &[port], &["--backend-idle-timeout-ms", "0"]);
+    let burst = 40;
+    let mut clients: Vec<_> = (0..burst).map(|_| client(flick)).collect();
+    for (n, c) in clients.iter_mut().enumerate() {
+        c.get_mut()
+            .write_all(format!("GET /b{n} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .unwrap();
+    }
+    for (n, c) in clients.iter_mut().enumerate() {
+        // The request is sent already: this reads its response.
+        let mut line = String::new();
+        c.read_line(&mut line).unwrap();
+        assert!(line.starts_with("HTTP/1.1 200"), "request {n}: {line:?}");
+        let mut rest = String::new();
+        while rest != "\r\n" {
+            rest.clear();
+            c.read_line(&mut rest).unwrap();
+        }
+        let mut body = vec![0; format!("/b{n}").len()];
+        c.read_exact(&mut body).unwrap();
+    }
+    let opened = counts.accepted.load(Ordering::SeqCst);
+    assert!(
+        opened > 16,
+        "the burst's requests were at the backend at once: {opened} connections"
+    );
+    // The clients stay connected and idle: the sweep closes the idle
+    // connections beyond the 16 a worker keeps, once unused for a second.
+    assert!(
+        wait_for(|| counts.open.load(Ordering::SeqCst) <= 16),
+        "{} backend connections still open after the burst",
+        counts.open.load(Ordering::SeqCst)
+    );
+    // Those kept serve the clients' next requests: nothing new is dialled.
+    for (n, c) in clients.iter_mut().take(8).enumerate() {
+        assert_eq!(get(c, &format!("/again{n}")), 200);
+    }
+    assert_eq!(
+        counts.accepted.load(Ordering::SeqCst),
+        opened,
+        "a request after the burst dialled a new connection"
+    );
+}
