@@ -220,6 +220,7 @@ impl Order {
         self.carry = None;
         self.client = None;
         self.local = None;
+        self.clock = None;
         for mut h in self.held.drain(..) {
             h.replies.clear();
             h.done = false;
