@@ -30,8 +30,8 @@
 //!
 //! Each run starts with empty tables whose memory the process already
 //! holds, as a worker's tables are once it has run a while: the engine
-//! is made before the clock starts (a flow table takes its pages as it is
-//! made), and the hand-written map is the one the verdict check filled,
+//! is made before the clock starts (it takes its tables' pages as it
+//! makes them), and the hand-written map is the one the verdict check filled,
 //! emptied. With `--cold`, both are made on the clock and the run pays
 //! for their pages (2^20 slots: tens of megabytes zeroed by the kernel;
 //! the hand-written map's pages as its entries first reach them).
@@ -797,8 +797,8 @@ fn bench_case<B: ByHand>(case: &Case, a: &Args, make: impl Fn() -> B) {
         let (mut fl, mut hd) = (Vec::new(), Vec::new());
         let parsing = measure.starts_with("frame");
         for _ in 0..a.reps {
-            // Warm: the engine made (its tables' memory taken as it is
-            // made) before the clock starts. Cold: made on the clock.
+            // Warm: the engine made (its tables' pages taken as it makes
+            // them) before the clock starts. Cold: made on the clock.
             let made = (!a.cold).then(|| Engine::new(program.clone()));
             let mut sink = 0u64;
             let t = CpuClock::now();

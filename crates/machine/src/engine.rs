@@ -4,7 +4,10 @@
 //! such stage's context, so a packet looks the key up once for them all.
 //!
 //! Per packet and stage: build the flow key (ordered endpoints for a
-//! biflow key), look the context up; if it has expired, run its timeout
+//! biflow key), look the context up (unless the table's key summary says
+//! the key is absent and the stage's rows say a packet from this port
+//! that finds no context leaves none: then the lookup would miss and
+//! change nothing); if it has expired, run its timeout
 //! transition (or reset it when there is none); evaluate the condition
 //! vector, take the first matching row, run its updates in order, move to
 //! its next state, and collect its sends and writes. A context back in its
@@ -435,6 +438,7 @@ impl Engine {
             }
             let data = at - META_WORDS - key_len;
             tables[t].flows = FlowTable::new(all[members[0]].capacity, key_len, data);
+            tables[t].flows.take_pages();
         }
         let globals = program.machine.globals.iter().map(|g| g.init).collect();
         let places = vec![Place::default(); BATCH * tables.len()];

@@ -285,7 +285,7 @@ impl FlowTable {
             .as_ptr()
             .align_offset(LINE_WORDS * 8)
             .min(LINE_WORDS - 1);
-        let mut table = FlowTable {
+        let table = FlowTable {
             key_len,
             regs,
             mask: buckets - 1,
@@ -303,9 +303,16 @@ impl FlowTable {
         };
         advise_huge_pages(&table.records);
         advise_huge_pages(&table.tags);
-        touch_pages(&mut table.records);
-        touch_pages(&mut table.tags);
         table
+    }
+
+    /// Takes every page of the table now (see [`touch_pages`]), so that no
+    /// lookup or insertion waits on the kernel zeroing one. The engine
+    /// does this for the tables it runs; a table made only to be sized,
+    /// or filled slowly, need not.
+    pub fn take_pages(&mut self) {
+        touch_pages(&mut self.records);
+        touch_pages(&mut self.tags);
     }
 
     /// Words of the keys it holds.
