@@ -1219,6 +1219,31 @@ mod tests {
     }
 
     #[test]
+    fn integer_answers_are_numbers_and_others_values() {
+        let mut s = Shard::new(3, 8);
+        s.store(0, Value::Dict { state: u16::MAX }).unwrap();
+        s.store(1, Value::Int(5)).unwrap();
+        s.dict_set(0, b"\x02i", Value::Int(-3)).unwrap();
+        s.dict_set(0, b"\x02b", Value::Bytes(Arc::from(&b"xy"[..])))
+            .unwrap();
+        let mut out = Value::Unit;
+        assert_eq!(s.dict_get_int(0, b"\x02i", &mut out), Ok(IntField::Int(-3)));
+        assert_eq!(s.dict_get_int(0, b"\x02n", &mut out), Ok(IntField::None));
+        assert_eq!(out, Value::Unit, "numbers leave `out` alone");
+        assert_eq!(s.dict_get_int(0, b"\x02b", &mut out), Ok(IntField::Other));
+        assert_eq!(out, Value::Bytes(Arc::from(&b"xy"[..])));
+        assert!(s.dict_get_int(1, b"\x02i", &mut out).is_err());
+        // `dict_of` names what `load` returns as a dictionary.
+        for i in 0..4 {
+            let loaded = match s.load(i) {
+                Value::Dict { state } => Some(state),
+                _ => None,
+            };
+            assert_eq!(s.dict_of(i), loaded, "state {i}");
+        }
+    }
+
+    #[test]
     fn a_full_dictionary_refuses_new_keys_and_updates_old_ones() {
         let mut s = Shard::new(1, 2);
         s.store(0, Value::Dict { state: u16::MAX }).unwrap();
