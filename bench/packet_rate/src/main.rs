@@ -46,6 +46,12 @@ struct Args {
     reps: usize,
 }
 
+/// Says what is wrong with the command line and how to use it, then exits 2.
+fn usage_error(what: &str) -> ! {
+    eprint!("packet-rate: {what}\n\n{USAGE}");
+    std::process::exit(2)
+}
+
 fn args() -> Args {
     let mut a = Args {
         workers: vec![1, 2, 4],
@@ -55,7 +61,9 @@ fn args() -> Args {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        let value = it
+            .next()
+            .unwrap_or_else(|| usage_error(&format!("{flag} needs a value")));
         match flag.as_str() {
             "--workers" => {
                 a.workers = value
@@ -66,7 +74,7 @@ fn args() -> Args {
             "--frames" => a.frames = value.parse().unwrap(),
             "--flows" => a.flows = value.parse().unwrap(),
             "--reps" => a.reps = value.parse().unwrap(),
-            _ => panic!("unknown flag {flag} (--workers, --frames, --flows, --reps)"),
+            _ => usage_error(&format!("unknown flag {flag}")),
         }
     }
     a
@@ -315,7 +323,19 @@ fn hash(bytes: &[u8]) -> u64 {
     flick_testkit::packet_model::fnv1a(bytes)
 }
 
+const USAGE: &str = "\
+packet-rate: frames per second of the packet examples from memory, Flick's
+engine against the same logic written by hand.
+
+  packet-rate [--workers \"1 2 4\"] [--frames N] [--flows N] [--reps N]
+  packet-rate machines [--frames N] [--reps N] [--slots N]
+";
+
 fn main() {
+    if std::env::args().any(|a| a == "-h" || a == "--help") {
+        print!("{USAGE}");
+        return;
+    }
     if std::env::args().nth(1).as_deref() == Some("machines") {
         return machines::main(std::env::args().skip(2));
     }
