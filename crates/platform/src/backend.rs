@@ -60,6 +60,30 @@ struct Member {
 struct Members {
     next_key: u32,
     list: Vec<Member>,
+    /// The instance's ends of an idle exclusive connection's last member
+    /// (its key, requests sender, replies receiver), kept by the connection
+    /// when the instance gave it back, for the next instance to take over
+    /// (bound to it): giving back and taking then neither close channels,
+    /// which would wake the connection's reader and writer for nothing,
+    /// nor make new ones.
+    kept: Option<(u32, Sender<Msg>, Receiver<Msg>)>,
+}
+
+impl Members {
+    /// Whether no member has a request left to write: their instances
+    /// ended (or gave the connection back) with nothing queued.
+    fn none_writing(&self) -> bool {
+        let kept = self.kept.as_ref().map(|k| k.0);
+        self.list
+            .iter()
+            .all(|m| m.requests.is_finished() || (Some(m.key) == kept && m.requests.is_empty()))
+    }
+
+    /// Forgets every member (the connection closes or changes hands).
+    fn clear(&mut self) {
+        self.list.clear();
+        self.kept = None;
+    }
 }
 
 /// A request written on a shared connection and not yet answered.
@@ -157,7 +181,7 @@ impl SharedConn {
             // Members whose instance has ended and left nothing to write
             // are gone already, whether or not the writer has seen it.
             let busy = self.streaming.load(Ordering::Acquire)
-                || members.list.iter().any(|m| !m.requests.is_finished())
+                || !members.none_writing()
                 || !self.inflight.lock().expect("inflight lock").is_empty();
             if busy {
                 return None;
@@ -172,11 +196,20 @@ impl SharedConn {
             let too_old = idle_timeout.is_some_and(|t| self.unused_for() >= t);
             if too_old || self.ended_while_idle() {
                 self.dead.store(true, Ordering::Release);
-                members.list.clear();
+                members.clear();
                 let _ = self.conn.stream.shutdown(std::net::Shutdown::Both);
                 return None;
             }
-            members.list.clear();
+            if let Some((key, req_tx, rep_rx)) = members.kept.take() {
+                members.list.retain(|m| m.key == key);
+                if members.list.len() == 1 {
+                    self.touch();
+                    req_tx.bind(compute);
+                    rep_rx.bind(compute);
+                    return Some(self.ends(rep_rx, req_tx, idle_timeout));
+                }
+            }
+            members.clear();
         }
         self.touch();
         let (req_tx, req_rx) = graphs.links.channel();
@@ -193,7 +226,18 @@ impl SharedConn {
             requests: req_rx,
             replies: rep_tx,
         });
-        Some((
+        Some(self.ends(rep_rx, req_tx, idle_only.flatten()))
+    }
+
+    /// An instance's input and output for this connection, over its ends
+    /// of a member's channels.
+    fn ends(
+        self: &Arc<Self>,
+        rep_rx: Receiver<Msg>,
+        req_tx: Sender<Msg>,
+        idle_limit: Option<Duration>,
+    ) -> (Input, Output) {
+        (
             Input {
                 rx: rep_rx,
                 chan: self.chan,
@@ -211,9 +255,9 @@ impl SharedConn {
                 conn: Some((self.conn.clone(), self.reader)),
                 crc: None,
                 shared: true,
-                idle_limit: idle_only.flatten(),
+                idle_limit,
             },
-        ))
+        )
     }
 
     /// Whether an idle connection has ended, or holds bytes no request
@@ -230,7 +274,7 @@ impl SharedConn {
         let members = self.members.lock().expect("members lock");
         !self.is_dead()
             && !self.streaming.load(Ordering::Acquire)
-            && members.list.iter().all(|m| m.requests.is_finished())
+            && members.none_writing()
             && self.inflight.lock().expect("inflight lock").is_empty()
     }
 
@@ -247,7 +291,7 @@ impl SharedConn {
     /// The connection failed: every member hears of it.
     fn fail(&self) {
         self.dead.store(true, Ordering::Release);
-        self.members.lock().expect("members lock").list.clear();
+        self.members.lock().expect("members lock").clear();
         self.inflight.lock().expect("inflight lock").clear();
     }
 }
@@ -790,9 +834,17 @@ impl Backend {
     }
 
     /// Instance on `worker` gives back its exclusive connection, whose
-    /// reader is `reader` (its request channel dropped, nothing owed): it
-    /// goes on top of the worker's idle ones, for the next request to take.
-    pub fn give_back(&self, worker: usize, reader: TaskId, conn: &Arc<Conn>) {
+    /// reader is `reader`, with nothing owed: it goes on top of the
+    /// worker's idle ones, for the next request to take. `ends`: the
+    /// instance's ends of its member's channels (requests sender, replies
+    /// receiver), kept for the next instance; `None` where it dropped them.
+    pub fn give_back(
+        &self,
+        worker: usize,
+        reader: TaskId,
+        conn: &Arc<Conn>,
+        ends: Option<(Sender<Msg>, Receiver<Msg>)>,
+    ) {
         let Some(pools) = &self.exclusive else {
             return;
         };
@@ -802,7 +854,21 @@ impl Backend {
         let Some(c) = pool.open.get(&reader.0) else {
             return;
         };
-        if !Arc::ptr_eq(&c.conn, conn) || !c.is_idle() {
+        if !Arc::ptr_eq(&c.conn, conn) {
+            return;
+        }
+        if let Some((req_tx, rep_rx)) = ends {
+            let mut members = c.members.lock().expect("members lock");
+            // Its member is the one whose requests channel is still open
+            // (the others left: given back without their ends, or ended);
+            // with none or several, the ends are dropped, closing them.
+            let mut open = members.list.iter().filter(|m| !m.requests.is_finished());
+            if let (Some(m), None) = (open.next(), open.next()) {
+                let key = m.key;
+                members.kept = Some((key, req_tx, rep_rx));
+            }
+        }
+        if !c.is_idle() {
             return;
         }
         let c = c.clone();

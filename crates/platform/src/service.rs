@@ -2130,18 +2130,36 @@ fn give_back_exclusive(c: &mut Compute, p: &Parts, ended: bool) {
             continue;
         }
         let held = o.conn.clone();
+        // The instance's ends of the member's channels go with the
+        // connection, for the next instance to take over, where they are
+        // known: its one open replies input for this backend.
+        let tx = c.host.outputs[out].tx.take();
         c.host.give_back_connection(out);
+        let client = c.client.map(|i| (c.inputs[i].chan, c.inputs[i].index));
+        let mut live = c
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.chan == chan && i.index == index && !i.rx.is_finished());
+        let replies = match (ended, live.next(), live.next()) {
+            (false, Some((k, _)), None) => Some(k),
+            _ => None,
+        };
+        let ends = match (tx, replies) {
+            (Some(tx), Some(k)) => Some((tx, c.inputs.remove(k).rx)),
+            _ => None,
+        };
         if let (Some((conn, reader)), Some(backend)) = (
             held,
             p.shared.iter().find(|b| b.chan == chan && b.index == index),
         ) {
-            backend.give_back(p.scheduler.home_of(c.host.id), reader, &conn);
+            backend.give_back(p.scheduler.home_of(c.host.id), reader, &conn, ends);
         }
-        // Its replies' channel (and those of connections given back before,
-        // closed since) goes: nothing is owed on it, and the next request
-        // takes a connection with a channel of its own, so an instance
-        // answering many requests keeps one input per backend.
-        let client = c.client.map(|i| (c.inputs[i].chan, c.inputs[i].index));
+        // What is left of its inputs for the backend (channels closed:
+        // the ends were not kept, or of connections given back before)
+        // goes: nothing is owed on them, and the next request takes a
+        // connection with a channel of its own, so an instance answering
+        // many requests keeps one input per backend.
         c.inputs.retain(|i| i.chan != chan || i.index != index);
         c.client =
             client.and_then(|(ch, ix)| c.inputs.iter().position(|i| i.chan == ch && i.index == ix));
