@@ -18,10 +18,8 @@
 //!   fixed-offset parsing then the hand-written logic.
 //! - `machine batch`, `frame batch`: the same, the engine taking frames
 //!   [`BATCH`] at a time through `Engine::process_batch` (a worker's
-//!   batch of the packet service), which hashes a batch's keys once and
-//!   prefetches their buckets where a key has several words (the balancer
-//!   and the tracker), and runs them one by one otherwise (port
-//!   knocking); the hand-written code as before. The batch measures also
+//!   batch of the packet service), which runs them one by one; the
+//!   hand-written code as before. The batch measures also
 //!   read a frame descriptor per frame, which the others do not.
 //!
 //! Rates are per second of the thread's time on a CPU

@@ -254,20 +254,6 @@ impl TableState {
     }
 }
 
-/// Whether hashing a batch's keys up front and asking for their buckets
-/// and records ahead pays, from the tables alone: where some key has
-/// several words. Hashing such a key is a chain of multiplications per
-/// word that the lookup's address waits on; done a batch ahead, with the
-/// lines asked for, the misses overlap (the balancer's and the
-/// tracker's four-word keys: 10% and 3-6% more frames per CPU second in
-/// batches than without the hints). A one-word key is hashed at once and
-/// the processor already starts the next frame's lookup while it
-/// finishes this one; the extra pass and hints then cost (port knocking:
-/// 6-8% fewer). Measured in `bench/results/machine_rate.md`.
-fn batch_pays(tables: &[TableState]) -> bool {
-    tables.iter().skip(1).any(|t| t.flows.key_len() > 1)
-}
-
 /// A stateful stage's timeouts.
 fn timeouts(stage: &Stage) -> Timeouts {
     Timeouts {
@@ -302,14 +288,8 @@ pub enum ReplaceError {
     Globals,
 }
 
-/// Frames [`Engine::process_batch`] hashes and prefetches ahead of
-/// processing them, at most.
+/// Frames a worker hands [`Engine::process_batch`] at a time, at most.
 pub const BATCH: usize = 64;
-/// How many frames ahead of the one processed a batch asks for tag words,
-/// and for the records those tags point at (after the tags have had time
-/// to arrive).
-const TAGS_AHEAD: usize = 8;
-const RECORDS_AHEAD: usize = 4;
 
 /// One frame of a batch, as [`Engine::process_batch`] reads it.
 pub trait BatchFrame {
@@ -351,11 +331,6 @@ pub struct Engine {
     program: Arc<Program>,
     stages: Vec<StageState>,
     tables: Vec<TableState>,
-    /// A batch's places, [`BATCH`] frames of one per table, made once.
-    places: Vec<Place>,
-    /// Whether [`Engine::process_batch`] hashes and prefetches ahead or
-    /// runs the frames one by one (see [`batch_pays`]).
-    prefetch: bool,
     globals: Vec<Value>,
     counters: Counters,
     /// The latest packet time seen, microseconds.
@@ -441,14 +416,10 @@ impl Engine {
             tables[t].flows.take_pages();
         }
         let globals = program.machine.globals.iter().map(|g| g.init).collect();
-        let places = vec![Place::default(); BATCH * tables.len()];
-        let prefetch = batch_pays(&tables);
         Engine {
             program,
             stages,
             tables,
-            places,
-            prefetch,
             globals,
             counters: Counters::default(),
             now_us: 0,
@@ -500,78 +471,37 @@ impl Engine {
     #[inline]
     pub fn process(&mut self, fields: &[Value], port: u8, len: usize, ts_ns: u64) -> Verdict {
         let mut verdict = Verdict::default();
-        self.process_at(fields, port, len, ts_ns, None, &mut verdict);
+        self.process_at(fields, port, len, ts_ns, &mut verdict);
         verdict
     }
 
     /// Runs frames through the stages in order, as [`Engine::process`]
     /// one after another would (same effects, same order), calling `out`
-    /// with each frame's index and verdict. Where it pays (see
-    /// [`batch_pays`]), every table's key is hashed once per frame up
-    /// front, [`BATCH`] frames at a time, and the buckets' tag words, then
-    /// the matching records, are asked for a few frames ahead, so that
-    /// one frame's cache misses overlap the work on those before it.
-    /// Allocates nothing.
+    /// with each frame's index and verdict. Allocates nothing.
+    ///
+    /// It used to hash a batch's keys first and ask for their tag words
+    /// and records a few frames ahead, where a key had several words. With
+    /// the hash two multiplications and replies' lookups skipped, that
+    /// cost more than it saved: without it, Flick's frames per CPU second
+    /// in batches went from 13.5-14.0 M to 18.0-18.3 M for the balancer,
+    /// 7.9-8.0 M to 9.0 M for the tracker (with parsing in batches 6.4 M
+    /// to 8.6 M, and the tracker's 5.4 M to 4.5-5.0 M: its one loss). The
+    /// frames now run one by one.
     pub fn process_batch<F: BatchFrame>(
         &mut self,
         frames: &[F],
         mut out: impl FnMut(usize, Verdict),
     ) {
-        if !self.prefetch {
-            for (i, f) in frames.iter().enumerate() {
-                let mut v = Verdict::default();
-                self.process_at(f.fields(), f.port(), f.bytes(), f.ts_ns(), None, &mut v);
-                out(i, v);
-            }
-            return;
+        for (i, f) in frames.iter().enumerate() {
+            let mut v = Verdict::default();
+            self.process_at(f.fields(), f.port(), f.bytes(), f.ts_ns(), &mut v);
+            out(i, v);
         }
-        let mut places = std::mem::take(&mut self.places);
-        let program = Arc::clone(&self.program);
-        let stages = &program.machine.stages;
-        let n = self.tables.len();
-        for (c, chunk) in frames.chunks(BATCH).enumerate() {
-            for (i, f) in chunk.iter().enumerate() {
-                for (t, table) in self.tables.iter().enumerate().skip(1) {
-                    let mut key = [0 as Value; MAX_KEY];
-                    let k = flow_key(&stages[table.first], f.fields(), &mut key);
-                    places[i * n + t] = table.flows.place(&key[..k]);
-                }
-            }
-            let ask = |engine: &Engine, i: usize, records: bool| {
-                for (t, table) in engine.tables.iter().enumerate().skip(1) {
-                    if records {
-                        table.flows.prefetch_records(places[i * n + t]);
-                    } else {
-                        table.flows.prefetch_tags(places[i * n + t]);
-                    }
-                }
-            };
-            for i in 0..chunk.len().min(TAGS_AHEAD) {
-                ask(self, i, false);
-            }
-            for i in 0..chunk.len().min(RECORDS_AHEAD) {
-                ask(self, i, true);
-            }
-            for (i, f) in chunk.iter().enumerate() {
-                if i + TAGS_AHEAD < chunk.len() {
-                    ask(self, i + TAGS_AHEAD, false);
-                }
-                if i + RECORDS_AHEAD < chunk.len() {
-                    ask(self, i + RECORDS_AHEAD, true);
-                }
-                let at = &places[i * n..(i + 1) * n];
-                let mut v = Verdict::default();
-                self.process_at(f.fields(), f.port(), f.bytes(), f.ts_ns(), Some(at), &mut v);
-                out(c * BATCH + i, v);
-            }
-        }
-        self.places = places;
     }
 
-    /// [`Engine::process`], with each table's place computed already
-    /// where `places` is given (one per table), into `verdict` (empty):
-    /// the caller's, since a verdict returned by value is copied (144
-    /// bytes, a call to `memcpy` per packet).
+    /// [`Engine::process`] into `verdict` (empty): the caller's, since a
+    /// verdict returned by value is copied (144 bytes, a call to `memcpy`
+    /// per packet).
     #[inline]
     fn process_at(
         &mut self,
@@ -579,7 +509,6 @@ impl Engine {
         port: u8,
         len: usize,
         ts_ns: u64,
-        places: Option<&[Place]>,
         verdict: &mut Verdict,
     ) {
         let now = ts_ns / 1000;
@@ -624,7 +553,6 @@ impl Engine {
                     &mut self.counters,
                     &mut meta,
                     fields,
-                    places.map(|p| p[t]),
                     (now, port, len),
                     verdict,
                 )
@@ -662,7 +590,6 @@ impl Engine {
         counters: &mut Counters,
         meta: &mut [Value; MAX_META],
         fields: &[Value],
-        place: Option<Place>,
         packet: (u64, Value, Value),
         verdict: &mut Verdict,
     ) -> Option<&'t Entry> {
@@ -675,10 +602,7 @@ impl Engine {
             table.slot
         } else {
             table.looked_up = counters.packets;
-            table.placed = place.is_some();
-            if let Some(place) = place {
-                table.place = place;
-            }
+            table.placed = false;
             table.slot = if tables.quiet_miss(port) && table.flows.absent(key) {
                 None
             } else {

@@ -254,19 +254,6 @@ fn touch_pages(v: &mut [Value]) {
     }
 }
 
-/// Asks for the cache line holding `p`; a hint only, nothing where the
-/// target has no such instruction.
-#[inline(always)]
-fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults, whatever the address.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch(p as *const i8, core::arch::x86_64::_MM_HINT_T0)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 impl FlowTable {
     /// A table for at least `capacity` contexts (whole buckets, a power of
     /// two of them, plus the stash) of `key_len` key words and `regs`
@@ -511,30 +498,6 @@ impl FlowTable {
             self.probe = (0..self.key_len)
                 .min_by_key(|&i| self.nonzero[i])
                 .unwrap_or(0);
-        }
-    }
-
-    /// Asks for the two tag words of `place` ahead of a lookup, so that a
-    /// batch's misses overlap.
-    #[inline]
-    pub fn prefetch_tags(&self, place: Place) {
-        prefetch(self.tags.as_ptr().wrapping_add(place.b1));
-        prefetch(self.tags.as_ptr().wrapping_add(place.b2));
-    }
-
-    /// Asks for the key words of the slots whose tag matches `place`'s,
-    /// reading the tag words (asked for earlier by
-    /// [`FlowTable::prefetch_tags`]); the stash is left alone.
-    #[inline]
-    pub fn prefetch_records(&self, place: Place) {
-        let Place { b1, b2, tag } = place;
-        for b in [b1, b2] {
-            let mut lanes = matching_lanes(self.tags[b], tag);
-            while lanes != 0 {
-                let s = b * BUCKET + lanes.trailing_zeros() as usize / 16;
-                prefetch(self.records.as_ptr().wrapping_add(self.at(s) + META_WORDS));
-                lanes &= lanes - 1;
-            }
         }
     }
 

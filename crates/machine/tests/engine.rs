@@ -157,8 +157,7 @@ fn a_packet_goes_on_through_later_stages() {
 }
 
 /// Two stages on one biflow key, small tables (so they fill and evict)
-/// and idle timeouts: the batch path's shared place and prefetches meet
-/// every branch of a lookup.
+/// and idle timeouts: the batch path meets every branch of a lookup.
 const SHARED_KEY: &str = r#"
 Stage one {
     Register n;
