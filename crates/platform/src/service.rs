@@ -2135,14 +2135,29 @@ fn give_back_exclusive(c: &mut Compute, p: &Parts, ended: bool) {
         // known: its one open replies input for this backend.
         let tx = c.host.outputs[out].tx.take();
         c.host.give_back_connection(out);
-        let client = c.client.map(|i| (c.inputs[i].chan, c.inputs[i].index));
+        if ended {
+            // Its inputs may be gone already (a broken instance's are):
+            // only the connection goes back.
+            drop(tx);
+            if let (Some((conn, reader)), Some(backend)) = (
+                held,
+                p.shared.iter().find(|b| b.chan == chan && b.index == index),
+            ) {
+                backend.give_back(p.scheduler.home_of(c.host.id), reader, &conn, None);
+            }
+            continue;
+        }
+        let client = c
+            .client
+            .and_then(|i| c.inputs.get(i))
+            .map(|i| (i.chan, i.index));
         let mut live = c
             .inputs
             .iter()
             .enumerate()
             .filter(|(_, i)| i.chan == chan && i.index == index && !i.rx.is_finished());
-        let replies = match (ended, live.next(), live.next()) {
-            (false, Some((k, _)), None) => Some(k),
+        let replies = match (live.next(), live.next()) {
+            (Some((k, _)), None) => Some(k),
             _ => None,
         };
         let ends = match (tx, replies) {
