@@ -196,6 +196,18 @@ fn check_bounds_sizes_each_stages_table() {
         out.contains("stage knocking: table of 4104 contexts, 32 bytes per context"),
         "{out}"
     );
+    // The whole table: at least its contexts, at most twice them (records
+    // padded to a power of two words) and its indexes.
+    let total: usize = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("flow tables: "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no flow tables line: {out}"));
+    assert!(
+        (4104 * 32..4104 * 64 + 64 * 1024).contains(&total),
+        "{total} bytes: {out}"
+    );
 }
 
 #[test]

@@ -138,6 +138,55 @@ impl Program {
         Ok(Program { machine, tables })
     }
 
+    /// The stages keeping flow contexts, grouped by the table they share:
+    /// stages on the same key, direction and capacity share one table
+    /// whose record holds each one's context. In stage order, each group
+    /// in the order its first stage comes.
+    pub fn table_groups(&self) -> Vec<Vec<usize>> {
+        let all = &self.machine.stages;
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (s, stage) in all.iter().enumerate().filter(|(_, st)| !st.stateless()) {
+            let shared = groups.iter_mut().find(|g| {
+                let first = &all[g[0]];
+                first.key == stage.key
+                    && first.biflow == stage.biflow
+                    && first.capacity == stage.capacity
+            });
+            match shared {
+                Some(group) => group.push(s),
+                None => groups.push(vec![s]),
+            }
+        }
+        groups
+    }
+
+    /// Words after the key in a record of the table `group` shares: the
+    /// first stage's registers, then each other's meta words and registers.
+    fn record_data_words(&self, group: &[usize]) -> usize {
+        let stages = &self.machine.stages;
+        group
+            .iter()
+            .map(|&s| stages[s].flow_regs.len())
+            .sum::<usize>()
+            + META_WORDS * (group.len() - 1)
+    }
+
+    /// Bytes the flow tables of one engine (a worker) take, padding and
+    /// indexes included: what [`Engine::new`] allocates and touches.
+    pub fn table_bytes(&self) -> usize {
+        self.table_groups()
+            .iter()
+            .map(|group| {
+                let first = &self.machine.stages[group[0]];
+                FlowTable::bytes_for(
+                    first.capacity,
+                    first.key.len(),
+                    self.record_data_words(group),
+                )
+            })
+            .sum()
+    }
+
     /// Bytes one flow context of stage `s` takes in its table: key words,
     /// registers, and the state and timestamps.
     pub fn context_bytes(&self, s: usize) -> usize {
@@ -211,8 +260,6 @@ const PRESENT: Value = 1 << 32;
 /// packet looks the key up once for all of them (the tracker's two).
 struct TableState {
     flows: FlowTable,
-    /// The stage whose key this is.
-    first: usize,
     /// Per stage kept here: its state word's place in a record and its
     /// timeouts (a record may be evicted early when every context in it
     /// has expired).
@@ -345,7 +392,6 @@ impl Engine {
         // Stateless stages share one empty table: they look nothing up.
         tables.push(TableState {
             flows: FlowTable::new(0, 0, 0),
-            first: usize::MAX,
             members: Vec::new(),
             live: Vec::new(),
             looked_up: u64::MAX,
@@ -357,34 +403,25 @@ impl Engine {
         // first one's state, created and last in the table's own meta
         // words and registers after the key, then the others' meta words
         // and registers in turn.
-        let mut layouts: Vec<Vec<usize>> = vec![Vec::new()];
+        let groups = program.table_groups();
+        for _ in &groups {
+            tables.push(TableState {
+                flows: FlowTable::new(0, 0, 0),
+                members: Vec::new(),
+                live: Vec::new(),
+                looked_up: u64::MAX,
+                slot: None,
+                place: Place::default(),
+                placed: false,
+            });
+        }
+        let layouts: Vec<Vec<usize>> = std::iter::once(Vec::new()).chain(groups).collect();
         for (s, stage) in all.iter().enumerate() {
             let init: Vec<Value> = stage.flow_regs.iter().map(|r| r.init).collect();
-            let table = if stage.stateless() {
-                0
-            } else {
-                let shared = (1..tables.len()).find(|&t| {
-                    let first = &all[tables[t].first];
-                    first.key == stage.key
-                        && first.biflow == stage.biflow
-                        && first.capacity == stage.capacity
-                });
-                shared.unwrap_or_else(|| {
-                    tables.push(TableState {
-                        flows: FlowTable::new(0, 0, 0),
-                        first: s,
-                        members: Vec::new(),
-                        live: Vec::new(),
-                        looked_up: u64::MAX,
-                        slot: None,
-                        place: Place::default(),
-                        placed: false,
-                    });
-                    layouts.push(Vec::new());
-                    tables.len() - 1
-                })
-            };
-            layouts[table].push(s);
+            let table = layouts
+                .iter()
+                .position(|members| members.contains(&s))
+                .unwrap_or(0);
             stages.push(StageState {
                 regs: init.clone(),
                 init,
@@ -412,6 +449,7 @@ impl Engine {
                 tables[t].live.push(0);
             }
             let data = at - META_WORDS - key_len;
+            debug_assert_eq!(data, program.record_data_words(members));
             tables[t].flows = FlowTable::new(all[members[0]].capacity, key_len, data);
             tables[t].flows.take_pages();
         }

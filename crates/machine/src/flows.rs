@@ -254,19 +254,52 @@ fn touch_pages(v: &mut [Value]) {
     }
 }
 
+/// How a table for `capacity` contexts is laid out.
+struct Layout {
+    buckets: usize,
+    slots: usize,
+    /// Words per record.
+    stride: usize,
+}
+
+impl Layout {
+    fn of(capacity: usize, key_len: usize, regs: usize) -> Layout {
+        let buckets = capacity.div_ceil(BUCKET).max(2).next_power_of_two();
+        let words = META_WORDS + key_len + regs;
+        Layout {
+            buckets,
+            slots: buckets * BUCKET + STASH,
+            stride: if words <= LINE_WORDS {
+                words.next_power_of_two()
+            } else {
+                words.next_multiple_of(LINE_WORDS)
+            },
+        }
+    }
+}
+
 impl FlowTable {
+    /// The bytes [`FlowTable::new`] allocates for these arguments: records
+    /// with their padding, tags, alternate buckets, the key summary and the
+    /// search queue. What a table holds at most, for memory budgets.
+    pub fn bytes_for(capacity: usize, key_len: usize, regs: usize) -> usize {
+        let Layout { slots, stride, .. } = Layout::of(capacity, key_len, regs);
+        8 * (slots * stride + LINE_WORDS - 1)
+            + 8 * (slots / BUCKET)
+            + 4 * slots
+            + 4 * key_len * SUMMARY
+            + std::mem::size_of::<(u32, u32)>() * (MAX_SEARCH + 2 * BUCKET)
+    }
+
     /// A table for at least `capacity` contexts (whole buckets, a power of
     /// two of them, plus the stash) of `key_len` key words and `regs`
     /// registers.
     pub fn new(capacity: usize, key_len: usize, regs: usize) -> FlowTable {
-        let buckets = capacity.div_ceil(BUCKET).max(2).next_power_of_two();
-        let slots = buckets * BUCKET + STASH;
-        let words = META_WORDS + key_len + regs;
-        let stride = if words <= LINE_WORDS {
-            words.next_power_of_two()
-        } else {
-            words.next_multiple_of(LINE_WORDS)
-        };
+        let Layout {
+            buckets,
+            slots,
+            stride,
+        } = Layout::of(capacity, key_len, regs);
         let records: Vec<Value> = vec![0; slots * stride + LINE_WORDS - 1];
         let base = records
             .as_ptr()
@@ -715,6 +748,23 @@ mod tests {
                 .sum();
             assert_eq!(got, expected, "{lanes:x?} for {tag:x}");
             assert_eq!(m & !0x8000_8000_8000_8000, 0);
+        }
+    }
+
+    #[test]
+    fn bytes_for_is_what_a_table_allocates() {
+        for (capacity, key_len, regs) in [(0, 0, 0), (64, 1, 1), (4096, 2, 3), (5000, 5, 9)] {
+            let t = FlowTable::new(capacity, key_len, regs);
+            let held = 8 * t.records.len()
+                + 8 * t.tags.len()
+                + 4 * t.alts.len()
+                + 4 * t.summary.len()
+                + std::mem::size_of::<(u32, u32)>() * t.search.capacity();
+            assert_eq!(
+                FlowTable::bytes_for(capacity, key_len, regs),
+                held,
+                "{capacity} {key_len} {regs}"
+            );
         }
     }
 

@@ -341,19 +341,9 @@ fn machine_of(file: &str, text: &str) -> Result<(flick_machine::Machine, Vec<Str
     }
 }
 
-/// Each stateful stage's table bytes, for one worker.
+/// The flow tables' bytes, for one worker: what its engine allocates.
 fn machine_bytes(program: &Program) -> u64 {
-    program
-        .machine
-        .stages
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| !s.stateless())
-        .map(|(i, s)| {
-            let slots = flick_machine::flows::FlowTable::new(s.capacity, 0, 0).capacity();
-            (slots * program.context_bytes(i)) as u64
-        })
-        .sum()
+    program.table_bytes() as u64
 }
 
 fn start_machine(spec: &DeploySpec) -> Result<Running, Refusal> {
