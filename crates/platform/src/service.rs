@@ -2182,6 +2182,10 @@ fn give_back_exclusive(c: &mut Compute, p: &Parts, ended: bool) {
     }
 }
 
+/// A rest word no reader has (its state bits say `CLOSING`): what an
+/// armed parking timer remembers once a request came after it was set.
+const NOT_RESTING: u32 = u32::MAX;
+
 /// Parks an instance's client connection once the instance has had
 /// nothing in flight, and its reader has rested unbroken, for `after`:
 /// the reader is told to let go, which ends the instance as a client's
@@ -2194,7 +2198,13 @@ fn consider_parking(
     after: std::time::Duration,
 ) {
     if !quiescent(c) {
-        *armed = None;
+        // The timer already set stays: one per instance, not one per
+        // request (arming it anew after every reply cost a timer-heap push
+        // per op, and a run of the task for nothing when it fired). A rest
+        // seen before this request is not one to park after.
+        if let Some((seen, _)) = armed {
+            *seen = NOT_RESTING;
+        }
         return;
     }
     let client = c.host.client_chan;
