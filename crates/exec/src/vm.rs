@@ -858,6 +858,21 @@ impl Vm {
         self.ints[r as usize] = v;
     }
 
+    /// Whether integer field `field` of the message in `src` is `k` (a
+    /// field that is not an integer is not).
+    #[inline(always)]
+    fn field_is(
+        &self,
+        host: &mut dyn Host,
+        src: Reg,
+        record: u16,
+        field: u16,
+        k: i64,
+    ) -> Result<bool, Fault> {
+        let f = host.field_int(&self.regs[src as usize], record, field)?;
+        Ok(matches!(f, IntField::Int(x) if x == k))
+    }
+
     /// One operation of the typed form.
     #[inline(always)]
     fn fast_op(
@@ -963,8 +978,7 @@ impl Vm {
                 k,
                 ne,
             } => {
-                let f = host.field_int(&self.regs[src as usize], record, field)?;
-                let eq = matches!(f, IntField::Int(x) if x == k);
+                let eq = self.field_is(host, src, record, field, k)?;
                 self.set_slot(dst, (eq != ne) as i64);
             }
             Fast::FieldIsNone {
@@ -1052,9 +1066,7 @@ impl Vm {
                 ne,
                 to,
             } => {
-                let f = host.field_int(&self.regs[src as usize], record, field)?;
-                let eq = matches!(f, IntField::Int(x) if x == k);
-                if eq == ne {
+                if self.field_is(host, src, record, field, k)? == ne {
                     return Ok(Step::Goto(to));
                 }
             }

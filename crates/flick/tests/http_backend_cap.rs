@@ -16,67 +16,12 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::Duration;
+use support::http::path_backend;
 use support::Procs;
-
-/// Connections open now, and the most open at once.
-#[derive(Default)]
-struct Open {
-    now: AtomicUsize,
-    most: AtomicUsize,
-}
-
-/// Answers each GET with its path after `delay`, on keep-alive connections.
-fn backend(delay: Duration, open: Arc<Open>) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    thread::spawn(move || {
-        for s in listener.incoming().flatten() {
-            let n = open.now.fetch_add(1, Ordering::SeqCst) + 1;
-            open.most.fetch_max(n, Ordering::SeqCst);
-            let open = open.clone();
-            thread::spawn(move || {
-                serve(s, delay);
-                open.now.fetch_sub(1, Ordering::SeqCst);
-            });
-        }
-    });
-    port
-}
-
-fn serve(s: TcpStream, delay: Duration) {
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut w = s.try_clone().unwrap();
-    let mut r = BufReader::new(s);
-    loop {
-        let mut h = String::new();
-        let mut path = String::new();
-        loop {
-            h.clear();
-            if r.read_line(&mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            if path.is_empty() {
-                path = h.split(' ').nth(1).unwrap_or("").to_string();
-            }
-            if h == "\r\n" {
-                break;
-            }
-        }
-        thread::sleep(delay);
-        let resp = format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{path}",
-            path.len()
-        );
-        if w.write_all(resp.as_bytes()).is_err() {
-            return;
-        }
-    }
-}
 
 /// A GET of `/c<n>` on a new connection that it closes: the response's
 /// status.
@@ -106,8 +51,7 @@ fn get(port: u16, n: usize) -> u16 {
 /// connection per worker; the statuses, and the most connections the
 /// backend had open at once.
 fn capped(clients: usize, delay_ms: u64, timeout_ms: &str) -> (Vec<u16>, usize) {
-    let open = Arc::new(Open::default());
-    let port = backend(Duration::from_millis(delay_ms), open.clone());
+    let (port, open) = path_backend(Duration::from_millis(delay_ms));
     let mut procs = Procs(Vec::new());
     let flick = support::flick_run_with(
         &mut procs,
@@ -205,8 +149,7 @@ fn get_kept_alive(s: &mut BufReader<TcpStream>, n: usize) -> u16 {
 
 #[test]
 fn kept_alive_clients_taking_turns_at_a_cap_of_one_are_answered_at_once() {
-    let open = Arc::new(Open::default());
-    let port = backend(Duration::ZERO, open.clone());
+    let (port, open) = path_backend(Duration::ZERO);
     // One worker, so both clients share its one connection.
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_flick"))
         .current_dir(support::ROOT)

@@ -16,68 +16,12 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
+use support::http::path_backend;
 use support::Procs;
-
-/// Connections a backend accepted, and those open now.
-#[derive(Default)]
-struct Counts {
-    accepted: AtomicUsize,
-    open: AtomicUsize,
-}
-
-/// Answers each GET with its path after `delay`, on keep-alive connections.
-fn backend(delay: Duration, counts: Arc<Counts>) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    thread::spawn(move || {
-        for s in listener.incoming().flatten() {
-            counts.accepted.fetch_add(1, Ordering::SeqCst);
-            counts.open.fetch_add(1, Ordering::SeqCst);
-            let counts = counts.clone();
-            thread::spawn(move || {
-                serve(s, delay);
-                counts.open.fetch_sub(1, Ordering::SeqCst);
-            });
-        }
-    });
-    port
-}
-
-fn serve(s: TcpStream, delay: Duration) {
-    // Bounded: a test that fails leaves no thread behind for long.
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut w = s.try_clone().unwrap();
-    let mut r = BufReader::new(s);
-    loop {
-        let mut line = String::new();
-        let mut path = String::new();
-        loop {
-            line.clear();
-            if r.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            if path.is_empty() {
-                path = line.split(' ').nth(1).unwrap_or("").to_string();
-            }
-            if line == "\r\n" {
-                break;
-            }
-        }
-        thread::sleep(delay);
-        let resp = format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{path}",
-            path.len()
-        );
-        if w.write_all(resp.as_bytes()).is_err() {
-            return;
-        }
-    }
-}
 
 /// A GET of `path` on kept-alive connection `s`: its status, the body
 /// checked to be the client's own.
@@ -152,11 +96,8 @@ fn wait_for(mut done: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn kept_alive_clients_taking_turns_share_one_backend_connection() {
-    let counts = [Arc::new(Counts::default()), Arc::new(Counts::default())];
-    let ports = [
-        backend(Duration::ZERO, counts[0].clone()),
-        backend(Duration::ZERO, counts[1].clone()),
-    ];
+    let (a, b) = (path_backend(Duration::ZERO), path_backend(Duration::ZERO));
+    let (ports, counts) = ([a.0, b.0], [a.1, b.1]);
     let mut procs = Procs(Vec::new());
     let flick = balancer(&mut procs, &ports, &[]);
     // Thirty-two clients, all connected and kept alive, one request at a
@@ -186,10 +127,9 @@ fn kept_alive_clients_taking_turns_share_one_backend_connection() {
 
 #[test]
 fn a_bursts_backend_connections_beyond_those_kept_close_once_unused() {
-    let counts = Arc::new(Counts::default());
     // Slow answers, so that the burst's requests are at the backend at
     // once, each over a connection of its own.
-    let port = backend(Duration::from_millis(300), counts.clone());
+    let (port, counts) = path_backend(Duration::from_millis(300));
     let mut procs = Procs(Vec::new());
     // Kept however long they idle: what closes them here is the sweep of
     // those beyond the kept ones, not the idle timeout (4 s), which a

@@ -13,12 +13,13 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use support::http::path_backend;
 use support::serve::TempDir;
 use support::{counting_program, free_port, hup};
 
@@ -269,49 +270,9 @@ fn serve_redeploys_close_no_kept_alive_connection() {
     });
 }
 
-/// A backend that answers each GET with its path after `delay`, on
-/// kept-alive connections.
-fn slow_backend(delay: Duration) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for s in listener.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut w = s.try_clone().unwrap();
-                let mut r = BufReader::new(s);
-                loop {
-                    let mut path = String::new();
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        if r.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if path.is_empty() {
-                            path = line.split(' ').nth(1).unwrap_or("").to_string();
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                    }
-                    std::thread::sleep(delay);
-                    let resp = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{path}",
-                        path.len()
-                    );
-                    if w.write_all(resp.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    port
-}
-
 #[test]
 fn requests_in_flight_at_a_reload_are_answered_and_their_connections_move_on() {
-    let backend = slow_backend(Duration::from_millis(30));
+    let (backend, _) = path_backend(Duration::from_millis(30));
     let connect = format!("backends=127.0.0.1:{backend}");
     let port = free_port();
     let (run, log) = flick_run(&["examples/http_lb.flick", "--connect", &connect], port);

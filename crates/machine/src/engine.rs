@@ -388,24 +388,14 @@ impl Engine {
     pub fn new(program: Arc<Program>) -> Engine {
         let all = &program.machine.stages;
         let mut stages: Vec<StageState> = Vec::with_capacity(all.len());
-        let mut tables: Vec<TableState> = Vec::new();
-        // Stateless stages share one empty table: they look nothing up.
-        tables.push(TableState {
-            flows: FlowTable::new(0, 0, 0),
-            members: Vec::new(),
-            live: Vec::new(),
-            looked_up: u64::MAX,
-            slot: None,
-            place: Place::default(),
-            placed: false,
-        });
         // Per table, the stages keeping contexts there; a record holds the
         // first one's state, created and last in the table's own meta
         // words and registers after the key, then the others' meta words
-        // and registers in turn.
+        // and registers in turn. Stateless stages share table 0, empty:
+        // they look nothing up.
         let groups = program.table_groups();
-        for _ in &groups {
-            tables.push(TableState {
+        let mut tables: Vec<TableState> = (0..=groups.len())
+            .map(|_| TableState {
                 flows: FlowTable::new(0, 0, 0),
                 members: Vec::new(),
                 live: Vec::new(),
@@ -413,8 +403,8 @@ impl Engine {
                 slot: None,
                 place: Place::default(),
                 placed: false,
-            });
-        }
+            })
+            .collect();
         let layouts: Vec<Vec<usize>> = std::iter::once(Vec::new()).chain(groups).collect();
         for (s, stage) in all.iter().enumerate() {
             let init: Vec<Value> = stage.flow_regs.iter().map(|r| r.init).collect();

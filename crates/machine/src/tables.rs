@@ -110,14 +110,7 @@ fn rows_for_port(rows: &[Row], conditions: &[Condition], port: Option<u64>) -> V
     let Some(port) = port else {
         return rows.to_vec();
     };
-    let inputs = Inputs {
-        fields: &[],
-        globals: &[],
-        now_us: 0,
-        port,
-        len: 0,
-        meta: &[],
-    };
+    let inputs = Inputs::of_port(port);
     let mut folded = 0u64;
     let mut holding = 0u64;
     for (b, c) in conditions.iter().enumerate() {
@@ -384,14 +377,7 @@ impl StageTables {
         if (port as usize) >= self.ports {
             return self.lookup(state, event, bits);
         }
-        let inputs = Inputs {
-            fields: &[],
-            globals: &[],
-            now_us: 0,
-            port,
-            len: 0,
-            meta: &[],
-        };
+        let inputs = Inputs::of_port(port);
         let decided = self
             .conditions
             .iter()
@@ -430,6 +416,19 @@ pub struct Inputs<'a> {
 }
 
 impl Inputs<'_> {
+    /// Inputs that say only the packet's port: what a condition on the
+    /// port alone reads, when tables are made.
+    pub fn of_port(port: u64) -> Inputs<'static> {
+        Inputs {
+            fields: &[],
+            globals: &[],
+            now_us: 0,
+            port,
+            len: 0,
+            meta: &[],
+        }
+    }
+
     #[inline]
     pub fn operand(&self, flow: &[u64], op: Operand) -> u64 {
         match op {

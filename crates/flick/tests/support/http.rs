@@ -143,3 +143,68 @@ fun count: (hits: ref dict<string*integer>, first: ref dict<string*string {max=3
       simple_response(200, \"Second\", to_string(hits[req.target])) => client
 "
 );
+
+/// Connections a [`path_backend`] accepted, has open now, and had open at
+/// most at once.
+#[derive(Default)]
+pub struct BackendConns {
+    pub accepted: std::sync::atomic::AtomicUsize,
+    pub open: std::sync::atomic::AtomicUsize,
+    pub most: std::sync::atomic::AtomicUsize,
+}
+
+/// A backend of the test's own on a free loopback port: it answers each
+/// GET with its path after `delay`, on kept-alive connections, and counts
+/// its connections in what it returns.
+pub fn path_backend(delay: Duration) -> (u16, std::sync::Arc<BackendConns>) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let conns = std::sync::Arc::new(BackendConns::default());
+    let counts = conns.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            counts.accepted.fetch_add(1, SeqCst);
+            let n = counts.open.fetch_add(1, SeqCst) + 1;
+            counts.most.fetch_max(n, SeqCst);
+            let counts = counts.clone();
+            std::thread::spawn(move || {
+                answer_paths(s, delay);
+                counts.open.fetch_sub(1, SeqCst);
+            });
+        }
+    });
+    (port, conns)
+}
+
+fn answer_paths(s: TcpStream, delay: Duration) {
+    use std::io::BufRead;
+    // Bounded: a test that fails leaves no thread behind for long.
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = std::io::BufReader::new(s);
+    loop {
+        let mut line = String::new();
+        let mut path = String::new();
+        loop {
+            line.clear();
+            if r.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if path.is_empty() {
+                path = line.split(' ').nth(1).unwrap_or("").to_string();
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        std::thread::sleep(delay);
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{path}",
+            path.len()
+        );
+        if w.write_all(resp.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
