@@ -15,12 +15,11 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufReader, Read, Write};
 use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::Duration;
-use support::http::path_backend;
+use support::http::{get_kept_alive, path_backend};
 use support::Procs;
 
 /// A GET of `/c<n>` on a new connection that it closes: the response's
@@ -105,48 +104,6 @@ fn a_request_that_waits_longer_than_the_timeout_gets_503() {
     );
 }
 
-/// A GET of `/k<n>` on kept-alive connection `s`: the status, the body
-/// checked to be the client's own.
-fn get_kept_alive(s: &mut BufReader<TcpStream>, n: usize) -> u16 {
-    let path = format!("/k{n}");
-    s.get_mut()
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut status = 0;
-    let mut len = 0;
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            s.read_line(&mut line).unwrap() > 0,
-            "closed before a response"
-        );
-        if status == 0 {
-            status = line
-                .split(' ')
-                .nth(1)
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0);
-        }
-        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            len = v.trim().parse().unwrap();
-        }
-        if line == "\r\n" {
-            break;
-        }
-    }
-    let mut body = vec![0; len];
-    s.read_exact(&mut body).unwrap();
-    if status == 200 {
-        assert_eq!(
-            String::from_utf8_lossy(&body),
-            path,
-            "the client's own response"
-        );
-    }
-    status
-}
-
 #[test]
 fn kept_alive_clients_taking_turns_at_a_cap_of_one_are_answered_at_once() {
     let (port, open) = path_backend(Duration::ZERO);
@@ -180,7 +137,7 @@ fn kept_alive_clients_taking_turns_at_a_cap_of_one_are_answered_at_once() {
     let mut slowest = Duration::ZERO;
     for n in 0..20 {
         let started = std::time::Instant::now();
-        let status = get_kept_alive(&mut clients[n % 2], n);
+        let status = get_kept_alive(&mut clients[n % 2], &format!("/k{n}"));
         let took = started.elapsed();
         slowest = slowest.max(took);
         assert_eq!(status, 200, "request {n} after {took:?}");

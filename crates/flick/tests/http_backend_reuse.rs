@@ -20,43 +20,8 @@ use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
-use support::http::path_backend;
+use support::http::{get_kept_alive, path_backend};
 use support::Procs;
-
-/// A GET of `path` on kept-alive connection `s`: its status, the body
-/// checked to be the client's own.
-fn get(s: &mut BufReader<TcpStream>, path: &str) -> u16 {
-    s.get_mut()
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut status = 0;
-    let mut len = 0;
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            s.read_line(&mut line).unwrap() > 0,
-            "closed before a response"
-        );
-        if status == 0 {
-            status = line
-                .split(' ')
-                .nth(1)
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0);
-        }
-        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            len = v.trim().parse().unwrap();
-        }
-        if line == "\r\n" {
-            break;
-        }
-    }
-    let mut body = vec![0; len];
-    s.read_exact(&mut body).unwrap();
-    assert_eq!(String::from_utf8_lossy(&body), path, "the client's own");
-    status
-}
 
 /// The balancer with one worker in front of `backends`, with `extra` flags.
 fn balancer(procs: &mut Procs, backends: &[u16], extra: &[&str]) -> u16 {
@@ -106,7 +71,7 @@ fn kept_alive_clients_taking_turns_share_one_backend_connection() {
     let mut clients: Vec<_> = (0..32).map(|_| client(flick)).collect();
     for round in 0..3 {
         for (n, c) in clients.iter_mut().enumerate() {
-            assert_eq!(get(c, &format!("/r{round}c{n}")), 200);
+            assert_eq!(get_kept_alive(c, &format!("/r{round}c{n}")), 200);
         }
     }
     let accepted: Vec<usize> = counts
@@ -169,7 +134,7 @@ fn a_bursts_backend_connections_beyond_those_kept_close_once_unused() {
     );
     // Those kept serve the clients' next requests: nothing new is dialled.
     for (n, c) in clients.iter_mut().take(8).enumerate() {
-        assert_eq!(get(c, &format!("/again{n}")), 200);
+        assert_eq!(get_kept_alive(c, &format!("/again{n}")), 200);
     }
     assert_eq!(
         counts.accepted.load(Ordering::SeqCst),

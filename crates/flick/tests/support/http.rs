@@ -208,3 +208,42 @@ fn answer_paths(s: TcpStream, delay: Duration) {
         }
     }
 }
+
+/// A GET of `path` on kept-alive connection `s`: the status, and for a 200
+/// the body checked to be the path (a [`path_backend`]'s answer: the
+/// client's own).
+pub fn get_kept_alive(s: &mut std::io::BufReader<TcpStream>, path: &str) -> u16 {
+    use std::io::BufRead;
+    s.get_mut()
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut status = 0;
+    let mut len = 0;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            s.read_line(&mut line).unwrap() > 0,
+            "closed before a response"
+        );
+        if status == 0 {
+            status = line
+                .split(' ')
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap();
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0; len];
+    s.read_exact(&mut body).unwrap();
+    if status == 200 {
+        assert_eq!(String::from_utf8_lossy(&body), path, "the client's own");
+    }
+    status
+}
