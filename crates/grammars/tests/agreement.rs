@@ -8,6 +8,8 @@
 //! parser that leaves fields in place gives the same values when they are
 //! read.
 
+mod common;
+
 use flick_wire::{Batch, FieldKind, FieldRef, Grammar, Message, Parser, Progress, Slot};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,49 +35,17 @@ fn corpus(name: &str) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// What a proxy's read loop sees of `data`, offered first up to `cut`
-/// and then whole: every progress report, the values of every message
-/// done, and the error that ends it, if any.
+/// [`common::drive`] logging, of every message done, every slot set (not
+/// only those below the highest this message set: a value left from an
+/// earlier message shows), and at a head the slots used.
 fn drive(p: &mut Parser, data: &[u8], cut: usize) -> Vec<String> {
-    let mut log = Vec::new();
-    let (mut at, mut end) = (0, cut.min(data.len()));
-    for _ in 0..data.len() * 4 + 16 {
-        let buf = &data[at..end];
-        match p.parse(buf) {
-            Ok(Progress::Done(n)) => {
-                // Every slot set, not only those below the highest this
-                // message set: a value left from an earlier message shows.
-                let set: Vec<(usize, &Slot)> = p
-                    .slots()
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| **s != Slot::Unset)
-                    .collect();
-                log.push(format!("done {n} {} {set:?}", p.used_slots().len()));
-                p.reset();
-                at += n;
-                if at >= data.len() || n == 0 {
-                    break;
-                }
-                end = end.max(at);
-            }
-            Ok(Progress::NeedMore) if end < data.len() => end = data.len(),
-            Ok(Progress::NeedMore) => {
-                log.push(format!("end {:?}", p.finish(buf)));
-                break;
-            }
-            Ok(Progress::Head(n)) => log.push(format!("head {n} {:?}", p.used_slots())),
-            Ok(Progress::Stream(n)) => {
-                log.push(format!("stream {n}"));
-                at += n;
-            }
-            Err(e) => {
-                log.push(format!("error {e:?}"));
-                break;
-            }
-        }
-    }
-    log
+    common::drive(
+        p,
+        data,
+        cut,
+        |p, n| format!("done {n} {} {:?}", p.used_slots().len(), set(p.slots())),
+        |p, n| format!("head {n} {:?}", p.used_slots()),
+    )
 }
 
 /// The slots set, with their indices.

@@ -6,6 +6,8 @@
 //! same progress, values, resumption state and errors as one that only
 //! interprets. And generated code does parse the heads.
 
+mod common;
+
 use flick_wire::{Grammar, Parser, Progress, Slot};
 
 fn parsers(unit: &str, context: i128) -> (Parser, Parser) {
@@ -30,43 +32,16 @@ fn set_of(p: &Parser) -> Vec<(usize, Slot)> {
         .collect()
 }
 
-/// What a proxy's read loop sees of `data`, offered first up to `cut` and
-/// then whole: every progress report with the slots and, at a head, the
-/// state the interpreter resumes from; the error that ends it, if any.
+/// [`common::drive`] logging the slots set at each message done and, at
+/// a head, with the state the interpreter resumes from.
 fn drive(p: &mut Parser, data: &[u8], cut: usize) -> Vec<String> {
-    let mut log = Vec::new();
-    let (mut at, mut end) = (0, cut.min(data.len()));
-    for _ in 0..data.len() * 4 + 16 {
-        let buf = &data[at..end];
-        match p.parse(buf) {
-            Ok(Progress::Done(n)) => {
-                log.push(format!("done {n} {:?}", set_of(p)));
-                p.reset();
-                at += n;
-                if at >= data.len() || n == 0 {
-                    break;
-                }
-                end = end.max(at);
-            }
-            Ok(Progress::NeedMore) if end < data.len() => end = data.len(),
-            Ok(Progress::NeedMore) => {
-                log.push(format!("end {:?}", p.finish(buf)));
-                break;
-            }
-            Ok(Progress::Head(n)) => {
-                log.push(format!("head {n} {:?} {}", set_of(p), p.resume_state()));
-            }
-            Ok(Progress::Stream(n)) => {
-                log.push(format!("stream {n}"));
-                at += n;
-            }
-            Err(e) => {
-                log.push(format!("error {e:?}"));
-                break;
-            }
-        }
-    }
-    log
+    common::drive(
+        p,
+        data,
+        cut,
+        |p, n| format!("done {n} {:?}", set_of(p)),
+        |p, n| format!("head {n} {:?} {}", set_of(p), p.resume_state()),
+    )
 }
 
 const RESPONSES: &[&str] = &[
