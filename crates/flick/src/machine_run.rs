@@ -258,6 +258,12 @@ pub fn render_metrics(
             one(stats.unbound.load(Relaxed)),
         );
         family(
+            "flick_machine_not_sent",
+            "counter",
+            "Frames a port refused, or took and lost to a full send queue.",
+            one(stats.not_sent.load(Relaxed)),
+        );
+        family(
             "flick_machine_unparsed",
             "counter",
             "Frames the packet grammar did not parse.",

@@ -280,6 +280,8 @@ pub struct LiveStats {
     pub dropped_from: Vec<AtomicU64>,
     /// Sends to a port number no port binds.
     pub unbound: AtomicU64,
+    /// Frames a port refused, or took and then lost to a full send queue.
+    pub not_sent: AtomicU64,
     pub unparsed: AtomicU64,
     pub workers: Vec<WorkerStats>,
 }
@@ -293,6 +295,7 @@ impl LiveStats {
             dropped: AtomicU64::new(0),
             dropped_from: counters(MAX_PORTS),
             unbound: AtomicU64::new(0),
+            not_sent: AtomicU64::new(0),
             unparsed: AtomicU64::new(0),
             workers: (0..workers)
                 .map(|_| WorkerStats {
@@ -335,6 +338,8 @@ pub struct Summary {
     pub dropped: u64,
     /// Sends to a port number no `--port` binds.
     pub unbound: BTreeMap<u8, u64>,
+    /// Frames a port refused, or took and then lost to a full send queue.
+    pub not_sent: u64,
     /// Frames the `packet` unit did not parse (their unit fields read 0).
     pub unparsed: u64,
     /// Frames each worker handled (not in the dump).
@@ -366,6 +371,7 @@ impl Summary {
         let unbound: u64 = self.unbound.values().sum();
         for (n, what) in [
             (unbound, "sent to unbound ports"),
+            (self.not_sent, "not sent (port errors or full send queues)"),
             (self.unparsed, "not parsed"),
             (
                 self.dump.counters.table_full,
@@ -623,6 +629,7 @@ impl MachineService {
         }
         let (sent, unbound, dropped, write_error) =
             written.map_err(|_| RunError::Panicked("writer"))?;
+        let not_sent = self.stats.not_sent.load(Ordering::Relaxed);
         read?;
         if let Some(e) = write_error {
             return Err(e);
@@ -635,6 +642,7 @@ impl MachineService {
             sent: sent.clone(),
             dropped,
             unbound,
+            not_sent,
             unparsed,
             worker_frames,
             refused_swaps: refused,
@@ -775,6 +783,8 @@ fn write(
     let mut dropped = 0;
     let mut error = None;
     let mut unflushed = false;
+    // Per port, the drops it had reported at the last flush.
+    let mut lost = vec![0u64; ports.len()];
     loop {
         // Live ports hold frames until flushed: flush whenever the queue
         // runs dry, so a frame waits for no later one.
@@ -784,7 +794,7 @@ fn write(
             Err(TryRecvError::Empty) => {
                 if unflushed {
                     unflushed = false;
-                    flush_all(&mut ports, &mut error);
+                    flush_all(&mut ports, &mut error, &mut lost, stats);
                 }
                 match done.recv() {
                     Ok(job) => job,
@@ -812,7 +822,7 @@ fn write(
                             stats.sent[n].fetch_add(1, Ordering::Relaxed);
                             *sent.entry(n as u8).or_insert(0) += 1
                         }
-                        Err(e) if e.is_frame_error() => {}
+                        Err(e) if e.is_frame_error() => not_sent(stats, 1, &e),
                         Err(e) => {
                             error.get_or_insert(RunError::Port {
                                 number: n as u8,
@@ -830,12 +840,23 @@ fn write(
             let _ = free.send(job);
         }
     }
-    flush_all(&mut ports, &mut error);
+    flush_all(&mut ports, &mut error, &mut lost, stats);
     (sent, unbound, dropped, error)
 }
 
-fn flush_all(ports: &mut [Option<OutPort>], error: &mut Option<RunError>) {
-    for p in ports.iter_mut().flatten() {
+/// Flushes every port; frames a port took and then lost for want of room
+/// (its stats' drops) are counted as not sent and logged.
+fn flush_all(
+    ports: &mut [Option<OutPort>],
+    error: &mut Option<RunError>,
+    lost: &mut [u64],
+    stats: &LiveStats,
+) {
+    for (p, lost) in ports
+        .iter_mut()
+        .zip(lost)
+        .filter_map(|(p, l)| Some((p.as_mut()?, l)))
+    {
         if let Err(e) = p.tx.flush() {
             error.get_or_insert(RunError::Port {
                 number: p.number,
@@ -843,6 +864,22 @@ fn flush_all(ports: &mut [Option<OutPort>], error: &mut Option<RunError>) {
                 source: e,
             });
         }
+        let drops = p.tx.stats().drops;
+        if drops > *lost {
+            not_sent(stats, drops - *lost, &"the port's send queue was full");
+            *lost = drops;
+        }
+    }
+}
+
+/// Counts `n` frames not sent, and says why in the log: the first time and
+/// then at each power of two, so a port that keeps failing does not flood
+/// it.
+fn not_sent(stats: &LiveStats, n: u64, why: &dyn std::fmt::Display) {
+    let before = stats.not_sent.fetch_add(n, Ordering::Relaxed);
+    let after = before + n;
+    if before == 0 || (before + 1).ilog2() != (after + 1).ilog2() {
+        tracing::warn!(not_sent = after, "frames not sent: {why}");
     }
 }
 

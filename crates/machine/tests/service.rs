@@ -219,3 +219,70 @@ fn stateless_stages_spread_over_the_workers_and_a_keyed_later_stage_steers() {
     let (two, d2) = serve(p, vec![frames], 2, None);
     assert_eq!((one, d1), (two, d2));
 }
+
+/// A port that takes every frame and loses every other one (counted at
+/// its flush, as a live port whose send queue is full reports), and
+/// refuses frames shorter than 20 bytes.
+struct LossyTx {
+    taken: u64,
+    stats: flick_packet_io::PortStats,
+}
+
+impl TxPort for LossyTx {
+    fn send(&mut self, frame: &[u8], _ts: u64) -> Result<(), PortError> {
+        if frame.len() < 20 {
+            return Err(PortError::FrameSize {
+                port: "lossy".into(),
+                len: frame.len(),
+                min: 20,
+                max: 2048,
+            });
+        }
+        self.taken += 1;
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<(), PortError> {
+        self.stats.drops = self.taken / 2;
+        Ok(())
+    }
+    fn stats(&self) -> flick_packet_io::PortStats {
+        self.stats
+    }
+}
+
+#[test]
+fn frames_a_port_refuses_or_loses_are_counted_as_not_sent() {
+    let mut frames: Frames = (0..40u64).map(|i| (udp(i as u32 % 7, 1), i)).collect();
+    frames.push((vec![0u8; 14], 40));
+    let ins = vec![InPort {
+        number: 1,
+        spec: "mem".into(),
+        rx: Box::new(MemRx {
+            frames,
+            next: 0,
+            swap: None,
+        }),
+        live: false,
+    }];
+    let outs = vec![OutPort {
+        number: 1,
+        spec: "lossy".into(),
+        tx: Box::new(LossyTx {
+            taken: 0,
+            stats: Default::default(),
+        }),
+    }];
+    let service = MachineService::new(program(COUNT), 1).unwrap();
+    let summary = service
+        .run(ins, outs, &AtomicBool::new(false), None)
+        .unwrap();
+    // 40 frames taken, 20 of them lost, and the short one refused.
+    assert_eq!(summary.not_sent, 21, "{}", summary.line());
+    assert!(
+        summary
+            .line()
+            .contains("not sent (port errors or full send queues) 21"),
+        "{}",
+        summary.line()
+    );
+}

@@ -151,7 +151,8 @@ pub struct PortCounts {
     pub rx_bytes: u64,
     pub tx_frames: u64,
     pub tx_bytes: u64,
-    /// Frames the port failed to send.
+    /// Frames the port failed to send: refused, or taken and then lost
+    /// to a full send queue.
     pub tx_errors: u64,
     /// Frames of a live port dropped for want of a buffer or queue room.
     pub rx_overflow: u64,
@@ -235,7 +236,7 @@ impl Summary {
         let tx_errors: u64 = self.ports.iter().map(|p| p.tx_errors).sum();
         for (n, what) in [
             (overflow, "lost for want of room"),
-            (tx_errors, "not sent (port errors)"),
+            (tx_errors, "not sent (port errors or full send queues)"),
             (self.dict_full, "new keys refused by full dictionaries"),
         ] {
             if n > 0 {
@@ -1378,6 +1379,8 @@ fn write_in_order(
     stats: &LiveStats,
 ) -> Vec<(usize, u64, u64, u64)> {
     let mut sent: Vec<(usize, u64, u64, u64)> = sinks.iter().map(|(i, _)| (*i, 0, 0, 0)).collect();
+    // Per port, the drops it had reported at the last flush.
+    let mut dropped = vec![0u64; sinks.len()];
     // Per worker, its batches not yet written, oldest first.
     let mut pending: Vec<std::collections::VecDeque<Batch>> = (0..workers)
         .map(|_| std::collections::VecDeque::with_capacity(batches))
@@ -1417,11 +1420,11 @@ fn write_in_order(
         // what they hold once nothing more is waiting: under load the
         // batches stay full, and a lone frame still leaves at once.
         if held && done.is_empty() {
-            flush_all(&mut sinks, &mut sent);
+            flush_all(&mut sinks, &mut sent, &mut dropped, stats);
             held = false;
         }
     }
-    flush_all(&mut sinks, &mut sent);
+    flush_all(&mut sinks, &mut sent, &mut dropped, stats);
     sent
 }
 
@@ -1454,11 +1457,36 @@ fn write_frame(
     }
 }
 
-fn flush_all(sinks: &mut [(usize, Box<dyn TxPort>)], sent: &mut [(usize, u64, u64, u64)]) {
+/// Flushes every port. Frames a port took and then lost for want of room
+/// (a full device queue, no free send buffer: its [`PortStats`]' drops)
+/// are counted with the port's errors, published and logged here, so no
+/// frame goes unsent without a metric and a log line.
+///
+/// [`PortStats`]: flick_packet_io::PortStats
+fn flush_all(
+    sinks: &mut [(usize, Box<dyn TxPort>)],
+    sent: &mut [(usize, u64, u64, u64)],
+    dropped: &mut [u64],
+    stats: &LiveStats,
+) {
     for (i, (_, tx)) in sinks.iter_mut().enumerate() {
         if let Err(e) = tx.flush() {
             sent[i].3 += 1;
             tracing::error!("flushing a port failed: {e}");
+        }
+        let drops = tx.stats().drops;
+        if drops > dropped[i] {
+            let lost = drops - dropped[i];
+            dropped[i] = drops;
+            sent[i].3 += lost;
+            flick_platform::limited!(
+                TX_LOG,
+                warn,
+                "{lost} frames not sent: the port's send queue was full"
+            );
+            if let Some(p) = stats.ports().get(sent[i].0) {
+                set(&p.tx_errors, sent[i].3);
+            }
         }
     }
 }

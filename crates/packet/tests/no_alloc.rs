@@ -11,7 +11,7 @@ mod common;
 
 use common::*;
 use flick_packet::{Binding, BoundPort, PacketConfig};
-use flick_packet_io::{Port, PortError, TxPort};
+use flick_packet_io::{Port, PortError, PortStats, TxPort};
 use flick_testkit::alloc::CountingAlloc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -204,5 +204,79 @@ fn a_flow_table_that_evicts_allocates_nothing_per_frame() {
         large <= small + 16,
         "9,000 more frames made {} more allocations",
         large.saturating_sub(small)
+    );
+}
+
+/// A port that takes every frame and loses every other one, counted at
+/// its flush, as a live port whose send queue is full does.
+struct Lossy {
+    taken: u64,
+    lost: u64,
+    stats: PortStats,
+}
+
+impl TxPort for Lossy {
+    fn send(&mut self, frame: &[u8], _ts: u64) -> Result<(), PortError> {
+        self.taken += 1;
+        if self.taken % 2 == 0 {
+            self.lost += 1;
+        } else {
+            self.stats.frames += 1;
+            self.stats.bytes += frame.len() as u64;
+        }
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<(), PortError> {
+        self.stats.drops = self.lost;
+        Ok(())
+    }
+    fn stats(&self) -> PortStats {
+        self.stats
+    }
+}
+
+#[test]
+fn frames_a_port_loses_when_its_queue_is_full_are_counted_as_not_sent() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let svc = service(
+        PROGRAM,
+        PacketConfig {
+            workers: 1,
+            ..PacketConfig::default()
+        },
+    );
+    let frames: Vec<_> = (0..1000)
+        .map(|i| (frame((i % 64) as u16, 1, i as u32, 60), i as u64))
+        .collect();
+    let bindings = vec![
+        Binding {
+            channel: "inside".into(),
+            ports: vec![rx(frames)],
+        },
+        Binding {
+            channel: "outside".into(),
+            ports: vec![BoundPort {
+                spec: "lossy".into(),
+                port: Port {
+                    rx: None,
+                    tx: Some(Box::new(Lossy {
+                        taken: 0,
+                        lost: 0,
+                        stats: PortStats::default(),
+                    })),
+                },
+                live: true,
+            }],
+        },
+    ];
+    let summary = svc.run(bindings, &AtomicBool::new(false)).expect("runs");
+    let out = &summary.ports[1];
+    // Every frame went to the port; those it lost are errors, not silence.
+    assert_eq!(out.tx_frames, 1000);
+    assert_eq!(out.tx_errors, 500, "frames counted as not sent");
+    let line = summary.line();
+    assert!(
+        line.contains("not sent (port errors or full send queues) 500"),
+        "{line}"
     );
 }

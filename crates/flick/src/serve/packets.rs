@@ -559,6 +559,7 @@ impl Running {
             }
             counters = json!({
                 "unbound": r(&s.unbound),
+                "not_sent": r(&s.not_sent),
                 "unparsed": r(&s.unparsed),
                 "table_full": s.workers_sum(|w| &w.table_full),
                 "evicted": s.workers_sum(|w| &w.evicted),
@@ -1587,6 +1588,11 @@ impl prometheus_client::collector::Collector for MachineCollector {
                 "flick_machine_unbound",
                 "Sends to a port number no --port binds.",
                 r(&s.unbound),
+            ),
+            (
+                "flick_machine_not_sent",
+                "Frames a port refused, or took and lost to a full send queue.",
+                r(&s.not_sent),
             ),
             (
                 "flick_machine_unparsed",
