@@ -770,7 +770,7 @@ fn bench_case<B: ByHand>(case: &Case, a: &Args, make: impl Fn() -> B) {
     let mut single = Engine::new(program.clone());
     for chunk in batch.chunks(BATCH) {
         let mut got = Vec::new();
-        batched.process_batch(chunk, |_, v| got.push(v));
+        batched.process_batch(chunk, |_, v| got.push(*v));
         for (f, v) in chunk.iter().zip(got) {
             assert_eq!(v, single.process(f.fields, f.port, f.len, f.ts_ns));
         }
@@ -803,8 +803,10 @@ fn bench_case<B: ByHand>(case: &Case, a: &Args, make: impl Fn() -> B) {
             let mut engine = made.unwrap_or_else(|| Engine::new(program.clone()));
             match measure {
                 "machine" => {
+                    let mut v = Verdict::default();
                     for (i, f) in frames.iter().enumerate() {
-                        let v = engine.process(&fields[i * nf..(i + 1) * nf], f.port, 64, f.ts_ns);
+                        let fields = &fields[i * nf..(i + 1) * nf];
+                        engine.process_into(fields, f.port, 64, f.ts_ns, &mut v);
                         sink = sink.wrapping_add(v.ports);
                     }
                 }
@@ -815,9 +817,10 @@ fn bench_case<B: ByHand>(case: &Case, a: &Args, make: impl Fn() -> B) {
                 }
                 "frame" => {
                     let mut buf = vec![0u64; nf];
+                    let mut v = Verdict::default();
                     for f in frames {
                         reader.read(&f.bytes, &mut buf);
-                        let v = engine.process(&buf, f.port, f.bytes.len(), f.ts_ns);
+                        engine.process_into(&buf, f.port, f.bytes.len(), f.ts_ns, &mut v);
                         sink = sink.wrapping_add(v.ports);
                     }
                 }

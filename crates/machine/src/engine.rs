@@ -198,8 +198,11 @@ impl Program {
     }
 }
 
-/// Where a packet goes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Where a packet goes. Only the first `nwrites` of `writes` are its: a
+/// verdict reused from packet to packet ([`Engine::process_into`]) is
+/// cleared by its two counts, not its 128 bytes of writes, and two
+/// verdicts are equal when their ports and writes are.
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Verdict {
     /// Port numbers as a bit set; none: dropped.
     pub ports: u64,
@@ -212,6 +215,14 @@ impl Verdict {
         &self.writes[..self.nwrites]
     }
 }
+
+impl PartialEq for Verdict {
+    fn eq(&self, other: &Verdict) -> bool {
+        self.ports == other.ports && self.writes() == other.writes()
+    }
+}
+
+impl Eq for Verdict {}
 
 /// What the executor counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -380,6 +391,8 @@ pub struct Engine {
     tables: Vec<TableState>,
     globals: Vec<Value>,
     counters: Counters,
+    /// The packet's metadata words (see [`Engine::process_at`]).
+    meta: [Value; MAX_META],
     /// The latest packet time seen, microseconds.
     pub now_us: u64,
 }
@@ -450,6 +463,7 @@ impl Engine {
             tables,
             globals,
             counters: Counters::default(),
+            meta: [0; MAX_META],
             now_us: 0,
         }
     }
@@ -503,6 +517,24 @@ impl Engine {
         verdict
     }
 
+    /// [`Engine::process`] into `verdict`, whatever it held: a caller
+    /// running packet after packet keeps one verdict, and only its counts
+    /// are cleared (the packet's stores are fewer: each waits behind
+    /// those to a record's line not yet in cache).
+    #[inline]
+    pub fn process_into(
+        &mut self,
+        fields: &[Value],
+        port: u8,
+        len: usize,
+        ts_ns: u64,
+        verdict: &mut Verdict,
+    ) {
+        verdict.ports = 0;
+        verdict.nwrites = 0;
+        self.process_at(fields, port, len, ts_ns, verdict);
+    }
+
     /// Runs frames through the stages in order, as [`Engine::process`]
     /// one after another would (same effects, same order), calling `out`
     /// with each frame's index and verdict. Allocates nothing.
@@ -518,16 +550,16 @@ impl Engine {
     pub fn process_batch<F: BatchFrame>(
         &mut self,
         frames: &[F],
-        mut out: impl FnMut(usize, Verdict),
+        mut out: impl FnMut(usize, &Verdict),
     ) {
+        let mut v = Verdict::default();
         for (i, f) in frames.iter().enumerate() {
-            let mut v = Verdict::default();
-            self.process_at(f.fields(), f.port(), f.bytes(), f.ts_ns(), &mut v);
-            out(i, v);
+            self.process_into(f.fields(), f.port(), f.bytes(), f.ts_ns(), &mut v);
+            out(i, &v);
         }
     }
 
-    /// [`Engine::process`] into `verdict` (empty): the caller's, since a
+    /// [`Engine::process`] into `verdict` (no ports, no writes): the caller's, since a
     /// verdict returned by value is copied (144 bytes, a call to `memcpy`
     /// per packet).
     #[inline]
@@ -543,8 +575,11 @@ impl Engine {
         self.now_us = self.now_us.max(now);
         self.counters.packets += 1;
         let program = &*self.program;
-        // The packet's metadata: zero as it enters, carried along.
-        let mut meta = [0 as Value; MAX_META];
+        // The packet's metadata: zero as it enters, carried along. Only
+        // the words the program names are cleared: each store counts
+        // where a packet's stores wait behind a record's line.
+        let meta = &mut self.meta;
+        meta[..program.machine.meta.len().min(MAX_META)].fill(0);
         let (port, len) = (port as Value, len as Value);
         let mut s = 0;
         while let (Some(stage), Some(tables), Some(st)) = (
@@ -560,7 +595,7 @@ impl Engine {
                     fields,
                     Writable {
                         globals: &mut self.globals,
-                        meta: &mut meta,
+                        meta,
                     },
                     &mut st.regs,
                     (now, port, len),
@@ -579,7 +614,7 @@ impl Engine {
                     &mut self.tables[t],
                     &mut self.globals,
                     &mut self.counters,
-                    &mut meta,
+                    meta,
                     fields,
                     (now, port, len),
                     verdict,
@@ -622,6 +657,21 @@ impl Engine {
         verdict: &mut Verdict,
     ) -> Option<&'t Entry> {
         let (now, port, _) = packet;
+        // A packet whose miss is quiet, told absent by the one key word
+        // the summary reads: no key made, nothing looked up.
+        if table.looked_up != counters.packets && !stage.biflow && tables.quiet_miss(port) {
+            if let Some(p) = table.flows.probe() {
+                if table.flows.absent_word(fields[stage.key[p] as usize]) {
+                    table.looked_up = counters.packets;
+                    table.placed = false;
+                    table.slot = None;
+                    return Self::fresh(
+                        stage, tables, st, table, globals, counters, meta, fields, None, packet,
+                        verdict,
+                    );
+                }
+            }
+        }
         let mut key = [0 as Value; MAX_KEY];
         let n = flow_key(stage, fields, &mut key);
         let key = &key[..n];
@@ -711,6 +761,14 @@ impl Engine {
         verdict: &mut Verdict,
     ) -> Option<&'t Entry> {
         let now = packet.0;
+        if let Some(entry) = tables.constant_miss(packet.1) {
+            // What the general path below comes to for such an entry:
+            // the initial state and registers, unchanged.
+            if let Some(e) = entry {
+                take(e, verdict, (fields, globals, meta), &st.init, packet);
+            }
+            return entry;
+        }
         let regs = &mut st.regs[..];
         copy(regs, &st.init);
         let mut state = stage.initial;

@@ -502,17 +502,33 @@ impl FlowTable {
     #[inline(always)]
     pub fn absent(&self, key: &[Value]) -> bool {
         match key.get(self.probe) {
-            Some(&w) => self.summary[self.probe * SUMMARY + summary_index(w)] == 0,
+            Some(&w) => self.absent_word(w),
             None => false,
         }
     }
 
-    /// Counts the key in `slot` into the summary (`add`) or out of it.
-    fn summarise(&mut self, slot: usize, add: bool) {
-        let at = self.at(slot) + META_WORDS;
+    /// The key word [`FlowTable::absent`] reads; none for a table of
+    /// empty keys.
+    #[inline(always)]
+    pub fn probe(&self) -> Option<usize> {
+        (self.probe < self.key_len).then_some(self.probe)
+    }
+
+    /// [`FlowTable::absent`] for a key whose word at [`FlowTable::probe`]
+    /// is `w`: a caller may read that one word rather than make the key.
+    #[inline(always)]
+    pub fn absent_word(&self, w: Value) -> bool {
+        self.summary[self.probe * SUMMARY + summary_index(w)] == 0
+    }
+
+    /// Counts `key` into the summary (`add`) or out of it. Given the key
+    /// rather than its slot: an insertion's record was just written, and
+    /// reading it back waited for its line (the store cannot be forwarded
+    /// before the line arrives), a fifth of the balancer's time.
+    fn summarise(&mut self, key: &[Value], add: bool) {
         let mut changed = false;
-        for i in 0..self.key_len {
-            let c = &mut self.summary[i * SUMMARY + summary_index(self.records[at + i])];
+        for (i, &w) in key.iter().enumerate() {
+            let c = &mut self.summary[i * SUMMARY + summary_index(w)];
             if add {
                 *c += 1;
                 if *c == 1 {
@@ -536,7 +552,10 @@ impl FlowTable {
 
     pub fn remove(&mut self, slot: usize) {
         if self.tag(slot) != 0 {
-            self.summarise(slot, false);
+            let mut key = [0; MAX_KEY];
+            let k = self.key_len;
+            key[..k].copy_from_slice(self.key(slot));
+            self.summarise(&key[..k], false);
             self.set_tag(slot, 0);
             self.len -= 1;
             if slot >= self.stash_start() {
@@ -683,8 +702,15 @@ impl FlowTable {
         };
         let k = self.key_len;
         let at = self.at(slot);
-        self.records[at + META_WORDS..at + META_WORDS + k].copy_from_slice(key);
-        self.summarise(slot, true);
+        // Word by word: `copy_from_slice` calls `memmove`, whose string
+        // stores the reads that follow cannot take their values from.
+        for (r, &w) in self.records[at + META_WORDS..at + META_WORDS + k]
+            .iter_mut()
+            .zip(key)
+        {
+            *r = w;
+        }
+        self.summarise(key, true);
         self.set_tag(slot, tag);
         self.alts[slot] = if slot / BUCKET == b1 { b2 } else { b1 } as u32;
         self.len += 1;

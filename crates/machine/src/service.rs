@@ -709,7 +709,7 @@ fn work(
                     }
                 }
                 let mut verdicts = [Verdict::default(); ENGINE_BATCH];
-                engine.process_batch(&batch, |i, v| verdicts[i] = v);
+                engine.process_batch(&batch, |i, v| verdicts[i] = *v);
                 publish(&engine, stats);
                 let fields = &engine.program().machine.fields;
                 for (mut job, v) in batch.drain(..).zip(verdicts) {

@@ -64,6 +64,12 @@ pub struct StageTables {
     /// packet's lookup matters only where a context exists (its idle
     /// timer, its expiry), so a lookup known to miss may be skipped.
     quiet_miss: Vec<bool>,
+    /// Per port as `quiet_miss`: where a miss is quiet and the initial
+    /// state's packet plan reads no condition and takes an entry with no
+    /// updates (or none), that entry plus one (0: none); `u32::MAX`
+    /// otherwise. Such a packet that finds no context takes it whatever
+    /// its fields: a server's reply to the balancer, forwarded.
+    constant_miss: Vec<u32>,
     /// The conditions each plan reads, plan after plan.
     tests: Vec<Condition>,
     /// Decision tables, plan after plan: `1 << tests` words each, the
@@ -263,11 +269,15 @@ impl StageTables {
             ports,
             plans,
             quiet_miss: Vec::new(),
+            constant_miss: Vec::new(),
             tests,
             decisions,
         };
         tables.quiet_miss = (0..=ports)
             .map(|p| tables.quiet_miss_from(stage.initial, p))
+            .collect();
+        tables.constant_miss = (0..=ports)
+            .map(|p| tables.constant_miss_from(stage.initial, p))
             .collect();
         Ok(tables)
     }
@@ -301,6 +311,34 @@ impl StageTables {
         self.decisions[plan.decisions as usize..][..1 << plan.count]
             .iter()
             .all(|&d| d == 0 || quiet(&self.entries[d as usize - 1]))
+    }
+
+    /// See the field `constant_miss`.
+    fn constant_miss_from(&self, initial: StateId, port: usize) -> u32 {
+        let slot = initial as usize * Event::COUNT + Event::Packet.index();
+        let Some(plan) = self.plans.get(slot * (self.ports + 1) + port) else {
+            return u32::MAX;
+        };
+        if !self.quiet_miss[port] || plan.count != 0 || plan.decisions == u32::MAX {
+            return u32::MAX;
+        }
+        match self.decisions[plan.decisions as usize] {
+            0 => 0,
+            d if self.entries[d as usize - 1].updates.is_empty() => d,
+            _ => u32::MAX,
+        }
+    }
+
+    /// The entry a packet from `port` takes where it finds no context and
+    /// the stage's rows decide it without reading anything: `Some(None)`
+    /// for no entry. `None`: decide as usual.
+    #[inline(always)]
+    pub fn constant_miss(&self, port: u64) -> Option<Option<&Entry>> {
+        match self.constant_miss[(port as usize).min(self.ports)] {
+            u32::MAX => None,
+            0 => Some(None),
+            d => Some(Some(&self.entries[d as usize - 1])),
+        }
     }
 
     /// Whether a packet from `port` that finds no context in this stage
@@ -621,5 +659,36 @@ Stage s {
         // moves to `a`, where it is; 4 and up share the plan for every
         // port, which may take any row.
         assert_eq!(quiet, [true, false, false, true, false, false]);
+    }
+
+    #[test]
+    fn a_constant_miss_is_the_entry_a_quiet_unconditional_plan_takes() {
+        let text = r#"
+Register global g = 0;
+Stage s {
+    setFlowKey(ipv4.src);
+    State initial a {
+        on (pktRcvd) {
+            if (pktRcvd.port == 1) { setNextState(b); }
+            if (pktRcvd.port == 2) { sendPacket(255, 1); }
+            if (pktRcvd.port == 3, ipv4.dst == 7) { sendPacket(255, 2); }
+            if (pktRcvd.port == 4) { g = g + 1; sendPacket(255, 3); }
+        }
+    }
+    State b { on (pktRcvd) { setNextState(a); } }
+}
+"#;
+        let stage = &crate::xl::parse_str("t.xl", text).expect("parses").stages[0];
+        let tables = StageTables::compile(stage).expect("compiles");
+        let sent = |p: u64| tables.constant_miss(p).map(|e| e.map(|e| e.ports));
+        // Port 0: no row, so no entry, always; 1 moves the state (not a
+        // quiet miss); 2 sends, whatever the packet; 3 reads a field; 4
+        // updates a global; 5 and up share the plan for every port.
+        assert_eq!(sent(0), Some(None));
+        assert_eq!(sent(1), None);
+        assert_eq!(sent(2), Some(Some(1 << 1)));
+        assert_eq!(sent(3), None);
+        assert_eq!(sent(4), None);
+        assert_eq!(sent(5), None);
     }
 }

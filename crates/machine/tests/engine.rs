@@ -224,7 +224,7 @@ fn a_batch_does_what_frames_one_by_one_do() {
                     })
                     .collect();
                 let mut got = Vec::new();
-                batched.process_batch(&views, |i, v| got.push((i, v)));
+                batched.process_batch(&views, |i, v| got.push((i, *v)));
                 let want: Vec<_> = views
                     .iter()
                     .enumerate()

@@ -107,7 +107,7 @@ fn one_record_for_both_stages_is_invisible_while_the_table_has_room() {
                 })
                 .collect();
             let mut got = Vec::new();
-            batched.process_batch(&views, |_, v| got.push(v));
+            batched.process_batch(&views, |_, v| got.push(*v));
             for (f, b) in views.iter().zip(&got) {
                 let a = apart.process(f.fields, 1, 60, f.ts_ns);
                 let s = shared.process(f.fields, 1, 60, f.ts_ns);
