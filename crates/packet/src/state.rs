@@ -923,10 +923,14 @@ pub(crate) fn text(b: &[u8]) -> String {
     if b.iter().all(|c| (0x20..0x7f).contains(c)) {
         String::from_utf8_lossy(b).into_owned()
     } else {
+        // By table: a `format!` per byte made the dump of a large flow
+        // table the bulk of a run's last moments.
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut s = String::with_capacity(2 + 2 * b.len());
         s.push_str("0x");
-        for c in b {
-            s.push_str(&format!("{c:02x}"));
+        for &c in b {
+            s.push(HEX[(c >> 4) as usize] as char);
+            s.push(HEX[(c & 15) as usize] as char);
         }
         s
     }
