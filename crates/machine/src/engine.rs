@@ -672,13 +672,15 @@ impl Engine {
                 }
             }
         }
-        let mut key = [0 as Value; MAX_KEY];
-        let n = flow_key(stage, fields, &mut key);
-        let key = &key[..n];
-        // The key's record, with this stage's context in it or not.
+        // The key's record, with this stage's context in it or not (the
+        // key made only where it is looked up: a later stage on the same
+        // table takes the first one's record).
         let record = if table.looked_up == counters.packets {
             table.slot
         } else {
+            let mut key = [0 as Value; MAX_KEY];
+            let n = flow_key(stage, fields, &mut key);
+            let key = &key[..n];
             table.looked_up = counters.packets;
             table.placed = false;
             table.slot = if tables.quiet_miss(port) && table.flows.absent(key) {
