@@ -582,7 +582,7 @@ pub struct Writable<'a> {
 
 /// Runs `updates` in order on the flow registers, the globals and the
 /// packet's metadata.
-#[inline]
+#[inline(always)]
 pub fn apply_updates(
     updates: &[Update],
     fields: &[u64],
