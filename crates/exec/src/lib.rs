@@ -22,5 +22,6 @@ pub use code::{
 pub use fold::{FoldSpec, FoldStep};
 pub use lower::{lower, Unsupported};
 pub use vm::{
-    fnv1a, Fault, FoldCall, Host, IntField, ObjectKey, Outcome, Sent, Value, Vm, LOG_LINE_MAX,
+    const_bytes, fnv1a, Fault, FoldCall, Host, IntField, ObjectKey, Outcome, Sent, Value, Vm,
+    LOG_LINE_MAX,
 };

@@ -200,7 +200,16 @@ pub trait Host {
     fn dict_set_bytes_int(&mut self, state: u16, key: &[u8], value: i64) -> Result<(), Fault> {
         self.dict_set_bytes(state, key, &Value::Int(value))
     }
+    /// A message of record `record` with `fields` in its fields' order.
+    /// A field holds a constant's bytes as [`Value::ConstBytes`] only
+    /// where [`Host::reads_constants`] says so; otherwise as owned bytes.
     fn record(&mut self, record: u16, fields: &[Value]) -> Result<Value, Fault>;
+    /// Whether [`Host::bytes`] reads [`Value::ConstBytes`] (the host holds
+    /// the module): then a record's constant fields reach [`Host::record`]
+    /// as they are, not copied into owned bytes for every record built.
+    fn reads_constants(&self) -> bool {
+        false
+    }
     /// For `foldt` over channel array `chan`, ordered by `field` of
     /// `record`: the next element (see [`Op::Merge`]), `Value::None` when
     /// there is none, or `Ok(None)` to suspend until an input has more.
@@ -356,6 +365,9 @@ pub struct Vm {
     /// state slot, the key and what it held. Another lookup of the same
     /// key with no dictionary operation between is answered from it.
     lookup: Option<(u16, Value, Value)>,
+    /// A record's field values as they are handed to [`Host::record`],
+    /// the list's storage kept from one record to the next.
+    record_fields: Vec<Value>,
 }
 
 /// Per function of a module: flattened (`Some(Some)`), left to the
@@ -649,12 +661,7 @@ impl Vm {
                     self.set(base, *dst, v);
                 }
                 Op::Record { dst, record, args } => {
-                    // Constants become owned bytes: the host cannot see code.
-                    let fields: Vec<Value> = args
-                        .iter()
-                        .map(|r| self.detach(module, &*host, self.reg(base, *r)))
-                        .collect();
-                    let v = host.record(*record, &fields)?;
+                    let v = self.record(module, host, base, *record, args)?;
                     self.set(base, *dst, v);
                 }
                 Op::List { dst, items } => {
@@ -1278,11 +1285,7 @@ impl Vm {
                 self.set(0, *dst, v);
             }
             Op::Record { dst, record, args } => {
-                let fields: Vec<Value> = args
-                    .iter()
-                    .map(|r| self.detach(module, &*host, self.reg(0, *r)))
-                    .collect();
-                let v = host.record(*record, &fields)?;
+                let v = self.record(module, host, 0, *record, args)?;
                 self.set(0, *dst, v);
             }
             Op::List { dst, items } => {
@@ -1694,6 +1697,32 @@ impl Vm {
 
     /// `v` as it may be kept past this run (in state, a record or a
     /// dictionary's keys): bytes of code or of the scratch buffer copied.
+    /// Builds record `record` from registers `args` (of the frame at
+    /// `base`) through the host. Bytes of the scratch buffer, which the
+    /// host cannot see, become owned bytes, and so do constants unless
+    /// the host reads them itself; the list of fields is the `Vm`'s own,
+    /// kept between records.
+    fn record(
+        &mut self,
+        module: &Module,
+        host: &mut dyn Host,
+        base: u32,
+        record: u16,
+        args: &[Reg],
+    ) -> Result<Value, Fault> {
+        let mut fields = std::mem::take(&mut self.record_fields);
+        fields.clear();
+        let constants = host.reads_constants();
+        fields.extend(args.iter().map(|r| match self.reg(base, *r) {
+            v @ Value::ConstBytes { .. } if constants => v.clone(),
+            v => self.detach(module, &*host, v),
+        }));
+        let built = host.record(record, &fields);
+        fields.clear();
+        self.record_fields = fields;
+        built
+    }
+
     fn detach(&self, module: &Module, host: &dyn Host, v: &Value) -> Value {
         match v {
             Value::ConstBytes { .. } | Value::Scratch { .. } => self
@@ -2103,16 +2132,28 @@ enum Step {
 /// Bytes that do not live in the interpreter: a constant's, or the host's.
 fn outside_bytes<'a>(module: &'a Module, host: &'a dyn Host, v: &'a Value) -> Option<&'a [u8]> {
     match v {
-        Value::ConstBytes { func, op } => {
-            match &module.functions[*func as usize].code[*op as usize] {
-                Op::Const {
-                    value: Const::Str(s),
-                    ..
-                } => Some(s),
-                _ => None,
-            }
-        }
+        Value::ConstBytes { .. } => const_bytes(module, v),
         _ => host.bytes(v),
+    }
+}
+
+/// The bytes of a constant of `module` ([`Value::ConstBytes`]); `None`
+/// for any other value.
+pub fn const_bytes<'a>(module: &'a Module, v: &Value) -> Option<&'a [u8]> {
+    let Value::ConstBytes { func, op } = v else {
+        return None;
+    };
+    match module
+        .functions
+        .get(*func as usize)?
+        .code
+        .get(*op as usize)?
+    {
+        Op::Const {
+            value: Const::Str(s),
+            ..
+        } => Some(s),
+        _ => None,
     }
 }
 

@@ -482,8 +482,13 @@ impl Host for GraphHost {
                 m.bytes.get(*start as usize..(*start + *len) as usize)
             }
             Value::Bytes(b) => Some(b),
+            Value::ConstBytes { .. } => flick_exec::const_bytes(&self.module, v),
             _ => None,
         }
+    }
+
+    fn reads_constants(&self) -> bool {
+        true
     }
 
     fn field(&mut self, msg: &Value, record: u16, field: u16) -> Result<Value, Fault> {

@@ -5,7 +5,7 @@
 mod support;
 
 use flick_testkit::alloc::CountingAlloc;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -155,6 +155,65 @@ fn cache_inserts_and_evictions_allocate_nothing_once_warm() {
     assert!(
         allocations < 32,
         "{allocations} allocations over 1280 GETKs that each insert and evict"
+    );
+}
+
+/// The static server builds every response from constants (a record of
+/// a status, a reason and a body): once warm, neither the record's list
+/// of fields nor copies of its constant bytes are allocated per response.
+#[test]
+fn responses_built_from_constants_allocate_nothing_once_warm() {
+    let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let service = serve("static_web.flick", &[], Default::default());
+    let mut c = TcpStream::connect(service.local_addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.set_nodelay(true).unwrap();
+    let request = b"GET / HTTP/1.1\r\nHost: flick\r\n\r\n";
+    let mut buf = vec![0u8; 4096];
+    let exchange = |c: &mut TcpStream, buf: &mut [u8]| {
+        c.write_all(request).unwrap();
+        let mut got = 0;
+        // A head, then as many body bytes as its Content-Length says.
+        let whole = loop {
+            let n = c.read(&mut buf[got..]).unwrap();
+            assert!(n > 0, "the server closed the connection");
+            got += n;
+            let text = &buf[..got];
+            let Some(end) = text.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = std::str::from_utf8(&text[..end]).unwrap();
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            // Read without allocating: the count is the whole process's.
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse().unwrap())
+                })
+                .expect("a Content-Length");
+            if got >= end + 4 + length {
+                break end + 4 + length;
+            }
+        };
+        assert_eq!(got, whole, "one response per request");
+        assert!(buf[..whole].ends_with(b"72 of body.\n"));
+    };
+    for _ in 0..200 {
+        exchange(&mut c, &mut buf);
+    }
+    let before = ALLOC.allocations();
+    for _ in 0..1000 {
+        exchange(&mut c, &mut buf);
+    }
+    let allocations = ALLOC.allocations() - before;
+    eprintln!("allocations over 1000 built responses: {allocations}");
+    // Three a response before (the list of fields and a copy of each
+    // constant string).
+    assert!(
+        allocations < 32,
+        "{allocations} allocations over 1000 responses"
     );
 }
 

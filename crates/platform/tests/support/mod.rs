@@ -43,13 +43,18 @@ pub fn serve(example: &str, backends: &[u16], config: ServiceConfig) -> Service 
                     .parse()
                     .unwrap(),
             )],
-            connect: vec![(
-                "backends".into(),
-                backends
-                    .iter()
-                    .map(|p| format!("127.0.0.1:{p}").parse().unwrap())
-                    .collect(),
-            )],
+            // A program with no backends (the static server) connects
+            // nothing.
+            connect: match backends {
+                [] => Vec::new(),
+                _ => vec![(
+                    "backends".into(),
+                    backends
+                        .iter()
+                        .map(|p| format!("127.0.0.1:{p}").parse().unwrap())
+                        .collect(),
+                )],
+            },
             workers: 2,
             max_instances: 64,
             ..config
