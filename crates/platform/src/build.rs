@@ -2,15 +2,44 @@
 //! into messages with their grammar unit's serialiser.
 
 use crate::compute::GraphHost;
-use crate::msg::Msg;
+use crate::msg::{Msg, MsgPool};
 use flick_exec::{Fault, Host, Value};
 use flick_wire::{Builder, Parser, Progress};
+use std::sync::Arc;
 
 /// Builds messages of one record's unit, reusing its storage.
 pub struct RecordBuilder {
     builder: Builder,
     /// Reads the built bytes back, so the message's slots point into them.
     parser: Parser,
+    /// Messages built from constants, with the fields they were built
+    /// from (see [`KEPT_PER_RECORD`]); back to `pool` when the builder
+    /// goes (its instance ends).
+    kept: Vec<(Vec<Value>, Msg)>,
+    pool: Arc<MsgPool>,
+}
+
+impl Drop for RecordBuilder {
+    fn drop(&mut self) {
+        for (_, m) in self.kept.drain(..) {
+            self.pool.give(m);
+        }
+    }
+}
+
+/// Messages a builder keeps of those built from constants alone (a static
+/// page, a fixed reply): the same fields give the same message, so it is
+/// copied rather than serialised and parsed back again, most of what a
+/// static server's response cost.
+const KEPT_PER_RECORD: usize = 4;
+
+/// Whether `v` is the same whatever the message being handled: a field
+/// of such values builds the same record every time.
+fn constant(v: &Value) -> bool {
+    matches!(
+        v,
+        Value::Int(_) | Value::Bool(_) | Value::None | Value::Unit | Value::ConstBytes { .. }
+    )
 }
 
 impl GraphHost {
@@ -33,10 +62,27 @@ impl GraphHost {
                 RecordBuilder {
                     builder: Builder::new(self.grammar.clone(), unit),
                     parser: self.grammar.parser(unit),
+                    kept: Vec::new(),
+                    pool: self.pool.clone(),
                 }
             }
         };
-        let built = self.fill(&mut rb, names, fields);
+        let constants = fields.iter().all(constant);
+        let kept = constants
+            .then(|| rb.kept.iter().find(|(f, _)| f[..] == *fields))
+            .flatten();
+        let built = match kept {
+            Some((_, m)) => Ok(self.pool.copy(m)),
+            None => {
+                let built = self.fill(&mut rb, names, fields);
+                if let (true, Ok(m)) = (constants, &built) {
+                    if rb.kept.len() < KEPT_PER_RECORD {
+                        rb.kept.push((fields.to_vec(), self.pool.copy(m)));
+                    }
+                }
+                built
+            }
+        };
         self.builders[record as usize] = Some(rb);
         built
     }

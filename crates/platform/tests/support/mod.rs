@@ -2,7 +2,7 @@
 //! the paper's proxy served in-process, and binary-protocol helpers that
 //! write into buffers the caller owns (so allocation counts stay clean).
 //! Each test file compiles this module and uses part of it.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use flick_platform::{Loaded, Service, ServiceConfig};
 use std::io::Read;
@@ -20,7 +20,12 @@ pub fn proxy(backends: &[u16]) -> Service {
 pub fn serve(example: &str, backends: &[u16], config: ServiceConfig) -> Service {
     let path = format!("{}/../../examples/{example}", env!("CARGO_MANIFEST_DIR"));
     let src = std::fs::read_to_string(path).unwrap();
-    let (program, diags) = flick_syntax::parse(&src);
+    serve_source(&src, backends, config)
+}
+
+/// [`serve`] of a program given as its text.
+pub fn serve_source(src: &str, backends: &[u16], config: ServiceConfig) -> Service {
+    let (program, diags) = flick_syntax::parse(src);
     assert!(diags.is_empty());
     let (checked, diags) = flick_check::check(&program);
     assert!(diags.is_empty());

@@ -1,0 +1,95 @@
+//! Records a program builds for its replies: one built from constants
+//! alone is kept and copied for later requests, so each of several such
+//! replies must still go where its branch says, and one built from the
+//! request must be built anew each time.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+use support::serve_source;
+
+/// Two pages of constants, a reply that echoes the request's target, and
+/// a 404 of constants.
+const PAGES: &str = r#"grammar http
+
+type request: record
+  target : string
+
+type simple_response: record
+  status : integer {size=2}
+  reason : string
+  body : string
+
+proc Pages: (request/simple_response client)
+  | client => respond(client)
+
+fun respond: (-/simple_response client, req: request) -> ()
+  if req.target = "/a":
+    simple_response(200, "OK", "page a") => client
+  else:
+    if req.target = "/b":
+      simple_response(200, "OK", "page b, longer") => client
+    else:
+      if req.target = "/missing":
+        simple_response(404, "Not Found", "no such page") => client
+      else:
+        simple_response(200, "OK", req.target) => client
+"#;
+
+/// Sends a GET for `target` and reads one reply: its status line and body.
+fn get(c: &mut TcpStream, target: &str) -> (String, String) {
+    write!(c, "GET {target} HTTP/1.1\r\nHost: flick\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "the server closed the connection");
+        got.extend_from_slice(&buf[..n]);
+        let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8(got[..end].to_vec()).unwrap();
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse().unwrap())
+            })
+            .expect("a Content-Length");
+        if got.len() >= end + 4 + length {
+            assert_eq!(got.len(), end + 4 + length, "one reply per request");
+            let status = head.lines().next().unwrap().to_string();
+            let body = String::from_utf8(got[end + 4..].to_vec()).unwrap();
+            return (status, body);
+        }
+    }
+}
+
+#[test]
+fn replies_built_from_constants_and_from_requests_each_answer_their_own() {
+    let service = serve_source(PAGES, &[], Default::default());
+    let mut c = TcpStream::connect(service.local_addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let ok = "HTTP/1.1 200 OK".to_string();
+    for round in 0..3 {
+        for (target, want) in [
+            ("/a", (ok.clone(), "page a".to_string())),
+            ("/echo/1", (ok.clone(), "/echo/1".to_string())),
+            ("/b", (ok.clone(), "page b, longer".to_string())),
+            (
+                "/missing",
+                (
+                    "HTTP/1.1 404 Not Found".to_string(),
+                    "no such page".to_string(),
+                ),
+            ),
+            ("/echo/22", (ok.clone(), "/echo/22".to_string())),
+            ("/a", (ok.clone(), "page a".to_string())),
+        ] {
+            assert_eq!(get(&mut c, target), want, "round {round}, {target}");
+        }
+    }
+}
