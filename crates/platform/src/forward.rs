@@ -55,6 +55,16 @@ impl GraphHost {
         if !self.grammar.has_forward(unit) {
             return;
         }
+        // Asked here alone: a session that ends is held to close.
+        let session_ends = match chan == self.client_chan {
+            true => self.session_ends(m.part),
+            false => self.ending && self.last_reply(m.part),
+        };
+        // A reply the program built says `Connection: close` only on its
+        // last: before that it passes on unchanged, not written again.
+        if !self.grammar.forward_changes(unit, session_ends) {
+            return;
+        }
         if !self.client_address.known {
             let peer = self
                 .outputs
@@ -66,10 +76,6 @@ impl GraphHost {
                 self.client_address.set(a.ip());
             }
         }
-        let session_ends = match chan == self.client_chan {
-            true => self.session_ends(m.part),
-            false => self.ending && self.last_reply(m.part),
-        };
         let cx = ForwardContext {
             peer_address: self.client_address.as_bytes(),
             session_ends,

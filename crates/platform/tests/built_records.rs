@@ -40,7 +40,14 @@ fun respond: (-/simple_response client, req: request) -> ()
 
 /// Sends a GET for `target` and reads one reply: its status line and body.
 fn get(c: &mut TcpStream, target: &str) -> (String, String) {
-    write!(c, "GET {target} HTTP/1.1\r\nHost: flick\r\n\r\n").unwrap();
+    let (status, _, body) = exchange(c, target, "");
+    (status, body)
+}
+
+/// Sends a GET for `target` with `more` header lines and reads one
+/// reply: its status line, its head and its body.
+fn exchange(c: &mut TcpStream, target: &str, more: &str) -> (String, String, String) {
+    write!(c, "GET {target} HTTP/1.1\r\nHost: flick\r\n{more}\r\n").unwrap();
     let mut got = Vec::new();
     let mut buf = [0u8; 1024];
     loop {
@@ -63,7 +70,7 @@ fn get(c: &mut TcpStream, target: &str) -> (String, String) {
             assert_eq!(got.len(), end + 4 + length, "one reply per request");
             let status = head.lines().next().unwrap().to_string();
             let body = String::from_utf8(got[end + 4..].to_vec()).unwrap();
-            return (status, body);
+            return (status, head, body);
         }
     }
 }
@@ -92,4 +99,34 @@ fn replies_built_from_constants_and_from_requests_each_answer_their_own() {
             assert_eq!(get(&mut c, target), want, "round {round}, {target}");
         }
     }
+}
+
+/// A kept reply passes on as it was built while the client stays, and
+/// says `Connection: close` on the client's last request, after which the
+/// connection closes.
+#[test]
+fn a_kept_reply_says_connection_close_on_the_last_request_alone() {
+    let service = serve_source(PAGES, &[], Default::default());
+    let mut c = TcpStream::connect(service.local_addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    for _ in 0..3 {
+        let (status, head, body) = exchange(&mut c, "/a", "");
+        assert_eq!(
+            (status.as_str(), body.as_str()),
+            ("HTTP/1.1 200 OK", "page a")
+        );
+        assert!(!head.to_ascii_lowercase().contains("connection:"), "{head}");
+    }
+    let (status, head, body) = exchange(&mut c, "/a", "Connection: close\r\n");
+    assert_eq!(
+        (status.as_str(), body.as_str()),
+        ("HTTP/1.1 200 OK", "page a")
+    );
+    assert!(head.contains("Connection: close"), "{head}");
+    let mut rest = [0u8; 16];
+    assert_eq!(
+        c.read(&mut rest).unwrap(),
+        0,
+        "the connection closes after it"
+    );
 }

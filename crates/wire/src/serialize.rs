@@ -37,6 +37,22 @@ impl Grammar {
         self.units[unit].forward.is_some()
     }
 
+    /// Whether [`Grammar::forward`] can change a message of `unit` when
+    /// the client's session ends (`session_ends`) or not: `false` where
+    /// the unit drops nothing and adds only under the other answer of
+    /// `session_ends()` (a reply a program builds, which says `Connection:
+    /// close` on the last one alone), so the message passes on as it is
+    /// and need not be written again.
+    pub fn forward_changes(&self, unit: UnitId, session_ends: bool) -> bool {
+        let Some(f) = &self.units[unit].forward else {
+            return false;
+        };
+        !f.drop.is_empty()
+            || f.add
+                .iter()
+                .any(|a| !matches!(a.when, When::SessionEnds(when) if when != session_ends))
+    }
+
     /// Writes a parsed message as a proxy passes it on, with `%forward`'s
     /// edits: the other fields keep their bytes. With `head_only`, the
     /// message is the head of one whose body streams: writing stops at

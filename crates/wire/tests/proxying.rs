@@ -154,3 +154,29 @@ fn connect_is_refused_with_501() {
         .unwrap_err();
     assert_eq!(err.status, Some(501), "{err}");
 }
+
+/// A reply a program builds passes on unchanged until its client's
+/// session ends, as `forward` itself writes it; messages whose unit drops
+/// fields, or adds one either way, may always change.
+#[test]
+fn a_built_reply_changes_only_when_the_session_ends() {
+    let g = Grammar::stock("http").unwrap();
+    let simple = g.unit_id("simple_response").unwrap();
+    assert!(!g.forward_changes(simple, false));
+    assert!(g.forward_changes(simple, true));
+    for unit in ["request", "response"] {
+        let unit = g.unit_id(unit).unwrap();
+        assert!(g.forward_changes(unit, false) && g.forward_changes(unit, true));
+    }
+    assert!(!g.forward_changes(g.unit_id("chunk").unwrap(), true));
+    // What `forward_changes` promises: the same bytes.
+    let built = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi";
+    let (kept, _) = forwarded("simple_response", built, CLIENT);
+    assert_eq!(kept.as_bytes(), built);
+    let last = ForwardContext {
+        session_ends: true,
+        ..CLIENT
+    };
+    let (closing, _) = forwarded("simple_response", built, last);
+    assert!(closing.contains("Connection: close\r\n"), "{closing}");
+}
