@@ -79,6 +79,8 @@ pub(crate) fn compile(file: &GrammarFile) -> (Compiled, Vec<Diagnostic>) {
                 end: Vec::new(),
                 reject: Vec::new(),
                 properties: Vec::new(),
+                property_forms: Vec::new(),
+                property_keys: Vec::new(),
                 forward: None,
                 fixed_run: None,
             })
@@ -189,6 +191,14 @@ impl<'a> Compiler<'a> {
             fault,
             end,
             reject,
+            property_forms: properties
+                .iter()
+                .map(|(_, e)| crate::property::PropertyForm::of(e))
+                .collect(),
+            property_keys: properties
+                .iter()
+                .map(|(n, _)| crate::property::name_key(n))
+                .collect(),
             properties,
             forward,
             fixed_run,

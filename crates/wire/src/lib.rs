@@ -500,21 +500,8 @@ impl Grammar {
     /// `%more`, `%correlate`), or `None` if the unit does not declare it or
     /// it has no value for this message.
     pub fn property(&self, unit: UnitId, name: &str, slots: &[Slot], bytes: &[u8]) -> Option<i128> {
-        let (_, e) = self.units[unit]
-            .properties
-            .iter()
-            .find(|(n, _)| n == name)?;
-        let env = eval::Env {
-            slots,
-            base: 0,
-            data: bytes,
-            dollar: eval::Val::Unset,
-            dollar_base: 0,
-            context: 0,
-            limits: &self.limit_values,
-            streamed: 0,
-        };
-        env.int(e).ok()
+        let index = self.property_index(unit, name)?;
+        self.property_of(unit, index, slots, bytes)
     }
 
     /// The most bytes a message of `unit` can take in a buffer at once:

@@ -259,6 +259,10 @@ pub struct UnitInfo {
     pub reject: Vec<(u16, CExpr)>,
     /// Routing properties (`%broadcast`, `%more`, `%correlate`), compiled.
     pub properties: Vec<(String, CExpr)>,
+    /// How each of `properties` is read (see `property.rs`).
+    pub(crate) property_forms: Vec<crate::property::PropertyForm>,
+    /// Each of `properties`' name as a word (see `property.rs`).
+    pub(crate) property_keys: Vec<u64>,
     /// `%forward`: edits to a top-level list of units when a proxy passes
     /// a message on.
     pub forward: Option<Forward>,

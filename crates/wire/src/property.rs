@@ -1,59 +1,207 @@
-//! Routing properties looked up once and read per message: where a
-//! property compares a field with a constant (`%ends = self.key_len ==
-//! -1`), reading it costs one comparison, not an expression walk.
+//! Routing properties in the shapes grammars give them most, read without
+//! walking their expressions: a field compared with a number (`%ends =
+//! self.key_len == -1`), a field's own number (`%quiet = self.noreply`),
+//! a field that is one of some strings (`%broadcast = self.command ==
+//! "flush_all" || self.command == "version"`), maybe scaled (`%refuse =
+//! 6 * (...)`). Each property's shape is found when its grammar is
+//! compiled; [`Grammar::property`] and [`PropertyRef`] read through it.
 
 use crate::grammar::ast::BinOp;
 use crate::program::{CExpr, Slot, UnitId};
 use crate::Grammar;
+use std::sync::Arc;
+
+/// How a property is read (see the module doc); `Expr`: by walking it.
+#[derive(Clone, Debug)]
+pub(crate) enum PropertyForm {
+    /// `slot == constant` (or `!=`, where the flag is false).
+    Compare(u16, i128, bool),
+    /// The slot's number.
+    Number(u16),
+    /// `scale` where the slot's bytes are one of these, else 0 (`!=` of
+    /// one string: 1 where they are not it, where the flag is false).
+    OneOf {
+        slot: u16,
+        strings: Vec<Arc<[u8]>>,
+        scale: i128,
+        equal: bool,
+    },
+    Expr,
+}
+
+/// The slot and string of `e`, if it is `self.field == "string"` (either
+/// way round) and `op` is its operator.
+fn slot_is(e: &CExpr, op: BinOp) -> Option<(u16, Arc<[u8]>)> {
+    let CExpr::Binary(o, a, b) = e else {
+        return None;
+    };
+    if *o != op {
+        return None;
+    }
+    match (&**a, &**b) {
+        (CExpr::Slot(s), CExpr::Str(t)) | (CExpr::Str(t), CExpr::Slot(s)) => Some((*s, t.clone())),
+        _ => None,
+    }
+}
+
+/// The slot and strings of a chain of `||` whose every term compares the
+/// same slot with a string.
+fn one_of(e: &CExpr) -> Option<(u16, Vec<Arc<[u8]>>)> {
+    if let Some((s, t)) = slot_is(e, BinOp::Eq) {
+        return Some((s, vec![t]));
+    }
+    let CExpr::Binary(BinOp::Or, a, b) = e else {
+        return None;
+    };
+    let (s, mut strings) = one_of(a)?;
+    let (t, more) = one_of(b)?;
+    (s == t).then(|| {
+        strings.extend(more);
+        (s, strings)
+    })
+}
+
+impl PropertyForm {
+    pub(crate) fn of(e: &CExpr) -> PropertyForm {
+        let e = crate::int_expr::fold(e);
+        if let CExpr::Binary(op @ (BinOp::Eq | BinOp::Ne), a, b) = &e {
+            if let (CExpr::Slot(s), CExpr::Int(c)) | (CExpr::Int(c), CExpr::Slot(s)) = (&**a, &**b)
+            {
+                return PropertyForm::Compare(*s, *c, *op == BinOp::Eq);
+            }
+        }
+        if let CExpr::Slot(s) = e {
+            return PropertyForm::Number(s);
+        }
+        if let Some((slot, t)) = slot_is(&e, BinOp::Ne) {
+            return PropertyForm::OneOf {
+                slot,
+                strings: vec![t],
+                scale: 1,
+                equal: false,
+            };
+        }
+        let (scale, chain) = match &e {
+            CExpr::Binary(BinOp::Mul, a, b) => match (&**a, &**b) {
+                (CExpr::Int(k), x) | (x, CExpr::Int(k)) => (*k, x),
+                _ => (1, &e),
+            },
+            _ => (1, &e),
+        };
+        match one_of(chain) {
+            Some((slot, strings)) => PropertyForm::OneOf {
+                slot,
+                strings,
+                scale,
+                equal: true,
+            },
+            None => PropertyForm::Expr,
+        }
+    }
+
+    /// The property's value, as walking its expression gives it; `None`
+    /// where this form cannot tell (walk the expression).
+    #[inline]
+    pub(crate) fn read(&self, slots: &[Slot], bytes: &[u8]) -> Option<Option<i128>> {
+        let number = |s: u16| match slots.get(s as usize) {
+            Some(Slot::Int(v)) => Some(*v as i128),
+            Some(Slot::SInt(v)) => Some(*v as i128),
+            Some(Slot::Count(n)) => Some(*n as i128),
+            _ => None,
+        };
+        match self {
+            PropertyForm::Compare(s, c, eq) => {
+                let v = number(*s)?;
+                Some(Some(i128::from((v == *c) == *eq)))
+            }
+            PropertyForm::Number(s) => Some(Some(number(*s)?)),
+            PropertyForm::OneOf {
+                slot,
+                strings,
+                scale,
+                equal,
+            } => {
+                let found = match slots.get(*slot as usize) {
+                    Some(Slot::Bytes { start, len }) => {
+                        let at = *start as usize;
+                        let field = bytes.get(at..at + *len as usize).unwrap_or(&[]);
+                        strings.iter().any(|t| **t == *field)
+                    }
+                    // An unset field equals no string.
+                    Some(Slot::Unset) | None => false,
+                    _ => return None,
+                };
+                Some(Some(if found == *equal { *scale } else { 0 }))
+            }
+            PropertyForm::Expr => None,
+        }
+    }
+}
 
 /// A property of a unit (see [`Grammar::property`]), found by name once.
 #[derive(Clone, Debug)]
 pub struct PropertyRef {
     unit: UnitId,
     index: usize,
-    /// `slot == constant` (or `!=`, when the flag is false).
-    compare: Option<(u16, i128, bool)>,
+}
+
+/// A word standing for a property's name: its first eight bytes and its
+/// length. Names are found by these, one comparison each, and the one
+/// that matches checked whole: a name compared as a string at every
+/// lookup cost more than reading most properties.
+pub(crate) fn name_key(name: &str) -> u64 {
+    let b = name.as_bytes();
+    let mut w = [0u8; 8];
+    let n = b.len().min(8);
+    w[..n].copy_from_slice(&b[..n]);
+    u64::from_le_bytes(w) ^ (b.len() as u64).rotate_right(8)
 }
 
 impl Grammar {
     /// Unit `unit`'s property `name`, if it declares one.
     pub fn property_ref(&self, unit: UnitId, name: &str) -> Option<PropertyRef> {
-        let index = self
-            .units
-            .get(unit)?
-            .properties
+        self.units.get(unit)?;
+        let index = self.property_index(unit, name)?;
+        Some(PropertyRef { unit, index })
+    }
+
+    /// Where `unit` declares property `name` among its properties.
+    #[inline]
+    pub(crate) fn property_index(&self, unit: UnitId, name: &str) -> Option<usize> {
+        let info = &self.units[unit];
+        let key = name_key(name);
+        info.property_keys
             .iter()
-            .position(|(n, _)| n == name)?;
-        let e = crate::int_expr::fold(&self.units[unit].properties[index].1);
-        let compare = match &e {
-            CExpr::Binary(op @ (BinOp::Eq | BinOp::Ne), a, b) => match (&**a, &**b) {
-                (CExpr::Slot(s), CExpr::Int(c)) | (CExpr::Int(c), CExpr::Slot(s)) => {
-                    Some((*s, *c, *op == BinOp::Eq))
-                }
-                _ => None,
-            },
-            _ => None,
-        };
-        Some(PropertyRef {
-            unit,
-            index,
-            compare,
-        })
+            .enumerate()
+            .filter(|(_, k)| **k == key)
+            .map(|(i, _)| i)
+            .find(|&i| info.properties[i].0 == name)
     }
 
     /// The value of property `p` for a parsed message, as
     /// [`Grammar::property`] gives it.
     #[inline]
     pub fn property_at(&self, p: &PropertyRef, slots: &[Slot], bytes: &[u8]) -> Option<i128> {
-        if let Some((s, c, eq)) = p.compare {
-            let v = match slots.get(s as usize) {
-                Some(Slot::Int(v)) => Some(*v as i128),
-                Some(Slot::SInt(v)) => Some(*v as i128),
-                _ => None,
-            };
-            if let Some(v) = v {
-                return Some(i128::from((v == c) == eq));
-            }
+        self.property_of(p.unit, p.index, slots, bytes)
+    }
+
+    /// Property `index` of `unit` for a parsed message: by its form where
+    /// that tells, by walking its expression otherwise.
+    #[inline]
+    pub(crate) fn property_of(
+        &self,
+        unit: UnitId,
+        index: usize,
+        slots: &[Slot],
+        bytes: &[u8],
+    ) -> Option<i128> {
+        let info = &self.units[unit];
+        if let Some(v) = info
+            .property_forms
+            .get(index)
+            .and_then(|f| f.read(slots, bytes))
+        {
+            return v;
         }
         let env = crate::eval::Env {
             slots,
@@ -62,10 +210,10 @@ impl Grammar {
             dollar: crate::eval::Val::Unset,
             dollar_base: 0,
             context: 0,
-            limits: &[],
+            limits: &self.limit_values,
             streamed: 0,
         };
-        env.int(&self.units[p.unit].properties[p.index].1).ok()
+        env.int(&info.properties[index].1).ok()
     }
 }
 
@@ -78,7 +226,10 @@ mod tests {
         let g = Grammar::stock("hadoop_ifile").unwrap();
         let kv = g.unit_id("kv").unwrap();
         let p = g.property_ref(kv, "ends").unwrap();
-        assert!(p.compare.is_some());
+        assert!(matches!(
+            g.units[kv].property_forms[p.index],
+            PropertyForm::Compare(..)
+        ));
         let key_len = g.field_slot(kv, "key_len").unwrap() as usize;
         let n = g.unit(kv).slots as usize;
         for (slot, want) in [
@@ -95,5 +246,73 @@ mod tests {
             }
         }
         assert!(g.property_ref(kv, "broadcast").is_none());
+    }
+
+    /// Every property of every stock grammar that has a form reads as its
+    /// expression walked reads, over slots of every kind: strings it
+    /// names and others, numbers, counts, nothing.
+    #[test]
+    fn every_form_reads_as_its_expression() {
+        let mut shapes = 0;
+        for &name in crate::stock::NAMES {
+            let g = Grammar::stock(name).unwrap();
+            for (u, info) in g.units.iter().enumerate() {
+                for (i, (prop, e)) in info.properties.iter().enumerate() {
+                    assert_eq!(g.property_index(u, prop), Some(i), "{name}: {prop}");
+                    let longer = format!("{prop}_");
+                    assert!(g.property_index(u, &longer).is_none(), "{name}: {longer}");
+                    let form = &info.property_forms[i];
+                    let slot = match form {
+                        PropertyForm::Compare(s, ..) | PropertyForm::Number(s) => *s,
+                        PropertyForm::OneOf { slot, .. } => *slot,
+                        PropertyForm::Expr => continue,
+                    };
+                    shapes += 1;
+                    let mut data = Vec::new();
+                    let mut values = vec![
+                        Slot::Unset,
+                        Slot::Int(0),
+                        Slot::Int(1),
+                        Slot::SInt(-1),
+                        Slot::Count(2),
+                    ];
+                    let named: Vec<Arc<[u8]>> = match form {
+                        PropertyForm::OneOf { strings, .. } => strings.clone(),
+                        _ => Vec::new(),
+                    };
+                    for t in named.iter().map(|t| &t[..]).chain([&b"other"[..], b""]) {
+                        values.push(Slot::Bytes {
+                            start: data.len() as u32,
+                            len: t.len() as u32,
+                        });
+                        data.extend_from_slice(t);
+                    }
+                    for v in values {
+                        let mut slots = vec![Slot::Unset; info.slots as usize];
+                        slots[slot as usize] = v;
+                        let env = crate::eval::Env {
+                            slots: &slots,
+                            base: 0,
+                            data: &data,
+                            dollar: crate::eval::Val::Unset,
+                            dollar_base: 0,
+                            context: 0,
+                            limits: &g.limit_values,
+                            streamed: 0,
+                        };
+                        assert_eq!(
+                            g.property(u, prop, &slots, &data),
+                            env.int(e).ok(),
+                            "{name}: {}.{prop} with {v:?}",
+                            info.name
+                        );
+                    }
+                }
+            }
+        }
+        assert!(
+            shapes >= 10,
+            "the stock grammars' properties read by form: {shapes}"
+        );
     }
 }
