@@ -125,6 +125,7 @@ impl Compute {
             vm: std::mem::take(&mut self.vm),
             locals: Some(std::mem::replace(&mut h.locals, h.globals.clone())),
             starting: std::mem::take(&mut self.starting),
+            made_ahead: false,
         }
     }
 }

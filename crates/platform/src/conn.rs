@@ -416,6 +416,8 @@ pub struct ReadSide {
     /// program's rule, and so the backend that owns its key, after the
     /// rejected request's answer and before anything read later.
     instead: Option<Msg>,
+    /// Made when its service started (see [`crate::graph_pool::GraphPool`]).
+    pub(crate) made_ahead: bool,
 }
 
 impl ReadSide {
@@ -442,6 +444,7 @@ impl ReadSide {
             hangup: false,
             refused: false,
             instead: None,
+            made_ahead: false,
         }
     }
 

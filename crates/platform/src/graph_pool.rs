@@ -37,6 +37,9 @@ pub struct GraphStorage {
     pub locals: Option<Arc<SharedState>>,
     /// The graph's tasks between being made and being started.
     pub starting: Vec<(TaskId, Box<dyn Task>)>,
+    /// Made when the service started: the first instances grow it, so
+    /// what it holds lies with theirs, early in the workers' memory.
+    pub made_ahead: bool,
 }
 
 impl GraphStorage {
@@ -136,11 +139,14 @@ impl GraphPool {
         for _ in 0..config.prefill.min(keep) {
             let mut s = GraphStorage {
                 locals: Some(Arc::new(pool.new_locals())),
+                made_ahead: true,
                 ..GraphStorage::default()
             };
             s.msgs.reserve(8);
             pool.give(s);
-            pool.give_read_side(read());
+            let mut r = read();
+            r.made_ahead = true;
+            pool.give_read_side(r);
         }
         pool
     }
@@ -195,11 +201,26 @@ impl GraphPool {
     /// the last trim, keeping at least `keep` graphs' worth; how many
     /// things were freed.
     pub fn trim(&self, keep: usize) -> usize {
-        fn trim_stack<T>(stack: &Mutex<Vec<T>>, low: &AtomicUsize, keep: usize) -> usize {
+        /// Frees what went unused in `stack` beyond `keep`: first what a
+        /// burst made (`made_ahead` false), then the oldest.
+        fn trim_stack<T>(
+            stack: &Mutex<Vec<T>>,
+            low: &AtomicUsize,
+            keep: usize,
+            made_ahead: impl Fn(&T) -> bool,
+        ) -> usize {
             let freed: Vec<T> = {
                 let mut stack = stack.lock().expect("pool lock");
                 let unused = low.load(Ordering::Relaxed).min(stack.len());
                 let n = unused.min(stack.len().saturating_sub(keep));
+                if n > 0 {
+                    // What was made at start lies together in memory made
+                    // at start; what a burst made lies among its freed
+                    // storage, where one kept holds pages the allocator
+                    // could otherwise give back. The kept ones go on top,
+                    // taken first.
+                    stack.sort_by_key(|t| made_ahead(t));
+                }
                 // The oldest go: the most recently used stay warm on top.
                 let freed = stack.drain(..n).collect();
                 if stack.len() < stack.capacity() / 4 {
@@ -212,8 +233,8 @@ impl GraphPool {
             // Dropped outside the lock.
             freed.len()
         }
-        let mut freed = trim_stack(&self.storage, &self.storage_low, keep);
-        freed += trim_stack(&self.reads, &self.reads_low, keep);
+        let mut freed = trim_stack(&self.storage, &self.storage_low, keep, |s| s.made_ahead);
+        freed += trim_stack(&self.reads, &self.reads_low, keep, |r| r.made_ahead);
         // Channels for the graphs kept; an instance that ended returned
         // its channels here.
         let graphs = self.available().max(keep);

@@ -83,6 +83,7 @@ pub struct Platform {
 
 impl Platform {
     pub fn start(config: PlatformConfig) -> Result<Platform, PlatformError> {
+        crate::service::settle_allocator();
         let scheduler = Arc::new(Scheduler::start(SchedulerConfig {
             workers: config.workers.max(1),
             policy: config.policy,

@@ -57,6 +57,8 @@ struct Inner<T> {
     waker: Waker,
     /// The pool the storage returns to once both ends are gone.
     home: Weak<ChannelPool<T>>,
+    /// Made with its pool rather than during a burst: trimming keeps it.
+    made_ahead: bool,
 }
 
 /// The sending end; owned by the producing task.
@@ -108,11 +110,12 @@ impl<T> ChannelPool<T> {
             waker,
         });
         for _ in 0..prefill.min(keep) {
-            let inner = Inner::new(
+            let mut inner = Inner::new(
                 capacity,
                 pool.waker.clone(),
                 std::sync::Arc::downgrade(&pool),
             );
+            inner.made_ahead = true;
             let _ = pool.free.push(Arc::new(inner));
         }
         pool
@@ -137,8 +140,30 @@ impl<T> ChannelPool<T> {
     }
 
     /// Frees pooled channels beyond `keep` (what a burst left); how many.
+    /// Channels made during a burst go first and those made with the pool
+    /// stay: these lie together in memory made at start, while a burst's
+    /// lie among its connections' freed storage, where one kept would hold
+    /// pages the allocator could otherwise give back.
     pub fn trim(&self, keep: usize) -> usize {
         let mut freed = 0;
+        // One pass over the queue, its channels made ahead put back.
+        for _ in 0..self.free.len() {
+            if self.free.len() <= keep {
+                return freed;
+            }
+            let Some(inner) = self.free.pop() else {
+                return freed;
+            };
+            if inner.made_ahead {
+                // Full again (channels came back meanwhile): freed after all.
+                if self.free.push(inner).is_err() {
+                    freed += 1;
+                }
+            } else {
+                freed += 1;
+            }
+        }
+        // Beyond `keep` with only channels made ahead left (a smaller `keep`).
         while self.free.len() > keep && self.free.pop().is_some() {
             freed += 1;
         }
@@ -181,6 +206,7 @@ impl<T> Inner<T> {
             ends: AtomicU8::new(2),
             waker,
             home,
+            made_ahead: false,
         }
     }
 
@@ -338,5 +364,36 @@ impl<T> Drop for Receiver<T> {
         if let Some(inner) = self.inner.take() {
             recycle(inner);
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::{Policy, Scheduler, SchedulerConfig};
+
+    #[test]
+    fn trimming_frees_the_channels_a_burst_made_and_keeps_those_made_ahead() {
+        let s = Scheduler::start(SchedulerConfig {
+            workers: 1,
+            policy: Policy::default(),
+            capacity: 64,
+            pin: false,
+        });
+        let pool = ChannelPool::<u32>::new(1, 2, 8, s.waker());
+        // A burst: the two made ahead, then four more.
+        let burst: Vec<_> = (0..6).map(|_| pool.channel()).collect();
+        drop(burst);
+        assert_eq!(pool.available(), 6);
+        assert_eq!(pool.trim(2), 4);
+        let kept: Vec<_> = std::iter::from_fn(|| pool.free.pop()).collect();
+        assert_eq!(kept.len(), 2);
+        assert!(kept.iter().all(|c| c.made_ahead), "the burst's went first");
+        for c in kept {
+            let _ = pool.free.push(c);
+        }
+        // Below what is made ahead, those go too.
+        assert_eq!(pool.trim(1), 1);
+        assert_eq!(pool.available(), 1);
     }
 }
