@@ -391,7 +391,7 @@ pub struct Engine {
     tables: Vec<TableState>,
     globals: Vec<Value>,
     counters: Counters,
-    /// The packet's metadata words (see [`Engine::process_at`]).
+    /// The packet's metadata words (see [`Engine::process_into`]).
     meta: [Value; MAX_META],
     /// The latest packet time seen, microseconds.
     pub now_us: u64,
@@ -513,26 +513,8 @@ impl Engine {
     #[inline]
     pub fn process(&mut self, fields: &[Value], port: u8, len: usize, ts_ns: u64) -> Verdict {
         let mut verdict = Verdict::default();
-        self.process_at(fields, port, len, ts_ns, &mut verdict);
+        self.process_into(fields, port, len, ts_ns, &mut verdict);
         verdict
-    }
-
-    /// [`Engine::process`] into `verdict`, whatever it held: a caller
-    /// running packet after packet keeps one verdict, and only its counts
-    /// are cleared (the packet's stores are fewer: each waits behind
-    /// those to a record's line not yet in cache).
-    #[inline]
-    pub fn process_into(
-        &mut self,
-        fields: &[Value],
-        port: u8,
-        len: usize,
-        ts_ns: u64,
-        verdict: &mut Verdict,
-    ) {
-        verdict.ports = 0;
-        verdict.nwrites = 0;
-        self.process_at(fields, port, len, ts_ns, verdict);
     }
 
     /// Runs frames through the stages in order, as [`Engine::process`]
@@ -559,11 +541,13 @@ impl Engine {
         }
     }
 
-    /// [`Engine::process`] into `verdict` (no ports, no writes): the caller's, since a
-    /// verdict returned by value is copied (144 bytes, a call to `memcpy`
-    /// per packet).
+    /// [`Engine::process`] into `verdict`, whatever it held: a caller
+    /// running packet after packet keeps one verdict, and only its counts
+    /// are cleared (the packet's stores are fewer: each waits behind
+    /// those to a record's line not yet in cache), and a verdict returned
+    /// by value is copied (144 bytes, a call to `memcpy` per packet).
     #[inline]
-    fn process_at(
+    pub fn process_into(
         &mut self,
         fields: &[Value],
         port: u8,
@@ -571,6 +555,8 @@ impl Engine {
         ts_ns: u64,
         verdict: &mut Verdict,
     ) {
+        verdict.ports = 0;
+        verdict.nwrites = 0;
         let now = ts_ns / 1000;
         self.now_us = self.now_us.max(now);
         self.counters.packets += 1;

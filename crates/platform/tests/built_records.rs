@@ -8,7 +8,7 @@ mod support;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
-use support::serve_source;
+use support::{http_reply, serve_source};
 
 /// Two pages of constants, a reply that echoes the request's target, and
 /// a 404 of constants.
@@ -48,31 +48,12 @@ fn get(c: &mut TcpStream, target: &str) -> (String, String) {
 /// reply: its status line, its head and its body.
 fn exchange(c: &mut TcpStream, target: &str, more: &str) -> (String, String, String) {
     write!(c, "GET {target} HTTP/1.1\r\nHost: flick\r\n{more}\r\n").unwrap();
-    let mut got = Vec::new();
     let mut buf = [0u8; 1024];
-    loop {
-        let n = c.read(&mut buf).unwrap();
-        assert!(n > 0, "the server closed the connection");
-        got.extend_from_slice(&buf[..n]);
-        let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
-            continue;
-        };
-        let head = String::from_utf8(got[..end].to_vec()).unwrap();
-        let length: usize = head
-            .lines()
-            .find_map(|l| {
-                let (name, value) = l.split_once(':')?;
-                name.eq_ignore_ascii_case("content-length")
-                    .then(|| value.trim().parse().unwrap())
-            })
-            .expect("a Content-Length");
-        if got.len() >= end + 4 + length {
-            assert_eq!(got.len(), end + 4 + length, "one reply per request");
-            let status = head.lines().next().unwrap().to_string();
-            let body = String::from_utf8(got[end + 4..].to_vec()).unwrap();
-            return (status, head, body);
-        }
-    }
+    let (head, whole) = http_reply(c, &mut buf);
+    let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+    let head = text(&buf[..head - 4]);
+    let status = head.lines().next().unwrap().to_string();
+    (status, head.clone(), text(&buf[head.len() + 4..whole]))
 }
 
 #[test]

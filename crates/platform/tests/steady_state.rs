@@ -5,11 +5,11 @@
 mod support;
 
 use flick_testkit::alloc::CountingAlloc;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use support::{memcached, proxy, request, response, serve, Procs};
+use support::{http_reply, memcached, proxy, request, response, serve, Procs};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc::new();
@@ -172,33 +172,9 @@ fn responses_built_from_constants_allocate_nothing_once_warm() {
     let mut buf = vec![0u8; 4096];
     let exchange = |c: &mut TcpStream, buf: &mut [u8]| {
         c.write_all(request).unwrap();
-        let mut got = 0;
-        // A head, then as many body bytes as its Content-Length says.
-        let whole = loop {
-            let n = c.read(&mut buf[got..]).unwrap();
-            assert!(n > 0, "the server closed the connection");
-            got += n;
-            let text = &buf[..got];
-            let Some(end) = text.windows(4).position(|w| w == b"\r\n\r\n") else {
-                continue;
-            };
-            let head = std::str::from_utf8(&text[..end]).unwrap();
-            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-            // Read without allocating: the count is the whole process's.
-            let length: usize = head
-                .lines()
-                .find_map(|l| {
-                    let (name, value) = l.split_once(':')?;
-                    name.eq_ignore_ascii_case("content-length")
-                        .then(|| value.trim().parse().unwrap())
-                })
-                .expect("a Content-Length");
-            if got >= end + 4 + length {
-                break end + 4 + length;
-            }
-        };
-        assert_eq!(got, whole, "one response per request");
-        assert!(buf[..whole].ends_with(b"72 of body.\n"));
+        let (head, whole) = http_reply(c, buf);
+        assert!(buf.starts_with(b"HTTP/1.1 200"), "a 200 reply");
+        assert!(head < whole && buf[..whole].ends_with(b"72 of body.\n"));
     };
     for _ in 0..200 {
         exchange(&mut c, &mut buf);

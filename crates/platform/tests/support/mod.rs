@@ -90,3 +90,33 @@ pub fn response(s: &mut TcpStream, buf: &mut [u8]) -> u16 {
     s.read_exact(&mut buf[24..24 + total]).unwrap();
     status
 }
+
+/// Reads one HTTP reply from `s` into `buf`: where its head ends (after
+/// its blank line) and where the reply does (after as many body bytes as
+/// its Content-Length says). Allocates nothing, so that allocation counts
+/// stay the server's; panics where the server closes first or sends more
+/// than one reply.
+pub fn http_reply(s: &mut TcpStream, buf: &mut [u8]) -> (usize, usize) {
+    let mut got = 0;
+    loop {
+        let n = s.read(&mut buf[got..]).unwrap();
+        assert!(n > 0, "the server closed the connection");
+        got += n;
+        let Some(end) = buf[..got].windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = std::str::from_utf8(&buf[..end]).unwrap();
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse().unwrap())
+            })
+            .expect("a Content-Length");
+        if got >= end + 4 + length {
+            assert_eq!(got, end + 4 + length, "one reply per request");
+            return (end + 4, got);
+        }
+    }
+}
