@@ -248,3 +248,40 @@ impl GraphPool {
         self.storage.lock().expect("pool lock").len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flick_runtime::{Policy, Scheduler, SchedulerConfig};
+
+    #[test]
+    fn trimming_frees_the_graphs_a_burst_made_and_keeps_those_made_ahead() {
+        let s = Scheduler::start(SchedulerConfig {
+            workers: 1,
+            policy: Policy::default(),
+            capacity: 64,
+            pin: false,
+        });
+        let config = GraphPoolConfig {
+            prefill: 0,
+            keep: 16,
+            links_per_graph: 0,
+            replies_per_graph: 0,
+            link_capacity: 1,
+            reply_capacity: 1,
+            nstate: 0,
+            dict_capacity: 0,
+        };
+        let pool = GraphPool::new(config, s.waker(), || unreachable!("no read sides made"));
+        // What a burst leaves: two made ahead, returned among five it made.
+        for made_ahead in [false, true, false, false, true, false, false] {
+            pool.give(GraphStorage {
+                made_ahead,
+                ..GraphStorage::default()
+            });
+        }
+        assert_eq!(pool.trim(2), 5);
+        assert_eq!(pool.available(), 2);
+        assert!(pool.take().made_ahead && pool.take().made_ahead);
+    }
+}
