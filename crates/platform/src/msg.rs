@@ -50,6 +50,9 @@ pub struct Msg {
     /// Which slots may be set: copying and recycling a message touch only
     /// those.
     pub values: Values,
+    /// Made with its pool, when the service started: a trim keeps it
+    /// rather than one a burst made (see [`MsgPool::trim`]).
+    made_ahead: bool,
 }
 
 /// Which of a message's slots may hold values. A message from the pool
@@ -100,6 +103,8 @@ pub struct MsgPool {
     /// The fewest messages the shared queue held since the last trim:
     /// that many went unused all along.
     low: AtomicUsize,
+    /// Whether messages were made with the pool.
+    made_ahead: bool,
 }
 
 impl MsgPool {
@@ -134,6 +139,7 @@ impl MsgPool {
             id: POOLS.fetch_add(1, Ordering::Relaxed),
             cached: AtomicUsize::new(0),
             low: AtomicUsize::new(usize::MAX),
+            made_ahead: prefill.min(capacity) > 0,
         };
         for _ in 0..prefill.min(capacity) {
             let _ = pool.free.push(Msg {
@@ -143,6 +149,7 @@ impl MsgPool {
                 part: Part::Whole,
                 continued: false,
                 values: Values::None,
+                made_ahead: true,
             });
         }
         Arc::new(pool)
@@ -177,6 +184,7 @@ impl MsgPool {
                 part: Part::Whole,
                 continued: false,
                 values: Values::None,
+                made_ahead: false,
             },
         }
     }
@@ -191,6 +199,12 @@ impl MsgPool {
             _ => m.slots.fill(Slot::Unset),
         }
         m.values = Values::None;
+        // A thread's cache is beyond a trim's reach: a message a burst made
+        // goes back to the shared queue, unless the pool made none ahead.
+        if !m.made_ahead && self.made_ahead {
+            let _ = self.free.push(m);
+            return;
+        }
         let m = LOCAL_MSGS.with(|l| {
             let mut l = l.borrow_mut();
             if l.pool != self.id && l.msgs.is_empty() {
@@ -253,12 +267,35 @@ impl MsgPool {
 
     /// Frees the messages that went unused since the last trim, keeping at
     /// least `keep`; how many were freed. (After a burst, what it took is
-    /// given back over the next trims instead of held at its peak.)
+    /// given back over the next trims instead of held at its peak.) Those
+    /// a burst made go first and those made with the pool stay: these lie
+    /// together in memory made at start, while a burst's lie among its
+    /// connections' freed storage, where one kept would hold pages the
+    /// allocator could otherwise give back.
     pub fn trim(&self, keep: usize) -> usize {
         let len = self.free.len();
         let unused = self.low.load(Ordering::Relaxed).min(len);
+        // Threads' caches count towards `keep`: they hold messages made
+        // ahead, which would otherwise stand in for a burst's kept here.
+        let surplus = unused.min((len + self.cached.load(Ordering::Relaxed)).saturating_sub(keep));
         let mut freed = 0;
-        while freed < unused.min(len.saturating_sub(keep)) && self.free.pop().is_some() {
+        // One pass over the queue, the messages made ahead put back.
+        for _ in 0..len {
+            if freed == surplus {
+                break;
+            }
+            let Some(m) = self.free.pop() else {
+                break;
+            };
+            if !m.made_ahead {
+                freed += 1;
+            } else if self.free.push(m).is_err() {
+                // Full again (messages came back meanwhile): freed after all.
+                freed += 1;
+            }
+        }
+        // Still beyond `keep` with only messages made ahead left.
+        while freed < surplus && self.free.pop().is_some() {
             freed += 1;
         }
         self.low.store(self.free.len(), Ordering::Relaxed);
@@ -268,5 +305,29 @@ impl MsgPool {
     /// Messages waiting in the pool (and in threads' caches).
     pub fn available(&self) -> usize {
         self.free.len() + self.cached.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trimming_frees_the_messages_a_burst_made_and_keeps_those_made_ahead() {
+        let pool = MsgPool::new(16, 1, 2, 0);
+        // A burst: the two made ahead, then three more.
+        let burst: Vec<Msg> = (0..5).map(|_| pool.take()).collect();
+        assert_eq!(burst.iter().filter(|m| m.made_ahead).count(), 2);
+        for m in burst {
+            pool.give(m);
+        }
+        assert_eq!(pool.available(), 5);
+        // Used since the last trim: none go yet.
+        assert_eq!(pool.trim(2), 0);
+        // The two made ahead wait in this thread's cache, beyond the trim's
+        // reach, and count towards what it keeps.
+        assert_eq!(pool.trim(2), 3);
+        assert_eq!(pool.available(), 2);
+        assert!(pool.take().made_ahead && pool.take().made_ahead);
     }
 }

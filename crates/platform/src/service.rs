@@ -244,7 +244,9 @@ pub struct ServiceConfig {
     /// The most messages the service's pool keeps for reuse.
     pub message_pool: usize,
     /// Messages made when the service starts (each holds a slot per field
-    /// of the grammar's largest unit: kilobytes for HTTP's).
+    /// of the grammar's largest unit: kilobytes for HTTP's), and kept
+    /// however long they go unused; more are made on demand and trimmed
+    /// back to this many.
     pub messages_ahead: usize,
     /// Its share of the platform's workers against other services' (1 to
     /// `flick_runtime::MAX_WEIGHT`): its tasks run in a scheduler group of
@@ -2264,7 +2266,9 @@ impl crate::platform::Tenant for Tenancy {
             return;
         };
         let mut freed = p.graphs.trim(p.config.graphs_ahead);
-        freed += p.pool.trim(MSGS_KEPT.min(p.config.message_pool));
+        freed += p
+            .pool
+            .trim(p.config.messages_ahead.min(p.config.message_pool));
         for b in &p.shared {
             freed += b.close_idle(IDLE_BACKEND_KEPT);
         }
@@ -2290,9 +2294,6 @@ const BACKEND_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 /// `ServiceConfig::client_request_timeout` unless set: 60 s, as nginx's
 /// `client_header_timeout` and `client_body_timeout`.
 const CLIENT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Messages the pool keeps however long they go unused.
-const MSGS_KEPT: usize = 1024;
 
 /// The most messages the pool holds.
 const MSG_POOL_MAX: usize = 16_384;
