@@ -2,28 +2,57 @@
 //! into messages with their grammar unit's serialiser.
 
 use crate::compute::GraphHost;
-use crate::msg::{Msg, MsgPool};
+use crate::msg::{Msg, MsgPool, Part, Values};
 use flick_exec::{Fault, Host, Value};
-use flick_wire::{Builder, Parser, Progress};
-use std::sync::Arc;
+use flick_wire::{Builder, Parser, Progress, Slot};
 
 /// Builds messages of one record's unit, reusing its storage.
 pub struct RecordBuilder {
     builder: Builder,
     /// Reads the built bytes back, so the message's slots point into them.
     parser: Parser,
-    /// Messages built from constants, with the fields they were built
-    /// from (see [`KEPT_PER_RECORD`]); back to `pool` when the builder
-    /// goes (its instance ends).
-    kept: Vec<(Vec<Value>, Msg)>,
-    pool: Arc<MsgPool>,
+    /// Messages built from constants (see [`KEPT_PER_RECORD`]).
+    kept: Vec<Kept>,
 }
 
-impl Drop for RecordBuilder {
-    fn drop(&mut self) {
-        for (_, m) in self.kept.drain(..) {
-            self.pool.give(m);
+/// A message built from constants, kept with the fields it was built
+/// from: its bytes and the slots its values use, not a pooled message
+/// (whose slots have room for the largest message of the grammar: for
+/// HTTP, 16 KiB, held by every instance while it lives).
+struct Kept {
+    fields: Vec<Value>,
+    bytes: Vec<u8>,
+    slots: Vec<Slot>,
+    values: Values,
+    part: Part,
+    continued: bool,
+}
+
+impl Kept {
+    fn of(fields: &[Value], m: &Msg) -> Kept {
+        let used = match m.values {
+            Values::None => 0,
+            Values::Parsed { high, .. } => (high as usize).min(m.slots.len()),
+            Values::Any => m.slots.len(),
+        };
+        Kept {
+            fields: fields.to_vec(),
+            bytes: m.bytes.clone(),
+            slots: m.slots[..used].to_vec(),
+            values: m.values,
+            part: m.part,
+            continued: m.continued,
         }
+    }
+
+    /// A pooled message equal to the one kept.
+    fn copy(&self, pool: &MsgPool) -> Msg {
+        let mut m = pool.take();
+        m.bytes.extend_from_slice(&self.bytes);
+        pool.copy_values(&mut m, self.values, &self.slots);
+        m.part = self.part;
+        m.continued = self.continued;
+        m
     }
 }
 
@@ -63,21 +92,20 @@ impl GraphHost {
                     builder: Builder::new(self.grammar.clone(), unit),
                     parser: self.grammar.parser(unit),
                     kept: Vec::new(),
-                    pool: self.pool.clone(),
                 }
             }
         };
         let constants = fields.iter().all(constant);
         let kept = constants
-            .then(|| rb.kept.iter().find(|(f, _)| f[..] == *fields))
+            .then(|| rb.kept.iter().find(|k| k.fields[..] == *fields))
             .flatten();
         let built = match kept {
-            Some((_, m)) => Ok(self.pool.copy(m)),
+            Some(k) => Ok(k.copy(&self.pool)),
             None => {
                 let built = self.fill(&mut rb, names, fields);
                 if let (true, Ok(m)) = (constants, &built) {
                     if rb.kept.len() < KEPT_PER_RECORD {
-                        rb.kept.push((fields.to_vec(), self.pool.copy(m)));
+                        rb.kept.push(Kept::of(fields, m));
                     }
                 }
                 built
