@@ -81,6 +81,7 @@ pub(crate) fn compile(file: &GrammarFile) -> (Compiled, Vec<Diagnostic>) {
                 properties: Vec::new(),
                 property_forms: Vec::new(),
                 property_keys: Vec::new(),
+                routing: [0; crate::property::ROUTING_COUNT],
                 forward: None,
                 fixed_run: None,
             })
@@ -199,6 +200,7 @@ impl<'a> Compiler<'a> {
                 .iter()
                 .map(|(n, _)| crate::property::name_key(n))
                 .collect(),
+            routing: crate::property::routing_table(&properties),
             properties,
             forward,
             fixed_run,

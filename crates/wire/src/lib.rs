@@ -49,7 +49,7 @@ pub use plain::PlainInt;
 pub use program::{
     FieldInfo, FieldKind, Fixed, FixedKind, FixedRun, ForwardContext, Slot, UnitId, UnitInfo,
 };
-pub use property::PropertyRef;
+pub use property::{PropertyRef, Routing};
 pub use serialize::{write_vlong, Builder};
 
 use program::{CExpr, Elem, Len, Op, OpKind, Scalar, Stop};

@@ -263,6 +263,9 @@ pub struct UnitInfo {
     pub(crate) property_forms: Vec<crate::property::PropertyForm>,
     /// Each of `properties`' name as a word (see `property.rs`).
     pub(crate) property_keys: Vec<u64>,
+    /// Where each routing property is among `properties` (see
+    /// `property.rs`).
+    pub(crate) routing: [u8; crate::property::ROUTING_COUNT],
     /// `%forward`: edits to a top-level list of units when a proxy passes
     /// a message on.
     pub forward: Option<Forward>,

@@ -145,6 +145,90 @@ pub struct PropertyRef {
     index: usize,
 }
 
+/// The routing properties a grammar may declare, in
+/// [`ROUTING`](crate::grammar::parser::ROUTING)'s order: what the platform
+/// asks of messages, found by their place in a unit's table rather than
+/// by name (about twenty reads per Memcached request and reply).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Routing {
+    Broadcast,
+    More,
+    Coalesce,
+    Correlate,
+    Ends,
+    EndsPeer,
+    ReplyContext,
+    Quiet,
+    Split,
+    Resync,
+    Fence,
+    Fenced,
+    Discard,
+    QuietReject,
+    RejectSend,
+    Refuse,
+    Exclusive,
+    Idempotent,
+    BufferBody,
+    TimeoutStatus,
+    Merge,
+    MergeKey,
+    MergeValue,
+    MergeSum,
+}
+
+/// How many [`Routing`] properties there are.
+pub(crate) const ROUTING_COUNT: usize = Routing::MergeSum as usize + 1;
+
+impl Routing {
+    /// Every one, in order.
+    pub const ALL: [Routing; ROUTING_COUNT] = [
+        Routing::Broadcast,
+        Routing::More,
+        Routing::Coalesce,
+        Routing::Correlate,
+        Routing::Ends,
+        Routing::EndsPeer,
+        Routing::ReplyContext,
+        Routing::Quiet,
+        Routing::Split,
+        Routing::Resync,
+        Routing::Fence,
+        Routing::Fenced,
+        Routing::Discard,
+        Routing::QuietReject,
+        Routing::RejectSend,
+        Routing::Refuse,
+        Routing::Exclusive,
+        Routing::Idempotent,
+        Routing::BufferBody,
+        Routing::TimeoutStatus,
+        Routing::Merge,
+        Routing::MergeKey,
+        Routing::MergeValue,
+        Routing::MergeSum,
+    ];
+
+    /// Its name in grammars, without the `%`.
+    pub fn name(self) -> &'static str {
+        crate::grammar::parser::ROUTING[self as usize]
+    }
+}
+
+/// Per [`Routing`] property, where `properties` declares it, plus one (0:
+/// not declared).
+pub(crate) fn routing_table(properties: &[(String, CExpr)]) -> [u8; ROUTING_COUNT] {
+    let mut t = [0u8; ROUTING_COUNT];
+    for (i, slot) in t.iter_mut().enumerate() {
+        let name = crate::grammar::parser::ROUTING[i];
+        if let Some(at) = properties.iter().position(|(n, _)| n == name) {
+            *slot = u8::try_from(at + 1).unwrap_or(0);
+        }
+    }
+    t
+}
+
 /// A word standing for a property's name: its first eight bytes and its
 /// length. Names are found by these, one comparison each, and the one
 /// that matches checked whole: a name compared as a string at every
@@ -176,6 +260,24 @@ impl Grammar {
             .filter(|(_, k)| **k == key)
             .map(|(i, _)| i)
             .find(|&i| info.properties[i].0 == name)
+    }
+
+    /// Routing property `p` of a parsed message of `unit`, as
+    /// [`Grammar::property`] gives it for `p`'s name.
+    #[inline]
+    pub fn routing(&self, unit: UnitId, p: Routing, slots: &[Slot], bytes: &[u8]) -> Option<i128> {
+        let at = self.units[unit].routing[p as usize];
+        match at {
+            0 => None,
+            at => self.property_of(unit, at as usize - 1, slots, bytes),
+        }
+    }
+
+    /// Whether `unit` declares routing property `p`.
+    pub fn declares(&self, unit: UnitId, p: Routing) -> bool {
+        self.units
+            .get(unit)
+            .is_some_and(|u| u.routing[p as usize] != 0)
     }
 
     /// The value of property `p` for a parsed message, as
@@ -220,6 +322,45 @@ impl Grammar {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn routing_properties_are_named_in_the_parsers_order() {
+        assert_eq!(crate::grammar::parser::ROUTING.len(), ROUTING_COUNT);
+        for (i, p) in Routing::ALL.iter().enumerate() {
+            assert_eq!(*p as usize, i);
+        }
+        assert_eq!(Routing::Broadcast.name(), "broadcast");
+        assert_eq!(Routing::Quiet.name(), "quiet");
+        assert_eq!(Routing::TimeoutStatus.name(), "timeout_status");
+        assert_eq!(Routing::MergeSum.name(), "merge_sum");
+    }
+
+    #[test]
+    fn routing_reads_what_the_name_reads() {
+        for name in [
+            "memcached_ascii",
+            "memcached_binary",
+            "http",
+            "hadoop_ifile",
+        ] {
+            let g = Grammar::stock(name).unwrap();
+            for unit in 0..g.units.len() {
+                for p in Routing::ALL {
+                    assert_eq!(
+                        g.declares(unit, p),
+                        g.has_property(unit, p.name()),
+                        "{name} {unit} {}",
+                        p.name()
+                    );
+                    let slots = vec![Slot::Unset; g.units[unit].slots as usize];
+                    assert_eq!(
+                        g.routing(unit, p, &slots, &[]),
+                        g.property(unit, p.name(), &slots, &[]),
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_compared_field_reads_as_the_expression_does() {

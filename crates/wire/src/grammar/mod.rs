@@ -1,6 +1,6 @@
 //! The grammar language: its tree and its parser.
 
 pub mod ast;
-mod parser;
+pub(crate) mod parser;
 
 pub use parser::parse_grammar;
