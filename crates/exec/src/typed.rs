@@ -264,6 +264,12 @@ pub(crate) enum Fast {
     Return {
         src: Reg,
     },
+    /// A send that is the last use of its record (see
+    /// [`Host::send_owned`](crate::Host::send_owned)).
+    SendOwned {
+        src: Reg,
+        chan: Reg,
+    },
 }
 
 /// A flattened body in its typed form.
@@ -483,6 +489,94 @@ pub(crate) fn coalesce(code: &mut [Op], regs: usize, params: usize) {
     }
 }
 
+/// Per operation: whether it is a send that is the last use of the
+/// record it sends ([`Fast::SendOwned`]). So it is where the sent
+/// register only ever holds records received (a parameter, never written)
+/// or built in this run, the send is its one use as a whole value, and
+/// what else reads it reads a field (or `header`, `frame_len`) before the
+/// send, into a register read only before the send and only by
+/// operations whose results cannot hold the field's bytes (comparisons,
+/// `hash`, `len`, `to_int`, ...). Then no register holds the record, nor
+/// bytes of it, once the send has run: the body has no loops, so an
+/// operation runs after the send only if it comes after it.
+fn last_uses(code: &[Op], regs: usize, params: usize) -> Vec<bool> {
+    use crate::code::Builtin;
+    let mut buf = Vec::new();
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); regs];
+    let mut writes = vec![0u32; regs];
+    let mut built = vec![true; regs];
+    for (pc, op) in code.iter().enumerate() {
+        reads(op, &mut buf);
+        buf.sort_unstable();
+        buf.dedup();
+        for r in &buf {
+            readers[*r as usize].push(pc);
+        }
+        if let Some(w) = crate::compiled::written(op) {
+            writes[w as usize] += 1;
+            built[w as usize] &= matches!(op, Op::Record { .. });
+        }
+    }
+    // A reader of a field's value whose result holds none of its bytes.
+    let consumes = |op: &Op| match op {
+        Op::Binary { .. } | Op::Unary { .. } | Op::JumpIfFalse { .. } => true,
+        Op::Builtin { f, .. } => matches!(
+            f,
+            Builtin::Hash
+                | Builtin::Len
+                | Builtin::StartsWith
+                | Builtin::EndsWith
+                | Builtin::Contains
+                | Builtin::ToInt
+                | Builtin::InPrefix
+        ),
+        _ => false,
+    };
+    let mut owned = vec![false; code.len()];
+    for (pc, op) in code.iter().enumerate() {
+        let Op::Send { src, chan } = op else {
+            continue;
+        };
+        let r = *src as usize;
+        if src == chan || r >= regs {
+            continue;
+        }
+        let holds_own = match r < params {
+            true => writes[r] == 0,
+            false => writes[r] > 0 && built[r],
+        };
+        let others_read_fields = readers[r].iter().all(|&at| {
+            if at == pc {
+                return true;
+            }
+            if at > pc {
+                return false;
+            }
+            let dst = match &code[at] {
+                Op::Field { dst, src, .. } if src == &(r as Reg) => *dst,
+                Op::Builtin {
+                    f: Builtin::FrameLen,
+                    ..
+                } => return true,
+                Op::Builtin {
+                    f: Builtin::Header { .. },
+                    dst,
+                    args,
+                } if args.first() == Some(&(r as Reg)) && !args[1..].contains(&(r as Reg)) => *dst,
+                _ => return false,
+            };
+            let d = dst as usize;
+            d != r
+                && writes[d] == 1
+                && readers[d]
+                    .iter()
+                    .all(|&u| u < pc && u != at && consumes(&code[u]))
+        });
+        owned[pc] = holds_own && others_read_fields;
+    }
+    owned
+}
+
 /// The typed form of flattened `code` over `regs` registers, of which the
 /// first `params` are the arguments a run starts with.
 pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
@@ -547,6 +641,7 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
         }
     }
     let single = |r: Reg| read_count[r as usize] == 1 && write_count[r as usize] == 1;
+    let owned = last_uses(code, regs, params);
 
     let mut t = Typed {
         reset: (0..regs)
@@ -934,6 +1029,10 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
                     src: args[0],
                 })
             }
+            Op::Send { src, chan } if owned[pc] && !cls(*chan).typed() => Some(Fast::SendOwned {
+                src: *src,
+                chan: *chan,
+            }),
             Op::StateRef { dst, state } if !cls(*dst).typed() => Some(Fast::StateRef {
                 dst: *dst,
                 state: *state,

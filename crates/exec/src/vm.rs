@@ -138,6 +138,14 @@ pub trait Host {
         })
     }
     fn send(&mut self, chan: &Value, value: &Value) -> Result<Sent, Fault>;
+    /// [`Host::send`] of a value compute code never reads again (the
+    /// send is the last use of a record built or received in this run,
+    /// and nothing else holds it): the host may pass its storage on
+    /// rather than a copy. Where it answers [`Sent::Full`], `value` must
+    /// still be whole, since the send runs again on resume.
+    fn send_owned(&mut self, chan: &Value, value: &Value) -> Result<Sent, Fault> {
+        self.send(chan, value)
+    }
     /// Channels in a channel array.
     fn channels(&self, chan: u16) -> i64;
     fn all_ready(&mut self, chan: u16) -> bool;
@@ -896,6 +904,12 @@ impl Vm {
                 } else {
                     Step::Next
                 })
+            }
+            Fast::SendOwned { src, chan } => {
+                let (chan, src) = (&self.regs[chan as usize], &self.regs[src as usize]);
+                if host.send_owned(chan, src)? == Sent::Full {
+                    return Ok(Step::Blocked);
+                }
             }
             Fast::Box { reg, bool } => {
                 let i = self.ints[reg as usize];

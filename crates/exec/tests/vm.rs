@@ -35,6 +35,9 @@ struct TestHost {
     /// Per channel array element: queued messages, and whether it ended.
     merged: Vec<(std::collections::VecDeque<Value>, bool)>,
     released: Vec<Value>,
+    /// Per send, in order: whether it was the sent record's last use
+    /// ([`Host::send_owned`]).
+    owned: Vec<bool>,
     /// What `least_connections` answers, and the channels it was asked about.
     least: Option<u64>,
     least_asked: Vec<u16>,
@@ -90,7 +93,15 @@ impl Host for TestHost {
             return Err(Fault::Kind("a channel"));
         };
         self.sent.push((*chan, *elem, value.clone()));
+        self.owned.push(false);
         Ok(Sent::Done)
+    }
+    fn send_owned(&mut self, chan: &Value, value: &Value) -> Result<Sent, Fault> {
+        let sent = self.send(chan, value)?;
+        if sent == Sent::Done {
+            *self.owned.last_mut().unwrap() = true;
+        }
+        Ok(sent)
     }
     fn channels(&self, chan: u16) -> i64 {
         self.channels[&chan]
@@ -483,4 +494,71 @@ fn only_programs_that_call_least_connections_say_so() {
     assert!(least.calls(Builtin::LeastConnections));
     let hashing = module(&example("http_lb.flick"));
     assert!(!hashing.calls(Builtin::LeastConnections));
+}
+
+/// What a rule sent: channel, element, value.
+type Sends = Vec<(u16, Option<u32>, Value)>;
+
+/// The sends of `process`'s rule on `client` for one request, and whether
+/// each was its record's last use.
+fn sends_of(src: &str) -> (Sends, Vec<bool>) {
+    let m = module(src);
+    let rule = m.processes[0]
+        .items
+        .iter()
+        .find(|i| i.label.starts_with("client"))
+        .unwrap();
+    let mut h = TestHost {
+        fields: m.records.iter().map(|r| r.1.clone()).collect(),
+        ..Default::default()
+    };
+    h.channels.insert(1, 2);
+    let k = h.text("key");
+    let msg = h.msg(&[("key", k)]);
+    let mut vm = Vm::for_function(&m, rule.func);
+    vm.start(&m, rule.func, &[msg]);
+    assert_eq!(run(&m, &mut vm, &mut h), Outcome::Done(Value::Unit));
+    (h.sent, h.owned)
+}
+
+#[test]
+fn a_send_hands_its_record_on_only_where_nothing_reads_it_after() {
+    let head = "type request: record\n  key : string\n\n\
+        proc P: (request/request client, [-/request] backends)\n  | client => f(client, backends)\n\n";
+    let cases = [
+        // The request forwarded, its key read and hashed before.
+        ("req => backends[hash(req.key) mod 2]", vec![true]),
+        // Forwarded as it came.
+        ("req => client", vec![true]),
+        // A record built here, sent once.
+        ("request(\"k\") => client", vec![true]),
+        // Sent twice: the first send is not the last use.
+        ("req => client\n  req => backends[0]", vec![false, false]),
+        // Its key read after the send.
+        (
+            "req => client\n  request(req.key) => backends[0]",
+            vec![false, true],
+        ),
+        // Its key's bytes kept, in a record built before the send.
+        (
+            "let r = request(req.key)\n  req => client\n  r => backends[0]",
+            vec![false, true],
+        ),
+        // A substring of its key may hold its bytes: used after.
+        (
+            "let s = substring(req.key, 0, 1)\n  req => client\n  request(s) => backends[0]",
+            vec![false, true],
+        ),
+        // Bound to another name: two registers hold it (a parameter's
+        // copy is not coalesced away), so it is not handed on.
+        ("let r2 = req\n  r2 => client", vec![false]),
+    ];
+    for (body, want) in cases {
+        let src = format!(
+            "{head}fun f: (-/request client, [-/request] backends, req: request) -> ()\n  {body}\n"
+        );
+        let (sent, owned) = sends_of(&src);
+        assert_eq!(sent.len(), want.len(), "{body}");
+        assert_eq!(owned, want, "{body}");
+    }
 }
