@@ -28,7 +28,7 @@ use crate::msg::{Msg, MsgPool, Part};
 use crate::outbox::Flushed;
 use crate::stats::Stats;
 use flick_runtime::{Receiver, Sender, TaskId, TaskStatus, Timeslice, TryRecvError, TrySendError};
-use flick_wire::{Grammar, UnitId};
+use flick_wire::{Grammar, Routing, UnitId};
 use std::collections::{HashMap, VecDeque};
 use std::io::ErrorKind;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -434,25 +434,16 @@ impl SharedWriter {
         if !matches!(m.part, Part::Whole | Part::Head) {
             return;
         }
-        let quiet = self
-            .grammar
-            .property(self.unit, "quiet", &m.slots, &m.bytes)
-            .unwrap_or(0)
-            != 0;
-        let fenced = quiet && m.part == Part::Whole && self.grammar.fence(self.unit).is_some();
-        let corr = match fenced {
-            true => None,
-            false => self
-                .grammar
-                .property(self.unit, "correlate", &m.slots, &m.bytes),
+        let (quiet, fenced, corr, context) = match m.routed.is_set() {
+            true => {
+                let r = m.routed;
+                (r.quiet(), r.fenced(), r.corr(), r.context())
+            }
+            false => routed_of(&self.grammar, self.unit, m),
         };
         if quiet && !fenced && corr.is_none() {
             return;
         }
-        let context = self
-            .grammar
-            .property(self.unit, "reply_context", &m.slots, &m.bytes)
-            .unwrap_or(0);
         self.shared
             .inflight
             .lock()
@@ -464,6 +455,32 @@ impl SharedWriter {
                 fenced,
             });
     }
+}
+
+/// How a request `m` of `unit` written to a backend connection is matched
+/// to its reply: its `%quiet`, whether it is fenced, its `%correlate` and
+/// `%reply_context` (see [`Routed`]). Quiet requests are fenced where the
+/// grammar has a `%fence` (the instance wrote it after them, as
+/// `peers.rs` decides); a fenced request's replies end at the fence's, so
+/// none is matched by `%correlate`.
+pub(crate) fn routed_of(
+    grammar: &Grammar,
+    unit: UnitId,
+    m: &Msg,
+) -> (bool, bool, Option<i128>, i128) {
+    let quiet = grammar
+        .routing(unit, Routing::Quiet, &m.slots, &m.bytes)
+        .unwrap_or(0)
+        != 0;
+    let fenced = quiet && m.part == Part::Whole && grammar.fence(unit).is_some();
+    let corr = match fenced {
+        true => None,
+        false => grammar.routing(unit, Routing::Correlate, &m.slots, &m.bytes),
+    };
+    let context = grammar
+        .routing(unit, Routing::ReplyContext, &m.slots, &m.bytes)
+        .unwrap_or(0);
+    (quiet, fenced, corr, context)
 }
 
 /// The reader of a shared connection.
@@ -591,7 +608,7 @@ impl SharedReader {
             let corr = whole_or_head
                 .then(|| {
                     self.grammar
-                        .property(self.unit, "correlate", &m.slots, &m.bytes)
+                        .routing(self.unit, Routing::Correlate, &m.slots, &m.bytes)
                 })
                 .flatten();
             // A head and the pieces of its body are followed by more.
@@ -599,7 +616,7 @@ impl SharedReader {
                 || (m.part == Part::Whole
                     && self
                         .grammar
-                        .property(self.unit, "more", &m.slots, &m.bytes)
+                        .routing(self.unit, Routing::More, &m.slots, &m.bytes)
                         .unwrap_or(0)
                         != 0);
             let owner = {
@@ -612,7 +629,7 @@ impl SharedReader {
                         let fence = m.part == Part::Whole
                             && self
                                 .grammar
-                                .property(self.unit, "fenced", &m.slots, &m.bytes)
+                                .routing(self.unit, Routing::Fenced, &m.slots, &m.bytes)
                                 .unwrap_or(0)
                                 != 0;
                         if fence {
@@ -641,7 +658,7 @@ impl SharedReader {
             if whole_or_head
                 && self
                     .grammar
-                    .property(self.unit, "ends", &m.slots, &m.bytes)
+                    .routing(self.unit, Routing::Ends, &m.slots, &m.bytes)
                     .unwrap_or(0)
                     != 0
             {

@@ -7,7 +7,7 @@ use crate::state::{DictGot, DictSet, SharedState};
 use flick_exec::code::ProcessCode;
 use flick_exec::{Fault, Host, Module, Outcome, Sent, Value, Vm};
 use flick_runtime::{Receiver, Sender, TaskStatus, Timeslice, TryRecvError};
-use flick_wire::{FieldKind, Slot};
+use flick_wire::{FieldKind, Routing, Slot};
 use std::sync::Arc;
 
 /// Where a wire field of a record lives in a message's slots.
@@ -372,8 +372,34 @@ impl GraphHost {
             .copied()
             .flatten()
             .is_some_and(|unit| {
-                !self.grammar.has_forward(unit) && !self.grammar.has_property(unit, "quiet")
+                !self.grammar.has_forward(unit) && !self.grammar.declares(unit, Routing::Quiet)
             })
+    }
+
+    /// The output a channel value names, with its channel and element.
+    fn output_of(&self, chan: &Value) -> Result<(usize, u16, Option<u32>), Fault> {
+        let Value::Chan { chan, elem } = chan else {
+            return Err(Fault::Kind("a channel"));
+        };
+        let out = self
+            .outputs
+            .iter()
+            .position(|o| o.chan == *chan && o.index == *elem)
+            .ok_or_else(|| Fault::Host("a channel with no connection".into()))?;
+        Ok((out, *chan, *elem))
+    }
+
+    /// Counts a send that went.
+    fn count_send(&mut self, sent: Sent, chan: u16, elem: Option<u32>) -> Sent {
+        if sent == Sent::Done {
+            self.sends += 1;
+            if let Some(index) = elem {
+                // From its first message there, the instance counts
+                // towards this peer for `least_connections`.
+                self.balance.sent(&mut self.balanced, chan, index);
+            }
+        }
+        sent
     }
 
     pub(crate) fn hold(&mut self, m: Msg) -> Value {
@@ -520,16 +546,7 @@ impl Host for GraphHost {
     }
 
     fn send(&mut self, chan: &Value, value: &Value) -> Result<Sent, Fault> {
-        let Value::Chan { chan, elem } = chan else {
-            return Err(Fault::Kind("a channel"));
-        };
-        let Some(out) = self
-            .outputs
-            .iter()
-            .position(|o| o.chan == *chan && o.index == *elem)
-        else {
-            return Err(Fault::Host("a channel with no connection".into()));
-        };
+        let (out, c, elem) = self.output_of(chan)?;
         let bytes_only = self.bytes_suffice(out);
         let request = self.msg(value)?;
         let request = match bytes_only {
@@ -538,15 +555,29 @@ impl Host for GraphHost {
         };
         self.last_route = Some(out);
         let sent = self.route(out, request);
-        if sent == Sent::Done {
-            self.sends += 1;
-        }
-        if let (Sent::Done, Some(index)) = (sent, *elem) {
-            // From its first message there, the instance counts towards
-            // this peer for `least_connections`.
-            self.balance.sent(&mut self.balanced, *chan, index);
-        }
-        Ok(sent)
+        Ok(self.count_send(sent, c, elem))
+    }
+
+    fn send_owned(&mut self, chan: &Value, value: &Value) -> Result<Sent, Fault> {
+        let Value::Msg(h) = value else {
+            return self.send(chan, value);
+        };
+        let (out, c, elem) = self.output_of(chan)?;
+        let Some(mut request) = self.msgs.get_mut(*h as usize).and_then(Option::take) else {
+            return Err(Fault::Kind("a live record"));
+        };
+        // As a copy would be: what goes on is a message, not a rejection.
+        request.rejected = None;
+        // The message itself goes on: compute code never reads it again.
+        self.last_route = Some(out);
+        let sent = match self.route_or_hand_back(out, request) {
+            Ok(sent) => sent,
+            Err(request) => {
+                self.msgs[*h as usize] = Some(request);
+                Sent::Full
+            }
+        };
+        Ok(self.count_send(sent, c, elem))
     }
 
     fn channels(&self, chan: u16) -> i64 {
@@ -806,7 +837,10 @@ impl Compute {
         if self.client != Some(input) || !matches!(m.part, Part::Whole | Part::Head) {
             return None;
         }
-        let status = self.host.property(chan, "refuse", m).filter(|s| *s != 0)?;
+        let status = self
+            .host
+            .property(chan, Routing::Refuse, m)
+            .filter(|s| *s != 0)?;
         self.host
             .stats
             .malformed
@@ -1331,7 +1365,7 @@ impl Compute {
             }
             if let Some((chan, index, m)) = self.host.ready.pop_front() {
                 let whole_or_head = matches!(m.part, Part::Whole | Part::Head);
-                if whole_or_head && self.host.property(chan, "ends", &m).unwrap_or(0) != 0 {
+                if whole_or_head && self.host.property(chan, Routing::Ends, &m).unwrap_or(0) != 0 {
                     // The peer ends the session with this reply (HTTP's
                     // `Connection: close`, a fault): the client's connection
                     // closes once its replies are through.
@@ -1489,7 +1523,7 @@ impl Compute {
                 self.host
                     .answer_request(m, crate::peers::Answer::Reject(status));
             } else if self.client == Some(i) {
-                if self.host.property(chan, "ends", &m).unwrap_or(0) != 0 {
+                if self.host.property(chan, Routing::Ends, &m).unwrap_or(0) != 0 {
                     self.host.ending = true;
                     self.host.end_client_session();
                     // Nothing after the last request is read, except the

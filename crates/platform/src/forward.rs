@@ -45,15 +45,24 @@ impl GraphHost {
     /// Rewrites `m`, about to go to output `out`, as the grammar says a
     /// proxy passes it on; unchanged if its unit has no `%forward`.
     pub(crate) fn edit_forwarded(&mut self, out: usize, m: &mut Msg) {
+        if let Some(mut edited) = self.forwarded(out, m) {
+            std::mem::swap(&mut m.bytes, &mut edited.bytes);
+            self.pool.give(edited);
+        }
+    }
+
+    /// `m` as it is passed on to output `out`, as a new message of bytes
+    /// alone (what a writer writes), where the grammar's `%forward`
+    /// changes it; `None` where `m` goes as it is. Asked once per message
+    /// sent: the last reply of a session holds its connection to close.
+    pub(crate) fn forwarded(&mut self, out: usize, m: &Msg) -> Option<Msg> {
         if !matches!(m.part, Part::Whole | Part::Head) {
-            return;
+            return None;
         }
         let chan = self.outputs[out].chan;
-        let Some(unit) = self.out_units.get(chan as usize).copied().flatten() else {
-            return;
-        };
+        let unit = self.out_units.get(chan as usize).copied().flatten()?;
         if !self.grammar.has_forward(unit) {
-            return;
+            return None;
         }
         // Asked here alone: a session that ends is held to close.
         let session_ends = match chan == self.client_chan {
@@ -63,7 +72,7 @@ impl GraphHost {
         // A reply the program built says `Connection: close` only on its
         // last: before that it passes on unchanged, not written again.
         if !self.grammar.forward_changes(unit, session_ends) {
-            return;
+            return None;
         }
         if !self.client_address.known {
             let peer = self
@@ -85,11 +94,14 @@ impl GraphHost {
         if self
             .grammar
             .forward(unit, &m.slots, &m.bytes, head_only, &cx, &mut edited.bytes)
-            .is_ok()
+            .is_err()
         {
-            std::mem::swap(&mut m.bytes, &mut edited.bytes);
+            self.pool.give(edited);
+            return None;
         }
-        self.pool.give(edited);
+        edited.part = m.part;
+        edited.continued = m.continued;
+        Some(edited)
     }
 
     /// Whether a reply going to the client is its last one before its

@@ -50,9 +50,69 @@ pub struct Msg {
     /// Which slots may be set: copying and recycling a message touch only
     /// those.
     pub values: Values,
+    /// How a request written to a backend connection is matched to its
+    /// reply, where it was worked out when the request was sent, from its
+    /// values (which then need not come along): see `backend.rs`.
+    pub routed: Routed,
     /// Made with its pool, when the service started: a trim keeps it
     /// rather than one a burst made (see [`MsgPool::trim`]).
     made_ahead: bool,
+}
+
+/// What the writer of a backend connection records of a request so that
+/// its reply finds the way back: its `%quiet`, whether a `%fence` follows
+/// it, its `%correlate` and `%reply_context`. Kept in a few words (a
+/// message is moved whole through channels and queues: at 128 bytes or
+/// more each move is a `memcpy` call).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Routed {
+    /// `%correlate`, as two halves (an `i128` would make the message
+    /// 16-byte aligned and larger).
+    corr: [u64; 2],
+    context: i64,
+    /// `SET`, `QUIET`, `FENCED`, `CORR`.
+    flags: u8,
+}
+
+impl Routed {
+    const SET: u8 = 1;
+    const QUIET: u8 = 2;
+    const FENCED: u8 = 4;
+    const CORR: u8 = 8;
+
+    /// `None` where the context does not fit in a word (no grammar's does).
+    pub fn new(quiet: bool, fenced: bool, corr: Option<i128>, context: i128) -> Option<Routed> {
+        let c = corr.unwrap_or(0) as u128;
+        Some(Routed {
+            corr: [c as u64, (c >> 64) as u64],
+            context: i64::try_from(context).ok()?,
+            flags: Routed::SET
+                | (quiet as u8 * Routed::QUIET)
+                | (fenced as u8 * Routed::FENCED)
+                | (corr.is_some() as u8 * Routed::CORR),
+        })
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.flags & Routed::SET != 0
+    }
+
+    pub fn quiet(&self) -> bool {
+        self.flags & Routed::QUIET != 0
+    }
+
+    pub fn fenced(&self) -> bool {
+        self.flags & Routed::FENCED != 0
+    }
+
+    pub fn corr(&self) -> Option<i128> {
+        (self.flags & Routed::CORR != 0)
+            .then(|| ((self.corr[0] as u128) | ((self.corr[1] as u128) << 64)) as i128)
+    }
+
+    pub fn context(&self) -> i128 {
+        self.context as i128
+    }
 }
 
 /// Which of a message's slots may hold values. A message from the pool
@@ -149,6 +209,7 @@ impl MsgPool {
                 part: Part::Whole,
                 continued: false,
                 values: Values::None,
+                routed: Routed::default(),
                 made_ahead: true,
             });
         }
@@ -175,6 +236,7 @@ impl MsgPool {
                 m.rejected = None;
                 m.part = Part::Whole;
                 m.continued = false;
+                m.routed = Routed::default();
                 m
             }
             None => Msg {
@@ -184,6 +246,7 @@ impl MsgPool {
                 part: Part::Whole,
                 continued: false,
                 values: Values::None,
+                routed: Routed::default(),
                 made_ahead: false,
             },
         }
@@ -329,5 +392,32 @@ mod tests {
         assert_eq!(pool.trim(2), 3);
         assert_eq!(pool.available(), 2);
         assert!(pool.take().made_ahead && pool.take().made_ahead);
+    }
+
+    #[test]
+    fn a_message_stays_small_enough_to_move_inline() {
+        assert!(
+            std::mem::size_of::<Msg>() < 128,
+            "{}",
+            std::mem::size_of::<Msg>()
+        );
+    }
+
+    #[test]
+    fn routed_keeps_what_it_was_given() {
+        for corr in [
+            None,
+            Some(0),
+            Some(-1),
+            Some(i128::MAX),
+            Some(i128::MIN),
+            Some(42),
+        ] {
+            let r = Routed::new(true, false, corr, 7).unwrap();
+            assert!(r.is_set() && r.quiet() && !r.fenced());
+            assert_eq!((r.corr(), r.context()), (corr, 7));
+        }
+        assert!(Routed::new(false, true, None, i128::MAX).is_none());
+        assert!(!Routed::default().is_set());
     }
 }

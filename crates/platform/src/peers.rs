@@ -13,9 +13,10 @@
 
 use crate::access_log::{Entry, Outcome, Target};
 use crate::compute::GraphHost;
-use crate::msg::{Msg, Part};
+use crate::msg::{Msg, Part, Routed};
 use flick_exec::Sent;
 use flick_runtime::TrySendError;
+use flick_wire::Routing;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -258,40 +259,55 @@ impl Order {
 
 impl GraphHost {
     /// A routing property of a message read from `chan`.
-    pub(crate) fn property(&self, chan: u16, name: &str, m: &Msg) -> Option<i128> {
+    pub(crate) fn property(&self, chan: u16, p: Routing, m: &Msg) -> Option<i128> {
         let unit = self.units.get(chan as usize).copied().flatten()?;
-        self.grammar.property(unit, name, &m.slots, &m.bytes)
+        self.grammar.routing(unit, p, &m.slots, &m.bytes)
     }
 
     /// A routing property of a message written to `chan`.
-    pub(crate) fn out_property(&self, chan: u16, name: &str, m: &Msg) -> Option<i128> {
+    pub(crate) fn out_property(&self, chan: u16, p: Routing, m: &Msg) -> Option<i128> {
         let unit = self.out_units.get(chan as usize).copied().flatten()?;
-        self.grammar.property(unit, name, &m.slots, &m.bytes)
+        self.grammar.routing(unit, p, &m.slots, &m.bytes)
     }
 
     /// Whether `m` ends its session and the connection it goes over
     /// (`%ends_peer`, by default as `%ends`).
     fn ends_peer(&self, chan: u16, m: &Msg) -> bool {
-        let ends = self.out_property(chan, "ends", m).unwrap_or(0) != 0;
+        let ends = self.out_property(chan, Routing::Ends, m).unwrap_or(0) != 0;
         ends && self
-            .out_property(chan, "ends_peer", m)
+            .out_property(chan, Routing::EndsPeer, m)
             .is_none_or(|v| v != 0)
     }
 
     /// Sends `request` to output `out`, or to every peer of its channel
     /// array if the grammar says it goes to all (`%broadcast`).
     pub(crate) fn route(&mut self, out: usize, request: Msg) -> Sent {
+        match self.route_or_hand_back(out, request) {
+            Ok(sent) => sent,
+            Err(request) => {
+                self.pool.give(request);
+                Sent::Full
+            }
+        }
+    }
+
+    /// [`GraphHost::route`], handing `request` back where it cannot go
+    /// yet (a full peer: [`Sent::Full`]).
+    pub(crate) fn route_or_hand_back(&mut self, out: usize, request: Msg) -> Result<Sent, Msg> {
         let chan = self.outputs[out].chan;
         let answers = self.peers[out].answers;
-        if !answers && chan == self.client_chan {
-            self.order.local_reply_bytes += request.bytes.len() as u64;
-        }
         let broadcast = answers
             && self.outputs[out].index.is_some()
-            && self.out_property(chan, "broadcast", &request).unwrap_or(0) != 0;
+            && self
+                .out_property(chan, Routing::Broadcast, &request)
+                .unwrap_or(0)
+                != 0;
         // Pieces of a body carry no values.
         let quiet = matches!(request.part, Part::Whole | Part::Head)
-            && self.out_property(chan, "quiet", &request).unwrap_or(0) != 0;
+            && self
+                .out_property(chan, Routing::Quiet, &request)
+                .unwrap_or(0)
+                != 0;
         // A quiet request with a fence after it is answered like any other:
         // the fence's reply says where its replies end.
         let fenced = quiet && request.part == Part::Whole && self.fence(chan).is_some();
@@ -310,8 +326,7 @@ impl GraphHost {
                 || self.outputs[out].tx.as_ref().is_some_and(|t| !t.has_room()))
                 && !self.peers[out].dead;
             if full || (answers && self.waits_for_connection(out)) {
-                self.pool.give(request);
-                return Sent::Full;
+                return Err(request);
             }
             // The session is ending (the request read last said so, and was
             // read after every earlier one was sent): its requests must not
@@ -322,18 +337,21 @@ impl GraphHost {
                 && answers
                 && self.outputs[out].shared
                 && self
-                    .out_property(chan, "ends_peer", &request)
+                    .out_property(chan, Routing::EndsPeer, &request)
                     .is_none_or(|v| v != 0);
             if ending && !self.peers[out].dead && !self.own_connection_for(out) {
-                self.pool.give(request);
-                return Sent::Full;
+                return Err(request);
+            }
+            // Counted once sent: a full channel's send runs again.
+            if !answers && chan == self.client_chan {
+                self.order.local_reply_bytes += request.bytes.len() as u64;
             }
             let part = !self.part_last.unwrap_or(true);
             let seq = (answers && !quiet).then(|| {
                 self.order
                     .take_seq(Some(out as u16), request.bytes.len(), part)
             });
-            return self.send_one(out, request, None, seq, fenced);
+            return self.send_one_or_hand_back(out, request, None, seq, fenced);
         }
         let targets: Vec<usize> = (0..self.outputs.len())
             .filter(|o| self.outputs[*o].chan == chan)
@@ -342,19 +360,21 @@ impl GraphHost {
         if targets.iter().any(|o| {
             self.outputs[*o].tx.as_ref().is_some_and(|t| !t.has_room()) && !self.peers[*o].dead
         }) {
-            self.pool.give(request);
-            return Sent::Full;
+            return Err(request);
         }
         let part = !self.part_last.unwrap_or(true);
         let seq = (!quiet).then(|| self.order.take_seq(Some(ALL), request.bytes.len(), part));
-        let merge = self.out_property(chan, "merge", &request).unwrap_or(0) != 0;
+        let merge = self
+            .out_property(chan, Routing::Merge, &request)
+            .unwrap_or(0)
+            != 0;
         let group = self.new_group(targets.len() as u32, seq, merge);
         for o in targets {
             let copy = self.pool.copy(&request);
             self.send_one(o, copy, Some(group), seq, fenced);
         }
         self.pool.give(request);
-        Sent::Done
+        Ok(Sent::Done)
     }
 
     fn new_group(&mut self, remaining: u32, seq: Option<u64>, merge: bool) -> u32 {
@@ -392,6 +412,26 @@ impl GraphHost {
         seq: Option<u64>,
         fenced: bool,
     ) -> Sent {
+        match self.send_one_or_hand_back(out, request, group, seq, fenced) {
+            Ok(sent) => sent,
+            Err(request) => {
+                self.pool.give(request);
+                Sent::Full
+            }
+        }
+    }
+
+    /// [`GraphHost::send_one`], handing `request` back unedited where its
+    /// channel is full (a channel has one producer, this task, so a
+    /// channel with room takes the send that follows).
+    fn send_one_or_hand_back(
+        &mut self,
+        out: usize,
+        request: Msg,
+        group: Option<u32>,
+        seq: Option<u64>,
+        fenced: bool,
+    ) -> Result<Sent, Msg> {
         let answers = self.peers[out].answers;
         let chan = self.outputs[out].chan;
         // A quiet request of a protocol whose replies do not say what they
@@ -399,7 +439,7 @@ impl GraphHost {
         // waits for one. What its reply will echo, worked out once (a
         // fenced request needs no echo: the fence ends its replies).
         let corr = (answers && !fenced)
-            .then(|| self.out_property(chan, "correlate", &request))
+            .then(|| self.out_property(chan, Routing::Correlate, &request))
             .flatten();
         let silent = answers && seq.is_none() && corr.is_none();
         let keep_final = self.part_last.unwrap_or(true);
@@ -422,18 +462,58 @@ impl GraphHost {
             } else {
                 self.fault(out, request, group, seq, Cause::Unreachable);
             }
-            return Sent::Done;
+            return Ok(Sent::Done);
         }
         if self.outputs[out].tx.is_none() {
             self.pool.give(request);
             self.lost_stream(out);
-            return Sent::Done;
+            return Ok(Sent::Done);
         }
-        let remember = (answers && !silent).then(|| self.pool.copy(&request));
-        // What is written is the message as the grammar passes it on; what
-        // is remembered keeps the values it was parsed with.
-        let mut request = request;
-        self.edit_forwarded(out, &mut request);
+        if self.outputs[out].tx.as_ref().is_some_and(|t| !t.has_room()) {
+            // Not sent: its number goes back, or later replies would wait for it.
+            self.order.untake(seq);
+            return Err(request);
+        }
+        // What is written is the message as the grammar passes it on, its
+        // bytes alone; what is remembered (for a retry or a fault reply) is
+        // the request itself, with the values it was parsed with. The
+        // backend connection's writer gets what it needs of those values
+        // worked out here.
+        let routed = match (answers && !silent, request.part) {
+            (true, Part::Whole | Part::Head) => {
+                let unit = self.out_units.get(chan as usize).copied().flatten();
+                unit.and_then(|unit| {
+                    let (quiet, fenced, corr, context) =
+                        crate::backend::routed_of(&self.grammar, unit, &request);
+                    Routed::new(quiet, fenced, corr, context)
+                })
+            }
+            // Pieces of a body carry no values, and are matched to nothing.
+            (true, _) => Some(Routed::default()),
+            (false, _) => None,
+        };
+        let (mut request, remember) = match routed {
+            Some(routed) => {
+                let mut sent = match self.forwarded(out, &request) {
+                    Some(edited) => edited,
+                    None => self.pool.copy_bytes(&request),
+                };
+                sent.routed = routed;
+                (sent, Some(request))
+            }
+            None if answers && !silent => {
+                // A context beyond a word: the values go along (no grammar's).
+                let copy = self.pool.copy(&request);
+                let mut request = request;
+                self.edit_forwarded(out, &mut request);
+                (request, Some(copy))
+            }
+            None => {
+                let mut request = request;
+                self.edit_forwarded(out, &mut request);
+                (request, None)
+            }
+        };
         if let (true, Some(fence)) = (fenced, self.fence(chan)) {
             request.bytes.extend_from_slice(fence);
         }
@@ -476,7 +556,7 @@ impl GraphHost {
                         self.forget(old);
                     }
                 }
-                Sent::Done
+                Ok(Sent::Done)
             }
             Err(TrySendError::Full(m)) => {
                 self.pool.give(m);
@@ -485,7 +565,7 @@ impl GraphHost {
                 }
                 // Not sent: its number goes back, or later replies would wait for it.
                 self.order.untake(seq);
-                Sent::Full
+                Ok(Sent::Full)
             }
             // The connection is gone: a peer's requests get fault replies.
             Err(TrySendError::Closed(m)) => {
@@ -496,18 +576,23 @@ impl GraphHost {
                     && !self.resending
                     && self.peers[out].outstanding.is_empty()
                     && !self.peers[out].dead;
-                match (clean, remember) {
+                let m = match (clean, remember) {
                     (true, Some(r)) => {
                         self.pool.give(m);
                         self.peer_gone(out, Cause::Lost);
                         self.resending = true;
                         let sent = self.send_one(out, r, group, seq, fenced);
                         self.resending = false;
-                        return sent;
+                        return Ok(sent);
                     }
-                    (_, Some(r)) => self.pool.give(r),
-                    (_, None) => {}
-                }
+                    // The fault reply is made from the request as it was
+                    // read, whose values match its bytes.
+                    (_, Some(r)) => {
+                        self.pool.give(m);
+                        r
+                    }
+                    (_, None) => m,
+                };
                 if answers {
                     self.peer_gone(out, Cause::Unreachable);
                     self.fault(out, m, group, seq, Cause::Unreachable);
@@ -515,7 +600,7 @@ impl GraphHost {
                     self.pool.give(m);
                     self.lost_stream(out);
                 }
-                Sent::Done
+                Ok(Sent::Done)
             }
         }
     }
@@ -1005,15 +1090,16 @@ impl GraphHost {
         // carry no values.
         let whole_or_head = matches!(reply.part, Part::Whole | Part::Head);
         let corr = whole_or_head
-            .then(|| self.property(chan, "correlate", &reply))
+            .then(|| self.property(chan, Routing::Correlate, &reply))
             .flatten();
-        let continues =
-            reply.part == Part::Whole && self.property(chan, "more", &reply).unwrap_or(0) != 0;
+        let continues = reply.part == Part::Whole
+            && self.property(chan, Routing::More, &reply).unwrap_or(0) != 0;
         let more = matches!(reply.part, Part::Head | Part::Body) || continues;
         // Held back for the rest of its reply where the grammar says the
         // rest follows by itself (a VALUE's END, not HTTP's final response
         // after `100 Continue`, which waits for the client's body).
-        reply.continued = continues && self.property(chan, "coalesce", &reply).unwrap_or(0) != 0;
+        reply.continued =
+            continues && self.property(chan, Routing::Coalesce, &reply).unwrap_or(0) != 0;
 
         // A quiet request's replies run up to its fence's reply, which
         // ends it and goes no further.
@@ -1023,7 +1109,8 @@ impl GraphHost {
             .front()
             .is_some_and(|p| p.fenced)
         {
-            if reply.part == Part::Whole && self.property(chan, "fenced", &reply).unwrap_or(0) != 0
+            if reply.part == Part::Whole
+                && self.property(chan, Routing::Fenced, &reply).unwrap_or(0) != 0
             {
                 let p = self.peers[out].outstanding.pop_front().expect("a front");
                 self.replied_in(chan, index, p.sent);
@@ -1482,7 +1569,7 @@ impl GraphHost {
                 && !p.begun
                 && p.group.is_none()
                 && self
-                    .out_property(chan, "idempotent", &p.request)
+                    .out_property(chan, Routing::Idempotent, &p.request)
                     .unwrap_or(0)
                     != 0;
             if expected || (self.ending && p.seq.is_none()) {
