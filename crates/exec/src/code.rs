@@ -423,6 +423,25 @@ pub struct Function {
     pub spans: Vec<u32>,
 }
 
+impl Function {
+    /// The channel this function, a rule, passes its message on to
+    /// unchanged, where that is all it does (`| backends => client`): a
+    /// host may then pass the message on without running it.
+    pub fn passes_on(&self) -> Option<u16> {
+        match &self.code[..] {
+            [Op::Chan { dst: c, chan }, Op::Send { src: 0, chan: to }, Op::Const {
+                dst: u,
+                value: Const::Unit,
+            }, Op::Return { src: r }]
+                if self.params == 1 && c == to && u == r && *c != 0 && *u != 0 =>
+            {
+                Some(*chan)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// What a full dictionary does with a new key.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Evict {

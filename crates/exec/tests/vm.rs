@@ -562,3 +562,44 @@ fn a_send_hands_its_record_on_only_where_nothing_reads_it_after() {
         assert_eq!(owned, want, "{body}");
     }
 }
+
+#[test]
+fn only_a_rule_that_just_passes_its_message_on_says_so() {
+    let head = "type request: record\n  key : string\n\n\
+        proc P: (request/request client, [request/request] backends)\n  | client => f(backends)\n";
+    let cases = [
+        ("  | backends => client\n", Some(0)),
+        // A field read, a log line, or another record: more than passing on.
+        ("  | backends => g(client)\n", None),
+        ("  | backends => h(client)\n", None),
+    ];
+    for (rule, want) in cases {
+        let src = format!(
+            "{head}{rule}\n\
+             fun f: ([-/request] backends, req: request) -> ()\n  req => backends[0]\n\n\
+             fun g: (-/request client, req: request) -> ()\n  request(req.key) => client\n\n\
+             fun h: (-/request client, req: request) -> ()\n  if req.key = \"x\":\n    req => client\n  else:\n    req => client\n"
+        );
+        let m = module(&src);
+        let rule = m.processes[0]
+            .items
+            .iter()
+            .find(|i| i.label.starts_with("backends"))
+            .unwrap();
+        assert_eq!(
+            m.functions[rule.func as usize].passes_on(),
+            want,
+            "{rule:?}"
+        );
+    }
+    // The client's rule sends to an array element: not a plain pass-on.
+    let m = module(&format!(
+        "{head}  | backends => client\n\nfun f: ([-/request] backends, req: request) -> ()\n  req => backends[0]\n"
+    ));
+    let client = m.processes[0]
+        .items
+        .iter()
+        .find(|i| i.label.starts_with("client"))
+        .unwrap();
+    assert_eq!(m.functions[client.func as usize].passes_on(), None);
+}
