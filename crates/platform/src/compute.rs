@@ -784,8 +784,9 @@ impl Compute {
     /// Runs the rule started on the current message to its end; `None`
     /// when it blocked or yielded.
     fn step(&mut self, slice: &mut Timeslice) -> Option<TaskStatus> {
-        let module = self.module.clone();
-        match self.vm.run(&module, &mut self.host, slice) {
+        // Fields borrowed apart, not the module's `Arc` cloned: a count
+        // every worker's instances share, written twice a rule.
+        match self.vm.run(&self.module, &mut self.host, slice) {
             Ok(Outcome::Done(_)) => {
                 if self.rule_on_request {
                     self.host.request_ended();
@@ -920,15 +921,51 @@ impl Compute {
         }
     }
 
-    /// Starts the rule that reads `chan` on message `m`.
-    fn start_rule(&mut self, chan: u16, _index: Option<u32>, m: Msg) {
-        let item = self
-            .code()
+    /// The function of the rule that reads `chan`.
+    fn rule_for(&self, chan: u16) -> Option<flick_exec::FuncId> {
+        self.code()
             .items
             .iter()
             .find(|it| it.source == Some(chan) && !it.label.starts_with("on "))
-            .map(|it| it.func);
-        let Some(func) = item else {
+            .map(|it| it.func)
+    }
+
+    /// A peer's reply `m` on `chan` whose rule only passes it on unchanged
+    /// (`| backends => client`, [`flick_exec::Function::passes_on`]) goes
+    /// on as that rule's send would take it, without the interpreter.
+    /// Handed back where it cannot (no such rule, a full channel): the
+    /// rule then runs, and waits for room as any rule does.
+    fn pass_on(&mut self, chan: u16, m: Msg) -> Result<(), Msg> {
+        if chan == self.host.client_chan {
+            return Err(m);
+        }
+        let Some(func) = self.rule_for(chan) else {
+            return Err(m);
+        };
+        let Some(to) = self.module.functions[func as usize].passes_on() else {
+            return Err(m);
+        };
+        let Ok((out, c, elem)) = self.host.output_of(&Value::Chan {
+            chan: to,
+            elem: None,
+        }) else {
+            return Err(m);
+        };
+        self.rule_on_request = false;
+        self.rule_chan = chan;
+        self.rule = func;
+        self.host.sends = 0;
+        let mut m = m;
+        m.rejected = None;
+        self.host.last_route = Some(out);
+        let sent = self.host.route_or_hand_back(out, m)?;
+        self.host.count_send(sent, c, elem);
+        Ok(())
+    }
+
+    /// Starts the rule that reads `chan` on message `m`.
+    fn start_rule(&mut self, chan: u16, _index: Option<u32>, m: Msg) {
+        let Some(func) = self.rule_for(chan) else {
             self.host.pool.give(m);
             return;
         };
@@ -1372,7 +1409,14 @@ impl Compute {
                     self.host.ending = true;
                 }
                 self.host.part_last = None;
-                self.start_rule(chan, index, m);
+                match self.pass_on(chan, m) {
+                    Ok(()) => {
+                        if slice.item_done() {
+                            return TaskStatus::Yield;
+                        }
+                    }
+                    Err(m) => self.start_rule(chan, index, m),
+                }
                 continue;
             }
             if let Some((chan, index, m, last)) = self.host.parts.pop_front() {
