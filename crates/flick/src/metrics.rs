@@ -105,7 +105,7 @@ impl Sample {
     /// Reads a running service's counters.
     pub fn of(service: &flick_platform::Service) -> Sample {
         let s = service.stats();
-        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let get = |a: &flick_platform::Counter| a.load(Ordering::Relaxed);
         let name = |chan: u16| {
             s.channels
                 .get(chan as usize)

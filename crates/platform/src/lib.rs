@@ -34,5 +34,6 @@ pub use service::{
 };
 pub use state::{DictError, DictSize, EntryRef, EntryValue, GlobalDict, STRING_ROOM_MAX};
 pub use stats::{
-    BackendStats, ChannelStats, Histogram, HistogramSnapshot, Stats, BUCKETS, LATENCY_BOUNDS_US,
+    BackendStats, ChannelStats, Counter, Histogram, HistogramSnapshot, Stats, BUCKETS,
+    LATENCY_BOUNDS_US,
 };

@@ -158,8 +158,10 @@ pub struct MsgPool {
     /// The grammar whose units [`Values::Parsed`] names.
     grammar: Option<Arc<Grammar>>,
     id: usize,
-    /// Messages in threads' caches.
-    cached: AtomicUsize,
+    /// Messages in threads' caches: each thread counts its own on a cache
+    /// line of its own (taken and given on every worker, a shared count
+    /// would move between their cores on every message).
+    cached: crate::stats::Counter,
     /// The fewest messages the shared queue held since the last trim:
     /// that many went unused all along.
     low: AtomicUsize,
@@ -197,7 +199,7 @@ impl MsgPool {
             slots,
             grammar,
             id: POOLS.fetch_add(1, Ordering::Relaxed),
-            cached: AtomicUsize::new(0),
+            cached: crate::stats::Counter::default(),
             low: AtomicUsize::new(usize::MAX),
             made_ahead: prefill.min(capacity) > 0,
         };
@@ -340,7 +342,7 @@ impl MsgPool {
         let unused = self.low.load(Ordering::Relaxed).min(len);
         // Threads' caches count towards `keep`: they hold messages made
         // ahead, which would otherwise stand in for a burst's kept here.
-        let surplus = unused.min((len + self.cached.load(Ordering::Relaxed)).saturating_sub(keep));
+        let surplus = unused.min((len + self.cached.load(Ordering::Relaxed) as usize).saturating_sub(keep));
         let mut freed = 0;
         // One pass over the queue, the messages made ahead put back.
         for _ in 0..len {
@@ -367,7 +369,7 @@ impl MsgPool {
 
     /// Messages waiting in the pool (and in threads' caches).
     pub fn available(&self) -> usize {
-        self.free.len() + self.cached.load(Ordering::Relaxed)
+        self.free.len() + self.cached.load(Ordering::Relaxed) as usize
     }
 }
 

@@ -1,49 +1,53 @@
 //! Counters of a running service, for `/metrics` and for tests that check
-//! nothing leaks: plain atomics, bumped on the hot path without locks or
-//! allocation, and read whole at scrape time.
+//! nothing leaks: atomics bumped on the hot path without locks or
+//! allocation, and read whole at scrape time. Those bumped per message are
+//! sharded, a cache line per shard and each thread bumping its own, so
+//! that workers on different cores do not pass one line between them on
+//! every message (as nginx keeps its counters per worker).
 
 use crate::access_log::AccessLog;
+use std::cell::Cell;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Client connections accepted.
-    pub connections_accepted: AtomicU64,
+    pub connections_accepted: Counter,
     /// Sockets open now: clients and backends.
-    pub connections_open: AtomicU64,
+    pub connections_open: Counter,
     /// Instances (task graphs) alive now.
-    pub graphs_live: AtomicU64,
+    pub graphs_live: Counter,
     /// Messages parsed from any connection and passed to compute.
-    pub messages_in: AtomicU64,
+    pub messages_in: Counter,
     /// Messages written in full to any connection.
-    pub messages_out: AtomicU64,
-    pub malformed: AtomicU64,
-    pub backend_connect_errors: AtomicU64,
+    pub messages_out: Counter,
+    pub malformed: Counter,
+    pub backend_connect_errors: Counter,
     /// Rules stopped by a run-time fault of compute code.
-    pub compute_faults: AtomicU64,
+    pub compute_faults: Counter,
     /// Client connections the proxy closed because a reply could not be
     /// given whole (cut short by its backend, no error reply to write, a
     /// stream the instance feeds lost).
-    pub clients_closed: AtomicU64,
+    pub clients_closed: Counter,
     /// Jobs failed because a stream merged into them was truncated, had a
     /// wrong checksum or was out of order.
-    pub jobs_failed: AtomicU64,
+    pub jobs_failed: Counter,
     /// Requests answered with the grammar's `%fault` reply (a backend down,
     /// too slow or broken, or a compute fault) instead of a peer's reply.
-    pub fault_replies: AtomicU64,
+    pub fault_replies: Counter,
     /// Backend replies dropped because no waiting request owned them: late
     /// (their request had its fault reply already) or unsolicited.
-    pub late_replies: AtomicU64,
+    pub late_replies: Counter,
     /// Requests that waited for a backend connection to come free, every
     /// one the worker may have being busy, and got none in time.
-    pub backend_busy: AtomicU64,
+    pub backend_busy: Counter,
     /// Client requests begun but not complete within the client request
     /// timeout: they got the grammar's timeout reply, or their connection
     /// closed.
-    pub client_timeouts: AtomicU64,
+    pub client_timeouts: Counter,
     /// The same message counts per process channel, in the process's order
     /// of channels (a channel array counts all its connections).
     pub channels: Vec<ChannelStats>,
@@ -58,8 +62,8 @@ pub struct Stats {
 #[derive(Debug)]
 pub struct ChannelStats {
     pub name: String,
-    pub messages_in: AtomicU64,
-    pub messages_out: AtomicU64,
+    pub messages_in: Counter,
+    pub messages_out: Counter,
     /// For a listening channel: from a request's arrival at its instance
     /// to its last reply passed on towards the client's writer.
     pub latency: Histogram,
@@ -79,9 +83,9 @@ pub struct BackendStats {
     /// refused or could not be made, timed out, or broke with requests owed.
     pub up: AtomicBool,
     /// Failed connection attempts since it last answered.
-    pub consecutive_failures: AtomicU64,
+    pub consecutive_failures: Counter,
     /// Failed connection attempts in all.
-    pub connect_failures: AtomicU64,
+    pub connect_failures: Counter,
 }
 
 impl Stats {
@@ -92,8 +96,8 @@ impl Stats {
                 .iter()
                 .map(|n| ChannelStats {
                     name: n.clone(),
-                    messages_in: AtomicU64::new(0),
-                    messages_out: AtomicU64::new(0),
+                    messages_in: Counter::default(),
+                    messages_out: Counter::default(),
                     latency: Histogram::default(),
                 })
                 .collect(),
@@ -114,8 +118,8 @@ impl Stats {
                 addr,
                 latency: Histogram::default(),
                 up: AtomicBool::new(false),
-                consecutive_failures: AtomicU64::new(0),
-                connect_failures: AtomicU64::new(0),
+                consecutive_failures: Counter::default(),
+                connect_failures: Counter::default(),
             })
             .collect();
         self
@@ -200,6 +204,63 @@ impl BackendStats {
     }
 }
 
+/// Shards of a [`Counter`] or [`Histogram`]: threads take them in turn
+/// (more threads than shards share some).
+pub const SHARDS: usize = 8;
+
+/// The shard of the calling thread, given on its first bump.
+#[inline]
+fn shard() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    SHARD.with(|s| match s.get() {
+        usize::MAX => {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+            s.set(n);
+            n
+        }
+        n => n,
+    })
+}
+
+/// One shard's word, alone on its cache line.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Line(AtomicU64);
+
+/// A counter (or a gauge) bumped by every worker: each thread adds to its
+/// own shard, and a read sums them (wrapping, so that a gauge raised on
+/// one thread and lowered on another reads right).
+#[derive(Debug, Default)]
+pub struct Counter([Line; SHARDS]);
+
+impl Counter {
+    #[inline]
+    pub fn fetch_add(&self, n: u64, order: Ordering) {
+        self.0[shard()].0.fetch_add(n, order);
+    }
+
+    #[inline]
+    pub fn fetch_sub(&self, n: u64, order: Ordering) {
+        self.0[shard()].0.fetch_sub(n, order);
+    }
+
+    /// Sets it to `v` (tests and resets: not while others bump it).
+    pub fn store(&self, v: u64, order: Ordering) {
+        for (i, l) in self.0.iter().enumerate() {
+            l.0.store(if i == 0 { v } else { 0 }, order);
+        }
+    }
+
+    pub fn load(&self, order: Ordering) -> u64 {
+        self.0
+            .iter()
+            .fold(0u64, |sum, l| sum.wrapping_add(l.0.load(order)))
+    }
+}
+
 /// Upper bounds of the latency buckets, in microseconds (50 µs to 5 s;
 /// slower goes to the `+Inf` bucket).
 pub const LATENCY_BOUNDS_US: [u64; 16] = [
@@ -214,9 +275,17 @@ const MAX_NS: u64 = 3_600_000_000_000;
 pub const BUCKETS: usize = LATENCY_BOUNDS_US.len() + 1;
 
 /// A latency histogram of fixed buckets: recording is one search of a
-/// constant array and two relaxed atomic adds, with no lock or allocation.
+/// constant array and two relaxed atomic adds to the calling thread's
+/// shard, with no lock or allocation.
 #[derive(Debug, Default)]
 pub struct Histogram {
+    shards: [HistogramShard; SHARDS],
+}
+
+/// One shard of a [`Histogram`], on cache lines of its own.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct HistogramShard {
     /// Observations per bucket (not cumulative): `counts[i]` those above
     /// bound `i - 1` and at most bound `i`.
     counts: [AtomicU64; BUCKETS],
@@ -243,18 +312,23 @@ impl Histogram {
         // Capped at an hour, so that the sum cannot wrap.
         let ns = u64::try_from(d.as_nanos()).map_or(MAX_NS, |n| n.min(MAX_NS));
         let i = LATENCY_BOUNDS_US.partition_point(|&b| b * 1_000 < ns);
-        self.counts[i].fetch_add(1, Ordering::Relaxed);
-        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        let shard = &self.shards[shard()];
+        shard.counts[i].fetch_add(1, Ordering::Relaxed);
+        shard.sum_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
     pub fn snapshot(&self) -> HistogramSnapshot {
         let mut counts = [0; BUCKETS];
-        for (c, a) in counts.iter_mut().zip(&self.counts) {
-            *c = a.load(Ordering::Relaxed);
+        let mut sum_ns = 0u64;
+        for shard in &self.shards {
+            for (c, a) in counts.iter_mut().zip(&shard.counts) {
+                *c += a.load(Ordering::Relaxed);
+            }
+            sum_ns = sum_ns.wrapping_add(shard.sum_ns.load(Ordering::Relaxed));
         }
         HistogramSnapshot {
             counts,
-            sum: self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            sum: sum_ns as f64 / 1e9,
         }
     }
 }
@@ -281,6 +355,37 @@ mod tests {
         assert_eq!(s.counts[16], 2);
         assert_eq!(s.count(), 7);
         assert!(s.sum > 3_611.0 && s.sum < 3_612.0, "{}", s.sum);
+    }
+
+    #[test]
+    fn sharded_counts_add_up_over_threads() {
+        let c = std::sync::Arc::new(Counter::default());
+        let h = std::sync::Arc::new(Histogram::default());
+        let threads: Vec<_> = (0..(SHARDS + 3))
+            .map(|t| {
+                let (c, h) = (c.clone(), h.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        c.fetch_add(2, Ordering::Relaxed);
+                        h.record(Duration::from_micros(60));
+                    }
+                    // A gauge lowered on another thread than raised it.
+                    if t % 2 == 1 {
+                        c.fetch_sub(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let n = (SHARDS + 3) as u64;
+        assert_eq!(c.load(Ordering::Relaxed), 2000 * n - n / 2);
+        let s = h.snapshot();
+        assert_eq!((s.counts[1], s.count()), (1000 * n, 1000 * n));
+        assert!((s.sum - 0.06 * n as f64).abs() < 1e-9, "{}", s.sum);
+        c.store(5, Ordering::Relaxed);
+        assert_eq!(c.load(Ordering::Relaxed), 5);
     }
 
     #[test]
