@@ -342,7 +342,8 @@ impl MsgPool {
         let unused = self.low.load(Ordering::Relaxed).min(len);
         // Threads' caches count towards `keep`: they hold messages made
         // ahead, which would otherwise stand in for a burst's kept here.
-        let surplus = unused.min((len + self.cached.load(Ordering::Relaxed) as usize).saturating_sub(keep));
+        let surplus =
+            unused.min((len + self.cached.load(Ordering::Relaxed) as usize).saturating_sub(keep));
         let mut freed = 0;
         // One pass over the queue, the messages made ahead put back.
         for _ in 0..len {
