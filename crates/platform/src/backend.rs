@@ -458,16 +458,13 @@ impl SharedWriter {
 }
 
 /// How a request `m` of `unit` written to a backend connection is matched
-/// to its reply: its `%quiet`, whether it is fenced, its `%correlate` and
-/// `%reply_context` (see [`Routed`]). Quiet requests are fenced where the
+/// to its reply, read from its values: its `%quiet`, whether it is
+/// fenced, its `%correlate` and `%reply_context` (as `Msg::routed` carries
+/// them where the sender worked them out). Quiet requests are fenced where the
 /// grammar has a `%fence` (the instance wrote it after them, as
 /// `peers.rs` decides); a fenced request's replies end at the fence's, so
 /// none is matched by `%correlate`.
-pub(crate) fn routed_of(
-    grammar: &Grammar,
-    unit: UnitId,
-    m: &Msg,
-) -> (bool, bool, Option<i128>, i128) {
+fn routed_of(grammar: &Grammar, unit: UnitId, m: &Msg) -> (bool, bool, Option<i128>, i128) {
     let quiet = grammar
         .routing(unit, Routing::Quiet, &m.slots, &m.bytes)
         .unwrap_or(0)

@@ -282,13 +282,8 @@ impl GraphHost {
     /// Sends `request` to output `out`, or to every peer of its channel
     /// array if the grammar says it goes to all (`%broadcast`).
     pub(crate) fn route(&mut self, out: usize, request: Msg) -> Sent {
-        match self.route_or_hand_back(out, request) {
-            Ok(sent) => sent,
-            Err(request) => {
-                self.pool.give(request);
-                Sent::Full
-            }
-        }
+        let sent = self.route_or_hand_back(out, request);
+        self.full_unless_sent(sent)
     }
 
     /// [`GraphHost::route`], handing `request` back where it cannot go
@@ -412,13 +407,17 @@ impl GraphHost {
         seq: Option<u64>,
         fenced: bool,
     ) -> Sent {
-        match self.send_one_or_hand_back(out, request, group, seq, fenced) {
-            Ok(sent) => sent,
-            Err(request) => {
-                self.pool.give(request);
-                Sent::Full
-            }
-        }
+        let sent = self.send_one_or_hand_back(out, request, group, seq, fenced);
+        self.full_unless_sent(sent)
+    }
+
+    /// A send's outcome where a message handed back is not kept: it goes
+    /// back to the pool, and the send found its channel full.
+    fn full_unless_sent(&mut self, sent: Result<Sent, Msg>) -> Sent {
+        sent.unwrap_or_else(|request| {
+            self.pool.give(request);
+            Sent::Full
+        })
     }
 
     /// [`GraphHost::send_one`], handing `request` back unedited where its
@@ -481,12 +480,14 @@ impl GraphHost {
         // worked out here.
         let routed = match (answers && !silent, request.part) {
             (true, Part::Whole | Part::Head) => {
-                let unit = self.out_units.get(chan as usize).copied().flatten();
-                unit.and_then(|unit| {
-                    let (quiet, fenced, corr, context) =
-                        crate::backend::routed_of(&self.grammar, unit, &request);
-                    Routed::new(quiet, fenced, corr, context)
-                })
+                // What route worked out already: a request to a peer that
+                // answers has no number exactly where it is quiet and not
+                // fenced (`backend::routed_of` reads the same from values).
+                let quiet = fenced || seq.is_none();
+                let context = self
+                    .out_property(chan, Routing::ReplyContext, &request)
+                    .unwrap_or(0);
+                Routed::new(quiet, fenced, corr, context)
             }
             // Pieces of a body carry no values, and are matched to nothing.
             (true, _) => Some(Routed::default()),
