@@ -18,8 +18,9 @@
 
 use crate::flows::{Expiry, FlowTable, Meta, Place, Placed, Timeouts, META_WORDS};
 use crate::model::{Event, FieldId, Machine, Stage, StateId, Value, MAX_KEY, MAX_META, MAX_WRITES};
+use crate::native::{self, status, Env, StageCode};
 use crate::tables::{apply_updates, CompileError, Entry, Inputs, StageTables, Writable};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Decides `event` for a packet whose stage is in `state` and runs the
 /// entry's updates: what every transition of every stage does. The
@@ -126,6 +127,8 @@ fn flow_key(stage: &Stage, fields: &[Value], key: &mut [Value; MAX_KEY]) -> usiz
 pub struct Program {
     pub machine: Machine,
     pub tables: Vec<StageTables>,
+    /// Its per-packet path as machine code, made when first asked for.
+    code: OnceLock<Option<StageCode>>,
 }
 
 impl Program {
@@ -135,7 +138,31 @@ impl Program {
             .iter()
             .map(StageTables::compile)
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Program { machine, tables })
+        Ok(Program {
+            machine,
+            tables,
+            code: OnceLock::new(),
+        })
+    }
+
+    /// The per-packet path generated for this program ([`crate::native`]),
+    /// made the first time it is asked for; none where the machine is not
+    /// of the shape it covers, the host has no code generator, or
+    /// `FLICK_INTERPRET=1`.
+    pub fn code(&self) -> Option<&StageCode> {
+        self.code
+            .get_or_init(|| {
+                if native::interpret_only() {
+                    return None;
+                }
+                native::compile(
+                    &self.machine.stages,
+                    &self.tables,
+                    self.machine.globals.len(),
+                    self.machine.meta.len(),
+                )
+            })
+            .as_ref()
     }
 
     /// The stages keeping flow contexts, grouped by the table they share:
@@ -395,6 +422,10 @@ pub struct Engine {
     meta: [Value; MAX_META],
     /// The latest packet time seen, microseconds.
     pub now_us: u64,
+    /// Whether the program's generated path runs packets first (it was
+    /// made, for a table of this engine's shape), and what it reads.
+    native: bool,
+    env: Env,
 }
 
 impl Engine {
@@ -457,7 +488,7 @@ impl Engine {
             tables[t].flows.take_pages();
         }
         let globals = program.machine.globals.iter().map(|g| g.init).collect();
-        Engine {
+        let mut engine = Engine {
             program,
             stages,
             tables,
@@ -465,6 +496,48 @@ impl Engine {
             counters: Counters::default(),
             meta: [0; MAX_META],
             now_us: 0,
+            native: false,
+            env: Env::empty(),
+        };
+        engine.take_code();
+        engine
+    }
+
+    /// An engine that runs every packet through the tables' interpreter,
+    /// whatever code the program has: the reference the generated path
+    /// is tested against, and the other side of its benchmark.
+    pub fn interpreted(program: Arc<Program>) -> Engine {
+        let mut e = Engine::new(program);
+        e.native = false;
+        e
+    }
+
+    /// Whether this engine runs packets through generated code first.
+    pub fn native(&self) -> bool {
+        self.native
+    }
+
+    /// Takes the program's generated path where it was made for a table
+    /// of this engine's shape.
+    fn take_code(&mut self) {
+        let shape = |e: &Engine| {
+            let t = e.stages.first()?.table;
+            Some(e.tables.get(t)?.flows.shape())
+        };
+        self.native = match (self.program.code(), shape(self)) {
+            (Some(code), Some(shape)) => code.shape == shape && self.stages[0].table != 0,
+            _ => false,
+        };
+        self.refresh_env();
+    }
+
+    /// Points the generated code's [`Env`] at the table as it is now.
+    fn refresh_env(&mut self) {
+        if self.native {
+            let t = self.stages[0].table;
+            let stage = &self.program.machine.stages[0];
+            self.env
+                .refresh(&mut self.tables[t].flows, stage, &mut self.globals);
         }
     }
 
@@ -504,6 +577,7 @@ impl Engine {
             }
         }
         self.program = program;
+        self.take_code();
         Ok(())
     }
 
@@ -560,6 +634,102 @@ impl Engine {
         let now = ts_ns / 1000;
         self.now_us = self.now_us.max(now);
         self.counters.packets += 1;
+        if self.native {
+            self.native_first(fields, port, len, now, verdict);
+            return;
+        }
+        self.interpret(fields, port, len, now, verdict);
+    }
+
+    /// A packet through the generated path, and through the interpreter
+    /// where that hands it back (with the lookup it made, so that it is
+    /// not made twice).
+    #[inline(always)]
+    fn native_first(
+        &mut self,
+        fields: &[Value],
+        port: u8,
+        len: usize,
+        now: u64,
+        verdict: &mut Verdict,
+    ) {
+        let Some(code) = self.program.code() else {
+            return self.interpret(fields, port, len, now, verdict);
+        };
+        if fields.len() < code.fields {
+            return self.interpret(fields, port, len, now, verdict);
+        }
+        // Safety: the env describes this engine's table as it is now
+        // (refreshed after every change the interpreter or a forget
+        // makes), the code was made for its shape (`take_code`), the
+        // fields are enough and the verdict is cleared.
+        let got = unsafe { code.run(&mut self.env, fields, port as u64, len as u64, now, verdict) };
+        let slot = (got >> 8) as usize;
+        let table = &mut self.tables[self.stages[0].table];
+        match got & 0xff {
+            status::DONE => return,
+            status::FORGET => {
+                table.live[0] -= 1;
+                table.forget(0, slot);
+                self.refresh_env();
+                return;
+            }
+            status::FOUND => {
+                table.looked_up = self.counters.packets;
+                table.slot = Some(slot);
+                table.placed = false;
+            }
+            status::MISSING => {
+                table.looked_up = self.counters.packets;
+                table.slot = None;
+                table.placed = false;
+            }
+            status::MAKE => {
+                // The packet's entry is decided and its globals written:
+                // only the context is left to make, as the interpreter
+                // would.
+                let program = &*self.program;
+                let (stage, tables) = (&program.machine.stages[0], &program.tables[0]);
+                let st = &mut self.stages[0];
+                let n = st.regs.len();
+                st.regs.copy_from_slice(&self.env.fresh[..n]);
+                table.placed = false;
+                let entry = tables.entries.get(slot);
+                let packet = (now, port as Value, len as Value);
+                Self::make_context(
+                    stage,
+                    tables,
+                    st,
+                    table,
+                    &mut self.globals,
+                    &mut self.counters,
+                    &mut self.meta,
+                    fields,
+                    None,
+                    packet,
+                    verdict,
+                    entry,
+                    self.env.fresh_state as StateId,
+                );
+                self.refresh_env();
+                return;
+            }
+            _ => {}
+        }
+        self.interpret(fields, port, len, now, verdict);
+        self.refresh_env();
+    }
+
+    /// A packet through the stages' tables.
+    #[inline(always)]
+    fn interpret(
+        &mut self,
+        fields: &[Value],
+        port: u8,
+        len: usize,
+        now: u64,
+        verdict: &mut Verdict,
+    ) {
         let program = &*self.program;
         // The packet's metadata: zero as it enters, carried along. Only
         // the words the program names are cleared: each store counts
@@ -748,7 +918,6 @@ impl Engine {
         packet: (u64, Value, Value),
         verdict: &mut Verdict,
     ) -> Option<&'t Entry> {
-        let now = packet.0;
         if let Some(entry) = tables.constant_miss(packet.1) {
             // What the general path below comes to for such an entry:
             // the initial state and registers, unchanged.
@@ -771,6 +940,35 @@ impl Engine {
             }
             return entry;
         }
+        Self::make_context(
+            stage, tables, st, table, globals, counters, meta, fields, record, packet, verdict,
+            entry, state,
+        )
+    }
+
+    /// The end of [`Engine::fresh`] for a packet that makes a context:
+    /// its entry taken, its state `state` and registers in the stage's
+    /// own, stored in `record` or a new one; or the table-full transition
+    /// where no room is found.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn make_context<'t>(
+        stage: &Stage,
+        tables: &'t StageTables,
+        st: &mut StageState,
+        table: &mut TableState,
+        globals: &mut [Value],
+        counters: &mut Counters,
+        meta: &mut [Value; MAX_META],
+        fields: &[Value],
+        record: Option<usize>,
+        packet: (u64, Value, Value),
+        verdict: &mut Verdict,
+        entry: Option<&'t Entry>,
+        state: StateId,
+    ) -> Option<&'t Entry> {
+        let now = packet.0;
+        let regs = &mut st.regs[..];
         let slot = match record {
             // Another stage's context holds the record: this one joins it.
             Some(slot) => Some(slot),

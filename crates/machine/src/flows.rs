@@ -24,7 +24,7 @@ pub const BUCKET: usize = 4;
 /// Slots in the stash, for keys whose buckets and moves are all full.
 pub const STASH: usize = 8;
 // Tags are kept a bucket to a word, the stash's too.
-const _: () = assert!(STASH % BUCKET == 0 && BUCKET * 16 == 64);
+const _: () = assert!(STASH.is_multiple_of(BUCKET) && BUCKET * 16 == 64);
 /// Slots visited looking for a chain of moves.
 pub const MAX_SEARCH: usize = 256;
 
@@ -88,6 +88,15 @@ pub struct Place {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TableFull;
 
+/// See [`FlowTable::raw`].
+pub(crate) struct RawTable {
+    pub tags: *const u64,
+    pub records: *mut Value,
+    pub summary: *const u32,
+    pub probe: usize,
+    pub in_stash: usize,
+}
+
 pub struct FlowTable {
     key_len: usize,
     regs: usize,
@@ -134,7 +143,7 @@ pub const SUMMARY: usize = 1 << 12;
 
 /// Where a key word's value falls among its [`SUMMARY`] counters.
 #[inline(always)]
-fn summary_index(w: Value) -> usize {
+pub(crate) fn summary_index(w: Value) -> usize {
     (w.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SUMMARY.trailing_zeros())) as usize
 }
 
@@ -166,7 +175,7 @@ fn fold_mul(a: u64, b: u64) -> u64 {
 
 /// Per word of a key, what it is mixed with (odd, high bits set, so no
 /// field value cancels one), then the final multiplier.
-const TABLE_SEEDS: [u64; MAX_KEY + 1] = [
+pub(crate) const TABLE_SEEDS: [u64; MAX_KEY + 1] = [
     0x243f_6a88_85a3_08d3,
     0x1319_8a2e_0370_7345,
     0xa409_3822_299f_31d1,
@@ -187,7 +196,7 @@ const TABLE_SEEDS: [u64; MAX_KEY + 1] = [
 /// of its mix: the lookup's address, which every miss waits on, is known
 /// sooner.
 #[inline(always)]
-fn table_hash(key: &[Value]) -> u64 {
+pub(crate) fn table_hash(key: &[Value]) -> u64 {
     let mut h = key.len() as u64;
     let mut pairs = key.chunks_exact(2);
     for (i, p) in pairs.by_ref().enumerate() {
@@ -333,6 +342,32 @@ impl FlowTable {
     pub fn take_pages(&mut self) {
         touch_pages(&mut self.records);
         touch_pages(&mut self.tags);
+    }
+
+    /// What code generated for a table reads of it ([`crate::native`]):
+    /// where its tags and records lie, the summary's probed row and
+    /// word, and whether the stash holds any record. Valid until the
+    /// table's next insertion or removal.
+    pub(crate) fn raw(&mut self) -> RawTable {
+        RawTable {
+            tags: self.tags.as_ptr(),
+            records: self.records[self.base..].as_mut_ptr(),
+            summary: self.summary[(self.probe * SUMMARY).min(self.summary.len())..].as_ptr(),
+            probe: self.probe,
+            in_stash: self.in_stash,
+        }
+    }
+
+    /// The bucket mask and words per record of a table made with these
+    /// arguments (what generated code takes as constants).
+    pub(crate) fn shape_of(capacity: usize, key_len: usize, regs: usize) -> (usize, usize) {
+        let l = Layout::of(capacity, key_len, regs);
+        (l.buckets - 1, l.stride)
+    }
+
+    /// This table's [`FlowTable::shape_of`].
+    pub(crate) fn shape(&self) -> (usize, usize) {
+        (self.mask, self.stride)
     }
 
     /// Words of the keys it holds.

@@ -10,6 +10,8 @@
 //!   stash, timeouts, eviction).
 //! - [`engine`]: one worker's executor; tables replaced between packets
 //!   keep the flow contexts.
+//! - [`native`]: a one-stage machine's common per-packet path as machine
+//!   code (Cranelift), made from its tables; the rest interpreted.
 //! - [`fields`]: XL's field names on the stock `packet` grammar's unit,
 //!   and the per-frame reader.
 //! - [`xl`]: FlowBlaze's XL language front end.
@@ -27,6 +29,7 @@ pub mod fields;
 pub mod flows;
 pub mod lang;
 pub mod model;
+pub mod native;
 pub mod service;
 pub mod tables;
 pub mod xl;

@@ -145,7 +145,7 @@ fn rows_for_port(rows: &[Row], conditions: &[Condition], port: Option<u64>) -> V
 /// table over less, equal and greater, with no branch on the operator.
 /// Conditions were a tenth of the connection tracker's instructions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Test {
+pub(crate) enum Test {
     FieldConst {
         field: u16,
         truth: u8,
@@ -352,6 +352,32 @@ impl StageTables {
             .map(|p| tables.constant_miss_from(stage.initial, p))
             .collect();
         Ok(tables)
+    }
+
+    /// Ports with plans of their own: a packet from port `p` takes plan
+    /// index `p.min(port_plans())` (for [`crate::native`]).
+    pub(crate) fn port_plans(&self) -> usize {
+        self.ports
+    }
+
+    /// The conditions and decision table (`None`: too many conditions,
+    /// the rows are walked) of (`state`, packet) for plan index `port`.
+    pub(crate) fn packet_plan(
+        &self,
+        state: StateId,
+        port: usize,
+    ) -> Option<(&[Test], Option<&[u32]>)> {
+        let at = (state as usize * Event::COUNT + Event::Packet.index()) * (self.ports + 1) + port;
+        let plan = *self.plans.get(at)?;
+        let tests = &self.tests[plan.tests as usize..][..plan.count as usize];
+        let decisions = (plan.decisions != u32::MAX)
+            .then(|| &self.decisions[plan.decisions as usize..][..1 << plan.count]);
+        Some((tests, decisions))
+    }
+
+    /// `quiet_miss` and `constant_miss` for plan index `port`.
+    pub(crate) fn misses_at(&self, port: usize) -> (bool, u32) {
+        (self.quiet_miss[port], self.constant_miss[port])
     }
 
     /// The plan of (`state`, `event`) for a packet from `port`.

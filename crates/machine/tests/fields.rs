@@ -49,7 +49,7 @@ fn frame(next: &mut impl FnMut() -> u64) -> Vec<u8> {
         }
     }
     // Now and then cut short, anywhere in the headers.
-    if next() % 8 == 0 {
+    if next().is_multiple_of(8) {
         f.truncate((next() % 60) as usize);
     }
     f

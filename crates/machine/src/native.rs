@@ -1,0 +1,942 @@
+//! A machine's per-packet path as machine code, generated with Cranelift
+//! when the engine first runs the program (and again for tables that
+//! replace it): the stage's flow key read from the packet's fields, the
+//! table's hash and two-bucket probe, the state and port dispatched by
+//! jump tables, each plan's conditions as compares, its decision table as
+//! a jump table, and each entry's updates, next state and actions as
+//! straight-line loads and stores, every constant of the tables folded in.
+//!
+//! It covers the common path of a machine of one stateful stage (the
+//! balancer's and port knocking's shape): a packet whose context is found
+//! and has not expired, or whose miss is quiet and constant (a reply the
+//! key summary says has no context). Anything else it hands back, having
+//! changed nothing, with what it learnt (the slot found, or that the key
+//! is absent), and the table interpreter in [`crate::engine`] runs the
+//! packet as before; that interpreter stays the reference, and
+//! `crates/machine/tests/native.rs` runs every example both ways.
+//!
+//! It must not change what a packet does: every entry is the one the
+//! plan's decision table names, every update runs in order on the same
+//! words, and a context goes back to its start exactly where the
+//! interpreter's would.
+
+use crate::engine::Verdict;
+use crate::flows::{FlowTable, META_WORDS, SUMMARY, TABLE_SEEDS};
+use crate::model::{ArithOp, Expr, FieldId, Operand, Stage, Target, Value, MAX_KEY, MAX_WRITES};
+use crate::tables::{Entry, StageTables, Test};
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{I16, I32, I64};
+use cranelift_codegen::ir::{AbiParam, Block, InstBuilder, MemFlagsData, Value as Ir};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Switch};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{default_libcall_names, Linkage, Module};
+use std::mem::offset_of;
+
+/// What the generated code reads besides the packet, kept by the engine
+/// and refreshed whenever its table changes shape (an insertion or a
+/// removal moves the stash count and may move the summary's probe).
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct Env {
+    pub tags: *const u64,
+    /// The first record (the table's records start on a cache line).
+    pub records: *mut Value,
+    /// The summary's counters for the probed key word.
+    pub summary: *const u32,
+    /// The field holding the probed key word.
+    pub probe_field: u64,
+    pub in_stash: u64,
+    pub globals: *mut Value,
+    /// Written by the code for [`status::MAKE`]: the new context's state
+    /// and registers.
+    pub fresh_state: u64,
+    pub fresh: [Value; MAX_FRESH],
+}
+
+/// Most flow registers a stage has for its code to make contexts.
+const MAX_FRESH: usize = 16;
+
+// The pointers are into the engine's own table and globals, which move
+// between threads with it.
+unsafe impl Send for Env {}
+
+impl Env {
+    pub(crate) fn empty() -> Env {
+        Env {
+            tags: std::ptr::null(),
+            records: std::ptr::null_mut(),
+            summary: std::ptr::null(),
+            probe_field: 0,
+            in_stash: 0,
+            globals: std::ptr::null_mut(),
+            fresh_state: 0,
+            fresh: [0; MAX_FRESH],
+        }
+    }
+
+    /// Points at `table` as it is now, for `stage`.
+    pub(crate) fn refresh(&mut self, table: &mut FlowTable, stage: &Stage, globals: &mut [Value]) {
+        let raw = table.raw();
+        self.tags = raw.tags;
+        self.records = raw.records;
+        self.summary = raw.summary;
+        self.probe_field = stage.key.get(raw.probe).map_or(0, |&f| f as u64);
+        self.in_stash = raw.in_stash as u64;
+        self.globals = globals.as_mut_ptr();
+    }
+}
+
+/// What the generated code did with a packet: the low byte says, the
+/// rest is a slot where there is one.
+pub(crate) mod status {
+    /// Done: the verdict is written and the context stored.
+    pub const DONE: u64 = 0;
+    /// Nothing learnt, nothing changed: interpret the packet.
+    pub const INTERPRET: u64 = 1;
+    /// The key's record is at the slot above, but its context needs the
+    /// interpreter (expired, or absent from it); nothing changed.
+    pub const FOUND: u64 = 2;
+    /// The key is not in the table; nothing changed.
+    pub const MISSING: u64 = 3;
+    /// The verdict is written and the context at the slot above is back
+    /// at its start: forget it.
+    pub const FORGET: u64 = 4;
+    /// The key is not in the table and the packet makes a context: its
+    /// globals are written, its entry is the one numbered above, and its
+    /// state and registers are in the env's `fresh_state` and `fresh`.
+    /// The context is left to make and the entry to take.
+    pub const MAKE: u64 = 5;
+}
+
+type StageFn = unsafe extern "C" fn(
+    env: *mut Env,
+    fields: *const Value,
+    port: u64,
+    len: u64,
+    now: u64,
+    verdict: *mut Verdict,
+) -> u64;
+
+/// A machine's generated per-packet path and the code memory it lives in.
+pub struct StageCode {
+    f: StageFn,
+    /// The table shape its constants assume: (bucket mask, record words).
+    pub(crate) shape: (usize, usize),
+    /// Fields the code reads, at most: a packet with fewer is interpreted.
+    pub(crate) fields: usize,
+    _module: JITModule,
+}
+
+// The module is only kept alive: its code is immutable once finalised.
+unsafe impl Send for StageCode {}
+unsafe impl Sync for StageCode {}
+
+impl std::fmt::Debug for StageCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StageCode")
+            .field("shape", &self.shape)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StageCode {
+    /// Runs the generated path on one packet; see [`status`].
+    ///
+    /// # Safety
+    /// `env` must describe the table the code was made for as it is now,
+    /// `fields` hold at least [`StageCode::fields`] values, and `verdict`
+    /// be cleared.
+    #[inline(always)]
+    pub(crate) unsafe fn run(
+        &self,
+        env: &mut Env,
+        fields: &[Value],
+        port: u64,
+        len: u64,
+        now: u64,
+        verdict: &mut Verdict,
+    ) -> u64 {
+        unsafe { (self.f)(env, fields.as_ptr(), port, len, now, verdict) }
+    }
+}
+
+/// Why a machine keeps to the interpreter.
+fn covered(stages: &[Stage], globals: usize, meta: usize) -> Option<&Stage> {
+    let [stage] = stages else { return None };
+    if stage.stateless()
+        || stage.biflow
+        || stage.key.len() > MAX_KEY
+        || stage.flow_regs.len() > MAX_FRESH
+        || meta != 0
+    {
+        return None;
+    }
+    let regs = stage.flow_regs.len();
+    let operand_ok = |o: &Operand| match *o {
+        Operand::FlowReg(r) => (r as usize) < regs,
+        Operand::GlobalReg(r) => (r as usize) < globals,
+        Operand::Meta(_) => false,
+        _ => true,
+    };
+    let ok = stage.transitions.iter().all(|t| {
+        t.when
+            .iter()
+            .all(|c| operand_ok(&c.lhs) && operand_ok(&c.rhs))
+            && t.writes.iter().all(|(_, o)| operand_ok(o))
+            && t.updates.iter().all(|u| {
+                let target = match u.target {
+                    Target::FlowReg(r) => (r as usize) < regs,
+                    Target::GlobalReg(r) => (r as usize) < globals,
+                    Target::Meta(_) => false,
+                };
+                let expr = match &u.expr {
+                    Expr::Operand(o) => operand_ok(o),
+                    Expr::Binary(_, a, b) => operand_ok(a) && operand_ok(b),
+                };
+                target && expr
+            })
+    });
+    ok.then_some(stage)
+}
+
+/// Generates the per-packet path of a machine whose stages, tables,
+/// globals and metadata are these; `None` where the machine is not of
+/// the shape covered or the host has no code generator.
+pub(crate) fn compile(
+    stages: &[Stage],
+    tables: &[StageTables],
+    globals: usize,
+    meta: usize,
+) -> Option<StageCode> {
+    let stage = covered(stages, globals, meta)?;
+    let tables = tables.first()?;
+    let mut flags = settings::builder();
+    flags.set("opt_level", "speed").ok()?;
+    let isa = cranelift_native::builder()
+        .ok()?
+        .finish(settings::Flags::new(flags))
+        .ok()?;
+    let mut module = JITModule::new(JITBuilder::with_isa(isa, default_libcall_names()));
+    let mut ctx = module.make_context();
+    let sig = &mut ctx.func.signature;
+    sig.params.extend([AbiParam::new(I64); 6]);
+    sig.returns.push(AbiParam::new(I64));
+    let id = module
+        .declare_function("stage", Linkage::Local, &ctx.func.signature)
+        .ok()?;
+    let shape = FlowTable::shape_of(stage.capacity, stage.key.len(), stage.flow_regs.len());
+    let frontend = module.isa().frontend_config();
+    let mut fbc = FunctionBuilderContext::new();
+    let b = FunctionBuilder::new(&mut ctx.func, &mut fbc);
+    Gen::new(b, stage, tables, shape, globals).emit(frontend);
+    if let Err(e) = module.define_function(id, &mut ctx) {
+        tracing::debug!("machine code not made: {e:?}");
+        return None;
+    }
+    module.clear_context(&mut ctx);
+    module.finalize_definitions().ok()?;
+    let code = module.get_finalized_function(id);
+    // The signature declared above is `StageFn`'s, in the host's C
+    // calling convention (the ISA's default).
+    let f = unsafe { std::mem::transmute::<*const u8, StageFn>(code) };
+    let reads = stage
+        .key
+        .iter()
+        .copied()
+        .chain(stage.transitions.iter().flat_map(|t| {
+            let ops = t
+                .when
+                .iter()
+                .flat_map(|c| [c.lhs, c.rhs])
+                .chain(t.writes.iter().map(|w| w.1))
+                .chain(t.updates.iter().flat_map(|u| match u.expr {
+                    Expr::Operand(o) => [o, o],
+                    Expr::Binary(_, a, b) => [a, b],
+                }));
+            ops.filter_map(|o| match o {
+                Operand::Field(f) => Some(f),
+                _ => None,
+            })
+            .collect::<Vec<FieldId>>()
+        }))
+        .map(|f| f as usize + 1)
+        .max()
+        .unwrap_or(0);
+    Some(StageCode {
+        f,
+        shape,
+        fields: reads,
+        _module: module,
+    })
+}
+
+const PRESENT: i64 = 1 << 32;
+
+/// A context's registers while generated code works on them.
+#[derive(Clone)]
+enum Regs {
+    /// In its record, from this address: read and written there.
+    At(Ir),
+    /// A context not made yet: its registers as values (the initial
+    /// ones, then what updates make), and the globals updates write,
+    /// held back until it is known that the packet makes no context
+    /// (where it does, the interpreter runs it from the start).
+    Fresh {
+        flow: Vec<Ir>,
+        globals: Vec<Option<Ir>>,
+    },
+}
+
+/// A context found in its record: the record's slot and address.
+#[derive(Clone, Copy)]
+struct Found {
+    slot: Ir,
+    rec: Ir,
+}
+
+/// One function being generated.
+struct Gen<'a> {
+    /// Global registers in all.
+    globals: usize,
+    b: FunctionBuilder<'a>,
+    stage: &'a Stage,
+    tables: &'a StageTables,
+    /// (bucket mask, words per record).
+    shape: (usize, usize),
+    env: Ir,
+    fields: Ir,
+    port: Ir,
+    len: Ir,
+    now: Ir,
+    verdict: Ir,
+}
+
+fn flags() -> MemFlagsData {
+    MemFlagsData::trusted()
+}
+
+impl<'a> Gen<'a> {
+    fn new(
+        mut b: FunctionBuilder<'a>,
+        stage: &'a Stage,
+        tables: &'a StageTables,
+        shape: (usize, usize),
+        globals: usize,
+    ) -> Gen<'a> {
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let p = b.block_params(entry).to_vec();
+        Gen {
+            globals,
+            b,
+            stage,
+            tables,
+            shape,
+            env: p[0],
+            fields: p[1],
+            port: p[2],
+            len: p[3],
+            now: p[4],
+            verdict: p[5],
+        }
+    }
+
+    fn konst(&mut self, v: u64) -> Ir {
+        self.b.ins().iconst(I64, v as i64)
+    }
+
+    fn env_word(&mut self, offset: usize) -> Ir {
+        self.b.ins().load(I64, flags(), self.env, offset as i32)
+    }
+
+    fn field(&mut self, f: FieldId) -> Ir {
+        self.b.ins().load(I64, flags(), self.fields, 8 * f as i32)
+    }
+
+    /// Jumps to the block of `value`'s case, or to `default`: compares
+    /// and conditional branches for a few cases, which the processor
+    /// predicts from their history (an indirect jump through a table was
+    /// mispredicted on most packets that alternate between cases), a jump
+    /// table for many.
+    fn dispatch(&mut self, value: Ir, cases: &[(u64, Block)], default: Block) {
+        if cases.len() > 8 {
+            let mut sw = Switch::new();
+            for &(v, blk) in cases {
+                sw.set_entry(v as u128, blk);
+            }
+            sw.emit(&mut self.b, value, default);
+            return;
+        }
+        for &(v, blk) in cases {
+            let hit = self.b.ins().icmp_imm_s(IntCC::Equal, value, v as i64);
+            let next = self.b.create_block();
+            self.b.ins().brif(hit, blk, &[], next, &[]);
+            self.b.switch_to_block(next);
+        }
+        self.b.ins().jump(default, &[]);
+    }
+
+    fn ret(&mut self, v: Ir) {
+        self.b.ins().return_(&[v]);
+    }
+
+    fn ret_status(&mut self, status: u64, slot: Option<Ir>) {
+        let v = match slot {
+            Some(s) => {
+                let shifted = self.b.ins().ishl_imm_s(s, 8);
+                self.b.ins().bor_imm_s(shifted, status as i64)
+            }
+            None => self.konst(status),
+        };
+        self.ret(v);
+    }
+
+    /// An operand's value, the registers where `regs` holds them.
+    fn operand(&mut self, o: Operand, regs: &Regs) -> Ir {
+        match (o, regs) {
+            (Operand::Field(f), _) => self.field(f),
+            (Operand::FlowReg(r), Regs::At(at)) => {
+                self.b.ins().load(I64, flags(), *at, 8 * r as i32)
+            }
+            (Operand::FlowReg(r), Regs::Fresh { flow, .. }) => flow[r as usize],
+            (Operand::GlobalReg(r), _) => {
+                if let Regs::Fresh { globals, .. } = regs {
+                    if let Some(v) = globals[r as usize] {
+                        return v;
+                    }
+                }
+                let g = self.env_word(offset_of!(Env, globals));
+                self.b.ins().load(I64, flags(), g, 8 * r as i32)
+            }
+            (Operand::Const(c), _) => self.konst(c),
+            (Operand::Now, _) => self.now,
+            (Operand::InPort, _) => self.port,
+            (Operand::Len, _) => self.len,
+            (Operand::Meta(_), _) => unreachable!("machines with metadata are interpreted"),
+        }
+    }
+
+    /// A fresh context's registers: the initial values, no global held.
+    fn fresh_regs(&mut self, globals: usize) -> Regs {
+        let stage = self.stage;
+        let flow = stage.flow_regs.iter().map(|r| self.konst(r.init)).collect();
+        Regs::Fresh {
+            flow,
+            globals: vec![None; globals],
+        }
+    }
+
+    /// `ArithOp::apply` on two values.
+    fn arith(&mut self, op: ArithOp, a: Ir, b: Ir) -> Ir {
+        let ins = &mut self.b;
+        match op {
+            ArithOp::Add => ins.ins().iadd(a, b),
+            ArithOp::Sub => {
+                let more = ins.ins().icmp(IntCC::UnsignedGreaterThan, a, b);
+                let d = ins.ins().isub(a, b);
+                let zero = ins.ins().iconst(I64, 0);
+                ins.ins().select(more, d, zero)
+            }
+            ArithOp::Mul => ins.ins().imul(a, b),
+            ArithOp::Div | ArithOp::Mod => {
+                let zero = ins.ins().iconst(I64, 0);
+                let one = ins.ins().iconst(I64, 1);
+                let none = ins.ins().icmp_imm_s(IntCC::Equal, b, 0);
+                let by = ins.ins().select(none, one, b);
+                let q = if op == ArithOp::Div {
+                    ins.ins().udiv(a, by)
+                } else {
+                    ins.ins().urem(a, by)
+                };
+                ins.ins().select(none, zero, q)
+            }
+            ArithOp::Max => ins.ins().umax(a, b),
+            ArithOp::Min => ins.ins().umin(a, b),
+        }
+    }
+
+    /// `fold_mul` of the table's hash.
+    fn fold_mul(&mut self, a: Ir, b: Ir) -> Ir {
+        let lo = self.b.ins().imul(a, b);
+        let hi = self.b.ins().umulhi(a, b);
+        self.b.ins().bxor(lo, hi)
+    }
+
+    /// The table's hash of the key words (`table_hash`).
+    fn hash(&mut self, key: &[Ir]) -> Ir {
+        let mut h = self.konst(key.len() as u64);
+        let pairs = key.len() / 2;
+        for i in 0..pairs {
+            let a = self
+                .b
+                .ins()
+                .bxor_imm_s(key[2 * i], TABLE_SEEDS[2 * i] as i64);
+            let c = self
+                .b
+                .ins()
+                .bxor_imm_s(key[2 * i + 1], TABLE_SEEDS[2 * i + 1] as i64);
+            let m = self.fold_mul(a, c);
+            h = self.b.ins().bxor(h, m);
+        }
+        if key.len() % 2 == 1 {
+            let i = key.len() - 1;
+            let a = self.b.ins().bxor_imm_s(key[i], TABLE_SEEDS[i] as i64);
+            let c = self.konst(TABLE_SEEDS[i + 1]);
+            let m = self.fold_mul(a, c);
+            h = self.b.ins().bxor(h, m);
+        }
+        let a = self.b.ins().bxor_imm_s(h, TABLE_SEEDS[MAX_KEY] as i64);
+        let c = self.konst(TABLE_SEEDS[0]);
+        self.fold_mul(a, c)
+    }
+
+    fn emit(mut self, frontend: cranelift_codegen::isa::TargetFrontendConfig) {
+        // The plan index: the port, capped at the ports with plans of
+        // their own.
+        // Ports whose plans and misses are alike share one path, so that
+        // a packet's port is told by as few branches as the program needs
+        // (the balancer's two servers are one case, the other ports one).
+        let ports = self.tables.port_plans();
+        let states = self.stage.states.len() as u16;
+        let tables = self.tables;
+        let sign = |p: usize| {
+            let plans: Vec<_> = (0..states).map(|s| tables.packet_plan(s, p)).collect();
+            (tables.misses_at(p), plans)
+        };
+        let mut paths: Vec<(usize, Block)> = Vec::new();
+        let mut cases: Vec<(u64, Block)> = Vec::new();
+        for p in (0..=ports).rev() {
+            let shared = paths
+                .iter()
+                .find(|&&(q, _)| sign(q) == sign(p))
+                .map(|x| x.1);
+            let blk = shared.unwrap_or_else(|| {
+                let blk = self.b.create_block();
+                paths.push((p, blk));
+                blk
+            });
+            if p < ports {
+                cases.push((p as u64, blk));
+            }
+        }
+        // Plan index `ports` (every other port) is the default.
+        let default = paths[0].1;
+        cases.retain(|&(_, blk)| blk != default);
+        self.dispatch(self.port, &cases, default);
+        for (p, blk) in paths {
+            self.b.switch_to_block(blk);
+            self.port_path(p);
+        }
+        self.b.seal_all_blocks();
+        self.b.finalize(frontend);
+    }
+
+    /// Everything for a packet from plan index `p`.
+    fn port_path(&mut self, p: usize) {
+        let (quiet, _) = self.tables.misses_at(p);
+        if quiet {
+            // The key summary's probed word: absent there, absent.
+            let f = self.env_word(offset_of!(Env, probe_field));
+            let at = self.b.ins().ishl_imm_s(f, 3);
+            let addr = self.b.ins().iadd(self.fields, at);
+            let w = self.b.ins().load(I64, flags(), addr, 0);
+            let golden = self.konst(0x9e37_79b9_7f4a_7c15);
+            let m = self.b.ins().imul(w, golden);
+            let idx = self
+                .b
+                .ins()
+                .ushr_imm_s(m, (64 - SUMMARY.trailing_zeros()) as i64);
+            let off = self.b.ins().ishl_imm_s(idx, 2);
+            let s = self.env_word(offset_of!(Env, summary));
+            let addr = self.b.ins().iadd(s, off);
+            let c = self.b.ins().load(I32, flags(), addr, 0);
+            let absent = self.b.create_block();
+            let look = self.b.create_block();
+            self.b.ins().brif(c, look, &[], absent, &[]);
+            self.b.switch_to_block(absent);
+            self.missing(p);
+            self.b.switch_to_block(look);
+        }
+        self.lookup(p);
+    }
+
+    /// Makes the key, probes its two buckets and goes on with the record
+    /// found.
+    fn lookup(&mut self, p: usize) {
+        let (mask, stride) = self.shape;
+        let stage = self.stage;
+        let key: Vec<Ir> = stage.key.iter().map(|&f| self.field(f)).collect();
+        let h = self.hash(&key);
+        let b1 = self.b.ins().band_imm_s(h, mask as i64);
+        let hi = self.b.ins().ushr_imm_s(h, 32);
+        let b2 = self.b.ins().band_imm_s(hi, mask as i64);
+        let same = self.b.ins().icmp(IntCC::Equal, b1, b2);
+        let other = self.b.ins().bxor_imm_s(b1, 1);
+        let b2 = self.b.ins().select(same, other, b2);
+        let t = self.b.ins().ushr_imm_s(h, 48);
+        let tag = self.b.ins().bor_imm_s(t, 1);
+        let tags = self.env_word(offset_of!(Env, tags));
+        let lanes_of = |g: &mut Gen, bucket: Ir| {
+            let at = g.b.ins().ishl_imm_s(bucket, 3);
+            let addr = g.b.ins().iadd(tags, at);
+            let word = g.b.ins().load(I64, flags(), addr, 0);
+            let spread = g.b.ins().imul_imm_s(tag, 0x0001_0001_0001_0001);
+            let x = g.b.ins().bxor(word, spread);
+            let low = g.b.ins().band_imm_s(x, 0x7fff_7fff_7fff_7fff);
+            let sum = g.b.ins().iadd_imm_s(low, 0x7fff_7fff_7fff_7fff);
+            let any = g.b.ins().bor(sum, x);
+            let none = g.b.ins().bnot(any);
+            g.b.ins().band_imm_s(none, 0x8000_8000_8000_8000u64 as i64)
+        };
+        let l1 = lanes_of(self, b1);
+        let l2 = lanes_of(self, b2);
+        let records = self.env_word(offset_of!(Env, records));
+        let found = self.b.create_block();
+        self.b.append_block_param(found, I64); // slot
+        self.b.append_block_param(found, I64); // record address
+        for (bucket, lanes) in [(b1, l1), (b2, l2)] {
+            for lane in 0..4u32 {
+                let bit = self.b.ins().band_imm_s(lanes, 1i64 << (16 * lane + 15));
+                let check = self.b.create_block();
+                let next = self.b.create_block();
+                self.b.ins().brif(bit, check, &[], next, &[]);
+                self.b.switch_to_block(check);
+                let base = self.b.ins().ishl_imm_s(bucket, 2);
+                let slot = self.b.ins().iadd_imm_s(base, lane as i64);
+                let words = self.b.ins().imul_imm_s(slot, (8 * stride) as i64);
+                let rec = self.b.ins().iadd(records, words);
+                let mut diff = self.konst(0);
+                for (i, &k) in key.iter().enumerate() {
+                    let stored =
+                        self.b
+                            .ins()
+                            .load(I64, flags(), rec, (8 * (META_WORDS + i)) as i32);
+                    let d = self.b.ins().bxor(stored, k);
+                    diff = self.b.ins().bor(diff, d);
+                }
+                self.b
+                    .ins()
+                    .brif(diff, next, &[], found, &[slot.into(), rec.into()]);
+                self.b.switch_to_block(next);
+            }
+        }
+        // Not in its buckets: in the stash, or not in the table.
+        let in_stash = self.env_word(offset_of!(Env, in_stash));
+        let stash = self.b.create_block();
+        let missing = self.b.create_block();
+        self.b.ins().brif(in_stash, stash, &[], missing, &[]);
+        self.b.switch_to_block(stash);
+        self.ret_status(status::INTERPRET, None);
+        self.b.switch_to_block(missing);
+        self.missing(p);
+
+        self.b.switch_to_block(found);
+        let slot = self.b.block_params(found)[0];
+        let rec = self.b.block_params(found)[1];
+        self.context(p, slot, rec);
+    }
+
+    /// A record found: its context, unless absent or expired.
+    fn context(&mut self, p: usize, slot: Ir, rec: Ir) {
+        let word = self.b.ins().load(I64, flags(), rec, 0);
+        let present = self.b.ins().band_imm_s(word, PRESENT);
+        let live = self.b.create_block();
+        let interpret = self.b.create_block();
+        self.b.ins().brif(present, live, &[], interpret, &[]);
+        self.b.switch_to_block(interpret);
+        self.ret_status(status::FOUND, Some(slot));
+        self.b.switch_to_block(live);
+        for (timeout, at) in [
+            (self.stage.hard_timeout_us, 1),
+            (self.stage.idle_timeout_us, 2),
+        ] {
+            let Some(t) = timeout else { continue };
+            let since = self.b.ins().load(I64, flags(), rec, 8 * at);
+            let age = self.arith(ArithOp::Sub, self.now, since);
+            let expired = self
+                .b
+                .ins()
+                .icmp_imm_s(IntCC::UnsignedGreaterThan, age, t as i64);
+            let fresh = self.b.create_block();
+            self.b.ins().brif(expired, interpret, &[], fresh, &[]);
+            self.b.switch_to_block(fresh);
+        }
+        let regs = self
+            .b
+            .ins()
+            .iadd_imm_s(rec, (8 * (META_WORDS + self.stage.key.len())) as i64);
+        let state = self.b.ins().band_imm_s(word, 0xffff);
+        let states = self.stage.states.len();
+        let blocks: Vec<Block> = (0..states).map(|_| self.b.create_block()).collect();
+        let cases: Vec<(u64, Block)> = blocks
+            .iter()
+            .enumerate()
+            .map(|(s, &b)| (s as u64, b))
+            .collect();
+        self.dispatch(state, &cases, interpret);
+        for (s, &blk) in blocks.iter().enumerate() {
+            self.b.switch_to_block(blk);
+            let found = Found { slot, rec };
+            self.plan(p, s as u16, Regs::At(regs), Some(found), interpret);
+        }
+    }
+
+    /// A packet from plan index `p` whose key has no record: the initial
+    /// state's plan on the initial registers. Where that leaves no
+    /// context (the entry keeps the initial state and registers) it is
+    /// done here; where it makes one, the interpreter makes it.
+    fn missing(&mut self, p: usize) {
+        let (_, constant) = self.tables.misses_at(p);
+        let regs = self.fresh_regs(self.globals);
+        let tables = self.tables;
+        match constant {
+            u32::MAX => {
+                let bail = self.b.create_block();
+                self.plan(p, self.stage.initial, regs, None, bail);
+                self.b.switch_to_block(bail);
+                self.ret_status(status::MISSING, None);
+            }
+            0 => self.ret_status(status::DONE, None),
+            d => {
+                self.take(&tables.entries[d as usize - 1], &regs);
+                self.ret_status(status::DONE, None);
+            }
+        }
+    }
+
+    /// The plan of (`state`, packet) for plan index `p`, on a context
+    /// `found` in its record or (`None`) a fresh one; `interpret`: where
+    /// to go, having changed nothing, for a plan it does not cover.
+    fn plan(&mut self, p: usize, state: u16, regs: Regs, found: Option<Found>, interpret: Block) {
+        let tables = self.tables;
+        let Some((tests, decisions)) = tables.packet_plan(state, p) else {
+            // No plan: no entry.
+            self.finish(state, regs, found);
+            return;
+        };
+        let Some(decisions) = decisions else {
+            self.b.ins().jump(interpret, &[]);
+            return;
+        };
+        let mut index = self.konst(0);
+        for (i, t) in tests.iter().enumerate() {
+            let (lhs, truth, rhs) = match *t {
+                Test::FieldConst {
+                    field,
+                    truth,
+                    value,
+                } => (Operand::Field(field), truth, Operand::Const(value)),
+                Test::FieldFlow { field, truth, reg } => {
+                    (Operand::Field(field), truth, Operand::FlowReg(reg))
+                }
+                Test::Operands { lhs, rhs, truth } => (lhs, truth, rhs),
+            };
+            let a = self.operand(lhs, &regs);
+            let c = self.operand(rhs, &regs);
+            let cc = match truth {
+                0b001 => IntCC::UnsignedLessThan,
+                0b010 => IntCC::Equal,
+                0b011 => IntCC::UnsignedLessThanOrEqual,
+                0b100 => IntCC::UnsignedGreaterThan,
+                0b101 => IntCC::NotEqual,
+                _ => IntCC::UnsignedGreaterThanOrEqual,
+            };
+            let holds = self.b.ins().icmp(cc, a, c);
+            let bit = self.b.ins().uextend(I64, holds);
+            let bit = self.b.ins().ishl_imm_s(bit, i as i64);
+            index = self.b.ins().bor(index, bit);
+        }
+        // One block per distinct outcome (entry plus one; 0: none).
+        let mut outcomes: Vec<u32> = decisions.to_vec();
+        outcomes.sort_unstable();
+        outcomes.dedup();
+        let blocks: Vec<Block> = outcomes.iter().map(|_| self.b.create_block()).collect();
+        let block_of = |d: u32| blocks[outcomes.binary_search(&d).unwrap()];
+        if outcomes.len() == 1 {
+            self.b.ins().jump(blocks[0], &[]);
+        } else {
+            let cases: Vec<(u64, Block)> = decisions
+                .iter()
+                .enumerate()
+                .skip(1)
+                .filter(|&(_, &d)| d != decisions[0])
+                .map(|(i, &d)| (i as u64, block_of(d)))
+                .collect();
+            self.dispatch(index, &cases, block_of(decisions[0]));
+        }
+        for (&d, &blk) in outcomes.iter().zip(&blocks) {
+            self.b.switch_to_block(blk);
+            let mut regs = regs.clone();
+            if d == 0 {
+                self.finish(state, regs, found);
+                continue;
+            }
+            let e = &tables.entries[d as usize - 1];
+            self.updates(e, &mut regs);
+            let next = e.next_state.unwrap_or(state);
+            match found {
+                Some(_) => {
+                    self.take(e, &regs);
+                    self.finish(next, regs, found);
+                }
+                None => self.finish_fresh(next, d, regs),
+            }
+        }
+    }
+
+    /// An entry's updates, in order, on the registers and the globals.
+    fn updates(&mut self, e: &Entry, regs: &mut Regs) {
+        for u in &e.updates {
+            let v = match u.expr {
+                Expr::Operand(o) => self.operand(o, regs),
+                Expr::Binary(op, a, c) => {
+                    let a = self.operand(a, regs);
+                    let c = self.operand(c, regs);
+                    self.arith(op, a, c)
+                }
+            };
+            match (u.target, &mut *regs) {
+                (Target::FlowReg(r), Regs::At(at)) => {
+                    self.b.ins().store(flags(), v, *at, 8 * r as i32);
+                }
+                (Target::FlowReg(r), Regs::Fresh { flow, .. }) => flow[r as usize] = v,
+                (Target::GlobalReg(r), Regs::Fresh { globals, .. }) => {
+                    globals[r as usize] = Some(v)
+                }
+                (Target::GlobalReg(r), Regs::At(_)) => {
+                    let g = self.env_word(offset_of!(Env, globals));
+                    self.b.ins().store(flags(), v, g, 8 * r as i32);
+                }
+                (Target::Meta(_), _) => unreachable!("machines with metadata are interpreted"),
+            }
+        }
+    }
+
+    /// An entry's ports and writes into the verdict (cleared by the
+    /// caller: one stage, so nothing to add to).
+    fn take(&mut self, e: &Entry, regs: &Regs) {
+        if e.ports != 0 {
+            let ports = self.konst(e.ports);
+            self.b.ins().store(
+                flags(),
+                ports,
+                self.verdict,
+                offset_of!(Verdict, ports) as i32,
+            );
+        }
+        let size = std::mem::size_of::<(FieldId, Value)>();
+        let (field_at, value_at) = (
+            offset_of!((FieldId, Value), 0),
+            offset_of!((FieldId, Value), 1),
+        );
+        let writes = e.writes.len().min(MAX_WRITES);
+        for (i, &(f, o)) in e.writes.iter().take(MAX_WRITES).enumerate() {
+            let v = self.operand(o, regs);
+            let at = (offset_of!(Verdict, writes) + i * size) as i32;
+            let field = self.b.ins().iconst(I16, f as i64);
+            self.b
+                .ins()
+                .store(flags(), field, self.verdict, at + field_at as i32);
+            self.b
+                .ins()
+                .store(flags(), v, self.verdict, at + value_at as i32);
+        }
+        if writes > 0 {
+            let n = self.konst(writes as u64);
+            self.b.ins().store(
+                flags(),
+                n,
+                self.verdict,
+                offset_of!(Verdict, nwrites) as i32,
+            );
+        }
+    }
+
+    /// Whether the registers differ from their initial values, as a
+    /// value (non-zero: they do).
+    fn changed(&mut self, regs: &Regs) -> Ir {
+        let stage = self.stage;
+        let mut diff = self.konst(0);
+        for (i, r) in stage.flow_regs.iter().enumerate() {
+            let v = self.operand(Operand::FlowReg(i as u16), regs);
+            let d = self.b.ins().bxor_imm_s(v, r.init as i64);
+            diff = self.b.ins().bor(diff, d);
+        }
+        diff
+    }
+
+    /// The context in state `next` after the packet: forgotten where it
+    /// is back at its start, else stored with the packet's time. A fresh
+    /// context (`found` none) takes no entry here: it stays at its start.
+    fn finish(&mut self, next: u16, regs: Regs, found: Option<Found>) {
+        let Some(Found { slot, rec }) = found else {
+            self.ret_status(status::DONE, None);
+            return;
+        };
+        if next == self.stage.initial {
+            let diff = self.changed(&regs);
+            let keep = self.b.create_block();
+            let forget = self.b.create_block();
+            self.b.ins().brif(diff, keep, &[], forget, &[]);
+            self.b.switch_to_block(forget);
+            self.ret_status(status::FORGET, Some(slot));
+            self.b.switch_to_block(keep);
+        }
+        let word = self.konst(next as u64 | PRESENT as u64);
+        self.b.ins().store(flags(), word, rec, 0);
+        self.b.ins().store(flags(), self.now, rec, 16);
+        self.ret_status(status::DONE, None);
+    }
+
+    /// A fresh context after entry `e` (number `d` less one), its globals
+    /// held back stored: where it is back at its start, the entry taken;
+    /// otherwise its state and registers left for the engine to make the
+    /// context ([`status::MAKE`]).
+    fn finish_fresh(&mut self, next: u16, d: u32, regs: Regs) {
+        let Regs::Fresh { flow, globals } = &regs else {
+            unreachable!("a fresh context's registers are values")
+        };
+        for (r, v) in globals.iter().enumerate() {
+            if let Some(v) = *v {
+                let g = self.env_word(offset_of!(Env, globals));
+                self.b.ins().store(flags(), v, g, 8 * r as i32);
+            }
+        }
+        let tables = self.tables;
+        let e = &tables.entries[d as usize - 1];
+        let make = self.b.create_block();
+        if next == self.stage.initial {
+            let diff = self.changed(&regs);
+            let done = self.b.create_block();
+            self.b.ins().brif(diff, make, &[], done, &[]);
+            self.b.switch_to_block(done);
+            self.take(e, &regs);
+            self.ret_status(status::DONE, None);
+        } else {
+            self.b.ins().jump(make, &[]);
+        }
+        self.b.switch_to_block(make);
+        let state = self.konst(next as u64);
+        self.b.ins().store(
+            flags(),
+            state,
+            self.env,
+            offset_of!(Env, fresh_state) as i32,
+        );
+        for (i, &v) in flow.iter().enumerate() {
+            let at = offset_of!(Env, fresh) + 8 * i;
+            self.b.ins().store(flags(), v, self.env, at as i32);
+        }
+        let entry = self.konst(d as u64 - 1);
+        self.ret_status(status::MAKE, Some(entry));
+    }
+}
+
+/// Whether `FLICK_INTERPRET=1` asks for the table interpreter only (read
+/// once), as it does for rules.
+pub(crate) fn interpret_only() -> bool {
+    static FORCED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| std::env::var_os("FLICK_INTERPRET").is_some_and(|v| v == "1"))
+}
