@@ -18,7 +18,7 @@
 
 use crate::flows::{Expiry, FlowTable, Meta, Place, Placed, Timeouts, META_WORDS};
 use crate::model::{Event, FieldId, Machine, Stage, StateId, Value, MAX_KEY, MAX_META, MAX_WRITES};
-use crate::native::{self, status, Env, StageCode};
+use crate::native::{self, status, Env, NativeEntry, StageCode};
 use crate::tables::{apply_updates, CompileError, Entry, Inputs, StageTables, Writable};
 use std::sync::{Arc, OnceLock};
 
@@ -422,9 +422,9 @@ pub struct Engine {
     meta: [Value; MAX_META],
     /// The latest packet time seen, microseconds.
     pub now_us: u64,
-    /// Whether the program's generated path runs packets first (it was
+    /// The program's generated path, where it runs packets first (it was
     /// made, for a table of this engine's shape), and what it reads.
-    native: bool,
+    native: Option<NativeEntry>,
     env: Env,
 }
 
@@ -496,7 +496,7 @@ impl Engine {
             counters: Counters::default(),
             meta: [0; MAX_META],
             now_us: 0,
-            native: false,
+            native: None,
             env: Env::empty(),
         };
         engine.take_code();
@@ -508,13 +508,13 @@ impl Engine {
     /// is tested against, and the other side of its benchmark.
     pub fn interpreted(program: Arc<Program>) -> Engine {
         let mut e = Engine::new(program);
-        e.native = false;
+        e.native = None;
         e
     }
 
     /// Whether this engine runs packets through generated code first.
     pub fn native(&self) -> bool {
-        self.native
+        self.native.is_some()
     }
 
     /// Takes the program's generated path where it was made for a table
@@ -525,15 +525,17 @@ impl Engine {
             Some(e.tables.get(t)?.flows.shape())
         };
         self.native = match (self.program.code(), shape(self)) {
-            (Some(code), Some(shape)) => code.shape == shape && self.stages[0].table != 0,
-            _ => false,
+            (Some(code), Some(shape)) if code.shape == shape && self.stages[0].table != 0 => {
+                Some(code.entry())
+            }
+            _ => None,
         };
         self.refresh_env();
     }
 
     /// Points the generated code's [`Env`] at the table as it is now.
     fn refresh_env(&mut self) {
-        if self.native {
+        if self.native.is_some() {
             let t = self.stages[0].table;
             let stage = &self.program.machine.stages[0];
             self.env
@@ -634,40 +636,41 @@ impl Engine {
         let now = ts_ns / 1000;
         self.now_us = self.now_us.max(now);
         self.counters.packets += 1;
-        if self.native {
-            self.native_first(fields, port, len, now, verdict);
-            return;
+        if let Some(code) = self.native {
+            if fields.len() >= code.fields {
+                // Safety: the program holding the code is this engine's,
+                // the env describes its table as it is now (refreshed
+                // after every change the interpreter or a forget makes),
+                // the code was made for its shape (`take_code`), the
+                // fields are enough and the verdict is cleared.
+                let got = unsafe {
+                    code.run(&mut self.env, fields, port as u64, len as u64, now, verdict)
+                };
+                if got != status::DONE {
+                    self.handed_back(got, fields, port, len, now, verdict);
+                }
+                return;
+            }
         }
         self.interpret(fields, port, len, now, verdict);
     }
 
-    /// A packet through the generated path, and through the interpreter
-    /// where that hands it back (with the lookup it made, so that it is
-    /// not made twice).
-    #[inline(always)]
-    fn native_first(
+    /// A packet the generated path handed back (see [`status`]): what is
+    /// left of it, with the lookup it made, so that it is not made twice.
+    #[cold]
+    #[inline(never)]
+    fn handed_back(
         &mut self,
+        got: u64,
         fields: &[Value],
         port: u8,
         len: usize,
         now: u64,
         verdict: &mut Verdict,
     ) {
-        let Some(code) = self.program.code() else {
-            return self.interpret(fields, port, len, now, verdict);
-        };
-        if fields.len() < code.fields {
-            return self.interpret(fields, port, len, now, verdict);
-        }
-        // Safety: the env describes this engine's table as it is now
-        // (refreshed after every change the interpreter or a forget
-        // makes), the code was made for its shape (`take_code`), the
-        // fields are enough and the verdict is cleared.
-        let got = unsafe { code.run(&mut self.env, fields, port as u64, len as u64, now, verdict) };
         let slot = (got >> 8) as usize;
         let table = &mut self.tables[self.stages[0].table];
         match got & 0xff {
-            status::DONE => return,
             status::FORGET => {
                 table.live[0] -= 1;
                 table.forget(0, slot);
@@ -721,7 +724,7 @@ impl Engine {
     }
 
     /// A packet through the stages' tables.
-    #[inline(always)]
+    #[inline(never)]
     fn interpret(
         &mut self,
         fields: &[Value],

@@ -141,15 +141,34 @@ impl std::fmt::Debug for StageCode {
 }
 
 impl StageCode {
+    /// The code's entry, for an engine to keep beside the program that
+    /// keeps the code.
+    pub(crate) fn entry(&self) -> NativeEntry {
+        NativeEntry {
+            f: self.f,
+            fields: self.fields,
+        }
+    }
+}
+
+/// The entry of a [`StageCode`], valid while the program holding it is.
+#[derive(Clone, Copy)]
+pub(crate) struct NativeEntry {
+    f: StageFn,
+    /// Fields the code reads, at most: a packet with fewer is interpreted.
+    pub fields: usize,
+}
+
+impl NativeEntry {
     /// Runs the generated path on one packet; see [`status`].
     ///
     /// # Safety
-    /// `env` must describe the table the code was made for as it is now,
-    /// `fields` hold at least [`StageCode::fields`] values, and `verdict`
-    /// be cleared.
+    /// The program whose code this is must be alive, `env` describe the
+    /// table the code was made for as it is now, `fields` hold at least
+    /// [`NativeEntry::fields`] values, and `verdict` be cleared.
     #[inline(always)]
     pub(crate) unsafe fn run(
-        &self,
+        self,
         env: &mut Env,
         fields: &[Value],
         port: u64,
@@ -596,31 +615,43 @@ impl<'a> Gen<'a> {
         let found = self.b.create_block();
         self.b.append_block_param(found, I64); // slot
         self.b.append_block_param(found, I64); // record address
+                                               // Each bucket's matching lanes in turn, lowest first; a bucket
+                                               // with none costs one test.
         for (bucket, lanes) in [(b1, l1), (b2, l2)] {
-            for lane in 0..4u32 {
-                let bit = self.b.ins().band_imm_s(lanes, 1i64 << (16 * lane + 15));
-                let check = self.b.create_block();
-                let next = self.b.create_block();
-                self.b.ins().brif(bit, check, &[], next, &[]);
-                self.b.switch_to_block(check);
-                let base = self.b.ins().ishl_imm_s(bucket, 2);
-                let slot = self.b.ins().iadd_imm_s(base, lane as i64);
-                let words = self.b.ins().imul_imm_s(slot, (8 * stride) as i64);
-                let rec = self.b.ins().iadd(records, words);
-                let mut diff = self.konst(0);
-                for (i, &k) in key.iter().enumerate() {
-                    let stored =
-                        self.b
-                            .ins()
-                            .load(I64, flags(), rec, (8 * (META_WORDS + i)) as i32);
-                    let d = self.b.ins().bxor(stored, k);
-                    diff = self.b.ins().bor(diff, d);
-                }
-                self.b
+            let head = self.b.create_block();
+            self.b.append_block_param(head, I64);
+            let check = self.b.create_block();
+            let next = self.b.create_block();
+            self.b.ins().jump(head, &[lanes.into()]);
+            self.b.switch_to_block(head);
+            let rest = self.b.block_params(head)[0];
+            self.b.ins().brif(rest, check, &[], next, &[]);
+            self.b.switch_to_block(check);
+            let zeros = self.b.ins().ctz(rest);
+            let lane = self.b.ins().ushr_imm_s(zeros, 4);
+            let base = self.b.ins().ishl_imm_s(bucket, 2);
+            let slot = self.b.ins().iadd(base, lane);
+            let words = self.b.ins().imul_imm_s(slot, (8 * stride) as i64);
+            let rec = self.b.ins().iadd(records, words);
+            let mut diff = self.konst(0);
+            for (i, &k) in key.iter().enumerate() {
+                let stored = self
+                    .b
                     .ins()
-                    .brif(diff, next, &[], found, &[slot.into(), rec.into()]);
-                self.b.switch_to_block(next);
+                    .load(I64, flags(), rec, (8 * (META_WORDS + i)) as i32);
+                let d = self.b.ins().bxor(stored, k);
+                diff = self.b.ins().bor(diff, d);
             }
+            let less = self.b.ins().iadd_imm_s(rest, -1);
+            let others = self.b.ins().band(rest, less);
+            self.b.ins().brif(
+                diff,
+                head,
+                &[others.into()],
+                found,
+                &[slot.into(), rec.into()],
+            );
+            self.b.switch_to_block(next);
         }
         // Not in its buckets: in the stash, or not in the table.
         let in_stash = self.env_word(offset_of!(Env, in_stash));
@@ -720,52 +751,38 @@ impl<'a> Gen<'a> {
             self.b.ins().jump(interpret, &[]);
             return;
         };
-        let mut index = self.konst(0);
-        for (i, t) in tests.iter().enumerate() {
-            let (lhs, truth, rhs) = match *t {
-                Test::FieldConst {
-                    field,
-                    truth,
-                    value,
-                } => (Operand::Field(field), truth, Operand::Const(value)),
-                Test::FieldFlow { field, truth, reg } => {
-                    (Operand::Field(field), truth, Operand::FlowReg(reg))
-                }
-                Test::Operands { lhs, rhs, truth } => (lhs, truth, rhs),
-            };
-            let a = self.operand(lhs, &regs);
-            let c = self.operand(rhs, &regs);
-            let cc = match truth {
-                0b001 => IntCC::UnsignedLessThan,
-                0b010 => IntCC::Equal,
-                0b011 => IntCC::UnsignedLessThanOrEqual,
-                0b100 => IntCC::UnsignedGreaterThan,
-                0b101 => IntCC::NotEqual,
-                _ => IntCC::UnsignedGreaterThanOrEqual,
-            };
-            let holds = self.b.ins().icmp(cc, a, c);
-            let bit = self.b.ins().uextend(I64, holds);
-            let bit = self.b.ins().ishl_imm_s(bit, i as i64);
-            index = self.b.ins().bor(index, bit);
-        }
+        let tests: Vec<(Operand, IntCC, Operand)> = tests
+            .iter()
+            .map(|t| {
+                let (lhs, truth, rhs) = match *t {
+                    Test::FieldConst {
+                        field,
+                        truth,
+                        value,
+                    } => (Operand::Field(field), truth, Operand::Const(value)),
+                    Test::FieldFlow { field, truth, reg } => {
+                        (Operand::Field(field), truth, Operand::FlowReg(reg))
+                    }
+                    Test::Operands { lhs, rhs, truth } => (lhs, truth, rhs),
+                };
+                let cc = match truth {
+                    0b001 => IntCC::UnsignedLessThan,
+                    0b010 => IntCC::Equal,
+                    0b011 => IntCC::UnsignedLessThanOrEqual,
+                    0b100 => IntCC::UnsignedGreaterThan,
+                    0b101 => IntCC::NotEqual,
+                    _ => IntCC::UnsignedGreaterThanOrEqual,
+                };
+                (lhs, cc, rhs)
+            })
+            .collect();
         // One block per distinct outcome (entry plus one; 0: none).
         let mut outcomes: Vec<u32> = decisions.to_vec();
         outcomes.sort_unstable();
         outcomes.dedup();
         let blocks: Vec<Block> = outcomes.iter().map(|_| self.b.create_block()).collect();
         let block_of = |d: u32| blocks[outcomes.binary_search(&d).unwrap()];
-        if outcomes.len() == 1 {
-            self.b.ins().jump(blocks[0], &[]);
-        } else {
-            let cases: Vec<(u64, Block)> = decisions
-                .iter()
-                .enumerate()
-                .skip(1)
-                .filter(|&(_, &d)| d != decisions[0])
-                .map(|(i, &d)| (i as u64, block_of(d)))
-                .collect();
-            self.dispatch(index, &cases, block_of(decisions[0]));
-        }
+        self.decide(&tests, decisions, &regs, &block_of);
         for (&d, &blk) in outcomes.iter().zip(&blocks) {
             self.b.switch_to_block(blk);
             let mut regs = regs.clone();
@@ -784,6 +801,39 @@ impl<'a> Gen<'a> {
                 None => self.finish_fresh(next, d, regs),
             }
         }
+    }
+
+    /// The decision table `table` (indexed by the bits of `tests`, test
+    /// `i` bit `i`) as a tree of conditional branches to the outcomes'
+    /// blocks: the last test splits the table in halves, and a test whose
+    /// halves agree is not evaluated, so a packet evaluates only the
+    /// conditions its outcome depends on.
+    fn decide(
+        &mut self,
+        tests: &[(Operand, IntCC, Operand)],
+        table: &[u32],
+        regs: &Regs,
+        block_of: &dyn Fn(u32) -> Block,
+    ) {
+        if table.iter().all(|&d| d == table[0]) {
+            self.b.ins().jump(block_of(table[0]), &[]);
+            return;
+        }
+        let (&(lhs, cc, rhs), rest) = tests.split_last().expect("a table of one entry agrees");
+        let half = table.len() / 2;
+        let (unset, set) = table.split_at(half);
+        if unset == set {
+            return self.decide(rest, unset, regs, block_of);
+        }
+        let a = self.operand(lhs, regs);
+        let c = self.operand(rhs, regs);
+        let holds = self.b.ins().icmp(cc, a, c);
+        let (yes, no) = (self.b.create_block(), self.b.create_block());
+        self.b.ins().brif(holds, yes, &[], no, &[]);
+        self.b.switch_to_block(yes);
+        self.decide(rest, set, regs, block_of);
+        self.b.switch_to_block(no);
+        self.decide(rest, unset, regs, block_of);
     }
 
     /// An entry's updates, in order, on the registers and the globals.
