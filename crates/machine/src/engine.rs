@@ -533,6 +533,17 @@ impl Engine {
         self.refresh_env();
     }
 
+    /// Points the generated code's [`Env`] at the table's summary and
+    /// stash as they are after a change.
+    #[inline]
+    fn follow_table(&mut self) {
+        if self.native.is_some() {
+            let t = self.stages[0].table;
+            self.env
+                .follow(&self.tables[t].flows, &self.program.machine.stages[0]);
+        }
+    }
+
     /// Points the generated code's [`Env`] at the table as it is now.
     fn refresh_env(&mut self) {
         if self.native.is_some() {
@@ -674,7 +685,7 @@ impl Engine {
             status::FORGET => {
                 table.live[0] -= 1;
                 table.forget(0, slot);
-                self.refresh_env();
+                self.follow_table();
                 return;
             }
             status::FOUND => {
@@ -714,13 +725,13 @@ impl Engine {
                     entry,
                     self.env.fresh_state as StateId,
                 );
-                self.refresh_env();
+                self.follow_table();
                 return;
             }
             _ => {}
         }
         self.interpret(fields, port, len, now, verdict);
-        self.refresh_env();
+        self.follow_table();
     }
 
     /// A packet through the stages' tables.

@@ -358,6 +358,13 @@ impl FlowTable {
         }
     }
 
+    /// What of [`FlowTable::raw`] an insertion or a removal may change:
+    /// the summary's probed row and word, and the stash's count.
+    pub(crate) fn probe_state(&self) -> (*const u32, usize, usize) {
+        let row = &self.summary[(self.probe * SUMMARY).min(self.summary.len())..];
+        (row.as_ptr(), self.probe, self.in_stash)
+    }
+
     /// The bucket mask and words per record of a table made with these
     /// arguments (what generated code takes as constants).
     pub(crate) fn shape_of(capacity: usize, key_len: usize, regs: usize) -> (usize, usize) {
@@ -599,8 +606,11 @@ impl FlowTable {
         }
     }
 
+    /// The first free slot of `bucket`: its free lanes found in its tag
+    /// word at once.
     fn free_in(&self, bucket: usize) -> Option<usize> {
-        (bucket * BUCKET..(bucket + 1) * BUCKET).find(|&s| self.tag(s) == 0)
+        let lanes = matching_lanes(self.tags[bucket], 0);
+        (lanes != 0).then(|| bucket * BUCKET + lanes.trailing_zeros() as usize / 16)
     }
 
     fn move_slot(&mut self, from: usize, to: usize) {

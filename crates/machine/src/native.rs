@@ -85,6 +85,16 @@ impl Env {
         self.in_stash = raw.in_stash as u64;
         self.globals = globals.as_mut_ptr();
     }
+
+    /// Follows what an insertion or a removal in `table` may change (the
+    /// rest stays where [`Env::refresh`] pointed).
+    #[inline]
+    pub(crate) fn follow(&mut self, table: &FlowTable, stage: &Stage) {
+        let (summary, probe, in_stash) = table.probe_state();
+        self.summary = summary;
+        self.probe_field = stage.key.get(probe).map_or(0, |&f| f as u64);
+        self.in_stash = in_stash as u64;
+    }
 }
 
 /// What the generated code did with a packet: the low byte says, the
