@@ -698,7 +698,7 @@ impl Engine {
                 table.slot = None;
                 table.placed = false;
             }
-            status::MAKE => {
+            status::MAKE | status::MAKE_PLACED => {
                 // The packet's entry is decided and its globals written:
                 // only the context is left to make, as the interpreter
                 // would.
@@ -707,7 +707,11 @@ impl Engine {
                 let st = &mut self.stages[0];
                 let n = st.regs.len();
                 st.regs.copy_from_slice(&self.env.fresh[..n]);
-                table.placed = false;
+                table.placed = got & 0xff == status::MAKE_PLACED;
+                if table.placed {
+                    let [b1, b2, tag] = self.env.place;
+                    table.place = Place::of(b1 as usize, b2 as usize, tag as u16);
+                }
                 let entry = tables.entries.get(slot);
                 let packet = (now, port as Value, len as Value);
                 Self::make_context(
@@ -722,7 +726,7 @@ impl Engine {
                     None,
                     packet,
                     verdict,
-                    entry,
+                    (entry, true),
                     self.env.fresh_state as StateId,
                 );
                 self.follow_table();
@@ -955,15 +959,27 @@ impl Engine {
             return entry;
         }
         Self::make_context(
-            stage, tables, st, table, globals, counters, meta, fields, record, packet, verdict,
-            entry, state,
+            stage,
+            tables,
+            st,
+            table,
+            globals,
+            counters,
+            meta,
+            fields,
+            record,
+            packet,
+            verdict,
+            (entry, false),
+            state,
         )
     }
 
     /// The end of [`Engine::fresh`] for a packet that makes a context:
-    /// its entry taken, its state `state` and registers in the stage's
-    /// own, stored in `record` or a new one; or the table-full transition
-    /// where no room is found.
+    /// its entry taken (unless `entry.1` says it is in the verdict
+    /// already), its state `state` and registers in the stage's own,
+    /// stored in `record` or a new one; or the table-full transition
+    /// where no room is found (the verdict cleared of the entry first).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn make_context<'t>(
@@ -978,7 +994,7 @@ impl Engine {
         record: Option<usize>,
         packet: (u64, Value, Value),
         verdict: &mut Verdict,
-        entry: Option<&'t Entry>,
+        (entry, taken): (Option<&'t Entry>, bool),
         state: StateId,
     ) -> Option<&'t Entry> {
         let now = packet.0;
@@ -1005,6 +1021,10 @@ impl Engine {
         };
         let Some(slot) = slot else {
             counters.table_full += 1;
+            if taken {
+                verdict.ports = 0;
+                verdict.nwrites = 0;
+            }
             copy(regs, &st.init);
             let out = Writable { globals, meta };
             let entry = transition(
@@ -1022,7 +1042,7 @@ impl Engine {
             return entry;
         };
         table.live[st.member] += 1;
-        if let Some(e) = entry {
+        if let (Some(e), false) = (entry, taken) {
             take(e, verdict, (fields, globals, meta), regs, packet);
         }
         let w = table.flows.words_mut(slot);

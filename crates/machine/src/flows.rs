@@ -84,6 +84,15 @@ pub struct Place {
     tag: u16,
 }
 
+impl Place {
+    /// The place of buckets `b1`, `b2` and tag `tag`, as
+    /// [`FlowTable::place`] gives it (for generated code, which computes
+    /// it the same way).
+    pub(crate) fn of(b1: usize, b2: usize, tag: u16) -> Place {
+        Place { b1, b2, tag }
+    }
+}
+
 /// No slot could be found or freed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TableFull;

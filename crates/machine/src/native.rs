@@ -52,6 +52,8 @@ pub(crate) struct Env {
     /// and registers.
     pub fresh_state: u64,
     pub fresh: [Value; MAX_FRESH],
+    /// Written with [`status::MAKE_PLACED`]: the key's buckets and tag.
+    pub place: [u64; 3],
 }
 
 /// Most flow registers a stage has for its code to make contexts.
@@ -72,6 +74,7 @@ impl Env {
             globals: std::ptr::null_mut(),
             fresh_state: 0,
             fresh: [0; MAX_FRESH],
+            place: [0; 3],
         }
     }
 
@@ -113,10 +116,14 @@ pub(crate) mod status {
     /// at its start: forget it.
     pub const FORGET: u64 = 4;
     /// The key is not in the table and the packet makes a context: its
-    /// globals are written, its entry is the one numbered above, and its
-    /// state and registers are in the env's `fresh_state` and `fresh`.
-    /// The context is left to make and the entry to take.
+    /// globals are written, its entry (numbered above) taken into the
+    /// verdict, and its state and registers are in the env's
+    /// `fresh_state` and `fresh`. The context is left to make (or, where
+    /// there is no room, the table-full transition to run instead of the
+    /// entry).
     pub const MAKE: u64 = 5;
+    /// [`MAKE`], with the key's place in the env's `place`.
+    pub const MAKE_PLACED: u64 = 6;
 }
 
 type StageFn = unsafe extern "C" fn(
@@ -328,6 +335,9 @@ struct Found {
 struct Gen<'a> {
     /// Global registers in all.
     globals: usize,
+    /// The key's buckets and tag, where the path being generated has
+    /// them (a miss found by probing).
+    place: Option<(Ir, Ir, Ir)>,
     b: FunctionBuilder<'a>,
     stage: &'a Stage,
     tables: &'a StageTables,
@@ -359,6 +369,7 @@ impl<'a> Gen<'a> {
         let p = b.block_params(entry).to_vec();
         Gen {
             globals,
+            place: None,
             b,
             stage,
             tables,
@@ -671,7 +682,9 @@ impl<'a> Gen<'a> {
         self.b.switch_to_block(stash);
         self.ret_status(status::INTERPRET, None);
         self.b.switch_to_block(missing);
+        self.place = Some((b1, b2, tag));
         self.missing(p);
+        self.place = None;
 
         self.b.switch_to_block(found);
         let slot = self.b.block_params(found)[0];
@@ -989,8 +1002,19 @@ impl<'a> Gen<'a> {
             let at = offset_of!(Env, fresh) + 8 * i;
             self.b.ins().store(flags(), v, self.env, at as i32);
         }
+        self.take(e, &regs);
+        let made = match self.place {
+            Some(place) => {
+                for (i, v) in <[Ir; 3]>::from(place).into_iter().enumerate() {
+                    let at = offset_of!(Env, place) + 8 * i;
+                    self.b.ins().store(flags(), v, self.env, at as i32);
+                }
+                status::MAKE_PLACED
+            }
+            None => status::MAKE,
+        };
         let entry = self.konst(d as u64 - 1);
-        self.ret_status(status::MAKE, Some(entry));
+        self.ret_status(made, Some(entry));
     }
 }
 
