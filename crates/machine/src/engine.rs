@@ -698,6 +698,15 @@ impl Engine {
                 table.slot = None;
                 table.placed = false;
             }
+            status::INSERTED => {
+                let stage = &self.program.machine.stages[0];
+                let mut key = [0 as Value; MAX_KEY];
+                let n = flow_key(stage, fields, &mut key);
+                table.flows.note_inserted(&key[..n]);
+                table.live[0] += 1;
+                self.follow_table();
+                return;
+            }
             status::MAKE | status::MAKE_PLACED => {
                 // The packet's entry is decided and its globals written:
                 // only the context is left to make, as the interpreter

@@ -100,6 +100,7 @@ pub struct TableFull;
 /// See [`FlowTable::raw`].
 pub(crate) struct RawTable {
     pub tags: *const u64,
+    pub alts: *mut u32,
     pub records: *mut Value,
     pub summary: *const u32,
     pub probe: usize,
@@ -360,6 +361,7 @@ impl FlowTable {
     pub(crate) fn raw(&mut self) -> RawTable {
         RawTable {
             tags: self.tags.as_ptr(),
+            alts: self.alts.as_mut_ptr(),
             records: self.records[self.base..].as_mut_ptr(),
             summary: self.summary[(self.probe * SUMMARY).min(self.summary.len())..].as_ptr(),
             probe: self.probe,
@@ -372,6 +374,15 @@ impl FlowTable {
     pub(crate) fn probe_state(&self) -> (*const u32, usize, usize) {
         let row = &self.summary[(self.probe * SUMMARY).min(self.summary.len())..];
         (row.as_ptr(), self.probe, self.in_stash)
+    }
+
+    /// Counts in a record that generated code wrote into a free slot of
+    /// the key's buckets, as [`FlowTable::insert_by`] would have chosen it
+    /// (its key, tag and alternate bucket written there too): the key's
+    /// summary and the table's length.
+    pub(crate) fn note_inserted(&mut self, key: &[Value]) {
+        self.summarise(key, true);
+        self.len += 1;
     }
 
     /// The bucket mask and words per record of a table made with these

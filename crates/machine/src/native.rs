@@ -39,7 +39,9 @@ use std::mem::offset_of;
 #[repr(C)]
 #[derive(Debug)]
 pub(crate) struct Env {
-    pub tags: *const u64,
+    pub tags: *mut u64,
+    /// Each slot's other bucket.
+    pub alts: *mut u32,
     /// The first record (the table's records start on a cache line).
     pub records: *mut Value,
     /// The summary's counters for the probed key word.
@@ -66,7 +68,8 @@ unsafe impl Send for Env {}
 impl Env {
     pub(crate) fn empty() -> Env {
         Env {
-            tags: std::ptr::null(),
+            tags: std::ptr::null_mut(),
+            alts: std::ptr::null_mut(),
             records: std::ptr::null_mut(),
             summary: std::ptr::null(),
             probe_field: 0,
@@ -81,7 +84,8 @@ impl Env {
     /// Points at `table` as it is now, for `stage`.
     pub(crate) fn refresh(&mut self, table: &mut FlowTable, stage: &Stage, globals: &mut [Value]) {
         let raw = table.raw();
-        self.tags = raw.tags;
+        self.tags = raw.tags.cast_mut();
+        self.alts = raw.alts;
         self.records = raw.records;
         self.summary = raw.summary;
         self.probe_field = stage.key.get(raw.probe).map_or(0, |&f| f as u64);
@@ -124,6 +128,12 @@ pub(crate) mod status {
     pub const MAKE: u64 = 5;
     /// [`MAKE`], with the key's place in the env's `place`.
     pub const MAKE_PLACED: u64 = 6;
+    /// The key was not in the table and the packet made a context in a
+    /// free slot of its buckets, the one above (the slot the table's own
+    /// insertion takes): its entry is taken, its record, tag and
+    /// alternate bucket written. The table's summary and length, and the
+    /// stage's count of contexts, are left to count it.
+    pub const INSERTED: u64 = 7;
 }
 
 type StageFn = unsafe extern "C" fn(
@@ -1006,6 +1016,9 @@ impl<'a> Gen<'a> {
             self.b.ins().store(flags(), v, self.env, at as i32);
         }
         self.take(e, &regs);
+        if let Some(place) = self.place {
+            self.insert_free(place, next, flow);
+        }
         let made = match self.place {
             Some(place) => {
                 for (i, v) in <[Ir; 3]>::from(place).into_iter().enumerate() {
@@ -1018,6 +1031,72 @@ impl<'a> Gen<'a> {
         };
         let entry = self.konst(d as u64 - 1);
         self.ret_status(made, Some(entry));
+    }
+}
+
+impl Gen<'_> {
+    /// A new context in the first free slot of the key's first bucket,
+    /// else of its second, as the table's insertion chooses it: its key,
+    /// state, timestamps and registers written, its tag set and its
+    /// alternate bucket noted, then [`status::INSERTED`]. Where both
+    /// buckets are full, it goes on (to hand the context to the engine,
+    /// whose insertion moves others or evicts).
+    fn insert_free(&mut self, (b1, b2, tag): (Ir, Ir, Ir), next: u16, flow: &[Ir]) {
+        let (_, stride) = self.shape;
+        let tags = self.env_word(offset_of!(Env, tags));
+        let full = self.b.create_block();
+        for (bucket, other) in [(b1, b2), (b2, b1)] {
+            let at = self.b.ins().ishl_imm_s(bucket, 3);
+            let addr = self.b.ins().iadd(tags, at);
+            let word = self.b.ins().load(I64, flags(), addr, 0);
+            // Lanes whose tag is 0 (free), as `matching_lanes(word, 0)`.
+            let low = self.b.ins().band_imm_s(word, 0x7fff_7fff_7fff_7fff);
+            let sum = self.b.ins().iadd_imm_s(low, 0x7fff_7fff_7fff_7fff);
+            let any = self.b.ins().bor(sum, word);
+            let none = self.b.ins().bnot(any);
+            let free = self
+                .b
+                .ins()
+                .band_imm_s(none, 0x8000_8000_8000_8000u64 as i64);
+            let here = self.b.create_block();
+            let next_bucket = self.b.create_block();
+            self.b.ins().brif(free, here, &[], next_bucket, &[]);
+            self.b.switch_to_block(here);
+            let zeros = self.b.ins().ctz(free);
+            let shift = self.b.ins().band_imm_s(zeros, !15);
+            let lane = self.b.ins().ushr_imm_s(zeros, 4);
+            let base = self.b.ins().ishl_imm_s(bucket, 2);
+            let slot = self.b.ins().iadd(base, lane);
+            let words = self.b.ins().imul_imm_s(slot, (8 * stride) as i64);
+            let records = self.env_word(offset_of!(Env, records));
+            let rec = self.b.ins().iadd(records, words);
+            let stage = self.stage;
+            let state = self.konst(next as u64 | PRESENT as u64);
+            self.b.ins().store(flags(), state, rec, 0);
+            self.b.ins().store(flags(), self.now, rec, 8);
+            self.b.ins().store(flags(), self.now, rec, 16);
+            for (i, &f) in stage.key.iter().enumerate() {
+                let k = self.field(f);
+                let at = 8 * (META_WORDS + i) as i32;
+                self.b.ins().store(flags(), k, rec, at);
+            }
+            for (i, &v) in flow.iter().enumerate() {
+                let at = 8 * (META_WORDS + stage.key.len() + i) as i32;
+                self.b.ins().store(flags(), v, rec, at);
+            }
+            let placed = self.b.ins().ishl(tag, shift);
+            let word = self.b.ins().bor(word, placed);
+            self.b.ins().store(flags(), word, addr, 0);
+            let alts = self.env_word(offset_of!(Env, alts));
+            let at = self.b.ins().ishl_imm_s(slot, 2);
+            let addr = self.b.ins().iadd(alts, at);
+            let other = self.b.ins().ireduce(I32, other);
+            self.b.ins().store(flags(), other, addr, 0);
+            self.ret_status(status::INSERTED, Some(slot));
+            self.b.switch_to_block(next_bucket);
+        }
+        self.b.ins().jump(full, &[]);
+        self.b.switch_to_block(full);
     }
 }
 
