@@ -211,7 +211,7 @@ impl NativeEntry {
 fn covered(stages: &[Stage], globals: usize, meta: usize) -> Option<&Stage> {
     let [stage] = stages else { return None };
     if stage.stateless()
-        || stage.biflow
+        || (stage.biflow && stage.key.len() % 2 != 0)
         || stage.key.len() > MAX_KEY
         || stage.flow_regs.len() > MAX_FRESH
         || meta != 0
@@ -346,8 +346,9 @@ struct Gen<'a> {
     /// Global registers in all.
     globals: usize,
     /// The key's buckets and tag, where the path being generated has
-    /// them (a miss found by probing).
+    /// them (a miss found by probing), and the key's words.
     place: Option<(Ir, Ir, Ir)>,
+    key: Vec<Ir>,
     b: FunctionBuilder<'a>,
     stage: &'a Stage,
     tables: &'a StageTables,
@@ -380,6 +381,7 @@ impl<'a> Gen<'a> {
         Gen {
             globals,
             place: None,
+            key: Vec::new(),
             b,
             stage,
             tables,
@@ -586,7 +588,9 @@ impl<'a> Gen<'a> {
     /// Everything for a packet from plan index `p`.
     fn port_path(&mut self, p: usize) {
         let (quiet, _) = self.tables.misses_at(p);
-        if quiet {
+        // A biflow key's summary is of its ordered words: the lookup's
+        // miss tells the same, only later.
+        if quiet && !self.stage.biflow {
             // The key summary's probed word: absent there, absent.
             let f = self.env_word(offset_of!(Env, probe_field));
             let at = self.b.ins().ishl_imm_s(f, 3);
@@ -617,7 +621,10 @@ impl<'a> Gen<'a> {
     fn lookup(&mut self, p: usize) {
         let (mask, stride) = self.shape;
         let stage = self.stage;
-        let key: Vec<Ir> = stage.key.iter().map(|&f| self.field(f)).collect();
+        let mut key: Vec<Ir> = stage.key.iter().map(|&f| self.field(f)).collect();
+        if stage.biflow {
+            self.order_endpoints(&mut key);
+        }
         let h = self.hash(&key);
         let b1 = self.b.ins().band_imm_s(h, mask as i64);
         let hi = self.b.ins().ushr_imm_s(h, 32);
@@ -696,6 +703,7 @@ impl<'a> Gen<'a> {
         self.ret_status(status::INTERPRET, None);
         self.b.switch_to_block(missing);
         self.place = Some((b1, b2, tag));
+        self.key = key;
         self.missing(p);
         self.place = None;
 
@@ -1035,6 +1043,27 @@ impl<'a> Gen<'a> {
 }
 
 impl Gen<'_> {
+    /// A biflow key's two endpoints in order (`flow_key`): the second
+    /// half first where it is less, word by word, than the first.
+    fn order_endpoints(&mut self, key: &mut [Ir]) {
+        let h = key.len() / 2;
+        let mut less = self.b.ins().iconst(cranelift_codegen::ir::types::I8, 0);
+        let mut equal = self.b.ins().iconst(cranelift_codegen::ir::types::I8, 1);
+        for i in 0..h {
+            let (a, b) = (key[h + i], key[i]);
+            let lt = self.b.ins().icmp(IntCC::UnsignedLessThan, a, b);
+            let eq = self.b.ins().icmp(IntCC::Equal, a, b);
+            let now_less = self.b.ins().band(equal, lt);
+            less = self.b.ins().bor(less, now_less);
+            equal = self.b.ins().band(equal, eq);
+        }
+        for i in 0..h {
+            let (a, b) = (key[i], key[h + i]);
+            key[i] = self.b.ins().select(less, b, a);
+            key[h + i] = self.b.ins().select(less, a, b);
+        }
+    }
+
     /// A new context in the first free slot of the key's first bucket,
     /// else of its second, as the table's insertion chooses it: its key,
     /// state, timestamps and registers written, its tag set and its
@@ -1075,8 +1104,7 @@ impl Gen<'_> {
             self.b.ins().store(flags(), state, rec, 0);
             self.b.ins().store(flags(), self.now, rec, 8);
             self.b.ins().store(flags(), self.now, rec, 16);
-            for (i, &f) in stage.key.iter().enumerate() {
-                let k = self.field(f);
+            for (i, &k) in self.key.clone().iter().enumerate() {
                 let at = 8 * (META_WORDS + i) as i32;
                 self.b.ins().store(flags(), k, rec, at);
             }
