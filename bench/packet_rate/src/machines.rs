@@ -155,29 +155,13 @@ fn args(mut it: impl Iterator<Item = String>) -> Args {
     a
 }
 
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
+use flick_testkit::rng::Xorshift as Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Uniform in (0, 1].
-    fn unit(&mut self) -> f64 {
-        ((self.next() >> 11) + 1) as f64 / (1u64 << 53) as f64
-    }
-    /// A flow's size in frames: Pareto (alpha 1.1), many of one or two
-    /// frames and a few of thousands.
-    fn flow_size(&mut self, min: usize) -> usize {
-        let s = self.unit().powf(-1.0 / 1.1) as usize;
-        s.clamp(min, 20_000)
-    }
+/// A flow's size in frames: Pareto (alpha 1.1), many of one or two frames
+/// and a few of thousands.
+fn flow_size(rng: &mut Rng, min: usize) -> usize {
+    let s = rng.unit().powf(-1.0 / 1.1) as usize;
+    s.clamp(min, 20_000)
 }
 
 /// One frame of a trace: its bytes, the port it came in on, its time.
@@ -237,7 +221,7 @@ fn knocking_trace(frames: usize) -> Vec<Frame> {
     let mut total = 0;
     let mut n = 0u32;
     while total < frames {
-        let size = rng.flow_size(1);
+        let size = flow_size(&mut rng, 1);
         let mut flow = Vec::with_capacity(size);
         if rng.below(10) < 3 {
             let src = 0x0a00_1000 + n;
@@ -281,7 +265,7 @@ fn balancer_trace(frames: usize) -> Vec<Frame> {
     let mut total = 0;
     let mut n = 0u32;
     while total < frames {
-        let size = rng.flow_size(1);
+        let size = flow_size(&mut rng, 1);
         let client = 0xc000_0000 + (n >> 4);
         let sport = 1024 + (n & 0xf) as u16 * 3000 + rng.below(3000) as u16;
         let mut flow = Vec::with_capacity(size);
@@ -312,7 +296,7 @@ fn conntrack_trace(frames: usize) -> Vec<Frame> {
     let mut total = 0;
     let mut n = 0u32;
     while total < frames {
-        let size = rng.flow_size(1);
+        let size = flow_size(&mut rng, 1);
         let inside = 0x0a00_0000 + (n >> 4);
         let outside = 0x5db8_d800 + (rng.below(4096) as u32);
         let sport = 1024 + (n & 0xf) as u16 * 4000 + rng.below(4000) as u16;

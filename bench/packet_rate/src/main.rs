@@ -102,17 +102,7 @@ fn frame(src: u32, dst: u32, sport: u16, dport: u16, tcp: bool) -> Vec<u8> {
     f
 }
 
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+use flick_testkit::rng::Xorshift as Rng;
 
 /// The tracker's traffic: `frames` frames over `flows` random 5-tuples
 /// (as Enif-Lang's pfq-gen), TCP and UDP.

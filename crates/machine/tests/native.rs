@@ -8,6 +8,7 @@
 
 use flick_machine::model::{Machine, Operand, Value};
 use flick_machine::{lang, xl, Engine, Frame, Program};
+use flick_testkit::rng::Xorshift;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -37,21 +38,6 @@ fn examples() -> Vec<(String, Machine)> {
     out
 }
 
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn pick(&mut self, from: &[Value]) -> Value {
-        from[(self.next() % from.len() as u64) as usize]
-    }
-}
-
 /// Values worth giving a field: every constant the machine compares or
 /// computes with (so conditions go both ways), a few small numbers, and
 /// their neighbours.
@@ -77,7 +63,7 @@ fn interesting(m: &Machine) -> Vec<Value> {
 /// to 2 ms with, now and then, a gap of up to a minute (timeouts fire).
 fn frames(m: &Machine, seed: u64, n: usize) -> Vec<(Vec<Value>, u8, u64)> {
     let values = interesting(m);
-    let mut rng = Rng(seed);
+    let mut rng = Xorshift(seed);
     let mut ts = 0u64;
     (0..n)
         .map(|_| {

@@ -2,8 +2,9 @@
 //! and nginx web servers (`nginx-light`) started on loopback ports and
 //! killed when the test ends, however it ends; and plain Rust models of
 //! the packet examples (`packet_model`), what their tests and benchmarks
-//! compare Flick with; and a counting allocator (`alloc`) for the tests
-//! that prove a path allocates nothing.
+//! compare Flick with; a counting allocator (`alloc`) for the tests
+//! that prove a path allocates nothing; and a seeded generator (`rng`)
+//! for test traffic and benchmark traces.
 //!
 //! For tests and benchmarks only: no library or product binary of the
 //! workspace may depend on it, and it knows nothing of Flick's crates.
@@ -13,6 +14,7 @@ pub mod flowblaze_model;
 pub mod meter_model;
 pub mod netns;
 pub mod packet_model;
+pub mod rng;
 pub mod toxiproxy;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
