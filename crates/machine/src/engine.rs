@@ -549,8 +549,9 @@ impl Engine {
         if self.native.is_some() {
             let t = self.stages[0].table;
             let stage = &self.program.machine.stages[0];
+            let table = &mut self.tables[t];
             self.env
-                .refresh(&mut self.tables[t].flows, stage, &mut self.globals);
+                .refresh(&mut table.flows, &mut table.live, stage, &mut self.globals);
         }
     }
 
@@ -679,51 +680,69 @@ impl Engine {
         now: u64,
         verdict: &mut Verdict,
     ) {
-        let slot = (got >> 8) as usize;
-        let table = &mut self.tables[self.stages[0].table];
-        match got & 0xff {
+        let (slot, s, entry) = (status::slot(got), status::stage(got), status::entry(got));
+        let packets = self.counters.packets;
+        let program = self.program.clone();
+        let t = self.stages[0].table;
+        // The stage after entry `entry` of stage `s`, where the
+        // interpreter goes on.
+        let after = |entry: Option<&Entry>| {
+            entry
+                .and_then(|e| e.next_stage)
+                .map(|n| n as usize)
+                .filter(|&n| n > s)
+        };
+        let table = &mut self.tables[t];
+        let resume = match got & 0xff {
             status::FORGET => {
-                table.live[0] -= 1;
-                table.forget(0, slot);
-                self.follow_table();
-                return;
-            }
-            status::FOUND => {
-                table.looked_up = self.counters.packets;
-                table.slot = Some(slot);
-                table.placed = false;
-            }
-            status::MISSING => {
-                table.looked_up = self.counters.packets;
+                let st = &self.stages[s];
+                table.live[st.member] -= 1;
+                table.forget(st.meta_at, slot);
+                table.looked_up = packets;
                 table.slot = None;
                 table.placed = false;
+                after(entry.map(|e| &program.tables[s].entries[e]))
+            }
+            status::FOUND => {
+                table.looked_up = packets;
+                table.slot = Some(slot);
+                table.placed = false;
+                Some(s)
+            }
+            status::MISSING => {
+                table.looked_up = packets;
+                table.slot = None;
+                table.placed = false;
+                Some(s)
             }
             status::INSERTED => {
-                let stage = &self.program.machine.stages[0];
+                let stage = &program.machine.stages[s];
                 let mut key = [0 as Value; MAX_KEY];
                 let n = flow_key(stage, fields, &mut key);
                 table.flows.note_inserted(&key[..n]);
-                table.live[0] += 1;
-                self.follow_table();
-                return;
+                table.live[self.stages[s].member] += 1;
+                table.looked_up = packets;
+                table.slot = Some(slot);
+                table.placed = false;
+                after(entry.map(|e| &program.tables[s].entries[e]))
             }
             status::MAKE | status::MAKE_PLACED => {
-                // The packet's entry is decided and its globals written:
-                // only the context is left to make, as the interpreter
-                // would.
-                let program = &*self.program;
-                let (stage, tables) = (&program.machine.stages[0], &program.tables[0]);
-                let st = &mut self.stages[0];
+                // The packet's entry is decided, taken and its globals
+                // written: only the context is left to make, as the
+                // interpreter would (or the table-full transition).
+                let (stage, tables) = (&program.machine.stages[s], &program.tables[s]);
+                let st = &mut self.stages[s];
                 let n = st.regs.len();
                 st.regs.copy_from_slice(&self.env.fresh[..n]);
+                table.looked_up = packets;
                 table.placed = got & 0xff == status::MAKE_PLACED;
                 if table.placed {
                     let [b1, b2, tag] = self.env.place;
                     table.place = Place::of(b1 as usize, b2 as usize, tag as u16);
                 }
-                let entry = tables.entries.get(slot);
+                let entry = entry.map(|e| &tables.entries[e]);
                 let packet = (now, port as Value, len as Value);
-                Self::make_context(
+                let taken = Self::make_context(
                     stage,
                     tables,
                     st,
@@ -738,12 +757,13 @@ impl Engine {
                     (entry, true),
                     self.env.fresh_state as StateId,
                 );
-                self.follow_table();
-                return;
+                after(taken)
             }
-            _ => {}
+            _ => Some(0),
+        };
+        if let Some(from) = resume {
+            self.interpret_from(from, fields, port, len, now, verdict);
         }
-        self.interpret(fields, port, len, now, verdict);
         self.follow_table();
     }
 
@@ -757,14 +777,31 @@ impl Engine {
         now: u64,
         verdict: &mut Verdict,
     ) {
+        self.interpret_from(0, fields, port, len, now, verdict)
+    }
+
+    /// A packet through the stages' tables from stage `start` (the
+    /// stages before it run, by the generated code).
+    #[inline(always)]
+    fn interpret_from(
+        &mut self,
+        start: usize,
+        fields: &[Value],
+        port: u8,
+        len: usize,
+        now: u64,
+        verdict: &mut Verdict,
+    ) {
         let program = &*self.program;
         // The packet's metadata: zero as it enters, carried along. Only
         // the words the program names are cleared: each store counts
         // where a packet's stores wait behind a record's line.
         let meta = &mut self.meta;
-        meta[..program.machine.meta.len().min(MAX_META)].fill(0);
+        if start == 0 {
+            meta[..program.machine.meta.len().min(MAX_META)].fill(0);
+        }
         let (port, len) = (port as Value, len as Value);
-        let mut s = 0;
+        let mut s = start;
         while let (Some(stage), Some(tables), Some(st)) = (
             program.machine.stages.get(s),
             program.tables.get(s),

@@ -1,19 +1,21 @@
 //! A machine's per-packet path as machine code, generated with Cranelift
 //! when the engine first runs the program (and again for tables that
-//! replace it): the stage's flow key read from the packet's fields, the
-//! table's hash and two-bucket probe, the state and port dispatched by
-//! jump tables, each plan's conditions as compares, its decision table as
-//! a jump table, and each entry's updates, next state and actions as
-//! straight-line loads and stores, every constant of the tables folded in.
+//! replace it): the flow key read from the packet's fields, the table's
+//! hash and two-bucket probe, the port and each stage's state told by
+//! compares, each plan's conditions as a tree of branches, and each
+//! entry's updates, next state and actions as straight-line loads and
+//! stores, every constant of the tables folded in.
 //!
-//! It covers the common path of a machine of one stateful stage (the
-//! balancer's and port knocking's shape): a packet whose context is found
-//! and has not expired, or whose miss is quiet and constant (a reply the
-//! key summary says has no context). Anything else it hands back, having
-//! changed nothing, with what it learnt (the slot found, or that the key
-//! is absent), and the table interpreter in [`crate::engine`] runs the
-//! packet as before; that interpreter stays the reference, and
-//! `crates/machine/tests/native.rs` runs every example both ways.
+//! It covers machines whose stages all keep contexts in one table (one
+//! stage, or stages on the same key and size, as the connection
+//! tracker's two): a packet whose contexts are found and live, whose miss
+//! is quiet and constant (a reply the key summary says has no context),
+//! or that makes a context in a free slot or in a record another stage
+//! holds. Anything else it hands back, with what it learnt (the slot
+//! found, or that the key is absent) and the stage it got to, and the
+//! table interpreter in [`crate::engine`] goes on from there; that
+//! interpreter stays the reference, and `crates/machine/tests/native.rs`
+//! runs every example both ways.
 //!
 //! It must not change what a packet does: every entry is the one the
 //! plan's decision table names, every update runs in order on the same
@@ -31,6 +33,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Switch};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
+use std::collections::HashMap;
 use std::mem::offset_of;
 
 /// What the generated code reads besides the packet, kept by the engine
@@ -56,6 +59,9 @@ pub(crate) struct Env {
     pub fresh: [Value; MAX_FRESH],
     /// Written with [`status::MAKE_PLACED`]: the key's buckets and tag.
     pub place: [u64; 3],
+    /// Each stage's count of contexts (in the order of the table's
+    /// members, which is the stages' order).
+    pub live: *mut usize,
 }
 
 /// Most flow registers a stage has for its code to make contexts.
@@ -78,11 +84,19 @@ impl Env {
             fresh_state: 0,
             fresh: [0; MAX_FRESH],
             place: [0; 3],
+            live: std::ptr::null_mut(),
         }
     }
 
     /// Points at `table` as it is now, for `stage`.
-    pub(crate) fn refresh(&mut self, table: &mut FlowTable, stage: &Stage, globals: &mut [Value]) {
+    pub(crate) fn refresh(
+        &mut self,
+        table: &mut FlowTable,
+        live: &mut [usize],
+        stage: &Stage,
+        globals: &mut [Value],
+    ) {
+        self.live = live.as_mut_ptr();
         let raw = table.raw();
         self.tags = raw.tags.cast_mut();
         self.alts = raw.alts;
@@ -104,8 +118,9 @@ impl Env {
     }
 }
 
-/// What the generated code did with a packet: the low byte says, the
-/// rest is a slot where there is one.
+/// What the generated code did with a packet: the low byte says what,
+/// bits 8 to 39 hold a slot where there is one, bits 40 to 55 an entry
+/// (`u16::MAX`: none) and bits 56 to 63 the stage it got to.
 pub(crate) mod status {
     /// Done: the verdict is written and the context stored.
     pub const DONE: u64 = 0;
@@ -116,8 +131,9 @@ pub(crate) mod status {
     pub const FOUND: u64 = 2;
     /// The key is not in the table; nothing changed.
     pub const MISSING: u64 = 3;
-    /// The verdict is written and the context at the slot above is back
-    /// at its start: forget it.
+    /// The verdict is written and the stage's context at the slot above
+    /// is back at its start, and no other stage's context is left in the
+    /// record: forget it (the record goes), then go on after the entry.
     pub const FORGET: u64 = 4;
     /// The key is not in the table and the packet makes a context: its
     /// globals are written, its entry (numbered above) taken into the
@@ -132,8 +148,27 @@ pub(crate) mod status {
     /// free slot of its buckets, the one above (the slot the table's own
     /// insertion takes): its entry is taken, its record, tag and
     /// alternate bucket written. The table's summary and length, and the
-    /// stage's count of contexts, are left to count it.
+    /// stage's count of contexts, are left to count it, and the stages
+    /// after the entry to run.
     pub const INSERTED: u64 = 7;
+
+    /// The slot of a status.
+    pub fn slot(got: u64) -> usize {
+        (got >> 8) as u32 as usize
+    }
+
+    /// The entry of a status, if any.
+    pub fn entry(got: u64) -> Option<usize> {
+        match (got >> 40) as u16 {
+            u16::MAX => None,
+            e => Some(e as usize),
+        }
+    }
+
+    /// The stage a status is of.
+    pub fn stage(got: u64) -> usize {
+        (got >> 56) as usize
+    }
 }
 
 type StageFn = unsafe extern "C" fn(
@@ -207,43 +242,93 @@ impl NativeEntry {
     }
 }
 
-/// Why a machine keeps to the interpreter.
-fn covered(stages: &[Stage], globals: usize, meta: usize) -> Option<&Stage> {
-    let [stage] = stages else { return None };
-    if stage.stateless()
-        || (stage.biflow && stage.key.len() % 2 != 0)
-        || stage.key.len() > MAX_KEY
-        || stage.flow_regs.len() > MAX_FRESH
-        || meta != 0
-    {
-        return None;
+/// Where a stage's context lies in its table's records (as
+/// `Engine::new` lays them out): its state word and timestamps, its
+/// registers, and its place among the table's members.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    meta_at: usize,
+    regs_at: usize,
+    member: usize,
+}
+
+/// The layouts of stages that share one table, in stage order, and the
+/// words of a record after the key.
+fn layouts(stages: &[Stage]) -> (Vec<Layout>, usize) {
+    let key_len = stages[0].key.len();
+    let mut at = META_WORDS + key_len;
+    let mut out = Vec::new();
+    for (i, st) in stages.iter().enumerate() {
+        let meta_at = if i == 0 {
+            0
+        } else {
+            at += META_WORDS;
+            at - META_WORDS
+        };
+        out.push(Layout {
+            meta_at,
+            regs_at: at,
+            member: i,
+        });
+        at += st.flow_regs.len();
     }
-    let regs = stage.flow_regs.len();
-    let operand_ok = |o: &Operand| match *o {
-        Operand::FlowReg(r) => (r as usize) < regs,
-        Operand::GlobalReg(r) => (r as usize) < globals,
-        Operand::Meta(_) => false,
-        _ => true,
+    (out, at - META_WORDS - key_len)
+}
+
+/// Whether the machine is of the shape covered: stages that all keep
+/// contexts in one table (same key, direction and size), the same ports
+/// with plans of their own, no metadata, registers and field writes of
+/// later stages within what the code handles.
+fn covered(stages: &[Stage], tables: &[StageTables], globals: usize, meta: usize) -> bool {
+    let Some(first) = stages.first() else {
+        return false;
     };
-    let ok = stage.transitions.iter().all(|t| {
-        t.when
-            .iter()
-            .all(|c| operand_ok(&c.lhs) && operand_ok(&c.rhs))
-            && t.writes.iter().all(|(_, o)| operand_ok(o))
-            && t.updates.iter().all(|u| {
-                let target = match u.target {
-                    Target::FlowReg(r) => (r as usize) < regs,
-                    Target::GlobalReg(r) => (r as usize) < globals,
-                    Target::Meta(_) => false,
-                };
-                let expr = match &u.expr {
-                    Expr::Operand(o) => operand_ok(o),
-                    Expr::Binary(_, a, b) => operand_ok(a) && operand_ok(b),
-                };
-                target && expr
-            })
+    if meta != 0
+        || first.stateless()
+        || (first.biflow && first.key.len() % 2 != 0)
+        || first.key.len() > MAX_KEY
+        || tables.len() != stages.len()
+    {
+        return false;
+    }
+    let alike = stages.iter().zip(tables).all(|(st, t)| {
+        st.key == first.key
+            && st.biflow == first.biflow
+            && st.capacity == first.capacity
+            && st.flow_regs.len() <= MAX_FRESH
+            && t.port_plans() == tables[0].port_plans()
     });
-    ok.then_some(stage)
+    let ok = |s: usize, st: &Stage| {
+        let regs = st.flow_regs.len();
+        let operand_ok = |o: &Operand| match *o {
+            Operand::FlowReg(r) => (r as usize) < regs,
+            Operand::GlobalReg(r) => (r as usize) < globals,
+            Operand::Meta(_) => false,
+            _ => true,
+        };
+        st.transitions.iter().all(|t| {
+            // Later stages add to a verdict: their writes are left to
+            // the interpreter.
+            (s == 0 || t.writes.is_empty())
+                && t.when
+                    .iter()
+                    .all(|c| operand_ok(&c.lhs) && operand_ok(&c.rhs))
+                && t.writes.iter().all(|(_, o)| operand_ok(o))
+                && t.updates.iter().all(|u| {
+                    let target = match u.target {
+                        Target::FlowReg(r) => (r as usize) < regs,
+                        Target::GlobalReg(r) => (r as usize) < globals,
+                        Target::Meta(_) => false,
+                    };
+                    let expr = match &u.expr {
+                        Expr::Operand(o) => operand_ok(o),
+                        Expr::Binary(_, a, b) => operand_ok(a) && operand_ok(b),
+                    };
+                    target && expr
+                })
+        })
+    };
+    alike && stages.iter().enumerate().all(|(s, st)| ok(s, st))
 }
 
 /// Generates the per-packet path of a machine whose stages, tables,
@@ -255,8 +340,9 @@ pub(crate) fn compile(
     globals: usize,
     meta: usize,
 ) -> Option<StageCode> {
-    let stage = covered(stages, globals, meta)?;
-    let tables = tables.first()?;
+    if !covered(stages, tables, globals, meta) {
+        return None;
+    }
     let mut flags = settings::builder();
     flags.set("opt_level", "speed").ok()?;
     let isa = cranelift_native::builder()
@@ -271,11 +357,13 @@ pub(crate) fn compile(
     let id = module
         .declare_function("stage", Linkage::Local, &ctx.func.signature)
         .ok()?;
-    let shape = FlowTable::shape_of(stage.capacity, stage.key.len(), stage.flow_regs.len());
+    let (layouts, data) = layouts(stages);
+    let first = &stages[0];
+    let shape = FlowTable::shape_of(first.capacity, first.key.len(), data);
     let frontend = module.isa().frontend_config();
     let mut fbc = FunctionBuilderContext::new();
     let b = FunctionBuilder::new(&mut ctx.func, &mut fbc);
-    Gen::new(b, stage, tables, shape, globals).emit(frontend);
+    Gen::new(b, stages, tables, layouts, shape, globals).emit(frontend);
     if let Err(e) = module.define_function(id, &mut ctx) {
         tracing::debug!("machine code not made: {e:?}");
         return None;
@@ -286,26 +374,29 @@ pub(crate) fn compile(
     // The signature declared above is `StageFn`'s, in the host's C
     // calling convention (the ISA's default).
     let f = unsafe { std::mem::transmute::<*const u8, StageFn>(code) };
-    let reads = stage
-        .key
+    let reads = stages
         .iter()
-        .copied()
-        .chain(stage.transitions.iter().flat_map(|t| {
-            let ops = t
-                .when
+        .flat_map(|st| {
+            st.key
                 .iter()
-                .flat_map(|c| [c.lhs, c.rhs])
-                .chain(t.writes.iter().map(|w| w.1))
-                .chain(t.updates.iter().flat_map(|u| match u.expr {
-                    Expr::Operand(o) => [o, o],
-                    Expr::Binary(_, a, b) => [a, b],
-                }));
-            ops.filter_map(|o| match o {
-                Operand::Field(f) => Some(f),
-                _ => None,
-            })
-            .collect::<Vec<FieldId>>()
-        }))
+                .copied()
+                .chain(st.transitions.iter().flat_map(|t| {
+                    let ops = t
+                        .when
+                        .iter()
+                        .flat_map(|c| [c.lhs, c.rhs])
+                        .chain(t.writes.iter().map(|w| w.1))
+                        .chain(t.updates.iter().flat_map(|u| match u.expr {
+                            Expr::Operand(o) => [o, o],
+                            Expr::Binary(_, a, b) => [a, b],
+                        }));
+                    ops.filter_map(|o| match o {
+                        Operand::Field(f) => Some(f),
+                        _ => None,
+                    })
+                    .collect::<Vec<FieldId>>()
+                }))
+        })
         .map(|f| f as usize + 1)
         .max()
         .unwrap_or(0);
@@ -317,8 +408,6 @@ pub(crate) fn compile(
     })
 }
 
-const PRESENT: i64 = 1 << 32;
-
 /// A context's registers while generated code works on them.
 #[derive(Clone)]
 enum Regs {
@@ -326,34 +415,68 @@ enum Regs {
     At(Ir),
     /// A context not made yet: its registers as values (the initial
     /// ones, then what updates make), and the globals updates write,
-    /// held back until it is known that the packet makes no context
-    /// (where it does, the interpreter runs it from the start).
+    /// held back until it is known what the packet does (where it needs
+    /// the engine, nothing of this stage has been written).
     Fresh {
         flow: Vec<Ir>,
         globals: Vec<Option<Ir>>,
     },
 }
 
-/// A context found in its record: the record's slot and address.
+/// A key's record: its slot and address.
 #[derive(Clone, Copy)]
 struct Found {
     slot: Ir,
     rec: Ir,
 }
 
+/// A key's buckets and tag, as values of the function.
+type Place = (Ir, Ir, Ir);
+
+/// How a packet reaches a stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Arrival {
+    /// Its key's record exists (two block parameters: slot, address).
+    Record,
+    /// Its key is not in the table, and its place is known.
+    Placed,
+    /// Its key is not in the table (told by the key summary).
+    Unplaced,
+}
+
+/// What a plan works on: a context found live, or a fresh one (in the
+/// record another stage's context holds, or in none).
+#[derive(Clone, Copy)]
+enum Mode {
+    Live(Found),
+    Fresh(Option<Found>),
+}
+
 /// One function being generated.
 struct Gen<'a> {
-    /// Global registers in all.
-    globals: usize,
-    /// The key's buckets and tag, where the path being generated has
-    /// them (a miss found by probing), and the key's words.
-    place: Option<(Ir, Ir, Ir)>,
-    key: Vec<Ir>,
     b: FunctionBuilder<'a>,
+    stages: &'a [Stage],
+    all: &'a [StageTables],
+    layouts: Vec<Layout>,
+    /// The stage being generated, its tables and its layout.
+    s: usize,
     stage: &'a Stage,
     tables: &'a StageTables,
+    layout: Layout,
+    /// Global registers in all.
+    globals: usize,
+    /// Whether the fresh context being generated has its key's place
+    /// (see [`Gen::missing`]).
+    placed: bool,
     /// (bucket mask, words per record).
     shape: (usize, usize),
+    /// Per port path, the key's words and its place, once its lookup
+    /// made them (for stages reached with [`Arrival::Placed`]).
+    keys: HashMap<usize, (Vec<Ir>, Place)>,
+    /// Each stage's blocks, by port path and arrival, and those still to
+    /// generate.
+    blocks: HashMap<(usize, usize, Arrival), Block>,
+    todo: Vec<(usize, usize, Arrival, Block)>,
     env: Ir,
     fields: Ir,
     port: Ir,
@@ -366,11 +489,14 @@ fn flags() -> MemFlagsData {
     MemFlagsData::trusted()
 }
 
+const PRESENT: i64 = 1 << 32;
+
 impl<'a> Gen<'a> {
     fn new(
         mut b: FunctionBuilder<'a>,
-        stage: &'a Stage,
-        tables: &'a StageTables,
+        stages: &'a [Stage],
+        all: &'a [StageTables],
+        layouts: Vec<Layout>,
         shape: (usize, usize),
         globals: usize,
     ) -> Gen<'a> {
@@ -378,14 +504,22 @@ impl<'a> Gen<'a> {
         b.append_block_params_for_function_params(entry);
         b.switch_to_block(entry);
         let p = b.block_params(entry).to_vec();
+        let layout = layouts[0];
         Gen {
-            globals,
-            place: None,
-            key: Vec::new(),
             b,
-            stage,
-            tables,
+            stages,
+            all,
+            layouts,
+            s: 0,
+            stage: &stages[0],
+            tables: &all[0],
+            layout,
+            globals,
+            placed: false,
             shape,
+            keys: HashMap::new(),
+            blocks: HashMap::new(),
+            todo: Vec::new(),
             env: p[0],
             fields: p[1],
             port: p[2],
@@ -393,6 +527,30 @@ impl<'a> Gen<'a> {
             now: p[4],
             verdict: p[5],
         }
+    }
+
+    /// Makes stage `s` the one being generated.
+    fn enter(&mut self, s: usize) {
+        self.s = s;
+        self.stage = &self.stages[s];
+        self.tables = &self.all[s];
+        self.layout = self.layouts[s];
+    }
+
+    /// The block where stage `s` starts for a packet of port path `p`
+    /// arriving so (made, and queued to generate, the first time).
+    fn stage_block(&mut self, p: usize, s: usize, arrival: Arrival) -> Block {
+        if let Some(&b) = self.blocks.get(&(p, s, arrival)) {
+            return b;
+        }
+        let b = self.b.create_block();
+        if arrival == Arrival::Record {
+            self.b.append_block_param(b, I64);
+            self.b.append_block_param(b, I64);
+        }
+        self.blocks.insert((p, s, arrival), b);
+        self.todo.push((p, s, arrival, b));
+        b
     }
 
     fn konst(&mut self, v: u64) -> Ir {
@@ -430,19 +588,25 @@ impl<'a> Gen<'a> {
         self.b.ins().jump(default, &[]);
     }
 
-    fn ret(&mut self, v: Ir) {
-        self.b.ins().return_(&[v]);
-    }
-
-    fn ret_status(&mut self, status: u64, slot: Option<Ir>) {
+    /// Returns status `kind` of the current stage, with `slot` and entry
+    /// `entry` (a number in the stage's entries) where there are some.
+    fn ret_status(&mut self, kind: u64, slot: Option<Ir>, entry: Option<usize>) {
+        if kind == status::DONE {
+            // Done is 0, whole: the one status the engine's call tests.
+            let done = self.konst(status::DONE);
+            self.b.ins().return_(&[done]);
+            return;
+        }
+        let fixed =
+            kind | (entry.map_or(u16::MAX as u64, |e| e as u64) << 40) | ((self.s as u64) << 56);
         let v = match slot {
             Some(s) => {
                 let shifted = self.b.ins().ishl_imm_s(s, 8);
-                self.b.ins().bor_imm_s(shifted, status as i64)
+                self.b.ins().bor_imm_s(shifted, fixed as i64)
             }
-            None => self.konst(status),
+            None => self.konst(fixed),
         };
-        self.ret(v);
+        self.b.ins().return_(&[v]);
     }
 
     /// An operand's value, the registers where `regs` holds them.
@@ -471,12 +635,12 @@ impl<'a> Gen<'a> {
     }
 
     /// A fresh context's registers: the initial values, no global held.
-    fn fresh_regs(&mut self, globals: usize) -> Regs {
+    fn fresh_regs(&mut self) -> Regs {
         let stage = self.stage;
         let flow = stage.flow_regs.iter().map(|r| self.konst(r.init)).collect();
         Regs::Fresh {
             flow,
-            globals: vec![None; globals],
+            globals: vec![None; self.globals],
         }
     }
 
@@ -546,16 +710,23 @@ impl<'a> Gen<'a> {
 
     fn emit(mut self, frontend: cranelift_codegen::isa::TargetFrontendConfig) {
         // The plan index: the port, capped at the ports with plans of
-        // their own.
-        // Ports whose plans and misses are alike share one path, so that
-        // a packet's port is told by as few branches as the program needs
+        // their own (the same for every stage covered). Ports whose plans
+        // and misses are alike in every stage share one path, so that a
+        // packet's port is told by as few branches as the program needs
         // (the balancer's two servers are one case, the other ports one).
-        let ports = self.tables.port_plans();
-        let states = self.stage.states.len() as u16;
-        let tables = self.tables;
+        let ports = self.all[0].port_plans();
+        let (stages, all) = (self.stages, self.all);
         let sign = |p: usize| {
-            let plans: Vec<_> = (0..states).map(|s| tables.packet_plan(s, p)).collect();
-            (tables.misses_at(p), plans)
+            stages
+                .iter()
+                .zip(all)
+                .map(|(st, t)| {
+                    let plans: Vec<_> = (0..st.states.len() as u16)
+                        .map(|s| t.packet_plan(s, p))
+                        .collect();
+                    (t.misses_at(p), plans)
+                })
+                .collect::<Vec<_>>()
         };
         let mut paths: Vec<(usize, Block)> = Vec::new();
         let mut cases: Vec<(u64, Block)> = Vec::new();
@@ -579,13 +750,31 @@ impl<'a> Gen<'a> {
         self.dispatch(self.port, &cases, default);
         for (p, blk) in paths {
             self.b.switch_to_block(blk);
+            self.enter(0);
             self.port_path(p);
+        }
+        while let Some((p, s, arrival, blk)) = self.todo.pop() {
+            self.b.switch_to_block(blk);
+            self.enter(s);
+            match arrival {
+                Arrival::Record => {
+                    let params = self.b.block_params(blk);
+                    let found = Found {
+                        slot: params[0],
+                        rec: params[1],
+                    };
+                    self.context(p, found);
+                }
+                Arrival::Placed => self.missing(p, None, true),
+                Arrival::Unplaced => self.missing(p, None, false),
+            }
         }
         self.b.seal_all_blocks();
         self.b.finalize(frontend);
     }
 
-    /// Everything for a packet from plan index `p`.
+    /// Everything for a packet from plan index `p`: the first stage's
+    /// lookup, and on to its block.
     fn port_path(&mut self, p: usize) {
         let (quiet, _) = self.tables.misses_at(p);
         // A biflow key's summary is of its ordered words: the lookup's
@@ -606,18 +795,16 @@ impl<'a> Gen<'a> {
             let s = self.env_word(offset_of!(Env, summary));
             let addr = self.b.ins().iadd(s, off);
             let c = self.b.ins().load(I32, flags(), addr, 0);
-            let absent = self.b.create_block();
+            let absent = self.stage_block(p, 0, Arrival::Unplaced);
             let look = self.b.create_block();
             self.b.ins().brif(c, look, &[], absent, &[]);
-            self.b.switch_to_block(absent);
-            self.missing(p);
             self.b.switch_to_block(look);
         }
         self.lookup(p);
     }
 
-    /// Makes the key, probes its two buckets and goes on with the record
-    /// found.
+    /// Makes the key, probes its two buckets and goes on to the first
+    /// stage with the record found or the key's place.
     fn lookup(&mut self, p: usize) {
         let (mask, stride) = self.shape;
         let stage = self.stage;
@@ -650,9 +837,7 @@ impl<'a> Gen<'a> {
         let l1 = lanes_of(self, b1);
         let l2 = lanes_of(self, b2);
         let records = self.env_word(offset_of!(Env, records));
-        let found = self.b.create_block();
-        self.b.append_block_param(found, I64); // slot
-        self.b.append_block_param(found, I64); // record address
+        let found = self.stage_block(p, 0, Arrival::Record);
 
         // Each bucket's matching lanes in turn, lowest first; a bucket
         // with none costs one test. Both tag words are read before either
@@ -697,38 +882,58 @@ impl<'a> Gen<'a> {
         // Not in its buckets: in the stash, or not in the table.
         let in_stash = self.env_word(offset_of!(Env, in_stash));
         let stash = self.b.create_block();
-        let missing = self.b.create_block();
+        self.keys.insert(p, (key, (b1, b2, tag)));
+        let missing = self.stage_block(p, 0, Arrival::Placed);
         self.b.ins().brif(in_stash, stash, &[], missing, &[]);
         self.b.switch_to_block(stash);
-        self.ret_status(status::INTERPRET, None);
-        self.b.switch_to_block(missing);
-        self.place = Some((b1, b2, tag));
-        self.key = key;
-        self.missing(p);
-        self.place = None;
-
-        self.b.switch_to_block(found);
-        let slot = self.b.block_params(found)[0];
-        let rec = self.b.block_params(found)[1];
-        self.context(p, slot, rec);
+        self.ret_status(status::INTERPRET, None, None);
     }
 
-    /// A record found: its context, unless absent or expired.
-    fn context(&mut self, p: usize, slot: Ir, rec: Ir) {
-        let word = self.b.ins().load(I64, flags(), rec, 0);
+    /// Where the packet goes after entry `e` (a number in the current
+    /// stage's entries) on arriving so: the stage it names, if later, or
+    /// done.
+    fn after(&mut self, p: usize, e: Option<usize>, arrival: Arrival, found: Option<Found>) {
+        let next = e
+            .and_then(|e| self.tables.entries[e].next_stage)
+            .map(|n| n as usize)
+            .filter(|&n| n > self.s && n < self.stages.len());
+        let Some(n) = next else {
+            self.ret_status(status::DONE, None, None);
+            return;
+        };
+        let blk = self.stage_block(p, n, arrival);
+        match found {
+            Some(Found { slot, rec }) => {
+                self.b.ins().jump(blk, &[slot.into(), rec.into()]);
+            }
+            None => {
+                self.b.ins().jump(blk, &[]);
+            }
+        }
+    }
+
+    /// The current stage on a key's record: its context live, expired
+    /// (handed back), or absent (a fresh one, which may join the record).
+    fn context(&mut self, p: usize, found: Found) {
+        let Found { slot, rec } = found;
+        let at = 8 * self.layout.meta_at as i32;
+        let word = self.b.ins().load(I64, flags(), rec, at);
         let present = self.b.ins().band_imm_s(word, PRESENT);
         let live = self.b.create_block();
+        let absent = self.b.create_block();
         let interpret = self.b.create_block();
-        self.b.ins().brif(present, live, &[], interpret, &[]);
+        self.b.ins().brif(present, live, &[], absent, &[]);
         self.b.switch_to_block(interpret);
-        self.ret_status(status::FOUND, Some(slot));
+        self.ret_status(status::FOUND, Some(slot), None);
+        self.b.switch_to_block(absent);
+        self.missing(p, Some(found), false);
         self.b.switch_to_block(live);
-        for (timeout, at) in [
+        for (timeout, off) in [
             (self.stage.hard_timeout_us, 1),
             (self.stage.idle_timeout_us, 2),
         ] {
             let Some(t) = timeout else { continue };
-            let since = self.b.ins().load(I64, flags(), rec, 8 * at);
+            let since = self.b.ins().load(I64, flags(), rec, at + 8 * off);
             let age = self.arith(ArithOp::Sub, self.now, since);
             let expired = self
                 .b
@@ -741,7 +946,7 @@ impl<'a> Gen<'a> {
         let regs = self
             .b
             .ins()
-            .iadd_imm_s(rec, (8 * (META_WORDS + self.stage.key.len())) as i64);
+            .iadd_imm_s(rec, (8 * self.layout.regs_at) as i64);
         let state = self.b.ins().band_imm_s(word, 0xffff);
         let states = self.stage.states.len();
         let blocks: Vec<Block> = (0..states).map(|_| self.b.create_block()).collect();
@@ -753,42 +958,53 @@ impl<'a> Gen<'a> {
         self.dispatch(state, &cases, interpret);
         for (s, &blk) in blocks.iter().enumerate() {
             self.b.switch_to_block(blk);
-            let found = Found { slot, rec };
-            self.plan(p, s as u16, Regs::At(regs), Some(found), interpret);
+            self.plan(p, s as u16, Regs::At(regs), Mode::Live(found), interpret);
         }
     }
 
-    /// A packet from plan index `p` whose key has no record: the initial
-    /// state's plan on the initial registers. Where that leaves no
-    /// context (the entry keeps the initial state and registers) it is
-    /// done here; where it makes one, the interpreter makes it.
-    fn missing(&mut self, p: usize) {
+    /// The current stage for a packet with no context in it: the initial
+    /// state's plan on the initial registers, in the record another
+    /// stage's context holds (`record`) or in none (the key's place known
+    /// or not). Where that leaves no context it goes on; where it makes
+    /// one, the code makes it in the record or in a free slot, or hands
+    /// it to the engine.
+    fn missing(&mut self, p: usize, record: Option<Found>, placed: bool) {
         let (_, constant) = self.tables.misses_at(p);
-        let regs = self.fresh_regs(self.globals);
+        let arrival = match (record, placed) {
+            (Some(_), _) => Arrival::Record,
+            (None, true) => Arrival::Placed,
+            (None, false) => Arrival::Unplaced,
+        };
+        let regs = self.fresh_regs();
         let tables = self.tables;
+        self.placed = placed;
         match constant {
             u32::MAX => {
                 let bail = self.b.create_block();
-                self.plan(p, self.stage.initial, regs, None, bail);
+                self.plan(p, self.stage.initial, regs, Mode::Fresh(record), bail);
                 self.b.switch_to_block(bail);
-                self.ret_status(status::MISSING, None);
+                match record {
+                    Some(f) => self.ret_status(status::FOUND, Some(f.slot), None),
+                    None => self.ret_status(status::MISSING, None, None),
+                }
             }
-            0 => self.ret_status(status::DONE, None),
+            0 => self.ret_status(status::DONE, None, None),
             d => {
-                self.take(&tables.entries[d as usize - 1], &regs);
-                self.ret_status(status::DONE, None);
+                let e = d as usize - 1;
+                self.take(&tables.entries[e], &regs);
+                self.after(p, Some(e), arrival, record);
             }
         }
     }
 
-    /// The plan of (`state`, packet) for plan index `p`, on a context
-    /// `found` in its record or (`None`) a fresh one; `interpret`: where
-    /// to go, having changed nothing, for a plan it does not cover.
-    fn plan(&mut self, p: usize, state: u16, regs: Regs, found: Option<Found>, interpret: Block) {
+    /// The plan of (`state`, packet) for plan index `p`, in `mode`;
+    /// `interpret`: where to go, having changed nothing of this stage,
+    /// for a plan it does not cover.
+    fn plan(&mut self, p: usize, state: u16, regs: Regs, mode: Mode, interpret: Block) {
         let tables = self.tables;
         let Some((tests, decisions)) = tables.packet_plan(state, p) else {
             // No plan: no entry.
-            self.finish(state, regs, found);
+            self.finish(p, state, None, regs, mode);
             return;
         };
         let Some(decisions) = decisions else {
@@ -831,18 +1047,19 @@ impl<'a> Gen<'a> {
             self.b.switch_to_block(blk);
             let mut regs = regs.clone();
             if d == 0 {
-                self.finish(state, regs, found);
+                self.finish(p, state, None, regs, mode);
                 continue;
             }
-            let e = &tables.entries[d as usize - 1];
-            self.updates(e, &mut regs);
-            let next = e.next_state.unwrap_or(state);
-            match found {
-                Some(_) => {
-                    self.take(e, &regs);
-                    self.finish(next, regs, found);
+            let e = d as usize - 1;
+            let entry = &tables.entries[e];
+            self.updates(entry, &mut regs);
+            let next = entry.next_state.unwrap_or(state);
+            match mode {
+                Mode::Live(_) => {
+                    self.take(entry, &regs);
+                    self.finish(p, next, Some(e), regs, mode);
                 }
-                None => self.finish_fresh(next, d, regs),
+                Mode::Fresh(record) => self.finish_fresh(p, next, e, regs, record),
             }
         }
     }
@@ -908,17 +1125,21 @@ impl<'a> Gen<'a> {
         }
     }
 
-    /// An entry's ports and writes into the verdict (cleared by the
-    /// caller: one stage, so nothing to add to).
+    /// An entry's ports and writes into the verdict: the first stage's
+    /// into a cleared verdict, a later one's (with no writes, see
+    /// `covered`) added to what the stages before chose, or, for a drop,
+    /// in place of it.
     fn take(&mut self, e: &Entry, regs: &Regs) {
-        if e.ports != 0 {
+        let ports_at = offset_of!(Verdict, ports) as i32;
+        if self.s > 0 && !e.drop {
+            if e.ports != 0 {
+                let had = self.b.ins().load(I64, flags(), self.verdict, ports_at);
+                let ports = self.b.ins().bor_imm_s(had, e.ports as i64);
+                self.b.ins().store(flags(), ports, self.verdict, ports_at);
+            }
+        } else if e.ports != 0 || self.s > 0 {
             let ports = self.konst(e.ports);
-            self.b.ins().store(
-                flags(),
-                ports,
-                self.verdict,
-                offset_of!(Verdict, ports) as i32,
-            );
+            self.b.ins().store(flags(), ports, self.verdict, ports_at);
         }
         let size = std::mem::size_of::<(FieldId, Value)>();
         let (field_at, value_at) = (
@@ -961,34 +1182,68 @@ impl<'a> Gen<'a> {
         diff
     }
 
-    /// The context in state `next` after the packet: forgotten where it
-    /// is back at its start, else stored with the packet's time. A fresh
-    /// context (`found` none) takes no entry here: it stays at its start.
-    fn finish(&mut self, next: u16, regs: Regs, found: Option<Found>) {
-        let Some(Found { slot, rec }) = found else {
-            self.ret_status(status::DONE, None);
-            return;
+    /// Adds `by` to the current stage's count of contexts.
+    fn count_context(&mut self, by: i64) {
+        let live = self.env_word(offset_of!(Env, live));
+        let at = 8 * self.layout.member as i32;
+        let n = self.b.ins().load(I64, flags(), live, at);
+        let n = self.b.ins().iadd_imm_s(n, by);
+        self.b.ins().store(flags(), n, live, at);
+    }
+
+    /// After entry `e` (or none), the context in state `next`: a live one
+    /// forgotten where it is back at its start (its record with it where
+    /// no other stage's context is left, by the engine), else stored with
+    /// the packet's time; then on to the stage the entry names. A fresh
+    /// context with no entry stays at its start: done.
+    fn finish(&mut self, p: usize, next: u16, e: Option<usize>, regs: Regs, mode: Mode) {
+        let found = match mode {
+            Mode::Live(found) => found,
+            Mode::Fresh(_) => {
+                self.ret_status(status::DONE, None, None);
+                return;
+            }
         };
+        let Found { slot, rec } = found;
+        let at = 8 * self.layout.meta_at as i32;
         if next == self.stage.initial {
             let diff = self.changed(&regs);
             let keep = self.b.create_block();
             let forget = self.b.create_block();
             self.b.ins().brif(diff, keep, &[], forget, &[]);
             self.b.switch_to_block(forget);
-            self.ret_status(status::FORGET, Some(slot));
+            // The record stays where another stage's context is in it.
+            let mut others = self.konst(0);
+            for l in self.layouts.clone() {
+                if l.member != self.layout.member {
+                    let w = self.b.ins().load(I64, flags(), rec, 8 * l.meta_at as i32);
+                    others = self.b.ins().bor(others, w);
+                }
+            }
+            let others = self.b.ins().band_imm_s(others, PRESENT);
+            let stays = self.b.create_block();
+            let goes = self.b.create_block();
+            self.b.ins().brif(others, stays, &[], goes, &[]);
+            self.b.switch_to_block(goes);
+            self.ret_status(status::FORGET, Some(slot), e);
+            self.b.switch_to_block(stays);
+            let zero = self.konst(0);
+            self.b.ins().store(flags(), zero, rec, at);
+            self.count_context(-1);
+            self.after(p, e, Arrival::Record, Some(found));
             self.b.switch_to_block(keep);
         }
         let word = self.konst(next as u64 | PRESENT as u64);
-        self.b.ins().store(flags(), word, rec, 0);
-        self.b.ins().store(flags(), self.now, rec, 16);
-        self.ret_status(status::DONE, None);
+        self.b.ins().store(flags(), word, rec, at);
+        self.b.ins().store(flags(), self.now, rec, at + 16);
+        self.after(p, e, Arrival::Record, Some(found));
     }
 
-    /// A fresh context after entry `e` (number `d` less one), its globals
-    /// held back stored: where it is back at its start, the entry taken;
-    /// otherwise its state and registers left for the engine to make the
-    /// context ([`status::MAKE`]).
-    fn finish_fresh(&mut self, next: u16, d: u32, regs: Regs) {
+    /// A fresh context after entry `e`, its globals held back stored:
+    /// where it is back at its start, the entry taken and on; otherwise
+    /// made, in `record` (another stage's), in a free slot of the key's
+    /// buckets, or by the engine ([`status::MAKE`]).
+    fn finish_fresh(&mut self, p: usize, next: u16, e: usize, regs: Regs, record: Option<Found>) {
         let Regs::Fresh { flow, globals } = &regs else {
             unreachable!("a fresh context's registers are values")
         };
@@ -999,19 +1254,42 @@ impl<'a> Gen<'a> {
             }
         }
         let tables = self.tables;
-        let e = &tables.entries[d as usize - 1];
+        let entry = &tables.entries[e];
+        let placed = self.placed;
+        let arrival = match record {
+            Some(_) => Arrival::Record,
+            None if placed => Arrival::Placed,
+            None => Arrival::Unplaced,
+        };
         let make = self.b.create_block();
         if next == self.stage.initial {
             let diff = self.changed(&regs);
             let done = self.b.create_block();
             self.b.ins().brif(diff, make, &[], done, &[]);
             self.b.switch_to_block(done);
-            self.take(e, &regs);
-            self.ret_status(status::DONE, None);
+            self.take(entry, &regs);
+            self.after(p, Some(e), arrival, record);
         } else {
             self.b.ins().jump(make, &[]);
         }
         self.b.switch_to_block(make);
+        self.take(entry, &regs);
+        if let Some(found) = record {
+            // Joins the record another stage's context holds.
+            let Found { rec, .. } = found;
+            let at = 8 * self.layout.meta_at as i32;
+            let word = self.konst(next as u64 | PRESENT as u64);
+            self.b.ins().store(flags(), word, rec, at);
+            self.b.ins().store(flags(), self.now, rec, at + 8);
+            self.b.ins().store(flags(), self.now, rec, at + 16);
+            for (i, &v) in flow.iter().enumerate() {
+                let at = 8 * (self.layout.regs_at + i) as i32;
+                self.b.ins().store(flags(), v, rec, at);
+            }
+            self.count_context(1);
+            self.after(p, Some(e), Arrival::Record, record);
+            return;
+        }
         let state = self.konst(next as u64);
         self.b.ins().store(
             flags(),
@@ -1023,22 +1301,18 @@ impl<'a> Gen<'a> {
             let at = offset_of!(Env, fresh) + 8 * i;
             self.b.ins().store(flags(), v, self.env, at as i32);
         }
-        self.take(e, &regs);
-        if let Some(place) = self.place {
-            self.insert_free(place, next, flow);
-        }
-        let made = match self.place {
-            Some(place) => {
-                for (i, v) in <[Ir; 3]>::from(place).into_iter().enumerate() {
-                    let at = offset_of!(Env, place) + 8 * i;
-                    self.b.ins().store(flags(), v, self.env, at as i32);
-                }
-                status::MAKE_PLACED
+        let made = if placed {
+            let (key, place) = self.keys[&p].clone();
+            self.insert_free(&key, place, next, flow, e);
+            for (i, v) in <[Ir; 3]>::from(place).into_iter().enumerate() {
+                let at = offset_of!(Env, place) + 8 * i;
+                self.b.ins().store(flags(), v, self.env, at as i32);
             }
-            None => status::MAKE,
+            status::MAKE_PLACED
+        } else {
+            status::MAKE
         };
-        let entry = self.konst(d as u64 - 1);
-        self.ret_status(made, Some(entry));
+        self.ret_status(made, None, Some(e));
     }
 }
 
@@ -1066,11 +1340,12 @@ impl Gen<'_> {
 
     /// A new context in the first free slot of the key's first bucket,
     /// else of its second, as the table's insertion chooses it: its key,
-    /// state, timestamps and registers written, its tag set and its
-    /// alternate bucket noted, then [`status::INSERTED`]. Where both
+    /// the current stage's state, timestamps and registers written (the
+    /// other stages' state words cleared), its tag set and its alternate
+    /// bucket noted, then [`status::INSERTED`] with entry `e`. Where both
     /// buckets are full, it goes on (to hand the context to the engine,
     /// whose insertion moves others or evicts).
-    fn insert_free(&mut self, (b1, b2, tag): (Ir, Ir, Ir), next: u16, flow: &[Ir]) {
+    fn insert_free(&mut self, key: &[Ir], (b1, b2, tag): Place, next: u16, flow: &[Ir], e: usize) {
         let (_, stride) = self.shape;
         let tags = self.env_word(offset_of!(Env, tags));
         let full = self.b.create_block();
@@ -1099,17 +1374,23 @@ impl Gen<'_> {
             let words = self.b.ins().imul_imm_s(slot, (8 * stride) as i64);
             let records = self.env_word(offset_of!(Env, records));
             let rec = self.b.ins().iadd(records, words);
-            let stage = self.stage;
+            let zero = self.konst(0);
+            for l in self.layouts.clone() {
+                if l.member != self.layout.member {
+                    self.b.ins().store(flags(), zero, rec, 8 * l.meta_at as i32);
+                }
+            }
+            let at = 8 * self.layout.meta_at as i32;
             let state = self.konst(next as u64 | PRESENT as u64);
-            self.b.ins().store(flags(), state, rec, 0);
-            self.b.ins().store(flags(), self.now, rec, 8);
-            self.b.ins().store(flags(), self.now, rec, 16);
-            for (i, &k) in self.key.clone().iter().enumerate() {
+            self.b.ins().store(flags(), state, rec, at);
+            self.b.ins().store(flags(), self.now, rec, at + 8);
+            self.b.ins().store(flags(), self.now, rec, at + 16);
+            for (i, &k) in key.iter().enumerate() {
                 let at = 8 * (META_WORDS + i) as i32;
                 self.b.ins().store(flags(), k, rec, at);
             }
             for (i, &v) in flow.iter().enumerate() {
-                let at = 8 * (META_WORDS + stage.key.len() + i) as i32;
+                let at = 8 * (self.layout.regs_at + i) as i32;
                 self.b.ins().store(flags(), v, rec, at);
             }
             let placed = self.b.ins().ishl(tag, shift);
@@ -1120,7 +1401,7 @@ impl Gen<'_> {
             let addr = self.b.ins().iadd(alts, at);
             let other = self.b.ins().ireduce(I32, other);
             self.b.ins().store(flags(), other, addr, 0);
-            self.ret_status(status::INSERTED, Some(slot));
+            self.ret_status(status::INSERTED, Some(slot), Some(e));
             self.b.switch_to_block(next_bucket);
         }
         self.b.ins().jump(full, &[]);
