@@ -682,7 +682,7 @@ impl Engine {
     ) {
         let (slot, s, entry) = (status::slot(got), status::stage(got), status::entry(got));
         let packets = self.counters.packets;
-        let program = self.program.clone();
+        let program = &*self.program;
         let t = self.stages[0].table;
         // The stage after entry `entry` of stage `s`, where the
         // interpreter goes on.
