@@ -187,7 +187,21 @@ pub struct StageCode {
     pub(crate) shape: (usize, usize),
     /// Fields the code reads, at most: a packet with fewer is interpreted.
     pub(crate) fields: usize,
-    _module: JITModule,
+    /// The code's memory, freed with it (a module dropped keeps its
+    /// memory, so that pointers into it stay valid: tables replaced again
+    /// and again would leak).
+    module: Option<JITModule>,
+}
+
+impl Drop for StageCode {
+    fn drop(&mut self) {
+        if let Some(module) = self.module.take() {
+            // Safety: the one pointer into this memory is `f`, and every
+            // copy of it (an engine's `NativeEntry`) is used only while
+            // the program holding this code is alive.
+            unsafe { module.free_memory() };
+        }
+    }
 }
 
 // The module is only kept alive: its code is immutable once finalised.
@@ -404,7 +418,7 @@ pub(crate) fn compile(
         f,
         shape,
         fields: reads,
-        _module: module,
+        module: Some(module),
     })
 }
 
