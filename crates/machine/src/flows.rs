@@ -99,7 +99,7 @@ pub struct TableFull;
 
 /// See [`FlowTable::raw`].
 pub(crate) struct RawTable {
-    pub tags: *const u64,
+    pub tags: *mut u64,
     pub alts: *mut u32,
     pub records: *mut Value,
     pub summary: *const u32,
@@ -360,7 +360,7 @@ impl FlowTable {
     /// table's next insertion or removal.
     pub(crate) fn raw(&mut self) -> RawTable {
         RawTable {
-            tags: self.tags.as_ptr(),
+            tags: self.tags.as_mut_ptr(),
             alts: self.alts.as_mut_ptr(),
             records: self.records[self.base..].as_mut_ptr(),
             summary: self.summary[(self.probe * SUMMARY).min(self.summary.len())..].as_ptr(),

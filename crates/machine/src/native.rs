@@ -98,7 +98,7 @@ impl Env {
     ) {
         self.live = live.as_mut_ptr();
         let raw = table.raw();
-        self.tags = raw.tags.cast_mut();
+        self.tags = raw.tags;
         self.alts = raw.alts;
         self.records = raw.records;
         self.summary = raw.summary;
