@@ -241,6 +241,7 @@ impl<'a> Compiler<'a> {
             elem_slots,
             drop: Vec::new(),
             add: Vec::new(),
+            copying: Default::default(),
         };
         let string = |e: &Expr| match &e.kind {
             ExprKind::Str(s) => Some(Arc::<[u8]>::from(s.as_slice())),

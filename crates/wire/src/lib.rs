@@ -38,6 +38,7 @@ mod scalar;
 mod serialize;
 mod split;
 pub mod stock;
+mod verbatim;
 
 pub use batch::Batch;
 pub use compile::{DEFAULT_BYTES_MAX, DEFAULT_LIST_MAX};

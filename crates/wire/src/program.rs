@@ -297,6 +297,9 @@ pub struct Forward {
     /// element) equals one of these, ignoring ASCII case.
     pub drop: Vec<(u16, Vec<Arc<[u8]>>)>,
     pub add: Vec<Add>,
+    /// How a message is copied rather than written, made at its first
+    /// forward (`crate::verbatim`).
+    pub(crate) copying: std::sync::OnceLock<Option<crate::verbatim::CopyPlan>>,
 }
 
 /// An element appended by `%forward`: its bytes, when the condition holds.

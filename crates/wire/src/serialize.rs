@@ -66,6 +66,31 @@ impl Grammar {
         cx: &ForwardContext,
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
+        let forward = self.units[unit].forward.as_ref();
+        let how = Emit {
+            head_only,
+            edit: forward.map(|f| (f, cx)),
+        };
+        let block = self.units[unit].block;
+        match forward {
+            Some(f) => self.forward_copying(block, f, slots, data, how, out),
+            None => self.emit(block, slots, 0, data, how, out).map(drop),
+        }
+    }
+
+    /// [`Grammar::forward`] with every field written, none copied as the
+    /// bytes it was read from: the reference the copies are tested
+    /// against.
+    #[doc(hidden)]
+    pub fn forward_by_fields(
+        &self,
+        unit: UnitId,
+        slots: &[Slot],
+        data: &[u8],
+        head_only: bool,
+        cx: &ForwardContext,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
         let how = Emit {
             head_only,
             edit: self.units[unit].forward.as_ref().map(|f| (f, cx)),
@@ -255,7 +280,7 @@ impl Grammar {
 
     /// Writes a block's fields; `true` if it stopped at a `&stream` field
     /// (`how.head_only`).
-    fn emit(
+    pub(crate) fn emit(
         &self,
         block: BlockId,
         slots: &[Slot],
@@ -264,9 +289,22 @@ impl Grammar {
         how: Emit,
         out: &mut Vec<u8>,
     ) -> Result<bool, WireError> {
+        self.emit_ops(&self.blocks[block as usize], slots, base, data, how, out)
+    }
+
+    /// [`Grammar::emit`] of some of a block's operations.
+    pub(crate) fn emit_ops(
+        &self,
+        ops: &[Op],
+        slots: &[Slot],
+        base: usize,
+        data: &[u8],
+        how: Emit,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, WireError> {
         // Edits apply to the unit's own list, not to nested units.
         let nested = Emit { edit: None, ..how };
-        for op in &self.blocks[block as usize] {
+        for op in ops {
             if how.head_only && op.stream {
                 return Ok(true);
             }
@@ -352,14 +390,14 @@ impl Grammar {
 
 /// How [`Grammar::emit`] writes: whole or up to the body, edited or not.
 #[derive(Clone, Copy, Default)]
-struct Emit<'a> {
-    head_only: bool,
-    edit: Option<(&'a Forward, &'a ForwardContext<'a>)>,
+pub(crate) struct Emit<'a> {
+    pub(crate) head_only: bool,
+    pub(crate) edit: Option<(&'a Forward, &'a ForwardContext<'a>)>,
 }
 
 impl Forward {
     /// Whether `%forward` leaves out the element at `elem`.
-    fn drops(&self, slots: &[Slot], elem: usize, data: &[u8]) -> bool {
+    pub(crate) fn drops(&self, slots: &[Slot], elem: usize, data: &[u8]) -> bool {
         self.drop.iter().any(|(field, names)| {
             let v = bytes_of(slots[elem + *field as usize], data);
             names.iter().any(|n| n.eq_ignore_ascii_case(v))
@@ -367,7 +405,13 @@ impl Forward {
     }
 
     /// Writes the elements `%forward` adds.
-    fn append(&self, slots: &[Slot], data: &[u8], cx: &ForwardContext, out: &mut Vec<u8>) {
+    pub(crate) fn append(
+        &self,
+        slots: &[Slot],
+        data: &[u8],
+        cx: &ForwardContext,
+        out: &mut Vec<u8>,
+    ) {
         let env = Env {
             slots,
             base: 0,
