@@ -72,6 +72,35 @@ fn both(
     Some((copied, by_fields))
 }
 
+/// The header lines of `out` the program had (not the framing ones the
+/// test adds, nor those the edit adds).
+fn kept_lines(out: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(out);
+    let head = text.split("\r\n\r\n").next().unwrap_or("");
+    head.split("\r\n")
+        .skip(1)
+        .map(|l| format!("{l}\r\n"))
+        .filter(|l| {
+            let name = l.split(':').next().unwrap_or("").to_ascii_lowercase();
+            !["content-length", "transfer-encoding", "x-forwarded-for"].contains(&name.as_str())
+                && !(name == "connection"
+                    && (l.ends_with(": keep-alive\r\n") || l.ends_with(": close\r\n")))
+        })
+        .collect()
+}
+
+/// `headers` less those named in `hop` (ignoring case), in order.
+fn expected_lines(headers: &[String], hop: &[&str]) -> Vec<String> {
+    headers
+        .iter()
+        .filter(|l| {
+            let name = l.split(':').next().unwrap_or("").to_ascii_lowercase();
+            !hop.contains(&name.as_str())
+        })
+        .cloned()
+        .collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
 
@@ -94,6 +123,8 @@ proptest! {
                 String::from_utf8_lossy(&copied),
                 String::from_utf8_lossy(&by_fields)
             );
+            let hop = ["connection", "keep-alive", "proxy-connection", "te", "upgrade"];
+            prop_assert_eq!(kept_lines(&copied), expected_lines(&headers, &hop));
         }
     }
 
@@ -116,6 +147,7 @@ proptest! {
                 String::from_utf8_lossy(&copied),
                 String::from_utf8_lossy(&by_fields)
             );
+            prop_assert_eq!(kept_lines(&copied), expected_lines(&headers, &["connection", "keep-alive"]));
         }
     }
 }
