@@ -29,8 +29,50 @@ pub(crate) struct CopyPlan {
     elem: Vec<(usize, Step)>,
     elem_block: BlockId,
     elem_slots: usize,
+    /// The elements' steps in a compact form, where every one is a value,
+    /// whitespace, a literal or nothing (HTTP's header lines).
+    elem_compact: Option<Vec<Compact>>,
     /// The list's terminator, written after what the edit adds.
     stop: Option<Arc<[u8]>>,
+}
+
+/// A step of an element in the compact form: the value at `slot` (if
+/// any; at most `max` bytes), or `unset` where the slot is unset, then
+/// `after`.
+#[derive(Clone, Debug)]
+struct Compact {
+    slot: Option<u16>,
+    max: u32,
+    unset: Arc<[u8]>,
+    after: Arc<[u8]>,
+}
+
+/// `steps` in the compact form, if they all have one.
+fn compact(steps: &[(usize, Step)]) -> Option<Vec<Compact>> {
+    let none: Arc<[u8]> = Arc::from(&[][..]);
+    let step = |slot, max, unset: &Arc<[u8]>, after: &Arc<[u8]>| {
+        Some(Compact {
+            slot,
+            max,
+            unset: unset.clone(),
+            after: after.clone(),
+        })
+    };
+    steps
+        .iter()
+        .filter(|(_, s)| !matches!(s, Step::Nothing))
+        .map(|(_, s)| match s {
+            Step::Value { slot, max, until } => {
+                step(Some(*slot), *max, &none, until.as_ref().unwrap_or(&none))
+            }
+            Step::Ws { slot: Some(slot) } => step(Some(*slot), u32::MAX, &none, &none),
+            Step::Literal { slot, bytes } => match slot {
+                Some(slot) => step(Some(*slot), u32::MAX, bytes, &none),
+                None => step(None, 0, &none, bytes),
+            },
+            _ => None,
+        })
+        .collect()
 }
 
 /// One operation of a block, for the copying writer.
@@ -135,7 +177,7 @@ impl Grammar {
                 _ => (i, Step::of(op)),
             })
             .collect();
-        let elem = self.blocks[elem_block as usize]
+        let elem: Vec<(usize, Step)> = self.blocks[elem_block as usize]
             .iter()
             .enumerate()
             .map(|(i, op)| (i, Step::of(op)))
@@ -144,9 +186,11 @@ impl Grammar {
             Stop::Until(t) | Stop::UntilEither(t, _) => Some(t.clone()),
             _ => None,
         };
+        let elem_compact = compact(&elem);
         Some(CopyPlan {
             unit,
             elem,
+            elem_compact,
             elem_block,
             elem_slots,
             stop,
@@ -348,6 +392,55 @@ impl Copier<'_, '_> {
             .emit_ops(op, self.slots, base, self.data, how, self.out)
     }
 
+    /// The element at `base` in the compact form, copied with the run
+    /// where all of it checks: each value where the last ended (the first
+    /// where the run ends, or anywhere with no run) and within its most
+    /// bytes, each literal there after it. `false`, nothing changed,
+    /// where any of it does not (the element is then walked step by
+    /// step, as any other).
+    #[inline]
+    fn compact_element(&mut self, steps: &[Compact], base: usize) -> bool {
+        let mut span = self.run;
+        // `lit` next in the message, after the span.
+        let follows = |span: Option<(usize, usize)>, lit: &[u8]| {
+            let (first, end) = span?;
+            (self.data.get(end..end + lit.len())? == lit).then_some((first, end + lit.len()))
+        };
+        for step in steps {
+            if let Some(slot) = step.slot {
+                match self.slots[base + slot as usize] {
+                    Slot::Bytes { start, len } if len <= step.max => {
+                        let (s, e) = (start as usize, start as usize + len as usize);
+                        span = match span {
+                            Some((first, end)) if end == s => Some((first, e)),
+                            None if self.run.is_none() => Some((s, e)),
+                            _ => return false,
+                        };
+                    }
+                    Slot::Unset if step.unset.is_empty() => {}
+                    Slot::Unset => match follows(span, &step.unset) {
+                        Some(next) => span = Some(next),
+                        None => return false,
+                    },
+                    _ => return false,
+                }
+            }
+            if !step.after.is_empty() {
+                match follows(span, &step.after) {
+                    Some(next) => span = Some(next),
+                    None => return false,
+                }
+            }
+        }
+        match span {
+            Some((_, e)) if e <= self.data.len() => {
+                self.run = span;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The edited list: its kept elements, what the edit adds, then its
     /// terminator.
     fn list(&mut self, f: &Forward, plan: &CopyPlan, how: Emit) -> Result<bool, WireError> {
@@ -363,6 +456,11 @@ impl Copier<'_, '_> {
             let base = at + 1 + i * plan.elem_slots;
             if f.drops(self.slots, base, self.data) {
                 continue;
+            }
+            if let Some(steps) = &plan.elem_compact {
+                if self.compact_element(steps, base) {
+                    continue;
+                }
             }
             for (j, step) in &plan.elem {
                 if self.step((&ops[*j], step), base, nested)? {
@@ -426,6 +524,19 @@ mod tests {
                 String::from_utf8_lossy(&copied),
                 "GET / HTTP/1.1\r\nhOsT:\t a\r\nAccept:*/*\r\nConnection: keep-alive\r\nX-Forwarded-For: 192.0.2.9\r\n\r\n"
             );
+        }
+    }
+
+    /// HTTP's header lines take the compact form: their lines are checked
+    /// in one pass each, not step by step.
+    #[test]
+    fn header_lines_take_the_compact_form() {
+        let g = Grammar::stock("http").unwrap();
+        for unit in ["request", "response"] {
+            let u = g.unit_id(unit).unwrap();
+            let f = g.units[u].forward.as_ref().unwrap();
+            let plan = g.copy_plan(g.units[u].block, f).unwrap();
+            assert!(plan.elem_compact.is_some(), "{unit}");
         }
     }
 }
