@@ -2064,7 +2064,7 @@ fn instantiate(
                 give_back_exclusive(&mut compute, &parts, r == flick_runtime::TaskStatus::Done);
             }
             if let (flick_runtime::TaskStatus::Idle, Some(after)) = (r, park_after) {
-                consider_parking(&mut compute, &mut armed, after);
+                consider_parking(&mut compute, &mut armed, after, sl.began());
             }
             if r == flick_runtime::TaskStatus::Done {
                 if compute.host.broken || compute.host.job_failed {
@@ -2205,6 +2205,7 @@ fn consider_parking(
     c: &mut Compute,
     armed: &mut Option<(u32, std::time::Instant)>,
     after: std::time::Duration,
+    began: Option<std::time::Instant>,
 ) {
     if !quiescent(c) {
         // The timer already set stays: one per instance, not one per
@@ -2227,7 +2228,9 @@ fn consider_parking(
         return;
     };
     let word = conn.rest_word();
-    let now = std::time::Instant::now();
+    // The run's own reading where the scheduler made one: parking is
+    // timed in seconds, and a fresh reading cost one a request.
+    let now = began.unwrap_or_else(std::time::Instant::now);
     if let Some((seen, due)) = *armed {
         if now < due {
             return;
