@@ -66,16 +66,22 @@ impl Grammar {
         cx: &ForwardContext,
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
-        let forward = self.units[unit].forward.as_ref();
-        let how = Emit {
-            head_only,
-            edit: forward.map(|f| (f, cx)),
-        };
-        let block = self.units[unit].block;
-        match forward {
-            Some(f) => self.forward_copying(block, f, slots, data, how, out),
+        let (block, how) = self.forward_how(unit, head_only, cx);
+        match how.edit {
+            Some((f, _)) => self.forward_copying(block, f, slots, data, how, out),
             None => self.emit(block, slots, 0, data, how, out).map(drop),
         }
+    }
+
+    /// The unit's block, and how [`Grammar::forward`] writes it.
+    fn forward_how<'a>(
+        &'a self,
+        unit: UnitId,
+        head_only: bool,
+        cx: &'a ForwardContext,
+    ) -> (BlockId, Emit<'a>) {
+        let edit = self.units[unit].forward.as_ref().map(|f| (f, cx));
+        (self.units[unit].block, Emit { head_only, edit })
     }
 
     /// [`Grammar::forward`] with every field written, none copied as the
@@ -91,12 +97,8 @@ impl Grammar {
         cx: &ForwardContext,
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
-        let how = Emit {
-            head_only,
-            edit: self.units[unit].forward.as_ref().map(|f| (f, cx)),
-        };
-        self.emit(self.units[unit].block, slots, 0, data, how, out)
-            .map(drop)
+        let (block, how) = self.forward_how(unit, head_only, cx);
+        self.emit(block, slots, 0, data, how, out).map(drop)
     }
 
     fn err(op: &Op, kind: WireErrorKind, offset: usize) -> WireError {

@@ -24,9 +24,10 @@ use std::sync::Arc;
 /// steps (one of them the edited list) and the list elements'.
 #[derive(Clone, Debug)]
 pub(crate) struct CopyPlan {
-    /// Each operation's step, beside its index in its block.
-    unit: Vec<(usize, Step)>,
-    elem: Vec<(usize, Step)>,
+    /// The unit's operations' steps, in its block's order.
+    unit: Vec<Step>,
+    /// The list elements' operations' steps, in their block's order.
+    elem: Vec<Step>,
     elem_block: BlockId,
     elem_slots: usize,
     /// The elements' steps in a compact form, where every one is a value,
@@ -48,7 +49,7 @@ struct Compact {
 }
 
 /// `steps` in the compact form, if they all have one.
-fn compact(steps: &[(usize, Step)]) -> Option<Vec<Compact>> {
+fn compact(steps: &[Step]) -> Option<Vec<Compact>> {
     let none: Arc<[u8]> = Arc::from(&[][..]);
     let step = |slot, max, unset: &Arc<[u8]>, after: &Arc<[u8]>| {
         Some(Compact {
@@ -60,8 +61,8 @@ fn compact(steps: &[(usize, Step)]) -> Option<Vec<Compact>> {
     };
     steps
         .iter()
-        .filter(|(_, s)| !matches!(s, Step::Nothing))
-        .map(|(_, s)| match s {
+        .filter(|s| !matches!(s, Step::Nothing))
+        .map(|s| match s {
             Step::Value { slot, max, until } => {
                 step(Some(*slot), *max, &none, until.as_ref().unwrap_or(&none))
             }
@@ -169,18 +170,14 @@ impl Grammar {
             })?;
         let unit = ops
             .iter()
-            .enumerate()
-            .map(|(i, op)| match op.slot {
-                Some(at) if at == f.list && matches!(op.kind, OpKind::List { .. }) => {
-                    (i, Step::List)
-                }
-                _ => (i, Step::of(op)),
+            .map(|op| match op.slot {
+                Some(at) if at == f.list && matches!(op.kind, OpKind::List { .. }) => Step::List,
+                _ => Step::of(op),
             })
             .collect();
-        let elem: Vec<(usize, Step)> = self.blocks[elem_block as usize]
+        let elem: Vec<Step> = self.blocks[elem_block as usize]
             .iter()
-            .enumerate()
-            .map(|(i, op)| (i, Step::of(op)))
+            .map(Step::of)
             .collect();
         let stop = match stop {
             Stop::Until(t) | Stop::UntilEither(t, _) => Some(t.clone()),
@@ -219,10 +216,10 @@ impl Grammar {
             run: None,
         };
         let ops = &self.blocks[block as usize];
-        for (i, step) in &plan.unit {
+        for (op, step) in ops.iter().zip(&plan.unit) {
             let stopped = match step {
                 Step::List => c.list(f, plan, how)?,
-                step => c.step((&ops[*i], step), 0, how)?,
+                step => c.step((op, step), 0, how)?,
             };
             if stopped {
                 break;
@@ -462,8 +459,8 @@ impl Copier<'_, '_> {
                     continue;
                 }
             }
-            for (j, step) in &plan.elem {
-                if self.step((&ops[*j], step), base, nested)? {
+            for (op, step) in ops.iter().zip(&plan.elem) {
+                if self.step((op, step), base, nested)? {
                     return Ok(true);
                 }
             }
