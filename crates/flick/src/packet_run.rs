@@ -494,6 +494,11 @@ pub fn render_metrics(stats: Arc<LiveStats>) -> crate::metrics::Render {
             per_port(&|p| p.rx_overflow.load(Relaxed)),
         );
         family(
+            "flick_packet_rx_drops",
+            "Frames a port dropped on the way in (its kernel ring or a shared port's queue full).",
+            per_port(&|p| p.rx_drops.load(Relaxed)),
+        );
+        family(
             "flick_packet_tx_frames",
             "Frames sent.",
             per_port(&|p| p.tx_frames.load(Relaxed)),

@@ -281,7 +281,11 @@ fn share_a_live_port(kind: &str, test: &str) {
     let passed = send_and_collect(&ns, "in0", &input, Some("out1"), expected.len());
     let dumps = flick.finish_programs(&programs);
     // Each program saw every frame once and did what it does alone.
-    assert_eq!(passed, expected, "the frames the firewall passed");
+    assert_eq!(
+        passed, expected,
+        "the frames the firewall passed; its ports: {}",
+        dumps[1]["ports"]
+    );
     let want = |name: &str| -> Json {
         serde_json::from_slice(&std::fs::read(testdata(&format!("expected/{name}"))).unwrap())
             .unwrap()
@@ -289,7 +293,8 @@ fn share_a_live_port(kind: &str, test: &str) {
     assert_eq!(
         dumps[0]["globals"],
         want("knock.flow_tracker.json"),
-        "packets and bytes per flow"
+        "packets and bytes per flow; the tracker's ports: {}",
+        dumps[0]["ports"]
     );
     assert_eq!(
         dumps[1]["globals"],

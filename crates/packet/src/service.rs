@@ -13,12 +13,17 @@
 //!    frame is numbered in reading order and copied into the batch the
 //!    dispatcher is filling for that worker. A batch goes to its worker's
 //!    queue when it is full and when a port's `recv_batch` call ends, so a
-//!    live port's lone frame is not held back. With no free batch it waits
-//!    (files: no loss, after sending what it holds, so that the batches
-//!    it waits for can come back) or, for a live port, drops the frame and
-//!    counts it; a live port's batch that finds its worker's queue full is
-//!    kept and sent later, and frames for that worker that find it full
-//!    too are dropped and counted.
+//!    live port's lone frame is not held back. With no free batch a file's
+//!    frames wait (no loss, after sending what the dispatcher holds, so
+//!    that the batches it waits for can come back). A live port is read
+//!    only while every worker has a batch with room for a whole read:
+//!    until then its frames wait in the port's own ring (the kernel's,
+//!    which counts what it drops when full), so a service that falls
+//!    behind for a moment loses nothing, and a trickle of frames, each
+//!    sent in a batch of its own, cannot use up the batches. A live
+//!    port's batch that finds its worker's queue full is kept and sent
+//!    later; a frame larger than the room kept for it that finds no batch
+//!    is dropped and counted.
 //! 2. A worker parses each frame of a batch (again) in place, counting it
 //!    as malformed if it does not parse, runs the channel's rule on its
 //!    own interpreter against its own state shard, notes in the batch the
@@ -156,6 +161,9 @@ pub struct PortCounts {
     pub tx_errors: u64,
     /// Frames of a live port dropped for want of a buffer or queue room.
     pub rx_overflow: u64,
+    /// Frames the port itself dropped on the way in: its kernel ring
+    /// full while the service waited for room, or a shared port's queue.
+    pub rx_drops: u64,
 }
 
 /// What a run did.
@@ -233,8 +241,10 @@ impl Summary {
         );
         // What only some runs have, said only when it happened.
         let overflow: u64 = self.ports.iter().map(|p| p.rx_overflow).sum();
+        let rx_drops: u64 = self.ports.iter().map(|p| p.rx_drops).sum();
         let tx_errors: u64 = self.ports.iter().map(|p| p.tx_errors).sum();
         for (n, what) in [
+            (rx_drops, "dropped by the ports on the way in"),
             (overflow, "lost for want of room"),
             (tx_errors, "not sent (port errors or full send queues)"),
             (self.dict_full, "new keys refused by full dictionaries"),
@@ -563,17 +573,26 @@ impl PacketService {
             held: false,
             queues,
             free: free_rx,
+            spare: None,
             seq: 0,
             malformed: 0,
             faults: 0,
             overflow: vec![0; counts.len()],
+            rx_drops: vec![0; counts.len()],
             rx: vec![(0, 0); counts.len()],
             tx_of: tx_of.clone(),
             stats: stats.clone(),
         };
         let mut result = Ok(());
         let mut poll_fds = Vec::with_capacity(sources.len());
+        // The ports' own drops cost a system call to read (AF_XDP's
+        // statistics): read a few times a second, and at the end.
+        let mut drops_due = std::time::Instant::now();
         while !stop.load(Ordering::Relaxed) {
+            if std::time::Instant::now() >= drops_due {
+                dispatch.read_port_drops(&sources);
+                drops_due = std::time::Instant::now() + PORT_DROPS_EVERY;
+            }
             if let Some(req) = &self.config.dump_request {
                 if req.swap(false, Ordering::Relaxed) {
                     self.dump_while_running(&dispatch, &snapshots, &counts);
@@ -581,7 +600,15 @@ impl PacketService {
             }
             let mut busy = false;
             let mut open = false;
+            let mut full = None;
             for s in sources.iter_mut().filter(|s| !s.ended) {
+                // What the service cannot hold yet stays in the port's ring.
+                if s.live {
+                    if let Err(wait) = dispatch.room_for_read() {
+                        (open, full) = (true, Some(wait));
+                        continue;
+                    }
+                }
                 match dispatch.read(s) {
                     Ok(RecvStatus::Frames(_)) => (busy, open) = (true, true),
                     Ok(RecvStatus::Idle) => open = true,
@@ -598,18 +625,22 @@ impl PacketService {
             // A live port's batch that found its queue full goes now if
             // it can; meanwhile the wait for frames is short.
             dispatch.send_held();
-            if !busy {
+            if let Some(wait) = full {
+                dispatch.wait_for(wait);
+            } else if !busy {
                 wait_readable(&sources, &mut poll_fds, dispatch.held);
             }
         }
         // Every numbered frame reaches the writer, which waits for each.
         dispatch.send_all(true);
+        dispatch.read_port_drops(&sources);
         let Dispatch {
             queues,
             malformed,
             faults: steer_faults,
             overflow,
             rx,
+            rx_drops,
             ..
         } = dispatch;
         // Closing the queues ends the workers once they are drained, and
@@ -637,6 +668,7 @@ impl PacketService {
         for (i, c) in counts.iter_mut().enumerate() {
             (c.rx_frames, c.rx_bytes) = rx[i];
             c.rx_overflow = overflow[i];
+            c.rx_drops = rx_drops[i];
         }
         for (index, frames, bytes, errors) in tx {
             let c = &mut counts[index];
@@ -845,6 +877,8 @@ fn write_dump(path: &std::path::Path, text: &str) -> Result<(), Error> {
 const FRAME_BUFFER: usize = 2048;
 /// Frames taken from a port per call.
 const BATCH: usize = 64;
+/// How often the dispatcher reads its ports' own drop counts.
+const PORT_DROPS_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 /// The most frames a [`Batch`] carries between threads.
 pub const BATCH_FRAMES: usize = 256;
 
@@ -924,6 +958,13 @@ impl Batch {
         self.written = 0;
     }
 
+    /// Whether a read of up to [`BATCH`] frames of up to [`FRAME_BUFFER`]
+    /// bytes fits.
+    fn has_room_for_read(&self) -> bool {
+        self.entries.len() + BATCH <= BATCH_FRAMES
+            && self.bytes.len() + BATCH * FRAME_BUFFER <= self.bytes.capacity()
+    }
+
     /// Whether a frame of `len` bytes may join without growing the
     /// buffer (an empty batch takes any frame).
     fn has_room(&self, len: usize) -> bool {
@@ -943,6 +984,15 @@ impl Batch {
         });
         self.bytes.extend_from_slice(frame);
     }
+}
+
+/// What a dispatcher that cannot read a live port yet waits for.
+#[derive(Clone, Copy)]
+enum Wait {
+    /// Room in this worker's queue, for its batch short of room.
+    Queue(usize),
+    /// A batch back in the free pool.
+    Free,
 }
 
 /// The bytes of frame `e` in `bytes`, its batch's buffer.
@@ -966,11 +1016,15 @@ struct Dispatch<'s> {
     held: bool,
     queues: Vec<Sender<Batch>>,
     free: Receiver<Batch>,
+    /// A free batch taken while waiting for room, not yet given a worker.
+    spare: Option<Batch>,
     seq: u64,
     malformed: u64,
     faults: u64,
     /// Per port: frames dropped for want of room (live ports).
     overflow: Vec<u64>,
+    /// Per port: what the port last said it dropped on the way in.
+    rx_drops: Vec<u64>,
     /// Per port: frames and bytes received.
     rx: Vec<(u64, u64)>,
     tx_of: Arc<Vec<Vec<Option<u16>>>>,
@@ -996,6 +1050,17 @@ impl Dispatch<'_> {
         set(&self.stats.malformed, self.malformed);
         set(&self.stats.steer_faults, self.faults);
         status
+    }
+
+    /// Reads each receiving port's own drop count and publishes it.
+    fn read_port_drops(&mut self, sources: &[Source]) {
+        for s in sources {
+            let drops = s.rx.stats().drops;
+            self.rx_drops[s.counts] = drops;
+            if let Some(p) = self.stats.ports().get(s.counts) {
+                set(&p.rx_drops, drops);
+            }
+        }
     }
 
     /// Sends worker `w`'s batch, waiting for room in its queue if `wait`;
@@ -1049,6 +1114,54 @@ impl Dispatch<'_> {
         }
     }
 
+    /// Whether every worker has a batch with room for a whole read from a
+    /// live port, taking free batches for those without one and sending
+    /// those short of room; if not, what to wait for.
+    fn room_for_read(&mut self) -> Result<(), Wait> {
+        for w in 0..self.filling.len() {
+            if self.filling[w]
+                .as_ref()
+                .is_some_and(|b| !b.has_room_for_read())
+                && !self.send(w, false)
+            {
+                return Err(Wait::Queue(w));
+            }
+            if self.filling[w].is_none() {
+                let Some(mut batch) = self.take_free() else {
+                    return Err(Wait::Free);
+                };
+                batch.clear();
+                self.filling[w] = Some(batch);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for `what` for at most a millisecond (so that a stop or a
+    /// dump request is seen): room in a worker's queue for its full batch,
+    /// or a batch back in the free pool.
+    fn wait_for(&mut self, what: Wait) {
+        const WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+        match what {
+            Wait::Queue(w) => {
+                if let Some(mut batch) = self.filling[w].take() {
+                    batch.worker = w;
+                    if let Err(e) = self.queues[w].send_timeout(batch, WAIT) {
+                        // Still full (or its worker is gone, which the
+                        // next send finds out): kept for later.
+                        self.filling[w] = Some(e.into_inner());
+                        self.held = true;
+                    }
+                }
+            }
+            Wait::Free => self.spare = self.free.recv_timeout(WAIT).ok(),
+        }
+    }
+
+    fn take_free(&mut self) -> Option<Batch> {
+        self.spare.take().or_else(|| self.free.try_recv().ok())
+    }
+
     /// A batch for worker `w` with room for `len` bytes more, or None
     /// (for a live port that finds no room).
     fn batch_for(&mut self, w: usize, len: usize, live: bool) -> Option<&mut Batch> {
@@ -1056,10 +1169,10 @@ impl Dispatch<'_> {
             return None;
         }
         if self.filling[w].is_none() {
-            let batch = match self.free.try_recv() {
-                Ok(b) => b,
-                Err(_) if live => return None,
-                Err(_) => {
+            let batch = match self.take_free() {
+                Some(b) => b,
+                None if live => return None,
+                None => {
                     // The batches waited for come back only once the
                     // frames before them are written: send them all.
                     self.send_all(true);

@@ -16,6 +16,9 @@ pub struct PortStats {
     pub tx_bytes: AtomicU64,
     pub tx_errors: AtomicU64,
     pub rx_overflow: AtomicU64,
+    /// Frames the port itself dropped on the way in (a kernel ring or a
+    /// shared port's queue full), as it last reported them.
+    pub rx_drops: AtomicU64,
 }
 
 /// One worker's counters.

@@ -506,7 +506,7 @@ impl Running {
                     "port": p.name,
                     "rx_frames": r(&p.rx_frames),
                     "tx_frames": r(&p.tx_frames),
-                    "drops": r(&p.rx_overflow) + r(&p.tx_errors),
+                    "drops": r(&p.rx_drops) + r(&p.rx_overflow) + r(&p.tx_errors),
                 }));
             }
             counters = json!({
@@ -1493,7 +1493,7 @@ impl prometheus_client::collector::Collector for PacketCollector {
         let s = &self.0;
         let r = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         type PortCounter = fn(&flick_packet::PortStats) -> u64;
-        let per_port: [(&str, &str, PortCounter); 5] = [
+        let per_port: [(&str, &str, PortCounter); 6] = [
             ("flick_packet_rx_frames", "Frames received.", |p| {
                 p.rx_frames.load(Ordering::Relaxed)
             }),
@@ -1504,6 +1504,11 @@ impl prometheus_client::collector::Collector for PacketCollector {
                 "flick_packet_rx_overflow",
                 "Frames of a live port lost for want of a buffer or queue room.",
                 |p| p.rx_overflow.load(Ordering::Relaxed),
+            ),
+            (
+                "flick_packet_rx_drops",
+                "Frames a port dropped on the way in (its kernel ring or a shared port's queue full).",
+                |p| p.rx_drops.load(Ordering::Relaxed),
             ),
             (
                 "flick_packet_tx_errors",
