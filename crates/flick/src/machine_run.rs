@@ -264,6 +264,12 @@ pub fn render_metrics(
             one(stats.not_sent.load(Relaxed)),
         );
         family(
+            "flick_machine_rx_drops",
+            "counter",
+            "Frames the input ports dropped on the way in (a kernel ring full).",
+            one(stats.rx_drops.load(Relaxed)),
+        );
+        family(
             "flick_machine_unparsed",
             "counter",
             "Frames the packet grammar did not parse.",

@@ -4,7 +4,9 @@
 //! 1. The dispatcher reads the input ports. Files are merged by timestamp
 //!    (ties to the lower port number), so time-driven machines see the
 //!    frames in the order they were captured; with a live port among the
-//!    inputs, ports are read in turn, a batch at a time. Each frame is
+//!    inputs, ports are read in turn, a batch at a time, a live one no more
+//!    frames than there are free jobs (the rest wait in its kernel ring,
+//!    which counts what it drops: [`LiveStats::rx_drops`]). Each frame is
 //!    copied into a pooled job, numbered in reading order, parsed once
 //!    with the `packet` unit into the program's field values, and queued
 //!    to the worker its flow key hashes to (the key of the first stage
@@ -84,6 +86,11 @@ pub enum RunError {
 const POOL: usize = 1024;
 /// Jobs queued to one worker.
 const QUEUE: usize = 256;
+/// How often the dispatcher reads its input ports' own drop counts.
+const PORT_DROPS_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+/// How long a dispatcher with no free job waits for one before looking
+/// at its other duties (a stop, a dump, tables, writes) again.
+const FREE_JOB_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 /// Frames taken from a live port per call.
 const BATCH: usize = 64;
 /// Fresh buffers hold an Ethernet frame with a VLAN tag.
@@ -282,6 +289,9 @@ pub struct LiveStats {
     pub unbound: AtomicU64,
     /// Frames a port refused, or took and then lost to a full send queue.
     pub not_sent: AtomicU64,
+    /// Frames the input ports dropped on the way in (a kernel ring full),
+    /// as they last reported them.
+    pub rx_drops: AtomicU64,
     pub unparsed: AtomicU64,
     pub workers: Vec<WorkerStats>,
 }
@@ -296,6 +306,7 @@ impl LiveStats {
             dropped_from: counters(MAX_PORTS),
             unbound: AtomicU64::new(0),
             not_sent: AtomicU64::new(0),
+            rx_drops: AtomicU64::new(0),
             unparsed: AtomicU64::new(0),
             workers: (0..workers)
                 .map(|_| WorkerStats {
@@ -340,6 +351,8 @@ pub struct Summary {
     pub unbound: BTreeMap<u8, u64>,
     /// Frames a port refused, or took and then lost to a full send queue.
     pub not_sent: u64,
+    /// Frames the input ports dropped on the way in.
+    pub rx_drops: u64,
     /// Frames the `packet` unit did not parse (their unit fields read 0).
     pub unparsed: u64,
     /// Frames each worker handled (not in the dump).
@@ -370,6 +383,7 @@ impl Summary {
         );
         let unbound: u64 = self.unbound.values().sum();
         for (n, what) in [
+            (self.rx_drops, "dropped by the ports on the way in"),
             (unbound, "sent to unbound ports"),
             (self.not_sent, "not sent (port errors or full send queues)"),
             (self.unparsed, "not parsed"),
@@ -630,6 +644,7 @@ impl MachineService {
         let (sent, unbound, dropped, write_error) =
             written.map_err(|_| RunError::Panicked("writer"))?;
         let not_sent = self.stats.not_sent.load(Ordering::Relaxed);
+        let rx_drops = self.stats.rx_drops.load(Ordering::Relaxed);
         read?;
         if let Some(e) = write_error {
             return Err(e);
@@ -643,6 +658,7 @@ impl MachineService {
             dropped,
             unbound,
             not_sent,
+            rx_drops,
             unparsed,
             worker_frames,
             refused_swaps: refused,
@@ -991,6 +1007,12 @@ impl Dispatch<'_> {
         let _ = self.queues[w].send(Msg::Frame(job));
     }
 
+    /// The input ports' own drop counts, summed, published.
+    fn read_port_drops(&self, inputs: &[InPort]) {
+        let drops = inputs.iter().map(|p| p.rx.stats().drops).sum();
+        self.stats.rx_drops.store(drops, Ordering::Relaxed);
+    }
+
     fn read_all(
         &mut self,
         mut inputs: Vec<InPort>,
@@ -1005,27 +1027,40 @@ impl Dispatch<'_> {
         };
         if inputs.iter().any(|p| p.live) {
             let mut ended = vec![false; inputs.len()];
+            let mut spare: Option<Job> = None;
+            // The ports' own drops cost a system call to read: read a few
+            // times a second, and at the end.
+            let mut drops_due = std::time::Instant::now();
             while !stop.load(Ordering::Relaxed) && ended.iter().any(|e| !e) {
                 self.swaps(swaps)?;
                 self.controls();
                 self.dump_if_asked();
+                if std::time::Instant::now() >= drops_due {
+                    self.read_port_drops(&inputs);
+                    drops_due = std::time::Instant::now() + PORT_DROPS_EVERY;
+                }
                 let mut idle = true;
                 for (i, p) in inputs.iter_mut().enumerate() {
                     if ended[i] {
                         continue;
                     }
                     let number = p.number;
-                    let live = p.live;
-                    let mut lost = 0u64;
-                    let status = p.rx.recv_batch(BATCH, &mut |frame, ts| {
-                        // A live port waits for nobody: no free job, no frame.
-                        let job = if live {
-                            free.try_recv().ok()
-                        } else {
-                            free.recv().ok()
-                        };
-                        let Some(mut job) = job else {
-                            lost += 1;
+                    // A live port is read no further than there are free
+                    // jobs (only this thread takes them, so no fewer come
+                    // during the read): its other frames wait in its ring.
+                    let max = if p.live {
+                        let free_jobs = free.len() + usize::from(spare.is_some());
+                        if free_jobs == 0 {
+                            spare = free.recv_timeout(FREE_JOB_WAIT).ok();
+                            idle = false;
+                            continue;
+                        }
+                        BATCH.min(free_jobs)
+                    } else {
+                        BATCH
+                    };
+                    let status = p.rx.recv_batch(max, &mut |frame, ts| {
+                        let Some(mut job) = spare.take().or_else(|| free.recv().ok()) else {
                             return;
                         };
                         job.buf.clear();
@@ -1046,6 +1081,7 @@ impl Dispatch<'_> {
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 }
             }
+            self.read_port_drops(&inputs);
             return Ok(());
         }
         // Files: one frame ahead per file, the earliest dispatched first.

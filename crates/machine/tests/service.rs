@@ -286,3 +286,91 @@ fn frames_a_port_refuses_or_loses_are_counted_as_not_sent() {
         summary.line()
     );
 }
+
+/// A live port: its frames as fast as they are asked for, then nothing
+/// (it never ends), and what its kernel ring would say it dropped.
+struct LiveRx(MemRx);
+
+impl RxPort for LiveRx {
+    fn recv_batch(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(&[u8], u64),
+    ) -> Result<RecvStatus, PortError> {
+        match self.0.recv_batch(max, f)? {
+            RecvStatus::End => Ok(RecvStatus::Idle),
+            s => Ok(s),
+        }
+    }
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    fn stats(&self) -> flick_packet_io::PortStats {
+        flick_packet_io::PortStats {
+            drops: 5,
+            ..Default::default()
+        }
+    }
+}
+
+/// A port that takes 100 µs to send each frame.
+struct SlowTx(Sent);
+
+impl TxPort for SlowTx {
+    fn send(&mut self, frame: &[u8], ts: u64) -> Result<(), PortError> {
+        std::thread::sleep(std::time::Duration::from_micros(100));
+        self.0.lock().unwrap().push((frame.to_vec(), ts));
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<(), PortError> {
+        Ok(())
+    }
+}
+
+/// A live port read faster than the machine's frames are written loses
+/// none of them: past the pool's jobs its frames wait in the port (a
+/// kernel ring) instead of being read and dropped; what the port itself
+/// dropped is counted.
+#[test]
+fn a_live_port_waits_for_free_jobs_rather_than_dropping() {
+    use std::sync::atomic::Ordering;
+    let frames: Frames = (0..3000u64).map(|i| (udp(i as u32 % 7, 1), i)).collect();
+    let ins = vec![InPort {
+        number: 1,
+        spec: "live".into(),
+        rx: Box::new(LiveRx(MemRx {
+            frames: frames.clone(),
+            next: 0,
+            swap: None,
+        })),
+        live: true,
+    }];
+    let sent = Sent::default();
+    let outs = vec![OutPort {
+        number: 1,
+        spec: "slow".into(),
+        tx: Box::new(SlowTx(sent.clone())),
+    }];
+    let service = MachineService::new(program(COUNT), 2).unwrap();
+    let stop = AtomicBool::new(false);
+    let summary = std::thread::scope(|s| {
+        let stop_ref = &stop;
+        let running = s.spawn(move || service.run(ins, outs, stop_ref, None));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while sent.lock().unwrap().len() < frames.len() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        stop.store(true, Ordering::Relaxed);
+        running.join().unwrap().unwrap()
+    });
+    assert_eq!(summary.received[&1], 3000, "{}", summary.line());
+    assert_eq!(*sent.lock().unwrap(), frames, "every frame, in order");
+    assert_eq!(summary.rx_drops, 5);
+    assert!(
+        summary
+            .line()
+            .contains("dropped by the ports on the way in 5"),
+        "{}",
+        summary.line()
+    );
+}

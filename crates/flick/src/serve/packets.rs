@@ -560,6 +560,7 @@ impl Running {
             counters = json!({
                 "unbound": r(&s.unbound),
                 "not_sent": r(&s.not_sent),
+                "rx_drops": r(&s.rx_drops),
                 "unparsed": r(&s.unparsed),
                 "table_full": s.workers_sum(|w| &w.table_full),
                 "evicted": s.workers_sum(|w| &w.evicted),
@@ -1598,6 +1599,11 @@ impl prometheus_client::collector::Collector for MachineCollector {
                 "flick_machine_not_sent",
                 "Frames a port refused, or took and lost to a full send queue.",
                 r(&s.not_sent),
+            ),
+            (
+                "flick_machine_rx_drops",
+                "Frames the input ports dropped on the way in (a kernel ring full).",
+                r(&s.rx_drops),
             ),
             (
                 "flick_machine_unparsed",
