@@ -476,7 +476,9 @@ fn a_live_port_waits_for_room_rather_than_dropping() {
     // What the port dropped itself is counted and said.
     assert_eq!(summary.ports[0].rx_drops, 7);
     assert!(
-        summary.line().contains("dropped by the ports on the way in 7"),
+        summary
+            .line()
+            .contains("dropped by the ports on the way in 7"),
         "{}",
         summary.line()
     );
