@@ -88,11 +88,11 @@ impl GraphHost {
                 let unit = self.grammar.unit_id(name).ok_or_else(|| {
                     Fault::Host(format!("record `{name}` is not a unit of the grammar"))
                 })?;
-                RecordBuilder {
+                Box::new(RecordBuilder {
                     builder: Builder::new(self.grammar.clone(), unit),
                     parser: self.grammar.parser(unit),
                     kept: Vec::new(),
-                }
+                })
             }
         };
         let constants = fields.iter().all(constant);

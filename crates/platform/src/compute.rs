@@ -249,7 +249,9 @@ pub struct GraphHost {
     pub fold: crate::merge::FoldState,
     /// Records the program builds: per record, its grammar unit's builder
     /// and a parser to find the values in the built bytes (made on first use).
-    pub builders: Vec<Option<crate::build::RecordBuilder>>,
+    /// Boxed: each is taken out and put back per record built, and a
+    /// builder with its parser is too large to move by value each time.
+    pub builders: Vec<Option<Box<crate::build::RecordBuilder>>>,
     /// Record names with their named fields, as compute code numbers them.
     pub records: Arc<Vec<(String, Vec<String>)>>,
     /// Live instances per peer for `least_connections`, shared by the
