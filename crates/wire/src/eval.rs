@@ -127,6 +127,22 @@ impl<'a> Env<'a> {
         }
     }
 
+    /// The value of a constant or of a set integer field, as `eval` gives
+    /// it; `None` for anything else (which `eval` then reads).
+    #[inline]
+    fn int_quick(&self, e: &CExpr) -> Option<i128> {
+        match e {
+            CExpr::Int(v) => Some(*v),
+            CExpr::Slot(s) => match self.slots.get(self.base + *s as usize) {
+                Some(Slot::Int(v)) => Some(*v as i128),
+                Some(Slot::SInt(v)) => Some(*v as i128),
+                Some(Slot::Count(n)) => Some(*n as i128),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// A binary operation; every operator yields an integer.
     fn binary(&self, op: BinOp, a: &'a CExpr, b: &'a CExpr) -> Result<i128, EvalFail> {
         if matches!(op, BinOp::And | BinOp::Or) {
@@ -137,7 +153,12 @@ impl<'a> Env<'a> {
             }));
         }
         if matches!(op, BinOp::Eq | BinOp::Ne) {
-            let eq = equal(self.eval(a)?, self.eval(b)?)?;
+            // A field compared with a number (`self.opcode == Opcode::Get`,
+            // most of a binary protocol's routing properties) needs no `Val`.
+            let eq = match (self.int_quick(a), self.int_quick(b)) {
+                (Some(x), Some(y)) => x == y,
+                _ => equal(self.eval(a)?, self.eval(b)?)?,
+            };
             return Ok(i128::from(eq == (op == BinOp::Eq)));
         }
         let x = self.int(a)?;

@@ -3,10 +3,13 @@
 //! self.key_len == -1`), a field's own number (`%quiet = self.noreply`),
 //! a field that is one of some strings (`%broadcast = self.command ==
 //! "flush_all" || self.command == "version"`), maybe scaled (`%refuse =
-//! 6 * (...)`). Each property's shape is found when its grammar is
+//! 6 * (...)`), and any other expression of numbers and integer fields
+//! alone (`%quiet = self.magic == Magic::Request && (self.opcode ==
+//! Opcode::GetQ || ...)`, a binary protocol's), read as a tree of plain
+//! integer operations. Each property's shape is found when its grammar is
 //! compiled; [`Grammar::property`] and [`PropertyRef`] read through it.
 
-use crate::grammar::ast::BinOp;
+use crate::grammar::ast::{BinOp, UnOp};
 use crate::program::{CExpr, Slot, UnitId};
 use crate::Grammar;
 use std::sync::Arc;
@@ -26,7 +29,147 @@ pub(crate) enum PropertyForm {
         scale: i128,
         equal: bool,
     },
+    /// Numbers and integer fields only, read without building values.
+    Ints(IntForm),
     Expr,
+}
+
+/// An expression of numbers and integer fields: what
+/// [`Env::int`](crate::eval::Env::int) computes for it, wherever every
+/// field it reads holds a number (elsewhere it cannot tell, and the
+/// expression is walked).
+#[derive(Clone, Debug)]
+pub(crate) enum IntForm {
+    Int(i128),
+    Slot(u16),
+    Not(Box<IntForm>),
+    Neg(Box<IntForm>),
+    Binary(BinOp, Box<IntForm>, Box<IntForm>),
+    /// A test of one field against numbers (`self.opcode == Opcode::GetQ
+    /// || self.opcode == Opcode::GetKQ || ...`), answered from a bit per
+    /// value where the field holds 0..=255, by `test` elsewhere.
+    Test {
+        slot: u16,
+        bits: [u64; 4],
+        test: Box<IntForm>,
+    },
+}
+
+impl IntForm {
+    /// `e` as such a tree, if it is one.
+    fn of(e: &CExpr) -> Option<IntForm> {
+        let f = match e {
+            CExpr::Int(v) => IntForm::Int(*v),
+            CExpr::Slot(s) => IntForm::Slot(*s),
+            CExpr::Unary(UnOp::Not, x) => IntForm::Not(Box::new(IntForm::of(x)?)),
+            CExpr::Unary(UnOp::Neg, x) => IntForm::Neg(Box::new(IntForm::of(x)?)),
+            CExpr::Binary(op, a, b) => {
+                IntForm::Binary(*op, Box::new(IntForm::of(a)?), Box::new(IntForm::of(b)?))
+            }
+            _ => return None,
+        };
+        Some(f.tabled())
+    }
+
+    /// This tree, or where it is a test (0 or 1) of one field alone, that
+    /// test with its answers for the field's values 0..=255 tabled.
+    fn tabled(self) -> IntForm {
+        let test = matches!(
+            self,
+            IntForm::Not(_)
+                | IntForm::Binary(
+                    BinOp::Eq
+                        | BinOp::Ne
+                        | BinOp::Lt
+                        | BinOp::Le
+                        | BinOp::Gt
+                        | BinOp::Ge
+                        | BinOp::And
+                        | BinOp::Or,
+                    ..
+                )
+        );
+        let Some(slot) = self.one_slot().flatten().filter(|_| test) else {
+            return self;
+        };
+        let mut bits = [0u64; 4];
+        let mut slots = vec![Slot::Unset; slot as usize + 1];
+        for v in 0..256u64 {
+            slots[slot as usize] = Slot::Int(v);
+            match self.eval(&slots) {
+                Some(0) => {}
+                Some(1) => bits[(v / 64) as usize] |= 1 << (v % 64),
+                _ => return self,
+            }
+        }
+        IntForm::Test {
+            slot,
+            bits,
+            test: Box::new(self),
+        }
+    }
+
+    /// The one field the tree reads: `Some(None)` where it reads none,
+    /// `None` where it reads several.
+    fn one_slot(&self) -> Option<Option<u16>> {
+        let join = |a: Option<u16>, b: Option<u16>| match (a, b) {
+            (Some(x), Some(y)) if x != y => None,
+            (x, y) => Some(x.or(y)),
+        };
+        match self {
+            IntForm::Int(_) => Some(None),
+            IntForm::Slot(s) | IntForm::Test { slot: s, .. } => Some(Some(*s)),
+            IntForm::Not(x) | IntForm::Neg(x) => x.one_slot(),
+            IntForm::Binary(_, a, b) => join(a.one_slot()?, b.one_slot()?),
+        }
+    }
+
+    /// Its value; `None` where a field read holds no number (unset,
+    /// bytes) or an operation fails (overflow, division by zero), which
+    /// the walk then decides.
+    fn eval(&self, slots: &[Slot]) -> Option<i128> {
+        match self {
+            IntForm::Int(v) => Some(*v),
+            IntForm::Slot(s) => match slots.get(*s as usize)? {
+                Slot::Int(v) => Some(*v as i128),
+                Slot::SInt(v) => Some(*v as i128),
+                Slot::Count(n) => Some(*n as i128),
+                _ => None,
+            },
+            IntForm::Test { slot, bits, test } => match slots.get(*slot as usize) {
+                Some(Slot::Int(v)) if *v < 256 => {
+                    Some(i128::from(bits[(*v / 64) as usize] >> (*v % 64) & 1 == 1))
+                }
+                _ => test.eval(slots),
+            },
+            IntForm::Not(x) => Some(i128::from(x.eval(slots)? == 0)),
+            IntForm::Neg(x) => x.eval(slots)?.checked_neg(),
+            IntForm::Binary(op, a, b) => {
+                let x = a.eval(slots)?;
+                // `&&` and `||` read their right side only as the walk does.
+                match op {
+                    BinOp::And if x == 0 => return Some(0),
+                    BinOp::Or if x != 0 => return Some(1),
+                    _ => {}
+                }
+                let y = b.eval(slots)?;
+                match op {
+                    BinOp::And | BinOp::Or => Some(i128::from(y != 0)),
+                    BinOp::Eq => Some(i128::from(x == y)),
+                    BinOp::Ne => Some(i128::from(x != y)),
+                    BinOp::Lt => Some(i128::from(x < y)),
+                    BinOp::Le => Some(i128::from(x <= y)),
+                    BinOp::Gt => Some(i128::from(x > y)),
+                    BinOp::Ge => Some(i128::from(x >= y)),
+                    BinOp::Add => x.checked_add(y),
+                    BinOp::Sub => x.checked_sub(y),
+                    BinOp::Mul => x.checked_mul(y),
+                    BinOp::Div => x.checked_div(y),
+                    BinOp::Mod => x.checked_rem(y),
+                }
+            }
+        }
+    }
 }
 
 /// The slot and string of `e`, if it is `self.field == "string"` (either
@@ -95,7 +238,7 @@ impl PropertyForm {
                 scale,
                 equal: true,
             },
-            None => PropertyForm::Expr,
+            None => IntForm::of(&e).map_or(PropertyForm::Expr, PropertyForm::Ints),
         }
     }
 
@@ -133,6 +276,7 @@ impl PropertyForm {
                 };
                 Some(Some(if found == *equal { *scale } else { 0 }))
             }
+            PropertyForm::Ints(f) => f.eval(slots).map(Some),
             PropertyForm::Expr => None,
         }
     }
@@ -389,6 +533,127 @@ mod tests {
         assert!(g.property_ref(kv, "broadcast").is_none());
     }
 
+    /// The slots and integer constants an expression reads.
+    fn reads(e: &CExpr, slots: &mut Vec<u16>, ints: &mut Vec<i128>) {
+        match e {
+            CExpr::Slot(s) => slots.push(*s),
+            CExpr::Int(v) => ints.push(*v),
+            CExpr::Unary(_, x) => reads(x, slots, ints),
+            CExpr::Binary(_, a, b) => {
+                reads(a, slots, ints);
+                reads(b, slots, ints);
+            }
+            CExpr::Call(_, args) => args.iter().for_each(|a| reads(a, slots, ints)),
+            _ => {}
+        }
+    }
+
+    /// Every property of the stock grammars read as a tree of integer
+    /// operations reads as its expression walked does, over random
+    /// values of the fields it reads: numbers near its constants, in and
+    /// out of the tabled 0..=255, signed, counts, bytes and nothing.
+    #[test]
+    fn integer_forms_read_as_their_expressions() {
+        let mut forms = 0;
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for &name in crate::stock::NAMES {
+            let g = Grammar::stock(name).unwrap();
+            for (u, info) in g.units.iter().enumerate() {
+                for (i, (prop, e)) in info.properties.iter().enumerate() {
+                    if !matches!(info.property_forms[i], PropertyForm::Ints(_)) {
+                        continue;
+                    }
+                    forms += 1;
+                    let (mut read, mut ints) = (Vec::new(), Vec::new());
+                    reads(&crate::int_expr::fold(e), &mut read, &mut ints);
+                    let mut values = vec![
+                        Slot::Unset,
+                        Slot::Int(0),
+                        Slot::Int(255),
+                        Slot::Int(256),
+                        Slot::Int(u64::MAX),
+                        Slot::SInt(-1),
+                        Slot::Count(2),
+                        Slot::Bytes { start: 0, len: 1 },
+                    ];
+                    for c in ints.iter().filter(|c| **c >= 0 && **c < u64::MAX as i128) {
+                        let c = *c as u64;
+                        values.extend([
+                            Slot::Int(c),
+                            Slot::Int(c + 1),
+                            Slot::Int(c.saturating_sub(1)),
+                        ]);
+                    }
+                    for _ in 0..400 {
+                        let mut slots = vec![Slot::Unset; info.slots as usize];
+                        for &s in &read {
+                            // Mostly numbers, so that the trees run to the end.
+                            let pick = next() as usize % values.len();
+                            slots[s as usize] = values[pick];
+                        }
+                        let env = crate::eval::Env {
+                            slots: &slots,
+                            base: 0,
+                            data: b"x",
+                            dollar: crate::eval::Val::Unset,
+                            dollar_base: 0,
+                            context: 0,
+                            limits: &g.limit_values,
+                            streamed: 0,
+                        };
+                        assert_eq!(
+                            g.property(u, prop, &slots, b"x"),
+                            env.int(e).ok(),
+                            "{name}: {}.{prop} with {slots:?}",
+                            info.name
+                        );
+                    }
+                }
+            }
+        }
+        assert!(forms >= 10, "properties read as integer trees: {forms}");
+    }
+
+    /// The binary Memcached protocol's routing properties (a header's
+    /// magic, opcode and lengths compared with numbers) are read as trees
+    /// of integer operations, their tests of one field tabled, not walked.
+    #[test]
+    fn binary_memcached_properties_are_integer_forms() {
+        let g = Grammar::stock("memcached_binary").unwrap();
+        let unit = g.unit_id("cmd").unwrap();
+        let info = &g.units[unit];
+        for name in [
+            "quiet",
+            "broadcast",
+            "refuse",
+            "idempotent",
+            "more",
+            "ends",
+            "correlate",
+        ] {
+            let i = g.property_index(unit, name).unwrap();
+            assert!(
+                matches!(info.property_forms[i], PropertyForm::Ints(_)),
+                "%{name}: {:?}",
+                info.property_forms[i]
+            );
+        }
+        let i = g.property_index(unit, "quiet").unwrap();
+        let PropertyForm::Ints(IntForm::Binary(BinOp::And, magic, opcode)) =
+            &info.property_forms[i]
+        else {
+            panic!("%quiet: {:?}", info.property_forms[i]);
+        };
+        assert!(matches!(**magic, IntForm::Test { .. }), "{magic:?}");
+        assert!(matches!(**opcode, IntForm::Test { .. }), "{opcode:?}");
+    }
+
     /// Every property of every stock grammar that has a form reads as its
     /// expression walked reads, over slots of every kind: strings it
     /// names and others, numbers, counts, nothing.
@@ -406,7 +671,7 @@ mod tests {
                     let slot = match form {
                         PropertyForm::Compare(s, ..) | PropertyForm::Number(s) => *s,
                         PropertyForm::OneOf { slot, .. } => *slot,
-                        PropertyForm::Expr => continue,
+                        PropertyForm::Ints(_) | PropertyForm::Expr => continue,
                     };
                     shapes += 1;
                     let mut data = Vec::new();
