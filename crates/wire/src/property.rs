@@ -36,11 +36,13 @@ pub(crate) enum PropertyForm {
 
 /// An expression of numbers and integer fields: what
 /// [`Env::int`](crate::eval::Env::int) computes for it, wherever every
-/// field it reads holds a number (elsewhere it cannot tell, and the
-/// expression is walked).
+/// field it reads holds a number that fits an `i64` and no step overflows
+/// one (elsewhere it cannot tell, and the expression is walked). In `i64`
+/// rather than the walk's `i128`, whose checked multiplication is a call
+/// and whose values come back through memory.
 #[derive(Clone, Debug)]
 pub(crate) enum IntForm {
-    Int(i128),
+    Int(i64),
     Slot(u16),
     Not(Box<IntForm>),
     Neg(Box<IntForm>),
@@ -59,7 +61,7 @@ impl IntForm {
     /// `e` as such a tree, if it is one.
     fn of(e: &CExpr) -> Option<IntForm> {
         let f = match e {
-            CExpr::Int(v) => IntForm::Int(*v),
+            CExpr::Int(v) => IntForm::Int(i64::try_from(*v).ok()?),
             CExpr::Slot(s) => IntForm::Slot(*s),
             CExpr::Unary(UnOp::Not, x) => IntForm::Not(Box::new(IntForm::of(x)?)),
             CExpr::Unary(UnOp::Neg, x) => IntForm::Neg(Box::new(IntForm::of(x)?)),
@@ -127,22 +129,22 @@ impl IntForm {
     /// Its value; `None` where a field read holds no number (unset,
     /// bytes) or an operation fails (overflow, division by zero), which
     /// the walk then decides.
-    fn eval(&self, slots: &[Slot]) -> Option<i128> {
+    fn eval(&self, slots: &[Slot]) -> Option<i64> {
         match self {
             IntForm::Int(v) => Some(*v),
             IntForm::Slot(s) => match slots.get(*s as usize)? {
-                Slot::Int(v) => Some(*v as i128),
-                Slot::SInt(v) => Some(*v as i128),
-                Slot::Count(n) => Some(*n as i128),
+                Slot::Int(v) => i64::try_from(*v).ok(),
+                Slot::SInt(v) => Some(*v),
+                Slot::Count(n) => Some(i64::from(*n)),
                 _ => None,
             },
             IntForm::Test { slot, bits, test } => match slots.get(*slot as usize) {
                 Some(Slot::Int(v)) if *v < 256 => {
-                    Some(i128::from(bits[(*v / 64) as usize] >> (*v % 64) & 1 == 1))
+                    Some(i64::from(bits[(*v / 64) as usize] >> (*v % 64) & 1 == 1))
                 }
                 _ => test.eval(slots),
             },
-            IntForm::Not(x) => Some(i128::from(x.eval(slots)? == 0)),
+            IntForm::Not(x) => Some(i64::from(x.eval(slots)? == 0)),
             IntForm::Neg(x) => x.eval(slots)?.checked_neg(),
             IntForm::Binary(op, a, b) => {
                 let x = a.eval(slots)?;
@@ -154,13 +156,13 @@ impl IntForm {
                 }
                 let y = b.eval(slots)?;
                 match op {
-                    BinOp::And | BinOp::Or => Some(i128::from(y != 0)),
-                    BinOp::Eq => Some(i128::from(x == y)),
-                    BinOp::Ne => Some(i128::from(x != y)),
-                    BinOp::Lt => Some(i128::from(x < y)),
-                    BinOp::Le => Some(i128::from(x <= y)),
-                    BinOp::Gt => Some(i128::from(x > y)),
-                    BinOp::Ge => Some(i128::from(x >= y)),
+                    BinOp::And | BinOp::Or => Some(i64::from(y != 0)),
+                    BinOp::Eq => Some(i64::from(x == y)),
+                    BinOp::Ne => Some(i64::from(x != y)),
+                    BinOp::Lt => Some(i64::from(x < y)),
+                    BinOp::Le => Some(i64::from(x <= y)),
+                    BinOp::Gt => Some(i64::from(x > y)),
+                    BinOp::Ge => Some(i64::from(x >= y)),
                     BinOp::Add => x.checked_add(y),
                     BinOp::Sub => x.checked_sub(y),
                     BinOp::Mul => x.checked_mul(y),
@@ -276,7 +278,7 @@ impl PropertyForm {
                 };
                 Some(Some(if found == *equal { *scale } else { 0 }))
             }
-            PropertyForm::Ints(f) => f.eval(slots).map(Some),
+            PropertyForm::Ints(f) => f.eval(slots).map(|v| Some(i128::from(v))),
             PropertyForm::Expr => None,
         }
     }
