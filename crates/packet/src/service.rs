@@ -202,6 +202,17 @@ impl Summary {
             ] {
                 m.insert(k.into(), v.into());
             }
+            // Losses only where there were some, so clean dumps keep
+            // their shape.
+            for (k, v) in [
+                ("rx_drops", p.rx_drops),
+                ("rx_overflow", p.rx_overflow),
+                ("tx_errors", p.tx_errors),
+            ] {
+                if v > 0 {
+                    m.insert(k.into(), v.into());
+                }
+            }
             ports.insert(p.name.clone(), Json::Object(m));
         }
         let mut top = Map::new();

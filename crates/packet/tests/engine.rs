@@ -473,8 +473,11 @@ fn a_live_port_waits_for_room_rather_than_dropping() {
     assert_eq!(summary.ports[0].rx_overflow, 0, "{}", summary.line());
     assert_eq!(summary.ports[0].rx_frames, 200);
     assert_eq!(*out.0.lock().unwrap(), input, "every frame, in order");
-    // What the port dropped itself is counted and said.
+    // What the port dropped itself is counted and said, in the dump too.
     assert_eq!(summary.ports[0].rx_drops, 7);
+    let dump: serde_json::Value = serde_json::from_str(&summary.dump_json()).unwrap();
+    assert_eq!(dump["ports"]["inside"]["rx_drops"], 7, "{dump}");
+    assert!(dump["ports"]["outside"].get("rx_drops").is_none(), "{dump}");
     assert!(
         summary
             .line()
