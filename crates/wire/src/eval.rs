@@ -90,13 +90,10 @@ impl<'a> Env<'a> {
     pub fn int(&self, e: &'a CExpr) -> Result<i128, EvalFail> {
         // Integer-only nodes skip building a `Val` (the hot path of lengths
         // and `&requires` checks); the rest go through `eval`.
+        if let Some(v) = self.int_quick(e) {
+            return Ok(v);
+        }
         match e {
-            CExpr::Int(v) => return Ok(*v),
-            CExpr::Slot(s) => match self.slots.get(self.base + *s as usize) {
-                Some(Slot::Int(v)) => return Ok(*v as i128),
-                Some(Slot::SInt(v)) => return Ok(*v as i128),
-                _ => {}
-            },
             CExpr::Dollar => {
                 if let Val::Int(v) = self.dollar {
                     return Ok(v);

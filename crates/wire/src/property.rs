@@ -39,7 +39,11 @@ pub(crate) enum PropertyForm {
 /// field it reads holds a number that fits an `i64` and no step overflows
 /// one (elsewhere it cannot tell, and the expression is walked). In `i64`
 /// rather than the walk's `i128`, whose checked multiplication is a call
-/// and whose values come back through memory.
+/// and whose values come back through memory. Not the parser's
+/// [`IntExpr`](crate::int_expr::IntExpr): its tests of one field against
+/// many numbers are a node per comparison, where here they are one table
+/// (the binary Memcached proxy, under callgrind: 20,626 instructions an
+/// operation with properties lowered that way, 17,022 with these).
 #[derive(Clone, Debug)]
 pub(crate) enum IntForm {
     Int(i64),
@@ -535,6 +539,21 @@ mod tests {
         assert!(g.property_ref(kv, "broadcast").is_none());
     }
 
+    /// A property's expression walked, as if it had no form.
+    fn walked(g: &Grammar, slots: &[Slot], data: &[u8], e: &CExpr) -> Option<i128> {
+        let env = crate::eval::Env {
+            slots,
+            base: 0,
+            data,
+            dollar: crate::eval::Val::Unset,
+            dollar_base: 0,
+            context: 0,
+            limits: &g.limit_values,
+            streamed: 0,
+        };
+        env.int(e).ok()
+    }
+
     /// The slots and integer constants an expression reads.
     fn reads(e: &CExpr, slots: &mut Vec<u16>, ints: &mut Vec<i128>) {
         match e {
@@ -599,19 +618,9 @@ mod tests {
                             let pick = next() as usize % values.len();
                             slots[s as usize] = values[pick];
                         }
-                        let env = crate::eval::Env {
-                            slots: &slots,
-                            base: 0,
-                            data: b"x",
-                            dollar: crate::eval::Val::Unset,
-                            dollar_base: 0,
-                            context: 0,
-                            limits: &g.limit_values,
-                            streamed: 0,
-                        };
                         assert_eq!(
                             g.property(u, prop, &slots, b"x"),
-                            env.int(e).ok(),
+                            walked(&g, &slots, b"x", e),
                             "{name}: {}.{prop} with {slots:?}",
                             info.name
                         );
@@ -698,19 +707,9 @@ mod tests {
                     for v in values {
                         let mut slots = vec![Slot::Unset; info.slots as usize];
                         slots[slot as usize] = v;
-                        let env = crate::eval::Env {
-                            slots: &slots,
-                            base: 0,
-                            data: &data,
-                            dollar: crate::eval::Val::Unset,
-                            dollar_base: 0,
-                            context: 0,
-                            limits: &g.limit_values,
-                            streamed: 0,
-                        };
                         assert_eq!(
                             g.property(u, prop, &slots, &data),
-                            env.int(e).ok(),
+                            walked(&g, &slots, &data, e),
                             "{name}: {}.{prop} with {v:?}",
                             info.name
                         );
