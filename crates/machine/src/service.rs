@@ -1009,8 +1009,15 @@ impl Dispatch<'_> {
 
     /// The input ports' own drop counts, summed, published.
     fn read_port_drops(&self, inputs: &[InPort]) {
-        let drops = inputs.iter().map(|p| p.rx.stats().drops).sum();
-        self.stats.rx_drops.store(drops, Ordering::Relaxed);
+        let drops: u64 = inputs.iter().map(|p| p.rx.stats().drops).sum();
+        let before = self.stats.rx_drops.swap(drops, Ordering::Relaxed);
+        if drops > before {
+            tracing::warn!(
+                rx_drops = drops,
+                "{} frames dropped by the input ports on the way in: their rings were full",
+                drops - before
+            );
+        }
     }
 
     fn read_all(

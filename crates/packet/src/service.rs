@@ -297,6 +297,7 @@ pub struct PacketService {
 static MALFORMED_LOG: RateLimit = RateLimit::new();
 static FAULT_LOG: RateLimit = RateLimit::new();
 static TX_LOG: RateLimit = RateLimit::new();
+static RX_LOG: RateLimit = RateLimit::new();
 
 impl PacketService {
     pub fn new(loaded: Loaded, config: PacketConfig) -> Result<PacketService, Error> {
@@ -1067,6 +1068,14 @@ impl Dispatch<'_> {
     fn read_port_drops(&mut self, sources: &[Source]) {
         for s in sources {
             let drops = s.rx.stats().drops;
+            if drops > self.rx_drops[s.counts] {
+                let lost = drops - self.rx_drops[s.counts];
+                flick_platform::limited!(
+                    RX_LOG,
+                    warn,
+                    "{lost} frames dropped by a port on the way in: its ring was full"
+                );
+            }
             self.rx_drops[s.counts] = drops;
             if let Some(p) = self.stats.ports().get(s.counts) {
                 set(&p.rx_drops, drops);
