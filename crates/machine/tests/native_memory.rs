@@ -32,6 +32,7 @@ fn code_is_freed_with_its_program() {
     round();
     let grown = resident().saturating_sub(before);
     // Each program's code takes pages of its own (about 8 KB): kept, 60
-    // of them grew this process by 480 KB.
-    assert!(grown < 120 << 10, "{grown} bytes more after 60 programs");
+    // of them grew this process by 480 KB. Freed, the allocator's own
+    // movement still reached 124 KB once, so the bound is half a leak.
+    assert!(grown < 240 << 10, "{grown} bytes more after 60 programs");
 }
