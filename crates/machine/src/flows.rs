@@ -105,6 +105,12 @@ pub(crate) struct RawTable {
     pub summary: *const u32,
     pub probe: usize,
     pub in_stash: usize,
+    /// The whole summary, each key word's counters, and how many of each
+    /// word's are not zero, and the table's length: what code that
+    /// inserts counts its key into.
+    pub counters: *mut u32,
+    pub nonzero: *mut u32,
+    pub len: *mut usize,
 }
 
 pub struct FlowTable {
@@ -366,6 +372,9 @@ impl FlowTable {
             summary: self.summary[(self.probe * SUMMARY).min(self.summary.len())..].as_ptr(),
             probe: self.probe,
             in_stash: self.in_stash,
+            counters: self.summary.as_mut_ptr(),
+            nonzero: self.nonzero.as_mut_ptr(),
+            len: &mut self.len,
         }
     }
 
@@ -376,13 +385,36 @@ impl FlowTable {
         (row.as_ptr(), self.probe, self.in_stash)
     }
 
-    /// Counts in a record that generated code wrote into a free slot of
-    /// the key's buckets, as [`FlowTable::insert_by`] would have chosen it
-    /// (its key, tag and alternate bucket written there too): the key's
-    /// summary and the table's length.
-    pub(crate) fn note_inserted(&mut self, key: &[Value]) {
-        self.summarise(key, true);
-        self.len += 1;
+    /// Whether the counts kept beside the slots agree with the slots: the
+    /// length, each key word's summary counters and its count of counters
+    /// not zero, and the probed word. For tests of code that inserts
+    /// without the table's own methods (`crate::native`).
+    pub fn counts_hold(&self) -> bool {
+        let mut summary = vec![0u32; self.summary.len()];
+        let mut len = 0;
+        for slot in self.slots() {
+            len += 1;
+            for (i, &w) in self.key(slot).iter().enumerate() {
+                summary[i * SUMMARY + summary_index(w)] += 1;
+            }
+        }
+        let nonzero_hold = (0..self.key_len).all(|i| {
+            let row = &summary[i * SUMMARY..(i + 1) * SUMMARY];
+            row.iter().filter(|&&c| c != 0).count() == self.nonzero[i] as usize
+        });
+        let probe = (0..self.key_len)
+            .min_by_key(|&i| self.nonzero[i])
+            .unwrap_or(0);
+        len == self.len && summary == self.summary && nonzero_hold && probe == self.probe
+    }
+
+    /// Chooses the probed key word again, after generated code counted a
+    /// key in ([`RawTable::counters`]) that made some word's counter
+    /// leave zero.
+    pub(crate) fn reprobe(&mut self) {
+        self.probe = (0..self.key_len)
+            .min_by_key(|&i| self.nonzero[i])
+            .unwrap_or(0);
     }
 
     /// The bucket mask and words per record of a table made with these
@@ -606,9 +638,7 @@ impl FlowTable {
             }
         }
         if changed {
-            self.probe = (0..self.key_len)
-                .min_by_key(|&i| self.nonzero[i])
-                .unwrap_or(0);
+            self.reprobe();
         }
     }
 

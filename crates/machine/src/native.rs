@@ -62,6 +62,12 @@ pub(crate) struct Env {
     /// Each stage's count of contexts (in the order of the table's
     /// members, which is the stages' order).
     pub live: *mut usize,
+    /// What an insertion counts its key into: the table's summary (every
+    /// key word's counters), its words' counts of counters not zero, and
+    /// its length.
+    pub counters: *mut u32,
+    pub nonzero: *mut u32,
+    pub len: *mut usize,
 }
 
 /// Most flow registers a stage has for its code to make contexts.
@@ -85,6 +91,9 @@ impl Env {
             fresh: [0; MAX_FRESH],
             place: [0; 3],
             live: std::ptr::null_mut(),
+            counters: std::ptr::null_mut(),
+            nonzero: std::ptr::null_mut(),
+            len: std::ptr::null_mut(),
         }
     }
 
@@ -104,6 +113,9 @@ impl Env {
         self.summary = raw.summary;
         self.probe_field = stage.key.get(raw.probe).map_or(0, |&f| f as u64);
         self.in_stash = raw.in_stash as u64;
+        self.counters = raw.counters;
+        self.nonzero = raw.nonzero;
+        self.len = raw.len;
         self.globals = globals.as_mut_ptr();
     }
 
@@ -147,10 +159,13 @@ pub(crate) mod status {
     /// The key was not in the table and the packet made a context in a
     /// free slot of its buckets, the one above (the slot the table's own
     /// insertion takes): its entry is taken, its record, tag and
-    /// alternate bucket written. The table's summary and length, and the
-    /// stage's count of contexts, are left to count it, and the stages
-    /// after the entry to run.
+    /// alternate bucket written, and it is counted (the table's summary
+    /// and length, the stage's contexts). The stages after the entry are
+    /// left to run.
     pub const INSERTED: u64 = 7;
+    /// Done, as [`DONE`], after an insertion that made a counter of the
+    /// table's summary leave zero: its probed word is to choose again.
+    pub const REPROBE: u64 = 8;
 
     /// The slot of a status.
     pub fn slot(got: u64) -> usize {
@@ -1415,11 +1430,65 @@ impl Gen<'_> {
             let addr = self.b.ins().iadd(alts, at);
             let other = self.b.ins().ireduce(I32, other);
             self.b.ins().store(flags(), other, addr, 0);
-            self.ret_status(status::INSERTED, Some(slot), Some(e));
+            let woke = self.count_key_in(key);
+            self.count_context(1);
+            let later = self.tables.entries[e]
+                .next_stage
+                .is_some_and(|n| n as usize > self.s);
+            if later {
+                self.ret_status(status::INSERTED, Some(slot), Some(e));
+            } else {
+                // As `FlowTable::insert_by` counts: the engine needs to
+                // hear only of a counter that left zero.
+                let reprobe = self.b.create_block();
+                let done = self.b.create_block();
+                self.b.ins().brif(woke, reprobe, &[], done, &[]);
+                self.b.switch_to_block(done);
+                self.ret_status(status::DONE, None, None);
+                self.b.switch_to_block(reprobe);
+                self.ret_status(status::REPROBE, None, None);
+            }
             self.b.switch_to_block(next_bucket);
         }
         self.b.ins().jump(full, &[]);
         self.b.switch_to_block(full);
+    }
+}
+
+impl Gen<'_> {
+    /// Counts an inserted `key` into its table, as `FlowTable::insert_by`
+    /// does: each word's summary counter up by one, the word's count of
+    /// counters not zero up where its counter was zero, the length up.
+    /// Returns whether some counter was zero (not zero: none was).
+    fn count_key_in(&mut self, key: &[Ir]) -> Ir {
+        let counters = self.env_word(offset_of!(Env, counters));
+        let nonzero = self.env_word(offset_of!(Env, nonzero));
+        let golden = self.konst(0x9e37_79b9_7f4a_7c15);
+        let mut woke = self.b.ins().iconst(I32, 0);
+        for (i, &w) in key.iter().enumerate() {
+            let m = self.b.ins().imul(w, golden);
+            let idx = self
+                .b
+                .ins()
+                .ushr_imm_s(m, (64 - SUMMARY.trailing_zeros()) as i64);
+            let off = self.b.ins().ishl_imm_s(idx, 2);
+            let addr = self.b.ins().iadd(counters, off);
+            let row = (4 * i * SUMMARY) as i32;
+            let c = self.b.ins().load(I32, flags(), addr, row);
+            let up = self.b.ins().iadd_imm_s(c, 1);
+            self.b.ins().store(flags(), up, addr, row);
+            let was_zero = self.b.ins().icmp_imm_s(IntCC::Equal, c, 0);
+            let was_zero = self.b.ins().uextend(I32, was_zero);
+            let n = self.b.ins().load(I32, flags(), nonzero, 4 * i as i32);
+            let n = self.b.ins().iadd(n, was_zero);
+            self.b.ins().store(flags(), n, nonzero, 4 * i as i32);
+            woke = self.b.ins().bor(woke, was_zero);
+        }
+        let len = self.env_word(offset_of!(Env, len));
+        let n = self.b.ins().load(I64, flags(), len, 0);
+        let n = self.b.ins().iadd_imm_s(n, 1);
+        self.b.ins().store(flags(), n, len, 0);
+        woke
     }
 }
 

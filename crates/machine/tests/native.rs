@@ -128,6 +128,8 @@ fn the_generated_path_does_what_the_tables_say() {
                 assert_eq!(fast.counters(), slow.counters(), "{name} ({capacity:?})");
                 assert_eq!(sorted(&fast), sorted(&slow), "{name} ({capacity:?})");
                 assert_eq!(fast.globals(), slow.globals(), "{name} ({capacity:?})");
+                assert!(fast.counts_hold(), "{name} ({capacity:?}): counts");
+                assert!(slow.counts_hold(), "{name} ({capacity:?}): counts");
                 for s in 0..m.stages.len() {
                     assert_eq!(fast.live_contexts(s), slow.live_contexts(s), "{name}");
                 }
