@@ -512,6 +512,64 @@ pub struct Module {
     pub processes: Vec<ProcessCode>,
     /// Record names by index, with their named fields in order.
     pub records: Vec<(String, Vec<String>)>,
+    /// Its functions' flattened forms, made once for every interpreter
+    /// that runs the module (see [`FlatCache`]).
+    pub flat: FlatCache,
+}
+
+/// One function's entry: flattened, or `None` where it is interpreted.
+type FlatSlot = std::sync::OnceLock<Option<std::sync::Arc<crate::compiled::Flat>>>;
+
+/// A module's flattened functions ([`crate::compiled`]), each made the
+/// first time any interpreter starts it and shared by all of them after:
+/// made per interpreter, every connection's instance flattened the
+/// program's rules again on its first message (62,000 of the 152,000
+/// instructions a new connection cost the HTTP balancer).
+/// Filled only once the module is complete (its functions are not
+/// changed after it first runs). A clone starts empty; two caches are
+/// always equal, as they hold nothing the module does not say.
+#[derive(Default)]
+pub struct FlatCache {
+    funcs: std::sync::OnceLock<Box<[FlatSlot]>>,
+}
+
+impl FlatCache {
+    /// `func` of `module` flattened, or `None` where it is interpreted.
+    pub(crate) fn get(
+        &self,
+        module: &Module,
+        func: FuncId,
+    ) -> Option<std::sync::Arc<crate::compiled::Flat>> {
+        let funcs = self.funcs.get_or_init(|| {
+            (0..module.functions.len())
+                .map(|_| std::sync::OnceLock::new())
+                .collect()
+        });
+        match funcs.get(func as usize) {
+            Some(slot) => slot
+                .get_or_init(|| crate::compiled::flatten(module, func).map(std::sync::Arc::new))
+                .clone(),
+            None => crate::compiled::flatten(module, func).map(std::sync::Arc::new),
+        }
+    }
+}
+
+impl Clone for FlatCache {
+    fn clone(&self) -> FlatCache {
+        FlatCache::default()
+    }
+}
+
+impl PartialEq for FlatCache {
+    fn eq(&self, _: &FlatCache) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for FlatCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FlatCache")
+    }
 }
 
 impl Module {

@@ -380,7 +380,7 @@ pub struct Vm {
 
 /// Per function of a module: flattened (`Some(Some)`), left to the
 /// interpreter (`Some(None)`), or not yet asked (`None`).
-type Flats = Vec<Option<Option<Flat>>>;
+type Flats = Vec<Option<Option<Arc<Flat>>>>;
 
 /// A module as a `Vm` tells modules apart: the addresses of the module
 /// and of its functions, and how many functions it has.
@@ -458,7 +458,7 @@ impl Vm {
         let Some(slot) = self.flats.get_mut(func as usize) else {
             return false;
         };
-        slot.get_or_insert_with(|| crate::compiled::flatten(module, func))
+        slot.get_or_insert_with(|| module.flat.get(module, func))
             .is_some()
     }
 
@@ -2283,5 +2283,57 @@ mod strings {
         assert_eq!(super::find(b"abc", b"bc"), Some(1));
         assert_eq!(super::find(b"abc", b"abcd"), None);
         assert_eq!(super::find(b"", b"a"), None);
+    }
+}
+
+#[cfg(test)]
+mod shared_flats {
+    use super::*;
+
+    /// `fun double: (x: integer) -> (integer)  x + x`, by hand.
+    fn module() -> Module {
+        Module {
+            functions: vec![Function {
+                name: "double".into(),
+                params: 1,
+                regs: 2,
+                code: vec![
+                    Op::Binary {
+                        dst: 1,
+                        op: BinOp::Add,
+                        a: 0,
+                        b: 0,
+                    },
+                    Op::Return { src: 1 },
+                ],
+                spans: vec![0, 0],
+            }],
+            ..Module::default()
+        }
+    }
+
+    #[test]
+    fn interpreters_of_one_module_share_its_flattened_functions() {
+        let m = module();
+        let (mut a, mut b) = (Vm::default(), Vm::default());
+        a.set_interpreted(false);
+        b.set_interpreted(false);
+        assert!(a.runs_compiled(&m, 0));
+        assert!(b.runs_compiled(&m, 0));
+        let (Some(Some(fa)), Some(Some(fb))) = (&a.flats[0], &b.flats[0]) else {
+            panic!("both flattened")
+        };
+        // One flattening, held by the module and by each interpreter.
+        assert!(Arc::ptr_eq(fa, fb));
+        assert_eq!(Arc::strong_count(fa), 3);
+        // A copy of the module flattens for itself.
+        let copy = m.clone();
+        let mut c = Vm::default();
+        c.set_interpreted(false);
+        assert!(c.runs_compiled(&copy, 0));
+        let Some(Some(fc)) = &c.flats[0] else {
+            panic!("flattened")
+        };
+        assert!(!Arc::ptr_eq(fa, fc));
     }
 }
