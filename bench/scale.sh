@@ -20,6 +20,9 @@
 #                         uses --mc-conns, default 256)
 #   --mc-conns N          memaslap connections (256)
 #   --seconds S           seconds per run (10)
+#   --warmup S            load each system for S seconds, not measured, after
+#                         it starts and before its measured run (0: measure
+#                         from a cold start, connections and all)
 #   --reps R              runs per point, systems alternating (3)
 #   --benches "LIST"      any of: http static memcached_ascii memcached_binary
 #   --out DIR             results (bench/results/scale)
@@ -59,6 +62,7 @@ WORKERS="1 2 4"
 CONNS="400 1600"
 MC_CONNS=256
 SECONDS_PER_RUN=10
+WARMUP=0
 REPS=3
 BENCHES="http static memcached_ascii memcached_binary"
 OUT=bench/results/scale
@@ -77,6 +81,7 @@ while [ $# -gt 0 ]; do
         --conns) CONNS=$2; shift 2 ;;
         --mc-conns) MC_CONNS=$2; shift 2 ;;
         --seconds) SECONDS_PER_RUN=$2; shift 2 ;;
+        --warmup) WARMUP=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;
         --benches) BENCHES=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
@@ -326,6 +331,11 @@ http_point() { # BENCH SYSTEM WORKERS CONNS REP
         record_failure "$bench" "$system" "$workers" "$rep" "$conns" "never listened"
         return 0
     fi
+    if [ "$WARMUP" -gt 0 ]; then
+        # shellcheck disable=SC2086
+        timeout $((WARMUP + 30)) $(pin "$LOAD_SET") $WRK -t "$LOAD_THREADS" -c "$conns" \
+            -d "${WARMUP}s" "http://127.0.0.1:$SYS_PORT/index.html" >"$WORK/warmup-$tag.txt" 2>&1 || true
+    fi
     # shellcheck disable=SC2086
     timeout $((SECONDS_PER_RUN + 30)) $(pin "$LOAD_SET") $WRK -t "$LOAD_THREADS" -c "$conns" \
         -d "${SECONDS_PER_RUN}s" --latency "http://127.0.0.1:$SYS_PORT/index.html" >"$log" 2>&1 \
@@ -386,6 +396,17 @@ mc_load() {
     # memaslap needs its concurrency to be a multiple of its threads.
     conns=$((conns / threads * threads))
     [ "$conns" -ge "$threads" ] || conns=$threads
+    if [ "$WARMUP" -gt 0 ]; then
+        for j in "${!ports[@]}"; do
+            # shellcheck disable=SC2086
+            timeout $((WARMUP + 20)) $(pin "$LOAD_SET") $MEMASLAP -s "127.0.0.1:${ports[$j]}" \
+                $proto -c "$conns" -T "$threads" -t "${WARMUP}s" \
+                -F "$WORK/memaslap.cfg" >"$WORK/warmup-memaslap-$bench-$system-$workers-$rep-$j.txt" 2>&1 &
+            lp+=($!)
+        done
+        for j in "${lp[@]}"; do wait "$j" || true; done
+        lp=()
+    fi
     for j in "${!ports[@]}"; do
         local log="$WORK/memaslap-$bench-$system-$workers-$rep-$j.txt"
         # shellcheck disable=SC2086
@@ -483,7 +504,7 @@ python3 bench/scale_report.py report --runs "$RUNS" --out "$OUT" \
     --meta "commit=$commit" --meta "partitioned=$PARTITIONED" --meta "pinned=$PINNED" --meta "nproc=$NPROC" \
     --meta "kernel=$(uname -sr)" \
     --meta "proxy_cores=$(join "${proxy_cores[@]}")" --meta "backend_cores=$BACKEND_SET" \
-    --meta "load_cores=$LOAD_SET" --meta "seconds=$SECONDS_PER_RUN" --meta "reps=$REPS" \
+    --meta "load_cores=$LOAD_SET" --meta "seconds=$SECONDS_PER_RUN" --meta "warmup=$WARMUP" --meta "reps=$REPS" \
     --meta "load_threads=$LOAD_THREADS" --meta "mc_conns=$MC_CONNS" \
     --meta "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo "results: $OUT/scale.md, $OUT/scale.json, $OUT/scale.png"

@@ -138,6 +138,12 @@ def markdown(meta, summary, rats, scal):
         f"backends {meta.get('backend_cores')}, load generators {meta.get('load_cores')} "
         f"(partitioned: {meta.get('partitioned')}). Flick {meta.get('commit')}. "
         f"{meta.get('reps')} runs per point of {meta.get('seconds')} s, systems alternating; medians.")
+    if str(meta.get("warmup", "0")) not in ("0", "", "None"):
+        lines[-1] += (f" Each system was loaded for {meta.get('warmup')} s after it started, "
+                      "not measured, before its measured run (steady state, not start-up).")
+    else:
+        lines[-1] += (" Each run measures from the system's start (its first connections "
+                      "included).")
     if meta.get("partitioned") != "true":
         lines += ["", "**Not partitioned**: every role shared every core; these figures say "
                   "nothing per core."]
