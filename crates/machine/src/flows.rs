@@ -365,24 +365,33 @@ impl FlowTable {
     /// word, and whether the stash holds any record. Valid until the
     /// table's next insertion or removal.
     pub(crate) fn raw(&mut self) -> RawTable {
+        // The probed row is a place in the whole summary, one pointer for
+        // both: generated code writes the counters and reads the row.
+        let counters = self.summary.as_mut_ptr();
         RawTable {
             tags: self.tags.as_mut_ptr(),
             alts: self.alts.as_mut_ptr(),
             records: self.records[self.base..].as_mut_ptr(),
-            summary: self.summary[(self.probe * SUMMARY).min(self.summary.len())..].as_ptr(),
+            summary: counters.wrapping_add(self.probe_row()),
             probe: self.probe,
             in_stash: self.in_stash,
-            counters: self.summary.as_mut_ptr(),
+            counters,
             nonzero: self.nonzero.as_mut_ptr(),
             len: &mut self.len,
         }
     }
 
+    /// Where the probed word's row starts in the summary (0 for a table of
+    /// empty keys, whose summary is empty).
+    fn probe_row(&self) -> usize {
+        (self.probe * SUMMARY).min(self.summary.len())
+    }
+
     /// What of [`FlowTable::raw`] an insertion or a removal may change:
-    /// the summary's probed row and word, and the stash's count.
-    pub(crate) fn probe_state(&self) -> (*const u32, usize, usize) {
-        let row = &self.summary[(self.probe * SUMMARY).min(self.summary.len())..];
-        (row.as_ptr(), self.probe, self.in_stash)
+    /// where the summary's probed row starts, its word, and the stash's
+    /// count.
+    pub(crate) fn probe_state(&self) -> (usize, usize, usize) {
+        (self.probe_row(), self.probe, self.in_stash)
     }
 
     /// Whether the counts kept beside the slots agree with the slots: the

@@ -123,8 +123,8 @@ impl Env {
     /// rest stays where [`Env::refresh`] pointed).
     #[inline]
     pub(crate) fn follow(&mut self, table: &FlowTable, stage: &Stage) {
-        let (summary, probe, in_stash) = table.probe_state();
-        self.summary = summary;
+        let (row, probe, in_stash) = table.probe_state();
+        self.summary = self.counters.wrapping_add(row);
         self.probe_field = stage.key.get(probe).map_or(0, |&f| f as u64);
         self.in_stash = in_stash as u64;
     }
