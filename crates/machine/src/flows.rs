@@ -157,10 +157,14 @@ pub struct FlowTable {
 /// few words' stay in the nearer caches.
 pub const SUMMARY: usize = 1 << 12;
 
+/// What a key word is multiplied by before its top bits pick its
+/// summary counter (generated code uses it too).
+pub(crate) const SUMMARY_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+
 /// Where a key word's value falls among its [`SUMMARY`] counters.
 #[inline(always)]
 pub(crate) fn summary_index(w: Value) -> usize {
-    (w.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SUMMARY.trailing_zeros())) as usize
+    (w.wrapping_mul(SUMMARY_MUL) >> (64 - SUMMARY.trailing_zeros())) as usize
 }
 
 fn mix(mut h: u64) -> u64 {

@@ -23,7 +23,7 @@
 //! interpreter's would.
 
 use crate::engine::Verdict;
-use crate::flows::{FlowTable, META_WORDS, SUMMARY, TABLE_SEEDS};
+use crate::flows::{FlowTable, META_WORDS, SUMMARY, SUMMARY_MUL, TABLE_SEEDS};
 use crate::model::{ArithOp, Expr, FieldId, Operand, Stage, Target, Value, MAX_KEY, MAX_WRITES};
 use crate::tables::{Entry, StageTables, Test};
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -814,13 +814,7 @@ impl<'a> Gen<'a> {
             let at = self.b.ins().ishl_imm_s(f, 3);
             let addr = self.b.ins().iadd(self.fields, at);
             let w = self.b.ins().load(I64, flags(), addr, 0);
-            let golden = self.konst(0x9e37_79b9_7f4a_7c15);
-            let m = self.b.ins().imul(w, golden);
-            let idx = self
-                .b
-                .ins()
-                .ushr_imm_s(m, (64 - SUMMARY.trailing_zeros()) as i64);
-            let off = self.b.ins().ishl_imm_s(idx, 2);
+            let off = self.summary_offset(w);
             let s = self.env_word(offset_of!(Env, summary));
             let addr = self.b.ins().iadd(s, off);
             let c = self.b.ins().load(I32, flags(), addr, 0);
@@ -1456,6 +1450,19 @@ impl Gen<'_> {
 }
 
 impl Gen<'_> {
+    /// The byte offset of key word `w`'s counter in its summary row:
+    /// `flows::summary_index` (which it must equal) times the counter's
+    /// four bytes.
+    fn summary_offset(&mut self, w: Ir) -> Ir {
+        let golden = self.konst(SUMMARY_MUL);
+        let m = self.b.ins().imul(w, golden);
+        let idx = self
+            .b
+            .ins()
+            .ushr_imm_s(m, (64 - SUMMARY.trailing_zeros()) as i64);
+        self.b.ins().ishl_imm_s(idx, 2)
+    }
+
     /// Counts an inserted `key` into its table, as `FlowTable::insert_by`
     /// does: each word's summary counter up by one, the word's count of
     /// counters not zero up where its counter was zero, the length up.
@@ -1463,15 +1470,9 @@ impl Gen<'_> {
     fn count_key_in(&mut self, key: &[Ir]) -> Ir {
         let counters = self.env_word(offset_of!(Env, counters));
         let nonzero = self.env_word(offset_of!(Env, nonzero));
-        let golden = self.konst(0x9e37_79b9_7f4a_7c15);
         let mut woke = self.b.ins().iconst(I32, 0);
         for (i, &w) in key.iter().enumerate() {
-            let m = self.b.ins().imul(w, golden);
-            let idx = self
-                .b
-                .ins()
-                .ushr_imm_s(m, (64 - SUMMARY.trailing_zeros()) as i64);
-            let off = self.b.ins().ishl_imm_s(idx, 2);
+            let off = self.summary_offset(w);
             let addr = self.b.ins().iadd(counters, off);
             let row = (4 * i * SUMMARY) as i32;
             let c = self.b.ins().load(I32, flags(), addr, row);
