@@ -412,7 +412,10 @@ fn stats_are_summed_over_the_backends() {
 /// `gat` or a `set`, which may have been done, gets the fault reply.
 /// Toxiproxy closes the connection once 200 bytes of replies have come
 /// back: the gat's value takes it over, the retried reads' replies on the
-/// new connection do not.
+/// new connection do not. Replies are held 300 ms first, so the whole
+/// batch is on the old connection when it breaks, however slowly the
+/// proxy reads it; a request sent after the break would find the backend
+/// marked down for its first backoff and get the fault reply instead.
 #[test]
 fn reads_lost_with_their_connection_are_sent_again() {
     use flick_testkit::toxiproxy::{Stream, Toxic, Toxiproxy};
@@ -432,6 +435,15 @@ fn reads_lost_with_their_connection_are_sent_again() {
         "STORED\r\nSTORED\r\n"
     );
     p.add(
+        "held",
+        Stream::Downstream,
+        1.0,
+        Toxic::Latency {
+            latency_ms: 300,
+            jitter_ms: 0,
+        },
+    );
+    p.add(
         "cut",
         Stream::Downstream,
         1.0,
@@ -445,6 +457,7 @@ fn reads_lost_with_their_connection_are_sent_again() {
          VA 5\r\nhello\r\nSERVER_ERROR backend unavailable\r\nVA 5 ksmall\r\nhello\r\n"
     );
     p.remove("cut");
+    p.remove("held");
     assert_eq!(
         exchange(&mut c, b"get small\r\n", b"END\r\n"),
         "VALUE small 0 5\r\nhello\r\nEND\r\n"
