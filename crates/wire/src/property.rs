@@ -59,9 +59,41 @@ pub(crate) enum IntForm {
         bits: [u64; 4],
         test: Box<IntForm>,
     },
+    /// `&&` of tests of different fields (`self.magic == Magic::Request
+    /// && (self.opcode == ...)`), each tabled as [`IntForm::Test`] is,
+    /// read left to right as `&&` reads them: 0 at the first that fails,
+    /// 1 where all hold. Where a field holds no number in 0..=255, `tree`
+    /// (the `&&` itself) answers. One node where the tree is a call per
+    /// test and per `&&`.
+    AllOf {
+        tests: Box<[(u16, [u64; 4])]>,
+        tree: Box<IntForm>,
+    },
+}
+
+/// The number in slot `s`, as the trees read it.
+#[inline(always)]
+fn slot_int(slots: &[Slot], s: u16) -> Option<i64> {
+    match slots.get(s as usize)? {
+        Slot::Int(v) => i64::try_from(*v).ok(),
+        Slot::SInt(v) => Some(*v),
+        Slot::Count(n) => Some(i64::from(*n)),
+        _ => None,
+    }
 }
 
 impl IntForm {
+    /// [`IntForm::eval`] of an operand, its leaves (a number, a field)
+    /// read in place rather than by a call each.
+    #[inline(always)]
+    fn operand(&self, slots: &[Slot]) -> Option<i64> {
+        match self {
+            IntForm::Int(v) => Some(*v),
+            IntForm::Slot(s) => slot_int(slots, *s),
+            f => f.eval(slots),
+        }
+    }
+
     /// `e` as such a tree, if it is one.
     fn of(e: &CExpr) -> Option<IntForm> {
         let f = match e {
@@ -96,7 +128,7 @@ impl IntForm {
                 )
         );
         let Some(slot) = self.one_slot().flatten().filter(|_| test) else {
-            return self;
+            return self.all_of();
         };
         let mut bits = [0u64; 4];
         let mut slots = vec![Slot::Unset; slot as usize + 1];
@@ -115,6 +147,32 @@ impl IntForm {
         }
     }
 
+    /// This tree as an [`IntForm::AllOf`] where it is `a && b` and each
+    /// side is a tabled test or such a conjunction.
+    fn all_of(self) -> IntForm {
+        let tests = |f: &IntForm| -> Option<Vec<(u16, [u64; 4])>> {
+            let IntForm::Binary(BinOp::And, a, b) = f else {
+                return None;
+            };
+            let mut tests = Vec::new();
+            for side in [a, b] {
+                match &**side {
+                    IntForm::Test { slot, bits, .. } => tests.push((*slot, *bits)),
+                    IntForm::AllOf { tests: more, .. } => tests.extend_from_slice(more),
+                    _ => return None,
+                }
+            }
+            Some(tests)
+        };
+        match tests(&self) {
+            Some(tests) => IntForm::AllOf {
+                tests: tests.into(),
+                tree: Box::new(self),
+            },
+            None => self,
+        }
+    }
+
     /// The one field the tree reads: `Some(None)` where it reads none,
     /// `None` where it reads several.
     fn one_slot(&self) -> Option<Option<u16>> {
@@ -127,6 +185,7 @@ impl IntForm {
             IntForm::Slot(s) | IntForm::Test { slot: s, .. } => Some(Some(*s)),
             IntForm::Not(x) | IntForm::Neg(x) => x.one_slot(),
             IntForm::Binary(_, a, b) => join(a.one_slot()?, b.one_slot()?),
+            IntForm::AllOf { tree, .. } => tree.one_slot(),
         }
     }
 
@@ -136,29 +195,37 @@ impl IntForm {
     fn eval(&self, slots: &[Slot]) -> Option<i64> {
         match self {
             IntForm::Int(v) => Some(*v),
-            IntForm::Slot(s) => match slots.get(*s as usize)? {
-                Slot::Int(v) => i64::try_from(*v).ok(),
-                Slot::SInt(v) => Some(*v),
-                Slot::Count(n) => Some(i64::from(*n)),
-                _ => None,
-            },
+            IntForm::Slot(s) => slot_int(slots, *s),
             IntForm::Test { slot, bits, test } => match slots.get(*slot as usize) {
                 Some(Slot::Int(v)) if *v < 256 => {
                     Some(i64::from(bits[(*v / 64) as usize] >> (*v % 64) & 1 == 1))
                 }
                 _ => test.eval(slots),
             },
-            IntForm::Not(x) => Some(i64::from(x.eval(slots)? == 0)),
-            IntForm::Neg(x) => x.eval(slots)?.checked_neg(),
+            IntForm::AllOf { tests, tree } => {
+                for (slot, bits) in tests.iter() {
+                    match slots.get(*slot as usize) {
+                        Some(Slot::Int(v)) if *v < 256 => {
+                            if bits[(*v / 64) as usize] >> (*v % 64) & 1 == 0 {
+                                return Some(0);
+                            }
+                        }
+                        _ => return tree.eval(slots),
+                    }
+                }
+                Some(1)
+            }
+            IntForm::Not(x) => Some(i64::from(x.operand(slots)? == 0)),
+            IntForm::Neg(x) => x.operand(slots)?.checked_neg(),
             IntForm::Binary(op, a, b) => {
-                let x = a.eval(slots)?;
+                let x = a.operand(slots)?;
                 // `&&` and `||` read their right side only as the walk does.
                 match op {
                     BinOp::And if x == 0 => return Some(0),
                     BinOp::Or if x != 0 => return Some(1),
                     _ => {}
                 }
-                let y = b.eval(slots)?;
+                let y = b.operand(slots)?;
                 match op {
                     BinOp::And | BinOp::Or => Some(i64::from(y != 0)),
                     BinOp::Eq => Some(i64::from(x == y)),
@@ -656,13 +723,24 @@ mod tests {
             );
         }
         let i = g.property_index(unit, "quiet").unwrap();
-        let PropertyForm::Ints(IntForm::Binary(BinOp::And, magic, opcode)) =
-            &info.property_forms[i]
-        else {
+        let PropertyForm::Ints(IntForm::AllOf { tests, tree }) = &info.property_forms[i] else {
             panic!("%quiet: {:?}", info.property_forms[i]);
         };
-        assert!(matches!(**magic, IntForm::Test { .. }), "{magic:?}");
-        assert!(matches!(**opcode, IntForm::Test { .. }), "{opcode:?}");
+        let magic = g.field_slot(unit, "magic").unwrap();
+        let opcode = g.field_slot(unit, "opcode").unwrap();
+        let fields: Vec<u16> = tests.iter().map(|(slot, _)| *slot).collect();
+        assert_eq!(fields, [magic, opcode]);
+        let IntForm::Binary(BinOp::And, a, b) = &**tree else {
+            panic!("%quiet's tree: {tree:?}");
+        };
+        assert!(matches!(**a, IntForm::Test { .. }), "{a:?}");
+        assert!(matches!(**b, IntForm::Test { .. }), "{b:?}");
+        // `%more`: magic, opcode and `key_len > 0`, three fields in order.
+        let i = g.property_index(unit, "more").unwrap();
+        let PropertyForm::Ints(IntForm::AllOf { tests, .. }) = &info.property_forms[i] else {
+            panic!("%more: {:?}", info.property_forms[i]);
+        };
+        assert_eq!(tests.len(), 3);
     }
 
     /// Every property of every stock grammar that has a form reads as its
