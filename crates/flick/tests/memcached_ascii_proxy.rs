@@ -464,6 +464,49 @@ fn reads_lost_with_their_connection_are_sent_again() {
     );
 }
 
+/// A backend connection that had answered and then broke is made again
+/// by the next request, which is answered as if nothing happened: the
+/// backend is not taken for down because one connection to it broke.
+/// Toxiproxy closes each connection once 200 bytes of replies have come
+/// back; the `gat`'s 1,000-byte value breaks the first (the `gat` gets
+/// the fault reply: it may have been done), the small replies on the
+/// next connection pass, and the `gat` again breaks that one, which had
+/// answered too.
+#[test]
+fn a_backend_connection_that_broke_is_made_again_by_the_next_request() {
+    use flick_testkit::toxiproxy::{Stream, Toxic, Toxiproxy};
+    let mut procs = Procs(Vec::new());
+    let Some(toxi) = Toxiproxy::start(&mut procs) else {
+        return;
+    };
+    let m = memcached(&mut procs);
+    let p = toxi.proxy("mc", m);
+    let port = proxy(&mut procs, &[p.port]);
+    let mut c = connect(port);
+    let mut big = b"set big 0 0 1000\r\n".to_vec();
+    big.extend_from_slice(&[b'x'; 1000]);
+    big.extend_from_slice(b"\r\nset small 0 0 5\r\nhello\r\n");
+    assert_eq!(
+        exchange(&mut c, &big, b"STORED\r\nSTORED\r\n"),
+        "STORED\r\nSTORED\r\n"
+    );
+    p.add(
+        "cut",
+        Stream::Downstream,
+        1.0,
+        Toxic::LimitData { bytes: 200 },
+    );
+    let fault = "SERVER_ERROR backend unavailable\r\n";
+    for _ in 0..2 {
+        assert_eq!(exchange(&mut c, b"gat 0 big\r\n", b"\r\n"), fault);
+        assert_eq!(
+            exchange(&mut c, b"get small\r\n", b"END\r\n"),
+            "VALUE small 0 5\r\nhello\r\nEND\r\n"
+        );
+    }
+    p.remove("cut");
+}
+
 /// A command sent to every backend, one of which is down, ends in the
 /// fault reply whichever backend answers last: `stats` gives the live
 /// server's lines and then `SERVER_ERROR` (its numbers are not the whole

@@ -1061,6 +1061,7 @@ impl Compute {
                         self.host.outputs[out] = output;
                         let peer = &mut self.host.peers[out];
                         peer.dead = false;
+                        peer.answered = false;
                         peer.retry_at = None;
                         peer.backoff = crate::peers::FIRST_BACKOFF;
                     }
@@ -1263,6 +1264,7 @@ impl Compute {
                     self.host.outputs[out] = output;
                     let peer = &mut self.host.peers[out];
                     peer.dead = false;
+                    peer.answered = false;
                     peer.retry_at = None;
                     // Checked on the next look, once connecting is done.
                     let at = now + CONNECTING_POLL;

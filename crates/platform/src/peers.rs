@@ -34,9 +34,14 @@ pub struct Peer {
     pub backoff: Duration,
     /// Its connection closed with nothing owed (a backend closing a
     /// connection it keeps no longer, as HTTP servers do after so many
-    /// requests or so long idle): the next request reconnects at once
-    /// rather than failing.
-    pub closed_clean: bool,
+    /// requests or so long idle), or broke after it had answered (a reset
+    /// along the way, a backend restarted): the next request reconnects
+    /// at once rather than failing for a backoff. A connection that breaks
+    /// before any answer takes the backoff, so a backend that takes
+    /// connections only to drop them is not reconnected per request.
+    pub reconnect_at_once: bool,
+    /// Its connection has answered a request.
+    pub answered: bool,
     /// Since when its connection has owed nothing, after a reply.
     pub quiet_since: Option<Instant>,
     /// Since when a request has waited for a connection to it to come
@@ -446,7 +451,7 @@ impl GraphHost {
         if answers && !gone && self.idled_too_long(out) {
             self.renew_connection(out);
         }
-        if answers && gone && self.peers[out].closed_clean {
+        if answers && gone && self.peers[out].reconnect_at_once {
             self.reconnect_now(out, self.resending);
         }
         if answers && (self.peers[out].dead || self.outputs[out].tx.is_none()) {
@@ -1160,6 +1165,7 @@ impl GraphHost {
             if let Some(p) = self.peers[out].outstanding.pop_front() {
                 self.replied_in(chan, index, p.sent);
                 self.pool.give(p.request);
+                self.peers[out].answered = true;
             }
             match self.peers[out].outstanding.front_mut() {
                 // Replies come in order: the peer is heard from about the
@@ -1423,7 +1429,9 @@ impl GraphHost {
         // after its last reply) is replaced now: by an idle one, a new
         // one, or, at the cap, the first to come free.
         if !gone
-            || !(waiting || self.peers[out].closed_clean || (self.at_cap)(self.id, chan, index))
+            || !(waiting
+                || self.peers[out].reconnect_at_once
+                || (self.at_cap)(self.id, chan, index))
         {
             self.peers[out].waiting_since = None;
             return false;
@@ -1465,7 +1473,8 @@ impl GraphHost {
         o.conn = None;
         o.idle_limit = None;
         let peer = &mut self.peers[out];
-        peer.closed_clean = true;
+        peer.reconnect_at_once = true;
+        peer.answered = false;
         peer.quiet_since = None;
         peer.waiting_since = None;
     }
@@ -1490,6 +1499,7 @@ impl GraphHost {
             self.outputs[out] = output;
             self.new_inputs.push(input);
             self.peers[out].quiet_since = None;
+            self.peers[out].answered = false;
         }
     }
 
@@ -1497,7 +1507,7 @@ impl GraphHost {
     /// `true` if it is connected again. `fresh`: over a new connection,
     /// for a request sent again (see `fresh_connection`).
     fn reconnect_now(&mut self, out: usize, fresh: bool) -> bool {
-        self.peers[out].closed_clean = false;
+        self.peers[out].reconnect_at_once = false;
         let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
         self.given_up.push((chan, index));
         let connect = match fresh {
@@ -1511,6 +1521,7 @@ impl GraphHost {
         self.new_inputs.push(input);
         let peer = &mut self.peers[out];
         peer.dead = false;
+        peer.answered = false;
         peer.retry_at = None;
         peer.backoff = FIRST_BACKOFF;
         true
@@ -1522,11 +1533,12 @@ impl GraphHost {
         if self.peers[out].dead {
             return;
         }
-        self.peers[out].closed_clean =
-            cause == Cause::Lost && self.peers[out].outstanding.is_empty();
+        let clean = cause == Cause::Lost && self.peers[out].outstanding.is_empty();
+        self.peers[out].reconnect_at_once =
+            clean || (cause == Cause::Lost && self.peers[out].answered);
         // A backend closing a connection it keeps no longer, or one a
         // session's last request ends, is not failing.
-        let expected = self.peers[out].closed_clean || (self.ending && cause == Cause::Lost);
+        let expected = clean || (self.ending && cause == Cause::Lost);
         if !expected {
             let (chan, index) = (self.outputs[out].chan, self.outputs[out].index);
             // A shared connection refused is counted once, by its reader

@@ -1955,7 +1955,8 @@ fn instantiate(
             dead,
             retry_at: dead.then_some(now + crate::peers::FIRST_BACKOFF),
             backoff: crate::peers::FIRST_BACKOFF,
-            closed_clean: awaits,
+            reconnect_at_once: awaits,
+            answered: false,
             quiet_since: None,
             waiting_since: None,
             outstanding: match g.peers.get_mut(i) {
