@@ -24,7 +24,7 @@
 
 use crate::compute::{Input, Output};
 use crate::conn::{Conn, Inbound};
-use crate::msg::{Msg, MsgPool, Part};
+use crate::msg::{Msg, MsgPool, Part, Routed};
 use crate::outbox::Flushed;
 use crate::stats::Stats;
 use flick_runtime::{Receiver, Sender, TaskId, TaskStatus, Timeslice, TryRecvError, TrySendError};
@@ -575,7 +575,7 @@ impl SharedReader {
                 .front()
                 .map_or(0, |f| f.context);
             self.read.set_reply_context(context);
-            let m = match self.read.next(&self.shared.conn.stream, &self.pool) {
+            let mut m = match self.read.next(&self.shared.conn.stream, &self.pool) {
                 Inbound::Message(m) => m,
                 Inbound::Idle => return TaskStatus::Idle,
                 Inbound::Closed => return self.finish(),
@@ -609,13 +609,17 @@ impl SharedReader {
                 })
                 .flatten();
             // A head and the pieces of its body are followed by more.
-            let more = matches!(m.part, Part::Head | Part::Body)
-                || (m.part == Part::Whole
-                    && self
-                        .grammar
-                        .routing(self.unit, Routing::More, &m.slots, &m.bytes)
-                        .unwrap_or(0)
-                        != 0);
+            let continues = m.part == Part::Whole
+                && self
+                    .grammar
+                    .routing(self.unit, Routing::More, &m.slots, &m.bytes)
+                    .unwrap_or(0)
+                    != 0;
+            let more = matches!(m.part, Part::Head | Part::Body) || continues;
+            if whole_or_head {
+                // Its instance reads them from here (`GraphHost::on_reply`).
+                m.routed = Routed::reply(corr, continues);
+            }
             let owner = {
                 let mut inflight = self.shared.inflight.lock().expect("inflight lock");
                 match inflight.front() {

@@ -63,7 +63,10 @@ pub struct Msg {
 /// its reply finds the way back: its `%quiet`, whether a `%fence` follows
 /// it, its `%correlate` and `%reply_context`. Kept in a few words (a
 /// message is moved whole through channels and queues: at 128 bytes or
-/// more each move is a `memcpy` call).
+/// more each move is a `memcpy` call). On a reply, what the shared
+/// connection's reader read of it to find its instance (its `%correlate`
+/// and `%more`), so that the instance does not read them again
+/// ([`Routed::reply`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Routed {
     /// `%correlate`, as two halves (an `i128` would make the message
@@ -79,6 +82,26 @@ impl Routed {
     const QUIET: u8 = 2;
     const FENCED: u8 = 4;
     const CORR: u8 = 8;
+    /// A reply's readings, not a request's routing (`SET` stays clear).
+    const REPLY: u8 = 16;
+    const MORE: u8 = 32;
+
+    /// A reply's `%correlate` and `%more` as its reader read them.
+    pub fn reply(corr: Option<i128>, more: bool) -> Routed {
+        let c = corr.unwrap_or(0) as u128;
+        Routed {
+            corr: [c as u64, (c >> 64) as u64],
+            context: 0,
+            flags: Routed::REPLY
+                | (more as u8 * Routed::MORE)
+                | (corr.is_some() as u8 * Routed::CORR),
+        }
+    }
+
+    /// What [`Routed::reply`] was given, if it was.
+    pub fn reply_readings(&self) -> Option<(Option<i128>, bool)> {
+        (self.flags & Routed::REPLY != 0).then(|| (self.corr(), self.flags & Routed::MORE != 0))
+    }
 
     /// `None` where the context does not fit in a word (no grammar's does).
     pub fn new(quiet: bool, fenced: bool, corr: Option<i128>, context: i128) -> Option<Routed> {
@@ -422,5 +445,13 @@ mod tests {
         }
         assert!(Routed::new(false, true, None, i128::MAX).is_none());
         assert!(!Routed::default().is_set());
+        assert!(Routed::default().reply_readings().is_none());
+        for corr in [None, Some(0), Some(-1), Some(i128::MAX), Some(42)] {
+            for more in [false, true] {
+                let r = Routed::reply(corr, more);
+                assert!(!r.is_set(), "a reply's readings are no request's routing");
+                assert_eq!(r.reply_readings(), Some((corr, more)));
+            }
+        }
     }
 }

@@ -13,7 +13,7 @@
 
 use crate::access_log::{Entry, Outcome, Target};
 use crate::compute::GraphHost;
-use crate::msg::{Msg, Part, Routed};
+use crate::msg::{Msg, Part, Routed, Values};
 use flick_exec::Sent;
 use flick_runtime::TrySendError;
 use flick_wire::Routing;
@@ -1095,11 +1095,23 @@ impl GraphHost {
         // A head and the pieces of its body are followed by more; pieces
         // carry no values.
         let whole_or_head = matches!(reply.part, Part::Whole | Part::Head);
-        let corr = whole_or_head
-            .then(|| self.property(chan, Routing::Correlate, &reply))
-            .flatten();
-        let continues = reply.part == Part::Whole
-            && self.property(chan, Routing::More, &reply).unwrap_or(0) != 0;
+        // What a shared connection's reader read of it, with the unit this
+        // channel reads, is not read again.
+        let unit = self.units.get(chan as usize).copied().flatten();
+        let readings = reply
+            .routed
+            .reply_readings()
+            .filter(|_| matches!(reply.values, Values::Parsed { unit: u, .. } if Some(u) == unit));
+        let (corr, continues) = match readings {
+            Some((corr, more)) => (corr, reply.part == Part::Whole && more),
+            None => (
+                whole_or_head
+                    .then(|| self.property(chan, Routing::Correlate, &reply))
+                    .flatten(),
+                reply.part == Part::Whole
+                    && self.property(chan, Routing::More, &reply).unwrap_or(0) != 0,
+            ),
+        };
         let more = matches!(reply.part, Part::Head | Part::Body) || continues;
         // Held back for the rest of its reply where the grammar says the
         // rest follows by itself (a VALUE's END, not HTTP's final response
