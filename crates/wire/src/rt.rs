@@ -288,22 +288,41 @@ pub fn before_any(buf: &[u8], pos: usize, set: &[u8], max: usize) -> Option<usiz
 pub fn before_any_or(buf: &[u8], pos: usize, set: &[u8], also: &[u8], max: usize) -> Option<usize> {
     let limit = (pos + max + 1).min(buf.len());
     let first = *also.first()?;
-    for (i, c) in buf.get(pos..limit)?.iter().enumerate() {
-        if set.contains(c) {
+    let hay = buf.get(pos..limit)?;
+    // The bytes that can end the search, found a word at a time where
+    // they are three at most (`" \n"` and the `\r` of `"\r\n"`: Memcached's
+    // keys), rather than each byte looked up in `set`.
+    let mut stops = [first; 3];
+    let stops = match set.len() {
+        0..=2 => {
+            stops[..set.len()].copy_from_slice(set);
+            &stops[..set.len() + 1]
+        }
+        _ => &[][..],
+    };
+    let mut from = 0;
+    loop {
+        let i = from
+            + match stops {
+                [] => hay[from..]
+                    .iter()
+                    .position(|c| set.contains(c) || *c == first)?,
+                _ => position_any(&hay[from..], stops)?,
+            };
+        let c = hay[i];
+        if set.contains(&c) {
             return Some(pos + i);
         }
-        if *c == first {
-            let rest = &buf[pos + i..];
-            if rest.len() < also.len() {
-                if also.starts_with(rest) {
-                    return None;
-                }
-            } else if rest.starts_with(also) {
-                return Some(pos + i);
+        let rest = &buf[pos + i..];
+        if rest.len() < also.len() {
+            if also.starts_with(rest) {
+                return None;
             }
+        } else if rest.starts_with(also) {
+            return Some(pos + i);
         }
+        from = i + 1;
     }
-    None
 }
 
 /// Where the first byte not in `set` is, within `max` bytes of `pos`
@@ -627,14 +646,46 @@ mod before_any_or_tests {
         assert_eq!(before_any_or(b"kk k", 0, SET, ALSO, 2), Some(2));
     }
 
+    /// Keys longer than the words searched a word at a time, lone `\r`s
+    /// among them, and sets of more than two bytes (searched byte by
+    /// byte) answer as the reference does.
+    #[test]
+    fn long_keys_and_larger_sets() {
+        for n in [7, 8, 9, 31, 32, 33, 40, 64, 100] {
+            let mut key = vec![b'k'; n];
+            assert_eq!(
+                before_any_or(&[&key[..], b"\r\n"].concat(), 0, SET, ALSO, 250),
+                Some(n)
+            );
+            assert_eq!(
+                before_any_or(&[&key[..], b" 0"].concat(), 0, SET, ALSO, 250),
+                Some(n)
+            );
+            assert_eq!(before_any_or(&key, 0, SET, ALSO, 250), None);
+            key[n / 2] = b'\r';
+            assert_eq!(
+                before_any_or(&[&key[..], b"\n"].concat(), 0, SET, ALSO, 250),
+                Some(n)
+            );
+            assert_eq!(before_any_or(&key, 1, SET, ALSO, 250), None);
+        }
+        let set: &[u8] = b" \t\n";
+        assert_eq!(before_any_or(b"ab\tc", 0, set, ALSO, 250), Some(2));
+        assert_eq!(before_any_or(b"a\rb\r\n", 0, set, ALSO, 250), Some(3));
+        assert_eq!(before_any_or(b"ab\r", 0, set, ALSO, 250), None);
+    }
+
     proptest! {
         /// Over the whole input it finds what the reference finds, and
         /// over any prefix either the same or `None` (more bytes needed):
         /// bytes arriving later never change an answer already given.
         #[test]
         fn prefixes_never_answer_differently(
-            buf in proptest::collection::vec(prop::sample::select(vec![b'a', b' ', b'\r', b'\n']), 0..24),
-            max in 0usize..24,
+            buf in proptest::collection::vec(
+                prop::sample::select(vec![b'a', b'a', b'a', b'a', b' ', b'\r', b'\n']),
+                0..80,
+            ),
+            max in 0usize..80,
         ) {
             let whole = before_any_or(&buf, 0, SET, ALSO, max);
             let want = reference(&buf, max);
