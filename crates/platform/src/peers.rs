@@ -520,8 +520,11 @@ impl GraphHost {
                 (request, None)
             }
         };
-        if let (true, Some(fence)) = (fenced, self.fence(chan)) {
-            request.bytes.extend_from_slice(fence);
+        // Looked up (by name) only for a request that has one.
+        if fenced {
+            if let Some(fence) = self.fence(chan) {
+                request.bytes.extend_from_slice(fence);
+            }
         }
         let Some(tx) = &self.outputs[out].tx else {
             unreachable!("an output with no connection returned above")
