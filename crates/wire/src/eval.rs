@@ -376,10 +376,11 @@ pub fn has_token_nocase(v: &[u8], t: &[u8]) -> bool {
 
 /// The bytes of `v` before the first `sep`, or all of them.
 pub fn before<'a>(v: &'a [u8], sep: &[u8]) -> &'a [u8] {
-    // One byte (HTTP's checks for a NUL, a `;`, a `,`) is a `memchr`: a
-    // searcher for longer separators costs more to set up than to run.
+    // One byte (HTTP's checks for a NUL, a `;`, a `,`) is searched a word
+    // at a time (header values are short: `memchr`'s set-up would cost
+    // more than the search), a longer separator with a searcher.
     let end = match sep {
-        [b] => memchr::memchr(*b, v),
+        [_] => crate::scalar::position_any(v, sep),
         _ => memchr::memmem::find(v, sep),
     };
     &v[..end.unwrap_or(v.len())]
@@ -388,7 +389,7 @@ pub fn before<'a>(v: &'a [u8], sep: &[u8]) -> &'a [u8] {
 /// The bytes of `v` after the first `sep`, or none.
 pub fn after<'a>(v: &'a [u8], sep: &[u8]) -> &'a [u8] {
     let at = match sep {
-        [b] => memchr::memchr(*b, v),
+        [_] => crate::scalar::position_any(v, sep),
         _ => memchr::memmem::find(v, sep),
     };
     match at {

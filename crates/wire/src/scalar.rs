@@ -393,7 +393,9 @@ pub(crate) fn find_before(hay: &[u8], d: u8, forbid: &[u8]) -> Result<Option<usi
         return Ok(None);
     };
     let mut i = 0;
-    while let Some(k) = memchr::memchr2(d, f0, &hay[i..]) {
+    // A header line's end is mostly within a few words: found a word at
+    // a time there, with `memchr2` past them (`position_any`).
+    while let Some(k) = position_any(&hay[i..], &[d, f0]) {
         let at = i + k;
         if hay[at] == d {
             return Ok(Some(at));
@@ -442,5 +444,56 @@ pub(crate) fn starts(buf: &[u8], pos: usize, t: &[u8]) -> Option<bool> {
         None
     } else {
         Some(true)
+    }
+}
+
+#[cfg(test)]
+mod search_tests {
+    use super::{find_before, position_any};
+    use proptest::prelude::*;
+
+    /// What `find_before` answers, byte by byte.
+    fn find_before_reference(hay: &[u8], d: u8, forbid: &[u8]) -> Result<Option<usize>, ()> {
+        for i in 0..hay.len() {
+            if hay[i] == d {
+                return Ok(Some(i));
+            }
+            if hay[i..].starts_with(forbid) && !hay[i..i + forbid.len()].contains(&d) {
+                return Err(());
+            }
+        }
+        Ok(None)
+    }
+
+    proptest! {
+        /// The searches done a word at a time find what a byte-by-byte
+        /// search finds, over haystacks shorter and longer than the words
+        /// searched before `memchr` takes over.
+        #[test]
+        fn word_searches_find_what_byte_searches_find(
+            hay in proptest::collection::vec(
+                prop::sample::select(vec![b'a', b'a', b'a', b'a', b'a', b'\r', b'\n', b':', 0]),
+                0..100,
+            ),
+            set_len in 1usize..=3,
+        ) {
+            let set = &[b'\r', b'\n', b':'][..set_len];
+            prop_assert_eq!(
+                position_any(&hay, set),
+                hay.iter().position(|c| set.contains(c))
+            );
+            prop_assert_eq!(
+                find_before(&hay, b'\r', b"\n"),
+                find_before_reference(&hay, b'\r', b"\n")
+            );
+            prop_assert_eq!(
+                find_before(&hay, b':', b"\r\n"),
+                find_before_reference(&hay, b':', b"\r\n")
+            );
+            let end = hay.iter().position(|c| *c == 0).unwrap_or(hay.len());
+            prop_assert_eq!(crate::eval::before(&hay, b"\0"), &hay[..end]);
+            let rest = hay.iter().position(|c| *c == 0).map_or(&hay[hay.len()..], |i| &hay[i + 1..]);
+            prop_assert_eq!(crate::eval::after(&hay, b"\0"), rest);
+        }
     }
 }
