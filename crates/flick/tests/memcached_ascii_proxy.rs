@@ -406,6 +406,27 @@ fn stats_are_summed_over_the_backends() {
     assert_eq!(settings.matches("STAT maxbytes ").count(), 2, "{settings}");
 }
 
+/// The proxy in front of one memcached reached through toxiproxy, and a
+/// client that has stored `big` (1,000 bytes) and `small` (`hello`)
+/// through it; `None` where toxiproxy is not installed (outside CI).
+fn big_and_small_behind_toxiproxy(
+    procs: &mut Procs,
+) -> Option<(flick_testkit::toxiproxy::Proxy, TcpStream)> {
+    let toxi = flick_testkit::toxiproxy::Toxiproxy::start(procs)?;
+    let m = memcached(procs);
+    let p = toxi.proxy("mc", m);
+    let port = proxy(procs, &[p.port]);
+    let mut c = connect(port);
+    let mut big = b"set big 0 0 1000\r\n".to_vec();
+    big.extend_from_slice(&[b'x'; 1000]);
+    big.extend_from_slice(b"\r\nset small 0 0 5\r\nhello\r\n");
+    assert_eq!(
+        exchange(&mut c, &big, b"STORED\r\nSTORED\r\n"),
+        "STORED\r\nSTORED\r\n"
+    );
+    Some((p, c))
+}
+
 /// A backend connection that breaks with requests in flight: the reads
 /// that change nothing (`get`, `mg` asking for the value) are sent again
 /// once over a new connection and answered as if nothing happened; a
@@ -418,22 +439,11 @@ fn stats_are_summed_over_the_backends() {
 /// marked down for its first backoff and get the fault reply instead.
 #[test]
 fn reads_lost_with_their_connection_are_sent_again() {
-    use flick_testkit::toxiproxy::{Stream, Toxic, Toxiproxy};
+    use flick_testkit::toxiproxy::{Stream, Toxic};
     let mut procs = Procs(Vec::new());
-    let Some(toxi) = Toxiproxy::start(&mut procs) else {
+    let Some((p, mut c)) = big_and_small_behind_toxiproxy(&mut procs) else {
         return;
     };
-    let m = memcached(&mut procs);
-    let p = toxi.proxy("mc", m);
-    let port = proxy(&mut procs, &[p.port]);
-    let mut c = connect(port);
-    let mut big = b"set big 0 0 1000\r\n".to_vec();
-    big.extend_from_slice(&[b'x'; 1000]);
-    big.extend_from_slice(b"\r\nset small 0 0 5\r\nhello\r\n");
-    assert_eq!(
-        exchange(&mut c, &big, b"STORED\r\nSTORED\r\n"),
-        "STORED\r\nSTORED\r\n"
-    );
     p.add(
         "held",
         Stream::Downstream,
@@ -474,22 +484,11 @@ fn reads_lost_with_their_connection_are_sent_again() {
 /// answered too.
 #[test]
 fn a_backend_connection_that_broke_is_made_again_by_the_next_request() {
-    use flick_testkit::toxiproxy::{Stream, Toxic, Toxiproxy};
+    use flick_testkit::toxiproxy::{Stream, Toxic};
     let mut procs = Procs(Vec::new());
-    let Some(toxi) = Toxiproxy::start(&mut procs) else {
+    let Some((p, mut c)) = big_and_small_behind_toxiproxy(&mut procs) else {
         return;
     };
-    let m = memcached(&mut procs);
-    let p = toxi.proxy("mc", m);
-    let port = proxy(&mut procs, &[p.port]);
-    let mut c = connect(port);
-    let mut big = b"set big 0 0 1000\r\n".to_vec();
-    big.extend_from_slice(&[b'x'; 1000]);
-    big.extend_from_slice(b"\r\nset small 0 0 5\r\nhello\r\n");
-    assert_eq!(
-        exchange(&mut c, &big, b"STORED\r\nSTORED\r\n"),
-        "STORED\r\nSTORED\r\n"
-    );
     p.add(
         "cut",
         Stream::Downstream,

@@ -497,6 +497,14 @@ pub struct SharedReader {
 }
 
 impl SharedReader {
+    /// Whether reply `m` has routing property `p` (not 0).
+    fn holds(&self, p: Routing, m: &Msg) -> bool {
+        self.grammar
+            .routing(self.unit, p, &m.slots, &m.bytes)
+            .unwrap_or(0)
+            != 0
+    }
+
     fn finish(&mut self) -> TaskStatus {
         if let Some((_, m)) = self.pending.take() {
             self.pool.give(m);
@@ -609,12 +617,7 @@ impl SharedReader {
                 })
                 .flatten();
             // A head and the pieces of its body are followed by more.
-            let continues = m.part == Part::Whole
-                && self
-                    .grammar
-                    .routing(self.unit, Routing::More, &m.slots, &m.bytes)
-                    .unwrap_or(0)
-                    != 0;
+            let continues = m.part == Part::Whole && self.holds(Routing::More, &m);
             let more = matches!(m.part, Part::Head | Part::Body) || continues;
             if whole_or_head {
                 // Its instance reads them from here (`GraphHost::on_reply`).
@@ -627,12 +630,7 @@ impl SharedReader {
                     // fence's, which ends it (the member sees that too).
                     Some(f) if f.fenced => {
                         let owner = f.member;
-                        let fence = m.part == Part::Whole
-                            && self
-                                .grammar
-                                .routing(self.unit, Routing::Fenced, &m.slots, &m.bytes)
-                                .unwrap_or(0)
-                                != 0;
+                        let fence = m.part == Part::Whole && self.holds(Routing::Fenced, &m);
                         if fence {
                             inflight.pop_front();
                         }
@@ -656,13 +654,7 @@ impl SharedReader {
                     }
                 }
             };
-            if whole_or_head
-                && self
-                    .grammar
-                    .routing(self.unit, Routing::Ends, &m.slots, &m.bytes)
-                    .unwrap_or(0)
-                    != 0
-            {
+            if whole_or_head && self.holds(Routing::Ends, &m) {
                 self.closing = true;
             }
             match owner {

@@ -88,14 +88,19 @@ impl Routed {
 
     /// A reply's `%correlate` and `%more` as its reader read them.
     pub fn reply(corr: Option<i128>, more: bool) -> Routed {
-        let c = corr.unwrap_or(0) as u128;
         Routed {
-            corr: [c as u64, (c >> 64) as u64],
+            corr: Routed::halves(corr),
             context: 0,
             flags: Routed::REPLY
                 | (more as u8 * Routed::MORE)
                 | (corr.is_some() as u8 * Routed::CORR),
         }
+    }
+
+    /// `%correlate` as the two words it is kept in (0 for none).
+    fn halves(corr: Option<i128>) -> [u64; 2] {
+        let c = corr.unwrap_or(0) as u128;
+        [c as u64, (c >> 64) as u64]
     }
 
     /// What [`Routed::reply`] was given, if it was.
@@ -105,9 +110,8 @@ impl Routed {
 
     /// `None` where the context does not fit in a word (no grammar's does).
     pub fn new(quiet: bool, fenced: bool, corr: Option<i128>, context: i128) -> Option<Routed> {
-        let c = corr.unwrap_or(0) as u128;
         Some(Routed {
-            corr: [c as u64, (c >> 64) as u64],
+            corr: Routed::halves(corr),
             context: i64::try_from(context).ok()?,
             flags: Routed::SET
                 | (quiet as u8 * Routed::QUIET)
