@@ -39,11 +39,16 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The programs compared, in the order they run.
+const PROGRAMS: [&str; 2] = ["flow_tracker", "port_knocking"];
+
 struct Args {
     workers: Vec<usize>,
     frames: usize,
     flows: usize,
     reps: usize,
+    /// Which programs to run (both unless told).
+    programs: Vec<String>,
 }
 
 /// Says what is wrong with the command line and how to use it, then exits 2.
@@ -58,6 +63,7 @@ fn args() -> Args {
         frames: 1_000_000,
         flows: 10_000,
         reps: 3,
+        programs: PROGRAMS.map(String::from).to_vec(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -74,6 +80,12 @@ fn args() -> Args {
             "--frames" => a.frames = value.parse().unwrap(),
             "--flows" => a.flows = value.parse().unwrap(),
             "--reps" => a.reps = value.parse().unwrap(),
+            "--programs" => {
+                a.programs = value.split_whitespace().map(String::from).collect();
+                if let Some(p) = a.programs.iter().find(|p| !PROGRAMS.contains(&p.as_str())) {
+                    usage_error(&format!("no program {p}"))
+                }
+            }
             _ => usage_error(&format!("unknown flag {flag}")),
         }
     }
@@ -318,6 +330,7 @@ packet-rate: frames per second of the packet examples from memory, Flick's
 engine against the same logic written by hand.
 
   packet-rate [--workers \"1 2 4\"] [--frames N] [--flows N] [--reps N]
+              [--programs \"flow_tracker port_knocking\"]
   packet-rate machines [--frames N] [--reps N] [--slots N]
 ";
 
@@ -336,7 +349,10 @@ fn main() {
     println!("| program | workers | Flick frames/s | by hand frames/s | Flick / by hand |");
     println!("|---|---|---|---|---|");
     for &w in &a.workers {
-        for name in ["flow_tracker", "port_knocking"] {
+        for name in PROGRAMS {
+            if !a.programs.iter().any(|p| p == name) {
+                continue;
+            }
             let mut flick_s = Vec::new();
             let mut hand_s = Vec::new();
             for _ in 0..a.reps {

@@ -137,6 +137,20 @@ pub trait Host {
             _ => IntField::Other,
         })
     }
+    /// [`Host::field_int`] of several fields of one message, into `out`
+    /// in the same order (one call where a key packs several fields); on
+    /// a fault, the position of the field that faulted.
+    fn field_ints(
+        &mut self,
+        msg: &Value,
+        fields: &[(u16, u16)],
+        out: &mut [IntField],
+    ) -> Result<(), (usize, Fault)> {
+        for (i, (&(record, field), o)) in fields.iter().zip(out).enumerate() {
+            *o = self.field_int(msg, record, field).map_err(|f| (i, f))?;
+        }
+        Ok(())
+    }
     fn send(&mut self, chan: &Value, value: &Value) -> Result<Sent, Fault>;
     /// [`Host::send`] of a value compute code never reads again (the
     /// send is the last use of a record built or received in this run,
@@ -1481,7 +1495,34 @@ impl Vm {
     ) -> Result<(), Fault> {
         let at = self.scratch.len();
         let mut packing = Ok(());
-        for pc in first..first + n {
+        // The fields' integers in one call to the host where they are of
+        // one message (a flow key's are), each read alone otherwise.
+        let mut read = [IntField::None; PACK_BATCH];
+        let mut wanted = [(0u16, 0u16); PACK_BATCH];
+        let ops = &flat.code[first as usize..(first + n) as usize];
+        let batch = match ops {
+            [Op::Field { src, .. }, ..] if ops.len() <= PACK_BATCH => Some(*src),
+            _ => None,
+        }
+        .filter(|&s| {
+            ops.iter().zip(&mut wanted).all(|(op, w)| match op {
+                Op::Field {
+                    src, record, field, ..
+                } if *src == s => {
+                    *w = (*record, *field);
+                    true
+                }
+                _ => false,
+            })
+        });
+        if let Some(src) = batch {
+            let k = ops.len();
+            if let Err((i, f)) = host.field_ints(self.reg(0, src), &wanted[..k], &mut read[..k]) {
+                self.fault_at = Some(first + i as u32);
+                return Err(f);
+            }
+        }
+        for (i, pc) in (first..first + n).enumerate() {
             let Op::Field {
                 src, record, field, ..
             } = &flat.code[pc as usize]
@@ -1491,7 +1532,11 @@ impl Vm {
             // An integer or `None` (most fields of a flow key) is encoded
             // as `pack_value` encodes it, with no `Value` made; anything
             // else is read again as a value.
-            match host.field_int(self.reg(0, *src), *record, *field) {
+            let int = match batch {
+                Some(_) => Ok(read[i]),
+                None => host.field_int(self.reg(0, *src), *record, *field),
+            };
+            match int {
                 Ok(IntField::Int(i)) => {
                     if packing.is_ok() {
                         self.scratch.push(b'i');
@@ -2136,6 +2181,10 @@ fn unboxed(v: &Value) -> Result<i64, Fault> {
 }
 
 /// What one operation of the typed form leads to.
+/// Fields of one message a key packs that are read from the host in one
+/// call (a flow key packs five).
+const PACK_BATCH: usize = 8;
+
 enum Step {
     Next,
     Goto(u32),

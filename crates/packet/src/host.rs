@@ -104,6 +104,12 @@ pub struct FrameHost<'a> {
 /// The value a frame's record is in compute code.
 pub const FRAME: Value = Value::Msg(0);
 
+/// Whether `v` is [`FRAME`] (a match, not a call of `Value`'s `==`).
+#[inline(always)]
+fn is_frame(v: &Value) -> bool {
+    matches!(v, Value::Msg(0))
+}
+
 fn frame_bytes<'a>(frame: &'a [u8], v: &'a Value) -> Option<&'a [u8]> {
     match v {
         Value::MsgBytes { msg: 0, start, len } => {
@@ -147,14 +153,40 @@ impl FrameHost<'_> {
     /// integer: the lookup `field` and `field_int` share.
     #[inline]
     fn field_ref(&self, msg: &Value, record: u16, field: u16) -> Result<(FieldRef, bool), Fault> {
-        if *msg != FRAME {
+        if !is_frame(msg) {
             return Err(Fault::Kind("a packet"));
         }
+        self.ref_of(record, field)
+    }
+
+    /// Where field `field` of record type `record` lies in the frame's
+    /// parse, and whether it is an integer.
+    #[inline(always)]
+    fn ref_of(&self, record: u16, field: u16) -> Result<(FieldRef, bool), Fault> {
         self.fields
             .get(record as usize)
             .and_then(|r| r.get(field as usize))
             .and_then(|f| *f)
             .ok_or_else(|| Fault::Host("a field that the wire grammar does not have".into()))
+    }
+
+    /// The field at `r` as [`Host::field_int`] gives it.
+    #[inline(always)]
+    fn int_of(&self, r: FieldRef, int: bool) -> IntField {
+        let m = &self.message;
+        if int {
+            match m.uint_of(&r) {
+                Some(v) => IntField::Int(v as i64),
+                None => m
+                    .int_at(r.slot())
+                    .map_or(IntField::None, |v| IntField::Int(v as i64)),
+            }
+        } else {
+            match m.bytes_of(&r) {
+                Some(_) => IntField::Other,
+                None => IntField::None,
+            }
+        }
     }
 
     fn owned(&self, v: &Value) -> Result<Value, Fault> {
@@ -198,27 +230,30 @@ impl Host for FrameHost<'_> {
 
     fn field_int(&mut self, msg: &Value, record: u16, field: u16) -> Result<IntField, Fault> {
         let (r, int) = self.field_ref(msg, record, field)?;
-        let m = &self.message;
-        Ok(if int {
-            match m.uint_of(&r) {
-                Some(v) => IntField::Int(v as i64),
-                None => m
-                    .int_at(r.slot())
-                    .map_or(IntField::None, |v| IntField::Int(v as i64)),
-            }
-        } else {
-            match m.bytes_of(&r) {
-                Some(_) => IntField::Other,
-                None => IntField::None,
-            }
-        })
+        Ok(self.int_of(r, int))
+    }
+
+    fn field_ints(
+        &mut self,
+        msg: &Value,
+        fields: &[(u16, u16)],
+        out: &mut [IntField],
+    ) -> Result<(), (usize, Fault)> {
+        if !is_frame(msg) {
+            return Err((0, Fault::Kind("a packet")));
+        }
+        for (i, (&(record, field), o)) in fields.iter().zip(out).enumerate() {
+            let (r, int) = self.ref_of(record, field).map_err(|f| (i, f))?;
+            *o = self.int_of(r, int);
+        }
+        Ok(())
     }
 
     fn send(&mut self, chan: &Value, value: &Value) -> Result<Sent, Fault> {
         let Value::Chan { chan, elem } = chan else {
             return Err(Fault::Kind("a channel"));
         };
-        if *value != FRAME {
+        if !is_frame(value) {
             return Err(Fault::Host(
                 "only the packet being handled can be sent to a port".into(),
             ));
@@ -356,7 +391,7 @@ impl Host for FrameHost<'_> {
     }
 
     fn edit_header(&mut self, msg: &Value, edit: HeaderEdit, value: i64) -> Result<(), Fault> {
-        if *msg != FRAME {
+        if !is_frame(msg) {
             return Err(Fault::Kind("a packet"));
         }
         let out_of_range =
@@ -393,14 +428,14 @@ impl Host for FrameHost<'_> {
     }
 
     fn message_len(&self, msg: &Value) -> Result<Value, Fault> {
-        if *msg != FRAME {
+        if !is_frame(msg) {
             return Err(Fault::Kind("a packet"));
         }
         Ok(Value::Int(self.frame.len() as i64))
     }
 
     fn message_len_int(&self, msg: &Value) -> Result<IntField, Fault> {
-        if *msg != FRAME {
+        if !is_frame(msg) {
             return Err(Fault::Kind("a packet"));
         }
         Ok(IntField::Int(self.frame.len() as i64))

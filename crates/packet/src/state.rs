@@ -402,13 +402,21 @@ fn same_key(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
-    let (mut x, mut y) = (a.chunks_exact(8), b.chunks_exact(8));
-    for (p, q) in x.by_ref().zip(y.by_ref()) {
-        if p != q {
-            return false;
-        }
+    let n = a.len();
+    if n < 8 {
+        return a == b;
     }
-    x.remainder().iter().zip(y.remainder()).all(|(p, q)| p == q)
+    let word =
+        |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().unwrap_or_default());
+    // Whole words, then the last eight bytes (overlapping the last whole
+    // word where the length is not a multiple of eight): no byte loop.
+    let mut diff = word(a, n - 8) ^ word(b, n - 8);
+    let mut at = 0;
+    while at + 8 < n {
+        diff |= word(a, at) ^ word(b, at);
+        at += 8;
+    }
+    diff == 0
 }
 
 /// An encoded key as a dictionary keeps it: a short one inside the entry,
@@ -1165,6 +1173,30 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Keys compared a word at a time are equal exactly where their
+        /// bytes are: one byte changed anywhere, or a length changed,
+        /// makes them differ.
+        #[test]
+        fn keys_compared_by_words_are_compared_by_bytes(
+            a in proptest::collection::vec(any::<u8>(), 0..80),
+            at in any::<prop::sample::Index>(),
+            flip in 1u8..,
+            cut in any::<bool>(),
+        ) {
+            prop_assert!(same_key(&a, &a.clone()));
+            if !a.is_empty() {
+                let mut b = a.clone();
+                b[at.index(a.len())] ^= flip;
+                prop_assert!(!same_key(&a, &b));
+                if cut {
+                    prop_assert!(!same_key(&a, &a[..a.len() - 1]));
+                }
+            }
+        }
+    }
 
     #[test]
     fn keys_decode_as_they_were_given() {
