@@ -9,7 +9,11 @@
 //!    unit of the port's channel (a frame that does not parse is dropped
 //!    and counted as malformed), runs `steer` on it and hashes the result
 //!    to pick a worker; without `steer` every frame goes to worker 0, as
-//!    it does with one worker where `steer` cannot fault (`pure_steer.rs`). The
+//!    it does with one worker where `steer` cannot fault (`pure_steer.rs`).
+//!    Where the worker is named by a flow key's header fields instead (the
+//!    common key of programs sharing the port, or, with several workers,
+//!    the library key a `steer` that cannot fault returns as it is), the
+//!    dispatcher hashes those fields and neither parses nor runs `steer`. The
 //!    frame is numbered in reading order and copied into the batch the
 //!    dispatcher is filling for that worker. A batch goes to its worker's
 //!    queue when it is full and when a port's `recv_batch` call ends, so a
@@ -286,6 +290,15 @@ pub struct PacketService {
     rules: Vec<Option<FuncId>>,
     init: FuncId,
     steer: Option<FuncId>,
+    /// The flow key the dispatcher hashes, with several workers, instead
+    /// of running `steer`: [`PacketConfig::steer_by`], or else the
+    /// library key `steer` returns as it is where it cannot fault
+    /// ([`DeclaredKey::returned_by_steer`]): frames go to workers by the
+    /// same flows, the state and outputs are the same, and the dispatcher
+    /// neither parses a frame nor interprets anything for it.
+    ///
+    /// [`DeclaredKey::returned_by_steer`]: crate::steering::DeclaredKey::returned_by_steer
+    steer_key: Option<crate::steering::FlowKey>,
     fields: Arc<FieldTable>,
     state_names: Vec<String>,
     /// Per state variable: the table policy its type declares.
@@ -333,7 +346,13 @@ impl PacketService {
                     .collect()
             })
             .collect();
+        let declared = crate::steering::DeclaredKey::returned_by_steer(&module);
         let (module, steer) = with_steer_hash(module);
+        let fields = Arc::new(fields);
+        let steer_key = config.steer_by.or_else(|| {
+            let pure = steer.is_some_and(|f| crate::pure_steer::cannot_fault(&module, &fields, f));
+            declared.filter(|_| pure)
+        });
         flick_grammars::install();
         Ok(PacketService {
             process: code.name.clone(),
@@ -351,7 +370,8 @@ impl PacketService {
             units: loaded.units.to_vec(),
             rules,
             steer,
-            fields: Arc::new(fields),
+            steer_key,
+            fields,
             source: loaded.source.clone(),
             module,
             grammar,
@@ -371,12 +391,23 @@ impl PacketService {
 
     /// Whether the dispatcher runs `steer` on each frame with this many
     /// workers: not without `steer`, nor with one worker where `steer`
-    /// cannot fault, since every frame then goes to that worker anyway.
+    /// cannot fault, since every frame then goes to that worker anyway,
+    /// nor with several where it hashes a flow key's fields instead
+    /// (see `steer_key`).
     pub fn steers_in_dispatcher(&self, workers: usize) -> bool {
         self.dispatch_steer(workers).is_some()
     }
 
+    /// Whether, with this many workers, the dispatcher picks each frame's
+    /// worker by a hash of a flow key's header fields, parsing nothing.
+    pub fn steers_by_key(&self, workers: usize) -> bool {
+        workers > 1 && self.steer_key.is_some()
+    }
+
     fn dispatch_steer(&self, workers: usize) -> Option<FuncId> {
+        if self.steers_by_key(workers) {
+            return None;
+        }
         self.steer.filter(|&f| {
             workers > 1 || !crate::pure_steer::cannot_fault(&self.module, &self.fields, f)
         })
@@ -1222,8 +1253,8 @@ impl Dispatch<'_> {
         // counts it if it does not parse.
         let worker = match self.steer {
             // The common key needs no parse here: the worker parses.
-            _ if svc.config.steer_by.is_some() && self.queues.len() > 1 => {
-                let key = svc.config.steer_by.expect("checked above");
+            _ if svc.steers_by_key(self.queues.len()) => {
+                let key = svc.steer_key.expect("checked above");
                 let fields = crate::steering::FrameFields::of_ethernet(frame);
                 (key.hash(&fields) % self.queues.len() as u64) as usize
             }

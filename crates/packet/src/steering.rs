@@ -310,6 +310,25 @@ pub enum DeclaredKey {
 }
 
 impl DeclaredKey {
+    /// The library key a compiled program's `steer` returns as it is, if
+    /// that is all `steer` does (`fun steer: (p: packet) -> (string)` with
+    /// the body `flow_key5(p)`): frames with the same value of that key
+    /// are then exactly those with the same key fields, so they may be
+    /// steered by a hash of those fields ([`FlowKey::hash`]) rather than
+    /// by running `steer`. `None` for any other `steer`, or none.
+    pub fn returned_by_steer(module: &Module) -> Option<FlowKey> {
+        let steer = module
+            .functions
+            .iter()
+            .find(|f| f.name == "steer" && f.params == 1)?;
+        match &steer.code[..] {
+            [Op::Call { dst, func, args }, Op::Return { src }] if src == dst && args[..] == [0] => {
+                FlowKey::of_library_function(&module.functions.get(*func as usize)?.name)
+            }
+            _ => None,
+        }
+    }
+
     /// The key a compiled program declares: the library key function its
     /// `steer` calls, if it calls exactly one and nothing else.
     pub fn of_module(module: &Module) -> DeclaredKey {

@@ -1,8 +1,10 @@
-//! A program steered by the common key of the programs run beside it
-//! (`PacketConfig::steer_by`) instead of its own `steer`: each frame goes
-//! to the worker the key's hash names, the state is what its own `steer`
-//! gives, and the per-frame path still allocates nothing (a counting
-//! global allocator over runs of 1,000 and 10,000 frames).
+//! A program steered by a flow key's header fields instead of by running
+//! its own `steer`: the common key of the programs run beside it
+//! (`PacketConfig::steer_by`), or, alone with several workers, the
+//! library key its `steer` returns as it is. Each frame goes to the worker
+//! the key's hash names, the state is what a run with one worker gives,
+//! and the per-frame path still allocates nothing (a counting global
+//! allocator over runs of 1,000 and 10,000 frames).
 
 mod common;
 
@@ -20,9 +22,19 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// The flow tracker example with the packet library, over the stock
-/// `packet` grammar.
+/// `packet` grammar, with two workers.
 fn tracker(steer_by: Option<FlowKey>) -> PacketService {
-    let program = include_str!("../../../examples/packets/flow_tracker.flick");
+    tracker_with(steer_by, 2, "flow_key5")
+}
+
+/// The flow tracker with `workers` workers, its `steer` returning the
+/// library key `key`.
+fn tracker_with(steer_by: Option<FlowKey>, workers: usize, key: &str) -> PacketService {
+    let program = include_str!("../../../examples/packets/flow_tracker.flick").replace(
+        "fun steer: (p: packet) -> (string)\n  flow_key5(p)",
+        &format!("fun steer: (p: packet) -> (string)\n  {key}(p)"),
+    );
+    assert!(program.contains(&format!("{key}(p)")));
     let library = include_str!("../../../lib/packet.flick");
     let line = "\ngrammar packet\n";
     let body = &library[library.find(line).expect("the library names its grammar") + line.len()..];
@@ -34,7 +46,7 @@ fn tracker(steer_by: Option<FlowKey>) -> PacketService {
     let grammar = flick_wire::Grammar::stock("packet").expect("the stock packet grammar");
     let loaded = flick_platform::Loaded::new(&ast, &checked, grammar).expect("loads");
     let config = PacketConfig {
-        workers: 2,
+        workers,
         steer_by,
         ..PacketConfig::default()
     };
@@ -81,9 +93,38 @@ fn frames_go_to_the_worker_the_common_key_names_and_the_state_is_unchanged() {
     assert!(expected[0] > 0 && expected[1] > 0, "{expected:?}");
     let by_key = run(&tracker(Some(key)), input.clone());
     assert_eq!(by_key.worker_frames, expected.to_vec());
-    let own = run(&tracker(None), input);
-    assert_eq!(by_key.state, own.state);
-    assert_eq!(by_key.dump_json(), own.dump_json());
+    let one = run(&tracker_with(None, 1, "flow_key5"), input);
+    assert_eq!(by_key.dump_json(), one.dump_json());
+}
+
+#[test]
+fn alone_a_program_whose_steer_returns_a_library_key_is_steered_by_its_fields() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let svc = tracker(None);
+    assert!(svc.steers_by_key(2));
+    assert!(!svc.steers_in_dispatcher(2));
+    let key = FlowKey::of_library_function("flow_key5").unwrap();
+    let input = frames(2_000);
+    let mut expected = [0u64; 2];
+    for (f, _) in &input {
+        expected[(key.hash(&FrameFields::of_ethernet(f)) % 2) as usize] += 1;
+    }
+    assert!(expected[0] > 0 && expected[1] > 0, "{expected:?}");
+    let two = run(&svc, input.clone());
+    assert_eq!(two.worker_frames, expected.to_vec());
+    let one = run(&tracker_with(None, 1, "flow_key5"), input);
+    assert_eq!(one.worker_frames, vec![2_000]);
+    assert_eq!(two.dump_json(), one.dump_json());
+}
+
+#[test]
+fn a_steer_that_can_fault_is_still_run_by_the_dispatcher() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // The symmetric keys order endpoints with `<`, which faults on a
+    // frame without them: `steer` decides what such a frame does.
+    let svc = tracker_with(None, 2, "sym_flow_key5");
+    assert!(!svc.steers_by_key(2));
+    assert!(svc.steers_in_dispatcher(2));
 }
 
 #[test]
