@@ -130,11 +130,13 @@ impl FlowKey {
         self.fields & finer.fields == self.fields && (self.symmetric || !finer.symmetric)
     }
 
-    /// The hash of `frame` by this key (FNV-1a over the key's fields; a
-    /// symmetric key orders the two endpoints first). Frames of one flow
-    /// of this key hash alike. Allocates nothing.
+    /// The hash of `frame` by this key (the key's fields mixed in a word
+    /// at a time, then scrambled so that the low bits that pick a worker
+    /// depend on all of them; a symmetric key orders the two endpoints
+    /// first). Frames of one flow of this key hash alike. Allocates
+    /// nothing.
     pub fn hash(&self, frame: &FrameFields) -> u64 {
-        let mut h = Fnv::new();
+        let mut h = WordMix::new();
         // A symmetric key puts the lesser endpoint first, compared by the
         // key's own fields only, so fields outside it never decide.
         let swap = self.symmetric && {
@@ -165,16 +167,21 @@ impl FlowKey {
                 frame.dst_port,
             )
         };
+        let addr = |a: [u8; 16]| {
+            let (hi, lo) = a.split_at(8);
+            let word = |b: &[u8]| u64::from_ne_bytes(b.try_into().unwrap_or_default());
+            (word(hi), word(lo))
+        };
         for f in self.fields() {
             match f {
-                KeyField::SrcAddr => h.write(&src_addr),
-                KeyField::DstAddr => h.write(&dst_addr),
-                KeyField::Proto => h.write(&[frame.proto]),
-                KeyField::SrcPort => h.write(&src_port.to_be_bytes()),
-                KeyField::DstPort => h.write(&dst_port.to_be_bytes()),
+                KeyField::SrcAddr => h.write_pair(addr(src_addr)),
+                KeyField::DstAddr => h.write_pair(addr(dst_addr)),
+                KeyField::Proto => h.write(u64::from(frame.proto)),
+                KeyField::SrcPort => h.write(u64::from(src_port)),
+                KeyField::DstPort => h.write(u64::from(dst_port)),
             }
         }
-        h.0
+        h.finish()
     }
 }
 
@@ -198,17 +205,35 @@ impl fmt::Display for FlowKey {
     }
 }
 
-struct Fnv(u64);
+/// The steering hash's state: each field's words multiplied in (a field
+/// in a place of its own, so that a key's fields cannot trade values),
+/// then murmur3's finaliser, so that the low bits that pick a worker
+/// depend on every bit of every field.
+struct WordMix(u64);
 
-impl Fnv {
-    fn new() -> Fnv {
-        Fnv(0xcbf2_9ce4_8422_2325)
+impl WordMix {
+    const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+
+    fn new() -> WordMix {
+        WordMix(0xcbf2_9ce4_8422_2325)
     }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= u64::from(*b);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
+
+    fn write(&mut self, w: u64) {
+        self.0 = (self.0 ^ w).wrapping_mul(Self::MUL).rotate_left(27);
+    }
+
+    fn write_pair(&mut self, (a, b): (u64, u64)) {
+        self.write(a);
+        self.write(b);
+    }
+
+    fn finish(self) -> u64 {
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
     }
 }
 
@@ -468,6 +493,38 @@ mod tests {
 
     fn lib(name: &str) -> FlowKey {
         FlowKey::of_library_function(name).unwrap()
+    }
+
+    /// Flows that differ in few bits (consecutive sources, ports) still
+    /// spread evenly over any number of workers: the worker is the hash's
+    /// low bits, which every field moves.
+    #[test]
+    fn flows_spread_evenly_over_workers() {
+        for (key, per_source) in [("flow_key5", 8u32), ("src_key", 1)] {
+            let n = 20_000u32;
+            let key = lib(key);
+            for workers in [2u64, 3, 4, 8, 16] {
+                let mut load = vec![0u32; workers as usize];
+                for i in 0..n {
+                    let mut f = FrameFields::default();
+                    f.src_addr[10..12].copy_from_slice(&[0xff, 0xff]);
+                    f.src_addr[12..].copy_from_slice(&(0x0a00_0000 + i / per_source).to_be_bytes());
+                    f.dst_addr = f.src_addr;
+                    f.dst_addr[15] = 1;
+                    f.proto = 6;
+                    f.src_port = 1024 + (i % per_source) as u16;
+                    f.dst_port = 80;
+                    load[(key.hash(&f) % workers) as usize] += 1;
+                }
+                let mean = n as f64 / workers as f64;
+                for &l in &load {
+                    assert!(
+                        (l as f64 - mean).abs() < mean * 0.15,
+                        "{key} over {workers} workers: {load:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
