@@ -426,7 +426,15 @@ pub struct Engine {
     /// made, for a table of this engine's shape), and what it reads.
     native: Option<NativeEntry>,
     env: Env,
+    /// Per plan port, where the code is taken: the ports a packet from
+    /// there is sent to when the key summary says its key is absent, if
+    /// that is all the code would do then ([`Engine::absent_ports_of`]);
+    /// [`NOT_CONSTANT`] where the code is to run.
+    absent_ports: Box<[u64]>,
 }
+
+/// [`Engine::absent_ports`] of a port whose packets the code decides.
+const NOT_CONSTANT: u64 = u64::MAX;
 
 impl Engine {
     pub fn new(program: Arc<Program>) -> Engine {
@@ -498,6 +506,7 @@ impl Engine {
             now_us: 0,
             native: None,
             env: Env::empty(),
+            absent_ports: Box::default(),
         };
         engine.take_code();
         engine
@@ -530,7 +539,41 @@ impl Engine {
             }
             _ => None,
         };
+        self.absent_ports = match self.native {
+            Some(_) => self.absent_ports_of(),
+            None => Box::default(),
+        };
         self.refresh_env();
+    }
+
+    /// [`Engine::absent_ports`] for the first stage's table: per plan
+    /// port whose miss is quiet and constant ([`StageTables::constant_miss`]),
+    /// in a stage that is not biflow (whose summary is of ordered words)
+    /// and has a key, with an entry that writes no field and goes on to
+    /// no later stage (or none), the ports that entry sends to: what the
+    /// code's quiet path (`native::Gen::missing`) comes to, the verdict
+    /// cleared before.
+    fn absent_ports_of(&self) -> Box<[u64]> {
+        let machine = &self.program.machine;
+        let (stage, tables) = (&machine.stages[0], &self.program.tables[0]);
+        (0..=tables.port_plans())
+            .map(|p| match tables.misses_at(p) {
+                (true, d) if d != u32::MAX && !stage.biflow && !stage.key.is_empty() => {
+                    let Some(e) = d.checked_sub(1).map(|e| &tables.entries[e as usize]) else {
+                        return 0;
+                    };
+                    let later = e
+                        .next_stage
+                        .is_some_and(|n| n > 0 && (n as usize) < machine.stages.len());
+                    if later || !e.writes.is_empty() {
+                        NOT_CONSTANT
+                    } else {
+                        e.ports
+                    }
+                }
+                _ => NOT_CONSTANT,
+            })
+            .collect()
     }
 
     /// Points the generated code's [`Env`] at the table's summary and
@@ -652,6 +695,16 @@ impl Engine {
         self.counters.packets += 1;
         if let Some(code) = self.native {
             if fields.len() >= code.fields {
+                // A packet whose key the summary says is absent, from a
+                // port whose rows then only send it on (a server's reply
+                // to the balancer): the code would do no more than this.
+                let last = self.absent_ports.len().saturating_sub(1);
+                if let Some(&ports) = self.absent_ports.get((port as usize).min(last)) {
+                    if ports != NOT_CONSTANT && self.env.absent(fields) {
+                        verdict.ports = ports;
+                        return;
+                    }
+                }
                 // Safety: the program holding the code is this engine's,
                 // the env describes its table as it is now (refreshed
                 // after every change the interpreter or a forget makes),

@@ -23,7 +23,7 @@
 //! interpreter's would.
 
 use crate::engine::Verdict;
-use crate::flows::{FlowTable, META_WORDS, SUMMARY, SUMMARY_MUL, TABLE_SEEDS};
+use crate::flows::{summary_index, FlowTable, META_WORDS, SUMMARY, SUMMARY_MUL, TABLE_SEEDS};
 use crate::model::{ArithOp, Expr, FieldId, Operand, Stage, Target, Value, MAX_KEY, MAX_WRITES};
 use crate::tables::{Entry, StageTables, Test};
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -117,6 +117,23 @@ impl Env {
         self.nonzero = raw.nonzero;
         self.len = raw.len;
         self.globals = globals.as_mut_ptr();
+    }
+
+    /// Whether the key summary says that the key of a packet with these
+    /// fields is absent from the table: the one test of the code's path
+    /// for a port whose miss is quiet (`Gen::port_path`), which the
+    /// engine makes itself where that path would then only set the
+    /// ports (`Engine::absent_ports`), to spare the call.
+    #[inline(always)]
+    pub(crate) fn absent(&self, fields: &[Value]) -> bool {
+        let Some(&w) = fields.get(self.probe_field as usize) else {
+            return false;
+        };
+        // Safety: with code taken, `summary` points at the probed key
+        // word's row of `SUMMARY` counters in the engine's table, kept so
+        // by `refresh` and `follow` after every change (the code reads it
+        // the same way), and `summary_index` is below `SUMMARY`.
+        unsafe { *self.summary.add(summary_index(w)) == 0 }
     }
 
     /// Follows what an insertion or a removal in `table` may change (the
