@@ -209,11 +209,9 @@ impl Host for FrameHost<'_> {
         let (r, int) = self.field_ref(msg, record, field)?;
         let m = &self.message;
         Ok(if int {
-            match m.uint_of(&r) {
-                Some(v) => Value::Int(v as i64),
-                None => m
-                    .int_at(r.slot())
-                    .map_or(Value::None, |v| Value::Int(v as i64)),
+            match self.int_of(r, true) {
+                IntField::Int(v) => Value::Int(v),
+                _ => Value::None,
             }
         } else {
             match m.bytes_of(&r) {

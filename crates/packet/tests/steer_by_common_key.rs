@@ -73,6 +73,17 @@ fn frames(n: usize) -> Vec<(Vec<u8>, u64)> {
         .collect()
 }
 
+/// How many of `frames` each of two workers gets when `key`'s hash of
+/// their fields picks it (both get some).
+fn spread(key: FlowKey, frames: &[(Vec<u8>, u64)]) -> Vec<u64> {
+    let mut per_worker = vec![0u64; 2];
+    for (f, _) in frames {
+        per_worker[(key.hash(&FrameFields::of_ethernet(f)) % 2) as usize] += 1;
+    }
+    assert!(per_worker.iter().all(|&n| n > 0), "{per_worker:?}");
+    per_worker
+}
+
 fn run(svc: &PacketService, frames: Vec<(Vec<u8>, u64)>) -> Summary {
     let bindings = vec![Binding {
         channel: "wire".into(),
@@ -86,13 +97,9 @@ fn frames_go_to_the_worker_the_common_key_names_and_the_state_is_unchanged() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let key = FlowKey::of_library_function("src_key").unwrap();
     let input = frames(2_000);
-    let mut expected = [0u64; 2];
-    for (f, _) in &input {
-        expected[(key.hash(&FrameFields::of_ethernet(f)) % 2) as usize] += 1;
-    }
-    assert!(expected[0] > 0 && expected[1] > 0, "{expected:?}");
+    let expected = spread(key, &input);
     let by_key = run(&tracker(Some(key)), input.clone());
-    assert_eq!(by_key.worker_frames, expected.to_vec());
+    assert_eq!(by_key.worker_frames, expected);
     let one = run(&tracker_with(None, 1, "flow_key5"), input);
     assert_eq!(by_key.dump_json(), one.dump_json());
 }
@@ -105,13 +112,9 @@ fn alone_a_program_whose_steer_returns_a_library_key_is_steered_by_its_fields() 
     assert!(!svc.steers_in_dispatcher(2));
     let key = FlowKey::of_library_function("flow_key5").unwrap();
     let input = frames(2_000);
-    let mut expected = [0u64; 2];
-    for (f, _) in &input {
-        expected[(key.hash(&FrameFields::of_ethernet(f)) % 2) as usize] += 1;
-    }
-    assert!(expected[0] > 0 && expected[1] > 0, "{expected:?}");
+    let expected = spread(key, &input);
     let two = run(&svc, input.clone());
-    assert_eq!(two.worker_frames, expected.to_vec());
+    assert_eq!(two.worker_frames, expected);
     let one = run(&tracker_with(None, 1, "flow_key5"), input);
     assert_eq!(one.worker_frames, vec![2_000]);
     assert_eq!(two.dump_json(), one.dump_json());
