@@ -111,12 +111,19 @@ fn alone_a_program_whose_steer_returns_a_library_key_is_steered_by_its_fields() 
     assert!(svc.steers_by_key(2));
     assert!(!svc.steers_in_dispatcher(2));
     let key = FlowKey::of_library_function("flow_key5").unwrap();
-    let input = frames(2_000);
+    let mut input = frames(2_000);
+    // Frames cut short, which the worker (not the dispatcher) finds
+    // malformed: counted once, as with one worker.
+    for (at, len) in [(5, 10), (700, 30), (1500, 0)] {
+        let cut = input[at].0[..len].to_vec();
+        input.insert(at, (cut, input[at].1));
+    }
     let expected = spread(key, &input);
     let two = run(&svc, input.clone());
     assert_eq!(two.worker_frames, expected);
     let one = run(&tracker_with(None, 1, "flow_key5"), input);
-    assert_eq!(one.worker_frames, vec![2_000]);
+    assert_eq!(one.worker_frames, vec![2_003]);
+    assert_eq!((two.malformed, one.malformed), (3, 3));
     assert_eq!(two.dump_json(), one.dump_json());
 }
 
