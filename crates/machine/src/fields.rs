@@ -174,9 +174,52 @@ fn is_plain_tcp4(frame: &[u8]) -> bool {
 pub struct FieldReader {
     parser: Parser,
     readers: Vec<Reader>,
-    /// Per field, its bytes in a plain TCP/IPv4 frame (`(0, 0)`: absent
-    /// there, reads 0); `None` where some field has no fixed place.
-    tcp4: Option<Vec<(usize, usize)>>,
+    /// Where each field lies in a plain TCP/IPv4 frame; `None` where some
+    /// field has no fixed place.
+    tcp4: Option<Tcp4>,
+}
+
+/// The fields' places in a plain TCP/IPv4 frame, each read as one
+/// big-endian 8-byte load, shifted and masked, from a frame of at least
+/// [`HEAD`] bytes where every place lies within them, else byte by byte.
+struct Tcp4 {
+    places: Vec<Place>,
+    /// Whether every place lies within the first [`HEAD`] bytes.
+    in_head: bool,
+}
+
+/// The bytes of a plain TCP/IPv4 frame that its fields are read from: a
+/// minimum Ethernet frame without its check sequence.
+const HEAD: usize = 60;
+
+#[derive(Clone, Copy)]
+struct Place {
+    offset: usize,
+    /// 0: absent from such frames, reads 0.
+    len: usize,
+    /// Where the eight bytes read for it start: those ending where the
+    /// field ends, or the frame's first eight.
+    at: usize,
+    shift: u32,
+    mask: u64,
+}
+
+impl Place {
+    fn new((offset, len): (usize, usize)) -> Place {
+        let end = offset + len;
+        let at = end.saturating_sub(8);
+        Place {
+            offset,
+            len,
+            at,
+            shift: 8 * (at + 8).saturating_sub(end) as u32,
+            mask: match len {
+                0 => 0,
+                1..8 => (1 << (8 * len)) - 1,
+                _ => u64::MAX,
+            },
+        }
+    }
 }
 
 impl FieldReader {
@@ -190,7 +233,12 @@ impl FieldReader {
                 FieldSource::Unit { field, .. } => tcp4_place(field).map(|p| p.unwrap_or((0, 0))),
                 FieldSource::Bytes { offset, len } => Some((*offset as usize, *len as usize)),
             })
-            .collect::<Option<Vec<_>>>();
+            .map(|p| p.map(Place::new))
+            .collect::<Option<Vec<_>>>()
+            .map(|places| Tcp4 {
+                in_head: places.iter().all(|p| p.offset + p.len <= HEAD),
+                places,
+            });
         for def in fields {
             readers.push(match &def.source {
                 FieldSource::Unit { field, bytes, .. } => Reader::Unit {
@@ -219,10 +267,20 @@ impl FieldReader {
     /// frame lacks (another protocol, or a frame that does not parse)
     /// read as 0. Returns whether the frame parsed.
     pub fn read(&mut self, frame: &[u8], out: &mut [Value]) -> bool {
-        if let Some(places) = &self.tcp4 {
+        if let Some(t) = &self.tcp4 {
             if is_plain_tcp4(frame) {
-                for (&(offset, len), v) in places.iter().zip(out.iter_mut()) {
-                    *v = fixed_value(frame, offset, len);
+                if let Some(head) = frame.first_chunk::<HEAD>().filter(|_| t.in_head) {
+                    for (p, v) in t.places.iter().zip(out.iter_mut()) {
+                        // `at` is at most HEAD - 8 (`in_head`); the `min`
+                        // lets the compiler drop the bounds check.
+                        let at = p.at.min(HEAD - 8);
+                        let word = head[at..]
+                            .first_chunk::<8>()
+                            .map_or(0, |b| u64::from_be_bytes(*b));
+                        *v = (word >> p.shift) & p.mask;
+                    }
+                } else {
+                    read_short(&t.places, frame, out);
                 }
                 return true;
             }
@@ -253,18 +311,33 @@ impl FieldReader {
     }
 }
 
+/// The fields of a plain TCP/IPv4 frame shorter than [`HEAD`] (or of
+/// places past it), byte by byte; apart, so that the common path saves no
+/// registers for it.
+#[cold]
+#[inline(never)]
+fn read_short(places: &[Place], frame: &[u8], out: &mut [Value]) {
+    for (p, v) in places.iter().zip(out.iter_mut()) {
+        *v = fixed_value(frame, p.offset, p.len);
+    }
+}
+
 /// The `len` bytes (at most 8) at `offset` as a big-endian integer, 0
 /// where the frame is shorter (as [`be_value`] over the slice reads
 /// them): one 8-byte load and a shift where the frame has 8 bytes there.
 #[inline]
 fn fixed_value(frame: &[u8], offset: usize, len: usize) -> Value {
-    match frame.get(offset..offset + 8) {
-        Some(b) if len > 0 => {
-            let word = u64::from_be_bytes(b.try_into().unwrap_or([0; 8]));
-            word >> (8 * (8 - len))
-        }
+    match be_word(frame, offset) {
+        Some(word) if len > 0 => word >> (8 * (8 - len)),
         _ => frame.get(offset..offset + len).map_or(0, be_value),
     }
+}
+
+/// The eight bytes at `offset` as a big-endian integer, if the frame has them.
+#[inline]
+fn be_word(frame: &[u8], offset: usize) -> Option<u64> {
+    let b = frame.get(offset..)?.first_chunk::<8>()?;
+    Some(u64::from_be_bytes(*b))
 }
 
 /// Up to the last eight bytes as a big-endian integer.
