@@ -384,8 +384,10 @@ pub struct ReadSide {
     /// goes in pieces; `head` bytes at the buffer start were in the head.
     streaming: bool,
     head: usize,
-    /// What the parser said right after a head, before the head went out.
-    after_head: Option<Progress>,
+    /// What the parser said right after a head, before the head went out,
+    /// or right after a piece of a body, when it was asked whether that
+    /// piece ended the message.
+    after_head: Option<Result<Progress, flick_wire::WireError>>,
     /// A message whose whole body, head included, fits in `hold` bytes is
     /// read and checked to its end before any of it goes on, so a body
     /// that breaks its framing is refused with nothing of it sent (and a
@@ -621,7 +623,7 @@ impl ReadSide {
             {
                 // (A body may be over with nothing buffered: `Done(0)`.)
                 let progress = match self.after_head.take() {
-                    Some(p) => Ok(p),
+                    Some(p) => p,
                     None => self
                         .parser
                         .parse(&self.buf[self.start + self.held_len..self.end]),
@@ -689,7 +691,7 @@ impl ReadSide {
                                     partial: None,
                                 };
                             }
-                            Ok(p) => self.after_head = Some(p),
+                            Ok(p) => self.after_head = Some(Ok(p)),
                         }
                         let mut m = pool.take();
                         m.bytes
@@ -702,12 +704,24 @@ impl ReadSide {
                         return Inbound::Message(m);
                     }
                     Ok(Progress::Stream(n)) => {
-                        let m = self.piece(n, pool, Part::Body);
-                        if !m.bytes.is_empty() {
-                            return Inbound::Message(m);
+                        let mut m = self.piece(n, pool, Part::Body);
+                        if m.bytes.is_empty() {
+                            pool.give(m);
+                            continue;
                         }
-                        pool.give(m);
-                        continue;
+                        // A piece that ends its message is the last one
+                        // (a body read whole is one message, not a piece
+                        // and an empty end); what the parser says
+                        // otherwise is kept for the next call.
+                        match self.parser.parse(&self.buf[self.start..self.end]) {
+                            Ok(Progress::Done(0)) => {
+                                m.part = Part::End;
+                                self.streaming = false;
+                                self.parser.reset();
+                            }
+                            next => self.after_head = Some(next),
+                        }
+                        return Inbound::Message(m);
                     }
                     Ok(Progress::NeedMore) => {}
                     Err(e) => {
@@ -1177,4 +1191,101 @@ pub(crate) fn peer(conn: &Conn) -> String {
     conn.stream
         .peer_addr()
         .map_or_else(|_| "unknown".to_string(), |a| a.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flick_wire::Grammar;
+    use std::io::Write;
+    use std::net::TcpListener;
+    use std::time::{Duration, Instant};
+
+    /// A loopback connection: the writing end, and the reading end
+    /// (non-blocking, as the platform's sockets are).
+    fn pair() -> (std::net::TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let w = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (r, _) = l.accept().unwrap();
+        r.set_nonblocking(true).unwrap();
+        (w, TcpStream::from_std(r))
+    }
+
+    /// Writes `bytes`, then reads messages until `want` have come, one
+    /// ends a message, or two seconds pass: each message's part and bytes.
+    fn read(
+        side: &mut ReadSide,
+        w: &mut std::net::TcpStream,
+        r: &TcpStream,
+        bytes: &[u8],
+        want: usize,
+    ) -> Vec<(Part, String)> {
+        let pool = MsgPool::for_grammar(side.parser.grammar().clone(), 16, 64, 0, 512);
+        w.write_all(bytes).unwrap();
+        let mut got = Vec::new();
+        let until = Instant::now() + Duration::from_secs(2);
+        let ended = |got: &Vec<(Part, String)>| got.last().is_some_and(|g| g.0 == Part::End);
+        while got.len() < want && !ended(&got) && Instant::now() < until {
+            side.woken(false);
+            match side.next(r, &pool) {
+                Inbound::Message(m) => {
+                    got.push((m.part, String::from_utf8_lossy(&m.bytes).into_owned()))
+                }
+                Inbound::Idle => std::thread::sleep(Duration::from_millis(2)),
+                _ => panic!("the response did not parse"),
+            }
+        }
+        got
+    }
+
+    fn response_side() -> ReadSide {
+        let g = Grammar::stock("http").unwrap();
+        let unit = g.unit_id("response").unwrap();
+        ReadSide::new(g.parser(unit), 4096, 1 << 20)
+    }
+
+    #[test]
+    fn a_body_read_whole_goes_as_the_last_piece() {
+        let (mut w, r) = pair();
+        let mut side = response_side();
+        let head = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+        let got = read(&mut side, &mut w, &r, format!("{head}hello").as_bytes(), 2);
+        // The head, then the body as the message's end: no empty piece.
+        assert_eq!(
+            got,
+            [
+                (Part::Head, head.to_string()),
+                (Part::End, "hello".to_string())
+            ]
+        );
+        assert!(side.at_rest());
+        // A body that comes in two reads: a piece, then the end.
+        let got = read(&mut side, &mut w, &r, format!("{head}hel").as_bytes(), 2);
+        assert_eq!(
+            got,
+            [
+                (Part::Head, head.to_string()),
+                (Part::Body, "hel".to_string())
+            ]
+        );
+        assert!(!side.at_rest());
+        let got = read(&mut side, &mut w, &r, b"lo", 1);
+        assert_eq!(got, [(Part::End, "lo".to_string())]);
+        assert!(side.at_rest());
+    }
+
+    #[test]
+    fn a_chunked_body_ends_with_its_last_chunk() {
+        let (mut w, r) = pair();
+        let mut side = response_side();
+        let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let body = "5\r\nhello\r\n0\r\n\r\n";
+        let got = read(&mut side, &mut w, &r, format!("{head}{body}").as_bytes(), 8);
+        assert_eq!(got.first(), Some(&(Part::Head, head.to_string())));
+        assert_eq!(got.last().map(|g| g.0), Some(Part::End));
+        // Every byte of the body goes on, in order, once.
+        let pieces: String = got[1..].iter().map(|g| g.1.as_str()).collect();
+        assert_eq!(pieces, body);
+        assert!(side.at_rest());
+    }
 }
