@@ -656,7 +656,7 @@ impl Host for GraphHost {
             .iter()
             .find(|o| o.chan == chan && o.index == elem)
             .and_then(|o| o.conn.as_ref())
-            .ok_or(Fault::Host("a channel with no connection".into()))?;
+            .ok_or_else(|| Fault::Host("a channel with no connection".into()))?;
         let known = self
             .connection_hashes
             .iter()
@@ -1361,7 +1361,9 @@ impl Compute {
             if !self.host.new_inputs.is_empty() {
                 // A rule switched a peer to a connection of its own: the
                 // shared one's replies still come in, the old way.
-                for input in std::mem::take(&mut self.host.new_inputs) {
+                // Drained, not taken: the vector keeps its room for the
+                // next request's exclusive connection.
+                for input in self.host.new_inputs.drain(..) {
                     for old in self
                         .inputs
                         .iter_mut()
