@@ -20,6 +20,15 @@ use crate::serialize::Emit;
 use crate::Grammar;
 use std::sync::Arc;
 
+/// Whether `lit` lies in `data` at `at`. Compared byte by byte: the
+/// literals are a delimiter's one or two bytes, where a call to `memcmp`
+/// costs more than the comparison.
+#[inline]
+fn lit_at(data: &[u8], at: usize, lit: &[u8]) -> bool {
+    data.get(at..at + lit.len())
+        .is_some_and(|b| b.iter().zip(lit).all(|(x, y)| x == y))
+}
+
 /// A unit's fields as the copying writer walks them: its own block's
 /// steps (one of them the edited list) and the list elements'.
 #[derive(Clone, Debug)]
@@ -284,7 +293,7 @@ impl Copier<'_, '_> {
     #[inline]
     fn literal(&mut self, lit: &[u8]) {
         if let Some((_, e)) = &mut self.run {
-            if self.data.get(*e..*e + lit.len()) == Some(lit) {
+            if lit_at(self.data, *e, lit) {
                 *e += lit.len();
                 return;
             }
@@ -401,7 +410,7 @@ impl Copier<'_, '_> {
         // `lit` next in the message, after the span.
         let follows = |span: Option<(usize, usize)>, lit: &[u8]| {
             let (first, end) = span?;
-            (self.data.get(end..end + lit.len())? == lit).then_some((first, end + lit.len()))
+            lit_at(self.data, end, lit).then_some((first, end + lit.len()))
         };
         for step in steps {
             if let Some(slot) = step.slot {
