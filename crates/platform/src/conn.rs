@@ -388,6 +388,12 @@ pub struct ReadSide {
     /// or right after a piece of a body, when it was asked whether that
     /// piece ended the message.
     after_head: Option<Result<Progress, flick_wire::WireError>>,
+    /// What the parser said after the first piece of a body, where it was
+    /// asked before the piece went (`read_whole`).
+    after_piece: Option<Result<Progress, flick_wire::WireError>>,
+    /// Whether a streaming message whose body comes with its head goes as
+    /// one message (`read_whole`): replies read from a backend.
+    whole_replies: bool,
     /// A message whose whole body, head included, fits in `hold` bytes is
     /// read and checked to its end before any of it goes on, so a body
     /// that breaks its framing is refused with nothing of it sent (and a
@@ -437,6 +443,8 @@ impl ReadSide {
             streaming: false,
             head: 0,
             after_head: None,
+            after_piece: None,
+            whole_replies: false,
             hold: 0,
             buffer_body: None,
             held: None,
@@ -448,6 +456,13 @@ impl ReadSide {
             instead: None,
             made_ahead: false,
         }
+    }
+
+    /// Reads a streaming message whose body comes with its head as one
+    /// message (see `read_whole`), as a backend's replies are read.
+    pub fn whole_replies(mut self) -> ReadSide {
+        self.whole_replies = true;
+        self
     }
 
     /// Holds back a message whose whole body fits in `hold` bytes, head
@@ -472,6 +487,37 @@ impl ReadSide {
                     .property_at(p, self.parser.slots(), &self.buf[self.start..self.end])
                     .is_some_and(|v| v != 0)
             })
+    }
+
+    /// Makes `m`, the head of a streaming message just read, the whole
+    /// message where its body was read with it and ends in the first
+    /// piece (a reply with a `Content-Length` body): one message where
+    /// there were two, with the body after the head (`Msg::body_at`).
+    fn read_whole(&mut self, m: &mut Msg) {
+        let Some(Ok(Progress::Stream(k))) = self.after_head else {
+            return;
+        };
+        let head = self.head;
+        if k <= head {
+            return;
+        }
+        match self.parser.parse(&self.buf[self.start + k..self.end]) {
+            Ok(Progress::Done(0)) => {
+                m.bytes
+                    .extend_from_slice(&self.buf[self.start + head..self.start + k]);
+                m.body_at = head as u32;
+                m.part = Part::Whole;
+                self.start += k;
+                self.head = 0;
+                self.streaming = false;
+                self.after_head = None;
+                self.parser.reset();
+            }
+            // The body goes on in pieces, as it would have: what the
+            // parser said is kept for the next call, after the first
+            // piece (which `next` makes from `after_head`).
+            next => self.after_piece = Some(next),
+        }
     }
 
     /// Lets the held head go; the body bytes read with it follow as the
@@ -571,6 +617,7 @@ impl ReadSide {
             && !self.skipping
             && self.discard == 0
             && self.after_head.is_none()
+            && self.after_piece.is_none()
             && self.instead.is_none()
             && self.held.is_none()
             && self.owed.is_none()
@@ -586,6 +633,7 @@ impl ReadSide {
         self.streaming = false;
         self.head = 0;
         self.after_head = None;
+        self.after_piece = None;
         self.held = None;
         self.held_len = 0;
         self.owed = None;
@@ -701,6 +749,9 @@ impl ReadSide {
                         m.part = Part::Head;
                         self.streaming = true;
                         self.head = n;
+                        if self.whole_replies {
+                            self.read_whole(&mut m);
+                        }
                         return Inbound::Message(m);
                     }
                     Ok(Progress::Stream(n)) => {
@@ -713,7 +764,11 @@ impl ReadSide {
                         // (a body read whole is one message, not a piece
                         // and an empty end); what the parser says
                         // otherwise is kept for the next call.
-                        match self.parser.parse(&self.buf[self.start..self.end]) {
+                        let next = match self.after_piece.take() {
+                            Some(next) => next,
+                            None => self.parser.parse(&self.buf[self.start..self.end]),
+                        };
+                        match next {
                             Ok(Progress::Done(0)) => {
                                 m.part = Part::End;
                                 self.streaming = false;
@@ -1271,6 +1326,80 @@ mod tests {
         assert!(!side.at_rest());
         let got = read(&mut side, &mut w, &r, b"lo", 1);
         assert_eq!(got, [(Part::End, "lo".to_string())]);
+        assert!(side.at_rest());
+    }
+
+    /// As `read`, with where each message's body begins.
+    fn read_whole(
+        side: &mut ReadSide,
+        w: &mut std::net::TcpStream,
+        r: &TcpStream,
+        bytes: &[u8],
+        want: usize,
+    ) -> Vec<(Part, String, u32)> {
+        let pool = MsgPool::for_grammar(side.parser.grammar().clone(), 16, 64, 0, 512);
+        w.write_all(bytes).unwrap();
+        let mut got = Vec::new();
+        let until = Instant::now() + Duration::from_secs(2);
+        while got.len() < want
+            && !got
+                .last()
+                .is_some_and(|g: &(Part, String, u32)| g.0 == Part::End)
+            && Instant::now() < until
+        {
+            side.woken(false);
+            match side.next(r, &pool) {
+                Inbound::Message(m) => got.push((
+                    m.part,
+                    String::from_utf8_lossy(&m.bytes).into_owned(),
+                    m.body_at,
+                )),
+                Inbound::Idle => std::thread::sleep(Duration::from_millis(2)),
+                _ => panic!("the response did not parse"),
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn a_reply_read_with_its_body_goes_as_one_message() {
+        let (mut w, r) = pair();
+        let mut side = response_side().whole_replies();
+        let head = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+        let at = head.len() as u32;
+        // Two replies in one read: each whole, its body after its head.
+        let two = format!("{head}hello{head}world");
+        let got = read_whole(&mut side, &mut w, &r, two.as_bytes(), 2);
+        assert_eq!(
+            got,
+            [
+                (Part::Whole, format!("{head}hello"), at),
+                (Part::Whole, format!("{head}world"), at)
+            ]
+        );
+        assert!(side.at_rest());
+        // A body that comes in two reads streams, as without.
+        let got = read_whole(&mut side, &mut w, &r, format!("{head}hel").as_bytes(), 2);
+        assert_eq!(
+            got,
+            [
+                (Part::Head, head.to_string(), 0),
+                (Part::Body, "hel".to_string(), 0)
+            ]
+        );
+        let got = read_whole(&mut side, &mut w, &r, b"lo", 1);
+        assert_eq!(got, [(Part::End, "lo".to_string(), 0)]);
+        assert!(side.at_rest());
+        // A chunked body streams, every byte once and in order.
+        let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let body = "5\r\nhello\r\n0\r\n\r\n";
+        let got = read_whole(&mut side, &mut w, &r, format!("{head}{body}").as_bytes(), 8);
+        assert_eq!(
+            got.first().map(|g| (g.0, g.1.as_str())),
+            Some((Part::Head, head))
+        );
+        let pieces: String = got[1..].iter().map(|g| g.1.as_str()).collect();
+        assert_eq!(pieces, body);
         assert!(side.at_rest());
     }
 

@@ -47,6 +47,7 @@ impl GraphHost {
     pub(crate) fn edit_forwarded(&mut self, out: usize, m: &mut Msg) {
         if let Some(mut edited) = self.forwarded(out, m) {
             std::mem::swap(&mut m.bytes, &mut edited.bytes);
+            m.body_at = edited.body_at;
             self.pool.give(edited);
         }
     }
@@ -90,14 +91,22 @@ impl GraphHost {
             session_ends,
         };
         let mut edited = self.pool.take();
-        let head_only = m.part == Part::Head;
+        // A reply read whole with its body: its head is rewritten, and
+        // the body follows as it came.
+        let body = m.body_at as usize;
+        let head_only = m.part == Part::Head || body > 0;
+        let head = &m.bytes[..if body > 0 { body } else { m.bytes.len() }];
         if self
             .grammar
-            .forward(unit, &m.slots, &m.bytes, head_only, &cx, &mut edited.bytes)
+            .forward(unit, &m.slots, head, head_only, &cx, &mut edited.bytes)
             .is_err()
         {
             self.pool.give(edited);
             return None;
+        }
+        if body > 0 {
+            edited.body_at = edited.bytes.len() as u32;
+            edited.bytes.extend_from_slice(&m.bytes[body..]);
         }
         edited.part = m.part;
         edited.continued = m.continued;

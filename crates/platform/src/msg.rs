@@ -42,6 +42,11 @@ pub struct Msg {
     pub rejected: Option<u16>,
     /// Whether this is a whole message or part of one whose body streams.
     pub part: Part,
+    /// Of a whole message whose body was read with its head (a reply of a
+    /// `&stream` unit complete in one read): where the body begins in
+    /// `bytes`. The values are the head's; `%forward` rewrites the head
+    /// alone and the body follows as it came. 0: no such body.
+    pub body_at: u32,
     /// A later message completes the reply this one belongs to (a VALUE
     /// before its END): a writer holds it until that one comes, so that a
     /// reply goes out in one write. Some clients (pymemcache's
@@ -236,6 +241,7 @@ impl MsgPool {
                 slots: vec![Slot::Unset; slots],
                 rejected: None,
                 part: Part::Whole,
+                body_at: 0,
                 continued: false,
                 values: Values::None,
                 routed: Routed::default(),
@@ -264,6 +270,7 @@ impl MsgPool {
                 m.bytes.clear();
                 m.rejected = None;
                 m.part = Part::Whole;
+                m.body_at = 0;
                 m.continued = false;
                 m.routed = Routed::default();
                 m
@@ -273,6 +280,7 @@ impl MsgPool {
                 slots: vec![Slot::Unset; self.slots],
                 rejected: None,
                 part: Part::Whole,
+                body_at: 0,
                 continued: false,
                 values: Values::None,
                 routed: Routed::default(),
@@ -324,6 +332,7 @@ impl MsgPool {
         c.bytes.extend_from_slice(&m.bytes);
         self.copy_values(&mut c, m.values, &m.slots);
         c.part = m.part;
+        c.body_at = m.body_at;
         c.continued = m.continued;
         c
     }
@@ -334,6 +343,7 @@ impl MsgPool {
         let mut c = self.take();
         c.bytes.extend_from_slice(&m.bytes);
         c.part = m.part;
+        c.body_at = m.body_at;
         c.continued = m.continued;
         c
     }

@@ -1609,7 +1609,7 @@ fn open_shared(
     let max = (p.loaded.grammar.max_bytes(unit) as usize).clamp(4096, 16 << 20);
     let mut reader = crate::backend::SharedReader {
         shared: shared.clone(),
-        read: crate::conn::ReadSide::new(p.loaded.grammar.parser(unit), 16384, max),
+        read: crate::conn::ReadSide::new(p.loaded.grammar.parser(unit), 16384, max).whole_replies(),
         pending: None,
         closing: false,
         pool: p.pool.clone(),
