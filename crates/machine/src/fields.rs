@@ -212,7 +212,13 @@ impl Place {
             offset,
             len,
             at,
-            shift: 8 * (at + 8).saturating_sub(end) as u32,
+            // (An absent field's mask is 0; its shift must still be
+            // under 64.)
+            shift: if len == 0 {
+                0
+            } else {
+                8 * (at + 8 - end) as u32
+            },
             mask: match len {
                 0 => 0,
                 1..8 => (1 << (8 * len)) - 1,
