@@ -520,6 +520,23 @@ impl ReadSide {
         }
     }
 
+    /// The held message, complete: its head with its body after it
+    /// (`Msg::body_at`), as one whole message.
+    fn release_whole(&mut self) -> Option<Msg> {
+        let mut m = self.held.take()?;
+        let (head, len) = (self.head.min(self.held_len), self.held_len);
+        if len > head {
+            m.bytes
+                .extend_from_slice(&self.buf[self.start + head..self.start + len]);
+            m.body_at = head as u32;
+        }
+        m.part = Part::Whole;
+        self.start += len;
+        self.held_len = 0;
+        self.head = 0;
+        Some(m)
+    }
+
     /// Lets the held head go; the body bytes read with it follow as the
     /// next message, and the rest streams.
     fn release(&mut self, part: Part) -> Option<Msg> {
@@ -677,12 +694,12 @@ impl ReadSide {
                         .parse(&self.buf[self.start + self.held_len..self.end]),
                 };
                 match progress {
-                    // A held message is complete and checked: its head
-                    // goes, and its body right after it.
+                    // A held message is complete and checked: it goes as
+                    // one message, its body after its head.
                     Ok(Progress::Done(n)) if self.held.is_some() => {
                         self.held_len += n;
                         self.parser.reset();
-                        if let Some(m) = self.release(Part::End) {
+                        if let Some(m) = self.release_whole() {
                             return Inbound::Message(m);
                         }
                     }
@@ -1400,6 +1417,31 @@ mod tests {
         );
         let pieces: String = got[1..].iter().map(|g| g.1.as_str()).collect();
         assert_eq!(pieces, body);
+        assert!(side.at_rest());
+    }
+
+    #[test]
+    fn a_held_request_goes_as_one_message() {
+        let (mut w, r) = pair();
+        let g = Grammar::stock("http").unwrap();
+        let unit = g.unit_id("request").unwrap();
+        let mut side = ReadSide::new(g.parser(unit), 4096, 1 << 20).holding(16384);
+        let head = "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n";
+        let at = head.len() as u32;
+        // Its body in two reads: held until complete, then whole.
+        let got = read_whole(&mut side, &mut w, &r, format!("{head}hel").as_bytes(), 1);
+        assert!(got.is_empty(), "{got:?}");
+        let got = read_whole(&mut side, &mut w, &r, b"lo", 1);
+        assert_eq!(got, [(Part::Whole, format!("{head}hello"), at)]);
+        assert!(side.at_rest());
+        // A chunked body, held and whole, as it came.
+        let head = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let body = "5\r\nhello\r\n0\r\n\r\n";
+        let got = read_whole(&mut side, &mut w, &r, format!("{head}{body}").as_bytes(), 1);
+        assert_eq!(
+            got,
+            [(Part::Whole, format!("{head}{body}"), head.len() as u32)]
+        );
         assert!(side.at_rest());
     }
 
