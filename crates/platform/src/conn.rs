@@ -503,12 +503,7 @@ impl ReadSide {
         }
         match self.parser.parse(&self.buf[self.start + k..self.end]) {
             Ok(Progress::Done(0)) => {
-                m.bytes
-                    .extend_from_slice(&self.buf[self.start + head..self.start + k]);
-                m.body_at = head as u32;
-                m.part = Part::Whole;
-                self.start += k;
-                self.head = 0;
+                self.make_whole(m, head, k);
                 self.streaming = false;
                 self.after_head = None;
                 self.parser.reset();
@@ -524,7 +519,16 @@ impl ReadSide {
     /// (`Msg::body_at`), as one whole message.
     fn release_whole(&mut self) -> Option<Msg> {
         let mut m = self.held.take()?;
-        let (head, len) = (self.head.min(self.held_len), self.held_len);
+        let len = self.held_len;
+        self.make_whole(&mut m, self.head.min(len), len);
+        self.held_len = 0;
+        Some(m)
+    }
+
+    /// Makes `m`, the head of the message whose `len` bytes (`head` of
+    /// them its head's) begin the buffer, that whole message: its body
+    /// after its head (`Msg::body_at`). The buffer goes on past it.
+    fn make_whole(&mut self, m: &mut Msg, head: usize, len: usize) {
         if len > head {
             m.bytes
                 .extend_from_slice(&self.buf[self.start + head..self.start + len]);
@@ -532,9 +536,7 @@ impl ReadSide {
         }
         m.part = Part::Whole;
         self.start += len;
-        self.held_len = 0;
         self.head = 0;
-        Some(m)
     }
 
     /// Lets the held head go; the body bytes read with it follow as the

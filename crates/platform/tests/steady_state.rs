@@ -265,6 +265,17 @@ fn http_response(s: &mut TcpStream, buf: &mut [u8]) -> usize {
     }
 }
 
+/// Two nginx backends serving a site of one file, `f0.txt` ("file 0").
+fn two_nginx(procs: &mut Procs, tag: &str) -> [u16; 2] {
+    let site = std::env::temp_dir().join(format!("flick-{tag}-site-{}", std::process::id()));
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("f0.txt"), "file 0\n").unwrap();
+    [
+        flick_testkit::nginx(procs, &site, "a"),
+        flick_testkit::nginx(procs, &site, "b"),
+    ]
+}
+
 /// Counting connections for `least_connections` costs no allocation per
 /// connection: the HTTP balancer that picks by least connections allocates
 /// per connection what the one that picks by hash does.
@@ -272,13 +283,7 @@ fn http_response(s: &mut TcpStream, buf: &mut [u8]) -> usize {
 fn least_connections_allocates_nothing_per_connection() {
     let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let mut procs = Procs(Vec::new());
-    let site = std::env::temp_dir().join(format!("flick-lc-site-{}", std::process::id()));
-    std::fs::create_dir_all(&site).unwrap();
-    std::fs::write(site.join("f0.txt"), "file 0\n").unwrap();
-    let backends = [
-        flick_testkit::nginx(&mut procs, &site, "a"),
-        flick_testkit::nginx(&mut procs, &site, "b"),
-    ];
+    let backends = two_nginx(&mut procs, "lc");
     let per_connection = |example: &str| {
         let service = support::serve(example, &backends, Default::default());
         let addr = service.local_addr();
@@ -391,13 +396,7 @@ fn held_request_bodies_allocate_no_more_than_streamed_ones() {
 fn balanced_gets_allocate_nothing_once_warm() {
     let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let mut procs = Procs(Vec::new());
-    let site = std::env::temp_dir().join(format!("flick-get-site-{}", std::process::id()));
-    std::fs::create_dir_all(&site).unwrap();
-    std::fs::write(site.join("f0.txt"), "file 0\n").unwrap();
-    let backends = [
-        flick_testkit::nginx(&mut procs, &site, "a"),
-        flick_testkit::nginx(&mut procs, &site, "b"),
-    ];
+    let backends = two_nginx(&mut procs, "get");
     let service = support::serve("http_lb.flick", &backends, Default::default());
     let mut c = TcpStream::connect(service.local_addr()).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
