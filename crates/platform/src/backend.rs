@@ -494,6 +494,11 @@ pub struct SharedReader {
     pub grammar: Arc<Grammar>,
     pub unit: UnitId,
     pub stats: Arc<Stats>,
+    /// The rule that reads these replies passes them on unchanged
+    /// (`| backends => client`), so none sees where one ends: a reply
+    /// whose rest comes by itself goes with that rest as one message
+    /// where both are read together ([`SharedReader::merge_end`]).
+    pub merge_ends: bool,
 }
 
 impl SharedReader {
@@ -503,6 +508,47 @@ impl SharedReader {
             .routing(self.unit, p, &m.slots, &m.bytes)
             .unwrap_or(0)
             != 0
+    }
+
+    /// Reply `m`, which `%more` and `%coalesce` say the rest of its reply
+    /// follows by itself (a VALUE before its END), with the final reply
+    /// that ends it appended, where that reply is already read whole: one
+    /// message through the instance and the client's writer rather than
+    /// two. `end_at` says where the final reply begins, for an instance
+    /// that passes on the first and not the end (a part of a split get).
+    /// Entries of a merged reply (`%merge_key`: STAT lines) are left
+    /// alone, as is anything but a final reply of the same request, and
+    /// the replies of a fenced quiet request, which run up to its fence's.
+    /// Whether it was appended.
+    fn merge_end(&mut self, m: &mut Msg, corr: Option<i128>) -> bool {
+        let fenced = || {
+            let inflight = self.shared.inflight.lock().expect("inflight lock");
+            inflight.front().is_none_or(|f| f.fenced)
+        };
+        if !self.holds(Routing::Coalesce, m)
+            || fenced()
+            || self
+                .grammar
+                .merge_key(self.unit, &m.slots, &m.bytes)
+                .is_some()
+        {
+            return false;
+        }
+        let Some(end) = self.read.next_buffered(&self.pool) else {
+            return false;
+        };
+        let same = self
+            .grammar
+            .routing(self.unit, Routing::Correlate, &end.slots, &end.bytes)
+            == corr;
+        if !same || self.holds(Routing::More, &end) || self.holds(Routing::Ends, &end) {
+            self.read.put_back(end);
+            return false;
+        }
+        m.end_at = m.bytes.len() as u32;
+        m.bytes.extend_from_slice(&end.bytes);
+        self.pool.give(end);
+        true
     }
 
     fn finish(&mut self) -> TaskStatus {
@@ -617,7 +663,10 @@ impl SharedReader {
                 })
                 .flatten();
             // A head and the pieces of its body are followed by more.
-            let continues = m.part == Part::Whole && self.holds(Routing::More, &m);
+            let mut continues = m.part == Part::Whole && self.holds(Routing::More, &m);
+            if continues && self.merge_ends && self.merge_end(&mut m, corr) {
+                continues = false;
+            }
             let more = matches!(m.part, Part::Head | Part::Body) || continues;
             if whole_or_head {
                 // Its instance reads them from here (`GraphHost::on_reply`).

@@ -642,6 +642,48 @@ impl ReadSide {
             && self.owed.is_none()
     }
 
+    /// The next message if it is whole in what is buffered, without
+    /// reading the socket; `None` otherwise, with nothing consumed (what
+    /// was parsed of it is parsed again by [`ReadSide::next`], which also
+    /// reports what does not parse).
+    pub fn next_buffered(&mut self, pool: &MsgPool) -> Option<Msg> {
+        if !(self.end > self.start
+            && !self.streaming
+            && !self.skipping
+            && self.discard == 0
+            && self.after_head.is_none()
+            && self.after_piece.is_none()
+            && self.instead.is_none()
+            && self.held.is_none()
+            && self.owed.is_none())
+        {
+            return None;
+        }
+        match self.parser.parse(&self.buf[self.start..self.end]) {
+            Ok(Progress::Done(n)) => {
+                let mut m = pool.take();
+                m.bytes
+                    .extend_from_slice(&self.buf[self.start..self.start + n]);
+                let values = Values::parsed(&self.parser);
+                pool.copy_values(&mut m, values, self.parser.slots());
+                self.start += n;
+                self.parser.reset();
+                Some(m)
+            }
+            _ => {
+                self.parser.reset();
+                None
+            }
+        }
+    }
+
+    /// Puts a message [`ReadSide::next_buffered`] gave back in front: the
+    /// next call to [`ReadSide::next`] returns it.
+    pub fn put_back(&mut self, m: Msg) {
+        debug_assert!(self.instead.is_none());
+        self.instead = Some(m);
+    }
+
     /// Empty, for another connection.
     pub fn reset(&mut self) {
         self.parser.reset();

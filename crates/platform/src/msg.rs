@@ -47,6 +47,10 @@ pub struct Msg {
     /// `bytes`. The values are the head's; `%forward` rewrites the head
     /// alone and the body follows as it came. 0: no such body.
     pub body_at: u32,
+    /// Of a whole reply read together with the final reply that ends it
+    /// (a VALUE and its END, `SharedReader::merge_end`): where that final
+    /// reply begins in `bytes`. The values are the first reply's. 0: none.
+    pub end_at: u32,
     /// A later message completes the reply this one belongs to (a VALUE
     /// before its END): a writer holds it until that one comes, so that a
     /// reply goes out in one write. Some clients (pymemcache's
@@ -242,6 +246,7 @@ impl MsgPool {
                 rejected: None,
                 part: Part::Whole,
                 body_at: 0,
+                end_at: 0,
                 continued: false,
                 values: Values::None,
                 routed: Routed::default(),
@@ -271,6 +276,7 @@ impl MsgPool {
                 m.rejected = None;
                 m.part = Part::Whole;
                 m.body_at = 0;
+                m.end_at = 0;
                 m.continued = false;
                 m.routed = Routed::default();
                 m
@@ -281,6 +287,7 @@ impl MsgPool {
                 rejected: None,
                 part: Part::Whole,
                 body_at: 0,
+                end_at: 0,
                 continued: false,
                 values: Values::None,
                 routed: Routed::default(),
@@ -333,6 +340,7 @@ impl MsgPool {
         self.copy_values(&mut c, m.values, &m.slots);
         c.part = m.part;
         c.body_at = m.body_at;
+        c.end_at = m.end_at;
         c.continued = m.continued;
         c
     }
@@ -344,6 +352,7 @@ impl MsgPool {
         c.bytes.extend_from_slice(&m.bytes);
         c.part = m.part;
         c.body_at = m.body_at;
+        c.end_at = m.end_at;
         c.continued = m.continued;
         c
     }

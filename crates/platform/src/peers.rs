@@ -1192,9 +1192,19 @@ impl GraphHost {
                 None => {}
             }
             if !keep {
-                // A split request's part: its end is not the client's.
-                self.pool.give(reply);
-                self.reply_for(seq, None, true);
+                // A split request's part: its end is not the client's. A
+                // reply read with that end (`Msg::end_at`) is, and the
+                // client's reply goes on after it.
+                if reply.end_at > 0 {
+                    let mut reply = reply;
+                    reply.bytes.truncate(reply.end_at as usize);
+                    reply.end_at = 0;
+                    reply.continued = true;
+                    self.reply_for(seq, Some((chan, index, reply)), true);
+                } else {
+                    self.pool.give(reply);
+                    self.reply_for(seq, None, true);
+                }
                 return;
             }
         }

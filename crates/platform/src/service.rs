@@ -171,6 +171,18 @@ impl Loaded {
             .iter()
             .position(|c| c == name)
     }
+
+    /// Whether the rule reading channel `chan` passes each message on
+    /// unchanged (`| backends => client`), as the instance then does
+    /// without running it (`Compute::pass_on`).
+    pub fn passes_on(&self, chan: u16) -> bool {
+        self.module.processes[self.process]
+            .items
+            .iter()
+            .find(|it| it.source == Some(chan) && !it.label.starts_with("on "))
+            .and_then(|it| self.module.functions.get(it.func as usize))
+            .is_some_and(|f| f.passes_on().is_some())
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -1616,6 +1628,7 @@ fn open_shared(
         grammar: p.loaded.grammar.clone(),
         unit,
         stats: p.stats.clone(),
+        merge_ends: p.loaded.passes_on(chan),
     };
     let mut writer = crate::backend::SharedWriter {
         shared: shared.clone(),
