@@ -534,21 +534,18 @@ impl SharedReader {
         {
             return false;
         }
-        let Some(end) = self.read.next_buffered(&self.pool) else {
-            return false;
-        };
-        let same = self
-            .grammar
-            .routing(self.unit, Routing::Correlate, &end.slots, &end.bytes)
-            == corr;
-        if !same || self.holds(Routing::More, &end) || self.holds(Routing::Ends, &end) {
-            self.read.put_back(end);
-            return false;
+        let (grammar, unit) = (&self.grammar, self.unit);
+        let at = m.bytes.len();
+        let appended = self.read.append_buffered(&mut m.bytes, |slots, bytes| {
+            let holds = |p| grammar.routing(unit, p, slots, bytes).unwrap_or(0) != 0;
+            grammar.routing(unit, Routing::Correlate, slots, bytes) == corr
+                && !holds(Routing::More)
+                && !holds(Routing::Ends)
+        });
+        if appended {
+            m.end_at = at as u32;
         }
-        m.end_at = m.bytes.len() as u32;
-        m.bytes.extend_from_slice(&end.bytes);
-        self.pool.give(end);
-        true
+        appended
     }
 
     fn finish(&mut self) -> TaskStatus {

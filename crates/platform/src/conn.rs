@@ -642,11 +642,17 @@ impl ReadSide {
             && self.owed.is_none()
     }
 
-    /// The next message if it is whole in what is buffered, without
-    /// reading the socket; `None` otherwise, with nothing consumed (what
-    /// was parsed of it is parsed again by [`ReadSide::next`], which also
-    /// reports what does not parse).
-    pub fn next_buffered(&mut self, pool: &MsgPool) -> Option<Msg> {
+    /// Appends the next message to `to` if it is whole in what is
+    /// buffered and `accept` takes it (given its slots and bytes),
+    /// without reading the socket and without making a message of it;
+    /// otherwise nothing is consumed (what was parsed of it is parsed
+    /// again by [`ReadSide::next`], which also reports what does not
+    /// parse). Whether it was appended.
+    pub fn append_buffered(
+        &mut self,
+        to: &mut Vec<u8>,
+        accept: impl FnOnce(&[flick_wire::Slot], &[u8]) -> bool,
+    ) -> bool {
         if !(self.end > self.start
             && !self.streaming
             && !self.skipping
@@ -657,31 +663,23 @@ impl ReadSide {
             && self.held.is_none()
             && self.owed.is_none())
         {
-            return None;
+            return false;
         }
-        match self.parser.parse(&self.buf[self.start..self.end]) {
+        let taken = match self.parser.parse(&self.buf[self.start..self.end]) {
             Ok(Progress::Done(n)) => {
-                let mut m = pool.take();
-                m.bytes
-                    .extend_from_slice(&self.buf[self.start..self.start + n]);
-                let values = Values::parsed(&self.parser);
-                pool.copy_values(&mut m, values, self.parser.slots());
-                self.start += n;
-                self.parser.reset();
-                Some(m)
+                let bytes = &self.buf[self.start..self.start + n];
+                accept(self.parser.slots(), bytes).then(|| {
+                    to.extend_from_slice(bytes);
+                    n
+                })
             }
-            _ => {
-                self.parser.reset();
-                None
-            }
+            _ => None,
+        };
+        self.parser.reset();
+        if let Some(n) = taken {
+            self.start += n;
         }
-    }
-
-    /// Puts a message [`ReadSide::next_buffered`] gave back in front: the
-    /// next call to [`ReadSide::next`] returns it.
-    pub fn put_back(&mut self, m: Msg) {
-        debug_assert!(self.instead.is_none());
-        self.instead = Some(m);
+        taken.is_some()
     }
 
     /// Empty, for another connection.
