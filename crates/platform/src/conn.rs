@@ -631,8 +631,13 @@ impl ReadSide {
     /// At a message boundary with nothing buffered: what comes next
     /// starts a new message.
     pub fn at_rest(&self) -> bool {
-        self.start == self.end
-            && !self.streaming
+        self.start == self.end && self.between_messages()
+    }
+
+    /// At a message boundary, with nothing owed, held, skipped or put
+    /// in front: what is buffered (if anything) starts a new message.
+    fn between_messages(&self) -> bool {
+        !self.streaming
             && !self.skipping
             && self.discard == 0
             && self.after_head.is_none()
@@ -653,16 +658,7 @@ impl ReadSide {
         to: &mut Vec<u8>,
         accept: impl FnOnce(&[flick_wire::Slot], &[u8]) -> bool,
     ) -> bool {
-        if !(self.end > self.start
-            && !self.streaming
-            && !self.skipping
-            && self.discard == 0
-            && self.after_head.is_none()
-            && self.after_piece.is_none()
-            && self.instead.is_none()
-            && self.held.is_none()
-            && self.owed.is_none())
-        {
+        if self.end == self.start || !self.between_messages() {
             return false;
         }
         let taken = match self.parser.parse(&self.buf[self.start..self.end]) {
