@@ -497,6 +497,17 @@ pub struct ProcessCode {
     pub items: Vec<ItemCode>,
 }
 
+impl ProcessCode {
+    /// The function of the rule that reads channel `chan` (not an `on`
+    /// handler of it), if one does.
+    pub fn rule_for(&self, chan: u16) -> Option<FuncId> {
+        self.items
+            .iter()
+            .find(|it| it.source == Some(chan) && !it.label.starts_with("on "))
+            .map(|it| it.func)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct ItemCode {
     pub func: FuncId,

@@ -323,12 +323,7 @@ impl PacketService {
             }
         }
         let rules = (0..code.channels.len())
-            .map(|c| {
-                code.items
-                    .iter()
-                    .find(|it| it.source == Some(c as u16) && !it.label.starts_with("on "))
-                    .map(|it| it.func)
-            })
+            .map(|c| code.rule_for(c as u16))
             .collect();
         let fields: FieldTable = module
             .records

@@ -526,11 +526,11 @@ impl SharedReader {
             inflight.front().is_none_or(|f| f.fenced)
         };
         if !self.holds(Routing::Coalesce, m)
-            || fenced()
             || self
                 .grammar
                 .merge_key(self.unit, &m.slots, &m.bytes)
                 .is_some()
+            || fenced()
         {
             return false;
         }

@@ -925,11 +925,7 @@ impl Compute {
 
     /// The function of the rule that reads `chan`.
     fn rule_for(&self, chan: u16) -> Option<flick_exec::FuncId> {
-        self.code()
-            .items
-            .iter()
-            .find(|it| it.source == Some(chan) && !it.label.starts_with("on "))
-            .map(|it| it.func)
+        self.code().rule_for(chan)
     }
 
     /// A peer's reply `m` on `chan` whose rule only passes it on unchanged

@@ -141,12 +141,7 @@ impl Loaded {
             .map(|(_, scope)| *scope == StateScope::Global)
             .collect();
         let ruled = (0..info.channels.len())
-            .map(|c| {
-                module.processes[process]
-                    .items
-                    .iter()
-                    .any(|it| it.source == Some(c as u16) && !it.label.starts_with("on "))
-            })
+            .map(|c| module.processes[process].rule_for(c as u16).is_some())
             .collect();
         Ok(Loaded {
             records: Arc::new(module.records.clone()),
@@ -177,10 +172,8 @@ impl Loaded {
     /// without running it (`Compute::pass_on`).
     pub fn passes_on(&self, chan: u16) -> bool {
         self.module.processes[self.process]
-            .items
-            .iter()
-            .find(|it| it.source == Some(chan) && !it.label.starts_with("on "))
-            .and_then(|it| self.module.functions.get(it.func as usize))
+            .rule_for(chan)
+            .and_then(|f| self.module.functions.get(f as usize))
             .is_some_and(|f| f.passes_on().is_some())
     }
 }
