@@ -118,10 +118,13 @@ fn a_get_of_keys_on_several_servers_gets_their_values_under_one_end() {
     assert!(c.read(&mut buf).is_err(), "more bytes after the reply");
 }
 
-/// A memcached stand-in that answers each get with its VALUE, then, 50 ms
-/// later and in a write of its own, its END: what a server does whose
-/// reply is cut between two reads.
-fn slow_end_backend() -> (u16, std::thread::JoinHandle<()>) {
+/// A memcached stand-in that answers each get with `first` and then,
+/// 50 ms later and in a write of its own, `later` (if any): what a server
+/// does whose reply is cut between two reads.
+fn stand_in(
+    first: &'static [u8],
+    later: Option<&'static [u8]>,
+) -> (u16, std::thread::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let t = std::thread::spawn(move || {
@@ -138,12 +141,14 @@ fn slow_end_backend() -> (u16, std::thread::JoinHandle<()>) {
             while let Some(at) = buf.windows(2).position(|w| w == b"\r\n") {
                 let line: Vec<u8> = buf.drain(..at + 2).collect();
                 if line.starts_with(b"get ") {
-                    if s.write_all(b"VALUE k 0 2\r\nhi\r\n").is_err() {
+                    if s.write_all(first).is_err() {
                         return;
                     }
-                    std::thread::sleep(Duration::from_millis(50));
-                    if s.write_all(b"END\r\n").is_err() {
-                        return;
+                    if let Some(later) = later {
+                        std::thread::sleep(Duration::from_millis(50));
+                        if s.write_all(later).is_err() {
+                            return;
+                        }
                     }
                 }
             }
@@ -154,7 +159,7 @@ fn slow_end_backend() -> (u16, std::thread::JoinHandle<()>) {
 
 #[test]
 fn a_value_whose_end_comes_later_goes_on_before_it() {
-    let (port, _backend) = slow_end_backend();
+    let (port, _backend) = stand_in(b"VALUE k 0 2\r\nhi\r\n", Some(b"END\r\n"));
     let service = serve(
         "memcached_ascii_proxy.flick",
         &[port],
@@ -167,4 +172,27 @@ fn a_value_whose_end_comes_later_goes_on_before_it() {
         assert_eq!(read_reply(&mut c, want.len()), want);
     }
     assert_eq!(backend_messages(&service), 6, "a VALUE and an END a get");
+}
+
+#[test]
+fn a_reply_that_does_not_parse_after_a_value_gets_the_fault_reply() {
+    // The line after the VALUE is read with it, looked at for its END,
+    // and does not parse: the client is answered, not left waiting.
+    let (port, _backend) = stand_in(b"VALUE k 0 2\r\nhi\r\nNOT A REPLY\r\n", None);
+    let service = serve(
+        "memcached_ascii_proxy.flick",
+        &[port],
+        ServiceConfig::default(),
+    );
+    let mut c = client(&service);
+    c.write_all(b"get k\r\n").unwrap();
+    let want = b"SERVER_ERROR backend unavailable\r\n";
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.ends_with(want) {
+        let n = c.read(&mut buf).expect("a reply within the timeout");
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(service.stats().malformed.load(Ordering::Relaxed), 1);
 }
