@@ -110,3 +110,57 @@ fn a_response_that_streams_on_is_not_cut_by_the_response_timeout() {
     let second = response(&mut r);
     assert_eq!(second, Some((200, BODY.to_vec())), "the second response");
 }
+
+/// Reads what each of its connections sends and never answers.
+fn silent_backend() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            thread::spawn(move || {
+                let mut sink = Vec::new();
+                let _ = s.read_to_end(&mut sink);
+            });
+        }
+    });
+    port
+}
+
+/// A client's last request (one with `Connection: close`, or one after
+/// which the client shuts its side) waits for its backend no longer than
+/// any other: it gets the 504 once the timeout passes. Before, the
+/// session's end left no timer armed, and such a client waited until
+/// something else woke its instance, or for ever.
+#[test]
+fn a_sessions_last_request_gets_the_fault_reply_when_its_backend_is_silent() {
+    let backend = silent_backend();
+    let mut procs = Procs(Vec::new());
+    let port = support::flick_run_with(
+        &mut procs,
+        "examples/http_lb.flick",
+        &[backend],
+        &["--response-timeout-ms", "300"],
+    );
+    for half_close in [false, true] {
+        for _ in 0..5 {
+            let c = support::connect(port);
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut w = c.try_clone().unwrap();
+            let mut r = BufReader::new(c);
+            let request: &[u8] = match half_close {
+                false => b"GET /a HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                true => b"GET /a HTTP/1.1\r\nHost: t\r\n\r\n",
+            };
+            w.write_all(request).unwrap();
+            if half_close {
+                w.shutdown(std::net::Shutdown::Write).unwrap();
+            }
+            let got = response(&mut r);
+            assert_eq!(
+                got.map(|(status, _)| status),
+                Some(504),
+                "half close: {half_close}"
+            );
+        }
+    }
+}

@@ -1078,14 +1078,16 @@ impl Compute {
             .host
             .peers
             .iter()
-            .filter(|p| p.answers && !self.host.ending)
+            .filter(|p| p.answers)
             .flat_map(|p| {
+                // A session that is ending still waits for its last
+                // replies no longer than the timeout; it reconnects nothing.
                 let late = p
                     .outstanding
                     .iter()
                     .find(|q| q.seq.is_some())
                     .map(|q| q.heard + self.host.timeout);
-                let retry = p.retry_at.filter(|_| p.dead);
+                let retry = p.retry_at.filter(|_| p.dead && !self.host.ending);
                 late.into_iter().chain(retry)
             })
             .min();
