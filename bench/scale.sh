@@ -182,6 +182,9 @@ if ! taskset -c "${proxy_cores[0]}" true 2>/dev/null; then
 fi
 # The words that pin a command to CORES (none when unpinned).
 pin() { $PINNED && echo "taskset -c $1" || true; }
+# Flick's workers each on a core of the set, as nginx's
+# `worker_cpu_affinity auto` below (from 2 workers, where pinning can matter).
+flick_pin() { $PINNED && [ "$1" -gt 1 ] && echo "--pin-workers" || true; }
 
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 WORK=$(mktemp -d -t flick-scale.XXXXXX)
@@ -306,10 +309,10 @@ http_start() {
         flick)
             start "$WORK/$tag.log" "$cores" "$FLICK" run examples/http_lb.flick \
                 --listen "client=127.0.0.1:$SYS_PORT" --connect "backends=127.0.0.1:$B1,127.0.0.1:$B2" \
-                --workers "$workers" ;;
+                --workers "$workers" $(flick_pin "$workers") ;;
         flick_static)
             start "$WORK/$tag.log" "$cores" "$FLICK" run examples/static_web.flick \
-                --listen "client=127.0.0.1:$SYS_PORT" --workers "$workers" ;;
+                --listen "client=127.0.0.1:$SYS_PORT" --workers "$workers" $(flick_pin "$workers") ;;
         nginx | nginx_static)
             local dir="$WORK/$system-$workers"
             nginx_conf "$dir" "$SYS_PORT" "$workers" "$([ "$system" = nginx ] && echo proxy || echo static)"
@@ -434,7 +437,7 @@ mc_point() { # BENCH SYSTEM WORKERS REP
         flick)
             start "$WORK/$bench-flick-$workers-$rep.log" "$cores" "$FLICK" run "$program" \
                 --listen "client=127.0.0.1:$MC_PROXY" --connect "backends=$(join "${MC_BACKENDS[@]}")" \
-                --workers "$workers"
+                --workers "$workers" $(flick_pin "$workers")
             started+=("$LAST_PID")
             # As many memaslap processes as the peer has (N twemproxies).
             for ((k = 0; k < workers; k++)); do ports+=("$MC_PROXY"); done ;;

@@ -6,6 +6,7 @@
 //! ```toml
 //! program = "memcached_proxy.flick"   # relative to this file
 //! workers = 4
+//! pin_workers = false                 # true: worker i on the i-th core it may use
 //! timeslice_us = 50
 //! metrics = "127.0.0.1:9100"
 //! access_log = "/var/log/flick/access.log"   # or "-": standard output
@@ -91,6 +92,9 @@ macro_rules! with_shared_settings {
         pub struct $name {
             $($own)*
             pub workers: Option<usize>,
+            /// Each worker kept on a core of its own (nginx's
+            /// `worker_cpu_affinity auto`).
+            pub pin_workers: Option<bool>,
             pub timeslice_us: Option<u64>,
             /// Address of the Prometheus `/metrics` endpoint.
             pub metrics: Option<String>,
@@ -215,6 +219,8 @@ pub struct Settings {
     pub connect: Vec<(String, Vec<SocketAddr>)>,
     /// `None`: one per core.
     pub workers: Option<usize>,
+    /// Worker `i` pinned to the `i`-th core the process may run on.
+    pub pin_workers: bool,
     pub timeslice_us: u64,
     pub metrics: Option<SocketAddr>,
     /// A path, or `-` for standard output; `None`: no access log.
@@ -447,6 +453,11 @@ pub fn resolve(
     let as_ms = |t: Option<std::time::Duration>| t.map_or(0, |t| t.as_millis() as u64);
     let workers = setting(&at, "workers", flags.workers, cfg.workers)
         .map(|(o, w)| ranged(&mut errors, &o, w, &WORKERS));
+    // Off by default, as nginx's `worker_cpu_affinity`: a worker held to
+    // one core cannot move off it when the backends or other programs on
+    // the machine are woken there.
+    let pin_workers =
+        setting(&at, "pin_workers", flags.pin_workers, cfg.pin_workers).is_some_and(|(_, v)| v);
     let timeslice_us = ranged_setting!(timeslice_us, TIMESLICE_US, 50);
     let max_instances = ranged_setting!(max_instances, MAX_INSTANCES, defaults.max_instances);
     let graphs_ahead = ranged_setting!(graphs_ahead, GRAPHS_AHEAD, defaults.graphs_ahead);
@@ -554,6 +565,7 @@ pub fn resolve(
             listen: listen_addrs,
             connect: connect_addrs,
             workers,
+            pin_workers,
             timeslice_us,
             metrics,
             access_log,
@@ -729,6 +741,20 @@ one = "127.0.0.1:3"
         assert_eq!(s.timeslice_us, 7);
         assert_eq!(s.listen[0].1.port(), 5);
         assert_eq!(s.connect[0].1, vec!["127.0.0.1:6".parse().unwrap()]);
+    }
+
+    #[test]
+    fn workers_are_pinned_only_when_the_file_or_the_flag_says() {
+        let unset = with_file("program = \"p.flick\"\n", &Overrides::default());
+        assert!(!unset.pin_workers);
+        let file = "program = \"p.flick\"\npin_workers = true\n";
+        assert!(with_file(file, &Overrides::default()).pin_workers);
+        let flag = Overrides {
+            pin_workers: Some(true),
+            ..Overrides::default()
+        };
+        assert!(with_file("program = \"p.flick\"\n", &flag).pin_workers);
+        assert!(FileConfig::parse("pin_workers = 1\n").is_err());
     }
 
     #[test]

@@ -98,6 +98,12 @@ struct RunArgs {
     /// Worker threads [default: one per core].
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
+    /// Keep worker i on the i-th core the process may run on (see
+    /// `taskset`), as nginx's `worker_cpu_affinity auto`; for a machine
+    /// whose cores are set aside for Flick [default: off, the kernel
+    /// places the workers].
+    #[arg(long)]
+    pin_workers: bool,
     /// The cooperative scheduler's timeslice, in microseconds [default: 50].
     #[arg(long, value_name = "N")]
     timeslice_us: Option<u64>,
@@ -458,6 +464,7 @@ fn load_run(args: &RunArgs, color: bool) -> Result<RunLoad, RunFailure> {
         listen: args.listen.clone(),
         connect: args.connect.clone(),
         workers: args.workers,
+        pin_workers: args.pin_workers.then_some(true),
         timeslice_us: args.timeslice_us,
         metrics: args.metrics.clone(),
         access_log: args.access_log.clone(),
@@ -867,7 +874,7 @@ fn run_command(args: RunArgs, color: bool) -> ExitCode {
         workers: config.workers,
         policy: config.policy,
         tasks: run_tasks(&config),
-        pin: true,
+        pin: settings.pin_workers,
     }) {
         Ok(p) => p,
         Err(e) => {

@@ -45,6 +45,8 @@ pub struct ServeOptions {
     pub api_token: Option<String>,
     pub state_dir: PathBuf,
     pub workers: usize,
+    /// Worker `i` kept on the `i`-th core the process may run on.
+    pub pin_workers: bool,
     /// Bytes all services may reserve together; `None`: no limit.
     pub memory_budget: Option<u64>,
     /// The platform's task table, over every service.
@@ -1783,6 +1785,7 @@ pub fn serve(
     let platform = Platform::start(PlatformConfig {
         workers: opts.workers,
         tasks: opts.tasks,
+        pin: opts.pin_workers,
         ..PlatformConfig::default()
     })?;
     let reg = Arc::new(Registry {
@@ -1913,6 +1916,10 @@ pub struct ServeArgs {
     /// Worker threads shared by every service (default: one per core).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Keep worker i on the i-th core the process may run on, as nginx's
+    /// `worker_cpu_affinity auto` [default: off, the kernel places them].
+    #[arg(long)]
+    pub pin_workers: bool,
     /// Bytes all services may reserve together (each its static memory
     /// bound times its max instances); past it a deploy is refused.
     #[arg(long, value_name = "BYTES")]
@@ -1951,6 +1958,7 @@ pub fn main(args: ServeArgs) -> std::process::ExitCode {
         workers: args
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        pin_workers: args.pin_workers,
         memory_budget: args.memory_budget,
         tasks: args.tasks,
         save_every: (args.save_every > 0).then(|| Duration::from_secs(args.save_every)),

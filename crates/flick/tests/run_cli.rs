@@ -995,3 +995,71 @@ fn a_limit_the_grammar_lacks_is_warned_about() {
         "{err}"
     );
 }
+
+/// The cores each of process `pid`'s threads named `flick-worker-*` may
+/// run on, in thread-name order, and the cores of the process itself.
+fn worker_cores(pid: u32) -> (Vec<String>, String) {
+    let allowed = |status: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(|v| v.trim().to_string())
+            .unwrap()
+    };
+    let process = allowed(&std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap());
+    let mut workers = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let t = t.unwrap().path();
+        let comm = std::fs::read_to_string(t.join("comm")).unwrap();
+        if comm.starts_with("flick-worker-") {
+            let status = std::fs::read_to_string(t.join("status")).unwrap();
+            workers.push((comm.trim().to_string(), allowed(&status)));
+        }
+    }
+    workers.sort();
+    (workers.into_iter().map(|(_, c)| c).collect(), process)
+}
+
+/// The workers go where the kernel puts them unless `--pin-workers` (or
+/// `pin_workers = true`) keeps each on a core of its own, as nginx's
+/// `worker_cpu_affinity auto`.
+#[test]
+fn workers_are_pinned_only_when_asked() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut procs = Procs(Vec::new());
+    let listen = |port: u16| format!("client=127.0.0.1:{port}");
+    let metrics = || format!("127.0.0.1:{}", free_port());
+    let (plain, m) = (listen(free_port()), metrics());
+    let args = [
+        "examples/static_web.flick",
+        "--listen",
+        &plain,
+        "--metrics",
+        &m,
+    ];
+    let r = start(&mut procs, &[&args[..], &["--workers", "2"]].concat());
+    let (workers, process) = worker_cores(r.pid);
+    assert_eq!(workers, vec![process.clone(), process], "unpinned");
+    let (pinned, m) = (listen(free_port()), metrics());
+    let args = [
+        "examples/static_web.flick",
+        "--listen",
+        &pinned,
+        "--metrics",
+        &m,
+    ];
+    let r = start(
+        &mut procs,
+        &[&args[..], &["--workers", "2", "--pin-workers"]].concat(),
+    );
+    let (workers, process) = worker_cores(r.pid);
+    assert_eq!(workers.len(), 2);
+    if cores > 1 {
+        assert_ne!(workers[0], process, "worker 0 on one core of {process}");
+        assert!(
+            workers.iter().all(|w| !w.contains(['-', ','])),
+            "{workers:?}"
+        );
+        assert_ne!(workers[0], workers[1], "two workers, two cores");
+    }
+}

@@ -824,7 +824,7 @@ impl Service {
                 * 5
                 / 4
                 + 64,
-            pin: true,
+            pin: false,
         })?;
         // Alone on its workers: no group, and no run timed.
         let config = ServiceConfig {

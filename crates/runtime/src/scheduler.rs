@@ -169,7 +169,8 @@ pub struct SchedulerConfig {
     pub policy: Policy,
     /// The most tasks alive at once; their table is allocated up front.
     pub capacity: usize,
-    /// Pin worker `i` to core `i`.
+    /// Pin worker `i` to the `i`-th core the process may run on (off by
+    /// default, as nginx's `worker_cpu_affinity`).
     pub pin: bool,
 }
 
@@ -179,7 +180,7 @@ impl Default for SchedulerConfig {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             policy: Policy::default(),
             capacity: 4096,
-            pin: true,
+            pin: false,
         }
     }
 }
