@@ -206,6 +206,18 @@ pub(crate) enum Fast {
     DerefIndexSetInt {
         at: u32,
     },
+    /// `d[k] := d[k] + x` on a `ref` dictionary: the dereference at `at`
+    /// and the index after it, the addition at `add` (of the constant
+    /// made just before it where `konst`, else of its second operand, a
+    /// value), and the dereference at `add + 1` with the store after it.
+    /// The host adds in place where the entry holds an integer; otherwise
+    /// the operations run as the interpreter runs them. (Kept to three
+    /// words: a larger operation made every dispatch dearer.)
+    DictAdd {
+        at: u32,
+        add: u32,
+        konst: bool,
+    },
     /// `frame_len(msg)` into a `Value` register, asked of the host as an
     /// integer.
     FrameLen {
@@ -270,6 +282,87 @@ pub(crate) enum Fast {
         src: Reg,
         chan: Reg,
     },
+}
+
+/// `d[k] := d[k] + x` at `pc`: a dereference and an index, then perhaps
+/// a constant or `frame_len(msg)` made for the addition alone, the
+/// addition of the entry and `x`, and a dereference of the same reference
+/// and a store under the same key of the sum, each value read once and
+/// nothing jumped into. Whether a constant is added, how many operations
+/// the pattern takes, and where the `frame_len` is, if any.
+fn dict_add(
+    code: &[Op],
+    pc: usize,
+    single: &dyn Fn(Reg) -> bool,
+    target: &[bool],
+    cls: &dyn Fn(Reg) -> Class,
+) -> Option<(bool, usize, Option<usize>)> {
+    let (
+        Op::Deref { dst: x1, src: r },
+        Op::Index {
+            dst: v,
+            base,
+            index,
+        },
+    ) = (code.get(pc)?, code.get(pc + 1)?)
+    else {
+        return None;
+    };
+    // What `x` is, when made between the read and the addition: a
+    // constant, or the frame's length.
+    let (made, between) = match code.get(pc + 2)? {
+        Op::Const {
+            dst,
+            value: Const::Int(_),
+        } => (Some((*dst, true)), None),
+        Op::Builtin {
+            f: crate::code::Builtin::FrameLen,
+            dst,
+            args,
+        } if args.len() == 1 && cls(*dst) == Class::Value && !cls(args[0]).typed() => {
+            (Some((*dst, false)), Some(pc + 2))
+        }
+        _ => (None, None),
+    };
+    let sum = pc + 2 + made.is_some() as usize;
+    let (
+        Op::Binary {
+            op: BinOp::Add,
+            dst: y,
+            a,
+            b,
+        },
+        Op::Deref { dst: x2, src: r2 },
+        Op::IndexSet {
+            base: base2,
+            index: index2,
+            src,
+        },
+    ) = (code.get(sum)?, code.get(sum + 1)?, code.get(sum + 2)?)
+    else {
+        return None;
+    };
+    let konst = match made {
+        Some((m, konst)) if *b == m && single(m) => konst,
+        Some(_) => return None,
+        // A typed register would be boxed for the addition: not fused.
+        None if cls(*b).typed() => return None,
+        None => false,
+    };
+    let fits = base == x1
+        && a == v
+        && b != v
+        && r2 == r
+        && base2 == x2
+        && index2 == index
+        && src == y
+        && ![*x1, *v, *y, *x2, *b].contains(index)
+        && [*x1, *v, *y, *x2].into_iter().all(single)
+        && cls(*y) == Class::Int
+        && cls(*index) == Class::Value
+        && !cls(*r).typed()
+        && (pc + 1..=sum + 2).all(|p| !target[p]);
+    fits.then_some((konst, sum + 3 - pc, between))
 }
 
 /// A flattened body in its typed form.
@@ -771,6 +864,32 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
                     continue;
                 }
             }
+        }
+        // Fused: `d[k] := d[k] + x`, the entry read, added to and stored
+        // (a counter), with what computes `x` between the read and the
+        // addition (a constant, or `frame_len` of the message, which reads
+        // nothing else) run first.
+        if let Some((konst, len, before)) = dict_add(code, pc, &single, &target, &cls) {
+            if let Some(Op::Builtin { dst, args, .. }) = before.map(|b| &code[b]) {
+                t.code.push(Fast::FrameLen {
+                    dst: *dst,
+                    src: args[0],
+                });
+                t.at.push(before.unwrap_or(pc) as u32);
+            }
+            push(
+                &mut t,
+                Fast::DictAdd {
+                    at,
+                    add: (pc + len - 3) as u32,
+                    konst,
+                },
+            );
+            for p in pc + 1..pc + len {
+                start[p] = start[pc];
+            }
+            pc += len;
+            continue;
         }
         // Fused: a `ref` dictionary dereferenced, then indexed or stored.
         if let (Some(Op::Deref { dst: x, src: r }), Some(next)) = (code.get(pc), code.get(pc + 1)) {

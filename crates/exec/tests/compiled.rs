@@ -42,7 +42,7 @@ const EXAMPLES: [(&str, &str); 6] = [
 
 /// As the packet engine's tests write them: state through `ref`
 /// parameters, calls, arithmetic that faults on some frames.
-const ENGINE_PROGRAMS: [&str; 3] = [
+const ENGINE_PROGRAMS: [&str; 4] = [
     include_str!("../../packet/tests/programs/steered.flick"),
     "grammar testpkt
 
@@ -112,6 +112,42 @@ fun classify: (seen: ref dict<string*integer>, count: ref integer, outside: -/pk
     p => outside
   if (p.seq = 17) = (count > 2):
     p => outside
+",
+    // Counters, `d[k] := d[k] + x` (fused, `Fast::DictAdd`): of a
+    // constant, of `frame_len`, of a value read before; added where the
+    // host can, and read, added and stored where the entry is absent or
+    // not an integer, which makes some of them fault.
+    "grammar testpkt
+
+type pkt: record
+  flow : integer
+  kind : integer
+  seq : integer
+
+proc counters: (pkt/pkt inside, pkt/pkt outside)
+  global packets: dict<string*integer> := empty_dict
+  global bytes: dict<string*integer> := empty_dict
+  global marks: dict<string*integer> := empty_dict
+  global hits: dict<string*integer> := empty_dict
+  | inside => count(packets, bytes, marks, hits, outside)
+
+fun count: (packets: ref dict<string*integer>, bytes: ref dict<string*integer>, marks: ref dict<string*integer>, hits: ref dict<string*integer>, outside: -/pkt, p: pkt) -> ()
+  let k = pack(p.flow, p.kind)
+  let s = p.seq
+  if p.kind = 4:
+    hits[k] := 5
+  if p.kind >= 4:
+    hits[k] := hits[k] + 2
+  if packets[k] = None:
+    packets[k] := 1
+    bytes[k] := frame_len(p)
+  else:
+    packets[k] := packets[k] + 1
+    bytes[k] := bytes[k] + frame_len(p)
+  if p.kind = 3:
+    marks[k] := 0
+  marks[k] := marks[k] + s
+  p => outside
 ",
 ];
 
@@ -211,6 +247,22 @@ impl Host for ModelHost {
         let k = self.key(key);
         self.dicts.insert((state, k), value.clone());
         Ok(())
+    }
+    /// Declines for odd state numbers, as the packet host does for flow
+    /// tables, so that the read, the addition and the store run on
+    /// integer entries too.
+    fn dict_add_bytes_int(&mut self, state: u16, key: &[u8], x: i64) -> Result<bool, Fault> {
+        if state % 2 == 1 {
+            return Ok(false);
+        }
+        let k = self.key(&Value::Bytes(key.into()));
+        Ok(match self.dicts.get_mut(&(state, k)) {
+            Some(Value::Int(n)) => {
+                *n = n.wrapping_add(x);
+                true
+            }
+            _ => false,
+        })
     }
     fn record(&mut self, _: u16, _: &[Value]) -> Result<Value, Fault> {
         Err(Fault::Host("no records".into()))

@@ -353,6 +353,13 @@ impl Host for FrameHost<'_> {
         shard.map_or(Ok(()), |s| s.dict_set(state, key, Value::Int(value)))
     }
 
+    fn dict_add_bytes_int(&mut self, state: u16, key: &[u8], x: i64) -> Result<bool, Fault> {
+        self.shard()?;
+        encode_bytes_key(key, self.key);
+        let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
+        shard.map_or(Ok(false), |s| s.dict_add_int(state, key, x))
+    }
+
     fn dict_set_bytes(&mut self, state: u16, key: &[u8], value: &Value) -> Result<(), Fault> {
         self.shard()?;
         encode_bytes_key(key, self.key);

@@ -797,6 +797,26 @@ impl Shard {
         Ok(())
     }
 
+    /// `d[key] := d[key] + x` of plain dictionary `i` where the entry
+    /// holds an integer, added where it lies (wrapping, as the
+    /// interpreter adds); `false`, nothing changed, otherwise. A flow
+    /// table is left to a read and a store: its reads expire and refresh.
+    pub fn dict_add_int(&mut self, i: u16, key: &[u8], x: i64) -> Result<bool, Fault> {
+        let (hash, known) = self.recall(i, key);
+        let Dict::Plain(p) = self.dict(i)? else {
+            return Ok(false);
+        };
+        let Some(s) = known.or_else(|| p.find(key, hash)) else {
+            return Ok(false);
+        };
+        let Value::Int(n) = &mut p.slots[s as usize].value else {
+            return Ok(false);
+        };
+        *n = n.wrapping_add(x);
+        self.last = Some((i, s));
+        Ok(true)
+    }
+
     /// The spec of meter state variable `i` (or of its dictionary's).
     fn meter_spec(&self, i: u16) -> Result<MeterSpec, Fault> {
         match self.tables.get(i as usize).and_then(|t| t.object) {
