@@ -20,8 +20,9 @@ const BODY: &[u8] = b"abcdefgh";
 /// The wait before each byte of a body: the body takes 8 of them.
 const BYTE_GAP: Duration = Duration::from_millis(80);
 
-/// Answers each GET of its connections with `BODY`, slowly.
-fn slow_backend() -> u16 {
+/// A backend on a free port that runs `serve` on each connection, in a
+/// thread of its own.
+fn backend(serve: fn(TcpStream)) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     thread::spawn(move || {
@@ -30,6 +31,16 @@ fn slow_backend() -> u16 {
         }
     });
     port
+}
+
+/// The balancer in front of `backend`, with a response timeout of 300 ms.
+fn balancer(procs: &mut Procs, backend: u16) -> u16 {
+    support::flick_run_with(
+        procs,
+        "examples/http_lb.flick",
+        &[backend],
+        &["--response-timeout-ms", "300"],
+    )
 }
 
 fn serve(s: TcpStream) {
@@ -88,16 +99,12 @@ fn response(r: &mut BufReader<TcpStream>) -> Option<(u16, Vec<u8>)> {
 
 #[test]
 fn a_response_that_streams_on_is_not_cut_by_the_response_timeout() {
-    let backend = slow_backend();
+    // Answers each GET with `BODY`, slowly.
+    let backend = backend(serve);
     let mut procs = Procs(Vec::new());
     // Each body takes 640 ms, more than twice the timeout, and the second
     // response waits behind the first for as long.
-    let port = support::flick_run_with(
-        &mut procs,
-        "examples/http_lb.flick",
-        &[backend],
-        &["--response-timeout-ms", "300"],
-    );
+    let port = balancer(&mut procs, backend);
     let c = support::connect(port);
     let mut w = c.try_clone().unwrap();
     let mut r = BufReader::new(c);
@@ -111,21 +118,6 @@ fn a_response_that_streams_on_is_not_cut_by_the_response_timeout() {
     assert_eq!(second, Some((200, BODY.to_vec())), "the second response");
 }
 
-/// Reads what each of its connections sends and never answers.
-fn silent_backend() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    thread::spawn(move || {
-        for mut s in listener.incoming().flatten() {
-            thread::spawn(move || {
-                let mut sink = Vec::new();
-                let _ = s.read_to_end(&mut sink);
-            });
-        }
-    });
-    port
-}
-
 /// A client's last request (one with `Connection: close`, or one after
 /// which the client shuts its side) waits for its backend no longer than
 /// any other: it gets the 504 once the timeout passes. Before, the
@@ -133,14 +125,12 @@ fn silent_backend() -> u16 {
 /// something else woke its instance, or for ever.
 #[test]
 fn a_sessions_last_request_gets_the_fault_reply_when_its_backend_is_silent() {
-    let backend = silent_backend();
+    // Reads what each connection sends and never answers.
+    let backend = backend(|mut s| {
+        let _ = s.read_to_end(&mut Vec::new());
+    });
     let mut procs = Procs(Vec::new());
-    let port = support::flick_run_with(
-        &mut procs,
-        "examples/http_lb.flick",
-        &[backend],
-        &["--response-timeout-ms", "300"],
-    );
+    let port = balancer(&mut procs, backend);
     for half_close in [false, true] {
         for _ in 0..5 {
             let c = support::connect(port);
