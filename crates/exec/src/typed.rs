@@ -870,12 +870,12 @@ pub(crate) fn compile(code: &[Op], regs: usize, params: usize) -> Typed {
         // addition (a constant, or `frame_len` of the message, which reads
         // nothing else) run first.
         if let Some((konst, len, before)) = dict_add(code, pc, &single, &target, &cls) {
-            if let Some(Op::Builtin { dst, args, .. }) = before.map(|b| &code[b]) {
+            if let Some((b, Op::Builtin { dst, args, .. })) = before.map(|b| (b, &code[b])) {
                 t.code.push(Fast::FrameLen {
                     dst: *dst,
                     src: args[0],
                 });
-                t.at.push(before.unwrap_or(pc) as u32);
+                t.at.push(b as u32);
             }
             push(
                 &mut t,
