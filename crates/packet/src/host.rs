@@ -127,6 +127,17 @@ impl FrameHost<'_> {
             .ok_or_else(|| Fault::Host("`steer` cannot use process state".into()))
     }
 
+    /// The shard, and `key` (made in the interpreter's scratch) encoded
+    /// as its dictionaries hold keys.
+    fn shard_and_bytes_key(&mut self, key: &[u8]) -> Result<(&mut Shard, &[u8]), Fault> {
+        let shard = self
+            .shard
+            .as_deref_mut()
+            .ok_or_else(|| Fault::Host("`steer` cannot use process state".into()))?;
+        encode_bytes_key(key, self.key);
+        Ok((shard, &self.key[..]))
+    }
+
     fn encode(&mut self, key: &Value) -> Result<(), Fault> {
         self.key.clear();
         let frame = self.frame;
@@ -307,10 +318,8 @@ impl Host for FrameHost<'_> {
     }
 
     fn dict_get_bytes(&mut self, state: u16, key: &[u8]) -> Result<Value, Fault> {
-        self.shard()?;
-        encode_bytes_key(key, self.key);
-        let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
-        shard.map_or(Ok(Value::None), |s| s.dict_get(state, key))
+        let (shard, key) = self.shard_and_bytes_key(key)?;
+        shard.dict_get(state, key)
     }
 
     fn dict_get_bytes_into(
@@ -319,16 +328,8 @@ impl Host for FrameHost<'_> {
         key: &[u8],
         out: &mut Value,
     ) -> Result<(), Fault> {
-        self.shard()?;
-        encode_bytes_key(key, self.key);
-        let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
-        match shard {
-            Some(s) => s.dict_get_into(state, key, out),
-            None => {
-                *out = Value::None;
-                Ok(())
-            }
-        }
+        let (shard, key) = self.shard_and_bytes_key(key)?;
+        shard.dict_get_into(state, key, out)
     }
 
     fn dict_get_bytes_int(
@@ -337,35 +338,25 @@ impl Host for FrameHost<'_> {
         key: &[u8],
         out: &mut Value,
     ) -> Result<IntField, Fault> {
-        self.shard()?;
-        encode_bytes_key(key, self.key);
-        let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
-        match shard {
-            Some(s) => s.dict_get_int(state, key, out),
-            None => Ok(IntField::None),
-        }
+        let (shard, key) = self.shard_and_bytes_key(key)?;
+        shard.dict_get_int(state, key, out)
     }
 
     fn dict_set_bytes_int(&mut self, state: u16, key: &[u8], value: i64) -> Result<(), Fault> {
-        self.shard()?;
-        encode_bytes_key(key, self.key);
-        let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
-        shard.map_or(Ok(()), |s| s.dict_set(state, key, Value::Int(value)))
+        let (shard, key) = self.shard_and_bytes_key(key)?;
+        shard.dict_set(state, key, Value::Int(value))
     }
 
     fn dict_add_bytes_int(&mut self, state: u16, key: &[u8], x: i64) -> Result<bool, Fault> {
-        self.shard()?;
-        encode_bytes_key(key, self.key);
-        let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
-        shard.map_or(Ok(false), |s| s.dict_add_int(state, key, x))
+        let (shard, key) = self.shard_and_bytes_key(key)?;
+        shard.dict_add_int(state, key, x)
     }
 
     fn dict_set_bytes(&mut self, state: u16, key: &[u8], value: &Value) -> Result<(), Fault> {
         self.shard()?;
-        encode_bytes_key(key, self.key);
         let value = self.owned(value)?;
-        let (shard, key) = (self.shard.as_deref_mut(), &self.key[..]);
-        shard.map_or(Ok(()), |s| s.dict_set(state, key, value))
+        let (shard, key) = self.shard_and_bytes_key(key)?;
+        shard.dict_set(state, key, value)
     }
 
     fn meter(&mut self, state: u16, key: Option<ObjectKey<'_>>, n: i64) -> Result<i64, Fault> {

@@ -802,6 +802,10 @@ impl Shard {
     /// interpreter adds); `false`, nothing changed, otherwise. A flow
     /// table is left to a read and a store: its reads expire and refresh.
     pub fn dict_add_int(&mut self, i: u16, key: &[u8], x: i64) -> Result<bool, Fault> {
+        // Told before the key is hashed: a flow table declines at once.
+        if let Dict::Timed(_) = self.dict(i)? {
+            return Ok(false);
+        }
         let (hash, known) = self.recall(i, key);
         let Dict::Plain(p) = self.dict(i)? else {
             return Ok(false);
